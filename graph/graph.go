@@ -1,0 +1,287 @@
+package graph
+
+import (
+	"fmt"
+	"strings"
+)
+
+// DType is a tensor element type.
+type DType uint8
+
+const (
+	F32 DType = iota
+	F16
+	BF16
+	F64
+	I64
+	I32
+	I8
+	U8
+	Bool
+	F8E4M3
+	F8E5M2
+)
+
+var dtypeInfo = [...]struct {
+	name  string
+	size  int64
+	float bool
+}{
+	F32:    {"float32", 4, true},
+	F16:    {"float16", 2, true},
+	BF16:   {"bfloat16", 2, true},
+	F64:    {"float64", 8, true},
+	I64:    {"int64", 8, false},
+	I32:    {"int32", 4, false},
+	I8:     {"int8", 1, false},
+	U8:     {"uint8", 1, false},
+	Bool:   {"bool", 1, false},
+	F8E4M3: {"float8_e4m3fn", 1, true},
+	F8E5M2: {"float8_e5m2", 1, true},
+}
+
+// Size is the number of bytes of one element.
+func (d DType) Size() int64 {
+	if int(d) < len(dtypeInfo) {
+		return dtypeInfo[d].size
+	}
+	return 0
+}
+
+// IsFloat reports whether d is a floating-point type (one that can require
+// gradients).
+func (d DType) IsFloat() bool { return int(d) < len(dtypeInfo) && dtypeInfo[d].float }
+
+func (d DType) String() string {
+	if int(d) < len(dtypeInfo) {
+		return dtypeInfo[d].name
+	}
+	return fmt.Sprintf("dtype(%d)", uint8(d))
+}
+
+var dtypeAliases = map[string]DType{
+	"float32": F32, "fp32": F32, "float": F32, "f32": F32,
+	"float16": F16, "fp16": F16, "half": F16, "f16": F16,
+	"bfloat16": BF16, "bf16": BF16,
+	"float64": F64, "fp64": F64, "double": F64,
+	"int64": I64, "long": I64, "int32": I32, "int": I32, "int8": I8, "uint8": U8, "bool": Bool,
+	"float8_e4m3fn": F8E4M3, "f8_e4m3": F8E4M3, "float8_e5m2": F8E5M2, "f8_e5m2": F8E5M2,
+}
+
+// ParseDType accepts PyTorch's names and their common short forms.
+func ParseDType(s string) (DType, error) {
+	if d, ok := dtypeAliases[strings.ToLower(strings.TrimPrefix(s, "torch."))]; ok {
+		return d, nil
+	}
+	return 0, fmt.Errorf("unknown dtype %q (known: float32, float16, bfloat16, float64, int64, int32, int8, uint8, bool)", s)
+}
+
+// Shape is a tensor shape with concrete sizes.
+type Shape []int64
+
+// Numel is the number of elements.
+func (s Shape) Numel() int64 {
+	n := int64(1)
+	for _, d := range s {
+		n *= d
+	}
+	return n
+}
+
+func (s Shape) String() string {
+	parts := make([]string, len(s))
+	for i, d := range s {
+		parts[i] = fmt.Sprint(d)
+	}
+	return "[" + strings.Join(parts, ", ") + "]"
+}
+
+// Clone returns a copy of s.
+func (s Shape) Clone() Shape { return append(Shape(nil), s...) }
+
+// Role says where a tensor comes from.
+type Role uint8
+
+const (
+	Activation Role = iota // produced by an op
+	Parameter              // nn.Parameter
+	Buffer                 // registered buffer (running statistics, ...)
+	Input                  // the input batch
+	Target                 // the targets of the loss
+)
+
+func (r Role) String() string {
+	return [...]string{"activation", "parameter", "buffer", "input", "target"}[r]
+}
+
+// TensorID indexes Graph.Tensors. None marks an absent optional tensor.
+type TensorID int32
+
+// None is the TensorID of an absent tensor (a Linear without bias).
+const None TensorID = -1
+
+// Tensor is one tensor of the graph.
+type Tensor struct {
+	Name  string
+	Shape Shape
+	DType DType
+	Role  Role
+	// View is the tensor whose storage this one shares (a view, or the
+	// result of an in-place op), or None when it owns its storage. It always
+	// names a tensor that owns its storage.
+	View TensorID
+	// RequiresGrad follows PyTorch: parameters require grad, the input batch
+	// does not, an op's output does when any differentiable input does.
+	RequiresGrad bool
+}
+
+// Bytes is the size of the tensor's own elements.
+func (t *Tensor) Bytes() int64 { return t.Shape.Numel() * t.DType.Size() }
+
+// Attr holds the attributes ops need; each op kind uses a few of them.
+type Attr struct {
+	P        float64 // dropout probability
+	Inplace  bool
+	Dim      int
+	Kernel   [2]int64
+	Stride   [2]int64
+	Padding  [2]int64
+	Dilation [2]int64
+	Groups   int64
+	Heads    int64 // attention heads (query)
+	KVHeads  int64 // attention key/value heads (grouped-query attention)
+	Causal   bool
+	Scalar   bool // mul/div by a Python number rather than a tensor
+}
+
+// Op is one primitive operation of the forward pass.
+type Op struct {
+	Kind   Kind
+	Name   string     // module path, e.g. "layer1.0.conv1"
+	Inputs []TensorID // activation operands, in order
+	Weight TensorID   // None when absent
+	Bias   TensorID   // None when absent
+	// Buffers are non-parameter state the op reads (running mean and var).
+	Buffers []TensorID
+	Output  TensorID
+	Attr    Attr
+	// Block is the index in Graph.Blocks of the checkpointable block the op
+	// belongs to, or -1.
+	Block int32
+}
+
+// Graph is a model for one setup: tensors, ops in forward order, and the
+// loss.
+type Graph struct {
+	Name    string
+	Tensors []Tensor
+	Ops     []Op
+	Inputs  []TensorID
+	Targets []TensorID
+	Loss    TensorID
+	// Blocks names the repeated blocks (transformer layers, residual
+	// blocks) that activation checkpointing wraps one at a time.
+	Blocks []string
+}
+
+// Tensor returns the tensor with the given id.
+func (g *Graph) Tensor(id TensorID) *Tensor { return &g.Tensors[id] }
+
+// Storage returns the id of the tensor owning id's storage.
+func (g *Graph) Storage(id TensorID) TensorID {
+	if v := g.Tensors[id].View; v != None {
+		return v
+	}
+	return id
+}
+
+// StorageBytes is the size of the storage behind id.
+func (g *Graph) StorageBytes(id TensorID) int64 {
+	return g.Tensors[g.Storage(id)].Bytes()
+}
+
+// ParamCount is the number of parameter elements, each shared (tied)
+// parameter counted once.
+func (g *Graph) ParamCount() int64 {
+	var n int64
+	for i := range g.Tensors {
+		if g.Tensors[i].Role == Parameter {
+			n += g.Tensors[i].Shape.Numel()
+		}
+	}
+	return n
+}
+
+// Bytes sums the bytes of the tensors with the given role.
+func (g *Graph) Bytes(r Role) int64 {
+	var n int64
+	for i := range g.Tensors {
+		if g.Tensors[i].Role == r && g.Tensors[i].View == None {
+			n += g.Tensors[i].Bytes()
+		}
+	}
+	return n
+}
+
+// Params lists the parameter tensors in creation order, which is the order
+// of model.parameters() for the builders in this project.
+func (g *Graph) Params() []TensorID {
+	var ps []TensorID
+	for i := range g.Tensors {
+		if g.Tensors[i].Role == Parameter {
+			ps = append(ps, TensorID(i))
+		}
+	}
+	return ps
+}
+
+// Validate checks the structural invariants the simulator relies on: ids in
+// range, views pointing at owners, ops writing fresh tensors in order.
+func (g *Graph) Validate() error {
+	n := TensorID(len(g.Tensors))
+	in := func(id TensorID) bool { return id >= 0 && id < n }
+	for i, t := range g.Tensors {
+		if t.View != None {
+			if !in(t.View) {
+				return fmt.Errorf("tensor %d (%s): view of unknown tensor %d", i, t.Name, t.View)
+			}
+			if g.Tensors[t.View].View != None {
+				return fmt.Errorf("tensor %d (%s): view of a view", i, t.Name)
+			}
+		}
+		for _, d := range t.Shape {
+			if d < 0 {
+				return fmt.Errorf("tensor %d (%s): negative dimension in %v", i, t.Name, t.Shape)
+			}
+		}
+	}
+	produced := make([]bool, n)
+	for i, t := range g.Tensors {
+		if t.Role != Activation {
+			produced[i] = true
+		}
+	}
+	for i, op := range g.Ops {
+		for _, id := range op.Inputs {
+			if !in(id) || !produced[id] {
+				return fmt.Errorf("op %d (%s %s): input %d is not produced before it", i, op.Kind, op.Name, id)
+			}
+		}
+		for _, id := range append([]TensorID{op.Weight, op.Bias}, op.Buffers...) {
+			if id != None && (!in(id) || g.Tensors[id].Role == Activation) {
+				return fmt.Errorf("op %d (%s %s): weight, bias or buffer %d is not a parameter or buffer", i, op.Kind, op.Name, id)
+			}
+		}
+		if !in(op.Output) || produced[op.Output] {
+			return fmt.Errorf("op %d (%s %s): output %d missing or written twice", i, op.Kind, op.Name, op.Output)
+		}
+		produced[op.Output] = true
+		if op.Block >= int32(len(g.Blocks)) {
+			return fmt.Errorf("op %d (%s %s): block %d out of range", i, op.Kind, op.Name, op.Block)
+		}
+	}
+	if !in(g.Loss) || !produced[g.Loss] {
+		return fmt.Errorf("graph %s has no loss", g.Name)
+	}
+	return nil
+}

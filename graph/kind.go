@@ -1,0 +1,47 @@
+package graph
+
+// Kind names a primitive op. The names follow the aten op (or autograd
+// node) that PyTorch eager runs for the module or function that emits it.
+type Kind string
+
+const (
+	Linear            Kind = "linear"     // F.linear → addmm / matmul
+	MatMul            Kind = "matmul"     // torch.matmul / bmm of two activations
+	Conv2d            Kind = "conv2d"     // convolution
+	BatchNorm         Kind = "batch_norm" // native_batch_norm / cudnn_batch_norm
+	LayerNorm         Kind = "layer_norm" // native_layer_norm
+	RMSNorm           Kind = "rms_norm"
+	ReLU              Kind = "relu"
+	GELU              Kind = "gelu"
+	GELUTanh          Kind = "gelu_tanh" // gelu(approximate="tanh"): one fused op
+	NewGELU           Kind = "gelu_new"  // Hugging Face NewGELUActivation: the tanh formula as separate ops
+	SiLU              Kind = "silu"
+	Sigmoid           Kind = "sigmoid"
+	Tanh              Kind = "tanh"
+	Hardswish         Kind = "hardswish"
+	Hardsigmoid       Kind = "hardsigmoid"
+	Softmax           Kind = "softmax"
+	LogSoftmax        Kind = "log_softmax"
+	Dropout           Kind = "dropout"
+	MaxPool2d         Kind = "max_pool2d"
+	AvgPool2d         Kind = "avg_pool2d"
+	AdaptiveAvgPool2d Kind = "adaptive_avg_pool2d"
+	Mean              Kind = "mean"       // mean over dims; saves only sizes
+	View              Kind = "view"       // any zero-copy view: reshape of contiguous, transpose, permute, select, expand, flatten
+	Contiguous        Kind = "contiguous" // a copy into a new storage (contiguous, reshape of a non-contiguous tensor)
+	Cast              Kind = "cast"       // .to(dtype)
+	Add               Kind = "add"        // a + b (Attr.Inplace for +=)
+	Mul               Kind = "mul"        // a * b (Attr.Scalar: a * number)
+	Cat               Kind = "cat"
+	Embedding         Kind = "embedding"
+	Attention         Kind = "attention" // the core of scaled dot-product attention; the kernel is chosen by the setup
+	CrossEntropy      Kind = "cross_entropy"
+	MSELoss           Kind = "mse_loss"
+)
+
+// Kinds lists every op kind.
+func Kinds() []Kind {
+	return []Kind{Linear, MatMul, Conv2d, BatchNorm, LayerNorm, RMSNorm, ReLU, GELU, GELUTanh, NewGELU, SiLU, Sigmoid, Tanh,
+		Hardswish, Hardsigmoid, Softmax, LogSoftmax, Dropout, MaxPool2d, AvgPool2d, AdaptiveAvgPool2d, Mean, View,
+		Contiguous, Cast, Add, Mul, Cat, Embedding, Attention, CrossEntropy, MSELoss}
+}

@@ -1,0 +1,208 @@
+package models
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/batchfit/batchfit/graph"
+)
+
+// Config is what a builder needs beyond the model's own definition.
+type Config struct {
+	Batch int64
+	Seq   int64 // sequence length for sequence models; 0 = the model's default
+	// Overrides of the model's own dimensions, 0 = the model's default. A
+	// model lists the ones it honours in Model.Dims.
+	Layers int64
+	Hidden int64
+	// Image side for vision models; 0 = the model's default.
+	Image int64
+}
+
+// Dim names a dimension a solver may vary.
+type Dim string
+
+const (
+	DimBatch  Dim = "batch"
+	DimSeq    Dim = "seq"
+	DimLayers Dim = "layers"
+	DimHidden Dim = "hidden"
+)
+
+// Model is one zoo entry.
+type Model struct {
+	Name        string
+	Family      string // "torchvision", "transformers", "seed"
+	Description string
+	// DefaultSeq is the sequence length used when Config.Seq is 0; 0 for
+	// models without one.
+	DefaultSeq int64
+	// Dims lists the dimensions besides batch that Build honours.
+	Dims  []Dim
+	Build func(Config) (*graph.Graph, error)
+}
+
+var registry = map[string]Model{}
+
+// Register adds m to the zoo. Registering a name twice is a programming
+// error reported by Check.
+func Register(m Model) {
+	if _, dup := registry[strings.ToLower(m.Name)]; dup {
+		duplicate = append(duplicate, m.Name)
+	}
+	registry[strings.ToLower(m.Name)] = m
+}
+
+var duplicate []string
+
+// Check reports registration mistakes (duplicate names).
+func Check() error {
+	if len(duplicate) > 0 {
+		return fmt.Errorf("models registered twice: %s", strings.Join(duplicate, ", "))
+	}
+	return nil
+}
+
+// All lists the zoo sorted by family then name.
+func All() []Model {
+	ms := make([]Model, 0, len(registry))
+	for _, m := range registry {
+		ms = append(ms, m)
+	}
+	sort.Slice(ms, func(i, j int) bool {
+		if ms[i].Family != ms[j].Family {
+			return ms[i].Family < ms[j].Family
+		}
+		return ms[i].Name < ms[j].Name
+	})
+	return ms
+}
+
+// Lookup finds a model by name (case-insensitive; "-" and "_" and "." are
+// interchangeable). An unknown name gets an error naming the nearest ones.
+func Lookup(name string) (Model, error) {
+	key := strings.ToLower(name)
+	if m, ok := registry[key]; ok {
+		return m, nil
+	}
+	norm := normalize(key)
+	for k, m := range registry {
+		if normalize(k) == norm {
+			return m, nil
+		}
+	}
+	names := make([]string, 0, len(registry))
+	for _, m := range registry {
+		names = append(names, m.Name)
+	}
+	near := Nearest(name, names, 3)
+	if len(near) == 0 {
+		return Model{}, fmt.Errorf("unknown model %q (see 'batchfit models')", name)
+	}
+	return Model{}, fmt.Errorf("unknown model %q; did you mean %s? (see 'batchfit models')", name, strings.Join(quote(near), ", "))
+}
+
+func normalize(s string) string {
+	return strings.NewReplacer("-", "", "_", "", ".", "", "/", "").Replace(strings.ToLower(s))
+}
+
+func quote(ss []string) []string {
+	out := make([]string, len(ss))
+	for i, s := range ss {
+		out[i] = fmt.Sprintf("%q", s)
+	}
+	return out
+}
+
+// Nearest returns up to n candidates closest to s by edit distance (after
+// normalization), nearest first, dropping ones that are too far to be a
+// plausible misspelling.
+func Nearest(s string, candidates []string, n int) []string {
+	type scored struct {
+		name string
+		d    int
+	}
+	ns := normalize(s)
+	var sc []scored
+	for _, c := range candidates {
+		nc := normalize(c)
+		d := editDistance(ns, nc)
+		if strings.Contains(nc, ns) || strings.Contains(ns, nc) {
+			d = min(d, 1+abs(len(nc)-len(ns))/4)
+		}
+		limit := max(2, len(ns)/2)
+		if d <= limit {
+			sc = append(sc, scored{c, d})
+		}
+	}
+	sort.Slice(sc, func(i, j int) bool {
+		if sc[i].d != sc[j].d {
+			return sc[i].d < sc[j].d
+		}
+		return sc[i].name < sc[j].name
+	})
+	var out []string
+	for i := 0; i < len(sc) && i < n; i++ {
+		out = append(out, sc[i].name)
+	}
+	return out
+}
+
+func abs(x int) int {
+	if x < 0 {
+		return -x
+	}
+	return x
+}
+
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}
+
+// Build looks up name and builds it for c, filling the model's defaults.
+func Build(name string, c Config) (*graph.Graph, Model, error) {
+	m, err := Lookup(name)
+	if err != nil {
+		return nil, Model{}, err
+	}
+	if c.Batch <= 0 {
+		return nil, m, fmt.Errorf("batch size must be positive, got %d", c.Batch)
+	}
+	if c.Seq == 0 {
+		c.Seq = m.DefaultSeq
+	}
+	for _, v := range []int64{c.Seq, c.Layers, c.Hidden, c.Image} {
+		if v < 0 {
+			return nil, m, fmt.Errorf("%s: dimensions must be positive", m.Name)
+		}
+	}
+	g, err := m.Build(c)
+	if err != nil {
+		return nil, m, fmt.Errorf("%s: %w", m.Name, err)
+	}
+	return g, m, nil
+}
+
+func orDefault(v, d int64) int64 {
+	if v > 0 {
+		return v
+	}
+	return d
+}

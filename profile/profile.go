@@ -1,0 +1,174 @@
+package profile
+
+import (
+	_ "embed"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// Profile is the set of version-dependent PyTorch facts the simulator
+// consults.
+type Profile struct {
+	Version string `json:"version"`
+	Notes   string `json:"notes"`
+	// ZeroGradSetToNone: Optimizer.zero_grad() frees .grad (2.0+) rather
+	// than zeroing it in place.
+	ZeroGradSetToNone bool `json:"zero_grad_set_to_none"`
+	// OptimizerDefaultImpl is what torch.optim picks when neither foreach
+	// nor fused is given: "forloop" or "foreach".
+	OptimizerDefaultImpl string `json:"optimizer_default_impl"`
+	// AttentionDefault is the attention core nn.MultiheadAttention and
+	// Hugging Face's default attention reach: "math" (explicit bmm and
+	// softmax) or "sdpa" (scaled_dot_product_attention's kernel choice).
+	AttentionDefault string `json:"attention_default"`
+	// MathAttentionScaledCopies says which operands the math path scales
+	// into new tensors before the first matmul: "query" or "query_key".
+	MathAttentionScaledCopies string `json:"math_attention_scaled_copies"`
+	// MathAttentionUpcastsHalf: the math SDPA path computes in float32 for
+	// half inputs.
+	MathAttentionUpcastsHalf bool `json:"math_attention_upcasts_half"`
+	// CublasWorkspaceBytes maps a compute-capability major ("9") or
+	// "default" to the cuBLAS workspace size allocated through the caching
+	// allocator at a thread's first GEMM.
+	CublasWorkspaceBytes map[string]int64 `json:"cublas_workspace_bytes"`
+	// CublasWorkspacePerThread: one workspace per (thread, stream), so the
+	// autograd device thread gets its own at its first GEMM in backward.
+	CublasWorkspacePerThread bool `json:"cublas_workspace_per_thread"`
+	// CublasLtWorkspaceTransientBytes is a per-GEMM workspace allocated and
+	// freed around each cuBLASLt call (0 when Lt shares the cuBLAS one).
+	CublasLtWorkspaceTransientBytes int64 `json:"cublaslt_workspace_transient_bytes"`
+	// DropoutMaskDType is the dtype of the mask native_dropout saves on CUDA.
+	DropoutMaskDType string `json:"dropout_mask_dtype"`
+	// LinearNDContiguousUsesAddmm: F.linear folds a contiguous N-D input
+	// into a 2-D addmm on a view rather than copying it.
+	LinearNDContiguousUsesAddmm bool `json:"linear_nd_contiguous_uses_addmm"`
+}
+
+//go:embed profiles.json
+var profilesJSON []byte
+
+var profiles []Profile
+
+func init() {
+	ps, err := parse(profilesJSON)
+	if err != nil {
+		// The embedded data is part of the program; a test covers it.
+		profiles = nil
+		loadErr = err
+		return
+	}
+	profiles = ps
+}
+
+var loadErr error
+
+func parse(data []byte) ([]Profile, error) {
+	var ps []Profile
+	if err := json.Unmarshal(data, &ps); err != nil {
+		return nil, fmt.Errorf("parsing embedded profiles.json: %w", err)
+	}
+	for _, p := range ps {
+		if _, err := parseVersion(p.Version); err != nil {
+			return nil, fmt.Errorf("profiles.json: %w", err)
+		}
+		switch p.OptimizerDefaultImpl {
+		case "forloop", "foreach":
+		default:
+			return nil, fmt.Errorf("profiles.json: %s: optimizer_default_impl %q", p.Version, p.OptimizerDefaultImpl)
+		}
+		switch p.AttentionDefault {
+		case "math", "sdpa":
+		default:
+			return nil, fmt.Errorf("profiles.json: %s: attention_default %q", p.Version, p.AttentionDefault)
+		}
+	}
+	sort.Slice(ps, func(i, j int) bool { return less(ps[i].Version, ps[j].Version) })
+	return ps, nil
+}
+
+func parseVersion(v string) ([2]int, error) {
+	parts := strings.SplitN(strings.TrimPrefix(v, "v"), ".", 3)
+	if len(parts) < 2 {
+		return [2]int{}, fmt.Errorf("version %q: want MAJOR.MINOR", v)
+	}
+	var out [2]int
+	for i := 0; i < 2; i++ {
+		// Accept local suffixes such as "1.13.1+cu117" or "2.5.0a0".
+		digits := strings.TrimRightFunc(parts[i], func(r rune) bool { return r < '0' || r > '9' })
+		if i == 1 {
+			end := strings.IndexFunc(parts[i], func(r rune) bool { return r < '0' || r > '9' })
+			if end >= 0 {
+				digits = parts[i][:end]
+			}
+		}
+		n, err := strconv.Atoi(digits)
+		if err != nil {
+			return [2]int{}, fmt.Errorf("version %q: want MAJOR.MINOR", v)
+		}
+		out[i] = n
+	}
+	return out, nil
+}
+
+func less(a, b string) bool {
+	va, _ := parseVersion(a)
+	vb, _ := parseVersion(b)
+	return va[0] < vb[0] || (va[0] == vb[0] && va[1] < vb[1])
+}
+
+// Default is the profile of the current PyTorch release (the newest).
+func Default() *Profile {
+	if len(profiles) == 0 {
+		return nil
+	}
+	p := profiles[len(profiles)-1]
+	return &p
+}
+
+// Lookup returns the profile that applies to PyTorch version v ("1.13",
+// "2.4.1", "2.5.0+cu124"): the newest profile not newer than v.
+func Lookup(v string) (*Profile, error) {
+	if loadErr != nil {
+		return nil, loadErr
+	}
+	if v == "" || v == "current" || v == "latest" {
+		return Default(), nil
+	}
+	want, err := parseVersion(v)
+	if err != nil {
+		return nil, fmt.Errorf("--torch: %w", err)
+	}
+	var found *Profile
+	for i := range profiles {
+		pv, _ := parseVersion(profiles[i].Version)
+		if pv[0] < want[0] || (pv[0] == want[0] && pv[1] <= want[1]) {
+			p := profiles[i]
+			found = &p
+		}
+	}
+	if found == nil {
+		return nil, fmt.Errorf("no runtime profile for PyTorch %s; the oldest known is %s", v, profiles[0].Version)
+	}
+	return found, nil
+}
+
+// Versions lists the profile versions, oldest first.
+func Versions() []string {
+	vs := make([]string, len(profiles))
+	for i, p := range profiles {
+		vs[i] = p.Version
+	}
+	return vs
+}
+
+// CublasWorkspace is the workspace size for a GPU of compute capability
+// major.
+func (p *Profile) CublasWorkspace(major int) int64 {
+	if n, ok := p.CublasWorkspaceBytes[strconv.Itoa(major)]; ok {
+		return n
+	}
+	return p.CublasWorkspaceBytes["default"]
+}

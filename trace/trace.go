@@ -1,0 +1,166 @@
+package trace
+
+import "fmt"
+
+// Action is what an event does to a block.
+type Action uint8
+
+const (
+	// Alloc asks for Size bytes for block ID.
+	Alloc Action = iota
+	// Free returns block ID.
+	Free
+	// EmptyCache is torch.cuda.empty_cache(): cached, wholly free segments go
+	// back to the driver. It has no block.
+	EmptyCache
+	// StepEnd marks the end of a training step (optimizer.step and zero_grad
+	// done); it carries no memory and lets consumers report per-step figures.
+	StepEnd
+)
+
+func (a Action) String() string {
+	switch a {
+	case Alloc:
+		return "alloc"
+	case Free:
+		return "free"
+	case EmptyCache:
+		return "empty_cache"
+	case StepEnd:
+		return "step_end"
+	}
+	return fmt.Sprintf("action(%d)", uint8(a))
+}
+
+// Category says what a block of memory holds. The breakdown at the peak is a
+// sum over categories.
+type Category uint8
+
+const (
+	Other Category = iota
+	Parameter
+	Buffer
+	Gradient
+	OptimizerState
+	Activation // held by autograd for backward
+	Transient  // produced and consumed within a phase (forward temporaries, backward gradients of activations)
+	Batch      // input batch and targets
+	Workspace  // library workspaces (cuBLAS, cuDNN)
+	CastCache  // autocast's low-precision copies of parameters
+	numCategories
+)
+
+// NumCategories is the number of categories, for arrays indexed by Category.
+const NumCategories = int(numCategories)
+
+var categoryNames = [...]string{"other", "parameters", "buffers", "gradients", "optimizer_state", "activations", "transient", "batch_data", "workspace", "autocast_cache"}
+
+func (c Category) String() string {
+	if int(c) < len(categoryNames) {
+		return categoryNames[c]
+	}
+	return fmt.Sprintf("category(%d)", uint8(c))
+}
+
+// Categories lists every category in display order.
+func Categories() []Category {
+	cs := make([]Category, NumCategories)
+	for i := range cs {
+		cs[i] = Category(i)
+	}
+	return cs
+}
+
+// Phase is the part of a training step an event belongs to.
+type Phase uint8
+
+const (
+	Setup Phase = iota
+	Forward
+	Loss
+	Backward
+	OptimizerStep
+	ZeroGrad
+	numPhases
+)
+
+var phaseNames = [...]string{"setup", "forward", "loss", "backward", "optimizer", "zero_grad"}
+
+func (p Phase) String() string {
+	if int(p) < len(phaseNames) {
+		return phaseNames[p]
+	}
+	return fmt.Sprintf("phase(%d)", uint8(p))
+}
+
+// Event is one entry of a Trace.
+type Event struct {
+	Action   Action
+	Category Category
+	Phase    Phase
+	Stream   int32
+	Step     int32 // 0-based training step
+	Site     int32 // index into Trace.Sites; -1 when unknown
+	ID       int64 // block identity: an Alloc and its Free share it
+	Size     int64 // requested bytes (unrounded), for Alloc; ignored for Free
+}
+
+// Trace is an ordered list of events with the names of their sites.
+type Trace struct {
+	Events []Event
+	Sites  []string
+	// Label describes where the trace came from (a model and setup, a
+	// snapshot file).
+	Label string
+
+	siteIndex map[string]int32
+}
+
+// Site returns the index of name in t.Sites, adding it if needed.
+func (t *Trace) Site(name string) int32 {
+	if t.siteIndex == nil {
+		t.siteIndex = make(map[string]int32, len(t.Sites))
+		for i, s := range t.Sites {
+			t.siteIndex[s] = int32(i)
+		}
+	}
+	if i, ok := t.siteIndex[name]; ok {
+		return i
+	}
+	i := int32(len(t.Sites))
+	t.Sites = append(t.Sites, name)
+	t.siteIndex[name] = i
+	return i
+}
+
+// SiteName returns the name of site i, or "" when i is out of range.
+func (t *Trace) SiteName(i int32) string {
+	if i < 0 || int(i) >= len(t.Sites) {
+		return ""
+	}
+	return t.Sites[i]
+}
+
+// Validate checks that every Free names a live block and no ID is allocated
+// twice while live. It returns the first problem found.
+func (t *Trace) Validate() error {
+	live := make(map[int64]struct{})
+	for i, e := range t.Events {
+		switch e.Action {
+		case Alloc:
+			if e.Size < 0 {
+				return fmt.Errorf("event %d: alloc of block %d has negative size %d", i, e.ID, e.Size)
+			}
+			if _, ok := live[e.ID]; ok {
+				return fmt.Errorf("event %d: block %d allocated twice", i, e.ID)
+			}
+			live[e.ID] = struct{}{}
+		case Free:
+			if _, ok := live[e.ID]; !ok {
+				return fmt.Errorf("event %d: free of block %d that is not allocated", i, e.ID)
+			}
+			delete(live, e.ID)
+		}
+	}
+	return nil
+}

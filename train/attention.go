@@ -1,0 +1,167 @@
+package train
+
+import (
+	"github.com/batchfit/batchfit/graph"
+	"github.com/batchfit/batchfit/trace"
+)
+
+// kernel picks the attention kernel the way PyTorch's SDPA dispatcher does
+// on CUDA (sdp_utils.cpp): flash for fp16/bf16 with a head dim that is a
+// multiple of 8 up to 256 on sm80+, then memory-efficient (which also takes
+// float32), then the math fallback. Profiles whose nn.MultiheadAttention and
+// default attention are explicit Python ops always take the math path.
+func (m *micro) kernel(c *fwdCtx) Attention {
+	s := m.sim.s
+	if s.Attention != AttentionAuto {
+		return s.Attention
+	}
+	if s.Profile.AttentionDefault == "math" || s.CPU {
+		return AttentionMath
+	}
+	d := c.shape(0)[3]
+	dt := c.in[0].dt
+	if (dt == graph.F16 || dt == graph.BF16) && d <= 256 && d%8 == 0 && s.ComputeMajor >= 8 {
+		return AttentionFlash
+	}
+	if d%8 == 0 || (dt == graph.F32 && d%4 == 0) {
+		return AttentionEfficient
+	}
+	return AttentionMath
+}
+
+func attnDims(s graph.Shape, k graph.Shape) (b, h, l, d, sl int64) {
+	return s[0], s[1], s[2], s[3], k[2]
+}
+
+func attentionForward(c *fwdCtx) {
+	m := c.m
+	q, k, v := c.in[0], c.in[1], c.in[2]
+	b, h, l, _, s := attnDims(c.shape(0), c.shape(1))
+	switch m.kernel(c) {
+	case AttentionFlash:
+		// _scaled_dot_product_flash_attention saves query, key, value,
+		// output and logsumexp [B, H, L] float32.
+		c.save(q)
+		c.save(k)
+		c.save(v)
+		c.save(c.out)
+		c.saveNew(b * h * l * 4)
+	case AttentionEfficient:
+		// _efficient_attention_forward: logsumexp [B, H, ceil(L/32)*32]
+		// float32 (kAlignLSE).
+		c.save(q)
+		c.save(k)
+		c.save(v)
+		c.save(c.out)
+		c.saveNew(b * h * ((l + 31) / 32 * 32) * 4)
+	default:
+		mathAttentionForward(c, b, h, l, s)
+	}
+}
+
+// mathAttentionForward is the explicit path: scale, q @ k^T, softmax,
+// dropout, @ v. The profile says which operands are scaled into copies
+// (torch 1.13's MHA divides q; SDPA's math kernel scales q and k) and
+// whether the ops are visible to autocast (Python-level ops are: softmax
+// then runs in float32 and the second matmul gets a half copy of the
+// probabilities).
+func mathAttentionForward(c *fwdCtx, b, h, l, s int64) {
+	m := c.m
+	p := m.sim.s.Profile
+	q, k, v := c.in[0], c.in[1], c.in[2]
+	dt := q.dt
+	c.gemm()
+	cdt := dt
+	pythonOps := p.AttentionDefault == "math"
+	if !pythonOps && p.MathAttentionUpcastsHalf && dt != graph.F32 {
+		cdt = graph.F32
+		q = value{st: c.local(c.numel(0)*4, trace.Activation), dt: cdt}
+		k = value{st: c.local(c.numel(1)*4, trace.Activation), dt: cdt}
+		v = value{st: c.local(c.numel(2)*4, trace.Activation), dt: cdt}
+	}
+	switch p.MathAttentionScaledCopies {
+	case "query_key":
+		q = value{st: c.local(c.numel(0)*cdt.Size(), trace.Activation), dt: cdt}
+		k = value{st: c.local(c.numel(1)*cdt.Size(), trace.Activation), dt: cdt}
+	default:
+		q = value{st: c.local(c.numel(0)*cdt.Size(), trace.Activation), dt: cdt}
+	}
+	c.save(q)
+	c.save(k)
+	ns := b * h * l * s
+	scores := c.local(ns*cdt.Size(), trace.Activation)
+	pdt := cdt
+	if pythonOps && m.sim.amp {
+		pdt = graph.F32
+	}
+	probs := c.local(ns*pdt.Size(), trace.Activation)
+	c.save(value{st: probs})
+	c.drop(scores)
+	a := probs
+	if pp := c.op.Attr.P; pp > 0 {
+		if m.sim.s.CPU {
+			c.saveNew(ns * pdt.Size())
+		} else {
+			c.saveNew(ns)
+		}
+		a = c.local(ns*pdt.Size(), trace.Activation)
+	}
+	if pdt != cdt {
+		a = c.local(ns*cdt.Size(), trace.Activation)
+	}
+	c.save(value{st: a})
+	c.save(v)
+}
+
+func attentionBackward(c *bwdCtx) {
+	m := c.m
+	// Recover the kernel from the forward's choice: rerun the selection on
+	// the same inputs.
+	fc := fwdCtx{m: m, op: c.op, i: c.i, in: []value{{dt: c.inDT(0)}}}
+	b, h, l, d, s := attnDims(m.g.Tensors[c.op.Inputs[0]].Shape, m.g.Tensors[c.op.Inputs[1]].Shape)
+	switch m.kernel(&fc) {
+	case AttentionFlash:
+		// flash backward: dq, dk, dv, plus a float32 dq accumulator and
+		// softmax_d [B, H, L] for the duration of the kernel.
+		acc := c.alloc(b * l * h * d * 4)
+		sd := c.alloc(b * h * l * 4)
+		c.gradIn(0)
+		c.gradIn(1)
+		c.gradIn(2)
+		m.sim.unref(sd)
+		m.sim.unref(acc)
+	case AttentionEfficient:
+		var acc *storage
+		if c.inDT(0) != graph.F32 {
+			acc = c.alloc(b * l * h * d * 4)
+		}
+		c.gradIn(0)
+		c.gradIn(1)
+		c.gradIn(2)
+		if acc != nil {
+			m.sim.unref(acc)
+		}
+	default:
+		c.gemm()
+		p := m.sim.s.Profile
+		dt := c.inDT(0)
+		pdt := dt
+		if p.AttentionDefault != "math" && p.MathAttentionUpcastsHalf {
+			pdt = graph.F32
+		}
+		ns := b * h * l * s
+		ga := c.alloc(ns * pdt.Size()) // grad @ v^T
+		c.gradIn(2)                    // probs^T @ grad
+		if c.op.Attr.P > 0 {
+			g := c.alloc(ns * pdt.Size()) // dropout backward
+			m.sim.unref(ga)
+			ga = g
+		}
+		gs := c.alloc(ns * pdt.Size()) // softmax backward
+		m.sim.unref(ga)
+		c.temp(c.numel(0) * pdt.Size()) // through the scaling of q
+		c.gradIn(0)
+		c.gradIn(1)
+		m.sim.unref(gs)
+	}
+}

@@ -1,0 +1,412 @@
+package train
+
+import (
+	"github.com/batchfit/batchfit/graph"
+	"github.com/batchfit/batchfit/trace"
+)
+
+// micro is one micro-batch: forward and backward of one graph.
+type micro struct {
+	sim       *Simulator
+	g         *graph.Graph
+	val       []value
+	remaining []int32 // forward consumers left, per tensor
+	pidx      []int32 // tensor → parameter index, -1
+	bidx      []int32 // tensor → buffer index, -1
+	nodes     [][]*storage
+	casts     [][]inputCast // per op: activation inputs autocast copied
+	wCast     []bool        // per op: weight and bias came from the cast cache
+	castCache map[int32]*storage
+	// expected gradient arrivals per parameter: direct uses, and uses of
+	// the autocast copy (which reach AccumulateGrad through one cast node).
+	direct, viaCast []int32
+	grads           []*storage
+	gradDT          []graph.DType
+	// activation checkpointing
+	ckpt        bool
+	blockInputs [][]*storage
+	recomputed  []bool
+	blockFirst  []int
+	saving      bool
+}
+
+type inputCast struct {
+	input int         // index in op.Inputs
+	from  graph.DType // dtype of the original tensor
+}
+
+func newMicro(sim *Simulator, g *graph.Graph) *micro {
+	n := len(g.Tensors)
+	m := &micro{sim: sim, g: g,
+		val: make([]value, n), remaining: make([]int32, n), pidx: make([]int32, n), bidx: make([]int32, n),
+		nodes: make([][]*storage, len(g.Ops)), casts: make([][]inputCast, len(g.Ops)), wCast: make([]bool, len(g.Ops)),
+		castCache: map[int32]*storage{}, direct: make([]int32, len(sim.params)), viaCast: make([]int32, len(sim.params)),
+		grads: make([]*storage, n), gradDT: make([]graph.DType, n),
+		ckpt: sim.s.Checkpointing && len(g.Blocks) > 0}
+	p, b := int32(0), int32(0)
+	for i := range g.Tensors {
+		m.pidx[i], m.bidx[i] = -1, -1
+		switch g.Tensors[i].Role {
+		case graph.Parameter:
+			m.pidx[i] = p
+			m.val[i] = value{st: sim.params[p].st, dt: sim.params[p].dt}
+			p++
+		case graph.Buffer:
+			m.bidx[i] = b
+			dt := g.Tensors[i].DType
+			if dt.IsFloat() {
+				dt = sim.s.Precision.ParamDType()
+			}
+			m.val[i] = value{st: sim.buffers[b], dt: dt}
+			b++
+		}
+	}
+	for _, op := range g.Ops {
+		for _, t := range op.Inputs {
+			m.remaining[t]++
+		}
+	}
+	if m.ckpt {
+		m.blockInputs = make([][]*storage, len(g.Blocks))
+		m.recomputed = make([]bool, len(g.Blocks))
+		m.blockFirst = make([]int, len(g.Blocks))
+		for i := range m.blockFirst {
+			m.blockFirst[i] = -1
+		}
+		for i, op := range g.Ops {
+			if op.Block >= 0 && m.blockFirst[op.Block] < 0 {
+				m.blockFirst[op.Block] = i
+			}
+		}
+	}
+	return m
+}
+
+// loadBatch copies the batch to the device; the previous batch is released
+// only afterwards, when the loop variables are rebound.
+func (m *micro) loadBatch() {
+	sim := m.sim
+	sim.phase = trace.Forward
+	var batch []*storage
+	ids := append(append([]graph.TensorID(nil), m.g.Inputs...), m.g.Targets...)
+	for _, id := range ids {
+		t := m.g.Tensor(id)
+		sim.site = sim.tr.Site("batch." + t.Name)
+		dt := t.DType
+		if dt.IsFloat() && t.Role == graph.Input {
+			// The *-true precisions feed the model inputs in its dtype.
+			dt = sim.s.Precision.ParamDType()
+		}
+		st := sim.alloc(t.Shape.Numel()*dt.Size(), trace.Batch)
+		st.refs = 1
+		m.val[id] = value{st: st, dt: dt}
+		batch = append(batch, st)
+		if sim.stepsDone == 0 && len(sim.batch) == 0 {
+			sim.sum.BatchDataBytes += st.bytes
+		}
+	}
+	for _, st := range sim.batch {
+		sim.unref(st)
+	}
+	sim.batch = batch
+}
+
+// hold makes a graph tensor live: it keeps its storage while forward
+// consumers remain.
+func (m *micro) release(t graph.TensorID) {
+	r := m.g.Tensors[t].Role
+	if r != graph.Activation {
+		return
+	}
+	m.sim.unref(m.val[t].st)
+}
+
+func (m *micro) forward() {
+	sim := m.sim
+	sim.phase = trace.Forward
+	for i := range m.g.Ops {
+		op := &m.g.Ops[i]
+		inCkpt := m.ckpt && op.Block >= 0
+		if inCkpt && m.blockFirst[op.Block] == i {
+			m.keepBlockInputs(op.Block)
+		}
+		m.saving = !inCkpt
+		m.runOp(i)
+		if sim.err != nil {
+			return
+		}
+	}
+	// The loss stays referenced by the training loop until the next
+	// iteration rebinds it.
+	if m.sim.loss != nil {
+		sim.unref(m.sim.loss)
+	}
+	m.sim.loss = m.val[m.g.Loss].st
+	// Leaving the outermost autocast region clears the weight-cast cache;
+	// copies that autograd saved stay alive through their nodes.
+	for _, st := range m.castCache {
+		sim.unref(st)
+	}
+	m.castCache = map[int32]*storage{}
+}
+
+// keepBlockInputs is checkpoint's _NoopSaveInputs: the tensors the block
+// reads from outside are held until its backward.
+func (m *micro) keepBlockInputs(blk int32) {
+	seen := map[*storage]bool{}
+	for i := m.blockFirst[blk]; i < len(m.g.Ops) && m.g.Ops[i].Block == blk; i++ {
+		for _, t := range m.g.Ops[i].Inputs {
+			if m.producedIn(t, blk) {
+				continue
+			}
+			st := m.val[t].st
+			if st != nil && !seen[st] && m.g.Tensors[t].Role == graph.Activation {
+				seen[st] = true
+				m.sim.ref(st)
+				m.blockInputs[blk] = append(m.blockInputs[blk], st)
+			}
+		}
+	}
+}
+
+func (m *micro) producedIn(t graph.TensorID, blk int32) bool {
+	for i := m.blockFirst[blk]; i < len(m.g.Ops) && m.g.Ops[i].Block == blk; i++ {
+		if m.g.Ops[i].Output == t {
+			return true
+		}
+	}
+	return false
+}
+
+// measureSaved records the activations autograd holds at the end of the
+// first forward pass.
+func (m *micro) measureSaved() {
+	seen := map[*storage]bool{}
+	sum := &m.sim.sum
+	for i, saved := range m.nodes {
+		var bytes int64
+		for _, st := range saved {
+			if seen[st] {
+				continue
+			}
+			seen[st] = true
+			switch st.cat {
+			case trace.Activation, trace.Transient:
+				bytes += st.bytes
+			}
+		}
+		if bytes > 0 {
+			sum.ActivationsBytes += bytes
+			sum.SavedByOp = append(sum.SavedByOp, OpSaved{Op: m.g.Ops[i].Name, Kind: m.g.Ops[i].Kind, Bytes: bytes})
+		}
+	}
+	for _, blk := range m.blockInputs {
+		for _, st := range blk {
+			if !seen[st] && (st.cat == trace.Activation || st.cat == trace.Transient) {
+				seen[st] = true
+				sum.ActivationsBytes += st.bytes
+			}
+		}
+	}
+	for _, st := range m.castCache {
+		sum.CastCacheBytes += st.bytes
+	}
+	for _, saved := range m.nodes {
+		for _, st := range saved {
+			if st.cat == trace.CastCache && !seen[st] {
+				seen[st] = true
+				sum.CastCacheBytes += st.bytes
+			}
+		}
+	}
+}
+
+// releaseNode is release_variables(): the node's saved tensors go.
+func (m *micro) releaseNode(i int) {
+	for _, st := range m.nodes[i] {
+		st.saves--
+		m.sim.unref(st)
+	}
+	m.nodes[i] = nil
+}
+
+func (m *micro) backward() {
+	sim := m.sim
+	sim.phase = trace.Backward
+	loss := m.g.Loss
+	if !m.g.Tensors[loss].RequiresGrad {
+		sim.fail("the loss of %s does not require grad: nothing to train", m.g.Name)
+		return
+	}
+	sim.site = sim.tr.Site("loss.backward")
+	if sim.s.Precision == Mixed16 {
+		m.scaleLoss()
+	}
+	// torch.autograd.backward seeds the graph with ones_like(loss).
+	seed := sim.alloc(m.val[loss].dt.Size()*m.g.Tensor(loss).Shape.Numel(), trace.Transient)
+	seed.refs = 1
+	m.grads[loss], m.gradDT[loss] = seed, m.val[loss].dt
+	for i := len(m.g.Ops) - 1; i >= 0; i-- {
+		op := &m.g.Ops[i]
+		if m.ckpt && op.Block >= 0 && !m.recomputed[op.Block] {
+			m.recompute(op.Block)
+		}
+		gout := m.grads[op.Output]
+		if gout != nil && m.g.Tensors[op.Output].RequiresGrad {
+			sim.site = sim.tr.Site(op.Name)
+			m.backwardOp(i)
+			m.grads[op.Output] = nil
+			sim.unref(gout)
+		}
+		m.releaseNode(i)
+		if m.ckpt && op.Block >= 0 && m.blockFirst[op.Block] == i {
+			for _, st := range m.blockInputs[op.Block] {
+				sim.unref(st)
+			}
+			m.blockInputs[op.Block] = nil
+		}
+		if sim.err != nil {
+			return
+		}
+	}
+	// Gradients that reached tensors with no producer (inputs that require
+	// grad) are dropped with the graph.
+	for t, st := range m.grads {
+		if st != nil {
+			m.grads[t] = nil
+			sim.unref(st)
+		}
+	}
+	if len(sim.scaler) > 2 {
+		// the scaled loss is a temporary of the training loop
+		sim.unref(sim.scaler[2])
+		sim.scaler = sim.scaler[:2]
+	}
+}
+
+// recompute reruns a checkpointed block's forward inside backward, saving
+// what its nodes save, under the autocast state of the forward (a fresh
+// autocast region, so a fresh weight-cast cache).
+func (m *micro) recompute(blk int32) {
+	sim := m.sim
+	m.recomputed[blk] = true
+	first := m.blockFirst[blk]
+	m.saving = true
+	last := first
+	for i := first; i < len(m.g.Ops) && m.g.Ops[i].Block == blk; i++ {
+		last = i
+	}
+	// consumers inside the block only: outside consumers already ran.
+	for i := first; i <= last; i++ {
+		for _, t := range m.g.Ops[i].Inputs {
+			if m.producedIn(t, blk) {
+				m.remaining[t]++
+			}
+		}
+	}
+	prevPhase := sim.phase
+	for i := first; i <= last; i++ {
+		m.runOp(i)
+	}
+	// outputs of the block's last ops that nothing inside consumes are
+	// recomputed and dropped unless saved.
+	for _, st := range m.castCache {
+		sim.unref(st)
+	}
+	m.castCache = map[int32]*storage{}
+	sim.phase = prevPhase
+}
+
+// deliver hands a gradient for tensor t to autograd's input buffer,
+// accumulating with one that arrived earlier (in place when the buffer is
+// not shared, InputBuffer::accumulate).
+func (m *micro) deliver(t graph.TensorID, st *storage, dt graph.DType) {
+	sim := m.sim
+	if !m.g.Tensors[t].RequiresGrad {
+		sim.unref(st)
+		return
+	}
+	if p := m.pidx[t]; p >= 0 {
+		m.arrive(p, st, false)
+		return
+	}
+	if m.g.Tensors[t].Role != graph.Activation {
+		sim.unref(st)
+		return
+	}
+	old := m.grads[t]
+	if old == nil {
+		m.grads[t], m.gradDT[t] = st, dt
+		return
+	}
+	if old == st {
+		// The same buffer reached t twice (add's two inputs are one tensor).
+		sim.unref(st)
+		return
+	}
+	if old.refs == 1 {
+		sim.unref(st)
+		return
+	}
+	sum := sim.alloc(old.bytes, trace.Transient)
+	sum.refs = 1
+	sim.unref(old)
+	sim.unref(st)
+	m.grads[t] = sum
+}
+
+// arrive routes a parameter gradient to AccumulateGrad, through the cast
+// node when it is the gradient of autocast's copy.
+func (m *micro) arrive(p int32, st *storage, viaCast bool) {
+	sim := m.sim
+	ps := sim.params[p]
+	if viaCast {
+		if ps.castPending == nil {
+			ps.castPending = st
+		} else {
+			sim.unref(st) // accumulated in place into the buffer
+		}
+		ps.castArrived++
+		if ps.castArrived < m.viaCast[p] {
+			return
+		}
+		// ToCopyBackward: the gradient in the parameter's dtype.
+		low := ps.castPending
+		ps.castPending, ps.castArrived = nil, 0
+		st = sim.alloc(ps.numel*ps.dt.Size(), m.gradCategory(p))
+		st.refs = 1
+		sim.unref(low)
+	}
+	if ps.pending == nil {
+		ps.pending = st
+	} else {
+		sim.unref(st)
+	}
+	ps.arrived++
+	want := m.direct[p]
+	if m.viaCast[p] > 0 {
+		want++
+	}
+	if ps.arrived < want {
+		return
+	}
+	g := ps.pending
+	ps.pending, ps.arrived = nil, 0
+	if ps.grad == nil {
+		// AccumulateGrad steals the incoming gradient.
+		ps.grad = g
+		return
+	}
+	// .grad += new_grad, in place
+	sim.unref(g)
+}
+
+// gradCategory is the category of a parameter gradient being allocated:
+// the one that will become .grad is a gradient, others are transient.
+func (m *micro) gradCategory(p int32) trace.Category {
+	ps := m.sim.params[p]
+	if ps.grad == nil && ps.pending == nil {
+		return trace.Gradient
+	}
+	return trace.Transient
+}

@@ -1,0 +1,375 @@
+package train
+
+import (
+	"github.com/batchfit/batchfit/graph"
+	"github.com/batchfit/batchfit/trace"
+)
+
+// The op table: for each op kind, how autocast treats its inputs, the dtype
+// of its output, what its autograd node saves, and what its backward
+// allocates. This is the one place these rules live. Sources:
+// tools/autograd/derivatives.yaml (saved tensors), aten/src/ATen/autocast_mode.cpp
+// (cast lists), the aten kernels named at each rule.
+
+type castPolicy uint8
+
+const (
+	castNone  castPolicy = iota // runs in its input dtype
+	castLower                   // AT_FORALL_LOWER_PRECISION_FP: floating inputs cast to the autocast dtype
+	castFP32                    // AT_FORALL_FP32: half inputs cast to float32
+)
+
+type rule struct {
+	cast castPolicy
+	out  func(m *micro, c *fwdCtx) graph.DType
+	fwd  func(c *fwdCtx)
+	bwd  func(c *bwdCtx)
+}
+
+var rules map[graph.Kind]rule
+
+func init() {
+	rules = map[graph.Kind]rule{
+		// F.linear → addmm(bias, x, W.t()) (or matmul on a 2-D view of a
+		// contiguous N-D input): addmm saves mat1 = x when W requires grad
+		// and mat2 = W.t() (a view of W or of its autocast copy) when x does.
+		graph.Linear: {cast: castLower, fwd: func(c *fwdCtx) {
+			c.gemm()
+			if c.m.g.Tensors[c.op.Weight].RequiresGrad {
+				c.save(c.in[0])
+			}
+			if c.requiresGrad(0) {
+				c.save(c.w)
+			}
+			if n := c.m.sim.s.Profile.CublasLtWorkspaceTransientBytes; n > 0 && c.op.Bias != graph.None && !c.m.sim.s.CPU {
+				c.m.sim.temp(n, trace.Workspace)
+			}
+		}, bwd: func(c *bwdCtx) {
+			c.gemm()
+			c.gradIn(0)
+			c.gradParam(c.op.Weight)
+			c.gradParam(c.op.Bias)
+		}},
+		// matmul/bmm of two activations: each operand is saved for the
+		// other's gradient.
+		graph.MatMul: {cast: castLower, fwd: func(c *fwdCtx) {
+			c.gemm()
+			if c.requiresGrad(1) {
+				c.save(c.in[0])
+			}
+			if c.requiresGrad(0) {
+				c.save(c.in[1])
+			}
+		}, bwd: func(c *bwdCtx) {
+			c.gemm()
+			c.gradIn(0)
+			c.gradIn(1)
+		}},
+		// convolution: ConvolutionBackward0 saves input and weight always.
+		graph.Conv2d: {cast: castLower, fwd: func(c *fwdCtx) {
+			c.save(c.in[0])
+			c.save(c.w)
+		}, bwd: func(c *bwdCtx) {
+			c.gradIn(0)
+			c.gradParam(c.op.Weight)
+			c.gradParam(c.op.Bias)
+		}},
+		// native_batch_norm / cudnn_batch_norm in training: input, weight,
+		// running mean and var, and save_mean / save_invstd of C elements in
+		// float32 (the cuDNN reserve space is empty without a fused
+		// activation).
+		graph.BatchNorm: {fwd: func(c *fwdCtx) {
+			c.save(c.in[0])
+			c.save(c.w)
+			for _, b := range c.op.Buffers[:min(2, len(c.op.Buffers))] {
+				c.save(c.m.val[b])
+			}
+			ch := c.shape(0)[1]
+			c.saveNew(ch * 4)
+			c.saveNew(ch * 4)
+		}, bwd: func(c *bwdCtx) {
+			c.gradIn(0)
+			c.gradParam(c.op.Weight)
+			c.gradParam(c.op.Bias)
+		}},
+		// native_layer_norm (fp32 under autocast): input, weight, bias and
+		// mean / rstd of one float32 per normalized row.
+		graph.LayerNorm: {cast: castFP32, fwd: func(c *fwdCtx) {
+			c.save(c.in[0])
+			c.save(c.w)
+			c.save(c.b)
+			rows := c.numel(0) / c.m.g.Tensors[c.op.Weight].Shape.Numel()
+			c.saveNew(rows * 4)
+			c.saveNew(rows * 4)
+		}, bwd: func(c *bwdCtx) {
+			c.gradIn(0)
+			c.gradParam(c.op.Weight)
+			c.gradParam(c.op.Bias)
+		}},
+		graph.RMSNorm: {out: rmsNormOut, fwd: rmsNormForward, bwd: rmsNormBackward},
+		// relu: threshold_backward needs the result (relu_ saves the
+		// mutated input, the same storage).
+		graph.ReLU:    {fwd: saveResult, bwd: gradInput},
+		graph.Sigmoid: {fwd: saveResult, bwd: gradInput},
+		graph.Tanh:    {fwd: saveResult, bwd: gradInput},
+		// gelu, silu, hardswish, hardsigmoid: backward needs the input.
+		graph.GELU:        {fwd: saveSelf, bwd: gradInput},
+		graph.GELUTanh:    {fwd: saveSelf, bwd: gradInput},
+		graph.SiLU:        {fwd: saveSelf, bwd: gradInput},
+		graph.Hardswish:   {fwd: saveSelf, bwd: gradInput},
+		graph.Hardsigmoid: {fwd: saveSelf, bwd: gradInput},
+		// _softmax / _log_softmax save their result. Under autocast softmax
+		// is in fp32_set_opt_dtype: it computes in float32.
+		graph.Softmax:    {out: fp32UnderAutocast, fwd: saveResult, bwd: gradInput},
+		graph.LogSoftmax: {out: fp32UnderAutocast, fwd: saveResult, bwd: gradInput},
+		graph.Dropout:    {fwd: dropoutForward, bwd: gradInput},
+		// max_pool2d_with_indices saves self and the int64 indices.
+		graph.MaxPool2d: {fwd: func(c *fwdCtx) {
+			c.save(c.in[0])
+			c.saveNew(c.outShape().Numel() * 8)
+		}, bwd: gradInput},
+		graph.AvgPool2d: {fwd: saveSelf, bwd: gradInput},
+		// adaptive_avg_pool2d to (1, 1) is computed as mean over H, W
+		// (saves only sizes); otherwise _adaptive_avg_pool2d saves self.
+		graph.AdaptiveAvgPool2d: {fwd: func(c *fwdCtx) {
+			s := c.outShape()
+			if s[2] != 1 || s[3] != 1 {
+				c.save(c.in[0])
+			}
+		}, bwd: gradInput},
+		graph.Mean: {bwd: gradInput},
+		// Views: no memory. The backward of a view of the same size is a
+		// view of the gradient; select, narrow and expand allocate a
+		// gradient the size of their input.
+		graph.View: {bwd: func(c *bwdCtx) {
+			if c.m.g.Tensors[c.op.Output].Shape.Numel() == c.numel(0) {
+				c.passIn(0)
+			} else {
+				c.gradIn(0)
+			}
+		}},
+		// A copy saves nothing and passes its gradient through.
+		graph.Contiguous: {bwd: func(c *bwdCtx) { c.passIn(0) }},
+		// .to(dtype): ToCopyBackward0 allocates the gradient in the source
+		// dtype.
+		graph.Cast: {out: func(m *micro, c *fwdCtx) graph.DType { return m.g.Tensors[c.op.Output].DType }, bwd: gradInput},
+		// add saves nothing; each input gets the gradient itself, or its
+		// sum over broadcast dims.
+		graph.Add: {out: promoteInputs, bwd: func(c *bwdCtx) {
+			out := c.m.g.Tensors[c.op.Output].Shape.Numel()
+			for j := range c.op.Inputs {
+				if c.numel(j) == out {
+					c.passIn(j)
+				} else {
+					c.gradIn(j)
+				}
+			}
+		}},
+		// mul.Tensor saves other if self requires grad and self if other
+		// does; mul by a Python number saves nothing.
+		graph.Mul: {out: promoteInputs, fwd: func(c *fwdCtx) {
+			if c.op.Attr.Scalar || len(c.in) < 2 {
+				return
+			}
+			if c.requiresGrad(0) {
+				c.save(c.in[1])
+			}
+			if c.requiresGrad(1) {
+				c.save(c.in[0])
+			}
+		}, bwd: func(c *bwdCtx) {
+			for j := range c.op.Inputs {
+				c.gradIn(j)
+			}
+		}},
+		// cat saves sizes; its backward narrows the gradient (views).
+		graph.Cat: {bwd: func(c *bwdCtx) {
+			for j := range c.op.Inputs {
+				c.passIn(j)
+			}
+		}},
+		// embedding saves the indices; embedding_dense_backward allocates a
+		// dense gradient for the whole table.
+		graph.Embedding: {out: func(m *micro, c *fwdCtx) graph.DType { return c.w.dt }, fwd: func(c *fwdCtx) {
+			c.save(c.in[0])
+		}, bwd: func(c *bwdCtx) { c.gradParam(c.op.Weight) }},
+		graph.Attention:    {cast: castLower, fwd: attentionForward, bwd: attentionBackward},
+		graph.CrossEntropy: {out: lossDType, fwd: crossEntropyForward, bwd: crossEntropyBackward},
+		// mse_loss (fp32 under autocast) saves self and target.
+		graph.MSELoss: {cast: castFP32, out: lossDType, fwd: func(c *fwdCtx) {
+			c.save(c.in[0])
+			c.save(c.in[1])
+		}, bwd: gradInput},
+	}
+	rules[graph.NewGELU] = rule{fwd: newGELUForward, bwd: newGELUBackward}
+}
+
+func saveResult(c *fwdCtx) { c.save(c.out) }
+func saveSelf(c *fwdCtx)   { c.save(c.in[0]) }
+func gradInput(c *bwdCtx)  { c.gradIn(0) }
+
+func fp32UnderAutocast(m *micro, c *fwdCtx) graph.DType {
+	if m.sim.amp {
+		return graph.F32
+	}
+	return c.in[0].dt
+}
+
+func lossDType(m *micro, c *fwdCtx) graph.DType {
+	if m.sim.amp {
+		return graph.F32
+	}
+	return c.in[0].dt
+}
+
+func promoteInputs(m *micro, c *fwdCtx) graph.DType {
+	dt := c.in[0].dt
+	for _, v := range c.in[1:] {
+		if v.dt == dt {
+			continue
+		}
+		switch {
+		case v.dt.IsFloat() && !dt.IsFloat():
+			dt = v.dt
+		case v.dt.IsFloat() == dt.IsFloat() && v.dt.Size() > dt.Size():
+			dt = v.dt
+		}
+	}
+	return dt
+}
+
+// dropoutForward: on CUDA, native_dropout returns the output and a mask
+// (bool, 1 byte an element) that the node saves. On the CPU, and for the
+// in-place variant, _dropout_impl multiplies by a noise tensor of the input
+// dtype, which mul saves.
+func dropoutForward(c *fwdCtx) {
+	n := c.numel(0)
+	if c.m.sim.s.CPU || c.op.Attr.Inplace {
+		c.saveNew(n * c.in[0].dt.Size())
+		return
+	}
+	c.saveNew(n * 1)
+}
+
+// crossEntropyForward: cross_entropy_loss = nll_loss(log_softmax(x, 1,
+// x.dtype)). log_softmax saves its result; nll_loss (fp32 under autocast on
+// CUDA) saves its input — a float32 copy of the log-probabilities when they
+// are half — the target and total_weight.
+func crossEntropyForward(c *fwdCtx) {
+	n := c.numel(0)
+	dt := c.in[0].dt
+	logp := c.saveNew(n * dt.Size())
+	_ = logp
+	if c.m.sim.amp && dt != graph.F32 {
+		c.saveNew(n * 4)
+	}
+	c.save(c.in[1])
+	c.saveNew(4) // total_weight
+}
+
+func crossEntropyBackward(c *bwdCtx) {
+	n := c.numel(0)
+	dt := c.inDT(0)
+	nllDT := dt
+	if c.m.sim.amp {
+		nllDT = graph.F32
+	}
+	g := c.alloc(n * nllDT.Size()) // nll_loss_backward: zeros of the input's size
+	if nllDT != dt {
+		h := c.alloc(n * dt.Size()) // ToCopyBackward0
+		c.m.sim.unref(g)
+		g = h
+	}
+	c.gradIn(0) // _log_softmax_backward_data
+	c.m.sim.unref(g)
+}
+
+// newGELUForward follows Hugging Face's NewGELUActivation, GPT-2's
+// "gelu_new": 0.5*x*(1+tanh(sqrt(2/pi)*(x+0.044715*x**3))) written as
+// separate ops. pow saves x, tanh saves its result t, and the final product
+// saves both of its operands, 0.5*x and 1+t.
+func newGELUForward(c *fwdCtx) {
+	n := c.numel(0) * c.in[0].dt.Size()
+	c.save(c.in[0]) // pow(x, 3) saves self
+	p := c.local(n, trace.Activation)
+	a := c.local(n, trace.Activation) // 0.044715 * x**3
+	c.drop(p)
+	s := c.local(n, trace.Activation) // x + a
+	c.drop(a)
+	k := c.local(n, trace.Activation) // sqrt(2/pi) * s
+	c.drop(s)
+	t := c.saveNew(n) // tanh saves its result
+	c.drop(k)
+	u := c.local(n, trace.Activation) // 1 + t
+	h := c.local(n, trace.Activation) // 0.5 * x
+	c.save(value{st: u})
+	c.save(value{st: h})
+	_ = t
+}
+
+func newGELUBackward(c *bwdCtx) {
+	n := c.numel(0) * c.inDT(0).Size()
+	// grad*u and grad*h, then through tanh, the scalings and pow; the
+	// gradient of x arrives twice (0.5*x and the cubic term) and is
+	// summed.
+	gh := c.alloc(n)
+	gu := c.alloc(n)
+	gt := c.alloc(n)
+	c.m.sim.unref(gu)
+	c.temp(n)
+	c.m.sim.unref(gt)
+	c.gradIn(0)
+	c.m.sim.unref(gh)
+}
+
+// rmsNormOut: Hugging Face's LlamaRMSNorm returns weight *
+// normalized.to(input_dtype); the product promotes to the weight's dtype.
+func rmsNormOut(m *micro, c *fwdCtx) graph.DType {
+	if c.w.dt.Size() > c.in[0].dt.Size() {
+		return c.w.dt
+	}
+	return c.in[0].dt
+}
+
+// rmsNormForward follows LlamaRMSNorm.forward op by op:
+// x32 = x.to(float32); var = x32.pow(2).mean(-1, keepdim=True);
+// y = x32 * rsqrt(var + eps); out = weight * y.to(x.dtype).
+// pow and the multiplication save x32, rsqrt saves its result, and the
+// weight product saves the cast y.
+func rmsNormForward(c *fwdCtx) {
+	n := c.numel(0)
+	rows := n / c.shape(0)[len(c.shape(0))-1]
+	x32 := c.in[0]
+	if x32.dt != graph.F32 {
+		x32 = value{st: c.local(n*4, trace.Activation), dt: graph.F32}
+	}
+	c.save(x32)
+	sq := c.local(n*4, trace.Activation)
+	mean := c.local(rows*4, trace.Activation)
+	c.drop(sq)
+	ve := c.local(rows*4, trace.Activation)
+	c.drop(mean)
+	c.saveNew(rows * 4) // rsqrt result
+	c.drop(ve)
+	y := c.local(n*4, trace.Activation)
+	if dt := c.in[0].dt; dt != graph.F32 {
+		yc := c.local(n*dt.Size(), trace.Activation)
+		c.drop(y)
+		y = yc
+	}
+	c.save(value{st: y})
+	c.save(c.w)
+}
+
+func rmsNormBackward(c *bwdCtx) {
+	n := c.numel(0)
+	dt := c.inDT(0)
+	g1 := c.alloc(n * dt.Size()) // grad of y (weight * grad)
+	c.temp(n * c.gdt.Size())     // grad * y before the sum over rows
+	c.gradParam(c.op.Weight)
+	g2 := c.alloc(n * 4) // back to float32
+	c.m.sim.unref(g1)
+	c.temp(n * 4) // grad * x32 for the rsqrt branch
+	c.gradIn(0)
+	c.m.sim.unref(g2)
+}

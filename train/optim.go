@@ -1,0 +1,159 @@
+package train
+
+import (
+	"github.com/batchfit/batchfit/trace"
+)
+
+// scaleLoss is GradScaler.scale(loss): the scale and growth tracker are
+// created on the device at the first call (_lazy_init_scale_growth_tracker)
+// and kept; the scaled loss is a new 0-d tensor that backward starts from.
+func (m *micro) scaleLoss() {
+	sim := m.sim
+	if len(sim.scaler) == 0 {
+		sc := sim.alloc(4, trace.Other)
+		sc.refs = 1
+		gt := sim.alloc(4, trace.Other)
+		gt.refs = 1
+		sim.scaler = append(sim.scaler, sc, gt)
+	}
+	scaled := sim.alloc(4, trace.Transient)
+	scaled.refs = 1
+	sim.scaler = append(sim.scaler, scaled)
+}
+
+// optimizerStep simulates optimizer.step() (through GradScaler.step for
+// 16-mixed). State is created lazily at the first step (_init_group:
+// zeros_like per parameter); the temporaries are those of the
+// implementation: the for-loop makes them one parameter at a time, foreach
+// for all parameters at once, fused makes none.
+func (sim *Simulator) optimizerStep() {
+	sim.phase = trace.OptimizerStep
+	sim.site = sim.tr.Site("optimizer.step")
+	o := sim.s.Optimizer
+	var unscale []*storage
+	if sim.s.Precision == Mixed16 && o.Kind != NoOptimizer {
+		// unscale_: inv_scale (via a float64 reciprocal) and found_inf,
+		// per device, kept until update().
+		d := sim.alloc(8, trace.Transient)
+		inv := sim.alloc(4, trace.Transient)
+		sim.free(d)
+		fi := sim.alloc(4, trace.Transient)
+		fd := sim.alloc(4, trace.Transient)
+		unscale = append(unscale, inv, fi, fd)
+	}
+	first := sim.stepsDone == 0
+	foreach := o.Impl == Foreach
+	switch o.Kind {
+	case SGD:
+		if o.Momentum > 0 && first {
+			// momentum_buffer = torch.clone(grad).detach()
+			for _, ps := range sim.params {
+				sim.newState(ps, ps.numel*ps.dt.Size())
+			}
+		}
+		extra := 0
+		if o.WeightDecay != 0 {
+			extra++ // grad = grad.add(param, alpha=weight_decay)
+		}
+		if o.Momentum > 0 && o.Nesterov && !first {
+			extra++ // grad = grad.add(buf, alpha=momentum)
+		}
+		if o.Impl != Fused {
+			sim.optimizerTemps(extra, foreach)
+		}
+	case Adam, AdamW:
+		if first {
+			for _, ps := range sim.params {
+				if o.Impl == Fused {
+					sim.newState(ps, 4) // step: a 0-d float32 tensor on the device
+				}
+				sim.newState(ps, ps.numel*ps.dt.Size()) // exp_avg
+				sim.newState(ps, ps.numel*ps.dt.Size()) // exp_avg_sq
+				if o.AMSGrad {
+					sim.newState(ps, ps.numel*ps.dt.Size())
+				}
+			}
+		}
+		if o.Impl == Fused {
+			break
+		}
+		if o.Kind == Adam && o.WeightDecay != 0 {
+			// L2: grads = _foreach_add(grads, params, alpha=weight_decay)
+			sim.optimizerTemps(1, foreach)
+		}
+		if foreach {
+			// exp_avg_sq_sqrt = torch._foreach_sqrt(exp_avg_sqs), then in
+			// place: one temporary per parameter, all alive together.
+			sim.optimizerTemps(1, true)
+		} else {
+			// denom = (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(eps):
+			// sqrt and the division each allocate; the sqrt dies when the
+			// division is done.
+			for _, ps := range sim.params {
+				n := ps.numel * ps.dt.Size()
+				a := sim.alloc(n, trace.Transient)
+				b := sim.alloc(n, trace.Transient)
+				sim.free(a)
+				sim.free(b)
+			}
+		}
+	}
+	for _, st := range unscale {
+		sim.free(st)
+	}
+}
+
+func (sim *Simulator) newState(ps *paramState, bytes int64) {
+	st := sim.alloc(bytes, trace.OptimizerState)
+	st.refs = 1
+	ps.state = append(ps.state, st)
+	sim.sum.OptimizerStateBytes += bytes
+}
+
+// optimizerTemps allocates k gradient-sized temporaries per parameter: all
+// at once and freed together (foreach), or one parameter at a time.
+func (sim *Simulator) optimizerTemps(k int, foreach bool) {
+	if k == 0 {
+		return
+	}
+	if foreach {
+		var ts []*storage
+		for i := 0; i < k; i++ {
+			for _, ps := range sim.params {
+				ts = append(ts, sim.alloc(ps.numel*ps.dt.Size(), trace.Transient))
+			}
+		}
+		for _, st := range ts {
+			sim.free(st)
+		}
+		return
+	}
+	for _, ps := range sim.params {
+		var ts []*storage
+		for i := 0; i < k; i++ {
+			ts = append(ts, sim.alloc(ps.numel*ps.dt.Size(), trace.Transient))
+		}
+		for _, st := range ts {
+			sim.free(st)
+		}
+	}
+}
+
+// zeroGrad is optimizer.zero_grad(): with set_to_none (the default since
+// 2.0) the gradients are freed; before, they were zeroed in place and kept.
+func (sim *Simulator) zeroGrad() {
+	sim.phase = trace.ZeroGrad
+	sim.site = sim.tr.Site("optimizer.zero_grad")
+	for _, ps := range sim.params {
+		if ps.grad == nil {
+			continue
+		}
+		if sim.stepsDone == 0 {
+			sim.sum.GradientsBytes += ps.grad.bytes
+		}
+		if sim.s.Profile.ZeroGradSetToNone {
+			sim.unref(ps.grad)
+			ps.grad = nil
+		}
+	}
+}

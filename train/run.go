@@ -1,0 +1,325 @@
+package train
+
+import (
+	"github.com/batchfit/batchfit/graph"
+	"github.com/batchfit/batchfit/trace"
+)
+
+// fwdCtx is what an op rule sees in forward.
+type fwdCtx struct {
+	m      *micro
+	op     *graph.Op
+	i      int
+	in     []value // inputs as the kernel receives them (after autocast casts)
+	w, b   value   // weight and bias as the kernel receives them
+	out    value
+	saving bool
+	locals []*storage
+}
+
+func (c *fwdCtx) shape(j int) graph.Shape { return c.m.g.Tensors[c.op.Inputs[j]].Shape }
+func (c *fwdCtx) outShape() graph.Shape   { return c.m.g.Tensors[c.op.Output].Shape }
+func (c *fwdCtx) numel(j int) int64       { return c.shape(j).Numel() }
+func (c *fwdCtx) requiresGrad(j int) bool { return c.m.g.Tensors[c.op.Inputs[j]].RequiresGrad }
+
+// save registers a tensor the op's autograd node keeps for backward.
+func (c *fwdCtx) save(v value) {
+	if !c.saving || v.st == nil {
+		return
+	}
+	for _, s := range c.m.nodes[c.i] {
+		if s == v.st {
+			return
+		}
+	}
+	v.st.saves++
+	c.m.sim.ref(v.st)
+	c.m.nodes[c.i] = append(c.m.nodes[c.i], v.st)
+}
+
+// local allocates a tensor that lives inside the op (freed when the op
+// returns unless saved).
+func (c *fwdCtx) local(bytes int64, cat trace.Category) *storage {
+	st := c.m.sim.alloc(bytes, cat)
+	st.refs = 1
+	c.locals = append(c.locals, st)
+	return st
+}
+
+// drop frees a local early (an intermediate of a composite op).
+func (c *fwdCtx) drop(st *storage) {
+	for i, s := range c.locals {
+		if s == st {
+			c.locals = append(c.locals[:i], c.locals[i+1:]...)
+			c.m.sim.unref(st)
+			return
+		}
+	}
+}
+
+// saveNew allocates an extra output of the kernel that only the node keeps
+// (max-pool indices, a dropout mask, normalization statistics).
+func (c *fwdCtx) saveNew(bytes int64) *storage {
+	st := c.local(bytes, trace.Activation)
+	c.save(value{st: st})
+	return st
+}
+
+// gemm notes a cuBLAS call on the forward thread.
+func (c *fwdCtx) gemm() { c.m.sim.cublas(false) }
+
+func (sim *Simulator) cublas(backwardThread bool) {
+	if sim.s.CPU {
+		return
+	}
+	done := &sim.wsForward
+	if backwardThread && sim.s.Profile.CublasWorkspacePerThread {
+		done = &sim.wsBackward
+	}
+	if *done {
+		return
+	}
+	*done = true
+	n := sim.s.Profile.CublasWorkspace(sim.s.ComputeMajor)
+	if n > 0 {
+		st := sim.alloc(n, trace.Workspace)
+		st.refs = 1
+		sim.sum.WorkspaceBytes += n
+	}
+}
+
+// runOp executes forward op i: autocast casts, the output, the op rule, and
+// the release of everything whose last forward use this was.
+func (m *micro) runOp(i int) {
+	sim := m.sim
+	op := &m.g.Ops[i]
+	r, ok := rules[op.Kind]
+	if !ok {
+		sim.fail("op %s: no simulation rule for op kind %q", op.Name, op.Kind)
+		return
+	}
+	sim.site = sim.tr.Site(op.Name)
+	recomputing := sim.phase == trace.Backward
+	c := fwdCtx{m: m, op: op, i: i, in: make([]value, len(op.Inputs))}
+	m.casts[i] = m.casts[i][:0]
+	for j, t := range op.Inputs {
+		v := m.val[t]
+		if v.st == nil {
+			sim.fail("op %s: input %s has no value (internal ordering error)", op.Name, m.g.Tensors[t].Name)
+			return
+		}
+		if to, cast := m.autocastTo(r.cast, v.dt); cast {
+			st := c.local(m.g.Tensors[t].Shape.Numel()*to.Size(), trace.Transient)
+			m.casts[i] = append(m.casts[i], inputCast{input: j, from: v.dt})
+			v = value{st: st, dt: to}
+		}
+		c.in[j] = v
+	}
+	m.wCast[i] = false
+	for k, t := range []graph.TensorID{op.Weight, op.Bias} {
+		if t == graph.None {
+			continue
+		}
+		v := m.val[t]
+		p := m.pidx[t]
+		if to, cast := m.autocastTo(r.cast, v.dt); cast && p >= 0 {
+			v = value{st: m.castParam(p, to), dt: to}
+			m.wCast[i] = true
+		}
+		if p >= 0 && !recomputing && m.g.Tensors[t].RequiresGrad && !(k == 1 && op.Bias == op.Weight) {
+			if m.wCast[i] {
+				m.viaCast[p]++
+			} else {
+				m.direct[p]++
+			}
+		}
+		if k == 0 {
+			c.w = v
+		} else {
+			c.b = v
+		}
+	}
+	out := op.Output
+	dt := m.outDType(r, &c)
+	tensor := &m.g.Tensors[out]
+	if tensor.View != graph.None {
+		base := m.val[tensor.View]
+		c.out = value{st: base.st, dt: dt}
+		sim.ref(base.st)
+	} else {
+		st := sim.alloc(tensor.Shape.Numel()*dt.Size(), trace.Activation)
+		st.refs = 1
+		c.out = value{st: st, dt: dt}
+	}
+	m.val[out] = c.out
+	c.saving = m.saving && tensor.RequiresGrad
+	if r.fwd != nil {
+		r.fwd(&c)
+	}
+	for _, st := range c.locals {
+		sim.unref(st)
+	}
+	for _, t := range op.Inputs {
+		m.remaining[t]--
+		if m.remaining[t] == 0 {
+			m.release(t)
+		}
+	}
+	if m.remaining[out] == 0 && out != m.g.Loss {
+		// Nothing reads the output: it is freed at once, and with it the
+		// node, unless it is a recomputed block output whose gradient is
+		// already on its way.
+		m.release(out)
+		if !recomputing && m.grads[out] == nil {
+			m.releaseNode(i)
+		}
+	}
+}
+
+// autocastTo says whether an input of dtype dt is cast under the policy.
+func (m *micro) autocastTo(p castPolicy, dt graph.DType) (graph.DType, bool) {
+	if !m.sim.amp || !dt.IsFloat() {
+		return dt, false
+	}
+	switch p {
+	case castLower:
+		return m.sim.low, dt != m.sim.low
+	case castFP32:
+		return graph.F32, dt != graph.F32
+	}
+	return dt, false
+}
+
+// castParam returns autocast's cached low-precision copy of parameter p,
+// making it at first use in the region (cached_casts in autocast_mode.cpp).
+func (m *micro) castParam(p int32, to graph.DType) *storage {
+	if st, ok := m.castCache[p]; ok {
+		return st
+	}
+	ps := m.sim.params[p]
+	st := m.sim.alloc(ps.numel*to.Size(), trace.CastCache)
+	st.refs = 1
+	m.castCache[p] = st
+	return st
+}
+
+func (m *micro) outDType(r rule, c *fwdCtx) graph.DType {
+	if r.out != nil {
+		return r.out(m, c)
+	}
+	if len(c.in) > 0 {
+		return c.in[0].dt
+	}
+	return graph.F32
+}
+
+// bwdCtx is what an op rule sees in backward.
+type bwdCtx struct {
+	m    *micro
+	op   *graph.Op
+	i    int
+	gout *storage
+	gdt  graph.DType
+}
+
+func (c *bwdCtx) numel(j int) int64 { return c.m.g.Tensors[c.op.Inputs[j]].Shape.Numel() }
+
+// inDT is the dtype input j had inside the kernel.
+func (c *bwdCtx) inDT(j int) graph.DType {
+	for _, ic := range c.m.casts[c.i] {
+		if ic.input == j {
+			if c.m.sim.amp {
+				if rules[c.op.Kind].cast == castFP32 {
+					return graph.F32
+				}
+				return c.m.sim.low
+			}
+		}
+	}
+	return c.m.val[c.op.Inputs[j]].dt
+}
+
+func (c *bwdCtx) needs(j int) bool { return c.m.g.Tensors[c.op.Inputs[j]].RequiresGrad }
+
+// temp is a backward intermediate freed within the node.
+func (c *bwdCtx) temp(bytes int64) { c.m.sim.temp(bytes, trace.Transient) }
+
+func (c *bwdCtx) alloc(bytes int64) *storage {
+	st := c.m.sim.alloc(bytes, trace.Transient)
+	st.refs = 1
+	return st
+}
+
+func (c *bwdCtx) gemm() { c.m.sim.cublas(true) }
+
+// gradIn allocates the gradient of input j and hands it on, through the
+// cast node when autocast copied that input.
+func (c *bwdCtx) gradIn(j int) {
+	if !c.needs(j) {
+		return
+	}
+	dt := c.inDT(j)
+	st := c.alloc(c.numel(j) * dt.Size())
+	c.route(j, st, dt)
+}
+
+// passIn hands the incoming gradient itself to input j (add, views,
+// clone): no new memory.
+func (c *bwdCtx) passIn(j int) {
+	if !c.needs(j) {
+		return
+	}
+	c.m.sim.ref(c.gout)
+	c.route(j, c.gout, c.gdt)
+}
+
+func (c *bwdCtx) route(j int, st *storage, dt graph.DType) {
+	m := c.m
+	t := c.op.Inputs[j]
+	for _, ic := range m.casts[c.i] {
+		if ic.input == j {
+			// ToCopyBackward0: the gradient back in the original dtype.
+			up := c.alloc(c.numel(j) * ic.from.Size())
+			m.sim.unref(st)
+			st, dt = up, ic.from
+		}
+	}
+	if want := m.val[t].dt; want != dt && m.pidx[t] < 0 {
+		// The engine casts a gradient to the dtype of its input
+		// (validate_outputs).
+		up := c.alloc(c.numel(j) * want.Size())
+		m.sim.unref(st)
+		st, dt = up, want
+	}
+	m.deliver(t, st, dt)
+}
+
+// gradParam allocates the gradient of the op's weight or bias.
+func (c *bwdCtx) gradParam(t graph.TensorID) {
+	m := c.m
+	if t == graph.None || !m.g.Tensors[t].RequiresGrad {
+		return
+	}
+	p := m.pidx[t]
+	if p < 0 {
+		return
+	}
+	ps := m.sim.params[p]
+	if m.wCast[c.i] {
+		st := c.alloc(ps.numel * m.sim.low.Size())
+		m.arrive(p, st, true)
+		return
+	}
+	st := m.sim.alloc(ps.numel*ps.dt.Size(), m.gradCategory(p))
+	st.refs = 1
+	m.arrive(p, st, false)
+}
+
+func (m *micro) backwardOp(i int) {
+	op := &m.g.Ops[i]
+	r := rules[op.Kind]
+	c := bwdCtx{m: m, op: op, i: i, gout: m.grads[op.Output], gdt: m.gradDT[op.Output]}
+	if r.bwd != nil {
+		r.bwd(&c)
+	}
+}

@@ -1,0 +1,208 @@
+package train
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/batchfit/batchfit/graph"
+	"github.com/batchfit/batchfit/profile"
+)
+
+// Precision uses Lightning's names.
+type Precision string
+
+const (
+	FP32      Precision = "32-true"
+	Mixed16   Precision = "16-mixed"
+	MixedBF16 Precision = "bf16-mixed"
+	True16    Precision = "16-true"
+	TrueBF16  Precision = "bf16-true"
+)
+
+var precisionAliases = map[string]Precision{
+	"32-true": FP32, "32": FP32, "fp32": FP32, "float32": FP32,
+	"16-mixed": Mixed16, "16": Mixed16, "fp16-mixed": Mixed16, "amp": Mixed16, "fp16-amp": Mixed16,
+	"bf16-mixed": MixedBF16, "bf16-amp": MixedBF16,
+	"16-true": True16, "fp16": True16, "float16": True16, "fp16-true": True16,
+	"bf16-true": TrueBF16, "bf16": TrueBF16, "bfloat16": TrueBF16,
+}
+
+// ParsePrecision accepts Lightning's precision names and common aliases.
+func ParsePrecision(s string) (Precision, error) {
+	if p, ok := precisionAliases[strings.ToLower(s)]; ok {
+		return p, nil
+	}
+	return "", fmt.Errorf("unknown precision %q (want 32-true, 16-mixed, bf16-mixed, 16-true or bf16-true)", s)
+}
+
+// Autocast reports whether the precision runs the forward under autocast,
+// and the lower-precision dtype.
+func (p Precision) Autocast() (graph.DType, bool) {
+	switch p {
+	case Mixed16:
+		return graph.F16, true
+	case MixedBF16:
+		return graph.BF16, true
+	}
+	return graph.F32, false
+}
+
+// ParamDType is the dtype the model's parameters are stored in.
+func (p Precision) ParamDType() graph.DType {
+	switch p {
+	case True16:
+		return graph.F16
+	case TrueBF16:
+		return graph.BF16
+	}
+	return graph.F32
+}
+
+// OptimizerKind is a torch.optim class.
+type OptimizerKind string
+
+const (
+	SGD   OptimizerKind = "sgd"
+	Adam  OptimizerKind = "adam"
+	AdamW OptimizerKind = "adamw"
+	// NoOptimizer simulates forward and backward only.
+	NoOptimizer OptimizerKind = "none"
+)
+
+// ParseOptimizer accepts torch.optim's names, case-insensitively.
+func ParseOptimizer(s string) (OptimizerKind, error) {
+	switch k := OptimizerKind(strings.ToLower(s)); k {
+	case SGD, Adam, AdamW, NoOptimizer:
+		return k, nil
+	}
+	return "", fmt.Errorf("unknown optimizer %q (want sgd, adam, adamw or none)", s)
+}
+
+// Impl is the optimizer implementation: torch.optim's foreach and fused
+// flags, or the per-parameter for-loop.
+type Impl string
+
+const (
+	ImplDefault Impl = "" // what the runtime profile says torch.optim picks
+	ForLoop     Impl = "forloop"
+	Foreach     Impl = "foreach"
+	Fused       Impl = "fused"
+)
+
+// Optimizer describes the optimizer and its arguments that change memory.
+type Optimizer struct {
+	Kind     OptimizerKind
+	Momentum float64 // SGD: a nonzero momentum keeps a momentum buffer per parameter
+	Nesterov bool
+	Impl     Impl
+	// WeightDecay: for Adam and SGD, L2 decay is added to the gradient out of
+	// place (one extra copy of the gradients under foreach); AdamW decays
+	// the parameters in place.
+	WeightDecay float64
+	AMSGrad     bool
+	Maximize    bool
+}
+
+// Attention names the attention kernel.
+type Attention string
+
+const (
+	AttentionAuto      Attention = "auto" // what PyTorch's dispatcher picks (runtime profile + dtype)
+	AttentionMath      Attention = "math" // explicit matmul, softmax, matmul (eager)
+	AttentionFlash     Attention = "flash"
+	AttentionEfficient Attention = "efficient"
+)
+
+// ParseAttention accepts the kernel names, and "eager"/"sdpa" as Hugging
+// Face spells attn_implementation.
+func ParseAttention(s string) (Attention, error) {
+	switch strings.ToLower(s) {
+	case "", "auto", "sdpa":
+		return AttentionAuto, nil
+	case "math", "eager":
+		return AttentionMath, nil
+	case "flash", "flash_attention", "flash-attention":
+		return AttentionFlash, nil
+	case "efficient", "mem-efficient", "memory-efficient", "mem_efficient":
+		return AttentionEfficient, nil
+	}
+	return "", fmt.Errorf("unknown attention kernel %q (want auto, eager, flash or efficient)", s)
+}
+
+// Setup is how a graph is trained: everything besides the model.
+type Setup struct {
+	Precision Precision
+	Optimizer Optimizer
+	// Accumulate is the number of micro-batches per optimizer step (1 = no
+	// gradient accumulation).
+	Accumulate int
+	// Checkpointing wraps each block of the graph in
+	// torch.utils.checkpoint(use_reentrant=False).
+	Checkpointing bool
+	Attention     Attention
+	// Steps is the number of optimizer steps to simulate (default 3: the
+	// first step creates optimizer state, later ones start with it).
+	Steps int
+	// CPU runs the CPU kernels (for cross-checks against CPU PyTorch):
+	// dropout saves a noise tensor in the input dtype instead of a bool mask,
+	// batch norm has no cuDNN reserve, and there is no cuBLAS workspace.
+	CPU bool
+	// ComputeMajor is the GPU's compute capability major (workspace size).
+	ComputeMajor int
+	// EmptyCache calls torch.cuda.empty_cache() after every step.
+	EmptyCache bool
+	Profile    *profile.Profile
+}
+
+// Normalize fills defaults and checks values.
+func (s Setup) Normalize() (Setup, error) {
+	if s.Precision == "" {
+		s.Precision = FP32
+	}
+	if _, err := ParsePrecision(string(s.Precision)); err != nil {
+		return s, err
+	}
+	if s.Optimizer.Kind == "" {
+		s.Optimizer.Kind = Adam
+	}
+	if _, err := ParseOptimizer(string(s.Optimizer.Kind)); err != nil {
+		return s, err
+	}
+	if s.Accumulate == 0 {
+		s.Accumulate = 1
+	}
+	if s.Accumulate < 0 {
+		return s, fmt.Errorf("gradient accumulation must be at least 1, got %d", s.Accumulate)
+	}
+	if s.Steps == 0 {
+		s.Steps = 3
+	}
+	if s.Steps < 0 || s.Steps > 1000 {
+		return s, fmt.Errorf("steps must be between 1 and 1000, got %d", s.Steps)
+	}
+	if s.Attention == "" {
+		s.Attention = AttentionAuto
+	}
+	if s.Optimizer.Momentum < 0 {
+		return s, fmt.Errorf("momentum must not be negative, got %g", s.Optimizer.Momentum)
+	}
+	if s.Profile == nil {
+		s.Profile = profile.Default()
+	}
+	if s.ComputeMajor == 0 {
+		s.ComputeMajor = 9
+	}
+	if s.Optimizer.Impl == ImplDefault {
+		s.Optimizer.Impl = Impl(s.Profile.OptimizerDefaultImpl)
+	}
+	switch s.Optimizer.Impl {
+	case ForLoop, Foreach, Fused:
+	default:
+		return s, fmt.Errorf("unknown optimizer implementation %q (want forloop, foreach or fused)", s.Optimizer.Impl)
+	}
+	if s.Optimizer.Impl == Fused && s.Optimizer.Kind == SGD && s.Optimizer.Momentum == 0 {
+		// fused SGD exists (2.3+) and, like foreach without momentum, is in place.
+		s.Optimizer.Impl = Foreach
+	}
+	return s, nil
+}

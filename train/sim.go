@@ -1,0 +1,253 @@
+package train
+
+import (
+	"fmt"
+
+	"github.com/batchfit/batchfit/graph"
+	"github.com/batchfit/batchfit/trace"
+)
+
+// storage is one allocation as PyTorch's allocator sees it: every tensor
+// that shares it (views, in-place results) keeps it alive.
+type storage struct {
+	id    int64
+	bytes int64
+	cat   trace.Category
+	refs  int32 // holders: live graph tensors, autograd nodes, Python references
+	saves int32 // how many of the holders are autograd nodes
+}
+
+// value is a graph tensor at run time: its storage and the dtype it has in
+// this setup (which precision can change).
+type value struct {
+	st *storage
+	dt graph.DType
+}
+
+type paramState struct {
+	st      *storage
+	dt      graph.DType
+	numel   int64
+	grad    *storage // .grad, nil when unset
+	state   []*storage
+	pending *storage // gradient waiting in AccumulateGrad's input buffer
+	arrived int32
+	// cast node (autocast weight cache) input buffer
+	castPending *storage
+	castArrived int32
+}
+
+// Simulator turns training steps on a graph into a Trace. Use New, then
+// Step for each optimizer step (possibly with graphs of different batch
+// sizes), then Trace.
+type Simulator struct {
+	s       Setup
+	tr      trace.Trace
+	next    int64
+	step    int32
+	phase   trace.Phase
+	site    int32
+	low     graph.DType
+	amp     bool
+	params  []*paramState
+	buffers []*storage
+	batch   []*storage
+	loss    *storage
+	// cuBLAS workspaces, one per thread (forward, autograd device thread).
+	wsForward, wsBackward bool
+	scaler                []*storage
+	sum                   Summary
+	err                   error
+	stepsDone             int
+	gradsAlive            bool
+}
+
+// Summary holds the static figures of a setup, measured while simulating.
+type Summary struct {
+	ParamCount          int64
+	ParametersBytes     int64
+	BuffersBytes        int64
+	GradientsBytes      int64
+	OptimizerStateBytes int64
+	// ActivationsBytes is what autograd holds saved at the end of the
+	// first forward pass, counted once per storage, excluding parameters,
+	// buffers, autocast's parameter copies and the batch.
+	ActivationsBytes int64
+	// CastCacheBytes is autocast's low-precision parameter copies alive at
+	// the end of the first forward pass.
+	CastCacheBytes int64
+	BatchDataBytes int64
+	WorkspaceBytes int64
+	// SavedByOp attributes ActivationsBytes to the op that first saved each
+	// storage, in forward order.
+	SavedByOp []OpSaved
+}
+
+// OpSaved is one op's share of the saved activations.
+type OpSaved struct {
+	Op    string
+	Kind  graph.Kind
+	Bytes int64
+}
+
+// New starts a simulation. The graph gives the parameters and buffers,
+// which are allocated first (model.to(device)).
+func New(g *graph.Graph, s Setup) (*Simulator, error) {
+	s, err := s.Normalize()
+	if err != nil {
+		return nil, err
+	}
+	if err := g.Validate(); err != nil {
+		return nil, err
+	}
+	sim := &Simulator{s: s}
+	sim.low, sim.amp = s.Precision.Autocast()
+	sim.tr.Label = g.Name
+	sim.phase = trace.Setup
+	pdt := s.Precision.ParamDType()
+	for _, id := range g.Params() {
+		t := g.Tensor(id)
+		sim.site = sim.tr.Site(t.Name)
+		n := t.Shape.Numel()
+		ps := &paramState{dt: pdt, numel: n}
+		ps.st = sim.alloc(n*pdt.Size(), trace.Parameter)
+		ps.st.refs = 1
+		sim.params = append(sim.params, ps)
+		sim.sum.ParamCount += n
+		sim.sum.ParametersBytes += n * pdt.Size()
+	}
+	for i := range g.Tensors {
+		t := &g.Tensors[i]
+		if t.Role != graph.Buffer {
+			continue
+		}
+		sim.site = sim.tr.Site(t.Name)
+		dt := t.DType
+		if dt.IsFloat() {
+			// model.to(dtype) converts floating buffers too.
+			dt = pdt
+		}
+		st := sim.alloc(t.Shape.Numel()*dt.Size(), trace.Buffer)
+		st.refs = 1
+		sim.buffers = append(sim.buffers, st)
+		sim.sum.BuffersBytes += st.bytes
+	}
+	return sim, nil
+}
+
+// Simulate runs s.Steps optimizer steps of g and returns the trace and the
+// summary.
+func Simulate(g *graph.Graph, s Setup) (*trace.Trace, Summary, error) {
+	sim, err := New(g, s)
+	if err != nil {
+		return nil, Summary{}, err
+	}
+	for i := 0; i < sim.s.Steps; i++ {
+		if err := sim.Step(g); err != nil {
+			return nil, Summary{}, err
+		}
+	}
+	return sim.Trace(), sim.Summary(), nil
+}
+
+// Setup returns the normalized setup.
+func (sim *Simulator) Setup() Setup { return sim.s }
+
+// Trace returns the events so far.
+func (sim *Simulator) Trace() *trace.Trace { return &sim.tr }
+
+// Summary returns the static figures.
+func (sim *Simulator) Summary() Summary { return sim.sum }
+
+func (sim *Simulator) alloc(bytes int64, cat trace.Category) *storage {
+	st := &storage{id: sim.next, bytes: bytes, cat: cat}
+	sim.next++
+	sim.tr.Events = append(sim.tr.Events, trace.Event{Action: trace.Alloc, Category: cat, Phase: sim.phase,
+		Step: sim.step, Site: sim.site, ID: st.id, Size: bytes})
+	return st
+}
+
+func (sim *Simulator) free(st *storage) {
+	sim.tr.Events = append(sim.tr.Events, trace.Event{Action: trace.Free, Category: st.cat, Phase: sim.phase,
+		Step: sim.step, Site: sim.site, ID: st.id})
+}
+
+func (sim *Simulator) ref(st *storage) {
+	if st != nil {
+		st.refs++
+	}
+}
+
+func (sim *Simulator) unref(st *storage) {
+	if st == nil {
+		return
+	}
+	st.refs--
+	if st.refs == 0 {
+		sim.free(st)
+	} else if st.refs < 0 {
+		sim.fail("internal: storage %d released more often than held", st.id)
+	}
+}
+
+// temp allocates and immediately frees: a workspace or intermediate that
+// lives only inside one kernel or composite op.
+func (sim *Simulator) temp(bytes int64, cat trace.Category) {
+	if bytes <= 0 {
+		return
+	}
+	sim.free(sim.alloc(bytes, cat))
+}
+
+func (sim *Simulator) fail(format string, args ...any) {
+	if sim.err == nil {
+		sim.err = fmt.Errorf(format, args...)
+	}
+}
+
+// Step simulates one optimizer step: Accumulate micro-batches of forward
+// and backward on g, then the optimizer step and zero_grad.
+func (sim *Simulator) Step(g *graph.Graph) error {
+	if err := sim.checkParams(g); err != nil {
+		return err
+	}
+	for m := 0; m < sim.s.Accumulate; m++ {
+		mb := newMicro(sim, g)
+		mb.loadBatch()
+		mb.forward()
+		if sim.stepsDone == 0 && m == 0 {
+			mb.measureSaved()
+		}
+		mb.backward()
+		if sim.err != nil {
+			return sim.err
+		}
+	}
+	sim.optimizerStep()
+	sim.zeroGrad()
+	sim.tr.Events = append(sim.tr.Events, trace.Event{Action: trace.StepEnd, Step: sim.step, Site: -1})
+	if sim.s.EmptyCache {
+		sim.tr.Events = append(sim.tr.Events, trace.Event{Action: trace.EmptyCache, Step: sim.step, Site: -1})
+	}
+	sim.step++
+	sim.stepsDone++
+	return sim.err
+}
+
+// EmptyCache records a torch.cuda.empty_cache() call.
+func (sim *Simulator) EmptyCache() {
+	sim.tr.Events = append(sim.tr.Events, trace.Event{Action: trace.EmptyCache, Step: sim.step, Site: -1})
+}
+
+func (sim *Simulator) checkParams(g *graph.Graph) error {
+	ps := g.Params()
+	if len(ps) != len(sim.params) {
+		return fmt.Errorf("graph %s has %d parameters, the simulation started with %d", g.Name, len(ps), len(sim.params))
+	}
+	for i, id := range ps {
+		if g.Tensor(id).Shape.Numel() != sim.params[i].numel {
+			return fmt.Errorf("graph %s: parameter %s changed size between steps", g.Name, g.Tensor(id).Name)
+		}
+	}
+	return nil
+}
