@@ -1,0 +1,156 @@
+package alloc
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/batchfit/batchfit/trace"
+)
+
+// ReplayOptions tunes Replay.
+type ReplayOptions struct {
+	// Record keeps one Sample per event (allocated and reserved after it).
+	Record bool
+}
+
+// Sample is the allocator state after one event.
+type Sample struct {
+	Event     int
+	Allocated int64
+	Reserved  int64
+}
+
+// StepStats are the figures of one training step: the events after the
+// previous trace.StepEnd up to and including this one.
+type StepStats struct {
+	Step          int   // 0-based index in Timeline.Steps
+	EndEvent      int   // index of the StepEnd event, or of the last event of a partial step
+	Partial       bool  // the trace ended (or ran out of memory) before a StepEnd
+	PeakAllocated int64 // highest allocated bytes during the step, its starting state included
+	PeakReserved  int64
+	EndAllocated  int64
+	EndReserved   int64
+	Released      int64 // bytes returned to the device by EmptyCache in this step
+}
+
+// Timeline is what a replay of a trace yields.
+type Timeline struct {
+	PeakAllocated, PeakReserved, PeakActive int64
+	// PeakAllocatedEvent and PeakReservedEvent are the event indexes where
+	// each peak was first reached; -1 when nothing was ever allocated.
+	PeakAllocatedEvent, PeakReservedEvent int
+	// AtPeak is allocated (rounded block) bytes by category at the
+	// allocated peak; RequestedAtPeak the unrounded bytes asked for.
+	AtPeak          [trace.NumCategories]int64
+	RequestedAtPeak [trace.NumCategories]int64
+
+	Steps   []StepStats
+	Samples []Sample // when ReplayOptions.Record
+
+	// OOM is set when a Malloc failed: the replay stopped at event OOMEvent.
+	// Running out of memory is an answer, not a failure: Replay then
+	// returns a nil error.
+	OOM      *OOMError
+	OOMEvent int
+
+	Final    Stats     // counters at the end (or at the OOM)
+	Segments []Segment // segments at the end (or at the OOM)
+}
+
+// Replay runs the events of t through a fresh allocator with cfg on dev.
+// It returns an error for an invalid configuration and for a malformed
+// trace (a free of a block that is not allocated, an id allocated twice, a
+// negative size, an unknown action or category), naming the event.
+func Replay(t *trace.Trace, cfg Config, dev Device, opts ReplayOptions) (*Timeline, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("replaying trace: %w", err)
+	}
+	a := New(cfg, dev)
+	tl := &Timeline{PeakAllocatedEvent: -1, PeakReservedEvent: -1, OOMEvent: -1}
+	if opts.Record {
+		tl.Samples = make([]Sample, 0, len(t.Events))
+	}
+	var cat, req [trace.NumCategories]int64
+	step := StepStats{}
+	stepOpen := false
+	closeStep := func(i int, partial bool) {
+		step.Step = len(tl.Steps)
+		step.EndEvent = i
+		step.Partial = partial
+		step.EndAllocated = a.allocated
+		step.EndReserved = a.reserved
+		tl.Steps = append(tl.Steps, step)
+		step = StepStats{PeakAllocated: a.allocated, PeakReserved: a.reserved}
+		stepOpen = false
+	}
+	for i := range t.Events {
+		e := &t.Events[i]
+		stepOpen = true
+		switch e.Action {
+		case trace.Alloc:
+			if int(e.Category) >= trace.NumCategories {
+				return nil, fmt.Errorf("replaying trace: event %d: unknown category %d", i, e.Category)
+			}
+			b, err := a.malloc(e.ID, e.Size, e.Stream, uint8(e.Category))
+			if err != nil {
+				var oom *OOMError
+				if errors.As(err, &oom) {
+					tl.OOM, tl.OOMEvent = oom, i
+					if a.reserved > step.PeakReserved {
+						step.PeakReserved = a.reserved
+					}
+					closeStep(i, true)
+					return finish(tl, a), nil
+				}
+				return nil, fmt.Errorf("replaying trace: event %d: %w", i, err)
+			}
+			cat[e.Category] += b.size
+			req[e.Category] += e.Size
+			if a.allocated > tl.PeakAllocated {
+				tl.PeakAllocated = a.allocated
+				tl.PeakAllocatedEvent = i
+				tl.AtPeak = cat
+				tl.RequestedAtPeak = req
+			}
+			if a.reserved > tl.PeakReserved {
+				tl.PeakReserved = a.reserved
+				tl.PeakReservedEvent = i
+			}
+		case trace.Free:
+			size, r, tag, err := a.free(e.ID)
+			if err != nil {
+				return nil, fmt.Errorf("replaying trace: event %d: %w", i, err)
+			}
+			cat[tag] -= size
+			req[tag] -= r
+		case trace.EmptyCache:
+			step.Released += a.EmptyCache()
+		case trace.StepEnd:
+		default:
+			return nil, fmt.Errorf("replaying trace: event %d: unknown action %d", i, uint8(e.Action))
+		}
+		if a.allocated > step.PeakAllocated {
+			step.PeakAllocated = a.allocated
+		}
+		if a.reserved > step.PeakReserved {
+			step.PeakReserved = a.reserved
+		}
+		if opts.Record {
+			tl.Samples = append(tl.Samples, Sample{Event: i, Allocated: a.allocated, Reserved: a.reserved})
+		}
+		if e.Action == trace.StepEnd {
+			closeStep(i, false)
+		}
+	}
+	if stepOpen {
+		closeStep(len(t.Events)-1, true)
+	}
+	return finish(tl, a), nil
+}
+
+func finish(tl *Timeline, a *Allocator) *Timeline {
+	tl.Final = a.Stats()
+	tl.PeakActive = tl.Final.PeakActive
+	tl.Segments = a.Segments()
+	return tl
+}

@@ -1,0 +1,145 @@
+package alloc
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/batchfit/batchfit/trace"
+)
+
+func alloc(id, size int64, c trace.Category) trace.Event {
+	return trace.Event{Action: trace.Alloc, ID: id, Size: size, Category: c}
+}
+
+func free(id int64) trace.Event { return trace.Event{Action: trace.Free, ID: id} }
+
+var (
+	stepEnd    = trace.Event{Action: trace.StepEnd}
+	emptyCache = trace.Event{Action: trace.EmptyCache}
+)
+
+// smallTrace: after each event, allocated / reserved in MiB:
+//
+//	0 param 30 MiB            30      / 30
+//	1 activation 1.5 MiB-100  31.5    / 50   (20 MiB segment, split)
+//	2 transient 100 B         31.5+512/ 52   (2 MiB small segment)
+//	3 free transient          31.5    / 52
+//	4 gradient 30 MiB         61.5    / 82   <- both peaks
+//	5 free activation         60      / 82   (its 20 MiB segment is whole again)
+//	6 step end                step 0: peaks 61.5 / 82, end 60 / 82
+//	7 empty_cache             60      / 60   (20 + 2 MiB released)
+//	8 activation 1.5 MiB      61.5    / 80   (equals the peak, does not beat it)
+//	9 free                    60      / 80   step 1 (partial)
+func smallTrace() *trace.Trace {
+	return &trace.Trace{Events: []trace.Event{
+		alloc(1, 30*MiB, trace.Parameter),
+		alloc(2, 3*MiB/2-100, trace.Activation),
+		alloc(3, 100, trace.Transient),
+		free(3),
+		alloc(4, 30*MiB, trace.Gradient),
+		free(2),
+		stepEnd,
+		emptyCache,
+		alloc(5, 3*MiB/2, trace.Activation),
+		free(5),
+	}}
+}
+
+func TestReplay(t *testing.T) {
+	tl, err := Replay(smallTrace(), Config{}, Device{}, ReplayOptions{Record: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tl.PeakAllocated != 61*MiB+MiB/2 || tl.PeakAllocatedEvent != 4 {
+		t.Errorf("peak allocated %d at %d", tl.PeakAllocated, tl.PeakAllocatedEvent)
+	}
+	if tl.PeakReserved != 82*MiB || tl.PeakReservedEvent != 4 || tl.PeakActive != tl.PeakAllocated {
+		t.Errorf("peak reserved %d at %d, active %d", tl.PeakReserved, tl.PeakReservedEvent, tl.PeakActive)
+	}
+	var at, req [trace.NumCategories]int64
+	at[trace.Parameter], req[trace.Parameter] = 30*MiB, 30*MiB
+	at[trace.Activation], req[trace.Activation] = 3*MiB/2, 3*MiB/2-100
+	at[trace.Gradient], req[trace.Gradient] = 30*MiB, 30*MiB
+	if tl.AtPeak != at || tl.RequestedAtPeak != req {
+		t.Errorf("at peak %v / %v, want %v / %v", tl.AtPeak, tl.RequestedAtPeak, at, req)
+	}
+	want := []StepStats{
+		{Step: 0, EndEvent: 6, PeakAllocated: 61*MiB + MiB/2, PeakReserved: 82 * MiB, EndAllocated: 60 * MiB, EndReserved: 82 * MiB},
+		{Step: 1, EndEvent: 9, Partial: true, PeakAllocated: 61*MiB + MiB/2, PeakReserved: 82 * MiB, EndAllocated: 60 * MiB, EndReserved: 80 * MiB, Released: 22 * MiB},
+	}
+	if len(tl.Steps) != len(want) {
+		t.Fatalf("steps %+v", tl.Steps)
+	}
+	for i := range want {
+		if tl.Steps[i] != want[i] {
+			t.Errorf("step %d = %+v\nwant     %+v", i, tl.Steps[i], want[i])
+		}
+	}
+	if len(tl.Samples) != 10 || tl.Samples[7] != (Sample{Event: 7, Allocated: 60 * MiB, Reserved: 60 * MiB}) {
+		t.Errorf("samples %+v", tl.Samples)
+	}
+	if tl.OOM != nil || tl.OOMEvent != -1 {
+		t.Errorf("oom %v at %d", tl.OOM, tl.OOMEvent)
+	}
+	if tl.Final.Allocated != 60*MiB || tl.Final.Reserved != 80*MiB || len(tl.Segments) != 3 {
+		t.Errorf("final %+v, %d segments", tl.Final, len(tl.Segments))
+	}
+}
+
+func TestReplayOOM(t *testing.T) {
+	// Capacity 60 MiB: the gradient's 30 MiB segment would make 82 MiB;
+	// the flush frees the 2 MiB small segment (50 + 30 > 60 still), so
+	// event 4 runs out of memory. That is an answer, not an error.
+	tl, err := Replay(smallTrace(), Config{}, Device{Capacity: 60 * MiB}, ReplayOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tl.OOM == nil || tl.OOMEvent != 4 {
+		t.Fatalf("oom %v at %d", tl.OOM, tl.OOMEvent)
+	}
+	if tl.OOM.AllocSize != 30*MiB || tl.OOM.Reserved != 50*MiB || tl.OOM.DeviceFree != 10*MiB {
+		t.Errorf("oom %+v", tl.OOM)
+	}
+	if tl.Final.NumOOMs != 1 || tl.Final.NumAllocRetries != 1 || tl.Final.Reserved != 50*MiB {
+		t.Errorf("final %+v", tl.Final)
+	}
+	if len(tl.Steps) != 1 || !tl.Steps[0].Partial || tl.Steps[0].EndEvent != 4 || tl.Steps[0].PeakReserved != 52*MiB {
+		t.Errorf("steps %+v", tl.Steps)
+	}
+}
+
+func TestReplayErrors(t *testing.T) {
+	tests := []struct {
+		events []trace.Event
+		cfg    Config
+		want   string
+	}{
+		{[]trace.Event{alloc(1, 10, 0), free(2)}, Config{}, "event 1: free of block 2"},
+		{[]trace.Event{alloc(1, 10, 0), alloc(1, 10, 0)}, Config{}, "event 1: malloc of block 1: block is already allocated"},
+		{[]trace.Event{alloc(1, -5, 0)}, Config{}, "event 0: malloc of block 1: negative size"},
+		{[]trace.Event{{Action: 9}}, Config{}, "event 0: unknown action 9"},
+		{[]trace.Event{alloc(1, 10, 200)}, Config{}, "event 0: unknown category 200"},
+		{nil, Config{MaxSplitSize: MiB}, "below the minimum"},
+	}
+	for _, tc := range tests {
+		_, err := Replay(&trace.Trace{Events: tc.events}, tc.cfg, Device{}, ReplayOptions{})
+		if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.HasPrefix(err.Error(), "replaying trace: ") {
+			t.Errorf("Replay(%v) error = %v, want %q", tc.events, err, tc.want)
+		}
+	}
+}
+
+func TestReplayEmpty(t *testing.T) {
+	tl, err := Replay(&trace.Trace{}, Config{}, Device{}, ReplayOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tl.PeakAllocatedEvent != -1 || len(tl.Steps) != 0 || tl.OOM != nil {
+		t.Errorf("%+v", tl)
+	}
+	// Only a StepEnd: one complete, empty step.
+	tl, _ = Replay(&trace.Trace{Events: []trace.Event{stepEnd}}, Config{}, Device{}, ReplayOptions{})
+	if len(tl.Steps) != 1 || tl.Steps[0].Partial {
+		t.Errorf("steps %+v", tl.Steps)
+	}
+}

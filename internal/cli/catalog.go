@@ -1,0 +1,75 @@
+package cli
+
+import (
+	"fmt"
+	"io"
+	"text/tabwriter"
+
+	"github.com/batchfit/batchfit/gpu"
+	"github.com/batchfit/batchfit/models"
+)
+
+func runModels(args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("models", stderr, "usage: batchfit models [--json]\n\nLists the built-in zoo.\n")
+	asJSON := fs.Bool("json", false, "print JSON")
+	if _, err := parseArgs(fs, args); err != nil {
+		return err
+	}
+	type entry struct {
+		Name        string   `json:"name"`
+		Family      string   `json:"family"`
+		ParamCount  int64    `json:"param_count"`
+		DefaultSeq  int64    `json:"default_seq,omitempty"`
+		Dims        []string `json:"dims,omitempty"`
+		Description string   `json:"description"`
+	}
+	var out []entry
+	for _, m := range models.All() {
+		g, err := m.Build(models.Config{Batch: 1, Seq: min(m.DefaultSeq, 8)})
+		if err != nil {
+			return fmt.Errorf("building %s: %w", m.Name, err)
+		}
+		e := entry{Name: m.Name, Family: m.Family, ParamCount: g.ParamCount(), DefaultSeq: m.DefaultSeq, Description: m.Description}
+		for _, d := range m.Dims {
+			e.Dims = append(e.Dims, string(d))
+		}
+		out = append(out, e)
+	}
+	if *asJSON {
+		return writeJSON(stdout, out)
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tFAMILY\tPARAMETERS\tDESCRIPTION")
+	for _, e := range out {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", e.Name, e.Family, commas(e.ParamCount), e.Description)
+	}
+	return tw.Flush()
+}
+
+func runGPUs(args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("gpus", stderr, "usage: batchfit gpus [--json]\n\nLists the GPU catalog.\n")
+	asJSON := fs.Bool("json", false, "print JSON")
+	if _, err := parseArgs(fs, args); err != nil {
+		return err
+	}
+	type entry struct {
+		Name          string `json:"name"`
+		Device        string `json:"device"`
+		CapacityBytes int64  `json:"capacity_bytes"`
+		Compute       string `json:"compute_capability"`
+		ContextBytes  int64  `json:"cuda_context_bytes"`
+	}
+	var out []entry
+	for _, g := range gpu.All() {
+		out = append(out, entry{g.Name, g.Marketing, g.Capacity, fmt.Sprintf("%d.%d", g.Major, g.Minor), g.ContextSize})
+	}
+	if *asJSON {
+		return writeJSON(stdout, out)
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tDEVICE\tCAPACITY\tCOMPUTE\tCUDA CONTEXT")
+	for _, e := range out {
+		fmt.Fprintf(tw, "%s\t%s\t%s (%d MiB)\t%s\t%s\n", e.Name, e.Device, fmtBytes(e.CapacityBytes), e.CapacityBytes>>20, e.Compute, fmtBytes(e.ContextBytes))
+	}
+	return tw.Flush()
+}

@@ -1,0 +1,203 @@
+package cli
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/batchfit/batchfit/alloc"
+	"github.com/batchfit/batchfit/predict"
+	"github.com/batchfit/batchfit/trace"
+)
+
+const estimateUsage = `usage: batchfit estimate MODEL [flags]
+
+Predicts the GPU memory of training MODEL (a zoo name from 'batchfit models'
+or a .yaml layer spec) and says whether it fits on the GPU.
+
+Examples:
+  batchfit estimate resnet50 --batch 64 --gpu a100-40gb
+  batchfit estimate gpt2 --batch 8 --seq 1024 --precision bf16-mixed --optimizer adamw
+  batchfit estimate examples/mlp.yaml --batch 32 --layers 16 --json
+  batchfit estimate resnet18 --batch 64,8,32,4 --empty-cache   # a batch-size schedule
+`
+
+func runEstimate(args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("estimate", stderr, estimateUsage)
+	var j jobFlags
+	j.register(fs, "32")
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return usagef("estimate takes one model, got %d arguments (see 'batchfit estimate -h')", len(pos))
+	}
+	batches, err := parseBatches(j.batch)
+	if err != nil {
+		return err
+	}
+	r, err := j.request(pos[0])
+	if err != nil {
+		return err
+	}
+	if len(batches) > 1 {
+		r.Schedule = batches
+	}
+	r.Config.Batch = batches[0]
+	res, err := predict.Run(r)
+	if err != nil {
+		return err
+	}
+	if j.json {
+		return writeJSON(stdout, estimateJSON(res, batches))
+	}
+	writeEstimate(stdout, res, batches)
+	if len(batches) == 1 && !res.Fits && res.Config.Batch == 1 {
+		return fmt.Errorf("%s does not fit on %s even at batch 1", res.Model, res.GPU.Name)
+	}
+	return nil
+}
+
+func fmtBytes(n int64) string { return alloc.FormatSize(n) }
+
+func setupLine(res *predict.Result) string {
+	s := res.Setup
+	opt := string(s.Optimizer.Kind)
+	if s.Optimizer.Kind != "none" {
+		opt += " (" + string(s.Optimizer.Impl) + ")"
+	}
+	parts := []string{res.Model, fmt.Sprintf("batch %d", res.Config.Batch)}
+	if res.Config.Seq > 0 {
+		parts = append(parts, fmt.Sprintf("seq %d", res.Config.Seq))
+	}
+	parts = append(parts, string(s.Precision), opt)
+	if s.Accumulate > 1 {
+		parts = append(parts, fmt.Sprintf("accumulate %d", s.Accumulate))
+	}
+	if s.Checkpointing {
+		parts = append(parts, "checkpointing")
+	}
+	parts = append(parts, "PyTorch "+s.Profile.Version+"+ rules", res.GPU.Name)
+	return strings.Join(parts, " · ")
+}
+
+func writeEstimate(w io.Writer, res *predict.Result, batches []int64) {
+	sum := res.Summary
+	tl := res.Timeline
+	fmt.Fprintln(w, setupLine(res))
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "parameters\t%s\t%s params\t\n", fmtBytes(sum.ParametersBytes), commas(sum.ParamCount))
+	fmt.Fprintf(tw, "gradients\t%s\t\t\n", fmtBytes(sum.GradientsBytes))
+	fmt.Fprintf(tw, "optimizer state\t%s\t\t\n", fmtBytes(sum.OptimizerStateBytes))
+	fmt.Fprintf(tw, "saved activations\t%s\t(end of forward)\t\n", fmtBytes(sum.ActivationsBytes))
+	if sum.CastCacheBytes > 0 {
+		fmt.Fprintf(tw, "autocast weight copies\t%s\t\t\n", fmtBytes(sum.CastCacheBytes))
+	}
+	fmt.Fprintf(tw, "batch data\t%s\t\t\n", fmtBytes(sum.BatchDataBytes))
+	if sum.WorkspaceBytes > 0 {
+		fmt.Fprintf(tw, "cuBLAS workspace\t%s\t\t\n", fmtBytes(sum.WorkspaceBytes))
+	}
+	tw.Flush()
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "at the peak (allocated, by what it holds):")
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	for _, c := range trace.Categories() {
+		if n := tl.AtPeak[c]; n > 0 {
+			fmt.Fprintf(tw, "  %s\t%s\t\n", strings.ReplaceAll(c.String(), "_", " "), fmtBytes(n))
+		}
+	}
+	if tl.PeakAllocatedEvent >= 0 && tl.PeakAllocatedEvent < len(res.Trace.Events) {
+		e := res.Trace.Events[tl.PeakAllocatedEvent]
+		fmt.Fprintf(tw, "  reached in\t%s of step %d, at %s\t\n", e.Phase, e.Step+1, res.Trace.SiteName(e.Site))
+	}
+	tw.Flush()
+	fmt.Fprintln(w)
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "peak allocated\t%s\t(torch.cuda.max_memory_allocated)\t\n", fmtBytes(tl.PeakAllocated))
+	fmt.Fprintf(tw, "peak reserved\t%s\t(torch.cuda.max_memory_reserved)\t\n", fmtBytes(tl.PeakReserved))
+	fmt.Fprintf(tw, "CUDA context\t%s\t(outside PyTorch's allocator)\t\n", fmtBytes(res.Context))
+	fmt.Fprintf(tw, "device total\t%s\t(what nvidia-smi shows)\t\n", fmtBytes(res.DeviceTotal))
+	fmt.Fprintf(tw, "GPU capacity\t%s\t%s\t\n", fmtBytes(res.GPU.Capacity), res.GPU.Marketing)
+	tw.Flush()
+	fmt.Fprintln(w)
+	if res.Fits {
+		fmt.Fprintf(w, "fits: yes, %s of headroom — %s\n", fmtBytes(res.Headroom()), res.Decider)
+	} else {
+		fmt.Fprintf(w, "fits: no — %s\n", res.Decider)
+	}
+	if len(batches) > 1 {
+		writeSchedule(w, res, batches)
+	}
+}
+
+func commas(n int64) string {
+	s := fmt.Sprint(n)
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimPrefix(s, "-")
+	var b strings.Builder
+	for i, c := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(c)
+	}
+	if neg {
+		return "-" + b.String()
+	}
+	return b.String()
+}
+
+// writeSchedule prints the per-step figures of a batch-size schedule and
+// explains them from the simulation.
+func writeSchedule(w io.Writer, res *predict.Result, batches []int64) {
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "per step:")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "  step\tbatch\tpeak allocated\tpeak reserved\tallocated after\treserved after\treturned by empty_cache\t")
+	steps := res.Timeline.Steps
+	for i, st := range steps {
+		if i >= len(batches) {
+			break
+		}
+		fmt.Fprintf(tw, "  %d\t%d\t%s\t%s\t%s\t%s\t%s\t\n", i+1, batches[i], fmtBytes(st.PeakAllocated), fmtBytes(st.PeakReserved),
+			fmtBytes(st.EndAllocated), fmtBytes(st.EndReserved), fmtBytes(st.Released))
+	}
+	tw.Flush()
+	fmt.Fprintln(w)
+	for _, line := range explainSchedule(steps, batches, res.Setup.EmptyCache) {
+		fmt.Fprintln(w, "  "+line)
+	}
+}
+
+func explainSchedule(steps []alloc.StepStats, batches []int64, emptyCache bool) []string {
+	var out []string
+	for i := 1; i < len(steps) && i < len(batches); i++ {
+		prev, cur := steps[i-1], steps[i]
+		if batches[i] >= batches[i-1] {
+			if cur.PeakReserved > prev.EndReserved {
+				out = append(out, fmt.Sprintf("step %d (batch %d): reserved grew from %s to %s: the cached free blocks were too few or too small, so new segments were allocated.",
+					i+1, batches[i], fmtBytes(prev.EndReserved), fmtBytes(cur.PeakReserved)))
+			} else {
+				out = append(out, fmt.Sprintf("step %d (batch %d): served entirely from cached segments; reserved did not grow beyond %s.", i+1, batches[i], fmtBytes(prev.EndReserved)))
+			}
+			continue
+		}
+		cached := prev.EndReserved - prev.EndAllocated
+		if emptyCache {
+			out = append(out, fmt.Sprintf("step %d (batch %d): empty_cache after step %d returned %s; %s stayed reserved because those segments still held live blocks (parameters, gradients, optimizer state) or were split.",
+				i+1, batches[i], i, fmtBytes(prev.Released), fmtBytes(prev.EndReserved)))
+			continue
+		}
+		if cur.PeakReserved <= prev.EndReserved {
+			out = append(out, fmt.Sprintf("step %d (batch %d): the smaller batch needed only %s allocated, but reserved stayed at %s: the %s of free blocks cached by earlier steps are kept by PyTorch's caching allocator until empty_cache() (nvidia-smi still shows them).",
+				i+1, batches[i], fmtBytes(cur.PeakAllocated), fmtBytes(cur.EndReserved), fmtBytes(cached)))
+		} else {
+			out = append(out, fmt.Sprintf("step %d (batch %d): reserved grew from %s to %s although the batch shrank: cached blocks did not match the new sizes (best fit per size class), so new segments were allocated.",
+				i+1, batches[i], fmtBytes(prev.EndReserved), fmtBytes(cur.PeakReserved)))
+		}
+	}
+	return out
+}

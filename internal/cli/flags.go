@@ -1,0 +1,251 @@
+package cli
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/batchfit/batchfit/alloc"
+	"github.com/batchfit/batchfit/gpu"
+	"github.com/batchfit/batchfit/models"
+	"github.com/batchfit/batchfit/predict"
+	"github.com/batchfit/batchfit/profile"
+	"github.com/batchfit/batchfit/train"
+)
+
+// usageError marks bad command-line input: exit code 2.
+type usageError struct{ err error }
+
+func (u usageError) Error() string { return u.err.Error() }
+func (u usageError) Unwrap() error { return u.err }
+
+func usagef(format string, args ...any) error { return usageError{fmt.Errorf(format, args...)} }
+
+// IsUsage reports whether err is a command-line usage error.
+func IsUsage(err error) bool {
+	var u usageError
+	return errors.As(err, &u)
+}
+
+// jobFlags are the flags that describe a training job, shared by estimate,
+// sweep and maxbatch.
+type jobFlags struct {
+	batch         string
+	seq           int64
+	layers        int64
+	hidden        int64
+	image         int64
+	gpu           string
+	precision     string
+	optimizer     string
+	momentum      float64
+	weightDecay   float64
+	foreach       bool
+	fused         bool
+	forloop       bool
+	accumulate    int
+	checkpointing bool
+	attention     string
+	torch         string
+	steps         int
+	allocConf     string
+	context       string
+	emptyCache    bool
+	json          bool
+}
+
+func (j *jobFlags) register(fs *flag.FlagSet, batchDefault string) {
+	fs.StringVar(&j.batch, "batch", batchDefault, "micro-batch size")
+	fs.Int64Var(&j.seq, "seq", 0, "sequence length (default: the model's)")
+	fs.Int64Var(&j.layers, "layers", 0, "override the model's depth (models that allow it)")
+	fs.Int64Var(&j.hidden, "hidden", 0, "override the model's width (models that allow it)")
+	fs.Int64Var(&j.image, "image", 0, "image side for vision models (default 224)")
+	fs.StringVar(&j.gpu, "gpu", "h100-80gb", "GPU from 'batchfit gpus', or a capacity such as 80GB")
+	fs.StringVar(&j.precision, "precision", "32-true", "32-true, 16-mixed, bf16-mixed, 16-true or bf16-true")
+	fs.StringVar(&j.optimizer, "optimizer", "adam", "sgd, adam, adamw or none")
+	fs.Float64Var(&j.momentum, "momentum", 0, "SGD momentum (nonzero keeps a momentum buffer)")
+	fs.Float64Var(&j.weightDecay, "weight-decay", -1, "weight decay (default: torch.optim's: 0, AdamW 0.01)")
+	fs.BoolVar(&j.foreach, "foreach", false, "use the foreach optimizer implementation")
+	fs.BoolVar(&j.fused, "fused", false, "use the fused optimizer implementation")
+	fs.BoolVar(&j.forloop, "forloop", false, "use the per-parameter for-loop implementation")
+	fs.IntVar(&j.accumulate, "accumulate", 1, "micro-batches per optimizer step (gradient accumulation)")
+	fs.BoolVar(&j.checkpointing, "checkpointing", false, "activation checkpointing of every block (non-reentrant)")
+	fs.StringVar(&j.attention, "attention", "auto", "attention kernel: auto, eager, flash or efficient")
+	fs.StringVar(&j.torch, "torch", "", "PyTorch version whose rules apply (default: current; known profiles: "+strings.Join(profile.Versions(), ", ")+")")
+	fs.IntVar(&j.steps, "steps", 3, "optimizer steps to simulate")
+	fs.StringVar(&j.allocConf, "alloc-conf", "", "PYTORCH_CUDA_ALLOC_CONF (default: the environment variable)")
+	fs.StringVar(&j.context, "context", "", "CUDA context size (default: the GPU family's estimate)")
+	fs.BoolVar(&j.emptyCache, "empty-cache", false, "call torch.cuda.empty_cache() after every step")
+	fs.BoolVar(&j.json, "json", false, "print JSON")
+}
+
+// parseArgs parses flags that may come before or after the positional
+// arguments, as people type them ("estimate resnet50 --batch 64").
+func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, usageError{err}
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			return pos, nil
+		}
+		pos = append(pos, rest[0])
+		args = rest[1:]
+	}
+}
+
+func newFlagSet(name string, stderr io.Writer, usage string) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, usage)
+		fmt.Fprintln(stderr, "\nFlags:")
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+// parseBatches reads "64", "64,8,32,4" or a range "1:64" (powers of two)
+// or "8:64:8" (a step).
+func parseBatches(s string) ([]int64, error) {
+	if s == "" {
+		return nil, usagef("--batch is required")
+	}
+	if strings.Contains(s, ":") {
+		parts := strings.Split(s, ":")
+		if len(parts) > 3 {
+			return nil, usagef("--batch %q: want FROM:TO or FROM:TO:STEP", s)
+		}
+		var v [3]int64
+		for i, p := range parts {
+			n, err := strconv.ParseInt(strings.TrimSpace(p), 10, 64)
+			if err != nil || n <= 0 {
+				return nil, usagef("--batch %q: %q is not a positive integer", s, p)
+			}
+			v[i] = n
+		}
+		from, to := v[0], v[1]
+		if to < from {
+			return nil, usagef("--batch %q: the range ends before it starts", s)
+		}
+		var out []int64
+		for b := from; b <= to && len(out) < 4096; {
+			out = append(out, b)
+			if len(parts) == 3 {
+				b += v[2]
+			} else {
+				b *= 2
+			}
+		}
+		return out, nil
+	}
+	var out []int64
+	for _, p := range strings.Split(s, ",") {
+		n, err := strconv.ParseInt(strings.TrimSpace(p), 10, 64)
+		if err != nil || n <= 0 {
+			return nil, usagef("batch size %q is not a positive integer", strings.TrimSpace(p))
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// request builds a prediction request from the flags and the model
+// argument.
+func (j *jobFlags) request(model string) (predict.Request, error) {
+	var r predict.Request
+	if model == "" {
+		return r, usagef("no model given: name one from 'batchfit models' or give a path (.yaml, config.json, model directory)")
+	}
+	src, err := resolveSource(model)
+	if err != nil {
+		return r, err
+	}
+	r.Source = src
+	for _, v := range []struct {
+		name string
+		n    int64
+	}{{"--seq", j.seq}, {"--layers", j.layers}, {"--hidden", j.hidden}, {"--image", j.image}} {
+		if v.n < 0 {
+			return r, usagef("%s must be positive, got %d", v.name, v.n)
+		}
+	}
+	r.Config = models.Config{Seq: j.seq, Layers: j.layers, Hidden: j.hidden, Image: j.image}
+	g, err := gpu.Lookup(j.gpu)
+	if err != nil {
+		return r, usageError{err}
+	}
+	r.GPU = g
+	r.Context = -1
+	if j.context != "" {
+		n, err := gpu.ParseSize(j.context)
+		if err != nil {
+			return r, usagef("--context: %v", err)
+		}
+		r.Context = n
+	}
+	prec, err := train.ParsePrecision(j.precision)
+	if err != nil {
+		return r, usageError{err}
+	}
+	opt, err := train.ParseOptimizer(j.optimizer)
+	if err != nil {
+		return r, usageError{err}
+	}
+	impl := train.ImplDefault
+	n := 0
+	for _, f := range []struct {
+		on bool
+		i  train.Impl
+	}{{j.foreach, train.Foreach}, {j.fused, train.Fused}, {j.forloop, train.ForLoop}} {
+		if f.on {
+			impl = f.i
+			n++
+		}
+	}
+	if n > 1 {
+		return r, usagef("--foreach, --fused and --forloop exclude each other")
+	}
+	wd := j.weightDecay
+	if wd < 0 {
+		wd = 0
+		if opt == train.AdamW {
+			wd = 0.01
+		}
+	}
+	att, err := train.ParseAttention(j.attention)
+	if err != nil {
+		return r, usageError{err}
+	}
+	prof, err := profile.Lookup(j.torch)
+	if err != nil {
+		return r, usageError{err}
+	}
+	if j.accumulate < 1 {
+		return r, usagef("--accumulate must be at least 1, got %d", j.accumulate)
+	}
+	if j.steps < 1 || j.steps > 1000 {
+		return r, usagef("--steps must be between 1 and 1000, got %d", j.steps)
+	}
+	r.Setup = train.Setup{Precision: prec, Optimizer: train.Optimizer{Kind: opt, Momentum: j.momentum, Impl: impl, WeightDecay: wd},
+		Accumulate: j.accumulate, Checkpointing: j.checkpointing, Attention: att, Steps: j.steps, EmptyCache: j.emptyCache, Profile: prof}
+	conf := j.allocConf
+	if conf == "" {
+		conf = os.Getenv("PYTORCH_CUDA_ALLOC_CONF")
+		if conf == "" {
+			conf = os.Getenv("PYTORCH_ALLOC_CONF")
+		}
+	}
+	ac, err := alloc.ParseConfig(conf)
+	if err != nil {
+		return r, usagef("allocator configuration %q: %v", conf, err)
+	}
+	r.Alloc = ac
+	return r, nil
+}

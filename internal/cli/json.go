@@ -1,0 +1,89 @@
+package cli
+
+import (
+	"encoding/json"
+	"io"
+
+	"github.com/batchfit/batchfit/predict"
+	"github.com/batchfit/batchfit/trace"
+)
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// EstimateJSON is the stable JSON form of a prediction. Bytes are integers.
+type EstimateJSON struct {
+	Model               string           `json:"model"`
+	Batch               int64            `json:"batch"`
+	Seq                 int64            `json:"seq,omitempty"`
+	GPU                 string           `json:"gpu"`
+	Precision           string           `json:"precision"`
+	Optimizer           string           `json:"optimizer"`
+	OptimizerImpl       string           `json:"optimizer_impl"`
+	Accumulate          int              `json:"accumulate"`
+	Checkpointing       bool             `json:"checkpointing"`
+	TorchProfile        string           `json:"torch_profile"`
+	ParamCount          int64            `json:"param_count"`
+	ParametersBytes     int64            `json:"parameters_bytes"`
+	BuffersBytes        int64            `json:"buffers_bytes"`
+	GradientsBytes      int64            `json:"gradients_bytes"`
+	OptimizerStateBytes int64            `json:"optimizer_state_bytes"`
+	ActivationsBytes    int64            `json:"activations_bytes"`
+	AutocastCacheBytes  int64            `json:"autocast_cache_bytes"`
+	BatchDataBytes      int64            `json:"batch_data_bytes"`
+	WorkspaceBytes      int64            `json:"workspace_bytes"`
+	AtPeak              map[string]int64 `json:"at_peak_bytes"`
+	PeakAllocatedBytes  int64            `json:"peak_allocated_bytes"`
+	PeakReservedBytes   int64            `json:"peak_reserved_bytes"`
+	ContextBytes        int64            `json:"cuda_context_bytes"`
+	DeviceTotalBytes    int64            `json:"device_total_bytes"`
+	GPUCapacityBytes    int64            `json:"gpu_capacity_bytes"`
+	HeadroomBytes       int64            `json:"headroom_bytes"`
+	Fits                bool             `json:"fits"`
+	DecidedBy           string           `json:"decided_by"`
+	OOM                 string           `json:"oom_message,omitempty"`
+	Steps               []StepJSON       `json:"steps,omitempty"`
+}
+
+// StepJSON is one step of a schedule.
+type StepJSON struct {
+	Step               int   `json:"step"`
+	Batch              int64 `json:"batch"`
+	PeakAllocatedBytes int64 `json:"peak_allocated_bytes"`
+	PeakReservedBytes  int64 `json:"peak_reserved_bytes"`
+	EndAllocatedBytes  int64 `json:"end_allocated_bytes"`
+	EndReservedBytes   int64 `json:"end_reserved_bytes"`
+	ReleasedBytes      int64 `json:"released_bytes"`
+}
+
+func estimateJSON(res *predict.Result, batches []int64) EstimateJSON {
+	s := res.Summary
+	tl := res.Timeline
+	out := EstimateJSON{Model: res.Model, Batch: res.Config.Batch, Seq: res.Config.Seq, GPU: res.GPU.Name,
+		Precision: string(res.Setup.Precision), Optimizer: string(res.Setup.Optimizer.Kind), OptimizerImpl: string(res.Setup.Optimizer.Impl),
+		Accumulate: res.Setup.Accumulate, Checkpointing: res.Setup.Checkpointing, TorchProfile: res.Setup.Profile.Version,
+		ParamCount: s.ParamCount, ParametersBytes: s.ParametersBytes, BuffersBytes: s.BuffersBytes, GradientsBytes: s.GradientsBytes,
+		OptimizerStateBytes: s.OptimizerStateBytes, ActivationsBytes: s.ActivationsBytes, AutocastCacheBytes: s.CastCacheBytes,
+		BatchDataBytes: s.BatchDataBytes, WorkspaceBytes: s.WorkspaceBytes, AtPeak: map[string]int64{},
+		PeakAllocatedBytes: tl.PeakAllocated, PeakReservedBytes: tl.PeakReserved, ContextBytes: res.Context,
+		DeviceTotalBytes: res.DeviceTotal, GPUCapacityBytes: res.GPU.Capacity, HeadroomBytes: res.Headroom(), Fits: res.Fits, DecidedBy: res.Decider}
+	for _, c := range trace.Categories() {
+		out.AtPeak[c.String()] = tl.AtPeak[c]
+	}
+	if tl.OOM != nil {
+		out.OOM = tl.OOM.Error()
+	}
+	if len(batches) > 1 {
+		for i, st := range tl.Steps {
+			if i >= len(batches) {
+				break
+			}
+			out.Steps = append(out.Steps, StepJSON{Step: i + 1, Batch: batches[i], PeakAllocatedBytes: st.PeakAllocated, PeakReservedBytes: st.PeakReserved,
+				EndAllocatedBytes: st.EndAllocated, EndReservedBytes: st.EndReserved, ReleasedBytes: st.Released})
+		}
+	}
+	return out
+}

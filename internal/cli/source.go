@@ -1,0 +1,81 @@
+package cli
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/batchfit/batchfit/graph"
+	"github.com/batchfit/batchfit/models"
+	"github.com/batchfit/batchfit/predict"
+	"github.com/batchfit/batchfit/spec"
+)
+
+// resolveSource turns the model argument into a Source: a zoo name, or a
+// path to a YAML layer spec.
+func resolveSource(arg string) (predict.Source, error) {
+	ext := strings.ToLower(filepath.Ext(arg))
+	info, statErr := os.Stat(arg)
+	switch {
+	case ext == ".yaml" || ext == ".yml":
+		s, err := spec.ParseFile(arg)
+		if err != nil {
+			return nil, err
+		}
+		return specSource{s: s, name: arg}, nil
+	case ext == ".onnx", ext == ".json", statErr == nil && info.IsDir():
+		return nil, fmt.Errorf("%s: ONNX files and Hugging Face configs are not read yet; use a zoo name ('batchfit models') or a YAML layer spec", arg)
+	case statErr == nil:
+		return nil, fmt.Errorf("%s: unknown model file type %q (want .yaml)", arg, ext)
+	}
+	m, err := models.Lookup(arg)
+	if err != nil {
+		return nil, usageError{err}
+	}
+	return predict.Zoo{M: m}, nil
+}
+
+type specSource struct {
+	s    *spec.Spec
+	name string
+}
+
+func (s specSource) Name() string { return s.name }
+
+func (s specSource) Build(c models.Config) (*graph.Graph, error) {
+	over := map[string]int64{}
+	declared := s.s.Params()
+	for name, v := range map[string]int64{"layers": c.Layers, "hidden": c.Hidden} {
+		if v == 0 {
+			continue
+		}
+		if _, ok := declared[name]; !ok {
+			return nil, fmt.Errorf("%s declares no %q parameter to override", s.name, name)
+		}
+		over[name] = v
+	}
+	return s.s.Build(c.Batch, c.Seq, over)
+}
+
+func (s specSource) DefaultSeq() int64 {
+	if s.s.UsesSeq() {
+		return 512
+	}
+	return 0
+}
+
+func (s specSource) Dims() []models.Dim {
+	var ds []models.Dim
+	p := s.s.Params()
+	if _, ok := p["layers"]; ok {
+		ds = append(ds, models.DimLayers)
+	}
+	if _, ok := p["hidden"]; ok {
+		ds = append(ds, models.DimHidden)
+	}
+	if s.s.UsesSeq() {
+		ds = append(ds, models.DimSeq)
+	}
+	return ds
+}

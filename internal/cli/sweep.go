@@ -1,0 +1,80 @@
+package cli
+
+import (
+	"encoding/csv"
+	"fmt"
+	"io"
+	"text/tabwriter"
+
+	"github.com/batchfit/batchfit/solve"
+)
+
+const sweepUsage = `usage: batchfit sweep MODEL --batch LIST|RANGE [flags]
+
+Predicts memory for each batch size: a list (1,2,4,8) or a range,
+FROM:TO doubling (1:256) or FROM:TO:STEP (8:64:8).
+
+Examples:
+  batchfit sweep resnet50 --batch 1:256 --gpu a100-40gb
+  batchfit sweep gpt2 --batch 1:32 --seq 1024 --precision bf16-mixed --csv
+`
+
+func runSweep(args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("sweep", stderr, sweepUsage)
+	var j jobFlags
+	j.register(fs, "1:256")
+	asCSV := fs.Bool("csv", false, "print CSV")
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return usagef("sweep takes one model, got %d arguments (see 'batchfit sweep -h')", len(pos))
+	}
+	batches, err := parseBatches(j.batch)
+	if err != nil {
+		return err
+	}
+	r, err := j.request(pos[0])
+	if err != nil {
+		return err
+	}
+	pts, err := solve.Sweep(r, batches)
+	if err != nil {
+		return err
+	}
+	switch {
+	case j.json:
+		var out []EstimateJSON
+		for _, p := range pts {
+			out = append(out, estimateJSON(p.Result, nil))
+		}
+		return writeJSON(stdout, out)
+	case *asCSV:
+		w := csv.NewWriter(stdout)
+		w.Write([]string{"batch", "activations_bytes", "peak_allocated_bytes", "peak_reserved_bytes", "device_total_bytes", "gpu_capacity_bytes", "fits"})
+		for _, p := range pts {
+			r := p.Result
+			w.Write([]string{fmt.Sprint(p.Value), fmt.Sprint(r.Summary.ActivationsBytes), fmt.Sprint(r.Timeline.PeakAllocated),
+				fmt.Sprint(r.Timeline.PeakReserved), fmt.Sprint(r.DeviceTotal), fmt.Sprint(r.GPU.Capacity), fmt.Sprint(r.Fits)})
+		}
+		w.Flush()
+		return w.Error()
+	}
+	fmt.Fprintln(stdout, setupLine(pts[0].Result))
+	fmt.Fprintln(stdout)
+	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "batch\tsaved activations\tpeak allocated\tpeak reserved\tdevice total\tfits\t")
+	for _, p := range pts {
+		r := p.Result
+		fits := "yes"
+		if !r.Fits {
+			fits = "no"
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t\n", p.Value, fmtBytes(r.Summary.ActivationsBytes), fmtBytes(r.Timeline.PeakAllocated),
+			fmtBytes(r.Timeline.PeakReserved), fmtBytes(r.DeviceTotal), fits)
+	}
+	tw.Flush()
+	fmt.Fprintf(stdout, "\nGPU capacity %s (%s)\n", fmtBytes(pts[0].Result.GPU.Capacity), pts[0].Result.GPU.Marketing)
+	return nil
+}

@@ -1,0 +1,171 @@
+package predict
+
+import (
+	"fmt"
+
+	"github.com/batchfit/batchfit/alloc"
+	"github.com/batchfit/batchfit/gpu"
+	"github.com/batchfit/batchfit/graph"
+	"github.com/batchfit/batchfit/models"
+	"github.com/batchfit/batchfit/trace"
+	"github.com/batchfit/batchfit/train"
+)
+
+// Source builds a model's graph for given sizes: a zoo entry, a YAML spec,
+// a Hugging Face config, an ONNX file.
+type Source interface {
+	Name() string
+	Build(c models.Config) (*graph.Graph, error)
+	// DefaultSeq is the sequence length used when none is given (0 when
+	// the model has none).
+	DefaultSeq() int64
+	// Dims lists the dimensions besides batch the source can vary.
+	Dims() []models.Dim
+}
+
+// Zoo wraps a zoo entry as a Source.
+type Zoo struct{ M models.Model }
+
+func (z Zoo) Name() string { return z.M.Name }
+func (z Zoo) Build(c models.Config) (*graph.Graph, error) {
+	if c.Seq == 0 {
+		c.Seq = z.M.DefaultSeq
+	}
+	return z.M.Build(c)
+}
+func (z Zoo) DefaultSeq() int64  { return z.M.DefaultSeq }
+func (z Zoo) Dims() []models.Dim { return z.M.Dims }
+
+// Request is one prediction.
+type Request struct {
+	Source Source
+	Config models.Config
+	Setup  train.Setup
+	GPU    gpu.GPU
+	// Context overrides the GPU's CUDA context size when not negative.
+	Context int64
+	Alloc   alloc.Config
+	// Schedule gives the batch size of each optimizer step (the seed's
+	// 64, 8, 32, 4 experiment); empty means Config.Batch for Setup.Steps
+	// steps.
+	Schedule []int64
+	// Record keeps the allocator state after every event.
+	Record bool
+}
+
+// Result is the answer to a Request.
+type Result struct {
+	Model    string
+	Config   models.Config
+	Setup    train.Setup
+	GPU      gpu.GPU
+	Summary  train.Summary
+	Timeline *alloc.Timeline
+	Trace    *trace.Trace
+	// Context is the CUDA context and driver memory outside PyTorch.
+	Context int64
+	// DeviceTotal is what nvidia-smi would show for the process at the
+	// peak: peak reserved plus the context.
+	DeviceTotal int64
+	Fits        bool
+	// Decider names the figure that decided Fits.
+	Decider string
+}
+
+// Run answers a Request.
+func Run(r Request) (*Result, error) {
+	if r.Source == nil {
+		return nil, fmt.Errorf("no model given")
+	}
+	if r.Config.Batch <= 0 && len(r.Schedule) == 0 {
+		return nil, fmt.Errorf("batch size must be positive, got %d", r.Config.Batch)
+	}
+	for _, b := range r.Schedule {
+		if b <= 0 {
+			return nil, fmt.Errorf("batch sizes must be positive, got %d in the schedule", b)
+		}
+	}
+	if r.Config.Seq == 0 {
+		r.Config.Seq = r.Source.DefaultSeq()
+	}
+	setup, err := r.Setup.Normalize()
+	if err != nil {
+		return nil, err
+	}
+	setup.ComputeMajor = r.GPU.Major
+	if setup.ComputeMajor == 0 {
+		setup.ComputeMajor = 9
+	}
+	sched := r.Schedule
+	if len(sched) == 0 {
+		sched = make([]int64, setup.Steps)
+		for i := range sched {
+			sched[i] = r.Config.Batch
+		}
+	}
+	graphs := map[int64]*graph.Graph{}
+	build := func(b int64) (*graph.Graph, error) {
+		if g, ok := graphs[b]; ok {
+			return g, nil
+		}
+		c := r.Config
+		c.Batch = b
+		g, err := r.Source.Build(c)
+		if err != nil {
+			return nil, err
+		}
+		graphs[b] = g
+		return g, nil
+	}
+	g0, err := build(sched[0])
+	if err != nil {
+		return nil, err
+	}
+	sim, err := train.New(g0, setup)
+	if err != nil {
+		return nil, err
+	}
+	for _, b := range sched {
+		g, err := build(b)
+		if err != nil {
+			return nil, err
+		}
+		if err := sim.Step(g); err != nil {
+			return nil, err
+		}
+	}
+	ctx := r.GPU.ContextSize
+	if r.Context >= 0 {
+		ctx = r.Context
+	}
+	if ctx >= r.GPU.Capacity {
+		return nil, fmt.Errorf("the CUDA context (%s) leaves nothing of the %s device", alloc.FormatSize(ctx), alloc.FormatSize(r.GPU.Capacity))
+	}
+	dev := alloc.Device{Capacity: r.GPU.Capacity - ctx, Total: r.GPU.Capacity}
+	tr := sim.Trace()
+	tl, err := alloc.Replay(tr, r.Alloc, dev, alloc.ReplayOptions{Record: r.Record})
+	if err != nil {
+		return nil, err
+	}
+	res := &Result{Model: r.Source.Name(), Config: r.Config, Setup: sim.Setup(), GPU: r.GPU, Summary: sim.Summary(),
+		Timeline: tl, Trace: tr, Context: ctx}
+	res.DeviceTotal = tl.PeakReserved + ctx
+	if tl.OOM != nil {
+		res.Fits = false
+		res.Decider = fmt.Sprintf("the allocator runs out of memory: %s", tl.OOM.Error())
+	} else {
+		res.Fits = res.DeviceTotal <= r.GPU.Capacity
+		res.Decider = fmt.Sprintf("peak reserved %s + CUDA context %s = %s of %s",
+			alloc.FormatSize(tl.PeakReserved), alloc.FormatSize(ctx), alloc.FormatSize(res.DeviceTotal), alloc.FormatSize(r.GPU.Capacity))
+	}
+	return res, nil
+}
+
+// Headroom is what is left on the device at the peak (negative when the job
+// does not fit).
+func (r *Result) Headroom() int64 {
+	if r.Timeline.OOM != nil {
+		return r.GPU.Capacity - r.Context - r.Timeline.OOM.Reserved - r.Timeline.OOM.AllocSize
+	}
+	return r.GPU.Capacity - r.DeviceTotal
+}

@@ -1,0 +1,79 @@
+package validation
+
+import (
+	"encoding/json"
+	"math"
+	"os"
+	"testing"
+
+	"github.com/batchfit/batchfit/models"
+	"github.com/batchfit/batchfit/profile"
+	"github.com/batchfit/batchfit/train"
+)
+
+type reference struct {
+	Torch  string `json:"torch"`
+	Models map[string]struct {
+		ParamCount  int64 `json:"param_count"`
+		BufferBytes int64 `json:"buffer_bytes"`
+		Batches     []struct {
+			Batch      int64 `json:"batch"`
+			SavedBytes int64 `json:"saved_bytes"`
+		} `json:"batches"`
+	} `json:"models"`
+}
+
+// zooName maps reference entries to zoo builds.
+func build(t *testing.T, name string, batch int64) (models.Config, string) {
+	switch name {
+	case "mlp-L1-H256":
+		return models.Config{Batch: batch, Layers: 1, Hidden: 256}, "mlp"
+	case "mlp-L8-H512":
+		return models.Config{Batch: batch, Layers: 8, Hidden: 512}, "mlp"
+	}
+	return models.Config{Batch: batch}, name
+}
+
+// TestTorchReference compares parameter counts (exactly) and saved
+// activation bytes (within 1 %) with what CPU PyTorch reported, simulated
+// under the runtime profile of the PyTorch that produced the reference.
+func TestTorchReference(t *testing.T) {
+	data, err := os.ReadFile("../testdata/reference/torch-cpu.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ref reference
+	if err := json.Unmarshal(data, &ref); err != nil {
+		t.Fatal(err)
+	}
+	prof, err := profile.Lookup(ref.Torch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ref.Models) < 6 {
+		t.Fatalf("reference has %d models, want at least 6", len(ref.Models))
+	}
+	for name, m := range ref.Models {
+		for _, b := range m.Batches {
+			cfg, zoo := build(t, name, b.Batch)
+			g, _, err := models.Build(zoo, cfg)
+			if err != nil {
+				t.Errorf("%s: %v", name, err)
+				continue
+			}
+			if got := g.ParamCount(); got != m.ParamCount {
+				t.Errorf("%s: %d parameters, PyTorch has %d", name, got, m.ParamCount)
+			}
+			_, sum, err := train.Simulate(g, train.Setup{CPU: true, Profile: prof, Steps: 1, Optimizer: train.Optimizer{Kind: train.SGD}})
+			if err != nil {
+				t.Errorf("%s batch %d: %v", name, b.Batch, err)
+				continue
+			}
+			rel := float64(sum.ActivationsBytes-b.SavedBytes) / float64(b.SavedBytes)
+			t.Logf("%-12s batch %3d: saved %12d, PyTorch %12d (%+.3f%%)", name, b.Batch, sum.ActivationsBytes, b.SavedBytes, 100*rel)
+			if math.Abs(rel) > 0.01 {
+				t.Errorf("%s batch %d: saved activations %d bytes, PyTorch saved %d (%+.2f%%, limit 1%%)", name, b.Batch, sum.ActivationsBytes, b.SavedBytes, 100*rel)
+			}
+		}
+	}
+}
