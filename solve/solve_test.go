@@ -1,0 +1,143 @@
+package solve
+
+import (
+	"testing"
+
+	"github.com/batchfit/batchfit/alloc"
+	"github.com/batchfit/batchfit/gpu"
+	"github.com/batchfit/batchfit/models"
+	"github.com/batchfit/batchfit/predict"
+	"github.com/batchfit/batchfit/train"
+)
+
+func request(t testing.TB, name string, g string) predict.Request {
+	m, err := models.Lookup(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dev, err := gpu.Lookup(g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return predict.Request{Source: predict.Zoo{M: m}, GPU: dev, Context: -1, Alloc: alloc.DefaultConfig(),
+		Setup: train.Setup{Optimizer: train.Optimizer{Kind: train.Adam}}}
+}
+
+// Memory rises with batch size for every zoo model: more samples only add
+// tensors, so the peak of the bytes requested from the allocator rises
+// strictly. (Allocated and reserved memory include the allocator's rounding
+// and fragmentation — an unsplit block counts whole — and PyTorch's own
+// figures are not strictly monotone at the megabyte level; they are
+// checked against the requested peak instead.) Sequence models run at a
+// short sequence to keep the test fast.
+func TestMonotoneInBatch(t *testing.T) {
+	for _, m := range models.All() {
+		m := m
+		t.Run(m.Name, func(t *testing.T) {
+			t.Parallel()
+			r := request(t, m.Name, "4TB")
+			if m.DefaultSeq > 0 {
+				r.Config.Seq = 64
+			}
+			r.Setup.Steps = 2
+			pts, err := Sweep(r, []int64{1, 2, 3, 4})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, p := range pts {
+				tl := p.Result.Timeline
+				if tl.PeakAllocated < tl.Final.PeakRequested || tl.PeakReserved < tl.PeakAllocated {
+					t.Errorf("batch %d: requested %d, allocated %d, reserved %d out of order", p.Value, tl.Final.PeakRequested, tl.PeakAllocated, tl.PeakReserved)
+				}
+				if i == 0 {
+					continue
+				}
+				a, b := pts[i-1].Result, p.Result
+				if b.Timeline.Final.PeakRequested <= a.Timeline.Final.PeakRequested {
+					t.Errorf("peak requested at batch %d (%d) not above batch %d (%d)", p.Value, b.Timeline.Final.PeakRequested, pts[i-1].Value, a.Timeline.Final.PeakRequested)
+				}
+				if b.Summary.ActivationsBytes <= a.Summary.ActivationsBytes {
+					t.Errorf("saved activations at batch %d not above batch %d", p.Value, pts[i-1].Value)
+				}
+			}
+		})
+	}
+}
+
+// maxbatch returns b where b fits and b+1 does not, checked by predicting
+// both independently of the search.
+func TestMaxBatchBoundary(t *testing.T) {
+	cases := []struct{ model, gpu string }{
+		{"mlp", "256MiB"},
+		{"simpleconv", "t4"},
+		{"resnet18", "t4"},
+		{"resnet50", "a100-40gb"},
+	}
+	for _, c := range cases {
+		r := request(t, c.model, c.gpu)
+		r.Context = 0
+		ans, err := MaxBatch(r, 0)
+		if err != nil {
+			t.Fatalf("%s: %v", c.model, err)
+		}
+		if ans.Max < 1 {
+			t.Fatalf("%s on %s: nothing fits", c.model, c.gpu)
+		}
+		for _, b := range []int64{ans.Max, ans.Max + 1} {
+			q := r
+			q.Config.Batch = b
+			res, err := predict.Run(q)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := b == ans.Max; res.Fits != want {
+				t.Errorf("%s on %s: maxbatch %d, but batch %d fits=%v", c.model, c.gpu, ans.Max, b, res.Fits)
+			}
+		}
+		t.Logf("%s on %s: max batch %d in %d probes", c.model, c.gpu, ans.Max, ans.Probes)
+	}
+}
+
+// The seed question: how deep can the MLP be at batch 32? Depth is solved
+// like batch: the answer fits, one more layer does not.
+func TestMaxLayers(t *testing.T) {
+	r := request(t, "mlp", "256MiB")
+	r.Context = 0
+	r.Config.Batch = 32
+	ans, err := MaxDim(r, models.DimLayers, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ans.Max < 2 || ans.Over == nil || ans.Over.Fits || !ans.Fit.Fits {
+		t.Fatalf("layers: max %d, fit %v, over %v", ans.Max, ans.Fit != nil && ans.Fit.Fits, ans.Over != nil && ans.Over.Fits)
+	}
+	// A 1024-unit hidden layer adds 1024·1024+1024 parameters; with Adam
+	// each costs 16 bytes (weight, gradient, two moments): about 16 MiB a
+	// layer, so a 256 MiB device holds on the order of
+	// ten layers, not hundreds.
+	if ans.Max > 64 {
+		t.Errorf("max layers %d is implausibly deep for 256 MiB", ans.Max)
+	}
+	if _, err := MaxDim(request(t, "resnet18", "t4"), models.DimLayers, 0); err == nil {
+		t.Error("resnet18 has no layers dimension, want an error")
+	}
+}
+
+func BenchmarkMaxBatchGPT2(b *testing.B) {
+	r := request(b, "gpt2", "h100-80gb")
+	r.Config.Seq = 1024
+	for i := 0; i < b.N; i++ {
+		if _, err := MaxBatch(r, 0); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkMaxBatchResNet50(b *testing.B) {
+	r := request(b, "resnet50", "h100-80gb")
+	for i := 0; i < b.N; i++ {
+		if _, err := MaxBatch(r, 0); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
