@@ -32,6 +32,9 @@ type MaxBatchJSON struct {
 	AtNext   *EstimateJSON `json:"at_next,omitempty"`
 }
 
+var dimWords = map[models.Dim]string{models.DimBatch: "batch", models.DimLayers: "depth (layers)",
+	models.DimHidden: "width (hidden size)", models.DimSeq: "sequence length"}
+
 func runMaxBatch(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("maxbatch", stderr, maxbatchUsage)
 	var j jobFlags
@@ -86,7 +89,7 @@ func runMaxBatch(args []string, stdout, stderr io.Writer) error {
 	} else if ans.Max > 0 {
 		fmt.Fprintln(stdout, setupLine(ans.Fit))
 		fmt.Fprintln(stdout)
-		fmt.Fprintf(stdout, "largest %s that fits: %d", d, ans.Max)
+		fmt.Fprintf(stdout, "largest %s that fits: %d", dimWords[d], ans.Max)
 		if ans.Limited {
 			fmt.Fprintf(stdout, " (the search limit)")
 		}

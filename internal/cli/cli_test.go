@@ -1,0 +1,127 @@
+package cli
+
+import (
+	"bytes"
+	"encoding/json"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata")
+
+func run(args ...string) (string, string, int) {
+	var out, errb bytes.Buffer
+	code := Run(args, &out, &errb)
+	return out.String(), errb.String(), code
+}
+
+// Golden files pin the presentation (layout, wording, units) of the text
+// output; the figures in them are checked against the semantics by the
+// train, alloc and validation tests, not here. Refresh with -update.
+func TestGolden(t *testing.T) {
+	cases := []struct {
+		name string
+		args []string
+	}{
+		{"estimate_mlp", []string{"estimate", "mlp", "--batch", "32", "--gpu", "t4"}},
+		{"estimate_schedule", []string{"estimate", "simpleconv", "--batch", "64,8,32,4", "--gpu", "t4", "--optimizer", "sgd"}},
+		{"estimate_schedule_empty_cache", []string{"estimate", "simpleconv", "--batch", "64,8,32,4", "--gpu", "t4", "--optimizer", "sgd", "--empty-cache"}},
+		{"sweep_simpleconv", []string{"sweep", "simpleconv", "--batch", "1:64", "--gpu", "t4"}},
+		{"maxbatch_mlp_layers", []string{"maxbatch", "mlp", "--solve", "layers", "--batch", "32", "--gpu", "1GiB", "--context", "0"}},
+		{"gpus", []string{"gpus"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			out, errs, code := run(c.args...)
+			if code != 0 {
+				t.Fatalf("exit %d: %s", code, errs)
+			}
+			path := filepath.Join("testdata", c.name+".golden")
+			if *update {
+				if err := os.WriteFile(path, []byte(out), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			want, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatalf("%v (run go test -update)", err)
+			}
+			if out != string(want) {
+				t.Errorf("output differs from %s (run go test ./internal/cli -update after checking):\n%s", path, out)
+			}
+		})
+	}
+}
+
+// The JSON of estimate carries the fields programs rely on, with bytes as
+// integers, and they are consistent with each other.
+func TestEstimateJSON(t *testing.T) {
+	out, errs, code := run("estimate", "mlp", "--batch", "32", "--gpu", "t4", "--json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	var m map[string]any
+	if err := json.Unmarshal([]byte(out), &m); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"param_count", "parameters_bytes", "gradients_bytes", "optimizer_state_bytes", "activations_bytes",
+		"batch_data_bytes", "peak_allocated_bytes", "peak_reserved_bytes", "device_total_bytes", "gpu_capacity_bytes", "fits"} {
+		if _, ok := m[k]; !ok {
+			t.Errorf("missing %q", k)
+		}
+	}
+	// The seed MLP's figures, worked out in train/sim_test.go.
+	const params = 3962890
+	if m["param_count"].(float64) != params || m["parameters_bytes"].(float64) != 4*params || m["optimizer_state_bytes"].(float64) != 8*params {
+		t.Errorf("param figures: %v %v %v", m["param_count"], m["parameters_bytes"], m["optimizer_state_bytes"])
+	}
+	if m["activations_bytes"].(float64) != 525572 {
+		t.Errorf("activations_bytes = %v, want 525572", m["activations_bytes"])
+	}
+	pa, pr, dt := m["peak_allocated_bytes"].(float64), m["peak_reserved_bytes"].(float64), m["device_total_bytes"].(float64)
+	if !(pa <= pr && pr < dt) || m["fits"] != true {
+		t.Errorf("peak allocated %v, reserved %v, device total %v, fits %v", pa, pr, dt, m["fits"])
+	}
+	out, _, code = run("maxbatch", "resnet18", "--gpu", "t4", "--json")
+	if code != 0 || !strings.Contains(out, `"max_batch"`) {
+		t.Errorf("maxbatch --json: exit %d, %s", code, out)
+	}
+}
+
+// Bad input gets a clear message and a non-zero exit, never a panic.
+func TestBadInput(t *testing.T) {
+	cases := []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"estimate", "resnet5O"}, 2, `did you mean "resnet50"`},
+		{[]string{"estimate", "mlp", "--gpu", "h1OO"}, 2, "unknown gpu"},
+		{[]string{"estimate", "mlp", "--batch", "0"}, 2, "not a positive integer"},
+		{[]string{"estimate", "mlp", "--batch", "-3"}, 2, "not a positive integer"},
+		{[]string{"estimate", "mlp", "--precision", "fp8"}, 2, "unknown precision"},
+		{[]string{"estimate", "mlp", "--optimizer", "lion"}, 2, "unknown optimizer"},
+		{[]string{"estimate", "mlp", "--alloc-conf", "max_split_size:64"}, 2, "max_split_size_mb"},
+		{[]string{"estimate", "mlp", "--torch", "0.4"}, 2, "no runtime profile"},
+		{[]string{"estimate"}, 2, "one model"},
+		{[]string{"estimat", "mlp"}, 2, `did you mean estimate`},
+		{[]string{"estimate", "vgg16", "--batch", "1", "--gpu", "64MiB", "--context", "0"}, 1, "even at batch 1"},
+		{[]string{"estimate", "mlp", "--foreach", "--fused"}, 2, "exclude each other"},
+		{[]string{"maxbatch", "resnet18", "--solve", "layers"}, 1, "cannot vary"},
+		{[]string{"maxbatch", "vgg16", "--gpu", "64MiB", "--context", "0"}, 1, "does not fit"},
+		{[]string{"estimate", "no/such/file.yaml"}, 1, "no/such/file.yaml"},
+	}
+	for _, c := range cases {
+		_, errs, code := run(c.args...)
+		if code != c.code || !strings.Contains(errs, c.want) {
+			t.Errorf("%v: exit %d, stderr %q; want exit %d mentioning %q", c.args, code, errs, c.code, c.want)
+		}
+		if strings.Contains(errs, "goroutine") || strings.Contains(errs, "panic") {
+			t.Errorf("%v: stack trace in output: %s", c.args, errs)
+		}
+	}
+}
