@@ -660,9 +660,10 @@ func (b *Builder) Cast(name string, x TensorID, dt DType) TensorID {
 	if !b.ok(x) {
 		return None
 	}
-	if b.DTypeOf(x) == dt {
-		return x
-	}
+	// Recorded even when the graph dtypes agree: under autocast the input
+	// may be half at run time, and then .to(float32) is a real copy (the
+	// simulator aliases it when the run-time dtypes agree, as PyTorch
+	// returns self).
 	return b.op(Cast, name, []TensorID{x}, None, None, b.Shape(x).Clone(), dt, None, true, Attr{})
 }
 

@@ -24,6 +24,8 @@ type rule struct {
 	out  func(m *micro, c *fwdCtx) graph.DType
 	fwd  func(c *fwdCtx)
 	bwd  func(c *bwdCtx)
+	// alias reports that the op returns its input itself (no memory).
+	alias func(m *micro, c *fwdCtx, out graph.DType) bool
 }
 
 var rules map[graph.Kind]rule
@@ -152,7 +154,15 @@ func init() {
 		graph.Contiguous: {bwd: func(c *bwdCtx) { c.passIn(0) }},
 		// .to(dtype): ToCopyBackward0 allocates the gradient in the source
 		// dtype.
-		graph.Cast: {out: func(m *micro, c *fwdCtx) graph.DType { return m.g.Tensors[c.op.Output].DType }, bwd: gradInput},
+		graph.Cast: {out: func(m *micro, c *fwdCtx) graph.DType { return m.g.Tensors[c.op.Output].DType },
+			alias: func(m *micro, c *fwdCtx, out graph.DType) bool { return c.in[0].dt == out },
+			bwd: func(c *bwdCtx) {
+				if c.inDT(0) == c.m.val[c.op.Output].dt {
+					c.passIn(0)
+				} else {
+					c.gradIn(0)
+				}
+			}},
 		// add saves nothing; each input gets the gradient itself, or its
 		// sum over broadcast dims.
 		graph.Add: {out: promoteInputs, bwd: func(c *bwdCtx) {

@@ -142,7 +142,10 @@ func (m *micro) runOp(i int) {
 	out := op.Output
 	dt := m.outDType(r, &c)
 	tensor := &m.g.Tensors[out]
-	if tensor.View != graph.None {
+	if r.alias != nil && r.alias(m, &c, dt) {
+		c.out = value{st: c.in[0].st, dt: dt}
+		sim.ref(c.in[0].st)
+	} else if tensor.View != graph.None {
 		base := m.val[tensor.View]
 		c.out = value{st: base.st, dt: dt}
 		sim.ref(base.st)
