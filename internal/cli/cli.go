@@ -3,6 +3,7 @@ package cli
 import (
 	"fmt"
 	"io"
+	"os"
 	"sort"
 	"strings"
 
@@ -27,16 +28,20 @@ Run 'batchfit <command> -h' for a command's flags and examples.
 
 type command func(args []string, stdout, stderr io.Writer) error
 
+// Stdin is where commands that read standard input read it.
+var Stdin io.Reader = os.Stdin
+
 var commands = map[string]command{
 	"estimate": runEstimate,
 	"sweep":    runSweep,
 	"maxbatch": runMaxBatch,
 	"models":   runModels,
 	"gpus":     runGPUs,
+	"oom": func(args []string, stdout, stderr io.Writer) error {
+		return runOOM(args, Stdin, stdout, stderr)
+	},
+	"snapshot": runSnapshot,
 }
-
-// Register adds a subcommand (for commands defined in other files).
-func register(name string, c command) { commands[name] = c }
 
 // Run executes the command line args (without the program name) and
 // returns the process exit code: 0 ok, 1 failure, 2 usage.

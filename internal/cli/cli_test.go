@@ -125,3 +125,30 @@ func TestBadInput(t *testing.T) {
 		}
 	}
 }
+
+// The seed's OOM message: 8.74 GiB requested, 6.32 GiB free and 8.86 −
+// 8.84 = 0.02 GiB cached, so the request exceeds what there was.
+func TestOOMCommand(t *testing.T) {
+	msg := "Traceback (most recent call last):\n  File \"train.py\", line 9\nRuntimeError: CUDA out of memory. Tried to allocate 8.74 GiB (GPU 0; 15.90 GiB total capacity; 8.84 GiB already allocated; 6.32 GiB free; 8.86 GiB reserved in total by PyTorch)\n"
+	Stdin = strings.NewReader(msg)
+	defer func() { Stdin = os.Stdin }()
+	out, errs, code := run("oom", "--json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	var ex map[string]any
+	if err := json.Unmarshal([]byte(out), &ex); err != nil {
+		t.Fatal(err)
+	}
+	if ex["cached_could_serve"] != false || ex["deficit_bytes"].(float64) <= 0 {
+		t.Errorf("explanation: cached_could_serve %v, deficit %v", ex["cached_could_serve"], ex["deficit_bytes"])
+	}
+	_, errs, code = run("oom", "everything is fine")
+	if code != 1 || !strings.Contains(errs, "out of memory") {
+		t.Errorf("non-OOM text: exit %d, %q", code, errs)
+	}
+	_, errs, code = run("snapshot", "testdata/estimate_mlp.golden")
+	if code != 1 || !strings.Contains(errs, "estimate_mlp.golden") {
+		t.Errorf("non-pickle snapshot: exit %d, %q", code, errs)
+	}
+}

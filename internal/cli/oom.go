@@ -1,0 +1,114 @@
+package cli
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/batchfit/batchfit/gpu"
+	"github.com/batchfit/batchfit/oom"
+	"github.com/batchfit/batchfit/solve"
+)
+
+const oomUsage = `usage: batchfit oom [MESSAGE | FILE | -] [--model MODEL and job flags]
+
+Explains a CUDA out-of-memory message — the current format and the pre-2.1
+one — given as an argument, a file (a whole log or traceback is fine) or on
+standard input. With --model and the run's setup it also finds the largest
+batch that would fit on that GPU.
+
+Examples:
+  batchfit oom < train.log
+  batchfit oom "CUDA out of memory. Tried to allocate 8.74 GiB (GPU 0; 15.90 GiB total capacity; 8.84 GiB already allocated; 6.32 GiB free; 8.86 GiB reserved in total by PyTorch)"
+  batchfit oom train.log --model resnet50 --precision 16-mixed
+`
+
+// maxInput bounds what oom reads: logs are long, but not unbounded.
+const maxInput = 64 << 20
+
+func runOOM(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	fs := newFlagSet("oom", stderr, oomUsage)
+	var j jobFlags
+	j.register(fs, "1")
+	model := fs.String("model", "", "the model that ran, to find the batch that would have fit")
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	var text string
+	switch {
+	case len(pos) == 0 || (len(pos) == 1 && pos[0] == "-"):
+		b, err := io.ReadAll(io.LimitReader(stdin, maxInput+1))
+		if err != nil {
+			return fmt.Errorf("reading standard input: %w", err)
+		}
+		if len(b) > maxInput {
+			return fmt.Errorf("standard input is larger than %d MiB", maxInput>>20)
+		}
+		text = string(b)
+	case len(pos) == 1:
+		if st, err := os.Stat(pos[0]); err == nil && !st.IsDir() {
+			f, err := os.Open(pos[0])
+			if err != nil {
+				return err
+			}
+			b, err := io.ReadAll(io.LimitReader(f, maxInput+1))
+			f.Close()
+			if err != nil {
+				return fmt.Errorf("reading %s: %w", pos[0], err)
+			}
+			if len(b) > maxInput {
+				return fmt.Errorf("%s is larger than %d MiB", pos[0], maxInput>>20)
+			}
+			text = string(b)
+		} else {
+			text = pos[0]
+		}
+	default:
+		text = strings.Join(pos, " ")
+	}
+	msg, err := oom.Parse(text)
+	if err != nil {
+		return err
+	}
+	ex := oom.Explain(msg)
+	type fitJSON struct {
+		Model    string `json:"model"`
+		MaxBatch int64  `json:"max_batch"`
+	}
+	var fit *fitJSON
+	if *model != "" {
+		r, err := j.request(*model)
+		if err != nil {
+			return err
+		}
+		// The device of the message: its total, with what was outside
+		// PyTorch (context, other processes) taken as the context.
+		r.GPU = gpu.GPU{Name: fmt.Sprintf("GPU %d", msg.DeviceIndex), Marketing: "the GPU of the message", Capacity: msg.Total,
+			Major: r.GPU.Major, ContextSize: max(0, ex.OutsidePyTorch)}
+		b, _ := parseBatches(j.batch)
+		r.Config.Batch = b[0]
+		ans, err := solve.MaxBatch(r, 0)
+		if err != nil {
+			return err
+		}
+		fit = &fitJSON{Model: r.Source.Name(), MaxBatch: ans.Max}
+	}
+	if j.json {
+		return writeJSON(stdout, struct {
+			oom.Explanation
+			Fit *fitJSON `json:"fit,omitempty"`
+		}{ex, fit})
+	}
+	fmt.Fprint(stdout, ex.Text())
+	if fit != nil {
+		if fit.MaxBatch > 0 {
+			fmt.Fprintf(stdout, "\nWith %s and this setup, the largest batch that fits this GPU (%s, with %s outside PyTorch) is %d.\n",
+				fit.Model, fmtBytes(msg.Total), fmtBytes(max(0, ex.OutsidePyTorch)), fit.MaxBatch)
+		} else {
+			fmt.Fprintf(stdout, "\n%s does not fit this GPU even at batch 1 with this setup.\n", fit.Model)
+		}
+	}
+	return nil
+}

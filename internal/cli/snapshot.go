@@ -1,0 +1,182 @@
+package cli
+
+import (
+	"fmt"
+	"io"
+	"sort"
+	"text/tabwriter"
+
+	"github.com/batchfit/batchfit/alloc"
+	"github.com/batchfit/batchfit/snapshot"
+	"github.com/batchfit/batchfit/trace"
+)
+
+const snapshotUsage = `usage: batchfit snapshot FILE [flags]
+
+Reads a torch.cuda.memory._dump_snapshot pickle, replays its recorded
+allocations through the allocator simulator, and reports peak allocated and
+reserved memory, the largest allocation sites at the peak, fragmentation,
+how the replay compares with the segments the snapshot recorded, and what
+another PYTORCH_CUDA_ALLOC_CONF would have reserved.
+
+Examples:
+  batchfit snapshot memory.pickle
+  batchfit snapshot memory.pickle --alloc-conf expandable_segments:True
+`
+
+// SnapshotJSON is the stable JSON form of a snapshot replay.
+type SnapshotJSON struct {
+	File                  string     `json:"file"`
+	Events                int        `json:"events"`
+	AllocConf             string     `json:"alloc_conf"`
+	PeakAllocatedBytes    int64      `json:"peak_allocated_bytes"`
+	PeakReservedBytes     int64      `json:"peak_reserved_bytes"`
+	MaxFragmentationBytes int64      `json:"max_reserved_unallocated_bytes"`
+	RecordedSegmentAllocs int        `json:"recorded_segment_allocs"`
+	ReplaySegmentAllocs   int64      `json:"replay_segment_allocs"`
+	RecordedReservedBytes int64      `json:"recorded_reserved_bytes"`
+	ReplayReservedBytes   int64      `json:"replay_reserved_bytes"`
+	WhatIfConf            string     `json:"what_if_alloc_conf"`
+	WhatIfReservedBytes   int64      `json:"what_if_peak_reserved_bytes"`
+	TopSites              []SiteJSON `json:"top_sites"`
+	Warnings              []string   `json:"warnings,omitempty"`
+}
+
+// SiteJSON is one allocation site's live bytes at the peak.
+type SiteJSON struct {
+	Site  string `json:"site"`
+	Bytes int64  `json:"bytes"`
+}
+
+func runSnapshot(args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("snapshot", stderr, snapshotUsage)
+	whatIf := fs.String("alloc-conf", "expandable_segments:True", "allocator configuration for the what-if replay")
+	device := fs.Int("device", 0, "device index whose trace to replay")
+	top := fs.Int("top", 10, "allocation sites to list")
+	asJSON := fs.Bool("json", false, "print JSON")
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return usagef("snapshot takes one file, got %d arguments", len(pos))
+	}
+	snap, err := snapshot.ReadFile(pos[0], snapshot.Options{Frames: true})
+	if err != nil {
+		return err
+	}
+	conv, err := snap.Convert(*device)
+	if err != nil {
+		return fmt.Errorf("%s: %w", pos[0], err)
+	}
+	recordedConf := snap.AllocatorSettings.AllocConf
+	cfg, err := alloc.ParseConfig(recordedConf)
+	if err != nil {
+		return fmt.Errorf("%s: the recorded PYTORCH_CUDA_ALLOC_CONF %q: %w", pos[0], recordedConf, err)
+	}
+	wcfg, err := alloc.ParseConfig(*whatIf)
+	if err != nil {
+		return usagef("--alloc-conf %q: %v", *whatIf, err)
+	}
+	// The snapshot does not record the device's size; replay on an
+	// unbounded one, since the program ran (or its OOM is a marker).
+	dev := alloc.Device{Capacity: 1 << 50, Total: 1 << 50}
+	tl, err := alloc.Replay(conv.Trace, cfg, dev, alloc.ReplayOptions{Record: true})
+	if err != nil {
+		return fmt.Errorf("%s: replaying: %w", pos[0], err)
+	}
+	wtl, err := alloc.Replay(conv.Trace, wcfg, dev, alloc.ReplayOptions{})
+	if err != nil {
+		return fmt.Errorf("%s: replaying with %s: %w", pos[0], *whatIf, err)
+	}
+	out := SnapshotJSON{File: pos[0], Events: len(conv.Trace.Events), AllocConf: recordedConf, PeakAllocatedBytes: tl.PeakAllocated,
+		PeakReservedBytes: tl.PeakReserved, ReplaySegmentAllocs: tl.Final.NumDeviceAlloc, ReplayReservedBytes: tl.Final.Reserved,
+		WhatIfConf: *whatIf, WhatIfReservedBytes: wtl.PeakReserved, Warnings: conv.Warnings}
+	for _, s := range tl.Samples {
+		out.MaxFragmentationBytes = max(out.MaxFragmentationBytes, s.Reserved-s.Allocated)
+	}
+	for _, e := range conv.Segments {
+		if e.Action == "segment_alloc" || e.Action == "segment_map" {
+			out.RecordedSegmentAllocs++
+		}
+	}
+	for _, s := range snap.Segments {
+		if s.Device == *device {
+			out.RecordedReservedBytes += s.TotalSize
+		}
+	}
+	out.TopSites = sitesAtPeak(conv.Trace, tl.PeakAllocatedEvent, *top)
+	if *asJSON {
+		return writeJSON(stdout, out)
+	}
+	fmt.Fprintf(stdout, "%s: %d events replayed (PYTORCH_CUDA_ALLOC_CONF=%q)\n\n", pos[0], out.Events, recordedConf)
+	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "peak allocated\t%s\t\n", fmtBytes(out.PeakAllocatedBytes))
+	fmt.Fprintf(tw, "peak reserved\t%s\t\n", fmtBytes(out.PeakReservedBytes))
+	fmt.Fprintf(tw, "most reserved but unallocated\t%s\t(fragmentation)\n", fmtBytes(out.MaxFragmentationBytes))
+	fmt.Fprintf(tw, "with %s\t%s\tpeak reserved (%s)\n", *whatIf, fmtBytes(wtl.PeakReserved), signed(wtl.PeakReserved-tl.PeakReserved))
+	tw.Flush()
+	fmt.Fprintln(stdout, "\nreplay against the snapshot's own record:")
+	tw = tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "  segments allocated\trecorded %d\treplayed %d\t\n", out.RecordedSegmentAllocs, out.ReplaySegmentAllocs)
+	fmt.Fprintf(tw, "  reserved at the end\trecorded %s\treplayed %s\t\n", fmtBytes(out.RecordedReservedBytes), fmtBytes(out.ReplayReservedBytes))
+	tw.Flush()
+	if out.RecordedSegmentAllocs > 0 && int64(out.RecordedSegmentAllocs) != out.ReplaySegmentAllocs || out.RecordedReservedBytes != out.ReplayReservedBytes {
+		fmt.Fprintln(stdout, "  they disagree: the recording may have started after segments were created (ring buffer), or another allocator setting was in force")
+	}
+	if len(out.TopSites) > 0 {
+		fmt.Fprintln(stdout, "\nlargest allocation sites at the peak:")
+		tw = tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+		for _, s := range out.TopSites {
+			fmt.Fprintf(tw, "  %s\t%s\n", fmtBytes(s.Bytes), s.Site)
+		}
+		tw.Flush()
+	}
+	for _, w := range out.Warnings {
+		fmt.Fprintf(stdout, "warning: %s\n", w)
+	}
+	return nil
+}
+
+func signed(n int64) string {
+	if n < 0 {
+		return "−" + fmtBytes(-n)
+	}
+	return "+" + fmtBytes(n)
+}
+
+// sitesAtPeak sums the requested bytes live at event peak by site.
+func sitesAtPeak(tr *trace.Trace, peak, top int) []SiteJSON {
+	if peak < 0 {
+		return nil
+	}
+	live := map[int64]trace.Event{}
+	for i := 0; i <= peak && i < len(tr.Events); i++ {
+		e := tr.Events[i]
+		switch e.Action {
+		case trace.Alloc:
+			live[e.ID] = e
+		case trace.Free:
+			delete(live, e.ID)
+		}
+	}
+	by := map[string]int64{}
+	for _, e := range live {
+		name := tr.SiteName(e.Site)
+		if name == "" {
+			name = "unknown"
+		}
+		by[name] += e.Size
+	}
+	var out []SiteJSON
+	for s, n := range by {
+		out = append(out, SiteJSON{s, n})
+	}
+	sort.Slice(out, func(i, j int) bool {
+		return out[i].Bytes > out[j].Bytes || out[i].Bytes == out[j].Bytes && out[i].Site < out[j].Site
+	})
+	if len(out) > top {
+		out = out[:top]
+	}
+	return out
+}
