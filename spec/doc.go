@@ -104,7 +104,8 @@
 // Every layer also takes name, its module name. Layers are named as
 // nn.Sequential names them, by their index in their list ("0", "1", ...),
 // so that parameters are named "3.weight" or "layers.2.0.bias"; a repeat
-// that is the only one in its list is named "layers".
+// without a name that is the only such repeat in its list is named
+// "layers".
 //
 // Each repetition of a repeat is one checkpointable block of the graph
 // (graph.Builder.Block), named after the repeat and the repetition:

@@ -183,6 +183,20 @@ layers:
   - linear: 4
   - conv2d: {out: 4, kernel: 3}
 `, `t.yaml:4: conv2d: needs an input of shape [batch, channels, height, width], got [2, 4]`},
+		{"batchnorm2d rank", `input: [8]
+layers:
+  - batchnorm2d
+`, `t.yaml:3: batchnorm2d: needs an input of shape [batch, channels, height, width], got [2, 8]`},
+		{"batchnorm1d features", `input: [8]
+layers:
+  - BatchNorm1d:
+      num_features: 9
+`, `t.yaml:4: batchnorm1d: features is 9 but the input [2, 8] has 8`},
+		{"adaptive pool rank", `input: [8]
+layers:
+  - linear: 4
+  - adaptiveavgpool2d: 1
+`, `t.yaml:4: adaptiveavgpool2d: needs an input of shape [batch, channels, height, width], got [2, 4]`},
 		{"linear in mismatch", `input: [8]
 layers:
   - linear: {in: 9, out: 4}

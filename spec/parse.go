@@ -257,7 +257,7 @@ func (p *parser) params(n *yaml.Node) ([]param, error) {
 		if v.Kind != yaml.ScalarNode || v.ShortTag() != "!!int" || v.Decode(&val) != nil {
 			return nil, p.errf(v.Line, "parameter %s must be an integer, got %s", k.Value, describe(v))
 		}
-		ps = append(ps, param{name: k.Value, val: val, line: k.Line})
+		ps = append(ps, param{name: k.Value, val: val})
 	}
 	return ps, nil
 }

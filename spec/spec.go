@@ -73,7 +73,6 @@ type Spec struct {
 type param struct {
 	name string
 	val  int64
-	line int
 }
 
 type inputSpec struct {

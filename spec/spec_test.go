@@ -234,6 +234,9 @@ func TestParamsAndOverrides(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), `unknown parameter "hiden"; did you mean "hidden"? (declared: hidden, layers)`) {
 		t.Errorf("unknown override: %v", err)
 	}
+	if _, err := ParseFile("../examples/missing.yaml"); err == nil || !strings.Contains(err.Error(), "reading spec") {
+		t.Errorf("missing file: %v", err)
+	}
 	if _, err := s.Build(0, 0, nil); err == nil {
 		t.Error("batch 0 accepted")
 	}

@@ -142,10 +142,14 @@ func (m *micro) forward() {
 		sim.unref(m.sim.loss)
 	}
 	m.sim.loss = m.val[m.g.Loss].st
-	// Leaving the outermost autocast region clears the weight-cast cache;
-	// copies that autograd saved stay alive through their nodes.
+}
+
+// exitAutocast leaves the outermost autocast region, which clears the
+// weight-cast cache; copies that autograd saved stay alive through their
+// nodes.
+func (m *micro) exitAutocast() {
 	for _, st := range m.castCache {
-		sim.unref(st)
+		m.sim.unref(st)
 	}
 	m.castCache = map[int32]*storage{}
 }

@@ -218,6 +218,7 @@ func (sim *Simulator) Step(g *graph.Graph) error {
 		if sim.stepsDone == 0 && m == 0 {
 			mb.measureSaved()
 		}
+		mb.exitAutocast()
 		mb.backward()
 		if sim.err != nil {
 			return sim.err

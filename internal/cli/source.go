@@ -59,6 +59,9 @@ func (s specSource) Build(c models.Config) (*graph.Graph, error) {
 }
 
 func (s specSource) DefaultSeq() int64 {
+	if v, ok := s.s.Params()["seq"]; ok {
+		return v
+	}
 	if s.s.UsesSeq() {
 		return 512
 	}

@@ -1,0 +1,196 @@
+package train
+
+import (
+	"testing"
+
+	"github.com/batchfit/batchfit/graph"
+	"github.com/batchfit/batchfit/models"
+)
+
+// The seed CNN, worked out by hand per sample (float32):
+//
+//	relu1 result [32,32,32]            131,072 B (conv1's output dies after relu)
+//	pool1 indices [32,16,16] int64      65,536 B (pool1 also saves relu1's result)
+//	pool1 output, saved by conv2        32,768 B
+//	relu2 result [64,16,16]             65,536 B
+//	pool2 indices [64,8,8] int64        32,768 B
+//	pool2 output, saved by fc (a view)  16,384 B
+//	log_softmax result [10]                 40 B
+//
+// 344,104 B a sample, plus nll_loss's 0-d total_weight (4 B). PyTorch 1.13
+// reports 344,108 at batch 1 (testdata/reference/torch-cpu.json).
+func TestSimpleConvHandComputed(t *testing.T) {
+	for _, b := range []int64{1, 8, 32} {
+		g, err := models.SimpleConv(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, sum, err := Simulate(g, Setup{CPU: true, Profile: mustProfile(t, "1.13"), Steps: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := b*344104 + 4; sum.ActivationsBytes != want {
+			t.Errorf("batch %d: saved %d, want %d", b, sum.ActivationsBytes, want)
+		}
+		// conv1 3·32·9+32, conv2 32·64·9+64, fc 4096·10+10
+		if want := int64(896 + 18496 + 40970); sum.ParamCount != want {
+			t.Errorf("params %d, want %d", sum.ParamCount, want)
+		}
+	}
+}
+
+// Under autocast (16-mixed) the MLP's Linear layers use fp16 copies of their
+// weights and biases (the weight-cast cache: 2 bytes a parameter), the
+// input batch is cast to fp16 and that copy is what addmm saves, ReLU saves
+// fp16 results, log_softmax keeps fp16 (cross_entropy passes the dtype),
+// and nll_loss, on the fp32 list, saves an fp32 copy:
+//
+//	32·784·2 + 4·32·1024·2 + 32·10·2 + 32·10·4 + 4 = 314,244 bytes.
+func TestAutocastMLP(t *testing.T) {
+	g := mlp(t, 32, 784, 1024, 4, 10)
+	_, sum, err := Simulate(g, Setup{Precision: Mixed16, Profile: mustProfile(t, "2.5"), Steps: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const params = 784*1024 + 1024 + 3*(1024*1024+1024) + 1024*10 + 10
+	if sum.CastCacheBytes != 2*params {
+		t.Errorf("autocast cache %d, want %d", sum.CastCacheBytes, 2*params)
+	}
+	if want := int64(32*784*2 + 4*32*1024*2 + 32*10*2 + 32*10*4 + 4); sum.ActivationsBytes != want {
+		t.Errorf("saved %d, want %d", sum.ActivationsBytes, want)
+	}
+	if sum.ParametersBytes != 4*params || sum.GradientsBytes != 4*params {
+		t.Errorf("mixed precision keeps fp32 parameters and gradients: %d, %d", sum.ParametersBytes, sum.GradientsBytes)
+	}
+	// bf16-true: parameters, gradients and Adam state in bf16.
+	_, sum, err = Simulate(g, Setup{Precision: TrueBF16, Profile: mustProfile(t, "2.5"), Steps: 1, Optimizer: Optimizer{Kind: Adam}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum.ParametersBytes != 2*params || sum.GradientsBytes != 2*params || sum.OptimizerStateBytes != 4*params || sum.CastCacheBytes != 0 {
+		t.Errorf("bf16-true: params %d grads %d state %d cache %d", sum.ParametersBytes, sum.GradientsBytes, sum.OptimizerStateBytes, sum.CastCacheBytes)
+	}
+}
+
+// Optimizer state, created at the first step: SGD with momentum keeps one
+// buffer per parameter, Adam two (three with amsgrad), fused Adam also a
+// 4-byte step tensor per parameter on the device.
+func TestOptimizerState(t *testing.T) {
+	g := mlp(t, 8, 4, 8, 1, 2) // W1 32, b1 8, W2 16, b2 2: 4 tensors, 58 floats
+	const p = 58 * 4
+	cases := []struct {
+		o    Optimizer
+		want int64
+	}{
+		{Optimizer{Kind: SGD}, 0},
+		{Optimizer{Kind: SGD, Momentum: 0.9}, p},
+		{Optimizer{Kind: Adam}, 2 * p},
+		{Optimizer{Kind: AdamW, Impl: ForLoop}, 2 * p},
+		{Optimizer{Kind: Adam, AMSGrad: true}, 3 * p},
+		{Optimizer{Kind: Adam, Impl: Fused}, 2*p + 4*4},
+	}
+	for _, c := range cases {
+		_, sum, err := Simulate(g, Setup{CPU: true, Optimizer: c.o})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sum.OptimizerStateBytes != c.want {
+			t.Errorf("%+v: state %d, want %d", c.o, sum.OptimizerStateBytes, c.want)
+		}
+	}
+}
+
+// Foreach Adam's sqrt temporaries exist for all parameters at once; the
+// for-loop makes them one parameter at a time. On a model whose parameters
+// dominate, the foreach peak is higher by about the parameters' size less
+// the largest one.
+func TestForeachPeak(t *testing.T) {
+	g := mlp(t, 1, 512, 512, 4, 512)
+	peak := func(impl Impl) int64 {
+		tr, _, err := Simulate(g, Setup{CPU: true, Optimizer: Optimizer{Kind: Adam, Impl: impl}, Steps: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, _ := peakLive(tr)
+		return p
+	}
+	fe, fl, fu := peak(Foreach), peak(ForLoop), peak(Fused)
+	if !(fe > fl && fl > fu) {
+		t.Errorf("peaks: foreach %d, forloop %d, fused %d; want foreach > forloop > fused", fe, fl, fu)
+	}
+	// 5 Linear(512, 512) layers: 5·(512·512+512)·4 bytes of parameters; the
+	// for-loop holds two temporaries of the largest (the sqrt and the
+	// division), foreach one of every parameter.
+	const layer = (512*512 + 512) * 4
+	if d := fe - fl; d < 5*layer-2*layer-4096 || d > 5*layer {
+		t.Errorf("foreach − forloop peak = %d, want about %d", d, 3*layer)
+	}
+}
+
+// Checkpointing a block keeps only its input: a block of two Linear+ReLU
+// pairs saves two ReLU results without checkpointing and none with it.
+func TestCheckpointing(t *testing.T) {
+	const bsz, h = 16, 64
+	b := graph.NewBuilder("ckpt")
+	x := b.Input("x", graph.Shape{bsz, h}, graph.F32)
+	y := b.Target("y", graph.Shape{bsz}, graph.I64)
+	for i := 0; i < 2; i++ {
+		b.Block("block", func() {
+			for j := 0; j < 2; j++ {
+				x = b.Linear("linear", x, h, true)
+				x = b.Act(graph.ReLU, "relu", x, false)
+			}
+		})
+	}
+	x = b.Linear("head", x, 10, true)
+	b.CrossEntropy("loss", x, y)
+	g, err := b.Graph()
+	if err != nil {
+		t.Fatal(err)
+	}
+	act := int64(bsz * h * 4)
+	loss := int64(bsz*10*4 + 4)
+	for _, c := range []struct {
+		ckpt bool
+		want int64
+	}{
+		// four ReLU results
+		{false, 4*act + loss},
+		// block 0's input is the batch (excluded); block 1's input is
+		// block 0's output; the head saves block 1's output.
+		{true, 2*act + loss},
+	} {
+		tr, sum, err := Simulate(g, Setup{CPU: true, Checkpointing: c.ckpt, Optimizer: Optimizer{Kind: SGD}, Steps: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := tr.Validate(); err != nil {
+			t.Fatal(err)
+		}
+		if sum.ActivationsBytes != c.want {
+			t.Errorf("checkpointing %v: saved %d, want %d", c.ckpt, sum.ActivationsBytes, c.want)
+		}
+	}
+}
+
+// Gradient accumulation: two micro-batches of b cost more than one of b
+// (the second backward's gradients coexist with .grad before the in-place
+// add) but less than one micro-batch of 2b, whose activations are double.
+func TestAccumulation(t *testing.T) {
+	peak := func(batch int64, acc int) int64 {
+		g := mlp(t, batch, 256, 256, 2, 10)
+		tr, sum, err := Simulate(g, Setup{CPU: true, Accumulate: acc, Optimizer: Optimizer{Kind: SGD}, Steps: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sum.GradientsBytes != 4*sum.ParamCount {
+			t.Errorf("accumulate %d: gradients %d, want %d", acc, sum.GradientsBytes, 4*sum.ParamCount)
+		}
+		p, _ := peakLive(tr)
+		return p
+	}
+	one, two, double := peak(512, 1), peak(512, 2), peak(1024, 1)
+	if !(one < two && two < double) {
+		t.Errorf("peaks: b=512 %d, b=512×2 accumulated %d, b=1024 %d", one, two, double)
+	}
+}
