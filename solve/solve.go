@@ -96,34 +96,71 @@ func MaxDim(r predict.Request, dim models.Dim, limit int64) (*Answer, error) {
 	lo, loRes := int64(1), first
 	var hi int64
 	var hiRes *predict.Result
-	for v := int64(2); ; v *= 2 {
-		if v > limit {
-			v = limit
+	// A safeguarded secant search. Memory is close to affine in each
+	// dimension once activations dominate, so the two largest values that
+	// fit predict where the device fills up; while the boundary is not
+	// bracketed the guess may grow at most eightfold, and once it is, a
+	// guess that fails to halve the bracket twice in a row is replaced by
+	// the midpoint. Only simulated values are ever returned, so a poor
+	// guess costs probes, never correctness.
+	prev, prevRes := int64(0), (*predict.Result)(nil)
+	stalls := 0
+	// shrink lowers the capacity the secant aims at after a guess that did
+	// not fit (the allocator's rounding and fragmentation are not in the
+	// straight line), and relaxes after one that did.
+	shrink := 0.0
+	estimate := func() (float64, bool) {
+		if prevRes == nil {
+			return 0, false
 		}
-		res, err := probe(v)
-		if err != nil {
-			return nil, err
+		// The slope comes from the requested bytes, which grow smoothly;
+		// reserved memory moves in segment-sized steps. The distance to
+		// go is measured on the device total, which decides fitting.
+		slope := float64(loRes.Timeline.Final.PeakRequested-prevRes.Timeline.Final.PeakRequested) / float64(lo-prev)
+		if slope <= 0 {
+			return 0, false
 		}
-		if !res.Fits {
-			hi, hiRes = v, res
-			break
-		}
-		lo, loRes = v, res
-		if v == limit {
-			ans.Max, ans.Fit, ans.Limited = lo, loRes, true
-			return ans, nil
-		}
+		target := float64(loRes.GPU.Capacity) * (1 - shrink)
+		return float64(lo) + (target-float64(loRes.DeviceTotal))/slope, true
 	}
-	for hi-lo > 1 {
-		mid := lo + (hi-lo)/2
-		res, err := probe(mid)
+	for hi == 0 || hi-lo > 1 {
+		var g int64
+		switch {
+		case hi == 0:
+			g = lo * 8
+			if est, ok := estimate(); ok {
+				g = int64(min(est, float64(lo*8)))
+			}
+			// Not bracketed yet: move at least an eighth, so a guess
+			// pulled below lo by the shrink cannot creep.
+			g = min(max(g, lo+lo/8+1), limit)
+		default:
+			g = lo + (hi-lo)/2
+			if est, ok := estimate(); ok && stalls < 2 {
+				g = min(max(int64(est), lo+1), hi-1)
+			}
+		}
+		width := hi - lo
+		res, err := probe(g)
 		if err != nil {
 			return nil, err
 		}
 		if res.Fits {
-			lo, loRes = mid, res
+			shrink /= 2
+			prev, prevRes = lo, loRes
+			lo, loRes = g, res
+			if g == limit && hi == 0 {
+				ans.Max, ans.Fit, ans.Limited = lo, loRes, true
+				return ans, nil
+			}
 		} else {
-			hi, hiRes = mid, res
+			shrink = min(0.5, max(0.02, 2*shrink))
+			hi, hiRes = g, res
+		}
+		if hi != 0 && width > 0 && 2*(hi-lo) > width {
+			stalls++
+		} else {
+			stalls = 0
 		}
 	}
 	ans.Max, ans.Fit, ans.Over = lo, loRes, hiRes
