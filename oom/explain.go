@@ -3,6 +3,8 @@ package oom
 import (
 	"fmt"
 	"strings"
+
+	"github.com/batchfit/batchfit/alloc"
 )
 
 // Cause is the main reason an allocation failed, as far as the message's
@@ -141,10 +143,10 @@ func Explain(m *Message) Explanation {
 	e.CachedCouldServe = m.ReservedUnallocated >= m.Requested
 	e.RequestMeaning, e.SegmentSized = requestMeaning(m.Requested)
 
-	req := FormatSize(m.Requested)
-	free := FormatSize(m.Free)
-	unalloc := FormatSize(m.ReservedUnallocated)
-	avail := FormatSize(e.Available)
+	req := alloc.FormatSize(m.Requested)
+	free := alloc.FormatSize(m.Free)
+	unalloc := alloc.FormatSize(m.ReservedUnallocated)
+	avail := alloc.FormatSize(e.Available)
 	about := func(diff, tol int64) string {
 		if diff <= tol && diff >= -tol {
 			return "about "
@@ -166,11 +168,11 @@ func Explain(m *Message) Explanation {
 	switch {
 	case e.ExceedsDevice:
 		e.Cause = CauseExceedsDevice
-		e.Summary = fmt.Sprintf("The request (%s) is larger than the whole GPU (%s); no allocator setting can make it fit.", req, FormatSize(m.Total))
+		e.Summary = fmt.Sprintf("The request (%s) is larger than the whole GPU (%s); no allocator setting can make it fit.", req, alloc.FormatSize(m.Total))
 	case e.ExceedsAllowed:
 		e.Cause = CauseMemoryFraction
 		e.Summary = fmt.Sprintf("The per-process memory limit stopped the allocation: %s reserved + %s requested = %s, above the %s allowed.",
-			FormatSize(m.Reserved), req, FormatSize(m.Reserved+m.Requested), FormatSize(m.Allowed))
+			alloc.FormatSize(m.Reserved), req, alloc.FormatSize(m.Reserved+m.Requested), alloc.FormatSize(m.Allowed))
 	case m.Free-m.Requested > Resolution(m.Free)+Resolution(m.Requested):
 		e.Cause = CauseUnexplained
 		e.Summary = fmt.Sprintf("The driver reported %s free, more than the %s requested, so these figures do not account for the failure.", free, req)
@@ -185,25 +187,25 @@ func Explain(m *Message) Explanation {
 	case !e.SelfAmbiguous && e.OtherProcesses >= e.Deficit:
 		e.Cause = CauseOtherProcesses
 		e.Summary = fmt.Sprintf("The request (%s) exceeds %s by %s%s, and other processes hold %s on this GPU.",
-			req, freeAndCached, about(e.Deficit, e.Uncertainty), FormatSize(e.Deficit), FormatSize(e.OtherProcesses))
+			req, freeAndCached, about(e.Deficit, e.Uncertainty), alloc.FormatSize(e.Deficit), alloc.FormatSize(e.OtherProcesses))
 	default:
 		e.Cause = CauseInsufficientMemory
 		e.Summary = fmt.Sprintf("The GPU is out of memory: the request (%s) exceeds %s by %s%s.",
-			req, freeAndCached, about(e.Deficit, e.Uncertainty), FormatSize(e.Deficit))
+			req, freeAndCached, about(e.Deficit, e.Uncertainty), alloc.FormatSize(e.Deficit))
 	}
 
 	// Findings.
 	f := func(format string, args ...any) { e.Findings = append(e.Findings, fmt.Sprintf(format, args...)) }
 	f("Tried to allocate %s: %s", req, e.RequestMeaning)
 	if m.Total > 0 && m.Requested*100 >= m.Total {
-		f("That is %.1f%% of the GPU's total capacity (%s).", 100*float64(m.Requested)/float64(m.Total), FormatSize(m.Total))
+		f("That is %.1f%% of the GPU's total capacity (%s).", 100*float64(m.Requested)/float64(m.Total), alloc.FormatSize(m.Total))
 	}
 	f("The driver reported %s free, measured after PyTorch had already returned every wholly free cached segment to the driver.", free)
 	if m.PrivatePools > 0 {
 		f("PyTorch reserved %s: %s allocated to tensors (%s of it in private pools such as CUDA Graphs) and %s reserved but unallocated.",
-			FormatSize(m.Reserved), FormatSize(m.Allocated), FormatSize(m.PrivatePools), unalloc)
+			alloc.FormatSize(m.Reserved), alloc.FormatSize(m.Allocated), alloc.FormatSize(m.PrivatePools), unalloc)
 	} else {
-		f("PyTorch reserved %s: %s allocated to tensors and %s reserved but unallocated.", FormatSize(m.Reserved), FormatSize(m.Allocated), unalloc)
+		f("PyTorch reserved %s: %s allocated to tensors and %s reserved but unallocated.", alloc.FormatSize(m.Reserved), alloc.FormatSize(m.Allocated), unalloc)
 	}
 	if m.ReservedUnallocated > 0 {
 		if e.CachedCouldServe {
@@ -214,27 +216,27 @@ func Explain(m *Message) Explanation {
 		}
 	}
 	if e.Deficit > 0 {
-		f("The request exceeds %s by %s%s.", freeAndCached, about(e.Deficit, e.Uncertainty), FormatSize(e.Deficit))
+		f("The request exceeds %s by %s%s.", freeAndCached, about(e.Deficit, e.Uncertainty), alloc.FormatSize(e.Deficit))
 	} else {
 		f("The request does not exceed %s: the memory existed but not in one usable piece.", freeAndCached)
 	}
 	if e.OutsidePyTorch > resOutside && m.Total > 0 {
 		f("%s (%.1f%% of the GPU) is used outside PyTorch's allocator (total − free − reserved): the CUDA context, libraries that call cudaMalloc directly, and other processes.",
-			FormatSize(e.OutsidePyTorch), 100*float64(e.OutsidePyTorch)/float64(m.Total))
+			alloc.FormatSize(e.OutsidePyTorch), 100*float64(e.OutsidePyTorch)/float64(m.Total))
 	}
 	if m.ProcessInUse > 0 {
 		f("NVML counts %s in use by this process, %s more than PyTorch reserved: this process's CUDA context and non-PyTorch allocations.",
-			FormatSize(m.ProcessInUse), FormatSize(e.ThisProcessOutside))
+			alloc.FormatSize(m.ProcessInUse), alloc.FormatSize(e.ThisProcessOutside))
 	}
 	if len(m.OtherProcesses) > 0 {
 		pids := make([]string, len(m.OtherProcesses))
 		for i, p := range m.OtherProcesses {
-			pids[i] = fmt.Sprintf("%d (%s)", p.PID, FormatSize(p.Bytes))
+			pids[i] = fmt.Sprintf("%d (%s)", p.PID, alloc.FormatSize(p.Bytes))
 		}
-		f("%d other process(es) use %s on this GPU: %s.", len(m.OtherProcesses), FormatSize(e.OtherProcesses), strings.Join(pids, ", "))
+		f("%d other process(es) use %s on this GPU: %s.", len(m.OtherProcesses), alloc.FormatSize(e.OtherProcesses), strings.Join(pids, ", "))
 	}
 	if e.SelfAmbiguous {
-		f("NVML did not identify this process, yet lists a process using at least the %s PyTorch reserved; inside a container NVML's PIDs differ from the process's own, so that process is probably this one.", FormatSize(m.Reserved))
+		f("NVML did not identify this process, yet lists a process using at least the %s PyTorch reserved; inside a container NVML's PIDs differ from the process's own, so that process is probably this one.", alloc.FormatSize(m.Reserved))
 	}
 	if m.Allowed > 0 {
 		verb := "within"
@@ -242,7 +244,7 @@ func Explain(m *Message) Explanation {
 			verb = "above"
 		}
 		f("A per-process limit of %s is set (torch.cuda.set_per_process_memory_fraction); PyTorch does not cudaMalloc beyond it, and reserved + request = %s is %s it.",
-			FormatSize(m.Allowed), FormatSize(m.Reserved+m.Requested), verb)
+			alloc.FormatSize(m.Allowed), alloc.FormatSize(m.Reserved+m.Requested), verb)
 	}
 	if e.SegmentSized && m.Free < m.Requested {
 		f("Even a fixed-size %s segment could not be obtained: the device is full.", req)
@@ -253,9 +255,9 @@ func Explain(m *Message) Explanation {
 	reduce := "lower the batch size (keeping the effective batch with gradient accumulation), shorten sequences, enable activation checkpointing, train in bf16/fp16 mixed precision, or shard parameters, gradients and optimizer state across GPUs (FSDP/ZeRO)"
 	switch e.Cause {
 	case CauseExceedsDevice:
-		s("Make this single allocation smaller than the GPU: it alone needs %s but the GPU has %s in total. Reduce the tensor behind it: a smaller batch or sequence length, or compute it in chunks; or split the model or activations across GPUs (tensor or pipeline parallelism).", req, FormatSize(m.Total))
+		s("Make this single allocation smaller than the GPU: it alone needs %s but the GPU has %s in total. Reduce the tensor behind it: a smaller batch or sequence length, or compute it in chunks; or split the model or activations across GPUs (tensor or pipeline parallelism).", req, alloc.FormatSize(m.Total))
 	case CauseMemoryFraction:
-		s("Raise or remove the limit set with torch.cuda.set_per_process_memory_fraction: with %s already reserved, this request needs at least %s allowed.", FormatSize(m.Reserved), FormatSize(m.Reserved+m.Requested))
+		s("Raise or remove the limit set with torch.cuda.set_per_process_memory_fraction: with %s already reserved, this request needs at least %s allowed.", alloc.FormatSize(m.Reserved), alloc.FormatSize(m.Reserved+m.Requested))
 		if m.Free >= m.Requested {
 			s("The device itself had room: %s free for a request of %s.", free, req)
 		}
@@ -265,18 +267,18 @@ func Explain(m *Message) Explanation {
 		s("Look for another process that allocated on this GPU at the same moment (nvidia-smi, DCGM): the free figure is measured after the failed cudaMalloc, so memory released in between shows as free.")
 		s("If it happens again with the same figures, reproduce it with torch.cuda.memory._record_memory_history() and inspect the snapshot (`batchfit snapshot`).")
 	case CauseOtherProcesses:
-		s("Free the GPU from other processes (see nvidia-smi), or run this job on a GPU of its own: they hold %s, the shortfall is %s%s.", FormatSize(e.OtherProcesses), about(e.Deficit, e.Uncertainty), FormatSize(e.Deficit))
-		s("Otherwise reduce peak memory by at least %s: %s.", FormatSize(e.Deficit), reduce)
+		s("Free the GPU from other processes (see nvidia-smi), or run this job on a GPU of its own: they hold %s, the shortfall is %s%s.", alloc.FormatSize(e.OtherProcesses), about(e.Deficit, e.Uncertainty), alloc.FormatSize(e.Deficit))
+		s("Otherwise reduce peak memory by at least %s: %s.", alloc.FormatSize(e.Deficit), reduce)
 	case CauseInsufficientMemory:
-		s("Reduce peak memory by at least %s (more in practice: allocations later in the step also need room): %s.", FormatSize(e.Deficit), reduce)
+		s("Reduce peak memory by at least %s (more in practice: allocations later in the step also need room): %s.", alloc.FormatSize(e.Deficit), reduce)
 		if e.OtherProcesses > 0 && !e.SelfAmbiguous {
-			s("Stop the other processes on this GPU: they hold %s.", FormatSize(e.OtherProcesses))
+			s("Stop the other processes on this GPU: they hold %s.", alloc.FormatSize(e.OtherProcesses))
 		}
 		if m.ReservedUnallocated > 0 && m.ReservedUnallocated*10 >= m.Requested {
 			// A sizeable cache cannot serve this request but could serve
 			// it if it were in one piece; fragmentation settings help at
 			// the margin only.
-			s("Fragmentation settings cannot close this gap alone: even all %s reserved but unallocated plus the %s free fall short by %s.", unalloc, free, FormatSize(e.Deficit))
+			s("Fragmentation settings cannot close this gap alone: even all %s reserved but unallocated plus the %s free fall short by %s.", unalloc, free, alloc.FormatSize(e.Deficit))
 		}
 		s("Run `batchfit maxbatch` for this model and GPU to find the largest batch that fits.")
 	}
@@ -289,7 +291,7 @@ func Explain(m *Message) Explanation {
 // fragmentationSteps adds the steps against fragmentation.
 func (e *Explanation) fragmentationSteps(s func(string, ...any)) {
 	m := &e.Message
-	req := FormatSize(m.Requested)
+	req := alloc.FormatSize(m.Requested)
 	if m.Format == Legacy {
 		s("Upgrade PyTorch and set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: this message comes from PyTorch 2.0 or older, which lacks expandable segments. With them a segment grows by mapping pages, so free space is not stranded in fixed-size segments that still hold live tensors.")
 	} else {
@@ -311,7 +313,7 @@ func (e *Explanation) fragmentationSteps(s func(string, ...any)) {
 	}
 	s("torch.cuda.empty_cache() will not help: PyTorch already returned every wholly free cached segment to the driver before raising this error.")
 	if e.Deficit > 0 {
-		s("If the settings are not enough, reduce peak memory by at least %s.", FormatSize(e.Deficit))
+		s("If the settings are not enough, reduce peak memory by at least %s.", alloc.FormatSize(e.Deficit))
 	}
 }
 
@@ -348,36 +350,36 @@ func (e Explanation) Text() string {
 		label, value, note string
 	}
 	rows := []row{
-		{"tried to allocate", FormatSize(m.Requested), ""},
-		{"GPU total capacity", FormatSize(m.Total), ""},
-		{"free on the GPU", FormatSize(m.Free), ""},
-		{"reserved by PyTorch", FormatSize(m.Reserved), ""},
-		{"  allocated to tensors", FormatSize(m.Allocated), ""},
+		{"tried to allocate", alloc.FormatSize(m.Requested), ""},
+		{"GPU total capacity", alloc.FormatSize(m.Total), ""},
+		{"free on the GPU", alloc.FormatSize(m.Free), ""},
+		{"reserved by PyTorch", alloc.FormatSize(m.Reserved), ""},
+		{"  allocated to tensors", alloc.FormatSize(m.Allocated), ""},
 	}
 	if m.PrivatePools > 0 {
-		rows = append(rows, row{"    in private pools", FormatSize(m.PrivatePools), "CUDA Graphs"})
+		rows = append(rows, row{"    in private pools", alloc.FormatSize(m.PrivatePools), "CUDA Graphs"})
 	}
 	rows = append(rows,
-		row{"  reserved, unallocated", FormatSize(m.ReservedUnallocated), ""},
-		row{"outside PyTorch", FormatSize(e.OutsidePyTorch), "total − free − reserved"},
+		row{"  reserved, unallocated", alloc.FormatSize(m.ReservedUnallocated), ""},
+		row{"outside PyTorch", alloc.FormatSize(e.OutsidePyTorch), "total − free − reserved"},
 	)
 	if m.ProcessInUse > 0 {
-		rows = append(rows, row{"  this process", FormatSize(e.ThisProcessOutside), "CUDA context, libraries"})
+		rows = append(rows, row{"  this process", alloc.FormatSize(e.ThisProcessOutside), "CUDA context, libraries"})
 	}
 	if len(m.OtherProcesses) > 0 {
 		note := fmt.Sprintf("%d process(es)", len(m.OtherProcesses))
 		if e.SelfAmbiguous {
 			note += ", probably including this one"
 		}
-		rows = append(rows, row{"  other processes", FormatSize(e.OtherProcesses), note})
+		rows = append(rows, row{"  other processes", alloc.FormatSize(e.OtherProcesses), note})
 	}
 	if m.Allowed > 0 {
-		rows = append(rows, row{"allowed (memory fraction)", FormatSize(m.Allowed), ""})
+		rows = append(rows, row{"allowed (memory fraction)", alloc.FormatSize(m.Allowed), ""})
 	}
 	if e.Deficit > 0 {
-		rows = append(rows, row{"shortfall", FormatSize(e.Deficit), "request − (free + reserved unallocated), ± " + FormatSize(e.Uncertainty)})
+		rows = append(rows, row{"shortfall", alloc.FormatSize(e.Deficit), "request − (free + reserved unallocated), ± " + alloc.FormatSize(e.Uncertainty)})
 	} else {
-		rows = append(rows, row{"surplus", FormatSize(-e.Deficit), "(free + reserved unallocated) − request, ± " + FormatSize(e.Uncertainty)})
+		rows = append(rows, row{"surplus", alloc.FormatSize(-e.Deficit), "(free + reserved unallocated) − request, ± " + alloc.FormatSize(e.Uncertainty)})
 	}
 	lw, vw := 0, 0
 	for _, r := range rows {

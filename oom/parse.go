@@ -7,6 +7,8 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+
+	"github.com/batchfit/batchfit/alloc"
 )
 
 // Format is the layout of an out-of-memory message.
@@ -120,9 +122,10 @@ const MaxInput = 16 << 20
 const maxWindow = 16 << 10
 
 var (
-	// The message begins with this in every version; \s+ also accepts a line
-	// break between the words.
-	startRE = regexp.MustCompile(`CUDA\s+out\s+of\s+memory\.?`)
+	// The message begins with "CUDA out of memory" in every version; a line
+	// break may fall between the words or, in a hard-wrapped log, inside
+	// one.
+	startRE = regexp.MustCompile(wrappable("CUDA out of memory"))
 	// Raised by the CUDA runtime itself (cudaErrorMemoryAllocation), e.g.
 	// while creating the context or inside a library; not by the caching
 	// allocator, so it has no figures.
@@ -130,6 +133,24 @@ var (
 	// Per-line prefixes that launchers add (torchrun, accelerate).
 	prefixRE = regexp.MustCompile(`(?m)^[ \t]*\[(?:rank|default)\d+\]:[ \t]?`)
 )
+
+// wrappable returns a pattern for phrase that also matches it broken over
+// lines: whitespace between words, an optional line break inside them.
+func wrappable(phrase string) string {
+	var b strings.Builder
+	for i, w := range strings.Fields(phrase) {
+		if i > 0 {
+			b.WriteString(`\s+`)
+		}
+		for j, r := range w {
+			if j > 0 {
+				b.WriteString(`\n?`)
+			}
+			b.WriteString(regexp.QuoteMeta(string(r)))
+		}
+	}
+	return b.String()
+}
 
 // size matches a format_size figure; "B", "KB", "MB", "GB" and "TB" are
 // accepted as the binary units too.
@@ -140,10 +161,10 @@ var (
 	capacityRE = regexp.MustCompile(`GPU (\d+) has a total capac(?:i)?ty of ` + size + ` of which ` + size + ` is free`)
 	thisProcRE = regexp.MustCompile(`this process has ` + size + ` memory in use`)
 	otherRE    = regexp.MustCompile(`Process (\d+) has ` + size + ` memory in use`)
-	allowedRE  = regexp.MustCompile(size + ` allowed;`)
+	allowedRE  = regexp.MustCompile(`\. ` + size + ` allowed;`)
 	ofAllocRE  = regexp.MustCompile(`Of the allocated memory ` + size + ` is allocated by PyTorch`)
 	privateRE  = regexp.MustCompile(`with ` + size + ` allocated in private pools`)
-	unallocRE  = regexp.MustCompile(size + ` is reserved by PyTorch but unallocated`)
+	unallocRE  = regexp.MustCompile(`and ` + size + ` is reserved by PyTorch but unallocated`)
 	// Legacy: everything between "(GPU n;" and ")".
 	legacyRE       = regexp.MustCompile(`^ ?\(GPU (\d+); ([^)]*)\)`)
 	legacyPartRE   = regexp.MustCompile(`^` + size + ` (total capacity|already allocated|free|allowed|reserved in total by PyTorch|cached)$`)
@@ -151,8 +172,9 @@ var (
 	maxSplitHintRE = regexp.MustCompile(`max_split_size_mb`)
 )
 
-// errNotFound is wrapped by Parse's error when text has no message at all.
-var errNotFound = errors.New(`no CUDA out-of-memory message found: expected "CUDA out of memory. Tried to allocate ..."`)
+// ErrNotFound is wrapped by the errors of Parse and ParseAll when the text
+// holds no out-of-memory message at all (as opposed to a truncated one).
+var ErrNotFound = errors.New(`no CUDA out-of-memory message found: expected "CUDA out of memory. Tried to allocate ..."`)
 
 // Parse finds the first CUDA out-of-memory message in text (a traceback, a
 // log, or the message alone) and returns its figures. Messages wrapped over
@@ -211,15 +233,17 @@ func parse(text string, limit int) ([]*Message, error) {
 		return nil, firstErr
 	}
 	if loc := runtimeOOMRE.FindStringIndex(text); loc != nil {
-		return nil, fmt.Errorf(`found "CUDA error: out of memory", which the CUDA runtime raises outside PyTorch's caching allocator (while creating the context or inside a library) and which carries no sizes: %w`, errNotFound)
+		return nil, fmt.Errorf(`found "CUDA error: out of memory", which the CUDA runtime raises outside PyTorch's caching allocator (while creating the context or inside a library) and which carries no sizes: %w`, ErrNotFound)
 	}
-	return nil, errNotFound
+	return nil, ErrNotFound
 }
 
 // parseWindow parses the text from "CUDA out of memory" up to the next
-// message. It tries the text joined at line breaks with a space (wrapping
+// message. It reads the text joined at line breaks with a space (wrapping
 // at word boundaries) and without one (hard wrapping at a fixed column)
-// and keeps the reading that recognises more of the message.
+// and keeps the reading that recognises more of the message. Every figure
+// sits between fixed words, so a break inside a word or number joined the
+// wrong way loses that figure, and the other reading wins.
 func parseWindow(raw string) (*Message, error) {
 	raw = prefixRE.ReplaceAllString(raw, "")
 	var best *Message
@@ -227,10 +251,13 @@ func parseWindow(raw string) (*Message, error) {
 	bestScore := -1
 	for _, join := range []string{" ", ""} {
 		m, score, err := parseNormalized(normalize(raw, join))
+		if err == nil {
+			score += 100 // a complete message beats any incomplete one
+		}
 		if score > bestScore {
 			best, bestErr, bestScore = m, err, score
 		}
-		if err == nil && join == " " {
+		if !strings.Contains(raw, "\n") {
 			break
 		}
 	}
@@ -273,7 +300,7 @@ func parseNormalized(s string) (*Message, int, error) {
 	// "Tried to allocate" directly follows "CUDA out of memory. "; looking
 	// further would take it from some other text.
 	if loc == nil || loc[0] > 32 {
-		return nil, score, fmt.Errorf(`found "CUDA out of memory" without "Tried to allocate <size>" after it: %w`, errNotFound)
+		return nil, score, fmt.Errorf(`found "CUDA out of memory" without "Tried to allocate <size>" after it: %w`, ErrNotFound)
 	}
 	score++
 	var err error
@@ -382,6 +409,9 @@ func parseCurrent(m *Message, rest string, score int) (int, int, error) {
 	// up to reserved.
 	m.Reserved = m.Allocated + m.ReservedUnallocated
 	m.Hint = hintIn(body)
+	if m.Hint != NoHint {
+		score++
+	}
 	return score, len(body), nil
 }
 
@@ -447,6 +477,9 @@ func parseLegacy(m *Message, rest string, score int) (int, int, error) {
 		tail = tail[:i+len("PYTORCH_CUDA_ALLOC_CONF")]
 		m.Hint = hintIn(tail)
 		end += len(tail)
+		if m.Hint != NoHint {
+			score++
+		}
 	}
 	return score, end, nil
 }
@@ -462,7 +495,7 @@ func hintIn(s string) Hint {
 }
 
 func incomplete(m *Message, what string) error {
-	return fmt.Errorf("incomplete CUDA out-of-memory message (Tried to allocate %s): expected %s", FormatSize(m.Requested), what)
+	return fmt.Errorf("incomplete CUDA out-of-memory message (Tried to allocate %s): expected %s", alloc.FormatSize(m.Requested), what)
 }
 
 // intAt returns submatch i (by index pair) of s as an int.

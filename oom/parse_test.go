@@ -6,6 +6,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/batchfit/batchfit/alloc"
 )
 
 // Messages written from the format strings in CUDACachingAllocator.cpp
@@ -234,6 +236,32 @@ func TestParseInContext(t *testing.T) {
 	}
 }
 
+// TestParseHardWrapped wraps messages at every width, as a terminal does,
+// including inside numbers and words.
+func TestParseHardWrapped(t *testing.T) {
+	for _, msg := range []string{msgCurrentFull, msgLegacySeed, msgLegacyAllowed, msgOthers, msgCurrent21} {
+		want, err := Parse(msg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w := *want
+		w.Text = ""
+		for width := 8; width <= 160; width++ {
+			for _, hard := range []bool{true, false} {
+				m, err := Parse(wrap(msg, width, hard))
+				if err != nil {
+					t.Fatalf("width %d, hard %v: %v", width, hard, err)
+				}
+				got := *m
+				got.Text = ""
+				if !reflect.DeepEqual(got, w) {
+					t.Fatalf("width %d, hard %v:\n got %+v\nwant %+v", width, hard, got, w)
+				}
+			}
+		}
+	}
+}
+
 func TestParseAll(t *testing.T) {
 	text := "[rank0]: " + msgCurrentFull + "\n[rank1]: " + msgCurrentMinimal + "\nnoise\n" + msgLegacySeed
 	ms, err := ParseAll(text)
@@ -278,8 +306,8 @@ func TestParseErrors(t *testing.T) {
 			if !strings.Contains(err.Error(), tt.want) {
 				t.Errorf("error %q does not contain %q", err, tt.want)
 			}
-			if got := errors.Is(err, errNotFound); got != tt.notFound {
-				t.Errorf("errors.Is(err, errNotFound) = %v, want %v", got, tt.notFound)
+			if got := errors.Is(err, ErrNotFound); got != tt.notFound {
+				t.Errorf("errors.Is(err, ErrNotFound) = %v, want %v", got, tt.notFound)
 			}
 			if _, err := ParseAll(tt.text); err == nil {
 				t.Errorf("ParseAll found a message")
@@ -288,34 +316,11 @@ func TestParseErrors(t *testing.T) {
 	}
 }
 
-func TestFormatSize(t *testing.T) {
-	tests := []struct {
-		b    int64
-		want string
-	}{
-		{0, "0 bytes"},
-		{512, "512 bytes"},
-		{1024, "1024 bytes"},
-		{1025, "1.00 KiB"},
-		{1 << 20, "1024.00 KiB"},
-		{1<<20 + 1, "1.00 MiB"},
-		{20 << 20, "20.00 MiB"},
-		{1 << 30, "1024.00 MiB"},
-		{3 << 29, "1.50 GiB"},
-		{-(20 << 20), "-20.00 MiB"},
-	}
-	for _, tt := range tests {
-		if got := FormatSize(tt.b); got != tt.want {
-			t.Errorf("FormatSize(%d) = %q, want %q", tt.b, got, tt.want)
-		}
-	}
-}
-
-// TestRoundTrip checks that every size FormatSize prints parses back to
-// within Resolution.
+// TestRoundTrip checks that every size alloc.FormatSize prints (PyTorch's
+// format_size) parses back to within Resolution.
 func TestRoundTrip(t *testing.T) {
 	for _, b := range []int64{0, 1, 1000, 1024, 1025, 5000, 1 << 20, 1<<20 + 7, 123456789, 1 << 30, 1<<30 + 1, 85_000_000_000} {
-		s := FormatSize(b)
+		s := alloc.FormatSize(b)
 		num, unit, _ := strings.Cut(s, " ")
 		got, err := parseSize(num, unit)
 		if err != nil {
