@@ -1,0 +1,63 @@
+package cli
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"testing"
+
+	ogórek "github.com/kisielk/og-rek"
+)
+
+// A recorded trace of an 11 MiB tensor then a 1.5 MiB one, written as
+// torch.cuda.memory._dump_snapshot would. By the allocator's rules the
+// 11 MiB request takes a 12 MiB segment and is not split (the remainder is
+// exactly 1 MiB), so it counts 12 MiB allocated; the 1.5 MiB request finds
+// nothing cached and gets a 20 MiB segment: peak allocated 13.5 MiB, peak
+// reserved 32 MiB. With expandable segments the large pool maps 20 MiB
+// pages and every remainder splits: both fit in one 20 MiB page.
+func TestSnapshotCommand(t *testing.T) {
+	const mib = 1 << 20
+	frame := func(line int) []any {
+		return []any{map[any]any{"filename": "train.py", "line": int64(line), "name": "forward"}}
+	}
+	entry := func(action string, addr, size int64, line int) map[any]any {
+		return map[any]any{"action": action, "addr": addr, "size": size, "stream": int64(0), "time_us": int64(line), "frames": frame(line)}
+	}
+	snap := map[any]any{
+		"segments": []any{},
+		"device_traces": []any{[]any{
+			entry("alloc", 2<<30, 11*mib, 10),
+			entry("alloc", 1<<30, 3*mib/2, 11),
+			entry("free_requested", 1<<30, 3*mib/2, 12),
+			entry("free_completed", 1<<30, 3*mib/2, 12),
+			entry("free_requested", 2<<30, 11*mib, 13),
+			entry("free_completed", 2<<30, 11*mib, 13),
+		}},
+		"allocator_settings": map[any]any{"PYTORCH_CUDA_ALLOC_CONF": ""},
+	}
+	path := filepath.Join(t.TempDir(), "snap.pickle")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ogórek.NewEncoderWithConfig(f, &ogórek.EncoderConfig{Protocol: 4}).Encode(snap); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	out, errs, code := run("snapshot", path, "--json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	var got SnapshotJSON
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.PeakAllocatedBytes != 27*mib/2 || got.PeakReservedBytes != 32*mib || got.WhatIfReservedBytes != 20*mib {
+		t.Errorf("peak allocated %d (want %d), reserved %d (want %d), expandable %d (want %d)",
+			got.PeakAllocatedBytes, 27*mib/2, got.PeakReservedBytes, 32*mib, got.WhatIfReservedBytes, 20*mib)
+	}
+	if len(got.TopSites) == 0 || got.TopSites[0].Site != "train.py:10:forward" {
+		t.Errorf("top sites %+v, want train.py:10:forward first", got.TopSites)
+	}
+}
