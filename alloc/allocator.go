@@ -1,8 +1,10 @@
 package alloc
 
 import (
+	"cmp"
 	"fmt"
 	"math"
+	"math/bits"
 	"slices"
 )
 
@@ -166,13 +168,14 @@ type Allocator struct {
 	setFraction bool
 	allowed     int64 // allowed_memory_maximum
 	gcOn        bool
+	divisions   bool // some roundup_power2_divisions entry is above 1
 
 	pools      map[int32]*[2]*pool // [0] large, [1] small
 	streams    []int32             // sorted keys of pools
 	lastStream int32
 	lastPools  *[2]*pool
 
-	live     map[int64]*block
+	live     idMap
 	segs     []*segment
 	nextAddr int64
 
@@ -199,7 +202,6 @@ func New(cfg Config, dev Device) *Allocator {
 		capacity:    dev.Capacity,
 		total:       dev.Total,
 		pools:       make(map[int32]*[2]*pool),
-		live:        make(map[int64]*block),
 		nextAddr:    addrBase,
 	}
 	if a.capacity <= 0 {
@@ -214,6 +216,9 @@ func New(cfg Config, dev Device) *Allocator {
 		a.allowed = int64(min(f, 1) * float64(a.total))
 	}
 	a.gcOn = a.setFraction && cfg.GarbageCollectionThreshold > 0
+	for _, d := range cfg.RoundupPower2Divisions {
+		a.divisions = a.divisions || d > 1
+	}
 	return a
 }
 
@@ -316,15 +321,7 @@ func (a *Allocator) Segments() []Segment {
 			cur.Size += b.size
 		}
 	}
-	slices.SortFunc(out, func(x, y Segment) int {
-		switch {
-		case x.Address < y.Address:
-			return -1
-		case x.Address > y.Address:
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(out, func(x, y Segment) int { return cmp.Compare(x.Address, y.Address) })
 	return out
 }
 
@@ -333,9 +330,11 @@ func (a *Allocator) roundSize(size int64) int64 {
 	if size < kMinBlockSize {
 		return kMinBlockSize
 	}
-	div := int64(a.cfg.RoundupPower2Divisions[divisionIndex(size)])
-	if div > 1 && size > kMinBlockSize*div {
-		return roundupPower2NextDivision(size, div)
+	if a.divisions {
+		div := int64(a.cfg.RoundupPower2Divisions[divisionIndex(size)])
+		if div > 1 && size > kMinBlockSize*div {
+			return roundupPower2NextDivision(size, div)
+		}
 	}
 	return kMinBlockSize * ((size + kMinBlockSize - 1) / kMinBlockSize)
 }
@@ -347,14 +346,8 @@ func divisionIndex(size int64) int {
 	return min(max(i, 0), 15)
 }
 
-func log2(x int64) int {
-	n := -1
-	for x > 0 {
-		x >>= 1
-		n++
-	}
-	return n
-}
+// log2 is floor(log2(x)) for x > 0, and -1 for 0.
+func log2(x int64) int { return bits.Len64(uint64(x)) - 1 }
 
 // roundupPower2NextDivision is roundup_power2_next_division: the interval
 // between two powers of two is cut into divisions equal steps and size is
@@ -467,12 +460,14 @@ func (a *Allocator) malloc(id, orig int64, stream int32, tag uint8) (*block, err
 	if orig < 0 {
 		return nil, fmt.Errorf("malloc of block %d: negative size %d", id, orig)
 	}
-	if _, ok := a.live[id]; ok {
-		return nil, fmt.Errorf("malloc of block %d: block is already allocated", id)
-	}
 	if orig == 0 {
-		a.live[id] = zeroBlock
+		if !a.live.insert(id, zeroBlock) {
+			return nil, errDoubleAlloc(id)
+		}
 		return zeroBlock, nil
+	}
+	if a.live.get(id) != nil {
+		return nil, errDoubleAlloc(id)
 	}
 	if orig >= maxRequest {
 		return nil, fmt.Errorf("malloc of block %d: %d bytes is more than the 1 EB PyTorch accepts", id, orig)
@@ -505,18 +500,21 @@ func (a *Allocator) malloc(id, orig int64, stream int32, tag uint8) (*block, err
 	b = a.allocFound(p, b, size, orig, a.shouldSplit(p, b, size))
 	b.id = id
 	b.tag = tag
-	a.live[id] = b
+	a.live.insert(id, b)
 	return b, nil
+}
+
+func errDoubleAlloc(id int64) error {
+	return fmt.Errorf("malloc of block %d: block is already allocated", id)
 }
 
 // free is DeviceCachingAllocator::free followed at once by free_block
 // (nothing is pending on other streams). It returns what the block held.
 func (a *Allocator) free(id int64) (size, requested int64, tag uint8, err error) {
-	b, ok := a.live[id]
-	if !ok {
+	b := a.live.remove(id)
+	if b == nil {
 		return 0, 0, 0, fmt.Errorf("free of block %d: block is not allocated", id)
 	}
-	delete(a.live, id)
 	if b == zeroBlock {
 		return 0, 0, 0, nil
 	}
@@ -541,7 +539,7 @@ func (a *Allocator) getFreeBlock(p *pool, size int64) *block {
 	if a.gcOn {
 		a.gcCalls[poolIndex(p.small)]++
 	}
-	it, ok := p.free.lowerBound(size)
+	it, pos, ok := p.free.lowerBound(size)
 	if !ok {
 		return nil
 	}
@@ -560,7 +558,9 @@ func (a *Allocator) getFreeBlock(p *pool, size int64) *block {
 			}
 			return false
 		})
-		it = cur
+		if cur.b != it.b {
+			it, pos = cur, btPos{}
+		}
 	}
 	// Do not return an oversized block for a normal request.
 	if size < a.maxSplit && it.size >= a.maxSplit {
@@ -568,10 +568,10 @@ func (a *Allocator) getFreeBlock(p *pool, size int64) *block {
 	}
 	// An oversized request may take a larger unsplittable block, within
 	// max_non_split_rounding.
-	if size >= a.maxSplit && it.size >= size+a.maxNonSplit {
+	if size >= a.maxSplit && it.size-size >= a.maxNonSplit {
 		return nil
 	}
-	p.free.delete(it)
+	p.free.removeAt(pos, it)
 	return it.b
 }
 
@@ -710,7 +710,7 @@ func (a *Allocator) releaseAvailable(p *pool, size int64) bool {
 		return false
 	}
 	key := max(size, a.maxSplit)
-	if it, ok := p.free.lowerBound(key); ok {
+	if it, _, ok := p.free.lowerBound(key); ok {
 		if !releasable(it.b) {
 			// Oversize blocks are never split and expandable ones are
 			// skipped; PyTorch would not reach here.

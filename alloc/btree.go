@@ -9,7 +9,7 @@ package alloc
 // at tens of millions of events per second.
 
 const (
-	btDegree   = 16
+	btDegree   = 12
 	btMaxItems = 2*btDegree - 1
 	btMinItems = btDegree - 1
 )
@@ -29,11 +29,41 @@ func (x btItem) less(y btItem) bool {
 	return x.addr < y.addr
 }
 
+// btNode keeps keys and block pointers in parallel arrays: searches touch
+// only the keys, and shifting keys is a plain memmove.
 type btNode struct {
 	n        int
 	leaf     bool
-	items    [btMaxItems]btItem
+	keys     [btMaxItems]btKey
+	vals     [btMaxItems]*block
 	children [btMaxItems + 1]*btNode
+}
+
+type btKey struct{ size, addr int64 }
+
+func (x btKey) less(y btKey) bool {
+	return x.size < y.size || (x.size == y.size && x.addr < y.addr)
+}
+
+func (n *btNode) item(i int) btItem {
+	return btItem{size: n.keys[i].size, addr: n.keys[i].addr, b: n.vals[i]}
+}
+
+func (n *btNode) setItem(i int, x btItem) {
+	n.keys[i] = btKey{x.size, x.addr}
+	n.vals[i] = x.b
+}
+
+// shiftRight opens a gap at i by moving entries i..n-1 one place right.
+func (n *btNode) shiftRight(i int) {
+	copy(n.keys[i+1:n.n+1], n.keys[i:n.n])
+	copy(n.vals[i+1:n.n+1], n.vals[i:n.n])
+}
+
+// shiftLeft closes the gap at i by moving entries i+1..n-1 one place left.
+func (n *btNode) shiftLeft(i int) {
+	copy(n.keys[i:n.n-1], n.keys[i+1:n.n])
+	copy(n.vals[i:n.n-1], n.vals[i+1:n.n])
 }
 
 type btree struct {
@@ -53,73 +83,85 @@ func (t *btree) newNode(leaf bool) *btNode {
 }
 
 func (t *btree) freeNode(n *btNode) {
-	for i := 0; i < n.n; i++ {
-		n.items[i] = btItem{}
-	}
-	for i := range n.children {
-		n.children[i] = nil
-	}
-	n.n = 0
+	*n = btNode{}
 	if len(t.spare) < 64 {
 		t.spare = append(t.spare, n)
 	}
 }
 
-// search returns the first index i with !(items[i] < key), i.e. the
-// position of key or where it would be inserted.
-func (n *btNode) search(key btItem) int {
-	lo, hi := 0, n.n
-	for lo < hi {
-		m := int(uint(lo+hi) >> 1)
-		if n.items[m].less(key) {
-			lo = m + 1
-		} else {
-			hi = m
-		}
+// search returns the first index i with !(keys[i] < key), i.e. the
+// position of key or where it would be inserted. A linear scan beats a
+// binary search at this node size: its one branch is predictable.
+func (n *btNode) search(key btKey) int {
+	i := 0
+	for i < n.n && n.keys[i].less(key) {
+		i++
 	}
-	return lo
+	return i
 }
 
-// searchSize returns the first index i with items[i].size >= size.
+// searchSize returns the first index i with keys[i].size >= size.
 func (n *btNode) searchSize(size int64) int {
-	lo, hi := 0, n.n
-	for lo < hi {
-		m := int(uint(lo+hi) >> 1)
-		if n.items[m].size < size {
-			lo = m + 1
-		} else {
-			hi = m
-		}
+	i := 0
+	for i < n.n && n.keys[i].size < size {
+		i++
 	}
-	return lo
+	return i
 }
 
 func (t *btree) len() int { return t.count }
 
 // lowerBound returns the smallest item whose size is >= size: the
-// lower_bound({stream, size}) of get_free_block.
-func (t *btree) lowerBound(size int64) (btItem, bool) {
-	var best btItem
-	found := false
+// lower_bound({stream, size}) of get_free_block. It also returns where the
+// item sits, for removeAt.
+func (t *btree) lowerBound(size int64) (btItem, btPos, bool) {
+	var best *btNode
+	bi := 0
 	for n := t.root; n != nil; {
 		i := n.searchSize(size)
 		if i < n.n {
-			best = n.items[i]
-			found = true
+			best, bi = n, i
 		}
 		if n.leaf {
 			break
 		}
 		n = n.children[i]
 	}
-	return best, found
+	if best == nil {
+		return btItem{}, btPos{}, false
+	}
+	return best.item(bi), btPos{best, bi}, true
+}
+
+// btPos is the place of an item found by lowerBound; it is valid until the
+// tree changes.
+type btPos struct {
+	n *btNode
+	i int
+}
+
+// removeAt removes the item at p, which holds x. A leaf that stays at or
+// above the minimum fill loses it in place; anything else takes the full
+// top-down delete.
+func (t *btree) removeAt(p btPos, x btItem) {
+	n := p.n
+	if n != nil && n.leaf && (n.n > btMinItems || n == t.root) && n.n > 1 {
+		n.shiftLeft(p.i)
+		n.n--
+		n.keys[n.n] = btKey{}
+		n.vals[n.n] = nil
+		t.count--
+		return
+	}
+	t.delete(x)
 }
 
 func (t *btree) insert(x btItem) {
 	t.count++
+	key := btKey{x.size, x.addr}
 	if t.root == nil {
 		r := t.newNode(true)
-		r.items[0] = x
+		r.setItem(0, x)
 		r.n = 1
 		t.root = r
 		return
@@ -132,16 +174,16 @@ func (t *btree) insert(x btItem) {
 	}
 	n := t.root
 	for {
-		i := n.search(x)
+		i := n.search(key)
 		if n.leaf {
-			copy(n.items[i+1:n.n+1], n.items[i:n.n])
-			n.items[i] = x
+			n.shiftRight(i)
+			n.setItem(i, x)
 			n.n++
 			return
 		}
 		if n.children[i].n == btMaxItems {
 			t.splitChild(n, i)
-			if n.items[i].less(x) {
+			if n.keys[i].less(key) {
 				i++
 			}
 		}
@@ -155,22 +197,20 @@ func (t *btree) splitChild(x *btNode, i int) {
 	y := x.children[i]
 	z := t.newNode(y.leaf)
 	z.n = btDegree - 1
-	copy(z.items[:btDegree-1], y.items[btDegree:btMaxItems])
+	copy(z.keys[:btDegree-1], y.keys[btDegree:btMaxItems])
+	copy(z.vals[:btDegree-1], y.vals[btDegree:btMaxItems])
 	if !y.leaf {
 		copy(z.children[:btDegree], y.children[btDegree:btMaxItems+1])
-		for j := btDegree; j <= btMaxItems; j++ {
-			y.children[j] = nil
-		}
+		clear(y.children[btDegree : btMaxItems+1])
 	}
-	median := y.items[btDegree-1]
-	for j := btDegree - 1; j < btMaxItems; j++ {
-		y.items[j] = btItem{}
-	}
+	median := y.item(btDegree - 1)
+	clear(y.keys[btDegree-1 : btMaxItems])
+	clear(y.vals[btDegree-1 : btMaxItems])
 	y.n = btDegree - 1
 	copy(x.children[i+2:x.n+2], x.children[i+1:x.n+1])
 	x.children[i+1] = z
-	copy(x.items[i+1:x.n+1], x.items[i:x.n])
-	x.items[i] = median
+	x.shiftRight(i)
+	x.setItem(i, median)
 	x.n++
 }
 
@@ -179,7 +219,7 @@ func (t *btree) delete(x btItem) bool {
 	if t.root == nil {
 		return false
 	}
-	ok := t.remove(t.root, x)
+	ok := t.remove(t.root, btKey{x.size, x.addr})
 	if ok {
 		t.count--
 	}
@@ -197,17 +237,18 @@ func (t *btree) delete(x btItem) bool {
 
 // remove is CLRS B-TREE-DELETE: every node it descends into has at least
 // btDegree items, so a removal from a leaf never underflows.
-func (t *btree) remove(n *btNode, x btItem) bool {
+func (t *btree) remove(n *btNode, key btKey) bool {
 	for {
-		i := n.search(x)
-		found := i < n.n && !x.less(n.items[i])
+		i := n.search(key)
+		found := i < n.n && !key.less(n.keys[i])
 		if n.leaf {
 			if !found {
 				return false
 			}
-			copy(n.items[i:n.n-1], n.items[i+1:n.n])
+			n.shiftLeft(i)
 			n.n--
-			n.items[n.n] = btItem{}
+			n.keys[n.n] = btKey{}
+			n.vals[n.n] = nil
 			return true
 		}
 		if found {
@@ -215,12 +256,12 @@ func (t *btree) remove(n *btNode, x btItem) bool {
 			switch {
 			case y.n > btMinItems:
 				pred := y.max()
-				n.items[i] = pred
-				n, x = y, pred
+				n.setItem(i, pred)
+				n, key = y, btKey{pred.size, pred.addr}
 			case z.n > btMinItems:
 				succ := z.min()
-				n.items[i] = succ
-				n, x = z, succ
+				n.setItem(i, succ)
+				n, key = z, btKey{succ.size, succ.addr}
 			default:
 				t.merge(n, i)
 				n = y
@@ -249,66 +290,67 @@ func (n *btNode) max() btItem {
 	for !n.leaf {
 		n = n.children[n.n]
 	}
-	return n.items[n.n-1]
+	return n.item(n.n - 1)
 }
 
 func (n *btNode) min() btItem {
 	for !n.leaf {
 		n = n.children[0]
 	}
-	return n.items[0]
+	return n.item(0)
 }
 
-// merge joins x.children[i], x.items[i] and x.children[i+1] into
+// merge joins x.children[i], x's entry i and x.children[i+1] into
 // x.children[i].
 func (t *btree) merge(x *btNode, i int) {
 	y, z := x.children[i], x.children[i+1]
-	y.items[y.n] = x.items[i]
-	copy(y.items[y.n+1:], z.items[:z.n])
+	y.keys[y.n], y.vals[y.n] = x.keys[i], x.vals[i]
+	copy(y.keys[y.n+1:], z.keys[:z.n])
+	copy(y.vals[y.n+1:], z.vals[:z.n])
 	if !y.leaf {
 		copy(y.children[y.n+1:], z.children[:z.n+1])
 	}
 	y.n += z.n + 1
-	copy(x.items[i:x.n-1], x.items[i+1:x.n])
+	x.shiftLeft(i)
 	copy(x.children[i+1:x.n], x.children[i+2:x.n+1])
 	x.n--
-	x.items[x.n] = btItem{}
+	x.keys[x.n], x.vals[x.n] = btKey{}, nil
 	x.children[x.n+1] = nil
 	t.freeNode(z)
 }
 
-// rotateRight moves the last item of x.children[i-1] up into x and x's
+// rotateRight moves the last entry of x.children[i-1] up into x and x's
 // separator down into the front of x.children[i].
 func (t *btree) rotateRight(x *btNode, i int) {
 	c, l := x.children[i], x.children[i-1]
-	copy(c.items[1:c.n+1], c.items[:c.n])
-	c.items[0] = x.items[i-1]
+	c.shiftRight(0)
+	c.keys[0], c.vals[0] = x.keys[i-1], x.vals[i-1]
 	if !c.leaf {
 		copy(c.children[1:c.n+2], c.children[:c.n+1])
 		c.children[0] = l.children[l.n]
 		l.children[l.n] = nil
 	}
 	c.n++
-	x.items[i-1] = l.items[l.n-1]
-	l.items[l.n-1] = btItem{}
+	x.keys[i-1], x.vals[i-1] = l.keys[l.n-1], l.vals[l.n-1]
+	l.keys[l.n-1], l.vals[l.n-1] = btKey{}, nil
 	l.n--
 }
 
-// rotateLeft moves the first item of x.children[i+1] up into x and x's
+// rotateLeft moves the first entry of x.children[i+1] up into x and x's
 // separator down onto the end of x.children[i].
 func (t *btree) rotateLeft(x *btNode, i int) {
 	c, r := x.children[i], x.children[i+1]
-	c.items[c.n] = x.items[i]
+	c.keys[c.n], c.vals[c.n] = x.keys[i], x.vals[i]
 	if !c.leaf {
 		c.children[c.n+1] = r.children[0]
 		copy(r.children[:r.n], r.children[1:r.n+1])
 		r.children[r.n] = nil
 	}
 	c.n++
-	x.items[i] = r.items[0]
-	copy(r.items[:r.n-1], r.items[1:r.n])
+	x.keys[i], x.vals[i] = r.keys[0], r.vals[0]
+	r.shiftLeft(0)
 	r.n--
-	r.items[r.n] = btItem{}
+	r.keys[r.n], r.vals[r.n] = btKey{}, nil
 }
 
 // ascendFrom calls fn for every item with size >= size in ascending order
@@ -325,7 +367,7 @@ func (n *btNode) ascendFrom(size int64, fn func(btItem) bool) bool {
 		if !n.leaf && !n.children[i].ascendFrom(size, fn) {
 			return false
 		}
-		if !fn(n.items[i]) {
+		if !fn(n.item(i)) {
 			return false
 		}
 	}
@@ -348,7 +390,7 @@ func (n *btNode) descend(fn func(btItem) bool) bool {
 		if !n.leaf && !n.children[i].descend(fn) {
 			return false
 		}
-		if i > 0 && !fn(n.items[i-1]) {
+		if i > 0 && !fn(n.item(i-1)) {
 			return false
 		}
 	}
@@ -368,7 +410,7 @@ func (n *btNode) appendAll(dst []*block) []*block {
 		if !n.leaf {
 			dst = n.children[i].appendAll(dst)
 		}
-		dst = append(dst, n.items[i].b)
+		dst = append(dst, n.vals[i])
 	}
 	if !n.leaf {
 		dst = n.children[n.n].appendAll(dst)

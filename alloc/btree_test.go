@@ -39,10 +39,15 @@ func TestBTreeRandom(t *testing.T) {
 				}
 			}
 			q := int64(r.IntN(n + 1))
-			got, ok := tr.lowerBound(q)
+			got, pos, ok := tr.lowerBound(q)
 			j, _ := slices.BinarySearchFunc(ref, btItem{size: q, addr: -1 << 62}, cmp)
 			if ok != (j < len(ref)) || (ok && got != ref[j]) {
 				t.Fatalf("n=%d step %d: lowerBound(%d) = %v %v, want index %d of %d", n, step, q, got, ok, j, len(ref))
+			}
+			if ok && r.IntN(4) == 0 {
+				// get_free_block's pop of the best fit
+				tr.removeAt(pos, got)
+				ref = slices.Delete(ref, j, j+1)
 			}
 			if step%97 == 0 {
 				if err := checkTree(&tr); err != nil {

@@ -1,6 +1,9 @@
 package alloc
 
-import "slices"
+import (
+	"cmp"
+	"slices"
+)
 
 // Expandable segments (Note [Expandable Segments] in
 // CUDACachingAllocator.cpp): each (stream, pool) reserves address space of
@@ -14,31 +17,22 @@ import "slices"
 // is known, so that an unlimited device still gets a bounded reservation.
 const vaDefaultTotal = 1 << 46
 
+// vaMaxTotal bounds the reservation so address arithmetic cannot overflow.
+const vaMaxTotal = 1 << 52
+
 func (p *pool) insertUnmapped(b *block) {
-	i, _ := slices.BinarySearchFunc(p.unmapped, b.addr, func(x *block, addr int64) int {
-		return cmpInt64(x.addr, addr)
-	})
+	i, _ := slices.BinarySearchFunc(p.unmapped, b.addr, byAddr)
 	p.unmapped = slices.Insert(p.unmapped, i, b)
 }
 
 func (p *pool) removeUnmapped(b *block) {
-	i, ok := slices.BinarySearchFunc(p.unmapped, b.addr, func(x *block, addr int64) int {
-		return cmpInt64(x.addr, addr)
-	})
+	i, ok := slices.BinarySearchFunc(p.unmapped, b.addr, byAddr)
 	if ok {
 		p.unmapped = slices.Delete(p.unmapped, i, i+1)
 	}
 }
 
-func cmpInt64(x, y int64) int {
-	switch {
-	case x < y:
-		return -1
-	case x > y:
-		return 1
-	}
-	return 0
-}
+func byAddr(x *block, addr int64) int { return cmp.Compare(x.addr, addr) }
 
 // tryAllocateExpandable is try_allocate_expandable_block: map enough pages
 // for size at the lowest address that has room, merging with free mapped
@@ -89,8 +83,8 @@ func (a *Allocator) findExpandable(p *pool, size int64) *block {
 		page = kSmallBuffer
 	}
 	total := a.total
-	if total <= 0 {
-		total = vaDefaultTotal
+	if total <= 0 || total > vaMaxTotal {
+		total = min(max(total, vaDefaultTotal), vaMaxTotal)
 	}
 	va := alignUp(total+total/8, page)
 	if va < size {

@@ -50,7 +50,7 @@ func checkInvariants(a *Allocator) error {
 				allocated += b.size
 				requested += b.requested
 				numAllocs++
-				if a.live[b.id] != b {
+				if a.live.get(b.id) != b {
 					return fmt.Errorf("block %#x: id %d not live", b.addr, b.id)
 				}
 			case b.mapped:
@@ -99,11 +99,14 @@ func checkInvariants(a *Allocator) error {
 		}
 	}
 	live := int64(0)
-	for _, b := range a.live {
+	a.live.each(func(id int64, b *block) {
 		if b != zeroBlock {
 			live++
 		}
-	}
+		if got := a.live.get(id); got != b {
+			panic(fmt.Sprintf("idMap: get(%d) = %p, want %p", id, got, b))
+		}
+	})
 	if live != numAllocs {
 		return fmt.Errorf("%d live ids, %d allocated blocks", live, numAllocs)
 	}
@@ -189,7 +192,9 @@ func checkTree(t *btree) error {
 			} else if leafDepth != depth {
 				return fmt.Errorf("btree: leaves at depths %d and %d", leafDepth, depth)
 			}
-			items = append(items, n.items[:n.n]...)
+			for i := 0; i < n.n; i++ {
+				items = append(items, n.item(i))
+			}
 			return nil
 		}
 		for i := 0; i <= n.n; i++ {
@@ -200,7 +205,7 @@ func checkTree(t *btree) error {
 				return err
 			}
 			if i < n.n {
-				items = append(items, n.items[i])
+				items = append(items, n.item(i))
 			}
 		}
 		return nil

@@ -62,6 +62,9 @@ type Timeline struct {
 // trace (a free of a block that is not allocated, an id allocated twice, a
 // negative size, an unknown action or category), naming the event.
 func Replay(t *trace.Trace, cfg Config, dev Device, opts ReplayOptions) (*Timeline, error) {
+	if t == nil {
+		return nil, errors.New("replaying trace: nil trace")
+	}
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("replaying trace: %w", err)
 	}
@@ -70,19 +73,11 @@ func Replay(t *trace.Trace, cfg Config, dev Device, opts ReplayOptions) (*Timeli
 	if opts.Record {
 		tl.Samples = make([]Sample, 0, len(t.Events))
 	}
+	// Per-category bytes are kept up to date on every event and copied
+	// only when a new allocated peak is reached.
 	var cat, req [trace.NumCategories]int64
 	step := StepStats{}
 	stepOpen := false
-	closeStep := func(i int, partial bool) {
-		step.Step = len(tl.Steps)
-		step.EndEvent = i
-		step.Partial = partial
-		step.EndAllocated = a.allocated
-		step.EndReserved = a.reserved
-		tl.Steps = append(tl.Steps, step)
-		step = StepStats{PeakAllocated: a.allocated, PeakReserved: a.reserved}
-		stepOpen = false
-	}
 	for i := range t.Events {
 		e := &t.Events[i]
 		stepOpen = true
@@ -99,7 +94,7 @@ func Replay(t *trace.Trace, cfg Config, dev Device, opts ReplayOptions) (*Timeli
 					if a.reserved > step.PeakReserved {
 						step.PeakReserved = a.reserved
 					}
-					closeStep(i, true)
+					closeStep(tl, a, &step, i, true)
 					return finish(tl, a), nil
 				}
 				return nil, fmt.Errorf("replaying trace: event %d: %w", i, err)
@@ -139,13 +134,26 @@ func Replay(t *trace.Trace, cfg Config, dev Device, opts ReplayOptions) (*Timeli
 			tl.Samples = append(tl.Samples, Sample{Event: i, Allocated: a.allocated, Reserved: a.reserved})
 		}
 		if e.Action == trace.StepEnd {
-			closeStep(i, false)
+			closeStep(tl, a, &step, i, false)
+			stepOpen = false
 		}
 	}
 	if stepOpen {
-		closeStep(len(t.Events)-1, true)
+		closeStep(tl, a, &step, len(t.Events)-1, true)
 	}
 	return finish(tl, a), nil
+}
+
+// closeStep appends the step ending at event i and starts the next one
+// from the current state.
+func closeStep(tl *Timeline, a *Allocator, step *StepStats, i int, partial bool) {
+	step.Step = len(tl.Steps)
+	step.EndEvent = i
+	step.Partial = partial
+	step.EndAllocated = a.allocated
+	step.EndReserved = a.reserved
+	tl.Steps = append(tl.Steps, *step)
+	*step = StepStats{PeakAllocated: a.allocated, PeakReserved: a.reserved}
 }
 
 func finish(tl *Timeline, a *Allocator) *Timeline {
