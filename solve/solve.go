@@ -39,8 +39,10 @@ type Answer struct {
 	Fit, Over *predict.Result
 	// Limited reports that the search stopped at Limit with Limit fitting.
 	Limited bool
-	// Probes is the number of predictions the search made.
+	// Probes is the number of predictions the search made; Tried lists
+	// the values in the order simulated.
 	Probes int
+	Tried  []int64
 }
 
 // DefaultLimit bounds searches: no model reaches it on any catalog GPU.
@@ -79,6 +81,7 @@ func MaxDim(r predict.Request, dim models.Dim, limit int64) (*Answer, error) {
 			q.Config.Hidden = v
 		}
 		ans.Probes++
+		ans.Tried = append(ans.Tried, v)
 		res, err := predict.Run(q)
 		if err != nil {
 			return nil, fmt.Errorf("%s %d: %w", dim, v, err)
@@ -96,71 +99,85 @@ func MaxDim(r predict.Request, dim models.Dim, limit int64) (*Answer, error) {
 	lo, loRes := int64(1), first
 	var hi int64
 	var hiRes *predict.Result
-	// A safeguarded secant search. Memory is close to affine in each
-	// dimension once activations dominate, so the two largest values that
-	// fit predict where the device fills up; while the boundary is not
-	// bracketed the guess may grow at most eightfold, and once it is, a
-	// guess that fails to halve the bracket twice in a row is replaced by
-	// the midpoint. Only simulated values are ever returned, so a poor
-	// guess costs probes, never correctness.
+	// Memory is close to affine in each dimension once activations
+	// dominate, so the two largest values that fit predict where the device
+	// fills up (the slope from the requested bytes, which grow smoothly;
+	// the distance from the device total, which decides fitting). Grow at
+	// most eightfold toward that estimate; once a guess was aimed by it,
+	// bracket the boundary tightly around the guess by steps of 1/64 that
+	// double, and finish by bisection. Only simulated values are ever
+	// returned, so a poor estimate costs probes, never correctness.
 	prev, prevRes := int64(0), (*predict.Result)(nil)
-	stalls := 0
-	// shrink lowers the capacity the secant aims at after a guess that did
-	// not fit (the allocator's rounding and fragmentation are not in the
-	// straight line), and relaxes after one that did.
-	shrink := 0.0
-	estimate := func() (float64, bool) {
-		if prevRes == nil {
-			return 0, false
-		}
-		// The slope comes from the requested bytes, which grow smoothly;
-		// reserved memory moves in segment-sized steps. The distance to
-		// go is measured on the device total, which decides fitting.
-		slope := float64(loRes.Timeline.Final.PeakRequested-prevRes.Timeline.Final.PeakRequested) / float64(lo-prev)
-		if slope <= 0 {
-			return 0, false
-		}
-		target := float64(loRes.GPU.Capacity) * (1 - shrink)
-		return float64(lo) + (target-float64(loRes.DeviceTotal))/slope, true
-	}
-	for hi == 0 || hi-lo > 1 {
-		var g int64
-		switch {
-		case hi == 0:
-			g = lo * 8
-			if est, ok := estimate(); ok {
-				g = int64(min(est, float64(lo*8)))
-			}
-			// Not bracketed yet: move at least an eighth, so a guess
-			// pulled below lo by the shrink cannot creep.
-			g = min(max(g, lo+lo/8+1), limit)
-		default:
-			g = lo + (hi-lo)/2
-			if est, ok := estimate(); ok && stalls < 2 {
-				g = min(max(int64(est), lo+1), hi-1)
+	for hi == 0 {
+		g, aimed := lo*8, false
+		if prevRes != nil {
+			slope := float64(loRes.Timeline.Final.PeakRequested-prevRes.Timeline.Final.PeakRequested) / float64(lo-prev)
+			if slope > 0 {
+				est := float64(lo) + float64(loRes.GPU.Capacity-loRes.DeviceTotal)/slope
+				if est < float64(lo*8) {
+					g, aimed = int64(est), true
+				}
 			}
 		}
-		width := hi - lo
+		g = min(max(g, lo+1), limit)
 		res, err := probe(g)
 		if err != nil {
 			return nil, err
 		}
-		if res.Fits {
-			shrink /= 2
-			prev, prevRes = lo, loRes
-			lo, loRes = g, res
-			if g == limit && hi == 0 {
-				ans.Max, ans.Fit, ans.Limited = lo, loRes, true
-				return ans, nil
-			}
-		} else {
-			shrink = min(0.5, max(0.02, 2*shrink))
+		if !res.Fits {
 			hi, hiRes = g, res
+			if aimed {
+				for d := max(int64(1), g/64); hi-lo > 1; d *= 2 {
+					w := max(hi-d, lo+1)
+					res, err := probe(w)
+					if err != nil {
+						return nil, err
+					}
+					if res.Fits {
+						lo, loRes = w, res
+						break
+					}
+					hi, hiRes = w, res
+				}
+			}
+			break
 		}
-		if hi != 0 && width > 0 && 2*(hi-lo) > width {
-			stalls++
+		prev, prevRes = lo, loRes
+		lo, loRes = g, res
+		if g == limit {
+			ans.Max, ans.Fit, ans.Limited = lo, loRes, true
+			return ans, nil
+		}
+		if aimed {
+			for d := max(int64(1), g/64); hi == 0; d *= 2 {
+				w := min(lo+d, limit)
+				res, err := probe(w)
+				if err != nil {
+					return nil, err
+				}
+				if !res.Fits {
+					hi, hiRes = w, res
+					break
+				}
+				prev, prevRes = lo, loRes
+				lo, loRes = w, res
+				if w == limit {
+					ans.Max, ans.Fit, ans.Limited = lo, loRes, true
+					return ans, nil
+				}
+			}
+		}
+	}
+	for hi-lo > 1 {
+		mid := lo + (hi-lo)/2
+		res, err := probe(mid)
+		if err != nil {
+			return nil, err
+		}
+		if res.Fits {
+			lo, loRes = mid, res
 		} else {
-			stalls = 0
+			hi, hiRes = mid, res
 		}
 	}
 	ans.Max, ans.Fit, ans.Over = lo, loRes, hiRes

@@ -60,6 +60,7 @@ type Simulator struct {
 	err                   error
 	stepsDone             int
 	gradsAlive            bool
+	slab                  []storage
 }
 
 // Summary holds the static figures of a setup, measured while simulating.
@@ -101,6 +102,9 @@ func New(g *graph.Graph, s Setup) (*Simulator, error) {
 		return nil, err
 	}
 	sim := &Simulator{s: s}
+	// Each op allocates and frees a few blocks in forward and backward;
+	// reserving room once avoids regrowing the event list.
+	sim.tr.Events = make([]trace.Event, 0, (len(g.Tensors)+len(g.Ops))*6*s.Steps*s.Accumulate)
 	sim.low, sim.amp = s.Precision.Autocast()
 	sim.tr.Label = g.Name
 	sim.phase = trace.Setup
@@ -160,7 +164,13 @@ func (sim *Simulator) Trace() *trace.Trace { return &sim.tr }
 func (sim *Simulator) Summary() Summary { return sim.sum }
 
 func (sim *Simulator) alloc(bytes int64, cat trace.Category) *storage {
-	st := &storage{id: sim.next, bytes: bytes, cat: cat}
+	// Storages come from a slab: a simulation makes many small ones.
+	if len(sim.slab) == 0 {
+		sim.slab = make([]storage, 1024)
+	}
+	st := &sim.slab[0]
+	sim.slab = sim.slab[1:]
+	*st = storage{id: sim.next, bytes: bytes, cat: cat}
 	sim.next++
 	sim.tr.Events = append(sim.tr.Events, trace.Event{Action: trace.Alloc, Category: cat, Phase: sim.phase,
 		Step: sim.step, Site: sim.site, ID: st.id, Size: bytes})

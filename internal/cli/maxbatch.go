@@ -28,6 +28,7 @@ type MaxBatchJSON struct {
 	Max      int64         `json:"max"`
 	Limited  bool          `json:"limited"`
 	Probes   int           `json:"probes"`
+	Tried    []int64       `json:"tried"`
 	AtMax    *EstimateJSON `json:"at_max,omitempty"`
 	AtNext   *EstimateJSON `json:"at_next,omitempty"`
 }
@@ -71,7 +72,7 @@ func runMaxBatch(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	if j.json {
-		out := MaxBatchJSON{Model: r.Source.Name(), Solve: string(d), Max: ans.Max, Limited: ans.Limited, Probes: ans.Probes}
+		out := MaxBatchJSON{Model: r.Source.Name(), Solve: string(d), Max: ans.Max, Limited: ans.Limited, Probes: ans.Probes, Tried: ans.Tried}
 		if d == models.DimBatch {
 			out.MaxBatch = ans.Max
 		}
