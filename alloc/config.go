@@ -1,6 +1,8 @@
 package alloc
 
 import (
+	"github.com/batchfit/batchfit/suggest"
+
 	"errors"
 	"fmt"
 	"math"
@@ -231,37 +233,13 @@ func ParseConfig(s string) (Config, error) {
 }
 
 func unknownKeyError(key string) error {
-	best, bestD := "", math.MaxInt
-	for _, k := range validKeys {
-		if d := editDistance(key, k); d < bestD {
-			best, bestD = k, d
-		}
-	}
 	if key == "," || key == ":" || key == "[" || key == "]" {
 		return fmt.Errorf("parsing allocator config: unexpected %q where an option name was expected", key)
 	}
-	return fmt.Errorf("parsing allocator config: unrecognized CachingAllocator option %q (did you mean %q?)", key, best)
-}
-
-// editDistance is the Levenshtein distance between a and b.
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
+	if near := suggest.Nearest(key, validKeys, 1); len(near) > 0 {
+		return fmt.Errorf("parsing allocator config: unrecognized CachingAllocator option %q (did you mean %q?)", key, near[0])
 	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
+	return fmt.Errorf("parsing allocator config: unrecognized CachingAllocator option %q (known: %s)", key, strings.Join(validKeys, ", "))
 }
 
 // lexConfig is CUDAAllocatorConfig::lexArgs.

@@ -174,17 +174,6 @@ func TestConfigValidate(t *testing.T) {
 	}
 }
 
-func TestEditDistance(t *testing.T) {
-	for _, tc := range []struct {
-		a, b string
-		d    int
-	}{{"", "", 0}, {"abc", "", 3}, {"kitten", "sitting", 3}, {"max_split_size", "max_split_size_mb", 3}} {
-		if got := editDistance(tc.a, tc.b); got != tc.d {
-			t.Errorf("editDistance(%q, %q) = %d, want %d", tc.a, tc.b, got, tc.d)
-		}
-	}
-}
-
 func FuzzParseConfig(f *testing.F) {
 	for _, s := range []string{
 		"", "max_split_size_mb:128", "roundup_power2_divisions:[256:1,512:2,>:8]",

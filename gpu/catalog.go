@@ -5,6 +5,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/batchfit/batchfit/suggest"
 )
 
 const mib = 1 << 20
@@ -95,13 +97,8 @@ func Lookup(name string) (GPU, error) {
 
 func nearest(key string, names []string) []string {
 	var out []string
-	for _, n := range names {
-		if strings.Contains(n, key) || strings.Contains(key, strings.SplitN(n, "-", 2)[0]) {
-			out = append(out, strconv.Quote(n))
-		}
-	}
-	if len(out) > 4 {
-		out = out[:4]
+	for _, n := range suggest.Nearest(key, names, 4) {
+		out = append(out, strconv.Quote(n))
 	}
 	return out
 }

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/batchfit/batchfit/graph"
+	"github.com/batchfit/batchfit/suggest"
 )
 
 // Config is what a builder needs beyond the model's own definition.
@@ -103,9 +104,7 @@ func Lookup(name string) (Model, error) {
 	return Model{}, fmt.Errorf("unknown model %q; did you mean %s? (see 'batchfit models')", name, strings.Join(quote(near), ", "))
 }
 
-func normalize(s string) string {
-	return strings.NewReplacer("-", "", "_", "", ".", "", "/", "").Replace(strings.ToLower(s))
-}
+func normalize(s string) string { return suggest.Normalize(s) }
 
 func quote(ss []string) []string {
 	out := make([]string, len(ss))
@@ -115,65 +114,10 @@ func quote(ss []string) []string {
 	return out
 }
 
-// Nearest returns up to n candidates closest to s by edit distance (after
-// normalization), nearest first, dropping ones that are too far to be a
-// plausible misspelling.
+// Nearest returns up to n zoo-style names nearest to s (see package
+// suggest).
 func Nearest(s string, candidates []string, n int) []string {
-	type scored struct {
-		name string
-		d    int
-	}
-	ns := normalize(s)
-	var sc []scored
-	for _, c := range candidates {
-		nc := normalize(c)
-		d := editDistance(ns, nc)
-		if strings.Contains(nc, ns) || strings.Contains(ns, nc) {
-			d = min(d, 1+abs(len(nc)-len(ns))/4)
-		}
-		limit := max(2, len(ns)/2)
-		if d <= limit {
-			sc = append(sc, scored{c, d})
-		}
-	}
-	sort.Slice(sc, func(i, j int) bool {
-		if sc[i].d != sc[j].d {
-			return sc[i].d < sc[j].d
-		}
-		return sc[i].name < sc[j].name
-	})
-	var out []string
-	for i := 0; i < len(sc) && i < n; i++ {
-		out = append(out, sc[i].name)
-	}
-	return out
-}
-
-func abs(x int) int {
-	if x < 0 {
-		return -x
-	}
-	return x
-}
-
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
+	return suggest.Nearest(s, candidates, n)
 }
 
 // Build looks up name and builds it for c, filling the model's defaults.

@@ -1,6 +1,8 @@
 package spec
 
 import (
+	"github.com/batchfit/batchfit/suggest"
+
 	"errors"
 	"fmt"
 	"io"
@@ -252,62 +254,7 @@ func normalize(s string) string {
 	return string(b)
 }
 
-// nearest returns up to n candidates within a plausible misspelling of s,
-// nearest first.
+// nearest returns up to n candidates within a plausible misspelling of s.
 func nearest(s string, candidates []string, n int) []string {
-	type scored struct {
-		name string
-		d    int
-	}
-	ns := normalize(s)
-	if len(ns) > 64 {
-		return nil
-	}
-	var sc []scored
-	for _, c := range candidates {
-		nc := normalize(c)
-		d := editDistance(ns, nc)
-		if len(ns) >= 3 && (strings.HasPrefix(nc, ns) || strings.HasPrefix(ns, nc)) {
-			d = min(d, 1)
-		}
-		if d <= max(1, len(ns)/3) {
-			sc = append(sc, scored{c, d})
-		}
-	}
-	sort.SliceStable(sc, func(i, j int) bool { return sc[i].d < sc[j].d })
-	var out []string
-	for i := 0; i < len(sc) && len(out) < n; i++ {
-		if !contains(out, sc[i].name) {
-			out = append(out, sc[i].name)
-		}
-	}
-	return out
-}
-
-// editDistance is the optimal-string-alignment distance: insertions,
-// deletions, substitutions and transpositions of neighbours (rleu, relu)
-// each cost 1.
-func editDistance(a, b string) int {
-	rows := make([][]int, len(a)+1)
-	for i := range rows {
-		rows[i] = make([]int, len(b)+1)
-		rows[i][0] = i
-	}
-	for j := range rows[0] {
-		rows[0][j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			d := min(rows[i-1][j]+1, rows[i][j-1]+1, rows[i-1][j-1]+cost)
-			if i > 1 && j > 1 && a[i-1] == b[j-2] && a[i-2] == b[j-1] {
-				d = min(d, rows[i-2][j-2]+1)
-			}
-			rows[i][j] = d
-		}
-	}
-	return rows[len(a)][len(b)]
+	return suggest.Nearest(s, candidates, n)
 }

@@ -1,0 +1,37 @@
+package profile
+
+import "testing"
+
+func TestLookup(t *testing.T) {
+	cases := []struct{ in, want string }{
+		{"1.13", "1.13"}, {"1.13.1+cu117", "1.13"}, {"2.0.1", "2.0"}, {"2.4", "2.0"}, {"2.5.0a0", "2.5"},
+		{"2.9", "2.5"}, {"", Default().Version}, {"current", Default().Version},
+	}
+	for _, c := range cases {
+		p, err := Lookup(c.in)
+		if err != nil || p.Version != c.want {
+			t.Errorf("Lookup(%q) = %v, %v; want %s", c.in, p, err, c.want)
+		}
+	}
+	for _, bad := range []string{"0.4", "two", "1"} {
+		if _, err := Lookup(bad); err == nil {
+			t.Errorf("Lookup(%q): want an error", bad)
+		}
+	}
+}
+
+// Facts from PyTorch's source that the profiles must carry.
+func TestProfileFacts(t *testing.T) {
+	old, _ := Lookup("1.13")
+	cur := Default()
+	if old.ZeroGradSetToNone || !cur.ZeroGradSetToNone {
+		t.Error("zero_grad(set_to_none=True) became the default in 2.0")
+	}
+	if old.OptimizerDefaultImpl != "forloop" || cur.OptimizerDefaultImpl != "foreach" {
+		t.Error("torch.optim defaults to foreach on CUDA from 2.0")
+	}
+	// CublasHandlePool.cpp: 4096 KiB × 8 on Hopper, :4096:2:16:8 elsewhere.
+	if cur.CublasWorkspace(9) != 33554432 || cur.CublasWorkspace(8) != 8519680 {
+		t.Errorf("cuBLAS workspace: %d on sm90, %d on sm80", cur.CublasWorkspace(9), cur.CublasWorkspace(8))
+	}
+}
