@@ -39,7 +39,16 @@ type SnapshotJSON struct {
 	WhatIfConf            string     `json:"what_if_alloc_conf"`
 	WhatIfReservedBytes   int64      `json:"what_if_peak_reserved_bytes"`
 	TopSites              []SiteJSON `json:"top_sites"`
+	Fragmentation         []FragJSON `json:"fragmentation_over_time"`
 	Warnings              []string   `json:"warnings,omitempty"`
+}
+
+// FragJSON is the allocator state at one point of the replay.
+type FragJSON struct {
+	Event                    int   `json:"event"`
+	AllocatedBytes           int64 `json:"allocated_bytes"`
+	ReservedBytes            int64 `json:"reserved_bytes"`
+	ReservedUnallocatedBytes int64 `json:"reserved_unallocated_bytes"`
 }
 
 // SiteJSON is one allocation site's live bytes at the peak.
@@ -95,6 +104,21 @@ func runSnapshot(args []string, stdout, stderr io.Writer) error {
 	for _, s := range tl.Samples {
 		out.MaxFragmentationBytes = max(out.MaxFragmentationBytes, s.Reserved-s.Allocated)
 	}
+	// Ten points spread over the replay, each the worst fragmentation in
+	// its stretch of events.
+	if n := len(tl.Samples); n > 0 {
+		const points = 10
+		for p := 0; p < points && p < n; p++ {
+			lo, hi := p*n/points, (p+1)*n/points
+			best := tl.Samples[lo]
+			for _, s := range tl.Samples[lo:hi] {
+				if s.Reserved-s.Allocated > best.Reserved-best.Allocated {
+					best = s
+				}
+			}
+			out.Fragmentation = append(out.Fragmentation, FragJSON{best.Event, best.Allocated, best.Reserved, best.Reserved - best.Allocated})
+		}
+	}
 	for _, e := range conv.Segments {
 		if e.Action == "segment_alloc" || e.Action == "segment_map" {
 			out.RecordedSegmentAllocs++
@@ -123,6 +147,15 @@ func runSnapshot(args []string, stdout, stderr io.Writer) error {
 	tw.Flush()
 	if out.RecordedSegmentAllocs > 0 && int64(out.RecordedSegmentAllocs) != out.ReplaySegmentAllocs || out.RecordedReservedBytes != out.ReplayReservedBytes {
 		fmt.Fprintln(stdout, "  they disagree: the recording may have started after segments were created (ring buffer), or another allocator setting was in force")
+	}
+	if len(out.Fragmentation) > 0 {
+		fmt.Fprintln(stdout, "\nfragmentation over the replay (worst point of each tenth):")
+		tw = tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "  event\tallocated\treserved\treserved but unallocated\t")
+		for _, f := range out.Fragmentation {
+			fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t\n", f.Event, fmtBytes(f.AllocatedBytes), fmtBytes(f.ReservedBytes), fmtBytes(f.ReservedUnallocatedBytes))
+		}
+		tw.Flush()
 	}
 	if len(out.TopSites) > 0 {
 		fmt.Fprintln(stdout, "\nlargest allocation sites at the peak:")
