@@ -107,8 +107,8 @@ func runSnapshot(args []string, stdout, stderr io.Writer) error {
 	// Ten points spread over the replay, each the worst fragmentation in
 	// its stretch of events.
 	if n := len(tl.Samples); n > 0 {
-		const points = 10
-		for p := 0; p < points && p < n; p++ {
+		points := min(10, n)
+		for p := 0; p < points; p++ {
 			lo, hi := p*n/points, (p+1)*n/points
 			best := tl.Samples[lo]
 			for _, s := range tl.Samples[lo:hi] {

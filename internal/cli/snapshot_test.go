@@ -57,6 +57,11 @@ func TestSnapshotCommand(t *testing.T) {
 		t.Errorf("peak allocated %d (want %d), reserved %d (want %d), expandable %d (want %d)",
 			got.PeakAllocatedBytes, 27*mib/2, got.PeakReservedBytes, 32*mib, got.WhatIfReservedBytes, 20*mib)
 	}
+	if len(got.Fragmentation) != 4 || got.MaxFragmentationBytes != 32*mib {
+		// Four events; after both frees nothing is allocated and both
+		// segments stay cached: 32 MiB reserved but unallocated.
+		t.Errorf("fragmentation: max %d, series %v", got.MaxFragmentationBytes, got.Fragmentation)
+	}
 	if len(got.TopSites) == 0 || got.TopSites[0].Site != "train.py:10:forward" {
 		t.Errorf("top sites %+v, want train.py:10:forward first", got.TopSites)
 	}
