@@ -1,6 +1,6 @@
 module github.com/batchfit/batchfit
 
-go 1.26.8
+go 1.22
 
 require (
 	github.com/kisielk/og-rek v1.3.0
