@@ -93,6 +93,17 @@ func Lookup(name string) (Model, error) {
 			return m, nil
 		}
 	}
+	// A unique prefix names one model unambiguously ("Mistral-7B" for
+	// "Mistral-7B-v0.1").
+	var prefixed []Model
+	for k, m := range registry {
+		if len(norm) >= 4 && strings.HasPrefix(normalize(k), norm) {
+			prefixed = append(prefixed, m)
+		}
+	}
+	if len(prefixed) == 1 {
+		return prefixed[0], nil
+	}
 	names := make([]string, 0, len(registry))
 	for _, m := range registry {
 		names = append(names, m.Name)
