@@ -300,7 +300,12 @@ func (m *micro) recompute(blk int32) {
 	for i := first; i < len(m.g.Ops) && m.g.Ops[i].Block == blk; i++ {
 		last = i
 	}
-	// consumers inside the block only: outside consumers already ran.
+	// Consumers inside the block only: outside consumers already ran.
+	// The block's outputs may carry negative counts from later blocks'
+	// recomputes, which consumed them as external inputs: start from zero.
+	for i := first; i <= last; i++ {
+		m.remaining[m.g.Ops[i].Output] = 0
+	}
 	for i := first; i <= last; i++ {
 		for _, t := range m.g.Ops[i].Inputs {
 			if m.producedIn(t, blk) {

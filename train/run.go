@@ -103,6 +103,11 @@ func (m *micro) runOp(i int) {
 	c := fwdCtx{m: m, op: op, i: i, in: make([]value, len(op.Inputs))}
 	m.casts[i] = m.casts[i][:0]
 	for j, t := range op.Inputs {
+		if p := m.pidx[t]; p >= 0 && !recomputing && m.g.Tensors[t].RequiresGrad {
+			// A parameter used as an operand (a class token expanded, a
+			// position table added): one more gradient for AccumulateGrad.
+			m.direct[p]++
+		}
 		v := m.val[t]
 		if v.st == nil {
 			sim.fail("op %s: input %s has no value (internal ordering error)", op.Name, m.g.Tensors[t].Name)
@@ -262,7 +267,13 @@ func (c *bwdCtx) gradIn(j int) {
 		return
 	}
 	dt := c.inDT(j)
-	st := c.alloc(c.numel(j) * dt.Size())
+	var st *storage
+	if p := c.m.pidx[c.op.Inputs[j]]; p >= 0 {
+		st = c.m.sim.alloc(c.numel(j)*dt.Size(), c.m.gradCategory(p))
+		st.refs = 1
+	} else {
+		st = c.alloc(c.numel(j) * dt.Size())
+	}
 	c.route(j, st, dt)
 }
 

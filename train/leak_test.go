@@ -1,0 +1,81 @@
+package train
+
+import (
+	"testing"
+
+	"github.com/batchfit/batchfit/models"
+	"github.com/batchfit/batchfit/trace"
+)
+
+// After training steps, every activation, saved tensor, autocast copy and
+// temporary has been freed: only the loss of the last step (kept by the
+// loop's variable) remains among them. Checked for every zoo model under
+// the setups that exercise the most rules at once.
+func TestNothingLeaks(t *testing.T) {
+	setups := []struct {
+		name string
+		s    Setup
+	}{
+		{"fp32", Setup{Steps: 2}},
+		{"bf16-mixed+checkpointing", Setup{Steps: 2, Precision: MixedBF16, Checkpointing: true}},
+		{"16-mixed+accumulate", Setup{Steps: 2, Precision: Mixed16, Accumulate: 2, Optimizer: Optimizer{Kind: SGD, Momentum: 0.9}}},
+		{"bf16-true+checkpointing+1.13", Setup{Steps: 2, Precision: TrueBF16, Checkpointing: true, Profile: mustProfile(t, "1.13")}},
+	}
+	for _, m := range models.All() {
+		m := m
+		t.Run(m.Name, func(t *testing.T) {
+			t.Parallel()
+			cfg := models.Config{Batch: 2, Layers: 2}
+			if m.DefaultSeq > 0 {
+				cfg.Seq = 16
+			}
+			if m.Family == "seed" {
+				cfg.Layers = 0
+			}
+			hasLayers := false
+			for _, d := range m.Dims {
+				hasLayers = hasLayers || d == models.DimLayers
+			}
+			if !hasLayers {
+				cfg.Layers = 0
+			}
+			g, _, err := models.Build(m.Name, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, su := range setups {
+				tr, _, err := Simulate(g, su.s)
+				if err != nil {
+					t.Fatalf("%s: %v", su.name, err)
+				}
+				if err := tr.Validate(); err != nil {
+					t.Fatalf("%s: %v", su.name, err)
+				}
+				live := map[int64]trace.Event{}
+				for _, e := range tr.Events {
+					switch e.Action {
+					case trace.Alloc:
+						live[e.ID] = e
+					case trace.Free:
+						delete(live, e.ID)
+					}
+				}
+				var n int
+				var bytes int64
+				for _, e := range live {
+					switch e.Category {
+					case trace.Activation, trace.Transient, trace.CastCache:
+						n++
+						bytes += e.Size
+						if n > 1 {
+							t.Errorf("%s: %s from %s (%s, step %d) still live at the end", su.name, e.Category, tr.SiteName(e.Site), e.Phase, e.Step+1)
+						}
+					}
+				}
+				if n != 1 {
+					t.Errorf("%s: %d activation/transient blocks live at the end (%d bytes), want 1 (the loss)", su.name, n, bytes)
+				}
+			}
+		})
+	}
+}
