@@ -141,3 +141,18 @@ func BenchmarkMaxBatchResNet50(b *testing.B) {
 		}
 	}
 }
+
+// Llama-3-70B does not fit one GPU with Adam (its bf16 weights alone are
+// 141 GB), so the search runs against a 2 TiB device, as if sharded memory
+// were pooled, to time a full search.
+func BenchmarkMaxBatchLlama3_70B(b *testing.B) {
+	r := request(b, "Llama-3-70B", "2TiB")
+	r.Config.Seq = 8192
+	r.Setup.Precision = train.TrueBF16
+	r.Setup.Checkpointing = true
+	for i := 0; i < b.N; i++ {
+		if _, err := MaxBatch(r, 0); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -98,9 +98,12 @@ func (m *micro) runOp(i int) {
 		sim.fail("op %s: no simulation rule for op kind %q", op.Name, op.Kind)
 		return
 	}
-	sim.site = sim.tr.Site(op.Name)
+	sim.site = m.sites[i]
 	recomputing := sim.phase == trace.Backward
-	c := fwdCtx{m: m, op: op, i: i, in: make([]value, len(op.Inputs))}
+	if cap(sim.inBuf) < len(op.Inputs) {
+		sim.inBuf = make([]value, 0, 2*len(op.Inputs))
+	}
+	c := fwdCtx{m: m, op: op, i: i, in: sim.inBuf[:len(op.Inputs)]}
 	m.casts[i] = m.casts[i][:0]
 	for j, t := range op.Inputs {
 		if p := m.pidx[t]; p >= 0 && !recomputing && m.g.Tensors[t].RequiresGrad {

@@ -61,6 +61,10 @@ type Simulator struct {
 	stepsDone             int
 	gradsAlive            bool
 	slab                  []storage
+	// opSites caches each graph's op-name site indices: a simulation
+	// revisits the same ops every step.
+	opSites map[*graph.Graph][]int32
+	inBuf   []value
 }
 
 // Summary holds the static figures of a setup, measured while simulating.
@@ -243,6 +247,22 @@ func (sim *Simulator) Step(g *graph.Graph) error {
 	sim.step++
 	sim.stepsDone++
 	return sim.err
+}
+
+// sitesFor returns the trace site of each op of g.
+func (sim *Simulator) sitesFor(g *graph.Graph) []int32 {
+	if s, ok := sim.opSites[g]; ok {
+		return s
+	}
+	if sim.opSites == nil {
+		sim.opSites = map[*graph.Graph][]int32{}
+	}
+	s := make([]int32, len(g.Ops))
+	for i := range g.Ops {
+		s[i] = sim.tr.Site(g.Ops[i].Name)
+	}
+	sim.opSites[g] = s
+	return s
 }
 
 // EmptyCache records a torch.cuda.empty_cache() call.
