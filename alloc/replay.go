@@ -11,6 +11,10 @@ import (
 type ReplayOptions struct {
 	// Record keeps one Sample per event (allocated and reserved after it).
 	Record bool
+	// Segments lists the segments and their blocks at the end in
+	// Timeline.Segments (a copy of the whole allocator state, so off by
+	// default: searches replay many traces and need only the figures).
+	Segments bool
 }
 
 // Sample is the allocator state after one event.
@@ -95,7 +99,7 @@ func Replay(t *trace.Trace, cfg Config, dev Device, opts ReplayOptions) (*Timeli
 						step.PeakReserved = a.reserved
 					}
 					closeStep(tl, a, &step, i, true)
-					return finish(tl, a), nil
+					return finish(tl, a, opts.Segments), nil
 				}
 				return nil, fmt.Errorf("replaying trace: event %d: %w", i, err)
 			}
@@ -141,7 +145,7 @@ func Replay(t *trace.Trace, cfg Config, dev Device, opts ReplayOptions) (*Timeli
 	if stepOpen {
 		closeStep(tl, a, &step, len(t.Events)-1, true)
 	}
-	return finish(tl, a), nil
+	return finish(tl, a, opts.Segments), nil
 }
 
 // closeStep appends the step ending at event i and starts the next one
@@ -156,9 +160,11 @@ func closeStep(tl *Timeline, a *Allocator, step *StepStats, i int, partial bool)
 	*step = StepStats{PeakAllocated: a.allocated, PeakReserved: a.reserved}
 }
 
-func finish(tl *Timeline, a *Allocator) *Timeline {
+func finish(tl *Timeline, a *Allocator, segments bool) *Timeline {
 	tl.Final = a.Stats()
 	tl.PeakActive = tl.Final.PeakActive
-	tl.Segments = a.Segments()
+	if segments {
+		tl.Segments = a.Segments()
+	}
 	return tl
 }

@@ -46,7 +46,7 @@ func smallTrace() *trace.Trace {
 }
 
 func TestReplay(t *testing.T) {
-	tl, err := Replay(smallTrace(), Config{}, Device{}, ReplayOptions{Record: true})
+	tl, err := Replay(smallTrace(), Config{}, Device{}, ReplayOptions{Record: true, Segments: true})
 	if err != nil {
 		t.Fatal(err)
 	}
