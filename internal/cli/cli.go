@@ -22,6 +22,7 @@ Commands:
   gpus       the GPU catalog
   oom        explain a CUDA out-of-memory message
   snapshot   replay a torch.cuda.memory._dump_snapshot pickle
+  validate   compare predictions with measurements from validation/measure.py
 
 Run 'batchfit <command> -h' for a command's flags and examples.
 `
@@ -41,6 +42,7 @@ var commands = map[string]command{
 		return runOOM(args, Stdin, stdout, stderr)
 	},
 	"snapshot": runSnapshot,
+	"validate": runValidate,
 }
 
 // Run executes the command line args (without the program name) and

@@ -152,3 +152,24 @@ func TestOOMCommand(t *testing.T) {
 		t.Errorf("non-pickle snapshot: exit %d, %q", code, errs)
 	}
 }
+
+// validate runs every case of a measure.py file; the figures here are set
+// by hand to exercise the command, they are not measurements.
+func TestValidateCommand(t *testing.T) {
+	doc := `{"environment": {"gpu_name": "test GPU", "gpu_total_memory": 17179869184, "gpu_capability": "8.0", "torch": "2.5.0"},
+ "results": [
+  {"id": "mlp-b64", "status": "ok", "case": {"model": "mlp", "batch": 64, "optimizer": "sgd", "steps": 3},
+   "max_memory_allocated": 50000000, "max_memory_reserved": 60000000, "context": {"context_bytes": 400000000}},
+  {"id": "vgg-huge", "status": "oom", "case": {"model": "vgg16", "batch": 4096, "steps": 3}}]}`
+	path := filepath.Join(t.TempDir(), "m.json")
+	if err := os.WriteFile(path, []byte(doc), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, errs, code := run("validate", path)
+	if code != 0 || !strings.Contains(out, "mlp-b64") || !strings.Contains(out, "predicted: does not fit") {
+		t.Errorf("exit %d, %s\n%s", code, errs, out)
+	}
+	if _, errs, code := run("validate", "testdata/gpus.golden"); code != 1 || !strings.Contains(errs, "gpus.golden") {
+		t.Errorf("bad file: exit %d, %s", code, errs)
+	}
+}

@@ -1,0 +1,85 @@
+package cli
+
+import (
+	"fmt"
+	"io"
+	"text/tabwriter"
+
+	"github.com/batchfit/batchfit/validation"
+)
+
+const validateUsage = `usage: batchfit validate DATA.json [--json]
+
+Predicts every case of a file written by validation/measure.py (real
+training steps measured on a GPU) and prints predicted against measured peak
+allocated and reserved memory, with the errors, so anyone can check batchfit
+on their own GPU.
+
+Example:
+  python validation/measure.py --out mygpu.json && batchfit validate mygpu.json
+`
+
+func runValidate(args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("validate", stderr, validateUsage)
+	asJSON := fs.Bool("json", false, "print JSON")
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return usagef("validate takes one measurement file, got %d arguments", len(pos))
+	}
+	m, err := validation.Load(pos[0])
+	if err != nil {
+		return err
+	}
+	cs, err := validation.Compare(m)
+	if err != nil {
+		return fmt.Errorf("%s: %w", pos[0], err)
+	}
+	sum := validation.Summarize(cs)
+	if *asJSON {
+		type row struct {
+			ID                 string  `json:"id"`
+			Status             string  `json:"status"`
+			PredictedAllocated int64   `json:"predicted_peak_allocated_bytes"`
+			MeasuredAllocated  int64   `json:"measured_peak_allocated_bytes"`
+			PredictedReserved  int64   `json:"predicted_peak_reserved_bytes"`
+			MeasuredReserved   int64   `json:"measured_peak_reserved_bytes"`
+			ErrAllocated       float64 `json:"error_allocated,omitempty"`
+			ErrReserved        float64 `json:"error_reserved,omitempty"`
+			PredictedFits      bool    `json:"predicted_fits"`
+		}
+		var rows []row
+		for _, c := range cs {
+			r := row{ID: c.ID, Status: c.Status, PredictedAllocated: c.PredictedAllocated, MeasuredAllocated: c.MeasuredAllocated,
+				PredictedReserved: c.PredictedReserved, MeasuredReserved: c.MeasuredReserved, PredictedFits: c.PredictedFits}
+			if c.Status == "ok" {
+				r.ErrAllocated, r.ErrReserved = c.ErrAllocated(), c.ErrReserved()
+			}
+			rows = append(rows, r)
+		}
+		return writeJSON(stdout, struct {
+			Cases   []row              `json:"cases"`
+			Summary validation.Summary `json:"summary"`
+		}{rows, sum})
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "case\tpeak allocated (predicted / measured)\terror\tpeak reserved (predicted / measured)\terror\t")
+	for _, c := range cs {
+		if c.Status == "oom" {
+			verdict := "predicted: does not fit"
+			if c.PredictedFits {
+				verdict = "predicted: fits (missed)"
+			}
+			fmt.Fprintf(tw, "%s\tOOM on the GPU\t\t%s\t\t\n", c.ID, verdict)
+			continue
+		}
+		fmt.Fprintf(tw, "%s\t%s / %s\t%+.1f%%\t%s / %s\t%+.1f%%\t\n", c.ID, fmtBytes(c.PredictedAllocated), fmtBytes(c.MeasuredAllocated),
+			100*c.ErrAllocated(), fmtBytes(c.PredictedReserved), fmtBytes(c.MeasuredReserved), 100*c.ErrReserved())
+	}
+	tw.Flush()
+	fmt.Fprintf(stdout, "\n%d cases: median |error| %.2f%% allocated, %.2f%% reserved; worst under-prediction %.2f%% (%s); measured OOMs predicted to fit: %d\n",
+		sum.Cases, 100*sum.MedianAbsErrAllocated, 100*sum.MedianAbsErrReserved, 100*sum.WorstUnderAllocated, sum.WorstUnderCase, sum.OOMMissed)
+	return nil
+}

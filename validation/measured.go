@@ -1,0 +1,272 @@
+package validation
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"sort"
+
+	"github.com/batchfit/batchfit/alloc"
+	"github.com/batchfit/batchfit/gpu"
+	"github.com/batchfit/batchfit/models"
+	"github.com/batchfit/batchfit/predict"
+	"github.com/batchfit/batchfit/profile"
+	"github.com/batchfit/batchfit/train"
+)
+
+// Measurements is the file measure.py writes.
+type Measurements struct {
+	Schema      any              `json:"schema"`
+	Environment *Environment     `json:"environment"`
+	Results     []MeasuredResult `json:"results"`
+}
+
+// Environment is the machine a measurement ran on.
+type Environment struct {
+	GPUName           string `json:"gpu_name"`
+	TotalMemory       int64  `json:"gpu_total_memory"`
+	ComputeCapability string `json:"gpu_capability"` // "9.0"
+	Torch             string `json:"torch"`
+}
+
+// MeasuredResult is one case of measure.py's output.
+type MeasuredResult struct {
+	ID                 string       `json:"id"`
+	Case               MeasuredCase `json:"case"`
+	Status             string       `json:"status"`
+	MaxMemoryAllocated int64        `json:"max_memory_allocated"`
+	MaxMemoryReserved  int64        `json:"max_memory_reserved"`
+	Context            struct {
+		Bytes int64 `json:"context_bytes"`
+	} `json:"context"`
+	Env *Environment `json:"env"`
+}
+
+// MeasuredCase is a case of validation/cases.json with its defaults filled.
+type MeasuredCase struct {
+	Model      string            `json:"model"`
+	Batch      int64             `json:"batch"`
+	Batches    []int64           `json:"batches"`
+	Steps      int               `json:"steps"`
+	Precision  string            `json:"precision"`
+	Optimizer  string            `json:"optimizer"`
+	Foreach    *bool             `json:"foreach"`
+	Fused      *bool             `json:"fused"`
+	Checkpoint bool              `json:"checkpoint"`
+	Accum      int               `json:"accum"`
+	EmptyCache bool              `json:"empty_cache"`
+	SeqLen     int64             `json:"seq_len"`
+	Attention  string            `json:"attn_implementation"`
+	Env        map[string]string `json:"env"`
+}
+
+// maxFile bounds what Load reads.
+const maxFile = 256 << 20
+
+// Load reads a measure.py output file.
+func Load(path string) (*Measurements, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading measurements: %w", err)
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, maxFile+1))
+	if err != nil {
+		return nil, fmt.Errorf("reading %s: %w", path, err)
+	}
+	if len(data) > maxFile {
+		return nil, fmt.Errorf("%s: larger than %d MiB", path, maxFile>>20)
+	}
+	var m Measurements
+	if err := json.Unmarshal(data, &m); err != nil {
+		return nil, fmt.Errorf("%s: not a measure.py result file: %w", path, err)
+	}
+	if len(m.Results) == 0 {
+		return nil, fmt.Errorf("%s: no results (expected the \"results\" list measure.py writes)", path)
+	}
+	return &m, nil
+}
+
+var precisions = map[string]train.Precision{"fp32": train.FP32, "amp_bf16": train.MixedBF16, "amp_fp16": train.Mixed16, "bf16": train.TrueBF16, "fp16": train.True16}
+
+// Request maps a measured case to the prediction of the same job on the
+// same machine: the GPU's reported capacity and compute capability, the
+// measured CUDA context, the PyTorch version's profile.
+func Request(r MeasuredResult, env *Environment) (predict.Request, error) {
+	c := r.Case
+	var q predict.Request
+	if r.Env != nil {
+		env = r.Env
+	}
+	if env == nil || env.TotalMemory <= 0 {
+		return q, fmt.Errorf("case %s: no GPU environment recorded", r.ID)
+	}
+	name, cfg := c.Model, models.Config{Batch: c.Batch, Seq: c.SeqLen}
+	switch c.Model {
+	case "mlp-L1-H256":
+		name, cfg.Layers, cfg.Hidden = "mlp", 1, 256
+	case "mlp-L8-H512":
+		name, cfg.Layers, cfg.Hidden = "mlp", 8, 512
+	}
+	m, err := models.Lookup(name)
+	if err != nil {
+		return q, fmt.Errorf("case %s: %w", r.ID, err)
+	}
+	q.Source = predict.Zoo{M: m}
+	q.Config = cfg
+	if len(c.Batches) > 0 {
+		q.Schedule = c.Batches
+		q.Config.Batch = c.Batches[0]
+	}
+	prec, ok := precisions[c.Precision]
+	if !ok && c.Precision != "" {
+		return q, fmt.Errorf("case %s: unknown precision %q", r.ID, c.Precision)
+	}
+	if c.Precision == "" {
+		prec = train.FP32
+	}
+	opt := train.Optimizer{}
+	switch c.Optimizer {
+	case "sgd":
+		opt.Kind = train.SGD
+	case "sgd_momentum":
+		opt.Kind, opt.Momentum = train.SGD, 0.9
+	case "adam":
+		opt.Kind = train.Adam
+	case "adamw", "":
+		opt.Kind, opt.WeightDecay = train.AdamW, 0.01
+	default:
+		return q, fmt.Errorf("case %s: unknown optimizer %q", r.ID, c.Optimizer)
+	}
+	if c.Fused != nil && *c.Fused {
+		opt.Impl = train.Fused
+	} else if c.Foreach != nil {
+		opt.Impl = train.ForLoop
+		if *c.Foreach {
+			opt.Impl = train.Foreach
+		}
+	}
+	att := train.AttentionAuto
+	if c.Attention == "eager" {
+		att = train.AttentionMath
+	}
+	prof, err := profile.Lookup(env.Torch)
+	if err != nil {
+		return q, fmt.Errorf("case %s: %w", r.ID, err)
+	}
+	major := 9
+	if env.ComputeCapability != "" {
+		if _, err := fmt.Sscanf(env.ComputeCapability, "%d", &major); err != nil {
+			return q, fmt.Errorf("case %s: compute capability %q", r.ID, env.ComputeCapability)
+		}
+	}
+	steps := c.Steps
+	if steps == 0 {
+		steps = 3
+	}
+	q.Setup = train.Setup{Precision: prec, Optimizer: opt, Accumulate: max(1, c.Accum), Checkpointing: c.Checkpoint,
+		Attention: att, Steps: steps, EmptyCache: c.EmptyCache, Profile: prof}
+	q.GPU = gpu.GPU{Name: env.GPUName, Marketing: env.GPUName, Capacity: env.TotalMemory, Major: major, ContextSize: r.Context.Bytes}
+	q.Context = r.Context.Bytes
+	ac, err := alloc.ParseConfig(c.Env["PYTORCH_CUDA_ALLOC_CONF"])
+	if err != nil {
+		return q, fmt.Errorf("case %s: %w", r.ID, err)
+	}
+	q.Alloc = ac
+	return q, nil
+}
+
+// Comparison is one case predicted and measured.
+type Comparison struct {
+	ID                                    string
+	Status                                string
+	PredictedAllocated, MeasuredAllocated int64
+	PredictedReserved, MeasuredReserved   int64
+	PredictedFits                         bool
+}
+
+// ErrAllocated is (predicted − measured) / measured peak allocated.
+func (c Comparison) ErrAllocated() float64 {
+	return relErr(c.PredictedAllocated, c.MeasuredAllocated)
+}
+
+// ErrReserved is (predicted − measured) / measured peak reserved.
+func (c Comparison) ErrReserved() float64 { return relErr(c.PredictedReserved, c.MeasuredReserved) }
+
+func relErr(p, m int64) float64 {
+	if m == 0 {
+		return math.NaN()
+	}
+	return float64(p-m) / float64(m)
+}
+
+// Compare predicts every measured case that ran or ran out of memory.
+func Compare(m *Measurements) ([]Comparison, error) {
+	var out []Comparison
+	for _, r := range m.Results {
+		if r.Status != "ok" && r.Status != "oom" {
+			continue
+		}
+		q, err := Request(r, m.Environment)
+		if err != nil {
+			return nil, err
+		}
+		res, err := predict.Run(q)
+		if err != nil {
+			return nil, fmt.Errorf("case %s: %w", r.ID, err)
+		}
+		out = append(out, Comparison{ID: r.ID, Status: r.Status, PredictedAllocated: res.Timeline.PeakAllocated,
+			MeasuredAllocated: r.MaxMemoryAllocated, PredictedReserved: res.Timeline.PeakReserved,
+			MeasuredReserved: r.MaxMemoryReserved, PredictedFits: res.Fits})
+	}
+	return out, nil
+}
+
+// Summary are the accuracy figures over the cases that ran.
+type Summary struct {
+	Cases                                       int
+	MedianAbsErrAllocated, MedianAbsErrReserved float64
+	// WorstUnderAllocated is the most negative allocated error (an
+	// under-prediction is an OOM for the user).
+	WorstUnderAllocated float64
+	WorstUnderCase      string
+	// OOMMissed counts measured OOMs the prediction said would fit.
+	OOMMissed int
+}
+
+// Summarize computes the accuracy figures of comparisons.
+func Summarize(cs []Comparison) Summary {
+	var s Summary
+	var ea, er []float64
+	for _, c := range cs {
+		if c.Status == "oom" {
+			if c.PredictedFits {
+				s.OOMMissed++
+			}
+			continue
+		}
+		s.Cases++
+		ea = append(ea, math.Abs(c.ErrAllocated()))
+		er = append(er, math.Abs(c.ErrReserved()))
+		if e := c.ErrAllocated(); e < s.WorstUnderAllocated {
+			s.WorstUnderAllocated, s.WorstUnderCase = e, c.ID
+		}
+	}
+	s.MedianAbsErrAllocated, s.MedianAbsErrReserved = median(ea), median(er)
+	return s
+}
+
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return math.NaN()
+	}
+	ys := append([]float64(nil), xs...)
+	sort.Float64s(ys)
+	n := len(ys)
+	if n%2 == 1 {
+		return ys[n/2]
+	}
+	return (ys[n/2-1] + ys[n/2]) / 2
+}

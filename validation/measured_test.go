@@ -1,0 +1,72 @@
+package validation
+
+import (
+	"math"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/batchfit/batchfit/train"
+)
+
+// Each field of measure.py's case maps to the same job in batchfit.
+func TestRequestMapping(t *testing.T) {
+	env := &Environment{GPUName: "NVIDIA H100 80GB HBM3", TotalMemory: 85_000_000_000, ComputeCapability: "9.0", Torch: "2.5.1+cu124"}
+	yes := true
+	r := MeasuredResult{ID: "c", Case: MeasuredCase{Model: "mlp-L1-H256", Batches: []int64{64, 8, 32, 4}, Precision: "amp_fp16",
+		Optimizer: "sgd_momentum", Foreach: &yes, Accum: 2, Checkpoint: true, EmptyCache: true,
+		Env: map[string]string{"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}}}
+	r.Context.Bytes = 500 << 20
+	q, err := Request(r, env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := q.Setup
+	if q.Source.Name() != "mlp" || q.Config.Layers != 1 || q.Config.Hidden != 256 || len(q.Schedule) != 4 || q.Config.Batch != 64 {
+		t.Errorf("model and sizes: %s %+v %v", q.Source.Name(), q.Config, q.Schedule)
+	}
+	if s.Precision != train.Mixed16 || s.Optimizer.Kind != train.SGD || s.Optimizer.Momentum != 0.9 || s.Optimizer.Impl != train.Foreach ||
+		s.Accumulate != 2 || !s.Checkpointing || !s.EmptyCache || s.Profile.Version != "2.5" {
+		t.Errorf("setup: %+v", s)
+	}
+	if q.GPU.Capacity != 85_000_000_000 || q.GPU.Major != 9 || q.Context != 500<<20 || !q.Alloc.ExpandableSegments {
+		t.Errorf("device: %+v context %d alloc %+v", q.GPU, q.Context, q.Alloc)
+	}
+	r.Case.Precision = "fp8"
+	if _, err := Request(r, env); err == nil {
+		t.Error("unknown precision: want an error")
+	}
+}
+
+// Summaries over hand-set comparisons: errors of +1 %, −2 %, +3 % give a
+// median |error| of 2 % and a worst under-prediction of −2 %; a measured
+// OOM predicted to fit is counted.
+func TestSummarize(t *testing.T) {
+	cs := []Comparison{
+		{ID: "a", Status: "ok", PredictedAllocated: 101, MeasuredAllocated: 100, PredictedReserved: 100, MeasuredReserved: 100},
+		{ID: "b", Status: "ok", PredictedAllocated: 98, MeasuredAllocated: 100, PredictedReserved: 110, MeasuredReserved: 100},
+		{ID: "c", Status: "ok", PredictedAllocated: 103, MeasuredAllocated: 100, PredictedReserved: 96, MeasuredReserved: 100},
+		{ID: "d", Status: "oom", PredictedFits: true},
+		{ID: "e", Status: "oom", PredictedFits: false},
+	}
+	s := Summarize(cs)
+	near := func(a, b float64) bool { return math.Abs(a-b) < 1e-12 }
+	if s.Cases != 3 || !near(s.MedianAbsErrAllocated, 0.02) || !near(s.MedianAbsErrReserved, 0.04) ||
+		!near(s.WorstUnderAllocated, -0.02) || s.WorstUnderCase != "b" || s.OOMMissed != 1 {
+		t.Errorf("summary %+v", s)
+	}
+}
+
+func TestLoadErrors(t *testing.T) {
+	dir := t.TempDir()
+	for name, body := range map[string]string{"empty.json": `{"results": []}`, "bad.json": `{"results": [`} {
+		p := filepath.Join(dir, name)
+		os.WriteFile(p, []byte(body), 0o644)
+		if _, err := Load(p); err == nil {
+			t.Errorf("%s: want an error", name)
+		}
+	}
+	if _, err := Load(filepath.Join(dir, "missing.json")); err == nil {
+		t.Error("missing file: want an error")
+	}
+}
