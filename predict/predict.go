@@ -70,6 +70,9 @@ type Result struct {
 	Fits        bool
 	// Decider names the figure that decided Fits.
 	Decider string
+	// Note is what the source says about itself (a checkpoint's stored
+	// dtype and parameter count), when it has a Note method.
+	Note string
 }
 
 // Run answers a Request.
@@ -149,6 +152,9 @@ func Run(r Request) (*Result, error) {
 	}
 	res := &Result{Model: r.Source.Name(), Config: r.Config, Setup: sim.Setup(), GPU: r.GPU, Summary: sim.Summary(),
 		Timeline: tl, Trace: tr, Context: ctx}
+	if n, ok := r.Source.(interface{ Note() string }); ok {
+		res.Note = n.Note()
+	}
 	res.DeviceTotal = tl.PeakReserved + ctx
 	if tl.OOM != nil {
 		res.Fits = false

@@ -173,3 +173,22 @@ func TestValidateCommand(t *testing.T) {
 		t.Errorf("bad file: exit %d, %s", code, errs)
 	}
 }
+
+// A Hugging Face config.json is a model like any other: GPT-2's public
+// config gives GPT2LMHeadModel's 124,439,808 parameters.
+func TestHFConfigSource(t *testing.T) {
+	out, errs, code := run("estimate", "../../hf/testdata/configs/gpt2/config.json", "--batch", "2", "--seq", "128", "--json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	var m map[string]any
+	if err := json.Unmarshal([]byte(out), &m); err != nil {
+		t.Fatal(err)
+	}
+	if m["param_count"].(float64) != 124439808 {
+		t.Errorf("param_count %v", m["param_count"])
+	}
+	if _, errs, code := run("estimate", filepath.Join(t.TempDir(), "config.json")); code != 1 || !strings.Contains(errs, "config.json") {
+		t.Errorf("missing config: exit %d, %s", code, errs)
+	}
+}

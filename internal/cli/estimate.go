@@ -87,6 +87,9 @@ func writeEstimate(w io.Writer, res *predict.Result, batches []int64) {
 	sum := res.Summary
 	tl := res.Timeline
 	fmt.Fprintln(w, setupLine(res))
+	if res.Note != "" {
+		fmt.Fprintln(w, res.Note)
+	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "parameters\t%s\t%s params\t\n", fmtBytes(sum.ParametersBytes), commas(sum.ParamCount))

@@ -17,6 +17,7 @@ func writeJSON(w io.Writer, v any) error {
 // EstimateJSON is the stable JSON form of a prediction. Bytes are integers.
 type EstimateJSON struct {
 	Model               string           `json:"model"`
+	SourceNote          string           `json:"source_note,omitempty"`
 	Batch               int64            `json:"batch"`
 	Seq                 int64            `json:"seq,omitempty"`
 	GPU                 string           `json:"gpu"`
@@ -62,7 +63,7 @@ type StepJSON struct {
 func estimateJSON(res *predict.Result, batches []int64) EstimateJSON {
 	s := res.Summary
 	tl := res.Timeline
-	out := EstimateJSON{Model: res.Model, Batch: res.Config.Batch, Seq: res.Config.Seq, GPU: res.GPU.Name,
+	out := EstimateJSON{Model: res.Model, SourceNote: res.Note, Batch: res.Config.Batch, Seq: res.Config.Seq, GPU: res.GPU.Name,
 		Precision: string(res.Setup.Precision), Optimizer: string(res.Setup.Optimizer.Kind), OptimizerImpl: string(res.Setup.Optimizer.Impl),
 		Accumulate: res.Setup.Accumulate, Checkpointing: res.Setup.Checkpointing, TorchProfile: res.Setup.Profile.Version,
 		ParamCount: s.ParamCount, ParametersBytes: s.ParametersBytes, BuffersBytes: s.BuffersBytes, GradientsBytes: s.GradientsBytes,

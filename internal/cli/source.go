@@ -7,13 +7,14 @@ import (
 	"strings"
 
 	"github.com/batchfit/batchfit/graph"
+	"github.com/batchfit/batchfit/hf"
 	"github.com/batchfit/batchfit/models"
 	"github.com/batchfit/batchfit/predict"
 	"github.com/batchfit/batchfit/spec"
 )
 
-// resolveSource turns the model argument into a Source: a zoo name, or a
-// path to a YAML layer spec.
+// resolveSource turns the model argument into a Source: a zoo name, a path
+// to a YAML layer spec, or a Hugging Face config.json or model directory.
 func resolveSource(arg string) (predict.Source, error) {
 	ext := strings.ToLower(filepath.Ext(arg))
 	info, statErr := os.Stat(arg)
@@ -24,10 +25,18 @@ func resolveSource(arg string) (predict.Source, error) {
 			return nil, err
 		}
 		return specSource{s: s, name: arg}, nil
-	case ext == ".onnx", ext == ".json", statErr == nil && info.IsDir():
-		return nil, fmt.Errorf("%s: ONNX files and Hugging Face configs are not read yet; use a zoo name ('batchfit models') or a YAML layer spec", arg)
+	case ext == ".json", statErr == nil && info.IsDir():
+		// A Hugging Face config.json or model directory (config plus
+		// safetensors headers, sharded or not).
+		m, err := hf.Open(arg)
+		if err != nil {
+			return nil, err
+		}
+		return m, nil
+	case ext == ".onnx":
+		return nil, fmt.Errorf("%s: ONNX files are not read yet; use a zoo name ('batchfit models'), a YAML layer spec or a Hugging Face config", arg)
 	case statErr == nil:
-		return nil, fmt.Errorf("%s: unknown model file type %q (want .yaml)", arg, ext)
+		return nil, fmt.Errorf("%s: unknown model file type %q (want .yaml, config.json or a model directory)", arg, ext)
 	}
 	m, err := models.Lookup(arg)
 	if err != nil {

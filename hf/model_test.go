@@ -1,0 +1,300 @@
+package hf
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/batchfit/batchfit/models"
+)
+
+// tinyLlamaParams is tinyLlama's LlamaForCausalLM by hand: embed_tokens
+// and lm_head 256·64 each, the final norm 64, and per layer q_proj 64·64,
+// k_proj and v_proj 64·32 (2 kv heads of 16), o_proj 64·64, gate_proj,
+// up_proj and down_proj 64·128 each, two norms of 64.
+const tinyLlamaParams = 2*256*64 + 64 + 2*(4096+2048+2048+4096+3*8192+2*64) // 106,816
+
+// tinyLlamaTensors are the tensors save_pretrained writes for tinyLlama,
+// in dtype, with the inv_freq buffers a checkpoint from before
+// transformers 4.31 carries.
+func tinyLlamaTensors(dtype string) []st {
+	ts := []st{{"model.embed_tokens.weight", dtype, []int64{256, 64}}}
+	for i := 0; i < 2; i++ {
+		p := fmt.Sprintf("model.layers.%d.", i)
+		ts = append(ts,
+			st{p + "self_attn.q_proj.weight", dtype, []int64{64, 64}},
+			st{p + "self_attn.k_proj.weight", dtype, []int64{32, 64}},
+			st{p + "self_attn.v_proj.weight", dtype, []int64{32, 64}},
+			st{p + "self_attn.o_proj.weight", dtype, []int64{64, 64}},
+			st{p + "self_attn.rotary_emb.inv_freq", "F32", []int64{8}},
+			st{p + "mlp.gate_proj.weight", dtype, []int64{128, 64}},
+			st{p + "mlp.up_proj.weight", dtype, []int64{128, 64}},
+			st{p + "mlp.down_proj.weight", dtype, []int64{64, 128}},
+			st{p + "input_layernorm.weight", dtype, []int64{64}},
+			st{p + "post_attention_layernorm.weight", dtype, []int64{64}},
+		)
+	}
+	return append(ts, st{"model.norm.weight", dtype, []int64{64}}, st{"lm_head.weight", dtype, []int64{256, 64}})
+}
+
+// modelDir writes a model directory: config.json and, unless ts is nil,
+// model.safetensors.
+func modelDir(t *testing.T, cfg map[string]any, ts []st) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "tiny-llama")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, ConfigName), mustJSON(t, cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if ts != nil {
+		writeST(t, filepath.Join(dir, WeightsName), ts...)
+	}
+	return dir
+}
+
+func TestOpenDirectory(t *testing.T) {
+	dir := modelDir(t, tinyLlama(), tinyLlamaTensors("BF16"))
+	m, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.ParamCount != tinyLlamaParams || m.Tally.Params != tinyLlamaParams {
+		t.Errorf("graph %d, checkpoint %d parameters; want %d", m.ParamCount, m.Tally.Params, tinyLlamaParams)
+	}
+	if m.Tally.Total != tinyLlamaParams+2*8 || len(m.Tally.Excluded) != 2 || m.Tally.Excluded[0].Reason != "rotary inv_freq buffer" {
+		t.Errorf("tally %+v", m.Tally)
+	}
+	if m.StoredDType != "BF16" || m.Tally.Bytes["BF16"] != 2*tinyLlamaParams || m.Tally.Bytes["F32"] != 0 {
+		t.Errorf("stored dtype %s, bytes %v", m.StoredDType, m.Tally.Bytes)
+	}
+	if m.Name() != "tiny-llama" || m.DefaultSeq() != 128 || len(m.Dims()) != 3 {
+		t.Errorf("name %q, default sequence %d, dims %v", m.Name(), m.DefaultSeq(), m.Dims())
+	}
+	g, err := m.Build(models.Config{Batch: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := g.Tensor(g.Inputs[0]).Shape; s.String() != "[2, 128]" {
+		t.Errorf("input %v, want [2 128]", s)
+	}
+	if g, err = m.Build(models.Config{Batch: 1, Seq: 16, Layers: 4}); err != nil || g.ParamCount() != tinyLlamaParams+2*(tinyLlamaParams-2*256*64-64)/2 {
+		t.Errorf("4 layers: %v", err)
+	}
+
+	// The config alone: no weights are looked for.
+	c, err := Open(filepath.Join(dir, ConfigName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Checkpoint != nil || c.Tally != nil || c.StoredDType != "" || c.Name() != "tiny-llama" || c.ParamCount != tinyLlamaParams {
+		t.Errorf("config-only model %+v", c)
+	}
+}
+
+func TestOpenNoWeights(t *testing.T) {
+	m, err := Open(modelDir(t, tinyLlama(), nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Checkpoint != nil || m.ParamCount != tinyLlamaParams {
+		t.Errorf("model %+v", m)
+	}
+	if _, err := Open(t.TempDir()); err == nil || !strings.Contains(err.Error(), "no config.json") {
+		t.Errorf("empty directory: error %v", err)
+	}
+	if _, err := Open(filepath.Join(t.TempDir(), "absent")); err == nil {
+		t.Error("a missing path opened")
+	}
+}
+
+func TestOpenSharded(t *testing.T) {
+	dir := modelDir(t, tinyLlama(), nil)
+	ts := tinyLlamaTensors("F16")
+	shards := [][]st{ts[:9], ts[9:]}
+	weightMap := map[string]string{}
+	for i, s := range shards {
+		name := fmt.Sprintf("model-%05d-of-00002.safetensors", i+1)
+		writeST(t, filepath.Join(dir, name), s...)
+		for _, x := range s {
+			weightMap[x.name] = name
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, WeightsIndexName), mustJSON(t, map[string]any{"weight_map": weightMap}), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	m, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(m.Checkpoint.Files) != 2 || m.Tally.Params != tinyLlamaParams || m.StoredDType != "F16" {
+		t.Errorf("checkpoint %d files, %d parameters, %s", len(m.Checkpoint.Files), m.Tally.Params, m.StoredDType)
+	}
+	// model.safetensors wins over the index, as in from_pretrained.
+	writeST(t, filepath.Join(dir, WeightsName), tinyLlamaTensors("F32")...)
+	if m, err = Open(dir); err != nil || len(m.Checkpoint.Files) != 1 || m.StoredDType != "F32" {
+		t.Errorf("with model.safetensors too: %v", err)
+	}
+}
+
+func TestOpenDisagrees(t *testing.T) {
+	var ts []st
+	for _, x := range tinyLlamaTensors("BF16") {
+		if x.name != "model.layers.1.mlp.down_proj.weight" {
+			ts = append(ts, x)
+		}
+	}
+	_, err := Open(modelDir(t, tinyLlama(), ts))
+	want := fmt.Sprintf("the checkpoint holds %d parameters but the LlamaForCausalLM graph has %d (-8192)", tinyLlamaParams-8192, tinyLlamaParams)
+	if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "only in the graph: model.layers.1.mlp.down_proj.weight [64, 128]") {
+		t.Errorf("error %v, want %q and the missing tensor", err, want)
+	}
+
+	// A config saying tied embeddings with a checkpoint storing the head as
+	// a different tensor: the shapes differ, so it is not a copy.
+	ts = tinyLlamaTensors("BF16")
+	ts[len(ts)-1] = st{"lm_head.weight", "BF16", []int64{255, 64}}
+	_, err = Open(modelDir(t, with(tinyLlama(), "tie_word_embeddings", true), ts))
+	if err == nil || !strings.Contains(err.Error(), "only in the checkpoint: lm_head.weight [255, 64]") {
+		t.Errorf("error %v", err)
+	}
+
+	// Quantized checkpoints are read but not counted.
+	m, err := Open(modelDir(t, with(tinyLlama(), "quantization_config", map[string]any{"bits": 4}), ts[:3]))
+	if err != nil || m.Tally == nil || len(m.Config.Notes) == 0 {
+		t.Errorf("quantized: %v", err)
+	}
+}
+
+// Tied weights are stored once or twice; both count once.
+func TestOpenTied(t *testing.T) {
+	cfg := with(tinyLlama(), "tie_word_embeddings", true)
+	ts := tinyLlamaTensors("BF16")
+	want := int64(tinyLlamaParams - 256*64)
+	m, err := Open(modelDir(t, cfg, ts))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.ParamCount != want || m.Tally.Params != want {
+		t.Errorf("both stored: %d and %d, want %d", m.ParamCount, m.Tally.Params, want)
+	}
+	last := m.Tally.Excluded[0]
+	if last.Tensor != "lm_head.weight" || last.Reason != "tied to model.embed_tokens.weight" {
+		t.Errorf("exclusions %+v", m.Tally.Excluded)
+	}
+	if m, err = Open(modelDir(t, cfg, ts[:len(ts)-1])); err != nil || m.Tally.Params != want {
+		t.Errorf("embedding only: %v", err)
+	}
+}
+
+// checkpointOf lists g's parameters under their names, as a checkpoint of
+// the built class stores them.
+func checkpointOf(t *testing.T, cfg map[string]any) []st {
+	t.Helper()
+	c, err := ParseConfig(mustJSON(t, cfg), "config.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := models.BuildTransformer("x", c.Transformer, models.Config{Batch: 1, Seq: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ts []st
+	for _, id := range g.Params() {
+		p := g.Tensor(id)
+		ts = append(ts, st{p.Name, "F32", p.Shape})
+	}
+	return ts
+}
+
+// The other families' buffers, unused heads and tied copies, as their
+// published checkpoints store them.
+func TestOpenExclusions(t *testing.T) {
+	rename := func(ts []st, from, to string) []st {
+		for i := range ts {
+			ts[i].name = strings.Replace(ts[i].name, from, to, 1)
+		}
+		return ts
+	}
+	tests := []struct {
+		name     string
+		cfg      map[string]any
+		extra    func([]st) []st
+		excluded int
+	}{
+		{"gpt2 original", tinyGPT2(), func(ts []st) []st {
+			// GPT2Model's save: no "transformer." prefix, the mask
+			// buffers, no lm_head.
+			ts = rename(ts, "transformer.", "")
+			for i := 0; i < 2; i++ {
+				ts = append(ts, st{fmt.Sprintf("h.%d.attn.bias", i), "F32", []int64{1, 1, 64, 64}},
+					st{fmt.Sprintf("h.%d.attn.masked_bias", i), "F32", nil})
+			}
+			return ts
+		}, 4},
+		{"gpt2 with head", tinyGPT2(), func(ts []st) []st {
+			return append(ts, st{"lm_head.weight", "F32", []int64{100, 32}})
+		}, 1},
+		{"pythia", tinyNeoX(), func(ts []st) []st {
+			for i := 0; i < 2; i++ {
+				p := fmt.Sprintf("gpt_neox.layers.%d.attention.", i)
+				ts = append(ts, st{p + "bias", "BOOL", []int64{1, 1, 64, 64}}, st{p + "masked_bias", "F32", nil},
+					st{p + "rotary_emb.inv_freq", "F32", []int64{1}})
+			}
+			return ts
+		}, 6},
+		{"bert pretraining", tinyBERT("bert"), func(ts []st) []st {
+			return append(ts,
+				st{"bert.embeddings.position_ids", "I64", []int64{1, 66}},
+				st{"bert.pooler.dense.weight", "F32", []int64{32, 32}}, st{"bert.pooler.dense.bias", "F32", []int64{32}},
+				st{"cls.seq_relationship.weight", "F32", []int64{2, 32}}, st{"cls.seq_relationship.bias", "F32", []int64{2}},
+				st{"cls.predictions.decoder.weight", "F32", []int64{100, 32}}, st{"cls.predictions.decoder.bias", "F32", []int64{100}})
+		}, 7},
+		{"roberta", tinyBERT("roberta"), func(ts []st) []st {
+			return append(ts,
+				st{"roberta.pooler.dense.weight", "F32", []int64{32, 32}}, st{"roberta.pooler.dense.bias", "F32", []int64{32}},
+				st{"lm_head.decoder.weight", "F32", []int64{100, 32}}, st{"lm_head.decoder.bias", "F32", []int64{100}})
+		}, 4},
+		{"t5", tinyT5(), func(ts []st) []st {
+			return append(ts,
+				st{"encoder.embed_tokens.weight", "F32", []int64{100, 32}}, st{"decoder.embed_tokens.weight", "F32", []int64{100, 32}},
+				st{"lm_head.weight", "F32", []int64{100, 32}},
+				st{"decoder.block.0.layer.1.EncDecAttention.relative_attention_bias.weight", "F32", []int64{8, 4}})
+		}, 4},
+		{"t5 untied", with(tinyT5(), "tie_word_embeddings", false), func(ts []st) []st {
+			return append(ts, st{"encoder.embed_tokens.weight", "F32", []int64{100, 32}})
+		}, 1},
+		{"opt", tinyOPT(), func(ts []st) []st {
+			return append(rename(ts, "model.", ""), st{"lm_head.weight", "F32", []int64{100, 32}})
+		}, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ts := tt.extra(checkpointOf(t, tt.cfg))
+			m, err := Open(modelDir(t, tt.cfg, ts))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(m.Tally.Excluded) != tt.excluded {
+				t.Errorf("excluded %+v, want %d", m.Tally.Excluded, tt.excluded)
+			}
+		})
+	}
+}
+
+func TestModelName(t *testing.T) {
+	for path, want := range map[string]string{
+		"/models/Llama-3.2-1B":             "Llama-3.2-1B",
+		"/models/Llama-3.2-1B/":            "Llama-3.2-1B",
+		"/models/Llama-3.2-1B/config.json": "Llama-3.2-1B",
+		"/models/gpt2.json":                "gpt2",
+		"/config.json":                     "config",
+	} {
+		if got := modelName(path); got != want {
+			t.Errorf("modelName(%q) = %q, want %q", path, got, want)
+		}
+	}
+}
