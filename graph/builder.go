@@ -10,12 +10,18 @@ import (
 // and every later call becomes a no-op returning None, so a builder reads
 // like the model's forward() and checks once at the end with Graph().
 type Builder struct {
-	g       Graph
-	scope   []string
-	block   int32
-	err     error
-	contig  []bool // per tensor: is it contiguous (reshape of it is a view)
-	ParamDT DType  // dtype of parameters created from now on (default float32)
+	g      Graph
+	scope  []string
+	block  int32
+	err    error
+	contig []bool // per tensor: is it contiguous (reshape of it is a view)
+	// cl marks dense 4-D tensors in channels-last order (NHWC strides of an
+	// NCHW shape), such as x.permute(0, 3, 1, 2) of a contiguous tensor. Only
+	// ConvNeXt-style layouts create them; ops that follow the input's
+	// memory format (conv, batch norm, elementwise) keep it, and
+	// permute(0, 2, 3, 1) of one is contiguous again.
+	cl      []bool
+	ParamDT DType // dtype of parameters created from now on (default float32)
 }
 
 // NewBuilder starts an empty graph.
@@ -118,6 +124,7 @@ func (b *Builder) newTensor(name string, s Shape, dt DType, role Role, view Tens
 	}
 	b.g.Tensors = append(b.g.Tensors, Tensor{Name: name, Shape: s, DType: dt, Role: role, View: view, RequiresGrad: rg})
 	b.contig = append(b.contig, contig)
+	b.cl = append(b.cl, false)
 	return TensorID(len(b.g.Tensors) - 1)
 }
 
@@ -263,8 +270,20 @@ func (b *Builder) Conv2d(name string, x TensorID, outC int64, o Conv2dOpts) Tens
 		bias = b.Param("bias", Shape{outC})
 	}
 	b.Pop()
-	return b.op(Conv2d, name, []TensorID{x}, wt, bias, Shape{s[0], outC, h, w}, b.DTypeOf(x), None, true,
+	out := b.op(Conv2d, name, []TensorID{x}, wt, bias, Shape{s[0], outC, h, w}, b.DTypeOf(x), None, true,
 		Attr{Kernel: o.Kernel, Stride: o.Stride, Padding: o.Padding, Dilation: o.Dilation, Groups: o.Groups})
+	// The output takes the input's suggested memory format.
+	b.keepChannelsLast(out, x)
+	return out
+}
+
+// keepChannelsLast gives out the channels-last layout of x, for ops whose
+// output follows their input's memory format.
+func (b *Builder) keepChannelsLast(out, x TensorID) {
+	if b.cl[x] {
+		b.cl[out] = true
+		b.contig[out] = false
+	}
 }
 
 func conv2dDefaults(o Conv2dOpts) Conv2dOpts {
@@ -310,6 +329,7 @@ func (b *Builder) BatchNorm2d(name string, x TensorID) TensorID {
 	b.Pop()
 	out := b.op(BatchNorm, name, []TensorID{x}, w, bias, s.Clone(), b.DTypeOf(x), None, true, Attr{})
 	b.lastOp().Buffers = []TensorID{rm, rv, nb}
+	b.keepChannelsLast(out, x) // empty_like(input, input.suggest_memory_format())
 	return out
 }
 
@@ -342,17 +362,19 @@ func (b *Builder) norm(k Kind, name string, x TensorID, dims int, bias bool) Ten
 		bb = b.Param("bias", ns.Clone())
 	}
 	b.Pop()
-	return b.op(k, name, []TensorID{x}, w, bb, s.Clone(), b.DTypeOf(x), None, true, Attr{Dim: dims})
+	return b.op(k, name, []TensorID{x}, w, bb, s.Clone(), b.DTypeOf(x), None, true, Attr{Dim: dims, InputCopy: k == LayerNorm && !b.contig[x]})
 }
 
 // Act applies an elementwise activation (ReLU, GELU, SiLU, Sigmoid, Tanh,
-// Hardswish, Hardsigmoid). An in-place activation shares x's storage.
+// Hardswish, Hardsigmoid, Hardtanh — nn.ReLU6 is hardtanh(x, 0, 6); the
+// bounds do not change the memory). An in-place activation shares x's
+// storage.
 func (b *Builder) Act(k Kind, name string, x TensorID, inplace bool) TensorID {
 	if !b.ok(x) {
 		return None
 	}
 	switch k {
-	case ReLU, GELU, GELUTanh, NewGELU, SiLU, Sigmoid, Tanh, Hardswish, Hardsigmoid:
+	case ReLU, GELU, GELUTanh, NewGELU, SiLU, Sigmoid, Tanh, Hardswish, Hardsigmoid, Hardtanh:
 	default:
 		b.Fail("%s: %s is not an elementwise activation", b.path(name), k)
 		return None
@@ -361,7 +383,9 @@ func (b *Builder) Act(k Kind, name string, x TensorID, inplace bool) TensorID {
 	if inplace {
 		view = x
 	}
-	return b.op(k, name, []TensorID{x}, None, None, b.Shape(x).Clone(), b.DTypeOf(x), view, b.contig[x], Attr{Inplace: inplace})
+	out := b.op(k, name, []TensorID{x}, None, None, b.Shape(x).Clone(), b.DTypeOf(x), view, b.contig[x], Attr{Inplace: inplace})
+	b.cl[out] = b.cl[x]
+	return out
 }
 
 // Softmax is softmax (or log_softmax) along dim.
@@ -596,7 +620,17 @@ func (b *Builder) Permute(name string, x TensorID, dims ...int) TensorID {
 		os[i] = s[nd]
 		identity = identity && nd == i
 	}
-	return b.op(View, name, []TensorID{x}, None, None, os, b.DTypeOf(x), x, b.contig[x] && identity, Attr{})
+	out := b.op(View, name, []TensorID{x}, None, None, os, b.DTypeOf(x), x, b.contig[x] && identity, Attr{})
+	if len(dims) == 4 {
+		switch {
+		case b.cl[x] && dims[0] == 0 && dims[1] == 2 && dims[2] == 3 && dims[3] == 1:
+			// NHWC strides read in NHWC order: contiguous.
+			b.contig[out] = true
+		case b.contig[x] && dims[0] == 0 && dims[1] == 3 && dims[2] == 1 && dims[3] == 2:
+			b.cl[out] = true
+		}
+	}
+	return out
 }
 
 // Select is x[..., i, ...] along dim (a view; not contiguous unless dim is
@@ -710,7 +744,20 @@ func (b *Builder) binary(k Kind, name string, x, y TensorID, inplace bool) Tenso
 		view, dt, contig = x, b.DTypeOf(x), b.contig[x]
 	}
 	in := []TensorID{x, y}
-	return b.op(k, name, in, None, None, s, dt, view, contig, Attr{Inplace: inplace})
+	out := b.op(k, name, in, None, None, s, dt, view, contig, Attr{Inplace: inplace})
+	if inplace {
+		b.cl[out] = b.cl[x]
+	} else {
+		// TensorIterator lays the result out like the first operand that
+		// is not broadcast.
+		for _, t := range in {
+			if b.Shape(t).Numel() == s.Numel() && len(b.Shape(t)) == len(s) {
+				b.keepChannelsLast(out, t)
+				break
+			}
+		}
+	}
+	return out
 }
 
 func promote(a, c DType) DType {

@@ -152,6 +152,13 @@ type Attr struct {
 	KVHeads  int64 // attention key/value heads (grouped-query attention)
 	Causal   bool
 	Scalar   bool // mul/div by a Python number rather than a tensor
+	// InputCopy marks a layer_norm whose input is not contiguous:
+	// native_layer_norm works on input.contiguous(), a temporary copy (it
+	// still saves the input argument itself).
+	InputCopy bool
+	// Count is the number of dims a roll shifts (each beyond the first is
+	// one more intermediate copy: roll_common rolls one dim at a time).
+	Count int
 }
 
 // Op is one primitive operation of the forward pass.

@@ -37,11 +37,22 @@ const (
 	Attention         Kind = "attention" // the core of scaled dot-product attention; the kernel is chosen by the setup
 	CrossEntropy      Kind = "cross_entropy"
 	MSELoss           Kind = "mse_loss"
+
+	Hardtanh   Kind = "hardtanh"        // hardtanh(min, max); nn.ReLU6 is hardtanh(0, 6)
+	Rand       Kind = "rand"            // torch.empty(size, dtype=like.dtype).bernoulli_(p) (and div_): random noise made in forward, no grad
+	Full       Kind = "full"            // like.new_zeros(size) and in-place fills: a constant made in forward, no grad
+	Compare    Kind = "compare"         // eq / ne / lt ...: a bool result, no grad
+	MaskedFill Kind = "masked_fill"     // x.masked_fill(mask, number), out of place
+	Pad        Kind = "constant_pad_nd" // F.pad(x, pads) in constant mode: always a new tensor
+	Roll       Kind = "roll"            // torch.roll over one or more dims: a new tensor
+	Slice      Kind = "slice"           // x[start:end:step] along one dim: a view
+	Index      Kind = "index"           // src[idx] with an integer index tensor (advanced indexing along dim 0)
 )
 
 // Kinds lists every op kind.
 func Kinds() []Kind {
 	return []Kind{Linear, MatMul, Conv2d, BatchNorm, LayerNorm, RMSNorm, ReLU, GELU, GELUTanh, NewGELU, SiLU, Sigmoid, Tanh,
 		Hardswish, Hardsigmoid, Softmax, LogSoftmax, Dropout, MaxPool2d, AvgPool2d, AdaptiveAvgPool2d, Mean, View,
-		Contiguous, Cast, Add, Mul, Cat, Embedding, Attention, CrossEntropy, MSELoss}
+		Contiguous, Cast, Add, Mul, Cat, Embedding, Attention, CrossEntropy, MSELoss,
+		Hardtanh, Rand, Full, Compare, MaskedFill, Pad, Roll, Slice, Index}
 }

@@ -3,10 +3,8 @@ package models
 import "github.com/batchfit/batchfit/graph"
 
 // torchvision.models.mobilenetv3 (0.14): MobileNetV3 large and small
-// (width_mult 1.0, not reduced_tail, not dilated, dropout 0.2).
-//
-// mobilenet_v2 is not here: its ReLU6 (nn.ReLU6(inplace=True), hardtanh_)
-// has no op kind yet.
+// (width_mult 1.0, not reduced_tail, not dilated, dropout 0.2), and
+// torchvision.models.mobilenetv2: MobileNetV2 (width_mult 1.0, dropout 0.2).
 
 // tvInvertedResidualConfig is InvertedResidualConfig at width_mult 1.0
 // (where adjust_channels leaves these channel counts, all multiples of 8,
@@ -146,6 +144,12 @@ func tvInvertedResidual(b *graph.Builder, input graph.TensorID, cnf tvInvertedRe
 // activation=nn.ReLU, scale_activation=nn.Hardsigmoid): avgpool, fc1, ReLU,
 // fc2, Hardsigmoid (neither in-place), then scale * input.
 func tvSqueezeExcitation(b *graph.Builder, name string, input graph.TensorID, squeeze int64) graph.TensorID {
+	return tvSqueezeExcitationWith(b, name, input, squeeze, graph.ReLU, false, graph.Hardsigmoid)
+}
+
+// tvSqueezeExcitationWith is torchvision.ops.SqueezeExcitation with the
+// given activation (in place or not) and scale_activation (never in place).
+func tvSqueezeExcitationWith(b *graph.Builder, name string, input graph.TensorID, squeeze int64, act graph.Kind, actInplace bool, scaleAct graph.Kind) graph.TensorID {
 	var out graph.TensorID
 	b.Scope(name, func() {
 		s := b.Shape(input)
@@ -155,10 +159,89 @@ func tvSqueezeExcitation(b *graph.Builder, name string, input graph.TensorID, sq
 		}
 		scale := tvGlobalAvgPool(b, "avgpool", input) // nn.AdaptiveAvgPool2d(1): a mean
 		scale = b.Conv2d("fc1", scale, squeeze, tvConv(1, 1, 0, 1, true))
-		scale = b.Act(graph.ReLU, "activation", scale, false)
+		scale = b.Act(act, "activation", scale, actInplace)
 		scale = b.Conv2d("fc2", scale, s[1], tvConv(1, 1, 0, 1, true))
-		scale = b.Act(graph.Hardsigmoid, "scale_activation", scale, false)
+		scale = b.Act(scaleAct, "scale_activation", scale, false)
 		out = b.Mul("mul", scale, input) // scale * input
 	})
 	return out
+}
+
+// tvMobileNetV2Setting is MobileNetV2's inverted_residual_setting: expand
+// ratio t, output channels c, repeats n, first stride s.
+var tvMobileNetV2Setting = [][4]int64{
+	{1, 16, 1, 1},
+	{6, 24, 2, 2},
+	{6, 32, 3, 2},
+	{6, 64, 4, 2},
+	{6, 96, 3, 1},
+	{6, 160, 3, 2},
+	{6, 320, 1, 1},
+}
+
+func init() {
+	Register(Model{
+		Name: "mobilenet_v2", Family: "torchvision",
+		Description: "MobileNetV2 (torchvision): inverted residuals with linear bottlenecks and ReLU6, 3.5M parameters",
+		Build:       tvMobileNetV2,
+	})
+}
+
+// tvMobileNetV2 is MobileNetV2._forward_impl at width_mult 1.0 (where
+// _make_divisible leaves every channel count unchanged): features,
+// adaptive_avg_pool2d to 1×1, flatten, classifier (Dropout(0.2), not in
+// place, then Linear). Every Conv2dNormActivation uses nn.ReLU6 in place,
+// hardtanh_(x, 0, 6).
+func tvMobileNetV2(c Config) (*graph.Graph, error) {
+	b, x, y, _ := tvStart("mobilenet_v2", c)
+	h := x
+	b.Scope("features", func() {
+		in := int64(32)
+		h = tvConvNormActivation(b, "0", h, in, 3, 2, 1, graph.Hardtanh)
+		idx := int64(1)
+		for _, st := range tvMobileNetV2Setting {
+			t, out, n, s := st[0], st[1], st[2], st[3]
+			for i := int64(0); i < n; i++ {
+				stride := s
+				if i > 0 {
+					stride = 1
+				}
+				inC := in
+				b.Block(itoa(idx), func() { h = tvInvertedResidualV2(b, h, inC, out, stride, t) })
+				in = out
+				idx++
+			}
+		}
+		h = tvConvNormActivation(b, itoa(idx), h, 1280, 1, 1, 1, graph.Hardtanh)
+	})
+	h = tvGlobalAvgPool(b, "adaptive_avg_pool2d", h) // F.adaptive_avg_pool2d(x, (1, 1)): a mean
+	h = b.Flatten("flatten", h, 1)
+	b.Scope("classifier", func() {
+		h = b.Dropout("0", h, 0.2, false) // nn.Dropout(p=0.2)
+		h = b.Linear("1", h, tvClasses, true)
+	})
+	return tvFinish(b, h, y)
+}
+
+// tvInvertedResidualV2 is mobilenetv2.InvertedResidual.forward: conv is
+// [1×1 expand Conv2dNormActivation when t != 1], 3×3 depthwise
+// Conv2dNormActivation, 1×1 Conv2d, BatchNorm2d; x + conv(x) (not in place)
+// when the stride is 1 and the channels match.
+func tvInvertedResidualV2(b *graph.Builder, x graph.TensorID, in, out, stride, t int64) graph.TensorID {
+	hidden := in * t // int(round(inp * expand_ratio))
+	h := x
+	b.Scope("conv", func() {
+		idx := int64(0)
+		next := func() string { s := itoa(idx); idx++; return s }
+		if t != 1 {
+			h = tvConvNormActivation(b, next(), h, hidden, 1, 1, 1, graph.Hardtanh)
+		}
+		h = tvConvNormActivation(b, next(), h, hidden, 3, stride, hidden, graph.Hardtanh)
+		h = b.Conv2d(next(), h, out, tvConv(1, 1, 0, 1, false))
+		h = b.BatchNorm2d(next(), h)
+	})
+	if stride == 1 && in == out {
+		h = b.Add("add", x, h) // x + self.conv(x)
+	}
+	return h
 }

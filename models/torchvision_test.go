@@ -50,6 +50,21 @@ var tvWant = []struct {
 	{"vit_l_16", 304326632, 296, 1, 0, 73 + 24, 49, 24, 24, "class_token", "encoder.layers.encoder_layer_23.self_attention.out_proj.bias"},
 	{"mobilenet_v3_large", 5483032, 174, 62, 46, 2, 0, 0, 15, "features.0.0.weight", "features.13.block.2.fc1.bias"},
 	{"mobilenet_v3_small", 2542856, 142, 52, 34, 2, 0, 0, 11, "features.0.0.weight", "features.1.block.1.fc2.weight"},
+	{"mobilenet_v2", 3504872, 158, 52, 52, 1, 0, 0, 17, "features.0.0.weight", "features.12.conv.2.weight"},
+	{"efficientnet_b0", 5288548, 213, 81, 49, 1, 0, 0, 16, "features.0.0.weight", "features.5.2.block.3.1.bias"},
+	{"efficientnet_b1", 7794184, 301, 115, 69, 1, 0, 0, 23, "features.0.0.weight", "features.5.3.block.2.fc2.weight"},
+	{"efficientnet_b2", 9109994, 301, 115, 69, 1, 0, 0, 23, "features.0.0.weight", "features.5.3.block.2.fc2.weight"},
+	{"efficientnet_b3", 12233232, 340, 130, 78, 1, 0, 0, 26, "features.0.0.weight", "features.5.4.block.2.fc2.weight"},
+	{"efficientnet_b4", 19341616, 418, 160, 96, 1, 0, 0, 32, "features.0.0.weight", "features.5.5.block.2.fc2.weight"},
+	// ConvNeXt's LayerNorm2d is an nn.LayerNorm subclass; each CNBlock's
+	// own layer_scale precedes its block's parameters.
+	{"convnext_tiny", 28589128, 182, 22, 0, 37, 23, 0, 18, "features.0.0.weight", "features.5.6.block.0.weight"},
+	{"convnext_small", 50223688, 344, 40, 0, 73, 41, 0, 36, "features.0.0.weight", "features.5.18.block.0.weight"},
+	{"convnext_base", 88591464, 344, 40, 0, 73, 41, 0, 36, "features.0.0.weight", "features.5.18.block.0.weight"},
+	// Swin's window attention is explicit matmul/softmax ops, no
+	// attention kernel; its Linear ops are qkv, proj, the MLP's two, the
+	// three patch-merging reductions and the head.
+	{"swin_t", 28288354, 173, 1, 0, 52, 29, 0, 12, "features.0.0.weight", "features.5.4.norm1.bias"},
 }
 
 func TestTorchvisionModels(t *testing.T) {

@@ -45,6 +45,10 @@ type Profile struct {
 	// LinearNDContiguousUsesAddmm: F.linear folds a contiguous N-D input
 	// into a 2-D addmm on a view rather than copying it.
 	LinearNDContiguousUsesAddmm bool `json:"linear_nd_contiguous_uses_addmm"`
+	// MeanDimSavesSelf: MeanBackward1 keeps its whole input (1.13);
+	// later autograd code saves only the input's sizes and element count.
+	// adaptive_avg_pool2d to (1, 1) runs as this mean.
+	MeanDimSavesSelf bool `json:"mean_dim_saves_self"`
 }
 
 //go:embed profiles.json

@@ -95,8 +95,15 @@ func init() {
 			c.gradParam(c.op.Bias)
 		}},
 		// native_layer_norm (fp32 under autocast): input, weight, bias and
-		// mean / rstd of one float32 per normalized row.
+		// mean / rstd of one float32 per normalized row. The saved input is
+		// the argument itself even when it is not contiguous (a permuted
+		// view): layer_norm_cpu / layer_norm_cuda then work on
+		// input.expect_contiguous(), a temporary copy, and so does
+		// layer_norm_backward.
 		graph.LayerNorm: {cast: castFP32, fwd: func(c *fwdCtx) {
+			if c.op.Attr.InputCopy {
+				c.local(c.numel(0)*c.in[0].dt.Size(), trace.Transient)
+			}
 			c.save(c.in[0])
 			c.save(c.w)
 			c.save(c.b)
@@ -104,9 +111,14 @@ func init() {
 			c.saveNew(rows * 4)
 			c.saveNew(rows * 4)
 		}, bwd: func(c *bwdCtx) {
+			var x *storage
+			if c.op.Attr.InputCopy {
+				x = c.alloc(c.numel(0) * c.inDT(0).Size())
+			}
 			c.gradIn(0)
 			c.gradParam(c.op.Weight)
 			c.gradParam(c.op.Bias)
+			c.m.sim.unref(x)
 		}},
 		graph.RMSNorm: {out: rmsNormOut, fwd: rmsNormForward, bwd: rmsNormBackward},
 		// relu: threshold_backward needs the result (relu_ saves the
@@ -114,12 +126,17 @@ func init() {
 		graph.ReLU:    {fwd: saveResult, bwd: gradInput},
 		graph.Sigmoid: {fwd: saveResult, bwd: gradInput},
 		graph.Tanh:    {fwd: saveResult, bwd: gradInput},
-		// gelu, silu, hardswish, hardsigmoid: backward needs the input.
-		graph.GELU:        {fwd: saveSelf, bwd: gradInput},
-		graph.GELUTanh:    {fwd: saveSelf, bwd: gradInput},
-		graph.SiLU:        {fwd: saveSelf, bwd: gradInput},
-		graph.Hardswish:   {fwd: saveSelf, bwd: gradInput},
-		graph.Hardsigmoid: {fwd: saveSelf, bwd: gradInput},
+		// gelu, silu, hardswish, hardsigmoid, hardtanh (nn.ReLU6):
+		// backward needs the input (gelu_backward, silu_backward,
+		// hardswish_backward, hardsigmoid_backward, hardtanh_backward all
+		// take self). The in-place variants save a copy of the input made
+		// before it is overwritten (see saveSelfOrCopy).
+		graph.GELU:        {fwd: saveSelfOrCopy, bwd: gradInput},
+		graph.GELUTanh:    {fwd: saveSelfOrCopy, bwd: gradInput},
+		graph.SiLU:        {fwd: saveSelfOrCopy, bwd: gradInput},
+		graph.Hardswish:   {fwd: saveSelfOrCopy, bwd: gradInput},
+		graph.Hardsigmoid: {fwd: saveSelfOrCopy, bwd: gradInput},
+		graph.Hardtanh:    {fwd: saveSelfOrCopy, bwd: gradInput},
 		// _softmax / _log_softmax save their result. Under autocast softmax
 		// is in fp32_set_opt_dtype: it computes in float32.
 		graph.Softmax:    {out: fp32UnderAutocast, fwd: saveResult, bwd: gradInput},
@@ -139,7 +156,7 @@ func init() {
 				c.save(c.in[0])
 			}
 		}, bwd: gradInput},
-		graph.Mean: {bwd: gradInput},
+		graph.Mean: {fwd: meanForward, bwd: gradInput},
 		// Views: no memory. The backward of a view of the same size is a
 		// view of the gradient; select, narrow and expand allocate a
 		// gradient the size of their input.
@@ -176,7 +193,11 @@ func init() {
 			}
 		}},
 		// mul.Tensor saves other if self requires grad and self if other
-		// does; mul by a Python number saves nothing.
+		// does; mul by a Python number saves nothing. In backward,
+		// grad * other has the output's size; an operand that was broadcast
+		// (an SE scale [N, C, 1, 1], ConvNeXt's layer_scale [C, 1, 1]) gets
+		// it summed down to its own size by the engine (sum_to), so the
+		// full-size product is a temporary.
 		graph.Mul: {out: promoteInputs, fwd: func(c *fwdCtx) {
 			if c.op.Attr.Scalar || len(c.in) < 2 {
 				return
@@ -188,7 +209,17 @@ func init() {
 				c.save(c.in[0])
 			}
 		}, bwd: func(c *bwdCtx) {
+			out := c.m.g.Tensors[c.op.Output].Shape.Numel()
 			for j := range c.op.Inputs {
+				if !c.needs(j) {
+					continue
+				}
+				if c.numel(j) < out {
+					full := c.alloc(out * c.gdt.Size())
+					c.gradIn(j)
+					c.m.sim.unref(full)
+					continue
+				}
 				c.gradIn(j)
 			}
 		}},
@@ -212,11 +243,29 @@ func init() {
 		}, bwd: gradInput},
 	}
 	rules[graph.NewGELU] = rule{fwd: newGELUForward, bwd: newGELUBackward}
+	addVisionRules()
 }
 
 func saveResult(c *fwdCtx) { c.save(c.out) }
 func saveSelf(c *fwdCtx)   { c.save(c.in[0]) }
-func gradInput(c *bwdCtx)  { c.gradIn(0) }
+
+// saveSelfOrCopy is the saving of an activation whose backward formula uses
+// self. For the in-place variant (nn.ReLU6(inplace=True) → hardtanh_,
+// nn.SiLU(inplace=True) → silu_, nn.Hardswish(inplace=True) → hardswish_)
+// the autograd codegen saves self.clone() taken before the kernel
+// overwrites self: a new storage of the input's size, while the output
+// keeps the input's storage. Observed on torch 1.13 CPU:
+// y = F.hardtanh_(x, 0, 6); y.grad_fn._saved_self has its own storage and
+// equals the original x (likewise silu_, hardswish_ and hardsigmoid_).
+func saveSelfOrCopy(c *fwdCtx) {
+	if c.op.Attr.Inplace {
+		c.saveNew(c.numel(0) * c.in[0].dt.Size())
+		return
+	}
+	c.save(c.in[0])
+}
+
+func gradInput(c *bwdCtx) { c.gradIn(0) }
 
 func fp32UnderAutocast(m *micro, c *fwdCtx) graph.DType {
 	if m.sim.amp {

@@ -1,0 +1,74 @@
+package train
+
+import (
+	"github.com/batchfit/batchfit/graph"
+	"github.com/batchfit/batchfit/trace"
+)
+
+// Op-table rules for the ops of torchvision's newer vision models
+// (stochastic depth, Swin's padding, roll, slices, relative position bias
+// and attention mask). Sources as in ops.go: tools/autograd/derivatives.yaml
+// for what each node saves, the aten kernels for what they allocate.
+func addVisionRules() {
+	// Tensors forward makes without autograd: the stochastic-depth noise
+	// (empty + bernoulli_ + div_, all in place on one allocation) and
+	// constants such as new_zeros. Only the output is allocated; it takes
+	// the run-time dtype of its "like" input (the default output dtype).
+	rules[graph.Rand] = rule{}
+	rules[graph.Full] = rule{}
+	// eq / ne: a bool result, not differentiable.
+	rules[graph.Compare] = rule{out: func(m *micro, c *fwdCtx) graph.DType { return graph.Bool }}
+	// masked_fill.Scalar: self: grad.masked_fill(mask, 0), so the node
+	// saves mask when self requires grad; the backward allocates the
+	// masked gradient.
+	rules[graph.MaskedFill] = rule{fwd: func(c *fwdCtx) {
+		if c.requiresGrad(0) {
+			c.save(c.in[1])
+		}
+	}, bwd: gradInput}
+	// constant_pad_nd saves only the pads; its backward is constant_pad_nd
+	// of the gradient with the pads negated, a new tensor of the input's
+	// size (a clone when every pad is zero).
+	rules[graph.Pad] = rule{bwd: gradInput}
+	// roll: RollBackward0 saves shifts and dims; the backward rolls the
+	// gradient back. Over k dims roll_common makes k-1 intermediate
+	// tensors (roll(roll(x, s0, d0), tail...)), alive until the last one
+	// is made, in forward and in backward alike.
+	rules[graph.Roll] = rule{fwd: func(c *fwdCtx) {
+		for i := 1; i < c.op.Attr.Count; i++ {
+			c.local(c.numel(0)*c.in[0].dt.Size(), trace.Transient)
+		}
+	}, bwd: func(c *bwdCtx) {
+		var tmp []*storage
+		for i := 1; i < c.op.Attr.Count; i++ {
+			tmp = append(tmp, c.alloc(c.numel(0)*c.gdt.Size()))
+		}
+		c.gradIn(0)
+		for _, st := range tmp {
+			c.m.sim.unref(st)
+		}
+	}}
+	// slice: a view; SliceBackward0 saves sizes and slice_backward writes
+	// the gradient into zeros of the input's size.
+	rules[graph.Slice] = rule{bwd: gradInput}
+	// index.Tensor: IndexBackward0 saves indices (and self's sizes);
+	// index_backward scatters into zeros of self's size
+	// (grad.new_zeros(self.sizes()) then index_put_ with accumulate).
+	rules[graph.Index] = rule{fwd: func(c *fwdCtx) {
+		c.save(c.in[1])
+	}, bwd: gradInput}
+}
+
+// meanForward: mean.dim. derivatives.yaml gives self:
+// mean_backward(grad, self.sym_sizes(), dim, self.sym_numel(), keepdim).
+// Torch 1.13's autograd codegen has no saved-value pattern for
+// self.sym_numel(), so MeanBackward1 saves self itself (observed on 1.13
+// CPU: x.mean((-1, -2), keepdim=True).grad_fn._saved_self is x, and so for
+// adaptive_avg_pool2d(x, 1), which runs that mean); later codegen saves
+// only self_sym_numel. The whole input stays alive, as when another node
+// saves it.
+func meanForward(c *fwdCtx) {
+	if c.m.sim.s.Profile.MeanDimSavesSelf {
+		c.save(c.in[0])
+	}
+}
