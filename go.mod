@@ -5,6 +5,7 @@ go 1.22
 require (
 	github.com/kisielk/og-rek v1.3.0
 	go.yaml.in/yaml/v3 v3.0.6
+	google.golang.org/protobuf v1.36.7
 )
 
 require (

@@ -192,3 +192,24 @@ func TestHFConfigSource(t *testing.T) {
 		t.Errorf("missing config: exit %d, %s", code, errs)
 	}
 }
+
+// An ONNX export is a model like any other: resnet18 exported by
+// validation/onnx/export.py has torchvision's 11,689,512 parameters.
+func TestONNXSource(t *testing.T) {
+	out, errs, code := run("estimate", "../../testdata/onnx/resnet18.onnx", "--batch", "2", "--json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	var m map[string]any
+	if err := json.Unmarshal([]byte(out), &m); err != nil {
+		t.Fatal(err)
+	}
+	if m["param_count"].(float64) != 11689512 {
+		t.Errorf("param_count %v", m["param_count"])
+	}
+	bad := filepath.Join(t.TempDir(), "bad.onnx")
+	os.WriteFile(bad, []byte("not a protobuf"), 0o644)
+	if _, errs, code := run("estimate", bad); code != 1 || !strings.Contains(errs, "bad.onnx") {
+		t.Errorf("bad file: exit %d, %s", code, errs)
+	}
+}

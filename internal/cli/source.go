@@ -9,12 +9,14 @@ import (
 	"github.com/batchfit/batchfit/graph"
 	"github.com/batchfit/batchfit/hf"
 	"github.com/batchfit/batchfit/models"
+	"github.com/batchfit/batchfit/onnx"
 	"github.com/batchfit/batchfit/predict"
 	"github.com/batchfit/batchfit/spec"
 )
 
 // resolveSource turns the model argument into a Source: a zoo name, a path
-// to a YAML layer spec, or a Hugging Face config.json or model directory.
+// to a YAML layer spec, a Hugging Face config.json or model directory, or
+// an ONNX file.
 func resolveSource(arg string) (predict.Source, error) {
 	ext := strings.ToLower(filepath.Ext(arg))
 	info, statErr := os.Stat(arg)
@@ -34,9 +36,13 @@ func resolveSource(arg string) (predict.Source, error) {
 		}
 		return m, nil
 	case ext == ".onnx":
-		return nil, fmt.Errorf("%s: ONNX files are not read yet; use a zoo name ('batchfit models'), a YAML layer spec or a Hugging Face config", arg)
+		m, err := onnx.Load(arg)
+		if err != nil {
+			return nil, err
+		}
+		return m, nil
 	case statErr == nil:
-		return nil, fmt.Errorf("%s: unknown model file type %q (want .yaml, config.json or a model directory)", arg, ext)
+		return nil, fmt.Errorf("%s: unknown model file type %q (want .yaml, .onnx, config.json or a model directory)", arg, ext)
 	}
 	m, err := models.Lookup(arg)
 	if err != nil {

@@ -1,0 +1,62 @@
+package onnx_test
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/batchfit/batchfit/models"
+	"github.com/batchfit/batchfit/onnx"
+)
+
+// chain is a synthetic model of n blocks Gemm(width→width) + Relu (2n
+// nodes), its weights stripped, as torch exports an MLP.
+func chain(t testing.TB, n int, width int64) []byte {
+	b := newModel(14).input("input", tFloat, "batch", width)
+	h := "input"
+	for i := 0; i < n; i++ {
+		w, bias := fmt.Sprintf("layers.%d.weight", i), fmt.Sprintf("layers.%d.bias", i)
+		g, r := fmt.Sprintf("/layers.%d/Gemm_output_0", i), fmt.Sprintf("/act.%d/Relu_output_0", i)
+		b.weight(w, width, width).weight(bias, width).
+			node("Gemm", fmt.Sprintf("/layers.%d/Gemm", i), ins(h, w, bias), ins(g), aInt("transB", 1), aFloat("alpha", 1), aFloat("beta", 1)).
+			node("Relu", fmt.Sprintf("/act.%d/Relu", i), ins(g), ins(r))
+		h = r
+	}
+	b.output(h)
+	return b.bytes(t)
+}
+
+// BenchmarkLoad10k: Parse and Build of a 10,000-node model at batch 1.
+func BenchmarkLoad10k(b *testing.B) {
+	data := chain(b, 5000, 64)
+	b.SetBytes(int64(len(data)))
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		m, err := onnx.Parse(data, "chain10k.onnx")
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := m.Build(models.Config{Batch: 1}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// TestChain10k keeps the benchmark's model honest: 10,000 nodes, every
+// layer a linear with its bias.
+func TestChain10k(t *testing.T) {
+	m, err := onnx.Parse(chain(t, 5000, 64), "chain10k.onnx")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := m.OpCounts(); c["Gemm"]+c["Relu"] != 10000 {
+		t.Fatalf("op counts %v", c)
+	}
+	g, err := m.Build(models.Config{Batch: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := g.ParamCount(), int64(5000*(64*64+64)); got != want {
+		t.Errorf("%d parameters, want %d", got, want)
+	}
+}
