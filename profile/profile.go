@@ -21,9 +21,15 @@ type Profile struct {
 	// nor fused is given: "forloop" or "foreach".
 	OptimizerDefaultImpl string `json:"optimizer_default_impl"`
 	// AttentionDefault is the attention core nn.MultiheadAttention and
-	// Hugging Face's default attention reach: "math" (explicit bmm and
-	// softmax) or "sdpa" (scaled_dot_product_attention's kernel choice).
+	// Hugging Face's default attention reach: "eager" (explicit bmm and
+	// softmax as Python-level ops) or "sdpa" (scaled_dot_product_attention's
+	// kernel choice).
 	AttentionDefault string `json:"attention_default"`
+	// EagerAttentionScaledCopies says which operands eager attention scales
+	// into new tensors before the first matmul: "query" (torch 1.13's
+	// multi_head_attention_forward divides q) or "none" (Hugging Face's
+	// eager functions scale the scores instead).
+	EagerAttentionScaledCopies string `json:"eager_attention_scaled_copies"`
 	// MathAttentionScaledCopies says which operands the math path scales
 	// into new tensors before the first matmul: "query" or "query_key".
 	MathAttentionScaledCopies string `json:"math_attention_scaled_copies"`
@@ -84,7 +90,7 @@ func parse(data []byte) ([]Profile, error) {
 			return nil, fmt.Errorf("profiles.json: %s: optimizer_default_impl %q", p.Version, p.OptimizerDefaultImpl)
 		}
 		switch p.AttentionDefault {
-		case "math", "sdpa":
+		case "eager", "sdpa":
 		default:
 			return nil, fmt.Errorf("profiles.json: %s: attention_default %q", p.Version, p.AttentionDefault)
 		}

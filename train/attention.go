@@ -9,13 +9,16 @@ import (
 // on CUDA (sdp_utils.cpp): flash for fp16/bf16 with a head dim that is a
 // multiple of 8 up to 256 on sm80+, then memory-efficient (which also takes
 // float32), then the math fallback. Profiles whose nn.MultiheadAttention and
-// default attention are explicit Python ops always take the math path.
+// default attention are explicit Python ops take the eager path.
 func (m *micro) kernel(c *fwdCtx) Attention {
 	s := m.sim.s
 	if s.Attention != AttentionAuto {
 		return s.Attention
 	}
-	if s.Profile.AttentionDefault == "math" || s.CPU {
+	if s.Profile.AttentionDefault == "eager" {
+		return AttentionEager
+	}
+	if s.CPU {
 		return AttentionMath
 	}
 	d := c.shape(0)[3]
@@ -54,32 +57,40 @@ func attentionForward(c *fwdCtx) {
 		c.save(v)
 		c.save(c.out)
 		c.saveNew(b * h * ((l + 31) / 32 * 32) * 4)
+	case AttentionEager:
+		mathAttentionForward(c, b, h, l, s, true)
 	default:
-		mathAttentionForward(c, b, h, l, s)
+		mathAttentionForward(c, b, h, l, s, false)
 	}
 }
 
 // mathAttentionForward is the explicit path: scale, q @ k^T, softmax,
-// dropout, @ v. The profile says which operands are scaled into copies
-// (torch 1.13's MHA divides q; SDPA's math kernel scales q and k) and
-// whether the ops are visible to autocast (Python-level ops are: softmax
-// then runs in float32 and the second matmul gets a half copy of the
-// probabilities).
-func mathAttentionForward(c *fwdCtx, b, h, l, s int64) {
+// dropout, @ v, either as Python-level ops (eager) or inside SDPA's math
+// kernel. The profile says which operands are scaled into copies (torch
+// 1.13's MHA divides q, Hugging Face's eager functions scale the scores,
+// SDPA's math kernel scales q and k). Python-level ops are visible to
+// autocast: softmax then runs in float32 and the second matmul gets a half
+// copy of the probabilities; the math kernel may upcast half inputs itself.
+func mathAttentionForward(c *fwdCtx, b, h, l, s int64, eager bool) {
 	m := c.m
 	p := m.sim.s.Profile
 	q, k, v := c.in[0], c.in[1], c.in[2]
 	dt := q.dt
 	c.gemm()
 	cdt := dt
-	pythonOps := p.AttentionDefault == "math"
+	pythonOps := eager
 	if !pythonOps && p.MathAttentionUpcastsHalf && dt != graph.F32 {
 		cdt = graph.F32
 		q = value{st: c.local(c.numel(0)*4, trace.Activation), dt: cdt}
 		k = value{st: c.local(c.numel(1)*4, trace.Activation), dt: cdt}
 		v = value{st: c.local(c.numel(2)*4, trace.Activation), dt: cdt}
 	}
-	switch p.MathAttentionScaledCopies {
+	copies := p.MathAttentionScaledCopies
+	if eager {
+		copies = p.EagerAttentionScaledCopies
+	}
+	switch copies {
+	case "none":
 	case "query_key":
 		q = value{st: c.local(c.numel(0)*cdt.Size(), trace.Activation), dt: cdt}
 		k = value{st: c.local(c.numel(1)*cdt.Size(), trace.Activation), dt: cdt}
@@ -119,7 +130,7 @@ func attentionBackward(c *bwdCtx) {
 	// the same inputs.
 	fc := fwdCtx{m: m, op: c.op, i: c.i, in: []value{{dt: c.inDT(0)}}}
 	b, h, l, d, s := attnDims(m.g.Tensors[c.op.Inputs[0]].Shape, m.g.Tensors[c.op.Inputs[1]].Shape)
-	switch m.kernel(&fc) {
+	switch k := m.kernel(&fc); k {
 	case AttentionFlash:
 		// flash backward: dq, dk, dv, plus a float32 dq accumulator and
 		// softmax_d [B, H, L] for the duration of the kernel.
@@ -146,7 +157,7 @@ func attentionBackward(c *bwdCtx) {
 		p := m.sim.s.Profile
 		dt := c.inDT(0)
 		pdt := dt
-		if p.AttentionDefault != "math" && p.MathAttentionUpcastsHalf {
+		if k != AttentionEager && p.MathAttentionUpcastsHalf {
 			pdt = graph.F32
 		}
 		ns := b * h * l * s
@@ -159,7 +170,13 @@ func attentionBackward(c *bwdCtx) {
 		}
 		gs := c.alloc(ns * pdt.Size()) // softmax backward
 		m.sim.unref(ga)
-		c.temp(c.numel(0) * pdt.Size()) // through the scaling of q
+		copies := p.MathAttentionScaledCopies
+		if k == AttentionEager {
+			copies = p.EagerAttentionScaledCopies
+		}
+		if copies != "none" {
+			c.temp(c.numel(0) * pdt.Size()) // through the scaling of q
+		}
 		c.gradIn(0)
 		c.gradIn(1)
 		m.sim.unref(gs)

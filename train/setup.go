@@ -107,8 +107,9 @@ type Optimizer struct {
 type Attention string
 
 const (
-	AttentionAuto      Attention = "auto" // what PyTorch's dispatcher picks (runtime profile + dtype)
-	AttentionMath      Attention = "math" // explicit matmul, softmax, matmul (eager)
+	AttentionAuto      Attention = "auto"  // what PyTorch's dispatcher picks (runtime profile + dtype)
+	AttentionEager     Attention = "eager" // explicit matmul, softmax, matmul as Python-level ops (autocast applies to each)
+	AttentionMath      Attention = "math"  // SDPA's math kernel (one op to autocast)
 	AttentionFlash     Attention = "flash"
 	AttentionEfficient Attention = "efficient"
 )
@@ -119,14 +120,16 @@ func ParseAttention(s string) (Attention, error) {
 	switch strings.ToLower(s) {
 	case "", "auto", "sdpa":
 		return AttentionAuto, nil
-	case "math", "eager":
+	case "eager":
+		return AttentionEager, nil
+	case "math", "sdpa-math", "sdpa_math":
 		return AttentionMath, nil
 	case "flash", "flash_attention", "flash-attention":
 		return AttentionFlash, nil
 	case "efficient", "mem-efficient", "memory-efficient", "mem_efficient":
 		return AttentionEfficient, nil
 	}
-	return "", fmt.Errorf("unknown attention kernel %q (want auto, eager, flash or efficient)", s)
+	return "", fmt.Errorf("unknown attention kernel %q (want auto, eager, flash, efficient or math)", s)
 }
 
 // Setup is how a graph is trained: everything besides the model.

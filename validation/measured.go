@@ -150,7 +150,7 @@ func Request(r MeasuredResult, env *Environment) (predict.Request, error) {
 	}
 	att := train.AttentionAuto
 	if c.Attention == "eager" {
-		att = train.AttentionMath
+		att = train.AttentionEager
 	}
 	prof, err := profile.Lookup(env.Torch)
 	if err != nil {

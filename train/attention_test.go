@@ -1,0 +1,70 @@
+package train
+
+import (
+	"testing"
+
+	"github.com/batchfit/batchfit/graph"
+)
+
+// attnGraph: q, k, v from three Linear layers on x [B, L, H·D], viewed as
+// [B, H, L, D]; attention; merged back (a copy) and classified per token.
+func attnGraph(t *testing.T, b, l, h, d int64) *graph.Graph {
+	bl := graph.NewBuilder("attn")
+	x := bl.Input("x", graph.Shape{b, l, h * d}, graph.F32)
+	y := bl.Target("y", graph.Shape{b * l}, graph.I64)
+	heads := func(name string) graph.TensorID {
+		p := bl.Linear(name, x, h*d, true)
+		p = bl.Reshape(name+".view", p, b, l, h, d)
+		return bl.Transpose(name+".t", p, 1, 2)
+	}
+	q, k, v := heads("q"), heads("k"), heads("v")
+	o := bl.Attention("attn", q, k, v, false, 0)
+	o = bl.Transpose("o.t", o, 1, 2)
+	o = bl.Reshape("o.merge", o, b*l, h*d)
+	o = bl.Linear("head", o, 10, true)
+	bl.CrossEntropy("loss", o, y)
+	g, err := bl.Graph()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
+// What each kernel saves, pinned by differences worked out by hand, in
+// bf16-true (2-byte q, k, v), B=2, H=4, L=S=40, D=16:
+//
+//	q, k, v, output         B·H·L·D·2   = 10,240 B each
+//	flash logsumexp         B·H·L·4     =  1,280 B   [B, H, L] float32
+//	efficient logsumexp     B·H·64·4    =  2,048 B   L rounded up to 32 (kAlignLSE)
+//	probabilities, bf16     B·H·L·S·2   = 25,600 B
+//
+//	flash saves q, k, v, output, lse                      = 42,240
+//	efficient: the same with the padded lse               = 43,008 (+768)
+//	eager (Hugging Face: scores scaled, not q): q, k,
+//	  probabilities, v                                    = 56,320 (+14,080)
+//	SDPA math in PyTorch 2.5: upcasts to float32, saves
+//	  q·√s and k·√s (20,480 each), float32 probabilities
+//	  (51,200) and the float32 v (20,480)                 = 112,640 (+70,400)
+func TestAttentionKernels(t *testing.T) {
+	g := attnGraph(t, 2, 40, 4, 16)
+	saved := func(a Attention) int64 {
+		_, sum, err := Simulate(g, Setup{Precision: TrueBF16, Attention: a, Steps: 1, Profile: mustProfile(t, "2.5")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return sum.ActivationsBytes
+	}
+	flash := saved(AttentionFlash)
+	for _, c := range []struct {
+		a    Attention
+		diff int64
+	}{{AttentionEfficient, 768}, {AttentionEager, 14080}, {AttentionMath, 70400}} {
+		if got := saved(c.a) - flash; got != c.diff {
+			t.Errorf("%s saves %d bytes more than flash, want %d", c.a, got, c.diff)
+		}
+	}
+	// auto picks flash for bf16 with a head dim of 16 on sm90.
+	if got := saved(AttentionAuto); got != flash {
+		t.Errorf("auto saved %d, flash %d", got, flash)
+	}
+}
