@@ -213,3 +213,53 @@ func TestONNXSource(t *testing.T) {
 		t.Errorf("bad file: exit %d, %s", code, errs)
 	}
 }
+
+// estimate, sweep and maxbatch work on every input form: a zoo name, a
+// YAML spec, a Hugging Face config and an ONNX file. The answers must be
+// consistent: maxbatch's answer fits and the next batch does not, and the
+// sweep's peaks rise with the batch.
+func TestInputForms(t *testing.T) {
+	forms := []struct{ name, model string }{
+		{"zoo", "simpleconv"},
+		{"spec", "../../examples/simpleconv.yaml"},
+		{"hf", "../../hf/testdata/configs/bert-base-uncased/config.json"},
+		{"onnx", "../../testdata/onnx/simpleconv.onnx"},
+	}
+	maxes := map[string]int64{}
+	for _, f := range forms {
+		args := []string{"--gpu", "4GiB", "--context", "0"}
+		if f.name == "hf" {
+			args = append(args, "--seq", "64", "--gpu", "24GiB")
+		}
+		out, errs, code := run(append([]string{"sweep", f.model, "--batch", "1,2,4", "--json"}, args...)...)
+		if code != 0 {
+			t.Fatalf("%s sweep: exit %d: %s", f.name, code, errs)
+		}
+		var pts []EstimateJSON
+		if err := json.Unmarshal([]byte(out), &pts); err != nil || len(pts) != 3 {
+			t.Fatalf("%s sweep: %v %s", f.name, err, out)
+		}
+		for i := 1; i < len(pts); i++ {
+			if pts[i].ActivationsBytes <= pts[i-1].ActivationsBytes {
+				t.Errorf("%s sweep: activations do not rise: %d then %d", f.name, pts[i-1].ActivationsBytes, pts[i].ActivationsBytes)
+			}
+		}
+		out, errs, code = run(append([]string{"maxbatch", f.model, "--json"}, args...)...)
+		if code != 0 {
+			t.Fatalf("%s maxbatch: exit %d: %s", f.name, code, errs)
+		}
+		var mb MaxBatchJSON
+		if err := json.Unmarshal([]byte(out), &mb); err != nil {
+			t.Fatal(err)
+		}
+		maxes[f.name] = mb.MaxBatch
+		if mb.MaxBatch < 1 || mb.AtMax == nil || !mb.AtMax.Fits || mb.AtNext == nil || mb.AtNext.Fits || mb.AtNext.Batch != mb.MaxBatch+1 {
+			t.Errorf("%s maxbatch: %d, at max %+v, next %+v", f.name, mb.MaxBatch, mb.AtMax != nil && mb.AtMax.Fits, mb.AtNext)
+		}
+	}
+	// The seed CNN from the zoo, its YAML spec and its ONNX export are one
+	// graph: one answer.
+	if maxes["zoo"] != maxes["spec"] || maxes["zoo"] != maxes["onnx"] {
+		t.Errorf("simpleconv max batch: zoo %d, spec %d, onnx %d", maxes["zoo"], maxes["spec"], maxes["onnx"])
+	}
+}
