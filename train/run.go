@@ -103,7 +103,7 @@ func (m *micro) runOp(i int) {
 	if cap(sim.inBuf) < len(op.Inputs) {
 		sim.inBuf = make([]value, 0, 2*len(op.Inputs))
 	}
-	c := fwdCtx{m: m, op: op, i: i, in: sim.inBuf[:len(op.Inputs)]}
+	c := fwdCtx{m: m, op: op, i: i, in: sim.inBuf[:len(op.Inputs)], locals: sim.localBuf[:0]}
 	m.casts[i] = m.casts[i][:0]
 	for j, t := range op.Inputs {
 		if p := m.pidx[t]; p >= 0 && !recomputing && m.g.Tensors[t].RequiresGrad {
@@ -124,7 +124,11 @@ func (m *micro) runOp(i int) {
 		c.in[j] = v
 	}
 	m.wCast[i] = false
-	for k, t := range []graph.TensorID{op.Weight, op.Bias} {
+	for k := 0; k < 2; k++ {
+		t := op.Weight
+		if k == 1 {
+			t = op.Bias
+		}
 		if t == graph.None {
 			continue
 		}
@@ -170,6 +174,7 @@ func (m *micro) runOp(i int) {
 	for _, st := range c.locals {
 		sim.unref(st)
 	}
+	sim.localBuf = c.locals[:0]
 	for _, t := range op.Inputs {
 		m.remaining[t]--
 		if m.remaining[t] == 0 {

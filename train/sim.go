@@ -63,8 +63,9 @@ type Simulator struct {
 	slab                  []storage
 	// opSites caches each graph's op-name site indices: a simulation
 	// revisits the same ops every step.
-	opSites map[*graph.Graph][]int32
-	inBuf   []value
+	opSites  map[*graph.Graph][]int32
+	inBuf    []value
+	localBuf []*storage
 }
 
 // Summary holds the static figures of a setup, measured while simulating.
@@ -106,9 +107,15 @@ func New(g *graph.Graph, s Setup) (*Simulator, error) {
 		return nil, err
 	}
 	sim := &Simulator{s: s}
-	// Each op allocates and frees a few blocks in forward and backward;
-	// reserving room once avoids regrowing the event list.
-	sim.tr.Events = make([]trace.Event, 0, (len(g.Tensors)+len(g.Ops))*6*s.Steps*s.Accumulate)
+	// Each op allocates and frees a few blocks in forward and backward:
+	// about 5/2 events per tensor and op a step, 7/2 with recomputation
+	// (counted on the zoo's transformers and ResNets). Reserving room once
+	// avoids regrowing the event list.
+	per := int64(5)
+	if s.Checkpointing {
+		per = 7
+	}
+	sim.tr.Events = make([]trace.Event, 0, int64(len(g.Tensors)+len(g.Ops))*per/2*int64(s.Steps*s.Accumulate)+64)
 	sim.low, sim.amp = s.Precision.Autocast()
 	sim.tr.Label = g.Name
 	sim.phase = trace.Setup
