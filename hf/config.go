@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/batchfit/batchfit/graph"
@@ -24,6 +25,10 @@ const (
 	maxHeads     = 1 << 16
 	maxLayers    = 1 << 10
 	maxPositions = 1 << 30
+	maxImage     = 1 << 16 // image_size, patch_size (pixels per side)
+	maxPatchRow  = 1 << 10 // image_size / patch_size: patches per side
+	maxChannels  = 1 << 8
+	maxLabels    = 1 << 24 // num_labels, id2label entries
 )
 
 // Config is a config.json converted to the zoo's transformers description.
@@ -35,7 +40,8 @@ type Config struct {
 	// Architectures is config.json's architectures: the class the
 	// checkpoint was saved from. The graph is always the class batchfit
 	// trains (see models.BuildTransformer): *ForCausalLM,
-	// BertForMaskedLM, RobertaForMaskedLM, T5ForConditionalGeneration.
+	// BertForMaskedLM, RobertaForMaskedLM, T5ForConditionalGeneration,
+	// ViTForImageClassification.
 	Architectures []string
 	// TorchDType is torch_dtype (transformers 5 writes dtype): the
 	// checkpoint's storage type, "" when absent. It is not the training
@@ -48,7 +54,8 @@ type Config struct {
 	// Transformer is the architecture, ready for models.BuildTransformer.
 	Transformer models.TransformerConfig
 	// DefaultSeq is the sequence length used when none is given (see
-	// Open's documentation for the rule).
+	// Open's documentation for the rule); 0 for vit, whose sequence is
+	// its patches.
 	DefaultSeq int64
 	// Zoo names the zoo entry with exactly this model's parameters (names
 	// and shapes), "" when there is none.
@@ -158,10 +165,6 @@ func SupportedTypes() []string {
 
 func unsupportedType(mt string) string {
 	supported := strings.Join(SupportedTypes(), ", ")
-	if mt == "vit" {
-		return `"vit" (ViTForImageClassification) is not supported yet: the zoo has no Hugging Face ViT builder ` +
-			"(vit_b_16, vit_b_32 and vit_l_16 are torchvision's); supported: " + supported
-	}
 	msg := fmt.Sprintf("unknown model_type %q", mt)
 	if near := suggest.Nearest(mt, SupportedTypes(), 3); len(near) > 0 {
 		msg += fmt.Sprintf("; did you mean %q?", near[0])
@@ -187,6 +190,7 @@ var families = map[string]family{
 	"bert":     {parseBERT, capSeq},
 	"roberta":  {parseBERT, robertaSeq},
 	"t5":       {parseT5, capSeq},
+	"vit":      {parseViT, noSeq},
 }
 
 // seqCap bounds the default sequence of models not in the zoo.
@@ -195,6 +199,9 @@ const seqCap = 4096
 // capSeq is min(max_position_embeddings, 4096) (T5: n_positions, 512 when
 // absent).
 func capSeq(tc models.TransformerConfig) int64 { return min(tc.MaxPositions, seqCap) }
+
+// noSeq: a vision model's sequence follows from its image size.
+func noSeq(models.TransformerConfig) int64 { return 0 }
 
 // robertaSeq: RoBERTa's positions start after padding_idx, so
 // max_position_embeddings - pad_token_id - 1 of them serve tokens (512 of
@@ -487,4 +494,110 @@ func parseT5(f *fields, mt string, c *Config) models.TransformerConfig {
 		f.fail("num_heads", "%d heads of %d is beyond any real model", tc.Heads, tc.HeadDim)
 	}
 	return tc
+}
+
+// parseViT reads ViTConfig for ViTForImageClassification. num_labels
+// follows PretrainedConfig: the length of id2label when the config has one
+// (a num_labels beside it that disagrees is ignored, as transformers does
+// with a warning), else num_labels, else 2. encoder_stride (the masked
+// image modelling decoder's) and pooler_output_size and pooler_act
+// (ViTModel's pooler, which the classifier class has not) shape nothing
+// here and are not read.
+func parseViT(f *fields, mt string, c *Config) models.TransformerConfig {
+	var tc models.TransformerConfig
+	tc.Hidden = f.size("hidden_size", required, maxWidth)
+	tc.Layers = f.size("num_hidden_layers", required, maxLayers)
+	tc.Heads = f.size("num_attention_heads", required, maxHeads)
+	tc.Intermediate = f.size("intermediate_size", required, maxWidth)
+	tc.Activation = f.activation("hidden_act", "gelu")
+	tc.DropoutP = f.prob("hidden_dropout_prob", 0)
+	tc.AttnDropoutP = f.prob("attention_probs_dropout_prob", 0)
+	tc.NormEps = f.positiveFloat("layer_norm_eps", 1e-12)
+	tc.ImageSize = f.side("image_size", 224, maxImage)
+	tc.PatchSize = f.side("patch_size", 16, maxImage)
+	tc.NumChannels = f.size("num_channels", 3, maxChannels)
+	tc.QKVBias = f.boolean("qkv_bias", true)
+	tc.NumLabels = f.numLabels(c)
+	switch pt := f.str("problem_type", ""); pt {
+	case "", "single_label_classification", "regression":
+		tc.ProblemType = pt
+	case "multi_label_classification":
+		f.unsupported("problem_type", true, "%q (BCEWithLogitsLoss)", pt)
+	default:
+		f.fail("problem_type", "unknown %q (transformers accepts regression, single_label_classification, multi_label_classification)", pt)
+	}
+	if f.err == nil {
+		switch {
+		case tc.PatchSize > tc.ImageSize:
+			f.fail("patch_size", "%d is larger than image_size %d", tc.PatchSize, tc.ImageSize)
+		case tc.ImageSize/tc.PatchSize > maxPatchRow:
+			f.fail("patch_size", "%d-pixel patches of a %d-pixel image make %d patches a side, beyond any real model", tc.PatchSize, tc.ImageSize, tc.ImageSize/tc.PatchSize)
+		}
+	}
+	f.heads(&tc, "hidden_size", "num_attention_heads", "num_attention_heads")
+	return tc
+}
+
+// side reads an image or patch side: an integer, or a [height, width]
+// pair of equal integers (ViTConfig accepts both; the graph takes square
+// images).
+func (f *fields) side(key string, def, max int64) int64 {
+	r, ok := f.raw(key)
+	if !ok || r[0] != '[' {
+		return f.size(key, def, max)
+	}
+	var pair []json.RawMessage
+	if err := json.Unmarshal(r, &pair); err != nil || len(pair) != 2 {
+		f.fail(key, "want an integer or a [height, width] pair, got %s", describe(r))
+		return def
+	}
+	var hw [2]int64
+	for i, p := range pair {
+		v, err := strconv.ParseInt(string(p), 10, 64)
+		if err != nil {
+			f.fail(key, "want an integer or a [height, width] pair, got %s", describe(r))
+			return def
+		}
+		if v <= 0 || v > max {
+			f.fail(key, "sides must lie in [1, %d], got %d", max, v)
+			return def
+		}
+		hw[i] = v
+	}
+	if hw[0] != hw[1] {
+		f.fail(key, "not supported: %d×%d (the graph takes square images)", hw[0], hw[1])
+		return def
+	}
+	return hw[0]
+}
+
+// numLabels is PretrainedConfig.num_labels: len(id2label) when present,
+// else num_labels, else 2.
+func (f *fields) numLabels(c *Config) int64 {
+	r, ok := f.raw("id2label")
+	if !ok {
+		return f.size("num_labels", 2, maxLabels)
+	}
+	var m map[string]json.RawMessage
+	if r[0] != '{' || json.Unmarshal(r, &m) != nil {
+		f.fail("id2label", "want an object mapping label ids to names, got %s", describe(r))
+		return 0
+	}
+	for k := range m {
+		if _, err := strconv.ParseInt(k, 10, 64); err != nil {
+			f.fail("id2label", "key %q is not an integer label id", k)
+			return 0
+		}
+	}
+	n := int64(len(m))
+	switch {
+	case n == 0:
+		f.fail("id2label", "empty: the classifier needs at least one label")
+	case n > maxLabels:
+		f.fail("id2label", "%d labels is beyond any real model", n)
+	}
+	if v, ok := f.int("num_labels"); ok && v != n && f.err == nil {
+		c.Notes = append(c.Notes, fmt.Sprintf("num_labels %d disagrees with the %d entries of id2label; transformers uses id2label", v, n))
+	}
+	return n
 }

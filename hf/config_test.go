@@ -71,6 +71,19 @@ func tinyOPT() map[string]any {
 	}
 }
 
+// tinyViT is a 2-layer ViTForImageClassification config: hidden 32, 4
+// heads, MLP 64, 32-pixel images in 8-pixel patches (16 patches and the
+// class token), three labels named by id2label.
+func tinyViT() map[string]any {
+	return map[string]any{
+		"architectures": []any{"ViTForImageClassification"}, "model_type": "vit",
+		"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 64,
+		"hidden_act": "gelu", "image_size": 32, "patch_size": 8, "num_channels": 3,
+		"id2label": map[string]any{"0": "cat", "1": "dog", "2": "bird"},
+		"label2id": map[string]any{"cat": 0, "dog": 1, "bird": 2},
+	}
+}
+
 func with(m map[string]any, kv ...any) map[string]any {
 	for i := 0; i+1 < len(kv); i += 2 {
 		k := kv[i].(string)
@@ -166,6 +179,25 @@ func TestParseConfig(t *testing.T) {
 		{"opt", tinyOPT(), func(tc models.TransformerConfig) bool {
 			return tc.Intermediate == 128 && tc.TieEmbeddings && tc.Activation == "relu" && tc.DropoutP == 0.1
 		}, 64},
+		// ViTConfig's defaults: qkv_bias true, dropouts 0, image 224 in
+		// 16-pixel patches of 3 channels; the labels are id2label's.
+		{"vit", tinyViT(), func(tc models.TransformerConfig) bool {
+			return tc.Arch == "vit" && tc.QKVBias && tc.DropoutP == 0 && tc.AttnDropoutP == 0 && tc.NormEps == 1e-12 &&
+				tc.ImageSize == 32 && tc.PatchSize == 8 && tc.NumChannels == 3 && tc.NumLabels == 3 && tc.ProblemType == ""
+		}, 0},
+		{"vit defaults", with(tinyViT(), "image_size", remove, "patch_size", remove, "num_channels", remove, "id2label", remove, "label2id", remove),
+			func(tc models.TransformerConfig) bool {
+				return tc.ImageSize == 224 && tc.PatchSize == 16 && tc.NumChannels == 3 && tc.NumLabels == 2
+			}, 0},
+		{"vit num_labels", with(tinyViT(), "id2label", remove, "num_labels", 10, "qkv_bias", false, "hidden_dropout_prob", 0.1),
+			func(tc models.TransformerConfig) bool { return tc.NumLabels == 10 && !tc.QKVBias && tc.DropoutP == 0.1 }, 0},
+		{"vit id2label wins", with(tinyViT(), "num_labels", 10), func(tc models.TransformerConfig) bool { return tc.NumLabels == 3 }, 0},
+		{"vit square pair", with(tinyViT(), "image_size", []any{64, 64}, "patch_size", []any{16, 16}), func(tc models.TransformerConfig) bool {
+			return tc.ImageSize == 64 && tc.PatchSize == 16
+		}, 0},
+		{"vit regression", with(tinyViT(), "id2label", remove, "num_labels", 1), func(tc models.TransformerConfig) bool {
+			return tc.NumLabels == 1 && tc.ProblemType == ""
+		}, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -246,8 +278,23 @@ func TestParseConfigErrors(t *testing.T) {
 		{"no model_type", with(tinyLlama(), "model_type", remove), "model_type", "missing"},
 		{"model_type type", with(tinyLlama(), "model_type", 7), "model_type", "want a string"},
 		{"typo", with(tinyLlama(), "model_type", "lama"), "model_type", `unknown model_type "lama"; did you mean "llama"?`},
-		{"unknown", with(tinyLlama(), "model_type", "mamba"), "model_type", "supported: bert, gemma, gpt2, gpt_neox, llama, mistral, opt, phi3, qwen2, roberta, t5"},
-		{"vit", map[string]any{"model_type": "vit", "hidden_size": 768}, "model_type", `"vit" (ViTForImageClassification) is not supported yet`},
+		{"unknown", with(tinyLlama(), "model_type", "mamba"), "model_type", "supported: bert, gemma, gpt2, gpt_neox, llama, mistral, opt, phi3, qwen2, roberta, t5, vit"},
+		{"vit typo", with(tinyViT(), "model_type", "vti"), "model_type", `did you mean "vit"?`},
+		{"vit missing", with(tinyViT(), "intermediate_size", remove), "intermediate_size", "missing"},
+		{"vit heads", with(tinyViT(), "num_attention_heads", 5), "hidden_size", "not divisible by num_attention_heads (5)"},
+		{"vit patch", with(tinyViT(), "patch_size", 64), "patch_size", "larger than image_size 32"},
+		{"vit patches", with(tinyViT(), "image_size", 4096, "patch_size", 2), "patch_size", "beyond any real model"},
+		{"vit image type", with(tinyViT(), "image_size", "224"), "image_size", "want an integer"},
+		{"vit rectangle", with(tinyViT(), "image_size", []any{32, 64}), "image_size", "square images"},
+		{"vit bad pair", with(tinyViT(), "image_size", []any{32}), "image_size", "[height, width] pair"},
+		{"vit channels", with(tinyViT(), "num_channels", 0), "num_channels", "must be positive"},
+		{"vit no labels", with(tinyViT(), "id2label", map[string]any{}), "id2label", "at least one label"},
+		{"vit label ids", with(tinyViT(), "id2label", map[string]any{"cat": "cat"}), "id2label", "not an integer"},
+		{"vit id2label type", with(tinyViT(), "id2label", []any{"cat"}), "id2label", "want an object"},
+		{"vit multi-label", with(tinyViT(), "problem_type", "multi_label_classification"), "problem_type", "not supported"},
+		{"vit problem", with(tinyViT(), "problem_type", "ranking"), "problem_type", `unknown "ranking"`},
+		{"vit activation", with(tinyViT(), "hidden_act", "mish"), "hidden_act", "unsupported activation"},
+		{"vit dropout", with(tinyViT(), "attention_probs_dropout_prob", 1.0), "attention_probs_dropout_prob", "[0, 1)"},
 		{"gemma activation", with(tinyLlama(), "model_type", "gemma", "hidden_activation", "gelu_fast"), "hidden_activation", "unsupported activation"},
 		{"phi3 partial rotary", with(tinyLlama(), "model_type", "phi3", "partial_rotary_factor", 1.5), "partial_rotary_factor", "(0, 1]"},
 		{"gpt2 missing", with(tinyGPT2(), "n_positions", remove), "n_positions", "missing"},

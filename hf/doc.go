@@ -61,15 +61,28 @@
 //	  "gated-gelu" is T5 v1.1's gated gelu_new, other gated activations are
 //	  refused), dropout_rate (0.1), layer_norm_epsilon,
 //	  tie_word_embeddings (true), n_positions (512).
+//	vit (ViTConfig; the graph is ViTForImageClassification): hidden_size,
+//	  num_hidden_layers, num_attention_heads, intermediate_size; hidden_act
+//	  (gelu), hidden_dropout_prob and attention_probs_dropout_prob (0.0),
+//	  layer_norm_eps, image_size (224) and patch_size (16) as an integer or
+//	  an equal [height, width] pair, num_channels (3), qkv_bias (true);
+//	  the labels are len(id2label) when the config has one (a disagreeing
+//	  num_labels is ignored with a note, as transformers does), else
+//	  num_labels, else 2; problem_type (null: regression for one label,
+//	  single-label classification otherwise). Refused: non-square images
+//	  or patches, patches larger than the image or more than 1024 a side,
+//	  an empty id2label or one whose keys are not integers, problem_type
+//	  multi_label_classification (BCEWithLogitsLoss). encoder_stride,
+//	  pooler_output_size and pooler_act configure modules the classifier
+//	  has not and are not read.
 //
-// model_type vit is refused as not supported yet (the zoo's ViTs are
-// torchvision's), and an unknown model_type gets the nearest supported
-// one. Errors about a field are *FieldError values naming the file and
-// the field: missing required sizes, wrong JSON types (a string for a
-// size, 4096.0 for an integer), non-positive or absurd sizes, dropout
-// outside [0, 1), hidden sizes not divisible by the heads (unless head_dim
-// is given), key/value heads not dividing the heads. A converted config
-// is built once before it is returned, so it always builds.
+// An unknown model_type gets the nearest supported one. Errors about a
+// field are *FieldError values naming the file and the field: missing
+// required sizes, wrong JSON types (a string for a size, 4096.0 for an
+// integer), non-positive or absurd sizes, dropout outside [0, 1), hidden
+// sizes not divisible by the heads (unless head_dim is given), key/value
+// heads not dividing the heads. A converted config is built once before
+// it is returned, so it always builds.
 //
 // # Default sequence length
 //
@@ -77,7 +90,11 @@
 // zoo transformer gets that entry's default sequence length (Llama-3-8B's
 // 8192, also for Llama-3.1-8B), other configs min(max_position_embeddings,
 // 4096): RoBERTa counts the positions after padding_idx, T5 uses
-// n_positions (512 when absent).
+// n_positions (512 when absent). A vit config has none (DefaultSeq 0): its
+// sequence is its patches and the class token, set by the image side,
+// image_size unless models.Config.Image gives another (the model is then
+// configured for that side: its position table grows with it); it is
+// still matched to the zoo by its parameters (vit-base-patch16-224).
 //
 // # safetensors
 //
@@ -105,6 +122,8 @@
 //	^cls\.seq_relationship\.(weight|bias)$      bert: BertForPreTraining's next-sentence head
 //	^decoder\.block\.0\.layer\.1\.EncDecAttention\.relative_attention_bias\.weight$
 //	                                             t5: ignored on load by T5ForConditionalGeneration
+//	(^|\.)pooler\.dense\.(weight|bias)$         vit: ViTModel's pooler, which
+//	                                             ViTForImageClassification lacks
 //
 // and the second copies of tied weights, when stored (same element count
 // as the first): embed_tokens/lm_head, wte/lm_head, embed_in/embed_out,

@@ -53,7 +53,8 @@ func FuzzLoadConfig(f *testing.F) {
 		}
 	}
 	for _, cfg := range []map[string]any{tinyLlama(), tinyGPT2(), tinyBERT("roberta"), tinyT5(), tinyNeoX(), tinyOPT(),
-		with(tinyLlama(), "model_type", "gemma"), with(tinyLlama(), "model_type", "phi3", "partial_rotary_factor", 0.5)} {
+		with(tinyLlama(), "model_type", "gemma"), with(tinyLlama(), "model_type", "phi3", "partial_rotary_factor", 0.5),
+		tinyViT(), with(tinyViT(), "image_size", []any{32, 32}, "num_labels", 1)} {
 		f.Add(mustJSON(f, cfg))
 	}
 	f.Add([]byte(`{"model_type": "vit"}`))
@@ -63,8 +64,9 @@ func FuzzLoadConfig(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if c.DefaultSeq <= 0 {
-			t.Fatalf("default sequence %d", c.DefaultSeq)
+		// A vision model has no default sequence; the others have one.
+		if (c.ModelType == "vit") != (c.DefaultSeq == 0) || c.DefaultSeq < 0 {
+			t.Fatalf("%s: default sequence %d", c.ModelType, c.DefaultSeq)
 		}
 	})
 }

@@ -72,6 +72,8 @@ type Exclusion struct {
 // n_positions (512 when absent). Beyond 4096 a default would describe
 // long-context extensions rather than how such models are trained; ask
 // for longer sequences explicitly.
+// A vit model has no sequence length (0): it takes an image, of
+// image_size unless models.Config.Image says otherwise.
 func Open(path string) (*Model, error) {
 	st, err := os.Stat(path)
 	if err != nil {
@@ -118,7 +120,8 @@ func Open(path string) (*Model, error) {
 // Name is the model directory's name (for a config.json, its directory's).
 func (m *Model) Name() string { return m.name }
 
-// Build builds the graph for c; Seq 0 means DefaultSeq.
+// Build builds the graph for c; Seq 0 means DefaultSeq. A vit model
+// ignores Seq and takes c.Image (0: the config's image_size).
 func (m *Model) Build(c models.Config) (*graph.Graph, error) {
 	if c.Seq == 0 {
 		c.Seq = m.DefaultSeq()
@@ -130,8 +133,12 @@ func (m *Model) Build(c models.Config) (*graph.Graph, error) {
 func (m *Model) DefaultSeq() int64 { return m.Config.DefaultSeq }
 
 // Dims are the dimensions besides batch that Build honours: sequence
-// length, depth and width (models.TransformerConfig's overrides).
+// length (not for vit), depth and width (models.TransformerConfig's
+// overrides).
 func (m *Model) Dims() []models.Dim {
+	if m.Config.ModelType == "vit" {
+		return []models.Dim{models.DimLayers, models.DimHidden}
+	}
 	return []models.Dim{models.DimSeq, models.DimLayers, models.DimHidden}
 }
 
@@ -154,6 +161,8 @@ func (c *Config) className() string {
 		return "Qwen2ForCausalLM"
 	case "phi3":
 		return "Phi3ForCausalLM"
+	case "vit":
+		return "ViTForImageClassification"
 	}
 	return strings.ToUpper(c.ModelType[:1]) + c.ModelType[1:] + "ForCausalLM"
 }
@@ -199,6 +208,10 @@ var (
 	// T5ForConditionalGeneration ignores on load
 	// (_keys_to_ignore_on_load_unexpected).
 	ruleT5CrossBias = rule{regexp.MustCompile(`^decoder\.block\.0\.layer\.1\.EncDecAttention\.relative_attention_bias\.weight$`), "unused T5 cross-attention bias"}
+	// ViTModel's pooler (ViTModel checkpoints such as the ImageNet-21k
+	// ones store it); ViTForImageClassification builds ViTModel with
+	// add_pooling_layer=False and ignores it on load.
+	ruleViTPooler = rule{regexp.MustCompile(`(^|\.)pooler\.dense\.(weight|bias)$`), "pooler, which ViTForImageClassification has not"}
 )
 
 // tieGroup names tensors that are one Parameter in the built class: a
@@ -257,6 +270,7 @@ var countRulesByType = map[string]countRules{
 			{names: []string{"lm_head.bias", "lm_head.decoder.bias"}},
 		},
 	},
+	"vit": {exclude: []rule{ruleViTPooler}},
 	"t5": {
 		exclude: []rule{ruleT5CrossBias},
 		ties: []tieGroup{
@@ -275,8 +289,8 @@ func matchName(name, pattern string) bool {
 // Count sorts a checkpoint's tensors into the parameters of c's graph and
 // the rest (see countRulesByType: rotary inv_freq, GPT-2's and GPT-NeoX's
 // mask buffers, BERT's id buffers, the pooler and next-sentence head the
-// masked-LM class lacks, T5's unused cross-attention bias, and second
-// copies of tied weights).
+// masked-LM class lacks, ViT's pooler, T5's unused cross-attention bias,
+// and second copies of tied weights).
 func (c *Config) Count(ck *Checkpoint) *Tally {
 	rules := countRulesByType[c.ModelType]
 	t := &Tally{Bytes: map[string]int64{}}

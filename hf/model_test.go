@@ -270,6 +270,9 @@ func TestOpenExclusions(t *testing.T) {
 		{"opt", tinyOPT(), func(ts []st) []st {
 			return append(rename(ts, "model.", ""), st{"lm_head.weight", "F32", []int64{100, 32}})
 		}, 1},
+		{"vit with pooler", tinyViT(), func(ts []st) []st {
+			return append(ts, st{"vit.pooler.dense.weight", "F32", []int64{32, 32}}, st{"vit.pooler.dense.bias", "F32", []int64{32}})
+		}, 2},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -296,5 +299,42 @@ func TestModelName(t *testing.T) {
 		if got := modelName(path); got != want {
 			t.Errorf("modelName(%q) = %q, want %q", path, got, want)
 		}
+	}
+}
+
+// tinyViTParams is tinyViT's ViTForImageClassification by hand (E = 32,
+// 3 channels, 8-pixel patches of a 32-pixel image: 16 patches):
+// embeddings cls_token 32 + position_embeddings 17·32 + projection
+// 32·3·8·8 + 32; per layer query, key, value and output.dense 4·(32·32 +
+// 32), intermediate 32·64 + 64, output 64·32 + 32, two LayerNorms 2·64;
+// the final LayerNorm 64 and the classifier 32·3 + 3.
+const tinyViTParams = (32 + 17*32 + 6144 + 32) + 2*(4*1056+2112+2080+128) + 64 + 99 // 24,003
+
+func TestOpenViT(t *testing.T) {
+	cfg := with(tinyViT(), "num_labels", 5)
+	m, err := Open(modelDir(t, cfg, checkpointOf(t, cfg)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.ParamCount != tinyViTParams || m.Tally.Params != tinyViTParams {
+		t.Errorf("graph %d, checkpoint %d parameters; want %d", m.ParamCount, m.Tally.Params, tinyViTParams)
+	}
+	if m.DefaultSeq() != 0 || len(m.Dims()) != 2 || m.Config.className() != "ViTForImageClassification" {
+		t.Errorf("default sequence %d, dims %v, class %s", m.DefaultSeq(), m.Dims(), m.Config.className())
+	}
+	if len(m.Config.Notes) != 1 || !strings.Contains(m.Config.Notes[0], "num_labels 5 disagrees with the 3 entries of id2label") {
+		t.Errorf("notes %q", m.Config.Notes)
+	}
+	// The image side follows Config.Image: a 64-pixel image has 64
+	// patches, so 65 positions.
+	g, err := m.Build(models.Config{Batch: 2, Image: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if in := g.Tensor(g.Inputs[0]); in.Shape.String() != "[2, 3, 64, 64]" {
+		t.Errorf("input %s %v", in.Name, in.Shape)
+	}
+	if got, want := g.ParamCount(), int64(tinyViTParams+48*32); got != want {
+		t.Errorf("64-pixel graph: %d parameters, want %d", got, want)
 	}
 }

@@ -9,7 +9,9 @@ import (
 )
 
 // Hugging Face transformers models, built from a config the way
-// transformers' eager modeling code runs them in training mode.
+// transformers' eager modeling code runs them in training mode: language
+// models (decoders, BERT-style encoders, T5) and the image classifier
+// ViTForImageClassification (transformers_vit.go).
 //
 // Which transformers the op sequences follow
 //
@@ -58,10 +60,10 @@ import (
 type TransformerConfig struct {
 	// Arch is config.json's model_type: "gpt2", "llama", "mistral", "qwen2"
 	// (llama-style: RMSNorm, RoPE, SwiGLU, GQA), "bert", "roberta", "t5",
-	// "gpt_neox", "opt", "phi3", "gemma".
+	// "gpt_neox", "opt", "phi3", "gemma", "vit".
 	Arch string
 
-	VocabSize    int64 // vocab_size
+	VocabSize    int64 // vocab_size (none for vit)
 	Hidden       int64 // hidden_size / n_embd / d_model
 	Layers       int64 // num_hidden_layers / n_layer / num_layers (T5: encoder layers)
 	Heads        int64 // num_attention_heads / n_head / num_heads
@@ -75,7 +77,7 @@ type TransformerConfig struct {
 	MaxPositions int64
 
 	TieEmbeddings bool // tie_word_embeddings: the LM head shares the input embedding
-	QKVBias       bool // q/k/v projections have biases (qwen2; llama's attention_bias sets it and OutBias)
+	QKVBias       bool // q/k/v projections have biases (qwen2; llama's attention_bias sets it and OutBias; vit's qkv_bias, true by default there)
 	OutBias       bool // the attention output projection has a bias (llama attention_bias)
 	MLPBias       bool // llama mlp_bias
 
@@ -113,6 +115,20 @@ type TransformerConfig struct {
 	DecoderSeq        int64  // target length for the decoder; 0 = the encoder's sequence length
 	DecoderStartToken int64  // decoder_start_token_id (no effect on memory)
 
+	// Vision (vit). ImageSize is image_size, the side of the square image
+	// the position table is made for (Config.Image overrides it: a model
+	// configured for that side, as torchvision's ViTs are); PatchSize is
+	// patch_size; NumChannels num_channels; NumLabels the classifier's
+	// outputs (len(id2label), else num_labels). Zero means ViTConfig's
+	// 224, 16 and 3 and PretrainedConfig's 2 labels.
+	ImageSize, PatchSize, NumChannels, NumLabels int64
+	// ProblemType is problem_type: "" infers it as transformers does on
+	// integer labels (one label: "regression", else
+	// "single_label_classification"); "regression" is an MSE loss on
+	// float labels. "multi_label_classification" (BCEWithLogitsLoss) is
+	// not modelled.
+	ProblemType string
+
 	// AttnImpl is attn_implementation: "sdpa" (default) or "eager" (each
 	// model's eager_attention_forward: matmul, softmax, dropout, matmul).
 	// T5 is always eager: its attention adds a learned position bias,
@@ -136,6 +152,10 @@ type hfArch struct {
 	// learnedPositions: the sequence length is bounded by the position
 	// table (see maxSeq).
 	learnedPositions bool
+	// vision: the input is an image batch; there is no vocabulary and
+	// Config.Seq is ignored (the sequence is the patches and the class
+	// token), Config.Image sets the image side.
+	vision bool
 }
 
 var hfArchs = map[string]hfArch{
@@ -150,18 +170,29 @@ var hfArchs = map[string]hfArch{
 	"t5":       {build: (*hfBuilder).t5},
 	"gpt_neox": {build: (*hfBuilder).gptNeoX},
 	"opt":      {build: (*hfBuilder).opt, learnedPositions: true},
+	"vit":      {build: (*hfBuilder).vit, vision: true},
 }
 
 // BuildTransformer builds the graph of one training step's forward pass
 // and loss for a transformers model: the *ForCausalLM / *LMHeadModel class
 // for decoders, *ForMaskedLM for BERT and RoBERTa, T5ForConditionalGeneration
-// for T5. c gives the batch and sequence length (both required here: the
-// zoo fills the model's default sequence) and optional overrides of depth
-// (c.Layers) and width (c.Hidden, see withOverrides).
+// for T5, ViTForImageClassification for ViT. c gives the batch and the
+// sequence length (both required for language models: the zoo fills the
+// model's default sequence; ViT ignores c.Seq and takes c.Image, 0 for
+// the config's image_size) and optional overrides of depth (c.Layers) and
+// width (c.Hidden, see withOverrides).
 func BuildTransformer(name string, tc TransformerConfig, c Config) (*graph.Graph, error) {
 	arch, ok := hfArchs[tc.Arch]
 	if !ok {
 		return nil, fmt.Errorf("building %s: unsupported model_type %q (supported: %s)", name, tc.Arch, strings.Join(hfArchNames(), ", "))
+	}
+	if arch.vision {
+		if c.Image < 0 {
+			return nil, fmt.Errorf("building %s: image side must be positive, got %d", name, c.Image)
+		}
+		if c.Image > 0 {
+			tc.ImageSize = c.Image
+		}
 	}
 	tc, err := tc.withOverrides(c)
 	if err != nil {
@@ -244,12 +275,20 @@ func (tc TransformerConfig) withOverrides(c Config) (TransformerConfig, error) {
 }
 
 func (tc TransformerConfig) check(arch hfArch, c Config) error {
+	if arch.vision {
+		if err := tc.checkVision(); err != nil {
+			return err
+		}
+	}
 	switch {
 	case c.Batch <= 0:
 		return fmt.Errorf("batch size must be positive, got %d", c.Batch)
-	case c.Seq <= 0:
+	case !arch.vision && c.Seq <= 0:
 		return fmt.Errorf("sequence length must be positive, got %d", c.Seq)
-	case tc.VocabSize <= 0 || tc.Hidden <= 0 || tc.Layers <= 0 || tc.Heads <= 0:
+	case arch.vision && (tc.Hidden <= 0 || tc.Layers <= 0 || tc.Heads <= 0):
+		return fmt.Errorf("hidden_size, num_hidden_layers and num_attention_heads must be positive (got %d, %d, %d)",
+			tc.Hidden, tc.Layers, tc.Heads)
+	case !arch.vision && (tc.VocabSize <= 0 || tc.Hidden <= 0 || tc.Layers <= 0 || tc.Heads <= 0):
 		return fmt.Errorf("vocab_size, hidden_size, num_hidden_layers and num_attention_heads must be positive (got %d, %d, %d, %d)",
 			tc.VocabSize, tc.Hidden, tc.Layers, tc.Heads)
 	case tc.Heads%tc.kvHeads() != 0:

@@ -64,6 +64,22 @@ import (
 // 12·7,087,872 + 1,536 = 162,322,944 (the Pythia paper's figure). OPTForCausalLM
 // opt-125m (V=50272, 2048+2 positions, tied): 38,608,896 + 1,574,400 + 1,536 +
 // 12·7,087,872 = 125,239,296.
+//
+// ViTForImageClassification vit-base-patch16-224 (E=768, I=3072, 16×16
+// patches of 3 channels: 196 at 224, 1000 labels, no pooler): embeddings
+// cls_token E + position_embeddings 197·E + patch projection 768·3·16·16 + E
+// = 768 + 151,296 + 589,824 + 768 = 742,656; a layer is query, key, value
+// and attention.output.dense 4(E²+E) = 2,362,368 + intermediate E·I+I =
+// 2,362,368 + output I·E+E = 2,360,064 + layernorm_before/after 4E = 3,072,
+// 7,087,872 in all; the final layernorm 2E = 1,536; the classifier
+// 768·1000+1000 = 769,000.
+//
+//	742,656 + 12·7,087,872 + 1,536 + 769,000 = 86,567,656
+//
+// the published 86.6M, and exactly torchvision's vit_b_16: the same tensors
+// (torchvision fuses q, k, v into in_proj [3E, E] + [3E], the same
+// elements; its class token, conv_proj, pos_embedding, MLP, LayerNorms and
+// 1000-way head match one for one), named differently.
 var hfParamCounts = map[string]int64{
 	"gpt2":               124_439_808,
 	"gpt2-medium":        354_823_168,
@@ -88,6 +104,8 @@ var hfParamCounts = map[string]int64{
 	"opt-125m":           125_239_296,
 	"Phi-3-mini-4k":      3_821_079_552,
 	"gemma-2b":           2_506_172_416,
+
+	"vit-base-patch16-224": 86_567_656,
 }
 
 func hfZooEntry(t *testing.T, name string) hfModel {
@@ -157,7 +175,7 @@ func TestTransformerParamCounts(t *testing.T) {
 // is a float32 scalar; every layer is a checkpointable block.
 func TestTransformerZooGraphs(t *testing.T) {
 	heads := map[string]string{
-		"bert": "cls.predictions.decoder", "roberta": "lm_head.decoder", "gpt_neox": "embed_out",
+		"bert": "cls.predictions.decoder", "roberta": "lm_head.decoder", "gpt_neox": "embed_out", "vit": "classifier",
 	}
 	for _, m := range hfZoo {
 		t.Run(m.name, func(t *testing.T) {
@@ -175,8 +193,16 @@ func TestTransformerZooGraphs(t *testing.T) {
 			if head == "" {
 				head = "lm_head"
 			}
+			vision := hfArchs[m.tc.Arch].vision
 			logits := g.Tensor(hfOp(t, g, head).Output)
 			want := graph.Shape{2, m.defaultSeq, m.tc.VocabSize}
+			input := "input_ids"
+			if vision {
+				want, input = graph.Shape{2, m.tc.NumLabels}, "pixel_values"
+				if len(mm.Dims) != 2 || mm.Dims[0] != DimLayers || mm.Dims[1] != DimHidden {
+					t.Errorf("dims %v, want layers and hidden", mm.Dims)
+				}
+			}
 			if logits.Shape.String() != want.String() || logits.DType != graph.F32 {
 				t.Errorf("logits %v %s, want %v float32", logits.Shape, logits.DType, want)
 			}
@@ -196,7 +222,7 @@ func TestTransformerZooGraphs(t *testing.T) {
 					t.Errorf("op %s is in block %s", op.Name, g.Blocks[op.Block])
 				}
 			}
-			if len(g.Inputs) == 0 || g.Tensor(g.Inputs[0]).Name != "input_ids" || len(g.Targets) != 1 {
+			if len(g.Inputs) == 0 || g.Tensor(g.Inputs[0]).Name != input || len(g.Targets) != 1 {
 				t.Errorf("inputs %v, targets %v", g.Inputs, g.Targets)
 			}
 		})

@@ -16,7 +16,9 @@ type hfModel struct {
 	// Pythia: the learned position table; Llama-2 4096; Llama-3 and 3.2
 	// 8192, their pretraining context before long-context extension;
 	// Mistral-7B-v0.1 8192, its training context; Qwen2.5 4096, the length
-	// of its main pretraining stage; T5 512 for encoder and decoder).
+	// of its main pretraining stage; T5 512 for encoder and decoder). 0 for
+	// ViT, whose sequence is its patches (the image side is
+	// TransformerConfig.ImageSize, or Config.Image).
 	defaultSeq int64
 	tc         TransformerConfig
 }
@@ -78,6 +80,14 @@ var hfZoo = []hfModel{
 		hfWith(hfLlama("gemma", 256000, 2048, 18, 8, 1, 256, 16384, 8192, 1e-6, true), func(tc *TransformerConfig) {
 			tc.Activation = "gelu_pytorch_tanh"
 		})},
+
+	// ViT-B/16 fine-tuned on ImageNet-1k at 224: 1000 labels (its
+	// config.json's id2label).
+	{"vit-base-patch16-224", "google/vit-base-patch16-224", "ViTForImageClassification", 0, TransformerConfig{
+		Arch: "vit", Hidden: 768, Layers: 12, Heads: 12, Intermediate: 3072, QKVBias: true,
+		ImageSize: 224, PatchSize: 16, NumChannels: 3, NumLabels: 1000,
+		Activation: "gelu", NormEps: 1e-12,
+	}},
 }
 
 func hfGPT2(embd, layers, heads int64) TransformerConfig {
@@ -123,11 +133,15 @@ func hfWith(tc TransformerConfig, f func(*TransformerConfig)) TransformerConfig 
 
 func init() {
 	for _, m := range hfZoo {
+		dims := []Dim{DimSeq, DimLayers, DimHidden}
+		if hfArchs[m.tc.Arch].vision {
+			dims = []Dim{DimLayers, DimHidden}
+		}
 		Register(Model{
 			Name: m.name, Family: "transformers",
 			Description: hfDescribe(m),
 			DefaultSeq:  m.defaultSeq,
-			Dims:        []Dim{DimSeq, DimLayers, DimHidden},
+			Dims:        dims,
 			Build: func(c Config) (*graph.Graph, error) {
 				if c.Seq == 0 {
 					c.Seq = m.defaultSeq
@@ -149,6 +163,10 @@ func hfDescribe(m hfModel) string {
 		tie = ", tied embeddings"
 	}
 	layers := fmt.Sprintf("%d layers", tc.Layers)
+	if hfArchs[tc.Arch].vision {
+		return fmt.Sprintf("%s (%s): %s, hidden %d, %s, %d×%d patches at %d, %d labels",
+			m.class, m.repo, layers, tc.Hidden, heads, tc.patchSize(), tc.patchSize(), tc.imageSize(), tc.numLabels())
+	}
 	if tc.Arch == "t5" {
 		layers = fmt.Sprintf("%d+%d layers", tc.Layers, tc.Layers)
 	}

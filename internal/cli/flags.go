@@ -63,7 +63,7 @@ func (j *jobFlags) register(fs *flag.FlagSet, batchDefault string) {
 	fs.Int64Var(&j.seq, "seq", 0, "sequence length (default: the model's)")
 	fs.Int64Var(&j.layers, "layers", 0, "override the model's depth (models that allow it)")
 	fs.Int64Var(&j.hidden, "hidden", 0, "override the model's width (models that allow it)")
-	fs.Int64Var(&j.image, "image", 0, "image side for vision models (default 224)")
+	fs.Int64Var(&j.image, "image", 0, "image side for vision models (default: the model's, 224 for torchvision)")
 	fs.StringVar(&j.gpu, "gpu", "h100-80gb", "GPU from 'batchfit gpus', or a capacity such as 80GB")
 	fs.StringVar(&j.precision, "precision", "32-true", "32-true, 16-mixed, bf16-mixed, 16-true or bf16-true")
 	fs.StringVar(&j.optimizer, "optimizer", "adam", "sgd, adam, adamw or none")
