@@ -156,3 +156,38 @@ func BenchmarkMaxBatchLlama3_70B(b *testing.B) {
 		}
 	}
 }
+
+// maxbatch answers for every zoo member: a batch that fits with the next
+// one not fitting, or nothing fits (70B-class models on one 80 GB GPU).
+// Sequence models run at a short sequence to keep the test fast.
+func TestMaxBatchEveryModel(t *testing.T) {
+	for _, m := range models.All() {
+		m := m
+		t.Run(m.Name, func(t *testing.T) {
+			t.Parallel()
+			r := request(t, m.Name, "h100-80gb")
+			if m.DefaultSeq > 0 {
+				r.Config.Seq = 128
+			}
+			r.Setup.Precision = train.MixedBF16
+			ans, err := MaxBatch(r, 1<<16)
+			if err != nil {
+				t.Fatal(err)
+			}
+			switch {
+			case ans.Max == 0:
+				if ans.Over == nil || ans.Over.Fits {
+					t.Errorf("nothing fits, but batch 1 was not shown to fail")
+				}
+			case ans.Limited:
+				if !ans.Fit.Fits {
+					t.Errorf("limit %d reported without fitting", ans.Max)
+				}
+			default:
+				if !ans.Fit.Fits || ans.Over == nil || ans.Over.Fits || ans.Over.Config.Batch != ans.Max+1 {
+					t.Errorf("max %d: fit %v, next %+v", ans.Max, ans.Fit.Fits, ans.Over != nil && ans.Over.Fits)
+				}
+			}
+		})
+	}
+}
