@@ -27,25 +27,13 @@ func runEstimate(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("estimate", stderr, estimateUsage)
 	var j jobFlags
 	j.register(fs, "32")
-	pos, err := parseArgs(fs, args)
-	if err != nil {
-		return err
-	}
-	if len(pos) != 1 {
-		return usagef("estimate takes one model, got %d arguments (see 'batchfit estimate -h')", len(pos))
-	}
-	batches, err := parseBatches(j.batch)
-	if err != nil {
-		return err
-	}
-	r, err := j.request(pos[0])
+	r, batches, err := j.job(fs, "estimate", args)
 	if err != nil {
 		return err
 	}
 	if len(batches) > 1 {
 		r.Schedule = batches
 	}
-	r.Config.Batch = batches[0]
 	res, err := predict.Run(r)
 	if err != nil {
 		return err

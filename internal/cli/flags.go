@@ -249,3 +249,26 @@ func (j *jobFlags) request(model string) (predict.Request, error) {
 	r.Alloc = ac
 	return r, nil
 }
+
+// job parses a job command's arguments: flags anywhere, exactly one model,
+// and the batch sizes of --batch. It returns the prediction request for
+// that model with the flags applied, and the batch sizes.
+func (j *jobFlags) job(fs *flag.FlagSet, cmd string, args []string) (predict.Request, []int64, error) {
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return predict.Request{}, nil, err
+	}
+	if len(pos) != 1 {
+		return predict.Request{}, nil, usagef("%s takes one model, got %d arguments (see 'batchfit %s -h')", cmd, len(pos), cmd)
+	}
+	batches, err := parseBatches(j.batch)
+	if err != nil {
+		return predict.Request{}, nil, err
+	}
+	r, err := j.request(pos[0])
+	if err != nil {
+		return predict.Request{}, nil, err
+	}
+	r.Config.Batch = batches[0]
+	return r, batches, nil
+}

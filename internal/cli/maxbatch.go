@@ -42,12 +42,12 @@ func runMaxBatch(args []string, stdout, stderr io.Writer) error {
 	j.register(fs, "1")
 	dim := fs.String("solve", "batch", "dimension to maximize: batch, layers, hidden or seq")
 	limit := fs.Int64("limit", solve.DefaultLimit, "largest value to try")
-	pos, err := parseArgs(fs, args)
+	r, batches, err := j.job(fs, "maxbatch", args)
 	if err != nil {
 		return err
 	}
-	if len(pos) != 1 {
-		return usagef("maxbatch takes one model, got %d arguments (see 'batchfit maxbatch -h')", len(pos))
+	if len(batches) != 1 {
+		return usagef("maxbatch takes a single --batch")
 	}
 	d := models.Dim(*dim)
 	switch d {
@@ -55,18 +55,6 @@ func runMaxBatch(args []string, stdout, stderr io.Writer) error {
 	default:
 		return usagef("--solve %q: want batch, layers, hidden or seq", *dim)
 	}
-	batches, err := parseBatches(j.batch)
-	if err != nil {
-		return err
-	}
-	if len(batches) != 1 {
-		return usagef("maxbatch takes a single --batch")
-	}
-	r, err := j.request(pos[0])
-	if err != nil {
-		return err
-	}
-	r.Config.Batch = batches[0]
 	ans, err := solve.MaxDim(r, d, *limit)
 	if err != nil {
 		return err

@@ -24,18 +24,7 @@ func runSweep(args []string, stdout, stderr io.Writer) error {
 	var j jobFlags
 	j.register(fs, "1:256")
 	asCSV := fs.Bool("csv", false, "print CSV")
-	pos, err := parseArgs(fs, args)
-	if err != nil {
-		return err
-	}
-	if len(pos) != 1 {
-		return usagef("sweep takes one model, got %d arguments (see 'batchfit sweep -h')", len(pos))
-	}
-	batches, err := parseBatches(j.batch)
-	if err != nil {
-		return err
-	}
-	r, err := j.request(pos[0])
+	r, batches, err := j.job(fs, "sweep", args)
 	if err != nil {
 		return err
 	}
