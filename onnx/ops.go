@@ -425,11 +425,9 @@ func (cv *converter) layerNorm(n *nctx, xs int, x *value, axis int, w, bias *val
 
 // standIn lists ONNX operators with no graph kind of their own, recorded as
 // the elementwise kind whose autograd node saves the same tensor, so that
-// train's op table still decides what is saved: hardtanh (Clip, ReLU6)
-// saves its input, as hardsigmoid does; sqrt and reciprocal save their
-// result, as tanh does; erf saves its input, as gelu does.
+// train's op table still decides what is saved: sqrt and reciprocal save
+// their result, as tanh does; erf saves its input, as gelu does.
 var standIn = map[string]graph.Kind{
-	"Clip":       graph.Hardsigmoid,
 	"Sqrt":       graph.Tanh,
 	"Reciprocal": graph.Tanh,
 	"Erf":        graph.GELU,
@@ -464,6 +462,9 @@ func opUnary(n *nctx) error {
 		k = graph.Hardsigmoid
 	case "HardSwish":
 		k = graph.Hardswish
+	case "Clip":
+		// Clip(0, 6) is ReLU6, hardtanh: HardtanhBackward0 saves self.
+		k = graph.Hardtanh
 	case "Gelu":
 		k = graph.GELU
 		if n.s("approximate", "none") == "tanh" {

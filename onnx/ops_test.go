@@ -92,18 +92,21 @@ func TestGELUPattern(t *testing.T) {
 	}
 }
 
-// TestStandIns: ReLU6 (Clip) has no graph kind; it is recorded as the kind
-// that saves the same tensor, and the model says so.
-func TestStandIns(t *testing.T) {
+// TestClipAndStandIns: ReLU6 (Clip) is hardtanh; Sqrt has no graph kind
+// and is recorded as the kind that saves the same tensor (its result), and
+// the model says so.
+func TestClipAndStandIns(t *testing.T) {
 	b := newModel(14).input("x", tFloat, "batch", 8).
 		constant("lo", 0).constant("hi", 6).
-		node("Clip", "/relu6", ins("x", "lo", "hi"), ins("y")).output("y")
+		node("Clip", "/relu6", ins("x", "lo", "hi"), ins("r")).
+		node("Sqrt", "/sqrt", ins("r"), ins("y")).output("y")
 	m, g := build(t, b, models.Config{Batch: 2})
-	if k := kinds(g); k[graph.Hardsigmoid] != 1 {
-		t.Errorf("ops %v", k)
+	if k := kinds(g); k[graph.Hardtanh] != 1 || k[graph.Tanh] != 1 {
+		t.Errorf("ops %v, want hardtanh and the tanh stand-in for sqrt", k)
 	}
-	if !strings.Contains(strings.Join(m.Notes(), " "), "Clip") {
-		t.Errorf("notes %q do not mention Clip", m.Notes())
+	notes := strings.Join(m.Notes(), " ")
+	if !strings.Contains(notes, "Sqrt") || strings.Contains(notes, "Clip") {
+		t.Errorf("notes %q: want Sqrt named as a stand-in, Clip not", m.Notes())
 	}
 }
 
