@@ -261,18 +261,13 @@ func (f *fields) heads(tc *models.TransformerConfig, hiddenKey, headsKey, kvKey 
 // and Phi3Config.
 func parseLlama(f *fields, mt string, c *Config) models.TransformerConfig {
 	var tc models.TransformerConfig
-	tc.VocabSize = f.size("vocab_size", required, maxVocab)
-	tc.Hidden = f.size("hidden_size", required, maxWidth)
-	tc.Intermediate = f.size("intermediate_size", required, maxWidth)
-	tc.Layers = f.size("num_hidden_layers", required, maxLayers)
-	tc.Heads = f.size("num_attention_heads", required, maxHeads)
+	f.standardSizes(&tc)
 	tc.KVHeads = f.size("num_key_value_heads", 0, maxHeads) // null or absent: num_attention_heads
 	headDim := int64(0)                                     // hidden_size // num_attention_heads
 	if mt == "gemma" {
 		headDim = 256 // GemmaConfig's default
 	}
 	tc.HeadDim = f.size("head_dim", headDim, maxWidth)
-	tc.MaxPositions = f.size("max_position_embeddings", required, maxPositions)
 	eps := 1e-6
 	if mt == "phi3" {
 		eps = 1e-5
@@ -352,12 +347,7 @@ func parseGPT2(f *fields, mt string, c *Config) models.TransformerConfig {
 // parseGPTNeoX reads GPTNeoXConfig.
 func parseGPTNeoX(f *fields, mt string, c *Config) models.TransformerConfig {
 	var tc models.TransformerConfig
-	tc.VocabSize = f.size("vocab_size", required, maxVocab)
-	tc.Hidden = f.size("hidden_size", required, maxWidth)
-	tc.Layers = f.size("num_hidden_layers", required, maxLayers)
-	tc.Heads = f.size("num_attention_heads", required, maxHeads)
-	tc.Intermediate = f.size("intermediate_size", required, maxWidth)
-	tc.MaxPositions = f.size("max_position_embeddings", required, maxPositions)
+	f.standardSizes(&tc)
 	key := "rotary_pct"
 	if !f.has(key) && f.has("partial_rotary_factor") {
 		key = "partial_rotary_factor" // the newer spelling
@@ -421,12 +411,7 @@ func parseOPT(f *fields, mt string, c *Config) models.TransformerConfig {
 // parseBERT reads BertConfig and RobertaConfig.
 func parseBERT(f *fields, mt string, c *Config) models.TransformerConfig {
 	var tc models.TransformerConfig
-	tc.VocabSize = f.size("vocab_size", required, maxVocab)
-	tc.Hidden = f.size("hidden_size", required, maxWidth)
-	tc.Layers = f.size("num_hidden_layers", required, maxLayers)
-	tc.Heads = f.size("num_attention_heads", required, maxHeads)
-	tc.Intermediate = f.size("intermediate_size", required, maxWidth)
-	tc.MaxPositions = f.size("max_position_embeddings", required, maxPositions)
+	f.standardSizes(&tc)
 	tc.TypeVocabSize = f.size("type_vocab_size", 2, maxVocab)
 	tc.Activation = f.activation("hidden_act", "gelu")
 	tc.DropoutP = f.prob("hidden_dropout_prob", 0.1)
@@ -600,4 +585,16 @@ func (f *fields) numLabels(c *Config) int64 {
 		c.Notes = append(c.Notes, fmt.Sprintf("num_labels %d disagrees with the %d entries of id2label; transformers uses id2label", v, n))
 	}
 	return n
+}
+
+// standardSizes reads the size fields most transformers configs share under
+// the same names (PretrainedConfig subclasses for llama, mistral, qwen2,
+// gemma, phi3, gpt_neox, bert, roberta, ...).
+func (f *fields) standardSizes(tc *models.TransformerConfig) {
+	tc.VocabSize = f.size("vocab_size", required, maxVocab)
+	tc.Hidden = f.size("hidden_size", required, maxWidth)
+	tc.Layers = f.size("num_hidden_layers", required, maxLayers)
+	tc.Heads = f.size("num_attention_heads", required, maxHeads)
+	tc.Intermediate = f.size("intermediate_size", required, maxWidth)
+	tc.MaxPositions = f.size("max_position_embeddings", required, maxPositions)
 }
