@@ -2,7 +2,7 @@ package graph
 
 import (
 	"fmt"
-	"strings"
+	"slices"
 )
 
 // Builder assembles a Graph op by op, inferring output shapes the way
@@ -10,11 +10,14 @@ import (
 // and every later call becomes a no-op returning None, so a builder reads
 // like the model's forward() and checks once at the end with Graph().
 type Builder struct {
-	g      Graph
-	scope  []string
-	block  int32
-	err    error
-	contig []bool // per tensor: is it contiguous (reshape of it is a view)
+	g     Graph
+	scope []string
+	// prefixes[i] is scope[:i+1] joined by dots: names are made for every
+	// tensor and op, so the joined scope is kept rather than rebuilt.
+	prefixes []string
+	block    int32
+	err      error
+	contig   []bool // per tensor: is it contiguous (reshape of it is a view)
 	// cl marks dense 4-D tensors in channels-last order (NHWC strides of an
 	// NCHW shape), such as x.permute(0, 3, 1, 2) of a contiguous tensor. Only
 	// ConvNeXt-style layouts create them; ops that follow the input's
@@ -53,12 +56,20 @@ func (b *Builder) Graph() (*Graph, error) {
 }
 
 // Push enters a module scope: names created inside get the prefix.
-func (b *Builder) Push(name string) { b.scope = append(b.scope, name) }
+func (b *Builder) Push(name string) {
+	p := name
+	if k := len(b.prefixes); k > 0 {
+		p = b.prefixes[k-1] + "." + name
+	}
+	b.scope = append(b.scope, name)
+	b.prefixes = append(b.prefixes, p)
+}
 
 // Pop leaves the innermost module scope.
 func (b *Builder) Pop() {
 	if len(b.scope) > 0 {
 		b.scope = b.scope[:len(b.scope)-1]
+		b.prefixes = b.prefixes[:len(b.prefixes)-1]
 	}
 }
 
@@ -79,14 +90,24 @@ func (b *Builder) Block(name string, fn func()) {
 	b.block = prev
 }
 
+// grow doubles a full slice's capacity: append alone grows large slices by
+// a quarter, copying a graph of thousands of ops several times over.
+func grow[E any](s []E) []E {
+	if len(s) < cap(s) {
+		return s
+	}
+	return slices.Grow(s, max(cap(s), 16))
+}
+
 func (b *Builder) path(name string) string {
-	if len(b.scope) == 0 {
+	k := len(b.prefixes)
+	if k == 0 {
 		return name
 	}
 	if name == "" {
-		return strings.Join(b.scope, ".")
+		return b.prefixes[k-1]
 	}
-	return strings.Join(b.scope, ".") + "." + name
+	return b.prefixes[k-1] + "." + name
 }
 
 // Shape returns the shape of t (nil for None or after an error).
@@ -122,6 +143,7 @@ func (b *Builder) newTensor(name string, s Shape, dt DType, role Role, view Tens
 	if view != None && b.g.Tensors[view].View != None {
 		view = b.g.Tensors[view].View
 	}
+	b.g.Tensors = grow(b.g.Tensors)
 	b.g.Tensors = append(b.g.Tensors, Tensor{Name: name, Shape: s, DType: dt, Role: role, View: view, RequiresGrad: rg})
 	b.contig = append(b.contig, contig)
 	b.cl = append(b.cl, false)
@@ -179,8 +201,10 @@ func (b *Builder) op(k Kind, name string, in []TensorID, w, bias TensorID, s Sha
 	if !dt.IsFloat() {
 		rg = false
 	}
-	out := b.newTensor(b.path(name), s, dt, Activation, viewOf, rg, contig)
-	b.g.Ops = append(b.g.Ops, Op{Kind: k, Name: b.path(name), Inputs: in, Weight: w, Bias: bias, Output: out, Attr: attr, Block: b.block})
+	p := b.path(name)
+	out := b.newTensor(p, s, dt, Activation, viewOf, rg, contig)
+	b.g.Ops = grow(b.g.Ops)
+	b.g.Ops = append(b.g.Ops, Op{Kind: k, Name: p, Inputs: in, Weight: w, Bias: bias, Output: out, Attr: attr, Block: b.block})
 	return out
 }
 

@@ -227,7 +227,7 @@ func (s *Snapshot) Convert(device int) (*Conversion, error) {
 	for _, p := range pres {
 		id := nextID
 		nextID++
-		c.Trace.Events = append(c.Trace.Events, trace.Event{
+		c.Trace.Add(trace.Event{
 			Action: trace.Alloc, Category: trace.Other, Phase: trace.Setup,
 			Stream: stream(p.stream), Site: site(p.site), ID: id, Size: max(p.size, 0),
 		})
@@ -245,7 +245,7 @@ func (s *Snapshot) Convert(device int) (*Conversion, error) {
 			if old, ok := ids[e.Addr]; ok {
 				// An alloc at a live address: its free was lost. Free the
 				// old block so the trace stays valid.
-				c.Trace.Events = append(c.Trace.Events, trace.Event{
+				c.Trace.Add(trace.Event{
 					Action: trace.Free, Category: trace.Other, Phase: trace.Setup,
 					Stream: stream(e.Stream), Site: site(e.Site), ID: old,
 				})
@@ -253,7 +253,7 @@ func (s *Snapshot) Convert(device int) (*Conversion, error) {
 			id := nextID
 			nextID++
 			ids[e.Addr] = id
-			c.Trace.Events = append(c.Trace.Events, trace.Event{
+			c.Trace.Add(trace.Event{
 				Action: trace.Alloc, Category: trace.Other, Phase: trace.Setup,
 				Stream: stream(e.Stream), Site: site(e.Site), ID: id, Size: max(e.Size, 0),
 			})
@@ -264,7 +264,7 @@ func (s *Snapshot) Convert(device int) (*Conversion, error) {
 			} else if id, ok = preByEntry[i]; !ok {
 				continue // a second free of the same block; counted above
 			}
-			c.Trace.Events = append(c.Trace.Events, trace.Event{
+			c.Trace.Add(trace.Event{
 				Action: trace.Free, Category: trace.Other, Phase: trace.Setup,
 				Stream: stream(e.Stream), Site: site(e.Site), ID: id,
 			})

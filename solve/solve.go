@@ -67,121 +67,150 @@ func MaxDim(r predict.Request, dim models.Dim, limit int64) (*Answer, error) {
 			return nil, fmt.Errorf("%s cannot vary %q (it can vary: %s)", r.Source.Name(), dim, dimList(r.Source.Dims()))
 		}
 	}
-	ans := &Answer{Dim: dim}
-	probe := func(v int64) (*predict.Result, error) {
-		q := r
-		switch dim {
-		case models.DimBatch:
-			q.Config.Batch = v
-		case models.DimSeq:
-			q.Config.Seq = v
-		case models.DimLayers:
-			q.Config.Layers = v
-		case models.DimHidden:
-			q.Config.Hidden = v
-		}
-		ans.Probes++
-		ans.Tried = append(ans.Tried, v)
-		res, err := predict.Run(q)
-		if err != nil {
-			return nil, fmt.Errorf("%s %d: %w", dim, v, err)
-		}
-		return res, nil
-	}
-	first, err := probe(1)
-	if err != nil {
+	sr := &search{r: r, dim: dim, limit: limit, ans: &Answer{Dim: dim}}
+	if err := sr.run(); err != nil {
 		return nil, err
 	}
+	return sr.ans, nil
+}
+
+// search holds the bracket of a MaxDim search: lo fits (0 before the
+// first probe), hi does not (0 while unknown).
+type search struct {
+	r            predict.Request
+	dim          models.Dim
+	limit        int64
+	ans          *Answer
+	lo, hi       int64
+	loRes, hiRes *predict.Result
+	prev         int64 // the fitting value before lo, for the growth slope
+	prevRes      *predict.Result
+}
+
+func (s *search) probe(v int64) (*predict.Result, error) {
+	q := s.r
+	switch s.dim {
+	case models.DimBatch:
+		q.Config.Batch = v
+	case models.DimSeq:
+		q.Config.Seq = v
+	case models.DimLayers:
+		q.Config.Layers = v
+	case models.DimHidden:
+		q.Config.Hidden = v
+	}
+	s.ans.Probes++
+	s.ans.Tried = append(s.ans.Tried, v)
+	res, err := predict.Run(q)
+	if err != nil {
+		return nil, fmt.Errorf("%s %d: %w", s.dim, v, err)
+	}
+	if res.Fits {
+		s.prev, s.prevRes = s.lo, s.loRes
+		s.lo, s.loRes = v, res
+	} else {
+		s.hi, s.hiRes = v, res
+	}
+	return res, nil
+}
+
+// Memory is close to affine in each dimension once activations dominate,
+// so two simulated values predict where the device fills up: the slope
+// from the requested peak, which grows smoothly and is known for the whole
+// step even when the allocator ran out of memory, and the headroom left at
+// a value that fits. The search grows at most eightfold toward that
+// estimate until a value does not fit; a guess aimed by the estimate, from
+// two fitting values or inside the bracket, is followed by steps of 1/64
+// of it that double toward the boundary; bisection finishes. Only
+// simulated values are ever returned, so a poor estimate costs probes,
+// never correctness.
+func (s *search) run() error {
+	first, err := s.probe(1)
+	if err != nil {
+		return err
+	}
 	if !first.Fits {
-		ans.Over = first
-		return ans, nil
+		s.ans.Over = first
+		return nil
 	}
-	lo, loRes := int64(1), first
-	var hi int64
-	var hiRes *predict.Result
-	// Memory is close to affine in each dimension once activations
-	// dominate, so the two largest values that fit predict where the device
-	// fills up (the slope from the requested bytes, which grow smoothly;
-	// the distance from the device total, which decides fitting). Grow at
-	// most eightfold toward that estimate; once a guess was aimed by it,
-	// bracket the boundary tightly around the guess by steps of 1/64 that
-	// double, and finish by bisection. Only simulated values are ever
-	// returned, so a poor estimate costs probes, never correctness.
-	prev, prevRes := int64(0), (*predict.Result)(nil)
-	for hi == 0 {
-		g, aimed := lo*8, false
-		if prevRes != nil {
-			slope := float64(loRes.Timeline.Final.PeakRequested-prevRes.Timeline.Final.PeakRequested) / float64(lo-prev)
-			if slope > 0 {
-				est := float64(lo) + float64(loRes.GPU.Capacity-loRes.DeviceTotal)/slope
-				if est < float64(lo*8) {
-					g, aimed = int64(est), true
-				}
+	for s.hi == 0 {
+		g, aimed := s.lo*8, false
+		if s.prevRes != nil {
+			if est, ok := aim(s.lo, s.loRes, s.prev, s.prevRes); ok && est < float64(s.lo*8) {
+				g, aimed = int64(est), true
 			}
 		}
-		g = min(max(g, lo+1), limit)
-		res, err := probe(g)
-		if err != nil {
-			return nil, err
+		g = min(max(g, s.lo+1), s.limit)
+		if err := s.guess(g, aimed); err != nil {
+			return err
 		}
-		if !res.Fits {
-			hi, hiRes = g, res
-			if aimed {
-				for d := max(int64(1), g/64); hi-lo > 1; d *= 2 {
-					w := max(hi-d, lo+1)
-					res, err := probe(w)
-					if err != nil {
-						return nil, err
-					}
-					if res.Fits {
-						lo, loRes = w, res
-						break
-					}
-					hi, hiRes = w, res
-				}
-			}
-			break
+		if s.hi == 0 && s.lo == s.limit {
+			s.ans.Max, s.ans.Fit, s.ans.Limited = s.lo, s.loRes, true
+			return nil
 		}
-		prev, prevRes = lo, loRes
-		lo, loRes = g, res
-		if g == limit {
-			ans.Max, ans.Fit, ans.Limited = lo, loRes, true
-			return ans, nil
-		}
-		if aimed {
-			for d := max(int64(1), g/64); hi == 0; d *= 2 {
-				w := min(lo+d, limit)
-				res, err := probe(w)
-				if err != nil {
-					return nil, err
-				}
-				if !res.Fits {
-					hi, hiRes = w, res
-					break
-				}
-				prev, prevRes = lo, loRes
-				lo, loRes = w, res
-				if w == limit {
-					ans.Max, ans.Fit, ans.Limited = lo, loRes, true
-					return ans, nil
+		if s.hi != 0 && !aimed && s.hi-s.lo > 1 {
+			// The overshoot was blind (the growth slope came from values
+			// where something other than activations set the peak); the
+			// value that does not fit gives the slope the boundary has.
+			if est, ok := aim(s.lo, s.loRes, s.hi, s.hiRes); ok {
+				if err := s.guess(min(max(int64(est), s.lo+1), s.hi-1), true); err != nil {
+					return err
 				}
 			}
 		}
 	}
-	for hi-lo > 1 {
-		mid := lo + (hi-lo)/2
-		res, err := probe(mid)
-		if err != nil {
-			return nil, err
+	for s.hi-s.lo > 1 {
+		if _, err := s.probe(s.lo + (s.hi-s.lo)/2); err != nil {
+			return err
 		}
-		if res.Fits {
-			lo, loRes = mid, res
+	}
+	s.ans.Max, s.ans.Fit, s.ans.Over = s.lo, s.loRes, s.hiRes
+	return nil
+}
+
+// guess probes g and, when g was aimed, steps from it toward the boundary by
+// 1/64 of g, doubling, until the boundary is bracketed or the limit fits.
+func (s *search) guess(g int64, aimed bool) error {
+	res, err := s.probe(g)
+	if err != nil || !aimed {
+		return err
+	}
+	up := res.Fits
+	for d := max(int64(1), g/64); ; d *= 2 {
+		var w int64
+		if up {
+			if s.lo == s.limit || (s.hi != 0 && s.hi-s.lo <= 1) {
+				return nil
+			}
+			w = min(s.lo+d, s.limit)
+			if s.hi != 0 {
+				w = min(w, s.hi-1)
+			}
 		} else {
-			hi, hiRes = mid, res
+			if s.hi-s.lo <= 1 {
+				return nil
+			}
+			w = max(s.hi-d, s.lo+1)
+		}
+		res, err := s.probe(w)
+		if err != nil {
+			return err
+		}
+		if res.Fits != up {
+			return nil
 		}
 	}
-	ans.Max, ans.Fit, ans.Over = lo, loRes, hiRes
-	return ans, nil
+}
+
+// aim estimates the value where the device fills up, from a value a that
+// fits and another value b: the requested peak interpolated linearly
+// through both, with the headroom as at a.
+func aim(a int64, ar *predict.Result, b int64, br *predict.Result) (float64, bool) {
+	slope := float64(br.Summary.PeakRequested-ar.Summary.PeakRequested) / float64(b-a)
+	if slope <= 0 {
+		return 0, false
+	}
+	return float64(a) + float64(ar.GPU.Capacity-ar.DeviceTotal)/slope, true
 }
 
 func dimList(ds []models.Dim) string {

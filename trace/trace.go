@@ -1,6 +1,9 @@
 package trace
 
-import "fmt"
+import (
+	"fmt"
+	"slices"
+)
 
 // Action is what an event does to a block.
 type Action uint8
@@ -114,6 +117,16 @@ type Trace struct {
 	Label string
 
 	siteIndex map[string]int32
+}
+
+// Add appends e. A full list doubles: append alone grows long slices by a
+// quarter, and a trace of a large model runs to hundreds of thousands of
+// events.
+func (t *Trace) Add(e Event) {
+	if len(t.Events) == cap(t.Events) {
+		t.Events = slices.Grow(t.Events, max(cap(t.Events), 256))
+	}
+	t.Events = append(t.Events, e)
 }
 
 // Site returns the index of name in t.Sites, adding it if needed.

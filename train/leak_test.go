@@ -10,7 +10,8 @@ import (
 // After training steps, every activation, saved tensor, autocast copy and
 // temporary has been freed: only the loss of the last step (kept by the
 // loop's variable) remains among them. Checked for every zoo model under
-// the setups that exercise the most rules at once.
+// the setups that exercise the most rules at once. The summary's requested
+// peak is the one the events give.
 func TestNothingLeaks(t *testing.T) {
 	setups := []struct {
 		name string
@@ -44,7 +45,7 @@ func TestNothingLeaks(t *testing.T) {
 				t.Fatal(err)
 			}
 			for _, su := range setups {
-				tr, _, err := Simulate(g, su.s)
+				tr, sum, err := Simulate(g, su.s)
 				if err != nil {
 					t.Fatalf("%s: %v", su.name, err)
 				}
@@ -52,13 +53,21 @@ func TestNothingLeaks(t *testing.T) {
 					t.Fatalf("%s: %v", su.name, err)
 				}
 				live := map[int64]trace.Event{}
+				var cur, peak int64
 				for _, e := range tr.Events {
 					switch e.Action {
 					case trace.Alloc:
 						live[e.ID] = e
+						cur += e.Size
+						peak = max(peak, cur)
 					case trace.Free:
+						cur -= live[e.ID].Size
 						delete(live, e.ID)
 					}
+				}
+				// The summary's running peak agrees with the events.
+				if sum.PeakRequested != peak {
+					t.Errorf("%s: summary peak requested %d, the events' %d", su.name, sum.PeakRequested, peak)
 				}
 				var n int
 				var bytes int64

@@ -28,7 +28,7 @@ type micro struct {
 	recomputed  []bool
 	blockFirst  []int
 	saving      bool
-	sites       []int32 // trace site of each op
+	plan        *plan
 }
 
 type inputCast struct {
@@ -43,7 +43,7 @@ func newMicro(sim *Simulator, g *graph.Graph) *micro {
 		nodes: make([][]*storage, len(g.Ops)), casts: make([][]inputCast, len(g.Ops)), wCast: make([]bool, len(g.Ops)),
 		castCache: map[int32]*storage{}, direct: make([]int32, len(sim.params)), viaCast: make([]int32, len(sim.params)),
 		grads: make([]*storage, n), gradDT: make([]graph.DType, n),
-		ckpt: sim.s.Checkpointing && len(g.Blocks) > 0, sites: sim.sitesFor(g)}
+		ckpt: sim.s.Checkpointing && len(g.Blocks) > 0, plan: sim.planFor(g)}
 	p, b := int32(0), int32(0)
 	for i := range g.Tensors {
 		m.pidx[i], m.bidx[i] = -1, -1
@@ -258,7 +258,7 @@ func (m *micro) backward() {
 		}
 		gout := m.grads[op.Output]
 		if gout != nil && m.g.Tensors[op.Output].RequiresGrad {
-			sim.site = m.sites[i]
+			sim.site = m.plan.sites[i]
 			m.backwardOp(i)
 			m.grads[op.Output] = nil
 			sim.unref(gout)

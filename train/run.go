@@ -93,17 +93,18 @@ func (sim *Simulator) cublas(backwardThread bool) {
 func (m *micro) runOp(i int) {
 	sim := m.sim
 	op := &m.g.Ops[i]
-	r, ok := rules[op.Kind]
-	if !ok {
+	r := &m.plan.rules[i]
+	if !m.plan.known[i] {
 		sim.fail("op %s: no simulation rule for op kind %q", op.Name, op.Kind)
 		return
 	}
-	sim.site = m.sites[i]
+	sim.site = m.plan.sites[i]
 	recomputing := sim.phase == trace.Backward
 	if cap(sim.inBuf) < len(op.Inputs) {
 		sim.inBuf = make([]value, 0, 2*len(op.Inputs))
 	}
-	c := fwdCtx{m: m, op: op, i: i, in: sim.inBuf[:len(op.Inputs)], locals: sim.localBuf[:0]}
+	c := &sim.ctx
+	*c = fwdCtx{m: m, op: op, i: i, in: sim.inBuf[:len(op.Inputs)], locals: sim.localBuf[:0]}
 	m.casts[i] = m.casts[i][:0]
 	for j, t := range op.Inputs {
 		if p := m.pidx[t]; p >= 0 && !recomputing && m.g.Tensors[t].RequiresGrad {
@@ -152,9 +153,9 @@ func (m *micro) runOp(i int) {
 		}
 	}
 	out := op.Output
-	dt := m.outDType(r, &c)
+	dt := m.outDType(r, c)
 	tensor := &m.g.Tensors[out]
-	if r.alias != nil && r.alias(m, &c, dt) {
+	if r.alias != nil && r.alias(m, c, dt) {
 		c.out = value{st: c.in[0].st, dt: dt}
 		sim.ref(c.in[0].st)
 	} else if tensor.View != graph.None {
@@ -169,7 +170,7 @@ func (m *micro) runOp(i int) {
 	m.val[out] = c.out
 	c.saving = m.saving && tensor.RequiresGrad
 	if r.fwd != nil {
-		r.fwd(&c)
+		r.fwd(c)
 	}
 	for _, st := range c.locals {
 		sim.unref(st)
@@ -219,7 +220,7 @@ func (m *micro) castParam(p int32, to graph.DType) *storage {
 	return st
 }
 
-func (m *micro) outDType(r rule, c *fwdCtx) graph.DType {
+func (m *micro) outDType(r *rule, c *fwdCtx) graph.DType {
 	if r.out != nil {
 		return r.out(m, c)
 	}
@@ -245,7 +246,7 @@ func (c *bwdCtx) inDT(j int) graph.DType {
 	for _, ic := range c.m.casts[c.i] {
 		if ic.input == j {
 			if c.m.sim.amp {
-				if rules[c.op.Kind].cast == castFP32 {
+				if c.m.plan.rules[c.i].cast == castFP32 {
 					return graph.F32
 				}
 				return c.m.sim.low
@@ -339,9 +340,10 @@ func (c *bwdCtx) gradParam(t graph.TensorID) {
 
 func (m *micro) backwardOp(i int) {
 	op := &m.g.Ops[i]
-	r := rules[op.Kind]
-	c := bwdCtx{m: m, op: op, i: i, gout: m.grads[op.Output], gdt: m.gradDT[op.Output]}
+	r := &m.plan.rules[i]
+	c := &m.sim.bctx
+	*c = bwdCtx{m: m, op: op, i: i, gout: m.grads[op.Output], gdt: m.gradDT[op.Output]}
 	if r.bwd != nil {
-		r.bwd(&c)
+		r.bwd(c)
 	}
 }

@@ -61,11 +61,15 @@ type Simulator struct {
 	stepsDone             int
 	gradsAlive            bool
 	slab                  []storage
-	// opSites caches each graph's op-name site indices: a simulation
-	// revisits the same ops every step.
-	opSites  map[*graph.Graph][]int32
+	live                  int64 // requested bytes of the live storages
+	plans    map[*graph.Graph]*plan
 	inBuf    []value
 	localBuf []*storage
+	// One context of each kind serves every op (an op's rules do not
+	// nest): the rules take them by pointer, which would otherwise put one
+	// on the heap per op.
+	ctx  fwdCtx
+	bctx bwdCtx
 }
 
 // Summary holds the static figures of a setup, measured while simulating.
@@ -84,6 +88,12 @@ type Summary struct {
 	CastCacheBytes int64
 	BatchDataBytes int64
 	WorkspaceBytes int64
+	// PeakRequested is the largest sum of the unrounded sizes of the live
+	// allocations over the whole trace: what the allocator's
+	// requested_bytes peak would be on a device with room for everything.
+	// Unlike the replay's figure it is known even when the replay runs out
+	// of memory, which is what a search needs to aim its next guess.
+	PeakRequested int64
 	// SavedByOp attributes ActivationsBytes to the op that first saved each
 	// storage, in forward order.
 	SavedByOp []OpSaved
@@ -183,13 +193,16 @@ func (sim *Simulator) alloc(bytes int64, cat trace.Category) *storage {
 	sim.slab = sim.slab[1:]
 	*st = storage{id: sim.next, bytes: bytes, cat: cat}
 	sim.next++
-	sim.tr.Events = append(sim.tr.Events, trace.Event{Action: trace.Alloc, Category: cat, Phase: sim.phase,
+	sim.live += bytes
+	sim.sum.PeakRequested = max(sim.sum.PeakRequested, sim.live)
+	sim.tr.Add(trace.Event{Action: trace.Alloc, Category: cat, Phase: sim.phase,
 		Step: sim.step, Site: sim.site, ID: st.id, Size: bytes})
 	return st
 }
 
 func (sim *Simulator) free(st *storage) {
-	sim.tr.Events = append(sim.tr.Events, trace.Event{Action: trace.Free, Category: st.cat, Phase: sim.phase,
+	sim.live -= st.bytes
+	sim.tr.Add(trace.Event{Action: trace.Free, Category: st.cat, Phase: sim.phase,
 		Step: sim.step, Site: sim.site, ID: st.id})
 }
 
@@ -245,36 +258,46 @@ func (sim *Simulator) Step(g *graph.Graph) error {
 			return sim.err
 		}
 	}
+	sim.ctx, sim.bctx = fwdCtx{}, bwdCtx{} // drop the last op's micro-batch state
 	sim.optimizerStep()
 	sim.zeroGrad()
-	sim.tr.Events = append(sim.tr.Events, trace.Event{Action: trace.StepEnd, Step: sim.step, Site: -1})
+	sim.tr.Add(trace.Event{Action: trace.StepEnd, Step: sim.step, Site: -1})
 	if sim.s.EmptyCache {
-		sim.tr.Events = append(sim.tr.Events, trace.Event{Action: trace.EmptyCache, Step: sim.step, Site: -1})
+		sim.tr.Add(trace.Event{Action: trace.EmptyCache, Step: sim.step, Site: -1})
 	}
 	sim.step++
 	sim.stepsDone++
 	return sim.err
 }
 
-// sitesFor returns the trace site of each op of g.
-func (sim *Simulator) sitesFor(g *graph.Graph) []int32 {
-	if s, ok := sim.opSites[g]; ok {
-		return s
+// plan is what a simulation looks up once per graph rather than once per
+// op run: each op's trace site and simulation rule (a graph is revisited
+// every step, and ops in checkpointed blocks run twice).
+type plan struct {
+	sites []int32
+	rules []rule
+	known []bool // whether the op's kind has a rule
+}
+
+func (sim *Simulator) planFor(g *graph.Graph) *plan {
+	if p, ok := sim.plans[g]; ok {
+		return p
 	}
-	if sim.opSites == nil {
-		sim.opSites = map[*graph.Graph][]int32{}
+	if sim.plans == nil {
+		sim.plans = map[*graph.Graph]*plan{}
 	}
-	s := make([]int32, len(g.Ops))
+	p := &plan{sites: make([]int32, len(g.Ops)), rules: make([]rule, len(g.Ops)), known: make([]bool, len(g.Ops))}
 	for i := range g.Ops {
-		s[i] = sim.tr.Site(g.Ops[i].Name)
+		p.sites[i] = sim.tr.Site(g.Ops[i].Name)
+		p.rules[i], p.known[i] = rules[g.Ops[i].Kind]
 	}
-	sim.opSites[g] = s
-	return s
+	sim.plans[g] = p
+	return p
 }
 
 // EmptyCache records a torch.cuda.empty_cache() call.
 func (sim *Simulator) EmptyCache() {
-	sim.tr.Events = append(sim.tr.Events, trace.Event{Action: trace.EmptyCache, Step: sim.step, Site: -1})
+	sim.tr.Add(trace.Event{Action: trace.EmptyCache, Step: sim.step, Site: -1})
 }
 
 func (sim *Simulator) checkParams(g *graph.Graph) error {
