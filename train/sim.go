@@ -62,9 +62,9 @@ type Simulator struct {
 	gradsAlive            bool
 	slab                  []storage
 	live                  int64 // requested bytes of the live storages
-	plans    map[*graph.Graph]*plan
-	inBuf    []value
-	localBuf []*storage
+	plans                 map[*graph.Graph]*plan
+	inBuf                 []value
+	localBuf              []*storage
 	// One context of each kind serves every op (an op's rules do not
 	// nest): the rules take them by pointer, which would otherwise put one
 	// on the heap per op.
