@@ -110,9 +110,9 @@ func (m *idMap) remove(id int64) *block {
 	}
 	m.slots[i] = idSlot{}
 	m.n--
-	if len(m.slots) > idMapMinSize && 8*m.n < len(m.slots) {
-		m.rehash(len(m.slots) / 2)
-	}
+	// The table does not shrink: a training step frees most of what its
+	// forward pass allocated and then allocates it again, and the table
+	// never holds more than the allocator's own peak count of blocks.
 	return b
 }
 

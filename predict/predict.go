@@ -51,6 +51,17 @@ type Request struct {
 	Schedule []int64
 	// Record keeps the allocator state after every event.
 	Record bool
+	// KeepTrace keeps the simulated events in the Result. A trace of a
+	// large model runs to megabytes and a search makes many results, so
+	// by default the events are recycled once replayed.
+	KeepTrace bool
+}
+
+// PeakAt says where in the training step the allocated peak was reached.
+type PeakAt struct {
+	Phase trace.Phase
+	Step  int32 // 0-based
+	Site  string
 }
 
 // Result is the answer to a Request.
@@ -61,7 +72,11 @@ type Result struct {
 	GPU      gpu.GPU
 	Summary  train.Summary
 	Timeline *alloc.Timeline
-	Trace    *trace.Trace
+	// Trace is the simulated step, kept only when Request.KeepTrace.
+	Trace *trace.Trace
+	// PeakAt is where the allocated peak was first reached; nil when
+	// nothing was allocated.
+	PeakAt *PeakAt
 	// Context is the CUDA context and driver memory outside PyTorch.
 	Context int64
 	// DeviceTotal is what nvidia-smi would show for the process at the
@@ -151,7 +166,16 @@ func Run(r Request) (*Result, error) {
 		return nil, err
 	}
 	res := &Result{Model: r.Source.Name(), Config: r.Config, Setup: sim.Setup(), GPU: r.GPU, Summary: sim.Summary(),
-		Timeline: tl, Trace: tr, Context: ctx}
+		Timeline: tl, Context: ctx}
+	if i := tl.PeakAllocatedEvent; i >= 0 && i < len(tr.Events) {
+		e := tr.Events[i]
+		res.PeakAt = &PeakAt{Phase: e.Phase, Step: e.Step, Site: tr.SiteName(e.Site)}
+	}
+	if r.KeepTrace {
+		res.Trace = tr
+	} else {
+		tr.Release()
+	}
 	if n, ok := r.Source.(interface{ Note() string }); ok {
 		res.Note = n.Note()
 	}

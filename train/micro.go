@@ -27,6 +27,7 @@ type micro struct {
 	blockInputs [][]*storage
 	recomputed  []bool
 	blockFirst  []int
+	producer    []int32 // per tensor: the block of the op that outputs it, or -1
 	saving      bool
 	plan        *plan
 }
@@ -74,10 +75,15 @@ func newMicro(sim *Simulator, g *graph.Graph) *micro {
 		for i := range m.blockFirst {
 			m.blockFirst[i] = -1
 		}
+		m.producer = make([]int32, n)
+		for i := range m.producer {
+			m.producer[i] = -1
+		}
 		for i, op := range g.Ops {
 			if op.Block >= 0 && m.blockFirst[op.Block] < 0 {
 				m.blockFirst[op.Block] = i
 			}
+			m.producer[op.Output] = op.Block
 		}
 	}
 	return m
@@ -175,12 +181,7 @@ func (m *micro) keepBlockInputs(blk int32) {
 }
 
 func (m *micro) producedIn(t graph.TensorID, blk int32) bool {
-	for i := m.blockFirst[blk]; i < len(m.g.Ops) && m.g.Ops[i].Block == blk; i++ {
-		if m.g.Ops[i].Output == t {
-			return true
-		}
-	}
-	return false
+	return blk >= 0 && m.producer[t] == blk
 }
 
 // measureSaved records the activations autograd holds at the end of the

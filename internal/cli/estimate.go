@@ -100,9 +100,8 @@ func writeEstimate(w io.Writer, res *predict.Result, batches []int64) {
 			fmt.Fprintf(tw, "  %s\t%s\t\n", strings.ReplaceAll(c.String(), "_", " "), fmtBytes(n))
 		}
 	}
-	if tl.PeakAllocatedEvent >= 0 && tl.PeakAllocatedEvent < len(res.Trace.Events) {
-		e := res.Trace.Events[tl.PeakAllocatedEvent]
-		fmt.Fprintf(tw, "  reached in\t%s of step %d, at %s\t\n", e.Phase, e.Step+1, res.Trace.SiteName(e.Site))
+	if at := res.PeakAt; at != nil {
+		fmt.Fprintf(tw, "  reached in\t%s of step %d, at %s\t\n", at.Phase, at.Step+1, at.Site)
 	}
 	tw.Flush()
 	fmt.Fprintln(w)
