@@ -52,8 +52,8 @@ type Request struct {
 	// Record keeps the allocator state after every event.
 	Record bool
 	// KeepTrace keeps the simulated events in the Result. A trace of a
-	// large model runs to megabytes and a search holds several results, so
-	// by default the events are dropped once replayed.
+	// large model runs to megabytes and a search makes many results, so
+	// by default the events are recycled once replayed.
 	KeepTrace bool
 }
 
@@ -173,6 +173,8 @@ func Run(r Request) (*Result, error) {
 	}
 	if r.KeepTrace {
 		res.Trace = tr
+	} else {
+		tr.Release()
 	}
 	if n, ok := r.Source.(interface{ Note() string }); ok {
 		res.Note = n.Note()

@@ -125,7 +125,7 @@ func New(g *graph.Graph, s Setup) (*Simulator, error) {
 	if s.Checkpointing {
 		per = 7
 	}
-	sim.tr.Events = make([]trace.Event, 0, int64(len(g.Tensors)+len(g.Ops))*per/2*int64(s.Steps*s.Accumulate)+64)
+	sim.tr.Reserve(int((int64(len(g.Tensors)+len(g.Ops))*per/2*int64(s.Steps*s.Accumulate) + 64)))
 	sim.low, sim.amp = s.Precision.Autocast()
 	sim.tr.Label = g.Name
 	sim.phase = trace.Setup
