@@ -3,9 +3,13 @@
 // (MaxBatch), and the largest value of another dimension — depth, width,
 // sequence length — with the batch fixed (MaxDim).
 //
-// The searches rely on memory being monotone in the searched dimension,
-// which holds for every model here: more batch, layers, width or tokens
-// only add tensors. They grow the bound by doubling until a value does not
-// fit, then bisect, so each answer is a value that was simulated and fits,
-// with the next value simulated and not fitting.
+// The searches rely on memory rising with the searched dimension, which
+// holds for every model here: more batch, layers, width or tokens only add
+// tensors. (Near the boundary the allocator's rounding can make a value fit
+// where a smaller one did not, as on a real GPU; the answer is then one
+// such boundary.) They grow the bound at most eightfold, aiming at where
+// the requested peak, extrapolated, meets the device's headroom; bracket
+// the boundary in small steps around an aimed guess; and bisect. Each
+// answer is a value that was simulated and fits, with the next value
+// simulated and not fitting.
 package solve
