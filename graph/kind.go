@@ -39,6 +39,9 @@ const (
 	MSELoss           Kind = "mse_loss"
 
 	Hardtanh   Kind = "hardtanh"        // hardtanh(min, max); nn.ReLU6 is hardtanh(0, 6)
+	Sqrt       Kind = "sqrt"            // torch.sqrt
+	Reciprocal Kind = "reciprocal"      // torch.reciprocal (1 / x)
+	Erf        Kind = "erf"             // torch.erf
 	Rand       Kind = "rand"            // torch.empty(size, dtype=like.dtype).bernoulli_(p) (and div_): random noise made in forward, no grad
 	Full       Kind = "full"            // like.new_zeros(size) and in-place fills: a constant made in forward, no grad
 	Compare    Kind = "compare"         // eq / ne / lt ...: a bool result, no grad

@@ -129,7 +129,6 @@ type converter struct {
 	skip      []bool
 	steps     []step
 	nslots    int
-	standIns  map[string]bool
 	owned     map[*value]int
 	evalBN    bool
 }
@@ -140,7 +139,7 @@ func convert(m *Model, g *onnxpb.GraphProto) error {
 		vals:      make(map[string]*value, len(g.GetInitializer())+len(g.GetInput())+nn+nn/4),
 		consumers: make(map[string][]int, nn+nn/4), producer: make(map[string]int, nn+nn/4),
 		outputs: map[string]bool{}, valueInfo: map[string]*onnxpb.ValueInfoProto{},
-		standIns: map[string]bool{}, owned: map[*value]int{}, steps: make([]step, 0, nn+len(g.GetInitializer()))}
+		owned: map[*value]int{}, steps: make([]step, 0, nn+len(g.GetInitializer()))}
 	cv.skip = make([]bool, len(cv.nodes))
 	m.counts = map[string]int{}
 	for i, n := range cv.nodes {
@@ -235,14 +234,6 @@ func (cv *converter) finishNotes() {
 	m := cv.m
 	if cv.evalBN {
 		m.notes = append(m.notes, "the file was exported in eval mode (BatchNormalization without training_mode): batch norm is simulated in training mode, and any dropout the export removed is not modelled")
-	}
-	if len(cv.standIns) > 0 {
-		var ops []string
-		for k := range cv.standIns {
-			ops = append(ops, k)
-		}
-		sort.Strings(ops)
-		m.notes = append(m.notes, fmt.Sprintf("no graph op kind of its own for %s: recorded as the kind that saves the same tensors (see the package documentation)", strings.Join(ops, ", ")))
 	}
 	var tied []string
 	for v, n := range cv.owned {

@@ -58,6 +58,8 @@
 //	                             parameter [out, in]
 //	MatMul of two activations  → MatMul
 //	Relu, Sigmoid, Tanh, HardSigmoid, HardSwish, Gelu → the activation
+//	Clip                       → Hardtanh (ReLU6)
+//	Sqrt, Reciprocal, Erf      → Sqrt, Reciprocal, Erf
 //	Div/Erf/Add/Mul/Mul (erf GELU pattern) → GELU
 //	Softmax, LogSoftmax        → Softmax, LogSoftmax
 //	MaxPool, AveragePool       → MaxPool2d, AvgPool2d
@@ -83,13 +85,6 @@
 // An unsupported operator (or an operator of another domain, or one used
 // in a way batchfit cannot map) is an error naming the op type, the node
 // name and its index.
-//
-// Three ONNX operators have no graph kind yet; they are recorded as the
-// elementwise kind whose autograd node saves the same tensor, so the op
-// table in package train still decides what is saved, and Notes says so:
-// Clip (hardtanh, ReLU6: saves its input) as Hardsigmoid, Sqrt and
-// Reciprocal (save their result) as Tanh, Erf outside the GELU pattern
-// (saves its input) as GELU.
 //
 // # Parameters
 //

@@ -423,16 +423,6 @@ func (cv *converter) layerNorm(n *nctx, xs int, x *value, axis int, w, bias *val
 	return nil
 }
 
-// standIn lists ONNX operators with no graph kind of their own, recorded as
-// the elementwise kind whose autograd node saves the same tensor, so that
-// train's op table still decides what is saved: sqrt and reciprocal save
-// their result, as tanh does; erf saves its input, as gelu does.
-var standIn = map[string]graph.Kind{
-	"Sqrt":       graph.Tanh,
-	"Reciprocal": graph.Tanh,
-	"Erf":        graph.GELU,
-}
-
 func opUnary(n *nctx) error {
 	x := n.need(0)
 	if n.err != nil {
@@ -470,12 +460,18 @@ func opUnary(n *nctx) error {
 		if n.s("approximate", "none") == "tanh" {
 			k = graph.GELUTanh
 		}
+	case "Sqrt":
+		k = graph.Sqrt
+	case "Reciprocal":
+		k = graph.Reciprocal
+	case "Erf":
+		// An Erf outside the exact-GELU pattern (which fuse.go folds).
+		k = graph.Erf
 	case "Neg":
 		// -x: a new tensor that saves nothing, x * -1.
 		return n.cv.scale(n, xs, x, n.outName(0))
 	default:
-		k = standIn[n.op]
-		n.cv.standIns[n.op] = true
+		return fmt.Errorf("%s: not an elementwise operator batchfit maps", n.op)
 	}
 	res := n.cv.newAct(n.outName(0), x.shape.clone(), x.elem, x.contig)
 	res.strides = x.strides // elementwise outputs keep a dense input's layout

@@ -126,6 +126,11 @@ func init() {
 		graph.ReLU:    {fwd: saveResult, bwd: gradInput},
 		graph.Sigmoid: {fwd: saveResult, bwd: gradInput},
 		graph.Tanh:    {fwd: saveResult, bwd: gradInput},
+		// sqrt: grad / (2 * result); reciprocal: -grad * result * result,
+		// and autocast runs reciprocal in float32 (AT_FORALL_FP32, beside
+		// rsqrt and exp) while sqrt keeps the input's dtype.
+		graph.Sqrt:       {fwd: saveResult, bwd: gradInput},
+		graph.Reciprocal: {cast: castFP32, fwd: saveResult, bwd: gradInput},
 		// gelu, silu, hardswish, hardsigmoid, hardtanh (nn.ReLU6):
 		// backward needs the input (gelu_backward, silu_backward,
 		// hardswish_backward, hardsigmoid_backward, hardtanh_backward all
@@ -137,6 +142,8 @@ func init() {
 		graph.Hardswish:   {fwd: saveSelfOrCopy, bwd: gradInput},
 		graph.Hardsigmoid: {fwd: saveSelfOrCopy, bwd: gradInput},
 		graph.Hardtanh:    {fwd: saveSelfOrCopy, bwd: gradInput},
+		// erf: 2 / sqrt(pi) * exp(-self^2) * grad needs self.
+		graph.Erf: {fwd: saveSelfOrCopy, bwd: gradInput},
 		// _softmax / _log_softmax save their result. Under autocast softmax
 		// is in fp32_set_opt_dtype: it computes in float32.
 		graph.Softmax:    {out: fp32UnderAutocast, fwd: saveResult, bwd: gradInput},

@@ -192,3 +192,55 @@ func TestIndexGather(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// sqrt and reciprocal save their result (derivatives.yaml: grad / (2 *
+// result), -grad * result * result), which the head saves too: one [n, h]
+// storage. erf saves its input (2 / sqrt(pi) * exp(-self^2) * grad), fc's
+// output, beside the result the head saves: two.
+func TestUnaryMathSaves(t *testing.T) {
+	const n, h = 4, 32
+	act := int64(n * h * 4)
+	for _, c := range []struct {
+		k    graph.Kind
+		want int64
+	}{
+		{graph.Sqrt, act},
+		{graph.Reciprocal, act},
+		{graph.Erf, 2 * act},
+	} {
+		got, _ := savedOf(t, n, h, "2.5", func(b *graph.Builder, x graph.TensorID) graph.TensorID {
+			return b.Act(c.k, "f", b.Linear("fc", x, h, true), false)
+		})
+		if got != c.want {
+			t.Errorf("%s: saved %d, want %d", c.k, got, c.want)
+		}
+	}
+}
+
+// Under autocast, reciprocal runs in float32 (AT_FORALL_FP32) and sqrt in
+// the input's dtype. After a bf16 Linear, sqrt saves its bf16 result, which
+// the head's addmm saves as it is: 2 bytes an element. reciprocal saves a
+// float32 result (4) and the head saves its own bf16 copy of it (2): four
+// bytes an element more.
+func TestReciprocalRunsInFloat32UnderAutocast(t *testing.T) {
+	const n, h = 4, 32
+	saved := func(k graph.Kind) int64 {
+		b := graph.NewBuilder("t")
+		x := b.Input("x", graph.Shape{n, h}, graph.F32)
+		y := b.Target("y", graph.Shape{n}, graph.I64)
+		out := b.Act(k, "f", b.Linear("fc", x, h, true), false)
+		b.CrossEntropy("loss", b.Linear("head", out, 10, true), y)
+		g, err := b.Graph()
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, sum, err := Simulate(g, Setup{Precision: MixedBF16, Profile: mustProfile(t, "2.5"), Steps: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return sum.ActivationsBytes
+	}
+	if d := saved(graph.Reciprocal) - saved(graph.Sqrt); d != 4*n*h {
+		t.Errorf("reciprocal saves %d bytes more than sqrt, want %d", d, 4*n*h)
+	}
+}
