@@ -52,6 +52,14 @@ import (
 //	gemma-2b     V=256000 E=2048 n=18 H=8 KV=1 D=256 I=16384, tied: 524,288,000 + 18·110,104,576 + 2,048 = 2,506,172,416
 //	Phi-3-mini   V=32064  E=3072 n=32 qkv_proj E·3E, gate_up_proj E·2I (I=8192): 2·98,500,608 + 32·113,252,352 + 3,072 = 3,821,079,552
 //
+// The totals without a "(published)" mark are the checkpoints' own
+// figures too: half the metadata total_size of their sharded
+// model.safetensors.index.json, whose tensors are all 16-bit —
+// Llama-2-13b 26,031,728,640 B, Llama-3-70B 141,107,412,992 B,
+// Llama-3.2-3B 6,425,499,648 B, Qwen2.5-7B 15,231,233,024 B, gemma-2b
+// 5,012,344,832 B, Phi-3-mini-4k 7,642,159,104 B — and the model cards'
+// 1.54B for Qwen2.5-1.5B.
+//
 // T5ForConditionalGeneration (V=32128, lm_head tied to shared, no biases):
 // shared V·d; encoder block = q,k,v,o 4·d·H·d_kv + LN d + wi,wo 2·d·d_ff +
 // LN d, plus block 0's relative_attention_bias 32·H and final LN d; decoder

@@ -53,6 +53,13 @@ func TestTorchReference(t *testing.T) {
 	if len(ref.Models) < 6 {
 		t.Fatalf("reference has %d models, want at least 6", len(ref.Models))
 	}
+	// Every torchvision member of the zoo is held against PyTorch: one
+	// added to the zoo but not to reference.py fails here.
+	for _, m := range models.All() {
+		if _, ok := ref.Models[m.Name]; m.Family == "torchvision" && !ok {
+			t.Errorf("%s: not in the PyTorch reference (add it to validation/reference.py)", m.Name)
+		}
+	}
 	for name, m := range ref.Models {
 		for _, b := range m.Batches {
 			cfg, zoo := build(t, name, b.Batch)

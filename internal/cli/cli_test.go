@@ -2,8 +2,10 @@ package cli
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -218,20 +220,100 @@ func TestONNXSource(t *testing.T) {
 // YAML spec, a Hugging Face config and an ONNX file. The answers must be
 // consistent: maxbatch's answer fits and the next batch does not, and the
 // sweep's peaks rise with the batch.
+// tinyLlamaDir writes a Hugging Face model directory, as save_pretrained
+// leaves it, for a two-layer Llama: config.json and model.safetensors in
+// bfloat16 (zeros: only the header is read). Its parameters: embed_tokens
+// and lm_head 64·32 each, the final norm 32, and per layer q_proj and
+// o_proj 32·32, k_proj and v_proj 16·32 (2 kv heads of 8), gate_proj,
+// up_proj and down_proj 32·64, two norms of 32: 22,688.
+func tinyLlamaDir(t *testing.T) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "tiny-llama")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cfg := `{"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 64,
+	"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+	"num_key_value_heads": 2, "max_position_embeddings": 128, "rms_norm_eps": 1e-5,
+	"tie_word_embeddings": false, "torch_dtype": "bfloat16"}`
+	if err := os.WriteFile(filepath.Join(dir, "config.json"), []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	type tensor struct {
+		name  string
+		shape []int64
+	}
+	ts := []tensor{{"model.embed_tokens.weight", []int64{64, 32}}}
+	for i := 0; i < 2; i++ {
+		p := fmt.Sprintf("model.layers.%d.", i)
+		ts = append(ts, tensor{p + "self_attn.q_proj.weight", []int64{32, 32}}, tensor{p + "self_attn.k_proj.weight", []int64{16, 32}},
+			tensor{p + "self_attn.v_proj.weight", []int64{16, 32}}, tensor{p + "self_attn.o_proj.weight", []int64{32, 32}},
+			tensor{p + "mlp.gate_proj.weight", []int64{64, 32}}, tensor{p + "mlp.up_proj.weight", []int64{64, 32}},
+			tensor{p + "mlp.down_proj.weight", []int64{32, 64}},
+			tensor{p + "input_layernorm.weight", []int64{32}}, tensor{p + "post_attention_layernorm.weight", []int64{32}})
+	}
+	ts = append(ts, tensor{"model.norm.weight", []int64{32}}, tensor{"lm_head.weight", []int64{64, 32}})
+	hdr := map[string]any{"__metadata__": map[string]string{"format": "pt"}}
+	var off int64
+	for _, x := range ts {
+		n := int64(2)
+		for _, d := range x.shape {
+			n *= d
+		}
+		hdr[x.name] = map[string]any{"dtype": "BF16", "shape": x.shape, "data_offsets": []int64{off, off + n}}
+		off += n
+	}
+	h, err := json.Marshal(hdr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for len(h)%8 != 0 {
+		h = append(h, ' ')
+	}
+	file := binary.LittleEndian.AppendUint64(nil, uint64(len(h)))
+	file = append(append(file, h...), make([]byte, off)...)
+	if err := os.WriteFile(filepath.Join(dir, "model.safetensors"), file, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// estimate, sweep and maxbatch take every input form: a zoo name, a YAML
+// spec, a Hugging Face config.json or model directory, an ONNX file.
 func TestInputForms(t *testing.T) {
 	forms := []struct{ name, model string }{
 		{"zoo", "simpleconv"},
 		{"spec", "../../examples/simpleconv.yaml"},
 		{"hf", "../../hf/testdata/configs/bert-base-uncased/config.json"},
+		{"dir", tinyLlamaDir(t)},
 		{"onnx", "../../testdata/onnx/simpleconv.onnx"},
 	}
 	maxes := map[string]int64{}
 	for _, f := range forms {
 		args := []string{"--gpu", "4GiB", "--context", "0"}
-		if f.name == "hf" {
+		switch f.name {
+		case "hf":
 			args = append(args, "--seq", "64", "--gpu", "24GiB")
+		case "dir":
+			args = append(args, "--seq", "64")
 		}
-		out, errs, code := run(append([]string{"sweep", f.model, "--batch", "1,2,4", "--json"}, args...)...)
+		out, errs, code := run(append([]string{"estimate", f.model, "--batch", "2", "--json"}, args...)...)
+		if code != 0 {
+			t.Fatalf("%s estimate: exit %d: %s", f.name, code, errs)
+		}
+		var est EstimateJSON
+		if err := json.Unmarshal([]byte(out), &est); err != nil || !est.Fits || est.ParamCount <= 0 {
+			t.Fatalf("%s estimate: %v %s", f.name, err, out)
+		}
+		if f.name == "dir" {
+			if est.ParamCount != 22688 {
+				t.Errorf("dir estimate: %d parameters, want 22,688", est.ParamCount)
+			}
+			if !strings.Contains(est.SourceNote, "stored as BF16") {
+				t.Errorf("dir estimate: note %q does not report the stored dtype", est.SourceNote)
+			}
+		}
+		out, errs, code = run(append([]string{"sweep", f.model, "--batch", "1,2,4", "--json"}, args...)...)
 		if code != 0 {
 			t.Fatalf("%s sweep: exit %d: %s", f.name, code, errs)
 		}
@@ -261,5 +343,24 @@ func TestInputForms(t *testing.T) {
 	// graph: one answer.
 	if maxes["zoo"] != maxes["spec"] || maxes["zoo"] != maxes["onnx"] {
 		t.Errorf("simpleconv max batch: zoo %d, spec %d, onnx %d", maxes["zoo"], maxes["spec"], maxes["onnx"])
+	}
+}
+
+// --model names the model as the positional argument does; naming two is a
+// usage error.
+func TestModelFlag(t *testing.T) {
+	pos, _, code := run("estimate", "../../testdata/onnx/simpleconv.onnx", "--batch", "4", "--gpu", "t4", "--json")
+	if code != 0 {
+		t.Fatalf("positional: exit %d", code)
+	}
+	flagged, errs, code := run("estimate", "--model", "../../testdata/onnx/simpleconv.onnx", "--batch", "4", "--gpu", "t4", "--json")
+	if code != 0 {
+		t.Fatalf("--model: exit %d: %s", code, errs)
+	}
+	if pos != flagged {
+		t.Errorf("--model and the positional argument differ:\n%s\n%s", pos, flagged)
+	}
+	if _, errs, code := run("estimate", "--model", "mlp", "simpleconv"); code != 2 || !strings.Contains(errs, "got 2") {
+		t.Errorf("two models: exit %d, %q", code, errs)
 	}
 }

@@ -13,14 +13,18 @@ import (
 
 const estimateUsage = `usage: batchfit estimate MODEL [flags]
 
-Predicts the GPU memory of training MODEL (a zoo name from 'batchfit models'
-or a .yaml layer spec) and says whether it fits on the GPU.
+Predicts the GPU memory of training MODEL and says whether it fits on the
+GPU. MODEL (or --model) is a zoo name from 'batchfit models', a .yaml layer
+spec, a Hugging Face config.json or model directory (config.json and
+safetensors headers), or a .onnx file.
 
 Examples:
   batchfit estimate resnet50 --batch 64 --gpu a100-40gb
   batchfit estimate gpt2 --batch 8 --seq 1024 --precision bf16-mixed --optimizer adamw
   batchfit estimate examples/mlp.yaml --batch 32 --layers 16 --json
   batchfit estimate resnet18 --batch 64,8,32,4 --empty-cache   # a batch-size schedule
+  batchfit estimate --model path/to/Llama-3.1-8B/ --batch 4 --seq 4096 --precision bf16-mixed
+  batchfit estimate model.onnx --batch 16
 `
 
 func runEstimate(args []string, stdout, stderr io.Writer) error {

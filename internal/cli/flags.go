@@ -34,6 +34,7 @@ func IsUsage(err error) bool {
 // jobFlags are the flags that describe a training job, shared by estimate,
 // sweep and maxbatch.
 type jobFlags struct {
+	model         string
 	batch         string
 	seq           int64
 	layers        int64
@@ -59,6 +60,7 @@ type jobFlags struct {
 }
 
 func (j *jobFlags) register(fs *flag.FlagSet, batchDefault string) {
+	fs.StringVar(&j.model, "model", "", "the model: a zoo name, a .yaml spec, a Hugging Face config.json or model directory, or a .onnx file")
 	fs.StringVar(&j.batch, "batch", batchDefault, "micro-batch size")
 	fs.Int64Var(&j.seq, "seq", 0, "sequence length (default: the model's)")
 	fs.Int64Var(&j.layers, "layers", 0, "override the model's depth (models that allow it)")
@@ -74,7 +76,7 @@ func (j *jobFlags) register(fs *flag.FlagSet, batchDefault string) {
 	fs.BoolVar(&j.forloop, "forloop", false, "use the per-parameter for-loop implementation")
 	fs.IntVar(&j.accumulate, "accumulate", 1, "micro-batches per optimizer step (gradient accumulation)")
 	fs.BoolVar(&j.checkpointing, "checkpointing", false, "activation checkpointing of every block (non-reentrant)")
-	fs.StringVar(&j.attention, "attention", "auto", "attention kernel: auto, eager, flash or efficient")
+	fs.StringVar(&j.attention, "attention", "auto", "attention kernel: auto, eager, flash, efficient or math (sdpa: auto)")
 	fs.StringVar(&j.torch, "torch", "", "PyTorch version whose rules apply (default: current; known profiles: "+strings.Join(profile.Versions(), ", ")+")")
 	fs.IntVar(&j.steps, "steps", 3, "optimizer steps to simulate")
 	fs.StringVar(&j.allocConf, "alloc-conf", "", "PYTORCH_CUDA_ALLOC_CONF (default: the environment variable)")
@@ -258,8 +260,11 @@ func (j *jobFlags) job(fs *flag.FlagSet, cmd string, args []string) (predict.Req
 	if err != nil {
 		return predict.Request{}, nil, err
 	}
+	if j.model != "" {
+		pos = append([]string{j.model}, pos...)
+	}
 	if len(pos) != 1 {
-		return predict.Request{}, nil, usagef("%s takes one model, got %d arguments (see 'batchfit %s -h')", cmd, len(pos), cmd)
+		return predict.Request{}, nil, usagef("%s takes one model, got %d (see 'batchfit %s -h')", cmd, len(pos), cmd)
 	}
 	batches, err := parseBatches(j.batch)
 	if err != nil {

@@ -13,6 +13,7 @@ const maxbatchUsage = `usage: batchfit maxbatch MODEL [flags]
 Finds the largest batch that fits on the GPU — or, with --solve, the
 largest value of another dimension (layers, hidden, seq) at a fixed batch.
 The answer was simulated and fits; the next value was simulated and does not.
+MODEL takes every form 'batchfit estimate' does.
 
 Examples:
   batchfit maxbatch resnet50 --gpu h100-80gb

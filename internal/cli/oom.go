@@ -31,7 +31,8 @@ func runOOM(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	fs := newFlagSet("oom", stderr, oomUsage)
 	var j jobFlags
 	j.register(fs, "1")
-	model := fs.String("model", "", "the model that ran, to find the batch that would have fit")
+	// --model (from the job flags) names the model that ran, to find the
+	// batch that would have fit.
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return err
@@ -78,8 +79,8 @@ func runOOM(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 		MaxBatch int64  `json:"max_batch"`
 	}
 	var fit *fitJSON
-	if *model != "" {
-		r, err := j.request(*model)
+	if j.model != "" {
+		r, err := j.request(j.model)
 		if err != nil {
 			return err
 		}

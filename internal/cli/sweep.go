@@ -12,7 +12,8 @@ import (
 const sweepUsage = `usage: batchfit sweep MODEL --batch LIST|RANGE [flags]
 
 Predicts memory for each batch size: a list (1,2,4,8) or a range,
-FROM:TO doubling (1:256) or FROM:TO:STEP (8:64:8).
+FROM:TO doubling (1:256) or FROM:TO:STEP (8:64:8). MODEL takes every form
+'batchfit estimate' does.
 
 Examples:
   batchfit sweep resnet50 --batch 1:256 --gpu a100-40gb
