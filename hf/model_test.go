@@ -338,3 +338,83 @@ func TestOpenViT(t *testing.T) {
 		t.Errorf("64-pixel graph: %d parameters, want %d", got, want)
 	}
 }
+
+// The other Llama-style families open from a directory with the tensor
+// names their published checkpoints carry (save_pretrained of
+// MistralForCausalLM, Qwen2ForCausalLM, GemmaForCausalLM and
+// Phi3ForCausalLM), not names taken from batchfit's own graph. On
+// tinyLlama's sizes a llama layer is 36,992 parameters (see
+// tinyLlamaParams); Qwen2 adds q, k and v biases (64 + 32 + 32); Phi-3
+// fuses q, k, v into qkv_proj [64+2·32, 64] and gate, up into
+// gate_up_proj [2·128, 64], the same elements; Gemma ties its LM head to
+// the embedding and the checkpoint holds no lm_head.
+func TestOpenLlamaFamilies(t *testing.T) {
+	layers := func(f func(p string) []st) []st {
+		var ts []st
+		for i := 0; i < 2; i++ {
+			ts = append(ts, f(fmt.Sprintf("model.layers.%d.", i))...)
+		}
+		return ts
+	}
+	norms := func(p string) []st {
+		return []st{{p + "input_layernorm.weight", "BF16", []int64{64}}, {p + "post_attention_layernorm.weight", "BF16", []int64{64}}}
+	}
+	llamaLayer := func(bias bool) func(p string) []st {
+		return func(p string) []st {
+			ts := []st{
+				{p + "self_attn.q_proj.weight", "BF16", []int64{64, 64}},
+				{p + "self_attn.k_proj.weight", "BF16", []int64{32, 64}},
+				{p + "self_attn.v_proj.weight", "BF16", []int64{32, 64}},
+				{p + "self_attn.o_proj.weight", "BF16", []int64{64, 64}},
+				{p + "mlp.gate_proj.weight", "BF16", []int64{128, 64}},
+				{p + "mlp.up_proj.weight", "BF16", []int64{128, 64}},
+				{p + "mlp.down_proj.weight", "BF16", []int64{64, 128}},
+			}
+			if bias {
+				ts = append(ts, st{p + "self_attn.q_proj.bias", "BF16", []int64{64}},
+					st{p + "self_attn.k_proj.bias", "BF16", []int64{32}}, st{p + "self_attn.v_proj.bias", "BF16", []int64{32}})
+			}
+			return append(ts, norms(p)...)
+		}
+	}
+	phi3Layer := func(p string) []st {
+		return append([]st{
+			{p + "self_attn.qkv_proj.weight", "BF16", []int64{128, 64}},
+			{p + "self_attn.o_proj.weight", "BF16", []int64{64, 64}},
+			{p + "mlp.gate_up_proj.weight", "BF16", []int64{256, 64}},
+			{p + "mlp.down_proj.weight", "BF16", []int64{64, 128}},
+		}, norms(p)...)
+	}
+	embed := st{"model.embed_tokens.weight", "BF16", []int64{256, 64}}
+	final := []st{{"model.norm.weight", "BF16", []int64{64}}}
+	head := st{"lm_head.weight", "BF16", []int64{256, 64}}
+	cases := []struct {
+		name   string
+		cfg    map[string]any
+		ts     []st
+		params int64
+	}{
+		{"mistral", with(tinyLlama(), "model_type", "mistral", "architectures", []any{"MistralForCausalLM"}),
+			append(append(append([]st{embed}, layers(llamaLayer(false))...), final...), head), 106_816},
+		{"qwen2", with(tinyLlama(), "model_type", "qwen2", "architectures", []any{"Qwen2ForCausalLM"}),
+			append(append(append([]st{embed}, layers(llamaLayer(true))...), final...), head), 106_816 + 2*128},
+		{"gemma", with(tinyLlama(), "model_type", "gemma", "architectures", []any{"GemmaForCausalLM"}, "head_dim", 16, "tie_word_embeddings", remove),
+			append(append([]st{embed}, layers(llamaLayer(false))...), final...), 106_816 - 256*64},
+		{"phi3", with(tinyLlama(), "model_type", "phi3", "architectures", []any{"Phi3ForCausalLM"}),
+			append(append(append([]st{embed}, layers(phi3Layer)...), final...), head), 106_816},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			m, err := Open(modelDir(t, c.cfg, c.ts))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if m.ParamCount != c.params || m.Tally.Params != c.params || len(m.Tally.Excluded) != 0 {
+				t.Errorf("graph %d, checkpoint %d parameters (%d excluded); want %d", m.ParamCount, m.Tally.Params, len(m.Tally.Excluded), c.params)
+			}
+			if m.StoredDType != "BF16" {
+				t.Errorf("stored dtype %q", m.StoredDType)
+			}
+		})
+	}
+}
