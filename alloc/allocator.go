@@ -123,6 +123,7 @@ type block struct {
 	allocated  bool
 	mapped     bool // false only for unmapped address space of an expandable segment
 	tag        uint8
+	idx        uint32 // index in the allocator's arena
 }
 
 // segment is one cudaMalloc, or one ExpandableSegment's reserved address
@@ -186,7 +187,7 @@ type Allocator struct {
 
 	gcCalls [2]int64 // get_free_blocks_call_count of the large [0] and small [1] pools
 
-	spare   []*block
+	arena   blockArena
 	scratch []*block
 	unmapQ  []*block
 }
@@ -390,6 +391,7 @@ func (a *Allocator) poolFor(stream int32, small bool) *pool {
 		ps = a.pools[stream]
 		if ps == nil {
 			ps = &[2]*pool{{stream: stream}, {stream: stream, small: true}}
+			ps[0].free.arena, ps[1].free.arena = &a.arena, &a.arena
 			a.pools[stream] = ps
 			i, _ := slices.BinarySearch(a.streams, stream)
 			a.streams = slices.Insert(a.streams, i, stream)
@@ -409,21 +411,9 @@ func poolIndex(small bool) int {
 	return 0
 }
 
-func (a *Allocator) newBlock() *block {
-	if k := len(a.spare); k > 0 {
-		b := a.spare[k-1]
-		a.spare = a.spare[:k-1]
-		return b
-	}
-	return new(block)
-}
+func (a *Allocator) newBlock() *block { return a.arena.alloc() }
 
-func (a *Allocator) recycle(b *block) {
-	*b = block{}
-	if len(a.spare) < 4096 {
-		a.spare = append(a.spare, b)
-	}
-}
+func (a *Allocator) recycle(b *block) { a.arena.release(b) }
 
 func itemOf(b *block) btItem { return btItem{size: b.size, addr: b.addr, b: b} }
 

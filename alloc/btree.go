@@ -32,10 +32,13 @@ func (x btItem) less(y btItem) bool {
 // btNode keeps keys and block pointers in parallel arrays: searches touch
 // only the keys, and shifting keys is a plain memmove.
 type btNode struct {
-	n        int
-	leaf     bool
-	keys     [btMaxItems]btKey
-	vals     [btMaxItems]*block
+	n    int
+	leaf bool
+	keys [btMaxItems]btKey
+	// vals name the blocks by their arena index (0: none), not by pointer:
+	// shifting entries is then a plain memmove, free of the write barriers
+	// a pointer array pays while the garbage collector is marking.
+	vals     [btMaxItems]uint32
 	children [btMaxItems + 1]*btNode
 }
 
@@ -45,13 +48,16 @@ func (x btKey) less(y btKey) bool {
 	return x.size < y.size || (x.size == y.size && x.addr < y.addr)
 }
 
-func (n *btNode) item(i int) btItem {
-	return btItem{size: n.keys[i].size, addr: n.keys[i].addr, b: n.vals[i]}
+func (t *btree) item(n *btNode, i int) btItem {
+	return btItem{size: n.keys[i].size, addr: n.keys[i].addr, b: t.arena.at(n.vals[i])}
 }
 
 func (n *btNode) setItem(i int, x btItem) {
 	n.keys[i] = btKey{x.size, x.addr}
-	n.vals[i] = x.b
+	n.vals[i] = 0
+	if x.b != nil {
+		n.vals[i] = x.b.idx
+	}
 }
 
 // shiftRight opens a gap at i by moving entries i..n-1 one place right.
@@ -70,6 +76,7 @@ type btree struct {
 	root  *btNode
 	count int
 	spare []*btNode // nodes freed by merges, reused by splits
+	arena *blockArena
 }
 
 func (t *btree) newNode(leaf bool) *btNode {
@@ -130,7 +137,7 @@ func (t *btree) lowerBound(size int64) (btItem, btPos, bool) {
 	if best == nil {
 		return btItem{}, btPos{}, false
 	}
-	return best.item(bi), btPos{best, bi}, true
+	return t.item(best, bi), btPos{best, bi}, true
 }
 
 // btPos is the place of an item found by lowerBound; it is valid until the
@@ -149,7 +156,7 @@ func (t *btree) removeAt(p btPos, x btItem) {
 		n.shiftLeft(p.i)
 		n.n--
 		n.keys[n.n] = btKey{}
-		n.vals[n.n] = nil
+		n.vals[n.n] = 0
 		t.count--
 		return
 	}
@@ -203,7 +210,7 @@ func (t *btree) splitChild(x *btNode, i int) {
 		copy(z.children[:btDegree], y.children[btDegree:btMaxItems+1])
 		clear(y.children[btDegree : btMaxItems+1])
 	}
-	median := y.item(btDegree - 1)
+	median := t.item(y, btDegree-1)
 	clear(y.keys[btDegree-1 : btMaxItems])
 	clear(y.vals[btDegree-1 : btMaxItems])
 	y.n = btDegree - 1
@@ -248,18 +255,18 @@ func (t *btree) remove(n *btNode, key btKey) bool {
 			n.shiftLeft(i)
 			n.n--
 			n.keys[n.n] = btKey{}
-			n.vals[n.n] = nil
+			n.vals[n.n] = 0
 			return true
 		}
 		if found {
 			y, z := n.children[i], n.children[i+1]
 			switch {
 			case y.n > btMinItems:
-				pred := y.max()
+				pred := t.max(y)
 				n.setItem(i, pred)
 				n, key = y, btKey{pred.size, pred.addr}
 			case z.n > btMinItems:
-				succ := z.min()
+				succ := t.min(z)
 				n.setItem(i, succ)
 				n, key = z, btKey{succ.size, succ.addr}
 			default:
@@ -286,18 +293,18 @@ func (t *btree) remove(n *btNode, key btKey) bool {
 	}
 }
 
-func (n *btNode) max() btItem {
+func (t *btree) max(n *btNode) btItem {
 	for !n.leaf {
 		n = n.children[n.n]
 	}
-	return n.item(n.n - 1)
+	return t.item(n, n.n-1)
 }
 
-func (n *btNode) min() btItem {
+func (t *btree) min(n *btNode) btItem {
 	for !n.leaf {
 		n = n.children[0]
 	}
-	return n.item(0)
+	return t.item(n, 0)
 }
 
 // merge joins x.children[i], x's entry i and x.children[i+1] into
@@ -314,7 +321,7 @@ func (t *btree) merge(x *btNode, i int) {
 	x.shiftLeft(i)
 	copy(x.children[i+1:x.n], x.children[i+2:x.n+1])
 	x.n--
-	x.keys[x.n], x.vals[x.n] = btKey{}, nil
+	x.keys[x.n], x.vals[x.n] = btKey{}, 0
 	x.children[x.n+1] = nil
 	t.freeNode(z)
 }
@@ -332,7 +339,7 @@ func (t *btree) rotateRight(x *btNode, i int) {
 	}
 	c.n++
 	x.keys[i-1], x.vals[i-1] = l.keys[l.n-1], l.vals[l.n-1]
-	l.keys[l.n-1], l.vals[l.n-1] = btKey{}, nil
+	l.keys[l.n-1], l.vals[l.n-1] = btKey{}, 0
 	l.n--
 }
 
@@ -350,29 +357,29 @@ func (t *btree) rotateLeft(x *btNode, i int) {
 	x.keys[i], x.vals[i] = r.keys[0], r.vals[0]
 	r.shiftLeft(0)
 	r.n--
-	r.keys[r.n], r.vals[r.n] = btKey{}, nil
+	r.keys[r.n], r.vals[r.n] = btKey{}, 0
 }
 
 // ascendFrom calls fn for every item with size >= size in ascending order
 // until fn returns false.
 func (t *btree) ascendFrom(size int64, fn func(btItem) bool) {
 	if t.root != nil {
-		t.root.ascendFrom(size, fn)
+		t.ascendNode(t.root, size, fn)
 	}
 }
 
-func (n *btNode) ascendFrom(size int64, fn func(btItem) bool) bool {
+func (t *btree) ascendNode(n *btNode, size int64, fn func(btItem) bool) bool {
 	i := n.searchSize(size)
 	for ; i < n.n; i++ {
-		if !n.leaf && !n.children[i].ascendFrom(size, fn) {
+		if !n.leaf && !t.ascendNode(n.children[i], size, fn) {
 			return false
 		}
-		if !fn(n.item(i)) {
+		if !fn(t.item(n, i)) {
 			return false
 		}
 	}
 	if !n.leaf {
-		return n.children[n.n].ascendFrom(size, fn)
+		return t.ascendNode(n.children[n.n], size, fn)
 	}
 	return true
 }
@@ -381,16 +388,16 @@ func (n *btNode) ascendFrom(size int64, fn func(btItem) bool) bool {
 // false.
 func (t *btree) descend(fn func(btItem) bool) {
 	if t.root != nil {
-		t.root.descend(fn)
+		t.descendNode(t.root, fn)
 	}
 }
 
-func (n *btNode) descend(fn func(btItem) bool) bool {
+func (t *btree) descendNode(n *btNode, fn func(btItem) bool) bool {
 	for i := n.n; i >= 0; i-- {
-		if !n.leaf && !n.children[i].descend(fn) {
+		if !n.leaf && !t.descendNode(n.children[i], fn) {
 			return false
 		}
-		if i > 0 && !fn(n.item(i-1)) {
+		if i > 0 && !fn(t.item(n, i-1)) {
 			return false
 		}
 	}
@@ -400,20 +407,62 @@ func (n *btNode) descend(fn func(btItem) bool) bool {
 // appendAll appends every block in ascending order to dst.
 func (t *btree) appendAll(dst []*block) []*block {
 	if t.root != nil {
-		dst = t.root.appendAll(dst)
+		dst = t.appendNode(t.root, dst)
 	}
 	return dst
 }
 
-func (n *btNode) appendAll(dst []*block) []*block {
+func (t *btree) appendNode(n *btNode, dst []*block) []*block {
 	for i := 0; i < n.n; i++ {
 		if !n.leaf {
-			dst = n.children[i].appendAll(dst)
+			dst = t.appendNode(n.children[i], dst)
 		}
-		dst = append(dst, n.vals[i])
+		dst = append(dst, t.arena.at(n.vals[i]))
 	}
 	if !n.leaf {
-		dst = n.children[n.n].appendAll(dst)
+		dst = t.appendNode(n.children[n.n], dst)
 	}
 	return dst
+}
+
+// blockArena holds an allocator's blocks in chunks that never move, so
+// that a block has a small index for as long as it lives: the free-block
+// trees store indexes (see btNode).
+type blockArena struct {
+	chunks [][]block
+	free   []uint32
+	next   uint32 // the next never-used index; 0 names no block
+}
+
+const arenaChunk = 1024
+
+// at returns the block with index i; nil for 0 (and for a tree without an
+// arena, which holds only bare keys).
+func (ar *blockArena) at(i uint32) *block {
+	if i == 0 || ar == nil {
+		return nil
+	}
+	return &ar.chunks[i/arenaChunk][i%arenaChunk]
+}
+
+func (ar *blockArena) alloc() *block {
+	if k := len(ar.free); k > 0 {
+		i := ar.free[k-1]
+		ar.free = ar.free[:k-1]
+		return ar.at(i)
+	}
+	ar.next = max(ar.next, 1)
+	if int(ar.next/arenaChunk) == len(ar.chunks) {
+		ar.chunks = append(ar.chunks, make([]block, arenaChunk))
+	}
+	b := ar.at(ar.next)
+	b.idx = ar.next
+	ar.next++
+	return b
+}
+
+func (ar *blockArena) release(b *block) {
+	i := b.idx
+	*b = block{idx: i}
+	ar.free = append(ar.free, i)
 }

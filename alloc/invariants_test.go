@@ -193,7 +193,7 @@ func checkTree(t *btree) error {
 				return fmt.Errorf("btree: leaves at depths %d and %d", leafDepth, depth)
 			}
 			for i := 0; i < n.n; i++ {
-				items = append(items, n.item(i))
+				items = append(items, t.item(n, i))
 			}
 			return nil
 		}
@@ -205,7 +205,7 @@ func checkTree(t *btree) error {
 				return err
 			}
 			if i < n.n {
-				items = append(items, n.item(i))
+				items = append(items, t.item(n, i))
 			}
 		}
 		return nil
