@@ -364,3 +364,55 @@ func TestModelFlag(t *testing.T) {
 		t.Errorf("two models: exit %d, %q", code, errs)
 	}
 }
+
+// estimate, sweep and maxbatch answer for every zoo member through the
+// command line (sequence models at a short sequence, to keep it quick):
+// estimate's figures are the ones sweep reports for the same batch, and
+// maxbatch's answer fits with the next batch not fitting.
+func TestEveryZooModel(t *testing.T) {
+	out, _, code := run("models", "--json")
+	if code != 0 {
+		t.Fatal("models failed")
+	}
+	var zoo []struct {
+		Name       string `json:"name"`
+		ParamCount int64  `json:"param_count"`
+	}
+	if err := json.Unmarshal([]byte(out), &zoo); err != nil || len(zoo) == 0 {
+		t.Fatalf("models --json: %v", err)
+	}
+	for _, m := range zoo {
+		m := m
+		t.Run(m.Name, func(t *testing.T) {
+			t.Parallel()
+			args := []string{m.Name, "--seq", "32", "--gpu", "h100-80gb", "--precision", "bf16-mixed", "--steps", "2", "--json"}
+			out, errs, code := run(append([]string{"estimate", "--batch", "2"}, args...)...)
+			if code != 0 {
+				t.Fatalf("estimate: exit %d: %s", code, errs)
+			}
+			var est EstimateJSON
+			if err := json.Unmarshal([]byte(out), &est); err != nil || est.ParamCount != m.ParamCount {
+				t.Fatalf("estimate: %v, %d parameters, models says %d", err, est.ParamCount, m.ParamCount)
+			}
+			out, errs, code = run(append([]string{"sweep", "--batch", "1,2"}, args...)...)
+			if code != 0 {
+				t.Fatalf("sweep: exit %d: %s", code, errs)
+			}
+			var pts []EstimateJSON
+			if err := json.Unmarshal([]byte(out), &pts); err != nil || len(pts) != 2 || pts[1].PeakAllocatedBytes != est.PeakAllocatedBytes {
+				t.Fatalf("sweep: %v, %d points, batch 2 does not repeat estimate's peak %d", err, len(pts), est.PeakAllocatedBytes)
+			}
+			out, errs, code = run(append([]string{"maxbatch"}, args...)...)
+			if code != 0 && code != 1 {
+				t.Fatalf("maxbatch: exit %d: %s", code, errs)
+			}
+			var mb MaxBatchJSON
+			if err := json.Unmarshal([]byte(out), &mb); err != nil {
+				t.Fatalf("maxbatch: %v: %s", err, out)
+			}
+			if mb.MaxBatch > 0 && (mb.AtMax == nil || !mb.AtMax.Fits || mb.AtNext == nil || mb.AtNext.Fits) {
+				t.Errorf("maxbatch %d: the answer does not fit or the next one does", mb.MaxBatch)
+			}
+		})
+	}
+}
