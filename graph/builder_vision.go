@@ -58,6 +58,20 @@ func (b *Builder) Full(name string, like TensorID, shape ...int64) TensorID {
 	return b.fresh(Full, name, like, shape)
 }
 
+// Const is a tensor forward makes outside autograd, such as torch.arange
+// position ids, a causal mask or rotary cos and sin tables: allocated where
+// forward makes it, freed once its readers are done (or autograd or a
+// checkpoint lets go of it). It is of dtype dt; a floating one takes, at
+// run time, the dtype of like (a mask made in inputs_embeds.dtype, cos and
+// sin cast to the hidden states' dtype), which precision can change.
+func (b *Builder) Const(name string, like TensorID, dt DType, shape ...int64) TensorID {
+	out := b.fresh(Full, name, like, shape)
+	if out != None {
+		b.g.Tensors[out].DType = dt
+	}
+	return out
+}
+
 func (b *Builder) fresh(k Kind, name string, like TensorID, shape []int64) TensorID {
 	if !b.ok(like) {
 		return None

@@ -448,11 +448,13 @@ func (t *hfBuilder) embedding(name string, num, dim int64) graph.TensorID {
 }
 
 // hfConst declares a tensor that forward() creates outside autograd
-// (torch.arange position ids, rotary cos/sin under no_grad, masks). The
-// Builder has no role for such tensors, so they are inputs: they exist
-// before the ops that read them and never require grad.
-func (t *hfBuilder) hfConst(name string, s graph.Shape, dt graph.DType) graph.TensorID {
-	return t.b.Input(name, s, dt)
+// (torch.arange position ids, rotary cos/sin under no_grad, masks), made
+// where like is: it lives from there until its last reader is done, or
+// until the backward that autograd or a checkpoint holds it for, not for
+// the whole step as the batch does. A floating one has like's run-time
+// dtype (see graph.Builder.Const).
+func (t *hfBuilder) hfConst(name string, like graph.TensorID, s graph.Shape, dt graph.DType) graph.TensorID {
+	return t.b.Const(name, like, dt, s...)
 }
 
 // act applies the config's activation. NewGELUActivation ("gelu_new") is

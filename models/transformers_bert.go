@@ -40,7 +40,7 @@ func (t *hfBuilder) bert() {
 			ttBuf := b.Buffer("token_type_ids", graph.Shape{1, tc.MaxPositions}, graph.I64)
 			var posIDs graph.TensorID
 			if roberta {
-				posIDs = t.hfConst("roberta.embeddings.position_ids", graph.Shape{t.B, t.L}, graph.I64)
+				posIDs = t.hfConst("position_ids", ids, graph.Shape{t.B, t.L}, graph.I64)
 			} else {
 				posIDs = b.Narrow("position_ids_slice", posBuf, 1, t.L)
 			}
@@ -54,7 +54,7 @@ func (t *hfBuilder) bert() {
 		if tc.AttnImpl == "eager" {
 			// get_extended_attention_mask of the default all-ones mask:
 			// (1 - mask[:, None, None, :]) * finfo.min, added to the scores.
-			t.eagerMask = t.hfConst(prefix+".extended_attention_mask", graph.Shape{t.B, 1, 1, t.L}, t.dt)
+			t.eagerMask = t.hfConst("extended_attention_mask", h, graph.Shape{t.B, 1, 1, t.L}, t.dt)
 		}
 		b.Scope("encoder", func() {
 			for i := int64(0); i < tc.Layers; i++ {

@@ -30,10 +30,10 @@ func (t *hfBuilder) gptNeoX() {
 		h = b.EmbeddingWith("embed_in", ids, embed)
 		h = b.Dropout("emb_dropout", h, tc.DropoutP, false)
 		b.Buffer("rotary_emb.inv_freq", graph.Shape{rot / 2}, graph.F32)
-		cos := t.hfConst("gpt_neox.rotary_emb.cos", graph.Shape{1, t.L, rot}, t.dt)
-		sin := t.hfConst("gpt_neox.rotary_emb.sin", graph.Shape{1, t.L, rot}, t.dt)
+		cos := t.hfConst("rotary_emb.cos", h, graph.Shape{1, t.L, rot}, t.dt)
+		sin := t.hfConst("rotary_emb.sin", h, graph.Shape{1, t.L, rot}, t.dt)
 		if tc.AttnImpl == "eager" {
-			t.eagerMask = t.hfConst("gpt_neox.causal_mask", graph.Shape{t.B, 1, t.L, t.L}, t.dt)
+			t.eagerMask = t.hfConst("causal_mask", h, graph.Shape{t.B, 1, t.L, t.L}, t.dt)
 		}
 		for i := int64(0); i < tc.Layers; i++ {
 			b.Block("layers."+itoa(i), func() {
@@ -106,10 +106,10 @@ func (t *hfBuilder) opt() {
 		embed = t.embedding("embed_tokens", tc.VocabSize, E)
 		pos := t.embedding("embed_positions", tc.positionRows(), E)
 		x := b.EmbeddingWith("embed_tokens", ids, embed)
-		posIDs := t.hfConst("model.decoder.position_ids", graph.Shape{t.B, t.L}, graph.I64)
+		posIDs := t.hfConst("position_ids", ids, graph.Shape{t.B, t.L}, graph.I64)
 		h = b.Add("add", x, b.EmbeddingWith("embed_positions", posIDs, pos))
 		if tc.AttnImpl == "eager" {
-			t.eagerMask = t.hfConst("model.decoder.causal_mask", graph.Shape{t.B, 1, t.L, t.L}, t.dt)
+			t.eagerMask = t.hfConst("causal_mask", h, graph.Shape{t.B, 1, t.L, t.L}, t.dt)
 		}
 		for i := int64(0); i < tc.Layers; i++ {
 			b.Block("layers."+itoa(i), func() {

@@ -18,7 +18,7 @@ func (t *hfBuilder) gpt2() {
 		wte = t.embedding("wte", tc.VocabSize, tc.Hidden)
 		wpe := t.embedding("wpe", tc.MaxPositions, tc.Hidden)
 		x := b.EmbeddingWith("wte", ids, wte)
-		pos := t.hfConst("transformer.position_ids", graph.Shape{1, t.L}, graph.I64)
+		pos := t.hfConst("position_ids", ids, graph.Shape{1, t.L}, graph.I64)
 		p := b.EmbeddingWith("wpe", pos, wpe)
 		h = b.Add("add", x, p)
 		h = b.Dropout("drop", h, tc.DropoutP, false)

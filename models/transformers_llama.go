@@ -42,12 +42,12 @@ func (t *hfBuilder) llama() {
 		// (persistent=False); cos and sin are computed per forward under
 		// no_grad in float32 and returned .to(x.dtype).
 		b.Buffer("rotary_emb.inv_freq", graph.Shape{rot / 2}, graph.F32)
-		cos := t.hfConst("model.rotary_emb.cos", graph.Shape{1, t.L, rot}, t.dt)
-		sin := t.hfConst("model.rotary_emb.sin", graph.Shape{1, t.L, rot}, t.dt)
+		cos := t.hfConst("rotary_emb.cos", h, graph.Shape{1, t.L, rot}, t.dt)
+		sin := t.hfConst("rotary_emb.sin", h, graph.Shape{1, t.L, rot}, t.dt)
 		if tc.AttnImpl == "eager" {
 			// create_causal_mask for eager: torch.where(bool mask, 0,
 			// finfo.min), a [B, 1, L, L] tensor in the model's dtype.
-			t.eagerMask = t.hfConst("model.causal_mask", graph.Shape{t.B, 1, t.L, t.L}, t.dt)
+			t.eagerMask = t.hfConst("causal_mask", h, graph.Shape{t.B, 1, t.L, t.L}, t.dt)
 		}
 		if tc.Arch == "gemma" {
 			// hidden_states * torch.tensor(hidden_size**0.5, dtype)

@@ -49,7 +49,7 @@ func (t *hfBuilder) t5() {
 	var enc graph.TensorID
 	b.Scope("encoder", func() {
 		h := b.EmbeddingWith("embed_tokens", ids, shared)
-		mask := t.hfConst("encoder.extended_attention_mask", graph.Shape{t.B, 1, 1, Ls}, t.dt)
+		mask := t.hfConst("extended_attention_mask", h, graph.Shape{t.B, 1, 1, Ls}, t.dt)
 		h = b.Dropout("dropout", h, tc.DropoutP, false)
 		bias := graph.None
 		for i := int64(0); i < tc.Layers; i++ {
@@ -70,8 +70,8 @@ func (t *hfBuilder) t5() {
 	var h graph.TensorID
 	b.Scope("decoder", func() {
 		h = b.EmbeddingWith("embed_tokens", decIDs, shared)
-		causal := t.hfConst("decoder.causal_mask", graph.Shape{t.B, 1, Lt, Lt}, t.dt)
-		cross := t.hfConst("decoder.encoder_extended_attention_mask", graph.Shape{t.B, 1, 1, Ls}, t.dt)
+		causal := t.hfConst("causal_mask", h, graph.Shape{t.B, 1, Lt, Lt}, t.dt)
+		cross := t.hfConst("encoder_extended_attention_mask", h, graph.Shape{t.B, 1, 1, Ls}, t.dt)
 		h = b.Dropout("dropout", h, tc.DropoutP, false)
 		selfBias, crossBias := graph.None, graph.None
 		layers := tc.DecoderLayers
@@ -172,14 +172,14 @@ func (t *hfBuilder) t5Attention(stack string, x, kv, mask, bias graph.TensorID, 
 			// [Lq, Lk, H] → permute([2, 0, 1]) → unsqueeze(0): views. The
 			// Builder has no unsqueeze; an expand to the same sizes is the
 			// same view.
-			buckets := t.hfConst(stack+".relative_position_bucket", graph.Shape{Lq, Lk}, graph.I64)
+			buckets := t.hfConst("relative_position_bucket", scores, graph.Shape{Lq, Lk}, graph.I64)
 			pb = b.EmbeddingWith("relative_attention_bias", buckets, p.relBias)
 			pb = b.Permute("permute", pb, 2, 0, 1)
 			pb = b.Expand("unsqueeze", pb, 1, H, Lq, Lk)
 		} else {
 			// torch.zeros((1, H, Lq, Lk)), no grad (outside gradient
 			// checkpointing).
-			pb = t.hfConst(stack+".cross_attention_position_bias", graph.Shape{1, H, Lq, Lk}, t.dt)
+			pb = t.hfConst("position_bias", scores, graph.Shape{1, H, Lq, Lk}, t.dt)
 		}
 		bias = b.Add("add_mask", pb, mask) // position_bias + causal_mask: [B, H, Lq, Lk]
 	}

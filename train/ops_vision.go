@@ -12,10 +12,16 @@ import (
 func addVisionRules() {
 	// Tensors forward makes without autograd: the stochastic-depth noise
 	// (empty + bernoulli_ + div_, all in place on one allocation) and
-	// constants such as new_zeros. Only the output is allocated; it takes
-	// the run-time dtype of its "like" input (the default output dtype).
+	// constants such as new_zeros, arange or a mask. Only the output is
+	// allocated; a floating one takes the run-time dtype of its "like"
+	// input, an integer one keeps its own.
 	rules[graph.Rand] = rule{}
-	rules[graph.Full] = rule{}
+	rules[graph.Full] = rule{out: func(m *micro, c *fwdCtx) graph.DType {
+		if dt := m.g.Tensors[c.op.Output].DType; !dt.IsFloat() || !c.in[0].dt.IsFloat() {
+			return dt
+		}
+		return c.in[0].dt
+	}}
 	// eq / ne: a bool result, not differentiable.
 	rules[graph.Compare] = rule{out: func(m *micro, c *fwdCtx) graph.DType { return graph.Bool }}
 	// masked_fill.Scalar: self: grad.masked_fill(mask, 0), so the node

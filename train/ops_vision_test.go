@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/batchfit/batchfit/graph"
+	"github.com/batchfit/batchfit/models"
 	"github.com/batchfit/batchfit/trace"
 )
 
@@ -242,5 +243,63 @@ func TestReciprocalRunsInFloat32UnderAutocast(t *testing.T) {
 	}
 	if d := saved(graph.Reciprocal) - saved(graph.Sqrt); d != 4*n*h {
 		t.Errorf("reciprocal saves %d bytes more than sqrt, want %d", d, 4*n*h)
+	}
+}
+
+// Tensors a Hugging Face forward makes outside autograd are activations,
+// not batch data. LlamaModel's eager causal mask [B, 1, L, L] is made after
+// the embedding in inputs_embeds.dtype (float32 under autocast, bfloat16
+// in a bf16 model) and dropped when the layers are done: nothing saves an
+// added mask, so it is gone before backward, unless checkpointing, whose
+// blocks hold their inputs until their own backward. The rotary cos table
+// [1, L, D], cast to the hidden states' dtype, is saved by q * cos and so
+// lives into backward either way.
+func TestForwardMadeConstants(t *testing.T) {
+	const b, l, d = 2, 32, 16
+	tc := models.TransformerConfig{Arch: "llama", VocabSize: 256, Hidden: 64, Layers: 2, Heads: 4, KVHeads: 2,
+		Intermediate: 128, MaxPositions: 128, Activation: "silu", AttnImpl: "eager"}
+	g, err := models.BuildTransformer("tiny", tc, models.Config{Batch: b, Seq: l})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		p           Precision
+		ckpt        bool
+		elem        int64
+		maskFreedIn trace.Phase
+	}{
+		{MixedBF16, false, 4, trace.Forward},
+		{TrueBF16, false, 2, trace.Forward},
+		{MixedBF16, true, 4, trace.Backward},
+	} {
+		tr, _, err := Simulate(g, Setup{Precision: c.p, Checkpointing: c.ckpt, Steps: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		alloc := map[string]trace.Event{}
+		freed := map[int64]trace.Phase{}
+		for _, e := range tr.Events {
+			switch e.Action {
+			case trace.Alloc:
+				if _, ok := alloc[tr.SiteName(e.Site)]; !ok {
+					alloc[tr.SiteName(e.Site)] = e
+				}
+			case trace.Free:
+				freed[e.ID] = e.Phase
+			}
+		}
+		mask, cos := alloc["model.causal_mask"], alloc["model.rotary_emb.cos"]
+		if mask.Size != b*l*l*c.elem || mask.Category != trace.Activation || mask.Phase != trace.Forward {
+			t.Errorf("%s: mask %d bytes, %s in %s; want %d, activation, forward", c.p, mask.Size, mask.Category, mask.Phase, b*l*l*c.elem)
+		}
+		if ph, ok := freed[mask.ID]; !ok || ph != c.maskFreedIn {
+			t.Errorf("%s checkpointing=%v: mask freed in %s, want %s", c.p, c.ckpt, ph, c.maskFreedIn)
+		}
+		if cos.Size != l*d*c.elem || cos.Category != trace.Activation {
+			t.Errorf("%s: cos %d bytes (%s), want %d", c.p, cos.Size, cos.Category, l*d*c.elem)
+		}
+		if ph := freed[cos.ID]; ph != trace.Backward {
+			t.Errorf("%s: cos freed in %s, want backward", c.p, ph)
+		}
 	}
 }
