@@ -54,7 +54,7 @@ func (t *hfBuilder) t5() {
 		bias := graph.None
 		for i := int64(0); i < tc.Layers; i++ {
 			b.Block("block."+itoa(i), func() {
-				h, bias = t.t5SelfAttention("encoder", "layer.0", h, mask, bias, i == 0, Ls)
+				h, bias = t.t5Sublayer("layer.0", "SelfAttention", h, graph.None, mask, bias, i == 0, Ls, Ls)
 				h = t.t5FF("layer.1", h)
 			})
 		}
@@ -80,8 +80,8 @@ func (t *hfBuilder) t5() {
 		}
 		for i := int64(0); i < layers; i++ {
 			b.Block("block."+itoa(i), func() {
-				h, selfBias = t.t5SelfAttention("decoder", "layer.0", h, causal, selfBias, i == 0, Lt)
-				h, crossBias = t.t5CrossAttention("decoder", "layer.1", h, enc, cross, crossBias, Lt, Ls)
+				h, selfBias = t.t5Sublayer("layer.0", "SelfAttention", h, graph.None, causal, selfBias, i == 0, Lt, Lt)
+				h, crossBias = t.t5Sublayer("layer.1", "EncDecAttention", h, enc, cross, crossBias, false, Lt, Ls)
 				h = t.t5FF("layer.2", h)
 			})
 		}
@@ -120,34 +120,23 @@ func (t *hfBuilder) t5AttnParams(name string, relBias bool) t5AttnParams {
 	return p
 }
 
-// t5SelfAttention is T5LayerSelfAttention: x + dropout(SelfAttention(
+// t5Sublayer is T5LayerSelfAttention (module "SelfAttention", enc None:
+// keys and values from x) or T5LayerCrossAttention ("EncDecAttention",
+// keys and values from the encoder output enc): x + dropout(attention(
 // layer_norm(x))). It returns the position bias the later layers reuse.
-func (t *hfBuilder) t5SelfAttention(stack, name string, x, mask, bias graph.TensorID, first bool, L int64) (graph.TensorID, graph.TensorID) {
+func (t *hfBuilder) t5Sublayer(name, module string, x, enc, mask, bias graph.TensorID, first bool, Lq, Lk int64) (graph.TensorID, graph.TensorID) {
 	b := t.b
 	var out graph.TensorID
 	b.Scope(name, func() {
-		p := t.t5AttnParams("SelfAttention", first)
+		p := t.t5AttnParams(module, first)
 		n := b.RMSNorm("layer_norm", x)
+		kv := n
+		if enc != graph.None {
+			kv = enc
+		}
 		var a graph.TensorID
-		b.Scope("SelfAttention", func() {
-			a, bias = t.t5Attention(stack, n, n, mask, bias, p, L, L)
-		})
-		out = b.Add("add", x, b.Dropout("dropout", a, t.tc.DropoutP, false))
-	})
-	return out, bias
-}
-
-// t5CrossAttention is T5LayerCrossAttention: x + dropout(EncDecAttention(
-// layer_norm(x), key_value_states=enc)).
-func (t *hfBuilder) t5CrossAttention(stack, name string, x, enc, mask, bias graph.TensorID, Lq, Lk int64) (graph.TensorID, graph.TensorID) {
-	b := t.b
-	var out graph.TensorID
-	b.Scope(name, func() {
-		p := t.t5AttnParams("EncDecAttention", false)
-		n := b.RMSNorm("layer_norm", x)
-		var a graph.TensorID
-		b.Scope("EncDecAttention", func() {
-			a, bias = t.t5Attention(stack, n, enc, mask, bias, p, Lq, Lk)
+		b.Scope(module, func() {
+			a, bias = t.t5Attention(n, kv, mask, bias, p, Lq, Lk)
 		})
 		out = b.Add("add", x, b.Dropout("dropout", a, t.tc.DropoutP, false))
 	})
@@ -156,8 +145,8 @@ func (t *hfBuilder) t5CrossAttention(stack, name string, x, enc, mask, bias grap
 
 // t5Attention is T5Attention.forward on queries from x and keys/values
 // from kv. When bias is None it computes the position bias (see t5) and
-// returns it for the later layers; stack names the constants it declares.
-func (t *hfBuilder) t5Attention(stack string, x, kv, mask, bias graph.TensorID, p t5AttnParams, Lq, Lk int64) (graph.TensorID, graph.TensorID) {
+// returns it for the later layers.
+func (t *hfBuilder) t5Attention(x, kv, mask, bias graph.TensorID, p t5AttnParams, Lq, Lk int64) (graph.TensorID, graph.TensorID) {
 	b, tc := t.b, t.tc
 	H, D := tc.Heads, tc.headDim()
 	q := t.headsView("q", t.apply("q", x, p.q), H, D)
