@@ -65,33 +65,10 @@ const (
 	hfViTLabels   = 2
 )
 
-func (tc TransformerConfig) imageSize() int64 {
-	if tc.ImageSize > 0 {
-		return tc.ImageSize
-	}
-	return hfViTImage
-}
-
-func (tc TransformerConfig) patchSize() int64 {
-	if tc.PatchSize > 0 {
-		return tc.PatchSize
-	}
-	return hfViTPatch
-}
-
-func (tc TransformerConfig) numChannels() int64 {
-	if tc.NumChannels > 0 {
-		return tc.NumChannels
-	}
-	return hfViTChannels
-}
-
-func (tc TransformerConfig) numLabels() int64 {
-	if tc.NumLabels > 0 {
-		return tc.NumLabels
-	}
-	return hfViTLabels
-}
+func (tc TransformerConfig) imageSize() int64   { return orDefault(tc.ImageSize, hfViTImage) }
+func (tc TransformerConfig) patchSize() int64   { return orDefault(tc.PatchSize, hfViTPatch) }
+func (tc TransformerConfig) numChannels() int64 { return orDefault(tc.NumChannels, hfViTChannels) }
+func (tc TransformerConfig) numLabels() int64   { return orDefault(tc.NumLabels, hfViTLabels) }
 
 // problemType is the loss transformers picks for integer labels:
 // problem_type when set, otherwise regression for one label and
