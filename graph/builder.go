@@ -295,7 +295,7 @@ func (b *Builder) Conv2d(name string, x TensorID, outC int64, o Conv2dOpts) Tens
 	}
 	b.Pop()
 	out := b.op(Conv2d, name, []TensorID{x}, wt, bias, Shape{s[0], outC, h, w}, b.DTypeOf(x), None, true,
-		Attr{Kernel: o.Kernel, Stride: o.Stride, Padding: o.Padding, Dilation: o.Dilation, Groups: o.Groups})
+		Attr{Kernel: o.Kernel, Stride: o.Stride, Padding: o.Padding, Dilation: o.Dilation, Groups: o.Groups, ChannelsLast: b.cl[x]})
 	// The output takes the input's suggested memory format.
 	b.keepChannelsLast(out, x)
 	return out

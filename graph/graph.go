@@ -156,6 +156,11 @@ type Attr struct {
 	// native_layer_norm works on input.contiguous(), a temporary copy (it
 	// still saves the input argument itself).
 	InputCopy bool
+	// ChannelsLast marks a convolution whose input is in channels-last
+	// layout while its weight is not (ConvNeXt's downsampling after a
+	// permuted LayerNorm): the kernels then make a channels-last copy of
+	// the weight.
+	ChannelsLast bool
 	// Count is the number of dims a roll shifts (each beyond the first is
 	// one more intermediate copy: roll_common rolls one dim at a time).
 	Count int

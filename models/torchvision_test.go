@@ -65,6 +65,11 @@ var tvWant = []struct {
 	// attention kernel; its Linear ops are qkv, proj, the MLP's two, the
 	// three patch-merging reductions and the head.
 	{"swin_t", 28288354, 173, 1, 0, 52, 29, 0, 12, "features.0.0.weight", "features.5.4.norm1.bias"},
+	// DenseNet: one checkpointable block per dense layer.
+	{"densenet121", 7978856, 364, 120, 121, 1, 0, 0, 58, "features.conv0.weight", "features.norm5.bias"},
+	{"densenet161", 28681000, 484, 160, 161, 1, 0, 0, 78, "features.conv0.weight", "features.norm5.bias"},
+	{"densenet169", 14149480, 508, 168, 169, 1, 0, 0, 82, "features.conv0.weight", "features.norm5.bias"},
+	{"densenet201", 20013928, 604, 200, 201, 1, 0, 0, 98, "features.conv0.weight", "features.norm5.bias"},
 }
 
 func TestTorchvisionModels(t *testing.T) {

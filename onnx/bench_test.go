@@ -2,6 +2,7 @@ package onnx_test
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/batchfit/batchfit/models"
@@ -42,6 +43,30 @@ func BenchmarkLoad10k(b *testing.B) {
 	}
 }
 
+// BenchmarkLoadScaling: Parse and Build of chains of 10 thousand to one
+// million nodes; time and bytes per node stay flat when import is linear
+// in the graph's size (docs/performance.md).
+func BenchmarkLoadScaling(b *testing.B) {
+	for _, n := range []int{10_000, 100_000, 1_000_000} {
+		data := chain(b, n/2, 8)
+		b.Run(fmt.Sprintf("nodes=%d", n), func(b *testing.B) {
+			b.SetBytes(int64(len(data)))
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				m, err := onnx.Parse(data, "chain.onnx")
+				if err != nil {
+					b.Fatal(err)
+				}
+				if _, err := m.Build(models.Config{Batch: 1}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(n), "ns/node")
+		})
+	}
+}
+
 // TestChain10k keeps the benchmark's model honest: 10,000 nodes, every
 // layer a linear with its bias.
 func TestChain10k(t *testing.T) {
@@ -58,5 +83,21 @@ func TestChain10k(t *testing.T) {
 	}
 	if got, want := g.ParamCount(), int64(5000*(64*64+64)); got != want {
 		t.Errorf("%d parameters, want %d", got, want)
+	}
+}
+
+// TestNodeLimit: a graph with more nodes than the limit is refused with the
+// count and the limit named; one at the limit loads.
+func TestNodeLimit(t *testing.T) {
+	data := chain(t, 50, 8) // 100 nodes
+	restore := onnx.SetMaxNodes(99)
+	_, err := onnx.Parse(data, "big.onnx")
+	restore()
+	if err == nil || !strings.Contains(err.Error(), "100 nodes, more than the limit of 99") || !strings.Contains(err.Error(), "big.onnx") {
+		t.Fatalf("err = %v, want the node count and the limit", err)
+	}
+	defer onnx.SetMaxNodes(100)()
+	if _, err := onnx.Parse(data, "big.onnx"); err != nil {
+		t.Fatalf("at the limit: %v", err)
 	}
 }

@@ -25,11 +25,20 @@ const (
 	// real model has (2^40, four tebi-elements).
 	maxElements = 1 << 40
 	maxRank     = 16
+	// MaxNodes is the most nodes a graph may have. Import is linear in
+	// the graph's size, about 4 KB of allocations and a few microseconds a
+	// node (BenchmarkLoadScaling), so a graph at the limit takes seconds
+	// and a few GB; the largest exported language models have tens of
+	// thousands of nodes.
+	MaxNodes = 1 << 20
 	// maxConstElements is the size up to which constant data is decoded
 	// (shape vectors, scalars, position ids); larger constants keep only
 	// their shape.
 	maxConstElements = 1 << 16
 )
+
+// maxNodes is MaxNodes, lowered by tests.
+var maxNodes = MaxNodes
 
 // Load reads an ONNX model file. It reads the protobuf, never the external
 // data files that initializers may point to: batchfit needs only the
@@ -96,6 +105,9 @@ func fromProto(mp *onnxpb.ModelProto, name string) (*Model, error) {
 	}
 	if opset < 1 || opset > 1000 {
 		return nil, fmt.Errorf("reading ONNX model %s: opset %d out of range", name, opset)
+	}
+	if n := len(g.GetNode()); n > maxNodes {
+		return nil, fmt.Errorf("reading ONNX model %s: %d nodes, more than the limit of %d", name, n, maxNodes)
 	}
 	base := strings.TrimSuffix(filepath.Base(name), filepath.Ext(name))
 	m := &Model{name: base, path: name, IRVersion: mp.GetIrVersion(), Opset: opset,

@@ -55,6 +55,11 @@ type Profile struct {
 	// later autograd code saves only the input's sizes and element count.
 	// adaptive_avg_pool2d to (1, 1) runs as this mean.
 	MeanDimSavesSelf bool `json:"mean_dim_saves_self"`
+	// AdamForeachDenomCopy: _multi_tensor_adam makes denom =
+	// _foreach_add(exp_avg_sq_sqrt, eps), a second set of parameter-sized
+	// temporaries alive beside the square roots (torch 1.13 and 2.0);
+	// later releases add eps in place.
+	AdamForeachDenomCopy bool `json:"adam_foreach_denom_copy"`
 }
 
 //go:embed profiles.json

@@ -88,6 +88,9 @@ const (
 	numPhases
 )
 
+// NumPhases is the number of phases, for arrays indexed by Phase.
+const NumPhases = int(numPhases)
+
 var phaseNames = [...]string{"setup", "forward", "loss", "backward", "optimizer", "zero_grad"}
 
 func (p Phase) String() string {

@@ -257,14 +257,22 @@ func (m *micro) backward() {
 		if m.ckpt && op.Block >= 0 && !m.recomputed[op.Block] {
 			m.recompute(op.Block)
 		}
+		// Engine::evaluate_function: apply() consumes the incoming
+		// gradient (freed when it returns), release_variables() drops the
+		// saved tensors, and only then are the outputs handed on.
 		gout := m.grads[op.Output]
+		ran := false
 		if gout != nil && m.g.Tensors[op.Output].RequiresGrad {
 			sim.site = m.plan.sites[i]
 			m.backwardOp(i)
 			m.grads[op.Output] = nil
 			sim.unref(gout)
+			ran = true
 		}
 		m.releaseNode(i)
+		if ran {
+			sim.bctx.handOn()
+		}
 		if m.ckpt && op.Block >= 0 && m.blockFirst[op.Block] == i {
 			for _, st := range m.blockInputs[op.Block] {
 				sim.unref(st)
@@ -331,14 +339,14 @@ func (m *micro) recompute(blk int32) {
 // deliver hands a gradient for tensor t to autograd's input buffer,
 // accumulating with one that arrived earlier (in place when the buffer is
 // not shared, InputBuffer::accumulate).
-func (m *micro) deliver(t graph.TensorID, st *storage, dt graph.DType) {
+func (m *micro) deliver(t graph.TensorID, st *storage, dt graph.DType, same bool) {
 	sim := m.sim
 	if !m.g.Tensors[t].RequiresGrad {
 		sim.unref(st)
 		return
 	}
 	if p := m.pidx[t]; p >= 0 {
-		m.arrive(p, st, false)
+		m.arrive(p, st, false, same, false)
 		return
 	}
 	if m.g.Tensors[t].Role != graph.Activation {
@@ -368,7 +376,14 @@ func (m *micro) deliver(t graph.TensorID, st *storage, dt graph.DType) {
 
 // arrive routes a parameter gradient to AccumulateGrad, through the cast
 // node when it is the gradient of autocast's copy.
-func (m *micro) arrive(p int32, st *storage, viaCast bool) {
+//
+// same says the gradient is a tensor the node also handed elsewhere (add's
+// gradient, given to both operands): AccumulateGrad steals a gradient only
+// when nothing else references the tensor (accumulate_grad.h:
+// new_grad.use_count() <= num_expected_refs), and clones it otherwise.
+// clone says the gradient's layout differs from the parameter's
+// (obeys_layout_contract fails): it is copied, never stolen.
+func (m *micro) arrive(p int32, st *storage, viaCast, same, clone bool) {
 	sim := m.sim
 	ps := sim.params[p]
 	if viaCast {
@@ -390,6 +405,8 @@ func (m *micro) arrive(p int32, st *storage, viaCast bool) {
 	}
 	if ps.pending == nil {
 		ps.pending = st
+		ps.pendingShared = same
+		ps.pendingClone = clone
 	} else {
 		sim.unref(st)
 	}
@@ -402,8 +419,16 @@ func (m *micro) arrive(p int32, st *storage, viaCast bool) {
 		return
 	}
 	g := ps.pending
-	ps.pending, ps.arrived = nil, 0
+	shared := (ps.pendingShared && g.refs > 1) || ps.pendingClone
+	ps.pending, ps.arrived, ps.pendingShared, ps.pendingClone = nil, 0, false, false
 	if ps.grad == nil {
+		if shared {
+			// clone_obey_contract: .grad is a copy, the original goes on.
+			c := sim.alloc(g.bytes, trace.Gradient)
+			c.refs = 1
+			sim.unref(g)
+			g = c
+		}
 		// AccumulateGrad steals the incoming gradient.
 		ps.grad = g
 		return

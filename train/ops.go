@@ -26,6 +26,10 @@ type rule struct {
 	bwd  func(c *bwdCtx)
 	// alias reports that the op returns its input itself (no memory).
 	alias func(m *micro, c *fwdCtx, out graph.DType) bool
+	// pre runs before the output is allocated: temporaries a kernel makes
+	// before its result (im2col columns, per-group pieces). Its locals are
+	// released when the op returns, after the output exists.
+	pre func(c *fwdCtx)
 }
 
 var rules map[graph.Kind]rule
@@ -68,14 +72,12 @@ func init() {
 			c.gradIn(1)
 		}},
 		// convolution: ConvolutionBackward0 saves input and weight always.
-		graph.Conv2d: {cast: castLower, fwd: func(c *fwdCtx) {
+		// On the CPU the kernels' temporaries are rules of their own
+		// (conv_cpu.go).
+		graph.Conv2d: {cast: castLower, pre: convCPUForward, fwd: func(c *fwdCtx) {
 			c.save(c.in[0])
 			c.save(c.w)
-		}, bwd: func(c *bwdCtx) {
-			c.gradIn(0)
-			c.gradParam(c.op.Weight)
-			c.gradParam(c.op.Bias)
-		}},
+		}, bwd: convBackward},
 		// native_batch_norm / cudnn_batch_norm in training: input, weight,
 		// running mean and var, and save_mean / save_invstd of C elements in
 		// float32 (the cuDNN reserve space is empty without a fused
@@ -169,7 +171,7 @@ func init() {
 		// gradient the size of their input.
 		graph.View: {bwd: func(c *bwdCtx) {
 			if c.m.g.Tensors[c.op.Output].Shape.Numel() == c.numel(0) {
-				c.passIn(0)
+				c.passView(0)
 			} else {
 				c.gradIn(0)
 			}
@@ -233,7 +235,7 @@ func init() {
 		// cat saves sizes; its backward narrows the gradient (views).
 		graph.Cat: {bwd: func(c *bwdCtx) {
 			for j := range c.op.Inputs {
-				c.passIn(j)
+				c.passView(j)
 			}
 		}},
 		// embedding saves the indices; embedding_dense_backward allocates a

@@ -64,8 +64,11 @@ func (sim *Simulator) optimizerStep() {
 	case Adam, AdamW:
 		if first {
 			for _, ps := range sim.params {
-				if o.Impl == Fused {
-					sim.newState(ps, 4) // step: a 0-d float32 tensor on the device
+				if o.Impl == Fused || sim.s.CPU {
+					// step: a 0-d float32 tensor, on the device for
+					// fused (and capturable); otherwise on the host,
+					// which is the device in a CPU run.
+					sim.newState(ps, 4)
 				}
 				sim.newState(ps, ps.numel*ps.dt.Size()) // exp_avg
 				sim.newState(ps, ps.numel*ps.dt.Size()) // exp_avg_sq
@@ -74,32 +77,63 @@ func (sim *Simulator) optimizerStep() {
 				}
 			}
 		}
-		if o.Impl == Fused {
-			break
-		}
-		if o.Kind == Adam && o.WeightDecay != 0 {
-			// L2: grads = _foreach_add(grads, params, alpha=weight_decay)
-			sim.optimizerTemps(1, foreach)
-		}
-		if foreach {
-			// exp_avg_sq_sqrt = torch._foreach_sqrt(exp_avg_sqs), then in
-			// place: one temporary per parameter, all alive together.
-			sim.optimizerTemps(1, true)
-		} else {
-			// denom = (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(eps):
-			// sqrt and the division each allocate; the sqrt dies when the
-			// division is done.
-			for _, ps := range sim.params {
-				n := ps.numel * ps.dt.Size()
-				a := sim.alloc(n, trace.Transient)
-				b := sim.alloc(n, trace.Transient)
-				sim.free(a)
-				sim.free(b)
+		switch {
+		case o.Impl == Fused:
+		case foreach:
+			if o.Kind == Adam && o.WeightDecay != 0 {
+				// L2: grads = _foreach_add(grads, params, alpha=weight_decay),
+				// alive until the function returns.
+				sim.optimizerTemps(1, true)
 			}
+			// exp_avg_sq_sqrt = torch._foreach_sqrt(exp_avg_sqs), divided in
+			// place; denom = _foreach_add(exp_avg_sq_sqrt, eps) is a second
+			// set where the profile says so.
+			k := 1
+			if sim.s.Profile.AdamForeachDenomCopy {
+				k = 2
+			}
+			sim.optimizerTemps(k, true)
+		default:
+			sim.adamForLoop(o.Kind == Adam && o.WeightDecay != 0)
 		}
 	}
 	for _, st := range unscale {
 		sim.free(st)
+	}
+}
+
+// adamForLoop is _single_tensor_adam's loop over the parameters. Per
+// parameter: with L2 decay, grad = grad.add(param, alpha=weight_decay)
+// (rebound to the next gradient at the top of the next iteration); then
+// denom = (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(eps): the square
+// root and the quotient are allocated, the root dies with the expression,
+// and the previous parameter's denom is released only when the name is
+// rebound, after the new one exists. The last denom dies when the function
+// returns.
+func (sim *Simulator) adamForLoop(l2 bool) {
+	var denom, decayed *storage
+	for _, ps := range sim.params {
+		n := ps.numel * ps.dt.Size()
+		if decayed != nil {
+			sim.free(decayed)
+			decayed = nil
+		}
+		if l2 {
+			decayed = sim.alloc(n, trace.Transient)
+		}
+		root := sim.alloc(n, trace.Transient)
+		quot := sim.alloc(n, trace.Transient)
+		sim.free(root)
+		if denom != nil {
+			sim.free(denom)
+		}
+		denom = quot
+	}
+	if decayed != nil {
+		sim.free(decayed)
+	}
+	if denom != nil {
+		sim.free(denom)
 	}
 }
 

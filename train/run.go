@@ -152,6 +152,9 @@ func (m *micro) runOp(i int) {
 			c.b = v
 		}
 	}
+	if r.pre != nil {
+		r.pre(c)
+	}
 	out := op.Output
 	dt := m.outDType(r, c)
 	tensor := &m.g.Tensors[out]
@@ -237,6 +240,27 @@ type bwdCtx struct {
 	i    int
 	gout *storage
 	gdt  graph.DType
+	// out holds the gradients the node returns. The engine hands them on
+	// (to the next node's input buffer, to AccumulateGrad, through a cast
+	// node) only after the node's apply() has returned, so after the
+	// temporaries it freed: see backwardOp.
+	out []gradOut
+}
+
+// gradOut is one gradient a backward node returns: for input j, or for
+// parameter p (p >= 0).
+type gradOut struct {
+	j       int
+	p       int32
+	st      *storage
+	dt      graph.DType
+	viaCast bool
+	// same: the node returned its incoming gradient tensor itself, not a
+	// new tensor or view (see arrive).
+	same bool
+	// clone: a parameter gradient whose layout differs from the
+	// parameter's, which AccumulateGrad copies instead of stealing.
+	clone bool
 }
 
 func (c *bwdCtx) numel(j int) int64 { return c.m.g.Tensors[c.op.Inputs[j]].Shape.Numel() }
@@ -286,9 +310,24 @@ func (c *bwdCtx) gradIn(j int) {
 	c.route(j, st, dt)
 }
 
-// passIn hands the incoming gradient itself to input j (add, views,
-// clone): no new memory.
+// passIn hands the incoming gradient tensor itself to input j (add, a
+// contiguous copy, a cast to the same dtype): no new memory, and the same
+// tensor may reach several inputs.
 func (c *bwdCtx) passIn(j int) {
+	if !c.needs(j) {
+		return
+	}
+	c.m.sim.ref(c.gout)
+	c.route(j, c.gout, c.gdt)
+	if o := &c.out[len(c.out)-1]; o.st == c.gout {
+		o.same = true
+	}
+}
+
+// passView hands input j a view of the incoming gradient (cat's narrow, a
+// view's reshape): no new memory, but a tensor of its own, which
+// AccumulateGrad may steal even though its storage is shared.
+func (c *bwdCtx) passView(j int) {
 	if !c.needs(j) {
 		return
 	}
@@ -314,7 +353,20 @@ func (c *bwdCtx) route(j int, st *storage, dt graph.DType) {
 		m.sim.unref(st)
 		st, dt = up, want
 	}
-	m.deliver(t, st, dt)
+	c.out = append(c.out, gradOut{j: j, p: -1, st: st, dt: dt})
+}
+
+// handOn delivers the node's gradients, in the order it produced them.
+func (c *bwdCtx) handOn() {
+	m := c.m
+	for _, o := range c.out {
+		if o.p >= 0 {
+			m.arrive(o.p, o.st, o.viaCast, false, o.clone)
+			continue
+		}
+		m.deliver(c.op.Inputs[o.j], o.st, o.dt, o.same)
+	}
+	c.out = c.out[:0]
 }
 
 // gradParam allocates the gradient of the op's weight or bias.
@@ -330,19 +382,19 @@ func (c *bwdCtx) gradParam(t graph.TensorID) {
 	ps := m.sim.params[p]
 	if m.wCast[c.i] {
 		st := c.alloc(ps.numel * m.sim.low.Size())
-		m.arrive(p, st, true)
+		c.out = append(c.out, gradOut{p: p, st: st, viaCast: true})
 		return
 	}
 	st := m.sim.alloc(ps.numel*ps.dt.Size(), m.gradCategory(p))
 	st.refs = 1
-	m.arrive(p, st, false)
+	c.out = append(c.out, gradOut{p: p, st: st})
 }
 
 func (m *micro) backwardOp(i int) {
 	op := &m.g.Ops[i]
 	r := &m.plan.rules[i]
 	c := &m.sim.bctx
-	*c = bwdCtx{m: m, op: op, i: i, gout: m.grads[op.Output], gdt: m.gradDT[op.Output]}
+	*c = bwdCtx{m: m, op: op, i: i, gout: m.grads[op.Output], gdt: m.gradDT[op.Output], out: c.out[:0]}
 	if r.bwd != nil {
 		r.bwd(c)
 	}

@@ -31,7 +31,11 @@ type paramState struct {
 	grad    *storage // .grad, nil when unset
 	state   []*storage
 	pending *storage // gradient waiting in AccumulateGrad's input buffer
-	arrived int32
+	// pendingShared: pending is a tensor also handed to another input
+	pendingShared bool
+	// pendingClone: pending's layout is not the parameter's
+	pendingClone bool
+	arrived      int32
 	// cast node (autocast weight cache) input buffer
 	castPending *storage
 	castArrived int32

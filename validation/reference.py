@@ -130,7 +130,7 @@ for _name in ["resnet34", "resnet101", "resnet152", "wide_resnet50_2", "vgg11", 
               "vgg11_bn", "vgg13_bn", "vgg16_bn", "vgg19_bn", "vit_b_32", "vit_l_16", "mobilenet_v2",
               "mobilenet_v3_small", "mobilenet_v3_large", "efficientnet_b0", "efficientnet_b1",
               "efficientnet_b2", "efficientnet_b3", "efficientnet_b4", "convnext_tiny", "convnext_small",
-              "convnext_base", "swin_t"]:
+              "convnext_base", "swin_t", "densenet121", "densenet161", "densenet169", "densenet201"]:
     MODELS[_name] = (tv(_name), (3, 224, 224), 1000, VISION_BATCHES)
 
 
@@ -180,10 +180,22 @@ class SavedRecorder:
     def __init__(self):
         self.packs = []  # (tensor, storage ptr, storage nbytes), forward order
         self.unpacked = []  # pack indices returned by the unpack hook since the last reset
+        self.handles = []  # every _Packed handed to autograd
 
     def pack(self, t):
         self.packs.append((t, storage_key(t), storage_nbytes(t)))
-        return _Packed(t, len(self.packs) - 1)
+        h = _Packed(t, len(self.packs) - 1)
+        self.handles.append(h)
+        return h
+
+    def release(self):
+        """Breaks the cycle node -> packed handle -> saved output -> grad_fn = node. It runs
+        through C++ autograd nodes, where Python's collector cannot see, so without this every
+        measured graph (activations included) would stay alive until the process ends."""
+        for h in self.handles:
+            h.tensor = None
+        self.handles.clear()
+        self.packs.clear()
 
     def unpack(self, p):
         self.unpacked.append(p.index)
@@ -326,7 +338,8 @@ def measure(model, in_shape, classes, batch):
         "target_bytes": storage_nbytes(y),
         "logits_bytes": logits.numel() * logits.element_size(),
     }
-    del loss, logits, rec
+    rec.release()
+    del loss, logits, rec, pack_owner, first
     return summary, detail
 
 

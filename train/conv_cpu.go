@@ -1,0 +1,131 @@
+package train
+
+import (
+	"github.com/batchfit/batchfit/graph"
+	"github.com/batchfit/batchfit/trace"
+)
+
+// CPU convolution, as aten runs it without oneDNN (torch 1.13,
+// aten/src/ATen/native/Convolution.cpp: ConvBackend::Slow2d, and
+// ConvolutionMM2d.cpp: _slow_conv2d_forward / _slow_conv2d_backward). These
+// are device data: the CUDA path (cuDNN) has workspaces instead, which are
+// not modelled here. Measured on torch 1.13 with torch.backends.mkldnn
+// disabled (validation/step.py), one allocation at a time:
+//
+//   - forward, one group: the im2col columns [N, C·kh·kw, oh·ow] are made
+//     before the output and freed after it; a 1×1 kernel with stride 1 and
+//     no padding reads the input in place and makes none;
+//   - forward, G > 1 groups: _convolution loops over the groups: a
+//     contiguous copy of the group's input slice, its columns, its output;
+//     the columns and the input copy die with the group, the outputs live
+//     until at::cat has joined them into the result;
+//   - backward, one group: grad_input, grad_bias, grad_weight, then the
+//     columns again for the weight gradient;
+//   - a channels-last input with a contiguous weight (one group):
+//     thnn_conv_use_channels_last holds, and forward and backward each
+//     make a channels-last copy of the weight first, freed when the kernel
+//     returns; the weight gradient comes out channels-last, so
+//     AccumulateGrad copies it into the parameter's layout rather than
+//     stealing it;
+//   - backward, G > 1: per group, contiguous copies of the grad_output and
+//     input slices, the group's grad_input, grad_bias and grad_weight, and
+//     its columns; the copies and columns die with the group, the
+//     per-group gradients after the cat of each.
+//
+// The oneDNN path is not modelled: it reorders tensors to blocked layouts
+// whose padding depends on the processor's vector width.
+
+// convColumns is the byte size of _slow_conv2d's im2col buffer for one
+// group, 0 where the kernel reads its input in place.
+func convColumns(in, out graph.Shape, a graph.Attr, dt graph.DType) int64 {
+	if a.Kernel == [2]int64{1, 1} && a.Stride == [2]int64{1, 1} && a.Padding == [2]int64{} {
+		return 0
+	}
+	g := max(a.Groups, 1)
+	return in[0] * (in[1] / g) * a.Kernel[0] * a.Kernel[1] * out[2] * out[3] * dt.Size()
+}
+
+func convCPUForward(c *fwdCtx) {
+	if !c.m.sim.s.CPU {
+		return
+	}
+	in, out := c.shape(0), c.outShape()
+	dt := c.in[0].dt
+	cols := convColumns(in, out, c.op.Attr, dt)
+	g := max(c.op.Attr.Groups, 1)
+	if g == 1 {
+		if c.op.Attr.ChannelsLast {
+			c.local(c.m.g.Tensors[c.op.Weight].Shape.Numel()*c.w.dt.Size(), trace.Transient)
+		}
+		if cols > 0 {
+			c.local(cols, trace.Transient)
+		}
+		return
+	}
+	inG, outG := in.Numel()/g*dt.Size(), out.Numel()/g*dt.Size()
+	for i := int64(0); i < g; i++ {
+		x := c.local(inG, trace.Transient)
+		var col *storage
+		if cols > 0 {
+			col = c.local(cols, trace.Transient)
+		}
+		c.local(outG, trace.Transient) // joined by the cat, then freed
+		if col != nil {
+			c.drop(col)
+		}
+		c.drop(x)
+	}
+}
+
+func convBackward(c *bwdCtx) {
+	if !c.m.sim.s.CPU {
+		c.gradIn(0)
+		c.gradParam(c.op.Weight)
+		c.gradParam(c.op.Bias)
+		return
+	}
+	m := c.m
+	in := m.g.Tensors[c.op.Inputs[0]].Shape
+	out := m.g.Tensors[c.op.Output].Shape
+	dt := c.inDT(0)
+	cols := convColumns(in, out, c.op.Attr, dt)
+	g := max(c.op.Attr.Groups, 1)
+	if g == 1 {
+		var wcopy *storage
+		if c.op.Attr.ChannelsLast {
+			wcopy = c.alloc(m.g.Tensors[c.op.Weight].Shape.Numel() * dt.Size())
+		}
+		c.gradIn(0)
+		c.gradParam(c.op.Weight)
+		if wcopy != nil && len(c.out) > 0 {
+			c.out[len(c.out)-1].clone = true
+		}
+		c.gradParam(c.op.Bias)
+		c.temp(cols)
+		m.sim.unref(wcopy)
+		return
+	}
+	inG, outG := in.Numel()/g*dt.Size(), out.Numel()/g*dt.Size()
+	wG := m.g.Tensors[c.op.Weight].Shape.Numel() / g * dt.Size()
+	var kept []*storage
+	for i := int64(0); i < g; i++ {
+		gout := c.alloc(outG)
+		x := c.alloc(inG)
+		if c.needs(0) {
+			kept = append(kept, c.alloc(inG))
+		}
+		if c.op.Bias != graph.None {
+			kept = append(kept, c.alloc(out[1]/g*dt.Size()))
+		}
+		kept = append(kept, c.alloc(wG))
+		c.temp(cols)
+		m.sim.unref(gout)
+		m.sim.unref(x)
+	}
+	c.gradIn(0)
+	c.gradParam(c.op.Weight)
+	c.gradParam(c.op.Bias)
+	for _, st := range kept {
+		m.sim.unref(st)
+	}
+}

@@ -1,0 +1,451 @@
+#!/usr/bin/python3
+"""Whole-step CPU reference: the memory timeline of real PyTorch training steps.
+
+Run with the interpreter that has torch and torchvision (Debian: /usr/bin/python3):
+
+    /usr/bin/python3 validation/step.py                 # writes testdata/reference/torch-cpu-step.json
+    /usr/bin/python3 validation/step.py --out DIR       # writes into DIR
+    /usr/bin/python3 validation/step.py --check         # regenerates in a temp dir, diffs
+    /usr/bin/python3 validation/step.py --only 'resnet*' --out /tmp/x   # a slice, for working on a rule
+
+reference.py holds the simulator to autograd at one instant, the end of the forward pass. This
+script follows every allocation and free of whole training steps (data, forward with the loss,
+backward, optimizer.step, zero_grad), so the peak can be checked where users meet it: in the
+backward pass or in the optimizer step.
+
+How it is measured
+------------------
+c10's CPU allocator reports every allocation and free to the profiler when memory profiling is
+on (ProfiledCPUMemoryReporter, c10/core/CPUAllocator.cpp): the pointer, the size and the
+running total of the bytes allocated since profiling began. The profiler is started with
+memory profiling, the CPU activity and only two record scopes, USER_SCOPE and BACKWARD_FUNCTION:
+operator events are not recorded (they cost more than the step itself for models that run many
+small kernels), but the scopes below and every autograd node are.
+
+* Phases are user scopes opened with ``_record_function_enter_new``, which allocates nothing
+  (``torch.autograd.profiler.record_function`` allocates a handle tensor, and ``Optimizer.step``
+  and ``zero_grad`` open one in torch 1.13: the script replaces that annotation with a no-op,
+  since on a GPU those handles are host memory anyway).
+* In the forward pass every leaf module is a user scope (forward pre- and post-hooks), so the
+  forward timeline is at module granularity; in backward every autograd node is a scope of its
+  own (``autograd::engine::evaluate_function: ConvolutionBackward0``).
+* The model is built (seed 0) before profiling starts: its parameters and buffers are alive
+  throughout and never freed, so the bytes alive at any moment are ``param_bytes +
+  buffer_bytes`` plus the running sum of the sizes reported since. The script checks that
+  sum against what Python can count at the end (gradients, optimizer state, the last batch
+  and loss), and checks the running sum against the allocator's own running total.
+
+The loop, the same one batchfit's step simulator follows (train/doc.go):
+
+    for step in range(STEPS):
+        x, y = new batch            # the previous batch is released when the names are rebound
+        loss = cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad()             # torch 1.13: set_to_none=False, gradients are zeroed and kept
+
+Bytes are what c10 was asked for (the tensor's nbytes), with no allocator rounding: the CPU
+allocator has no caching, so this is the "requested" figure of the CUDA allocator's stats, and
+the Go test compares it with the simulator's live requested bytes.
+
+The CPU is not CUDA, and the script pins the CPU paths that would otherwise depend on the
+machine: one intra-op thread (allocation order and kernel choice do not depend on the core
+count), and oneDNN (mkldnn) off, so convolutions run aten's own kernels, whose temporaries
+follow from the shapes alone (thnn_conv2d's im2col columns; grouped convolutions split per
+group) rather than from the vector width of the processor (oneDNN reorders to blocked layouts
+padded to 8 or 16 channels). Images are small (64 px, 32 px for ViT-*/16) so that the whole
+zoo runs in a few minutes on two cores; every rule involved is per op and shape-exact, so a
+smaller image tests the same rules.
+
+Output (deterministic: sorted keys, integers only, no timestamps, no host names):
+``torch-cpu-step.json``: per case (``model/bBATCH/OPTIMIZER``), the parameter and buffer bytes,
+and per step: ``alive_before``, ``peak``, ``peak_phase``, ``peak_op`` (the leaf module or
+autograd node inside which the peak was reached; ``-`` outside any), and per phase its
+``peak`` and ``end``. Cases marked ``detail`` also carry the steady step's ``timeline``: one
+row per scope in order, ``[phase, name, live after, peak within]``.
+"""
+
+import argparse
+import difflib
+import fnmatch
+import json
+import multiprocessing
+import os
+import shutil
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+OUT_FILE = "torch-cpu-step.json"
+STEPS = 2  # step 0 creates the optimizer state; step 1 is the steady state
+PHASES = ("forward", "backward", "optimizer", "zero_grad")
+OPTIMIZERS = ("sgd_momentum", "adam", "adam_foreach")
+SMALL = ("mlp", "mlp-L1-H256", "mlp-L8-H512", "simpleconv")
+SMALL_BATCHES = (1, 8, 32)
+VISION_BATCHES = (1, 2)
+# Image side per model (see the module doc); models not named use DEFAULT_IMAGE.
+DEFAULT_IMAGE = 64
+IMAGE = {"vit_b_16": 32, "vit_l_16": 32}
+# torchvision models that also run Adam with foreach (the small models all do).
+FOREACH = ("resnet18", "mobilenet_v2", "vit_b_16")
+# Models whose cases carry the steady step's timeline.
+DETAIL = SMALL + ("resnet18", "resnet50", "vgg16", "vit_b_16", "densenet121")
+# Cases too large to run beside another worker on a machine with 8 GB to spare.
+ALONE = ("vit_l_16",)
+
+
+def cases(only=None):
+    import reference
+    out = []
+    for name in reference.MODELS:
+        small = name in SMALL
+        batches = SMALL_BATCHES if small else VISION_BATCHES
+        opts = OPTIMIZERS if small or name in FOREACH else OPTIMIZERS[:2]
+        for b in batches:
+            for o in opts:
+                cid = "%s/b%d/%s" % (name, b, o)
+                if only and not any(fnmatch.fnmatch(cid, p) or fnmatch.fnmatch(name, p) for p in only):
+                    continue
+                detail = name in DETAIL and b == batches[-1] and o == "sgd_momentum"
+                out.append({"id": cid, "model": name, "batch": b, "optimizer": o,
+                            "image": None if small else IMAGE.get(name, DEFAULT_IMAGE),
+                            "detail": detail})
+    return out
+
+
+# ----------------------------------------------------------------------------------------------
+# One case, in a fresh process.
+
+
+class _NoRecordFunction:
+    """Stands in for torch.autograd.profiler.record_function (see the module doc)."""
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def build(case):
+    import torch
+    import torchvision
+    import reference
+    torch.manual_seed(reference.SEED)
+    name = case["model"]
+    builder, in_shape, classes, _ = reference.MODELS[name]
+    if case["image"] is None:
+        model = builder()
+    else:
+        kw = {"image_size": case["image"]} if name.startswith("vit_") else {}
+        model = getattr(torchvision.models, name)(weights=None, **kw)
+        in_shape = (3, case["image"], case["image"])
+    return model.train(), in_shape, classes
+
+
+def make_optimizer(kind, params):
+    import torch
+    if kind == "sgd_momentum":
+        return torch.optim.SGD(params, lr=0.01, momentum=0.9)
+    if kind == "adam":
+        return torch.optim.Adam(params, lr=1e-3, foreach=False)
+    if kind == "adam_foreach":
+        return torch.optim.Adam(params, lr=1e-3, foreach=True)
+    raise ValueError("unknown optimizer %r" % kind)
+
+
+def run_case(case):
+    import torch
+    import torch.nn.functional as F
+    import torch.autograd.profiler as autograd_profiler
+    from torch.autograd import (_disable_profiler, _enable_profiler, _prepare_profiler,
+                                ProfilerActivity, ProfilerConfig, ProfilerState)
+    from torch._C._profiler import RecordScope, _ExperimentalConfig
+
+    torch.set_num_threads(1)
+    torch.backends.mkldnn.enabled = False
+    autograd_profiler.record_function = _NoRecordFunction
+
+    model, in_shape, classes = build(case)
+    param_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    buffer_bytes = sum(b.numel() * b.element_size() for b in model.buffers())
+    opt = make_optimizer(case["optimizer"], model.parameters())
+    enter = torch.ops.profiler._record_function_enter_new
+    leave = torch.ops.profiler._record_function_exit._RecordFunction
+
+    handles = {}
+
+    def pre(mod, args):
+        handles[id(mod)] = enter(mod._batchfit_name, None)
+
+    def post(mod, args, out):
+        leave(handles.pop(id(mod)))
+
+    for name, mod in model.named_modules():
+        if not list(mod.children()):
+            mod._batchfit_name = name
+            mod.register_forward_pre_hook(pre)
+            mod.register_forward_hook(post)
+
+    cfg = ProfilerConfig(ProfilerState.KINETO, False, True, False, False, False, _ExperimentalConfig())
+    acts = {ProfilerActivity.CPU}
+    _prepare_profiler(cfg, acts)
+    torch.manual_seed(1)
+    _enable_profiler(cfg, acts, {RecordScope.USER_SCOPE, RecordScope.BACKWARD_FUNCTION})
+    x = y = loss = None
+    for step in range(STEPS):
+        h = enter("step%d/forward" % step, None)
+        x = torch.randn(case["batch"], *in_shape)
+        y = torch.randint(0, classes, (case["batch"],), dtype=torch.int64)
+        loss = F.cross_entropy(model(x), y)
+        leave(h)
+        h = enter("step%d/backward" % step, None)
+        loss.backward()
+        leave(h)
+        h = enter("step%d/optimizer" % step, None)
+        opt.step()
+        leave(h)
+        h = enter("step%d/zero_grad" % step, None)
+        opt.zero_grad()
+        leave(h)
+    h = enter("end", None)
+    x = y = loss = None
+    leave(h)
+    result = _disable_profiler()
+
+    # What Python can count at the end: it must equal the running sum. Storages, not tensors:
+    # a gradient can be a view that pins a larger storage (at batch 1 ViT's class token
+    # gradient is a slice of the gradient of the cat that prepends it).
+    import reference
+    storages = {}
+    for t in list(model.parameters()) + list(model.buffers()):
+        storages[reference.storage_key(t)] = reference.storage_nbytes(t)
+    for p in model.parameters():
+        if p.grad is not None:
+            storages[reference.storage_key(p.grad)] = reference.storage_nbytes(p.grad)
+    for st in opt.state.values():
+        for v in st.values():
+            if torch.is_tensor(v):
+                storages[reference.storage_key(v)] = reference.storage_nbytes(v)
+    alive = sum(storages.values())
+    return summarize(case, result.experimental_event_tree(), param_bytes, buffer_bytes, alive)
+
+
+def summarize(case, roots, param_bytes, buffer_bytes, alive_end):
+    """Walks the event tree in time order and folds the memory events into per-step figures."""
+    phases = []  # (step, phase, node)
+    for r in roots:
+        if r.name.startswith("step") and "/" in r.name:
+            s, ph = r.name.split("/", 1)
+            phases.append((int(s[4:]), ph, r))
+    phases.sort(key=lambda t: t[2].start_time_ns)
+    if [(s, ph) for s, ph, _ in phases] != [(s, ph) for s in range(STEPS) for ph in PHASES]:
+        raise RuntimeError("%s: phase scopes out of order: %s" % (case["id"], [(s, ph) for s, ph, _ in phases]))
+    # Memory events outside any phase would mean something ran unobserved.
+    stray = [r for r in roots if r.name == "[memory]"]
+    end = [r for r in roots if r.name == "end"]
+    if stray:
+        raise RuntimeError("%s: %d memory events outside the phases" % (case["id"], len(stray)))
+
+    live = param_bytes + buffer_bytes
+    base = live
+    steps = []
+    last_total = 0
+    for s in range(STEPS):
+        st = {"alive_before": live, "peak": live, "peak_phase": "", "peak_op": "", "phases": {}}
+        timeline = []
+        for s2, ph, node in phases:
+            if s2 != s:
+                continue
+            pst = {"peak": live}
+            for name, mems in segments(node):
+                seg_peak = live
+                for m in mems:
+                    ef = m.extra_fields
+                    live += ef.alloc_size
+                    if ef.total_allocated != live - base:
+                        raise RuntimeError("%s: running sum %d disagrees with the allocator's total %d"
+                                           % (case["id"], live - base, ef.total_allocated))
+                    last_total = ef.total_allocated
+                    seg_peak = max(seg_peak, live)
+                    if live > st["peak"]:
+                        st["peak"], st["peak_phase"], st["peak_op"] = live, ph, name
+                    pst["peak"] = max(pst["peak"], live)
+                timeline.append([ph, name, live, seg_peak])
+            pst["end"] = live
+            st["phases"][ph] = pst
+        if case["detail"] and s == STEPS - 1:
+            st["timeline"] = timeline
+        steps.append(st)
+    for e in end:
+        for _, mems in segments(e):
+            for m in mems:
+                live += m.extra_fields.alloc_size
+    if live != alive_end:
+        raise RuntimeError("%s: %d bytes alive by the running sum, %d counted from Python"
+                           % (case["id"], live, alive_end))
+    del last_total
+    return {
+        "model": case["model"], "batch": case["batch"], "optimizer": case["optimizer"],
+        "image": case["image"], "param_bytes": param_bytes, "buffer_bytes": buffer_bytes,
+        "steps": steps,
+    }
+
+
+def segments(phase_node):
+    """The phase's children in time order, as (scope name, memory events in order): a leaf
+    module or autograd node is one segment; memory events directly under the phase (functional
+    code between modules, the loss, the optimizer) form segments named '-'."""
+    out = []
+    for c in sorted(phase_node.children, key=lambda n: (n.start_time_ns, n.id)):
+        if c.name == "[memory]":
+            if out and out[-1][0] == "-":
+                out[-1][1].append(c)
+            else:
+                out.append(("-", [c]))
+            continue
+        name = c.name
+        prefix = "autograd::engine::evaluate_function: "
+        if name.startswith(prefix):
+            name = name[len(prefix):]
+        out.append((name, memory_events(c)))
+    return out
+
+
+def memory_events(node):
+    out = []
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if n.name == "[memory]":
+            out.append(n)
+        stack.extend(n.children)
+    out.sort(key=lambda n: (n.start_time_ns, n.id))
+    return out
+
+
+def _worker(case):
+    return case["id"], run_case(case)
+
+
+# ----------------------------------------------------------------------------------------------
+# The whole file.
+
+
+def generate(only=None, jobs=2):
+    import torch
+    import torchvision
+    todo = cases(only)
+    out = {
+        "generator": "validation/step.py",
+        "torch": torch.__version__,
+        "torchvision": torchvision.__version__,
+        "device": "cpu",
+        "threads": 1,
+        "mkldnn": False,
+        "steps": STEPS,
+        "loop": "x, y = new batch; loss = cross_entropy(model(x), y); loss.backward(); "
+                "opt.step(); opt.zero_grad()",
+        "bytes": "requested bytes alive (tensor nbytes), parameters and buffers included",
+        "cases": {},
+    }
+    alone = [c for c in todo if any(c["model"].startswith(a) for a in ALONE)]
+    shared = [c for c in todo if c not in alone]
+    ctx = multiprocessing.get_context("spawn")
+    for group, n in ((shared, jobs), (alone, 1)):
+        if not group:
+            continue
+        with ctx.Pool(n, maxtasksperchild=1) as pool:
+            for cid, res in pool.imap_unordered(_worker, group):
+                out["cases"][cid] = res
+    return out
+
+
+def dump(obj):
+    """Indented JSON with one timeline row per line."""
+    text = json.dumps(obj, sort_keys=True, indent=1)
+    lines, out, in_row = text.split("\n"), [], False
+    # Fold the innermost arrays (timeline rows) onto one line each.
+    buf = []
+    for ln in lines:
+        s = ln.strip()
+        if in_row:
+            buf.append(s)
+            if s.startswith("]"):
+                out.append(buf[0] + "".join(b if b.startswith("]") else b + " " for b in buf[1:]).replace(" ]", "]"))
+                in_row, buf = False, []
+            continue
+        if s == "[" and out and out[-1].strip().endswith("["):
+            in_row, buf = True, [ln.rstrip()]
+            continue
+        out.append(ln)
+    text = "\n".join(out) + "\n"
+    assert json.loads(text) == obj
+    return text
+
+
+def write(out_dir, only=None, jobs=2):
+    data = generate(only, jobs)
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, OUT_FILE), "w", encoding="utf-8", newline="\n") as f:
+        f.write(dump(data))
+    return data
+
+
+def check(committed_dir, jobs):
+    tmp = tempfile.mkdtemp(prefix="batchfit-step-")
+    try:
+        write(tmp, jobs=jobs)
+        want_path = os.path.join(committed_dir, OUT_FILE)
+        with open(os.path.join(tmp, OUT_FILE), encoding="utf-8") as f:
+            got = f.read()
+        if not os.path.exists(want_path):
+            print("step: %s is missing (regenerate with validation/step.py)" % want_path, file=sys.stderr)
+            return 1
+        with open(want_path, encoding="utf-8") as f:
+            want = f.read()
+        if got == want:
+            print("step: %s matches a fresh run" % OUT_FILE)
+            return 0
+        diff = list(difflib.unified_diff(want.splitlines(True), got.splitlines(True),
+                                         fromfile=want_path + " (committed)", tofile=OUT_FILE + " (regenerated)"))
+        sys.stderr.write("step: %s differs from a fresh run:\n" % want_path)
+        sys.stderr.writelines(diff[:200])
+        if len(diff) > 200:
+            sys.stderr.write("... (%d more diff lines)\n" % (len(diff) - 200))
+        return 1
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def main(argv=None):
+    default_out = os.path.join(os.path.dirname(HERE), "testdata", "reference")
+    ap = argparse.ArgumentParser(description="Write the whole-step CPU memory reference.")
+    ap.add_argument("--out", default=default_out, help="output directory (default: %(default)s)")
+    ap.add_argument("--check", action="store_true",
+                    help="regenerate into a temporary directory and diff against --out")
+    ap.add_argument("--only", nargs="+", help="case ids or model names (globs) to run")
+    ap.add_argument("--jobs", type=int, default=2, help="worker processes (default 2)")
+    ap.add_argument("--list", action="store_true", help="print the case ids")
+    args = ap.parse_args(argv)
+    if args.list:
+        for c in cases(args.only):
+            print(c["id"])
+        return 0
+    if args.check:
+        return check(args.out, args.jobs)
+    data = write(args.out, args.only, args.jobs)
+    for cid in sorted(data["cases"]):
+        st = data["cases"][cid]["steps"][-1]
+        print("%-32s before %12d peak %12d in %s (%s)" % (cid, st["alive_before"], st["peak"],
+                                                         st["peak_phase"], st["peak_op"]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
