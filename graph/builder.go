@@ -657,6 +657,18 @@ func (b *Builder) Permute(name string, x TensorID, dims ...int) TensorID {
 	return out
 }
 
+// Release marks the return of a Python function whose locals or arguments
+// still reference xs after their last use as operands: PyTorch frees a
+// tensor when its last reference goes, not after its last use. The result
+// is a view of xs[0] that nothing reads.
+func (b *Builder) Release(name string, xs ...TensorID) TensorID {
+	if !b.ok(xs...) || len(xs) == 0 {
+		b.Fail("%s: release of nothing", b.path(name))
+		return None
+	}
+	return b.op(Release, name, xs, None, None, b.Shape(xs[0]).Clone(), b.DTypeOf(xs[0]), xs[0], false, Attr{})
+}
+
 // Select is x[..., i, ...] along dim (a view; not contiguous unless dim is
 // the leading dimension).
 func (b *Builder) Select(name string, x TensorID, dim int) TensorID {
@@ -812,11 +824,16 @@ func (b *Builder) AddInplace(name string, x, y TensorID) TensorID {
 func (b *Builder) Mul(name string, x, y TensorID) TensorID { return b.binary(Mul, name, x, y, false) }
 
 // Scale is x * number (or x / number): a new tensor, nothing saved.
+// TensorIterator gives the result the stride order of x, so a permuted x
+// (Swin's q, a select of the permuted qkv) makes a permuted result, which a
+// later reshape must copy.
 func (b *Builder) Scale(name string, x TensorID) TensorID {
 	if !b.ok(x) {
 		return None
 	}
-	return b.op(Mul, name, []TensorID{x}, None, None, b.Shape(x).Clone(), b.DTypeOf(x), None, true, Attr{Scalar: true})
+	out := b.op(Mul, name, []TensorID{x}, None, None, b.Shape(x).Clone(), b.DTypeOf(x), None, b.contig[x], Attr{Scalar: true})
+	b.cl[out] = b.cl[x]
+	return out
 }
 
 // Cat concatenates along dim.

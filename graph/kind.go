@@ -50,6 +50,10 @@ const (
 	Roll       Kind = "roll"            // torch.roll over one or more dims: a new tensor
 	Slice      Kind = "slice"           // x[start:end:step] along one dim: a view
 	Index      Kind = "index"           // src[idx] with an integer index tensor (advanced indexing along dim 0)
+	// Release is a Python function returning: its local variables (and
+	// its arguments) let go of the tensors they held. It reads those
+	// tensors, so they live until it runs, and makes nothing.
+	Release Kind = "release"
 )
 
 // Kinds lists every op kind.
@@ -57,5 +61,5 @@ func Kinds() []Kind {
 	return []Kind{Linear, MatMul, Conv2d, BatchNorm, LayerNorm, RMSNorm, ReLU, GELU, GELUTanh, NewGELU, SiLU, Sigmoid, Tanh,
 		Hardswish, Hardsigmoid, Softmax, LogSoftmax, Dropout, MaxPool2d, AvgPool2d, AdaptiveAvgPool2d, Mean, View,
 		Contiguous, Cast, Add, Mul, Cat, Embedding, Attention, CrossEntropy, MSELoss,
-		Hardtanh, Rand, Full, Compare, MaskedFill, Pad, Roll, Slice, Index}
+		Hardtanh, Rand, Full, Compare, MaskedFill, Pad, Roll, Slice, Index, Release}
 }

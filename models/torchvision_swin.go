@@ -11,12 +11,13 @@ import "github.com/batchfit/batchfit/graph"
 // autograd saves: at::matmul folds its 4-D operands to 3-D with reshape,
 // which copies k^T and v (slices of the qkv projection) unless the leading
 // B·nW dim is 1, and the window partition/reverse permutes are views when
-// there is a single window column. Not modelled: Python locals that outlive
-// their last use inside shifted_window_attention (the qkv projection and
-// the normalized input stay referenced until the function returns, a
-// forward-only transient; the graph frees a tensor after its last use) and
-// the 8-byte CPU scalar that q * head_dim**-0.5 saves (a wrapped Python
-// number, held on the host on CUDA).
+// there is a single window column. Python locals outlive their last use
+// inside shifted_window_attention: the qkv projection (through k and v),
+// the scaled q, the relative position bias and the function's input stay
+// referenced until the function returns (a Release op; measured with
+// validation/step.py). Not modelled: the 8-byte CPU scalar that
+// q * head_dim**-0.5 saves (a wrapped Python number, held on the host on
+// CUDA).
 
 type tvSwinSpec struct {
 	name                 string
@@ -164,13 +165,14 @@ func tvShiftedWindowAttention(b *graph.Builder, name string, x graph.TensorID, h
 		win := h // [B*nW, N, C], kept for new_zeros below
 
 		// qkv = F.linear(x, qkv_weight, qkv_bias): 3-D contiguous, addmm.
-		qkv := b.Linear("qkv", h, 3*c, true)
-		qkv = b.Reshape("qkv_reshape", qkv, bsz*nW, n, 3, heads, d)
+		qkvOut := b.Linear("qkv", h, 3*c, true)
+		qkv := b.Reshape("qkv_reshape", qkvOut, bsz*nW, n, 3, heads, d)
 		qkv = b.Permute("qkv_permute", qkv, 2, 0, 3, 1, 4)
 		q := b.Select("q", qkv, 0)
 		k := b.Select("k", qkv, 0)
 		v := b.Select("v", qkv, 0)
 		q = b.Scale("q_scale", q) // q * head_dim ** -0.5: a new tensor
+		qScaled := q
 		kt := b.Transpose("k_transpose", k, -2, -1)
 		attn := tvMatMul4D(b, "matmul_qk", q, kt)
 		attn = b.Add("add_bias", attn, bias)
@@ -206,6 +208,7 @@ func tvShiftedWindowAttention(b *graph.Builder, name string, x graph.TensorID, h
 		}
 		h = b.Slice("unpad_3", h, 3, 0, c, 1)
 		out = b.Contiguous("contiguous", h)
+		b.Release("return", x, bias, qkvOut, qScaled)
 	})
 	return out
 }

@@ -28,8 +28,13 @@ func request(t testing.TB, name string, g string) predict.Request {
 // strictly. (Allocated and reserved memory include the allocator's rounding
 // and fragmentation — an unsplit block counts whole — and PyTorch's own
 // figures are not strictly monotone at the megabyte level; they are
-// checked against the requested peak instead.) Sequence models run at a
-// short sequence to keep the test fast.
+// checked against the requested peak instead.) From batch 1 to 2 only the
+// saved activations must rise: at batch 1 a broadcast operand's gradient
+// needs no sum, so AccumulateGrad receives the incoming gradient itself and
+// clones it, and a slice of a cat's gradient pins the whole (ViT's position
+// embedding and class token); when the peak is in the optimizer step, batch
+// 1 can hold a little more than batch 2, as it does in PyTorch. Sequence
+// models run at a short sequence to keep the test fast.
 func TestMonotoneInBatch(t *testing.T) {
 	for _, m := range models.All() {
 		m := m
@@ -53,7 +58,7 @@ func TestMonotoneInBatch(t *testing.T) {
 					continue
 				}
 				a, b := pts[i-1].Result, p.Result
-				if b.Timeline.Final.PeakRequested <= a.Timeline.Final.PeakRequested {
+				if i > 1 && b.Timeline.Final.PeakRequested <= a.Timeline.Final.PeakRequested {
 					t.Errorf("peak requested at batch %d (%d) not above batch %d (%d)", p.Value, b.Timeline.Final.PeakRequested, pts[i-1].Value, a.Timeline.Final.PeakRequested)
 				}
 				if b.Summary.ActivationsBytes <= a.Summary.ActivationsBytes {

@@ -60,6 +60,9 @@ func addVisionRules() {
 	// index.Tensor: IndexBackward0 saves indices (and self's sizes);
 	// index_backward scatters into zeros of self's size
 	// (grad.new_zeros(self.sizes()) then index_put_ with accumulate).
+	// The end of a Python function: its inputs were the tensors its
+	// locals kept; reading them was the point.
+	rules[graph.Release] = rule{}
 	rules[graph.Index] = rule{fwd: func(c *fwdCtx) {
 		c.save(c.in[1])
 	}, bwd: gradInput}
