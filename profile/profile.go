@@ -60,6 +60,12 @@ type Profile struct {
 	// temporaries alive beside the square roots (torch 1.13 and 2.0);
 	// later releases add eps in place.
 	AdamForeachDenomCopy bool `json:"adam_foreach_denom_copy"`
+	// InputBufferInPlace: when two gradients reach one tensor in
+	// backward, InputBuffer::accumulate adds the second into the first in
+	// place if nothing else holds the first (can_accumulate_inplace);
+	// torch 1.13 always adds out of place (old_var + var), measured with
+	// validation/step.py.
+	InputBufferInPlace bool `json:"input_buffer_in_place"`
 }
 
 //go:embed profiles.json

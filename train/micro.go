@@ -363,11 +363,14 @@ func (m *micro) deliver(t graph.TensorID, st *storage, dt graph.DType, same bool
 		sim.unref(st)
 		return
 	}
-	if old.refs == 1 {
+	if old.refs == 1 && sim.s.Profile.InputBufferInPlace {
 		sim.unref(st)
 		return
 	}
-	sum := sim.alloc(old.bytes, trace.Transient)
+	// old_var + var has t's shape: when the gradients are slices of a
+	// larger one (cat's backward narrows), the sum is the slice's size,
+	// not the size of the storage the slice pins.
+	sum := sim.alloc(m.g.Tensors[t].Shape.Numel()*m.gradDT[t].Size(), trace.Transient)
 	sum.refs = 1
 	sim.unref(old)
 	sim.unref(st)
