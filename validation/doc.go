@@ -4,6 +4,11 @@
 // bytes autograd saves for backward for the seed networks and the
 // torchvision models; the Go tests here build the same models from the zoo,
 // simulate them under the matching runtime profile, and compare.
+// step.py (CPU PyTorch, runs in CI) follows every allocation and free of
+// whole training steps — forward, backward, the optimizer step, zero_grad —
+// through c10's profiled CPU allocator; TestStepReference holds the
+// simulator's live bytes to it: before each step, at its peak and in which
+// phase, and at the peak and end of every phase.
 // measure.py (CUDA PyTorch, runs on a GPU) records peak allocated and
 // reserved memory of real training steps for the accuracy tests.
 package validation

@@ -53,9 +53,9 @@ machine: one intra-op thread (allocation order and kernel choice do not depend o
 count), and oneDNN (mkldnn) off, so convolutions run aten's own kernels, whose temporaries
 follow from the shapes alone (thnn_conv2d's im2col columns; grouped convolutions split per
 group) rather than from the vector width of the processor (oneDNN reorders to blocked layouts
-padded to 8 or 16 channels). Images are small (64 px, 32 px for ViT-*/16) so that the whole
-zoo runs in a few minutes on two cores; every rule involved is per op and shape-exact, so a
-smaller image tests the same rules.
+padded to 8 or 16 channels). Images are small (32 px; 64 px at batch 1, see SMALL_IMAGE below) so
+that the whole zoo runs in a few minutes on two cores; every rule involved is per op and
+shape-exact, so a smaller image tests the same rules.
 
 Output (deterministic: sorted keys, integers only, no timestamps, no host names):
 ``torch-cpu-step.json``: per case (``model/bBATCH/OPTIMIZER``), the parameter and buffer bytes,
@@ -77,6 +77,10 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+# c10 warns (through glog) about every free of a block allocated before profiling began; the
+# frees are of blocks the running sum never counted, and the end-of-run check below holds the
+# sum to what Python can count, so the warnings are noise.
+os.environ.setdefault("GLOG_minloglevel", "2")
 
 OUT_FILE = "torch-cpu-step.json"
 STEPS = 2  # step 0 creates the optimizer state; step 1 is the steady state
@@ -84,12 +88,17 @@ PHASES = ("forward", "backward", "optimizer", "zero_grad")
 OPTIMIZERS = ("sgd_momentum", "adam", "adam_foreach")
 SMALL = ("mlp", "mlp-L1-H256", "mlp-L8-H512", "simpleconv")
 SMALL_BATCHES = (1, 8, 32)
-VISION_BATCHES = (1, 2)
-# Image side per model (see the module doc); models not named use DEFAULT_IMAGE.
-DEFAULT_IMAGE = 64
-IMAGE = {"vit_b_16": 32, "vit_l_16": 32}
-# torchvision models that also run Adam with foreach (the small models all do).
+# torchvision: SGD at batches 1 and 2, Adam (the optimizer step's rules do not depend on the
+# batch) at batch 2.
+VISION_CASES = ((1, "sgd_momentum"), (2, "sgd_momentum"), (2, "adam"))
+# torchvision models that also run Adam with foreach (the small models all do), at batch 2.
 FOREACH = ("resnet18", "mobilenet_v2", "vit_b_16")
+# Image side (see the module doc): 32 px, the smallest every model takes, except at batch 1,
+# where a batch-norm layer needs more than one value per channel and 32 px leaves ResNet,
+# DenseNet, MobileNet and EfficientNet a 1×1 map at the end: 64 px there. ViT-*/16 runs at
+# 32 px (4 patches) throughout.
+SMALL_IMAGE, BATCH1_IMAGE = 32, 64
+PATCH16 = ("vit_b_16", "vit_l_16")
 # Models whose cases carry the steady step's timeline.
 DETAIL = SMALL + ("resnet18", "resnet50", "vgg16", "vit_b_16", "densenet121")
 # Cases too large to run beside another worker on a machine with 8 GB to spare.
@@ -101,17 +110,21 @@ def cases(only=None):
     out = []
     for name in reference.MODELS:
         small = name in SMALL
-        batches = SMALL_BATCHES if small else VISION_BATCHES
-        opts = OPTIMIZERS if small or name in FOREACH else OPTIMIZERS[:2]
-        for b in batches:
-            for o in opts:
-                cid = "%s/b%d/%s" % (name, b, o)
-                if only and not any(fnmatch.fnmatch(cid, p) or fnmatch.fnmatch(name, p) for p in only):
-                    continue
-                detail = name in DETAIL and b == batches[-1] and o == "sgd_momentum"
-                out.append({"id": cid, "model": name, "batch": b, "optimizer": o,
-                            "image": None if small else IMAGE.get(name, DEFAULT_IMAGE),
-                            "detail": detail})
+        if small:
+            combos = [(b, o) for b in SMALL_BATCHES for o in OPTIMIZERS]
+        else:
+            combos = list(VISION_CASES) + ([(2, "adam_foreach")] if name in FOREACH else [])
+        last = max(b for b, _ in combos)
+        for b, o in combos:
+            cid = "%s/b%d/%s" % (name, b, o)
+            if only and not any(fnmatch.fnmatch(cid, p) or fnmatch.fnmatch(name, p) for p in only):
+                continue
+            image = None
+            if not small:
+                image = BATCH1_IMAGE if b == 1 and name not in PATCH16 else SMALL_IMAGE
+            detail = name in DETAIL and b == last and o == "sgd_momentum"
+            out.append({"id": cid, "model": name, "batch": b, "optimizer": o, "image": image,
+                        "detail": detail})
     return out
 
 
@@ -159,13 +172,70 @@ def make_optimizer(kind, params):
     raise ValueError("unknown optimizer %r" % kind)
 
 
+def start_profiler():
+    """Memory profiling with only user scopes and autograd nodes recorded (see the module doc)."""
+    from torch.autograd import (_enable_profiler, _prepare_profiler, ProfilerActivity,
+                                ProfilerConfig, ProfilerState)
+    from torch._C._profiler import RecordScope, _ExperimentalConfig
+    cfg = ProfilerConfig(ProfilerState.KINETO, False, True, False, False, False, _ExperimentalConfig())
+    acts = {ProfilerActivity.CPU}
+    _prepare_profiler(cfg, acts)
+    _enable_profiler(cfg, acts, {RecordScope.USER_SCOPE, RecordScope.BACKWARD_FUNCTION})
+
+
+def selfcheck():
+    """The method on a case worked out by hand, before any model is measured.
+
+    x (1000 float32, made before profiling: never counted) requires grad.
+      forward:  y = x.exp()   +4000  exp's result, which ExpBackward0 saves
+                s = y.sum()   +4     the 0-d loss
+      backward: s.backward()  +4     ones_like(s), the seed
+                                     SumBackward0 expands it (a view, nothing new)
+                              +4000  ExpBackward0: grad * result, which AccumulateGrad
+                                     steals as x.grad
+                              -4     the seed, when the node's incoming gradient is dropped
+                                     (y stays: Python still holds it)
+      end:      del y, s      -4000, -4
+    So forward peaks at 4004 and ends there; backward peaks at 8008 and ends at 8004; what
+    is left is x.grad, 4000 bytes.
+    """
+    import torch
+    from torch.autograd import _disable_profiler
+    torch.set_num_threads(1)
+    enter = torch.ops.profiler._record_function_enter_new
+    leave = torch.ops.profiler._record_function_exit._RecordFunction
+    x = torch.zeros(1000, requires_grad=True)
+    start_profiler()
+    h = enter("forward", None)
+    y = x.exp()
+    s = y.sum()
+    leave(h)
+    h = enter("backward", None)
+    s.backward()
+    leave(h)
+    h = enter("end", None)
+    del y, s
+    leave(h)
+    roots = _disable_profiler().experimental_event_tree()
+    got, live = {}, 0
+    for r in sorted(roots, key=lambda n: n.start_time_ns):
+        peak = live
+        for _, mems in segments(r):
+            for m in mems:
+                live += m.extra_fields.alloc_size
+                peak = max(peak, live)
+        got[r.name] = (peak, live)
+    want = {"forward": (4004, 4004), "backward": (8008, 8004), "end": (8004, 4000)}
+    if got != want or live != x.grad.numel() * 4:
+        raise RuntimeError("step.py's method disagrees with the hand-worked case: got %s, want %s"
+                           % (got, want))
+
+
 def run_case(case):
     import torch
     import torch.nn.functional as F
     import torch.autograd.profiler as autograd_profiler
-    from torch.autograd import (_disable_profiler, _enable_profiler, _prepare_profiler,
-                                ProfilerActivity, ProfilerConfig, ProfilerState)
-    from torch._C._profiler import RecordScope, _ExperimentalConfig
+    from torch.autograd import _disable_profiler
 
     torch.set_num_threads(1)
     torch.backends.mkldnn.enabled = False
@@ -192,11 +262,8 @@ def run_case(case):
             mod.register_forward_pre_hook(pre)
             mod.register_forward_hook(post)
 
-    cfg = ProfilerConfig(ProfilerState.KINETO, False, True, False, False, False, _ExperimentalConfig())
-    acts = {ProfilerActivity.CPU}
-    _prepare_profiler(cfg, acts)
     torch.manual_seed(1)
-    _enable_profiler(cfg, acts, {RecordScope.USER_SCOPE, RecordScope.BACKWARD_FUNCTION})
+    start_profiler()
     x = y = loss = None
     for step in range(STEPS):
         h = enter("step%d/forward" % step, None)
@@ -330,7 +397,11 @@ def memory_events(node):
 
 
 def _worker(case):
-    return case["id"], run_case(case)
+    import time
+    t0 = time.monotonic()
+    res = run_case(case)
+    sys.stderr.write("step: %-32s %6.1f s\n" % (case["id"], time.monotonic() - t0))
+    return case["id"], res
 
 
 # ----------------------------------------------------------------------------------------------
@@ -348,15 +419,21 @@ def generate(only=None, jobs=2):
         "device": "cpu",
         "threads": 1,
         "mkldnn": False,
+        "nnpack": torch._nnpack_available(),
         "steps": STEPS,
         "loop": "x, y = new batch; loss = cross_entropy(model(x), y); loss.backward(); "
                 "opt.step(); opt.zero_grad()",
         "bytes": "requested bytes alive (tensor nbytes), parameters and buffers included",
         "cases": {},
     }
+    ctx = multiprocessing.get_context("fork")
+    with ctx.Pool(1) as pool:  # in a process of its own, like every case
+        pool.apply(selfcheck)
     alone = [c for c in todo if any(c["model"].startswith(a) for a in ALONE)]
     shared = [c for c in todo if c not in alone]
-    ctx = multiprocessing.get_context("spawn")
+    # A fresh process per case (maxtasksperchild=1), forked from this one with torch already
+    # imported: the allocator's profiling counters start at zero in each, and no case pays
+    # for importing torch. This process runs no torch op, so no thread pool is forked.
     for group, n in ((shared, jobs), (alone, 1)):
         if not group:
             continue
