@@ -243,13 +243,15 @@ func (b *Builder) LinearWith(name string, x, w, bias TensorID) TensorID {
 	}
 	os := s.Clone()
 	os[len(os)-1] = ws[0]
+	copied := false
 	if len(s) > 2 && !b.contig[x] {
 		// F.linear on a non-contiguous N-D input goes through matmul, which
 		// folds the input to 2-D with reshape: a copy, and the copy is what
 		// mm saves.
 		x = b.op(Contiguous, name+".input_copy", []TensorID{x}, None, None, s.Clone(), b.DTypeOf(x), None, true, Attr{})
+		copied = true
 	}
-	return b.op(Linear, name, []TensorID{x}, w, bias, os, b.DTypeOf(x), None, true, Attr{})
+	return b.op(Linear, name, []TensorID{x}, w, bias, os, b.DTypeOf(x), None, true, Attr{InputCopy: copied})
 }
 
 func last(s Shape) int64 {

@@ -154,7 +154,9 @@ type Attr struct {
 	Scalar   bool // mul/div by a Python number rather than a tensor
 	// InputCopy marks a layer_norm whose input is not contiguous:
 	// native_layer_norm works on input.contiguous(), a temporary copy (it
-	// still saves the input argument itself).
+	// still saves the input argument itself); and a linear whose N-D input
+	// was not contiguous, so that F.linear took the matmul path (its input
+	// is matmul's copy).
 	InputCopy bool
 	// ChannelsLast marks a convolution whose input is in channels-last
 	// layout while its weight is not (ConvNeXt's downsampling after a

@@ -48,9 +48,13 @@ type Profile struct {
 	CublasLtWorkspaceTransientBytes int64 `json:"cublaslt_workspace_transient_bytes"`
 	// DropoutMaskDType is the dtype of the mask native_dropout saves on CUDA.
 	DropoutMaskDType string `json:"dropout_mask_dtype"`
-	// LinearNDContiguousUsesAddmm: F.linear folds a contiguous N-D input
-	// into a 2-D addmm on a view rather than copying it.
-	LinearNDContiguousUsesAddmm bool `json:"linear_nd_contiguous_uses_addmm"`
+	// LinearFusedAnyRank: F.linear with a bias folds a contiguous input of
+	// any rank into one addmm on a 2-D view (_flatten_nd_linear). Without
+	// it only a contiguous 3-D input does (torch 1.13, 2.0), and a 4-D one
+	// runs matmul then output.add_(bias): the bias gradient comes from an
+	// AddBackward0 node of its own, which runs (and hands its gradient to
+	// AccumulateGrad) before the matmul's backward.
+	LinearFusedAnyRank bool `json:"linear_fused_any_rank"`
 	// MeanDimSavesSelf: MeanBackward1 keeps its whole input (1.13);
 	// later autograd code saves only the input's sizes and element count.
 	// adaptive_avg_pool2d to (1, 1) runs as this mean.

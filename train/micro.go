@@ -248,10 +248,13 @@ func (m *micro) backward() {
 	if sim.s.Precision == Mixed16 {
 		m.scaleLoss()
 	}
-	// torch.autograd.backward seeds the graph with ones_like(loss).
+	// torch.autograd.backward seeds the graph with ones_like(loss), made
+	// in Python (_make_grads) and held in its grad_tensors list until the
+	// engine returns: the seed outlives the node that consumes it.
 	seed := sim.alloc(m.val[loss].dt.Size()*m.g.Tensor(loss).Shape.Numel(), trace.Transient)
-	seed.refs = 1
+	seed.refs = 2
 	m.grads[loss], m.gradDT[loss] = seed, m.val[loss].dt
+	defer sim.unref(seed)
 	for i := len(m.g.Ops) - 1; i >= 0; i-- {
 		op := &m.g.Ops[i]
 		if m.ckpt && op.Block >= 0 && !m.recomputed[op.Block] {

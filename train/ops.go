@@ -52,6 +52,16 @@ func init() {
 			}
 		}, bwd: func(c *bwdCtx) {
 			c.gemm()
+			if linearBiasApart(c) {
+				// AddBackward0 of output.add_(bias) runs first: the bias
+				// gradient (sum_to) goes to AccumulateGrad before the
+				// matmul's backward allocates anything.
+				c.gradParam(c.op.Bias)
+				c.handOn()
+				c.gradIn(0)
+				c.gradParam(c.op.Weight)
+				return
+			}
 			c.gradIn(0)
 			c.gradParam(c.op.Weight)
 			c.gradParam(c.op.Bias)
@@ -253,6 +263,21 @@ func init() {
 	}
 	rules[graph.NewGELU] = rule{fwd: newGELUForward, bwd: newGELUBackward}
 	addVisionRules()
+}
+
+// linearBiasApart: F.linear did not take a fused addmm (aten/src/ATen/
+// native/Linear.cpp): the input has more than two dims and was not
+// contiguous (matmul's path), or has more than three and the release fuses
+// only 3-D inputs; the bias is then added by output.add_(bias).
+func linearBiasApart(c *bwdCtx) bool {
+	if c.op.Bias == graph.None {
+		return false
+	}
+	rank := len(c.m.g.Tensors[c.op.Inputs[0]].Shape)
+	if rank <= 2 {
+		return false
+	}
+	return c.op.Attr.InputCopy || (rank > 3 && !c.m.sim.s.Profile.LinearFusedAnyRank)
 }
 
 func saveResult(c *fwdCtx) { c.save(c.out) }
