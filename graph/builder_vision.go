@@ -135,6 +135,13 @@ func (b *Builder) MaskedFill(name string, x, mask TensorID) TensorID {
 // a new tensor, even when every pad is zero (torch 1.13 clones the input
 // then).
 func (b *Builder) Pad(name string, x TensorID, pads ...int64) TensorID {
+	return b.PadMode(name, x, PadConstant, pads...)
+}
+
+// PadMode is F.pad(x, pads, mode): constant (constant_pad_nd), reflect
+// (reflection_pad) or replicate (replication_pad). pads are F.pad's: the
+// last dim first, (before, after) for each.
+func (b *Builder) PadMode(name string, x TensorID, mode PadMode, pads ...int64) TensorID {
 	if !b.ok(x) {
 		return None
 	}
@@ -152,7 +159,7 @@ func (b *Builder) Pad(name string, x TensorID, pads ...int64) TensorID {
 			return None
 		}
 	}
-	return b.op(Pad, name, []TensorID{x}, None, None, os, b.DTypeOf(x), None, true, Attr{})
+	return b.op(Pad, name, []TensorID{x}, None, None, os, b.DTypeOf(x), None, true, Attr{Pad: mode})
 }
 
 // Roll is torch.roll(x, shifts, dims): a new tensor of x's shape. The

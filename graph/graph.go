@@ -163,10 +163,21 @@ type Attr struct {
 	// permuted LayerNorm): the kernels then make a channels-last copy of
 	// the weight.
 	ChannelsLast bool
+	// Pad is a pad's mode.
+	Pad PadMode
 	// Count is the number of dims a roll shifts (each beyond the first is
 	// one more intermediate copy: roll_common rolls one dim at a time).
 	Count int
 }
+
+// PadMode is F.pad's mode.
+type PadMode uint8
+
+const (
+	PadConstant  PadMode = iota // constant_pad_nd
+	PadReflect                  // reflection_pad1d/2d/3d
+	PadReplicate                // replication_pad1d/2d/3d (ONNX "edge")
+)
 
 // Op is one primitive operation of the forward pass.
 type Op struct {

@@ -22,6 +22,7 @@ func FuzzLoad(f *testing.F) {
 		}
 	}
 	f.Add(chain(f, 3, 8))
+	f.Add(padModel().bytes(f))
 	f.Add([]byte{})
 	f.Add([]byte("\x08\x07\x3a\x00"))
 	f.Fuzz(func(t *testing.T, data []byte) {

@@ -317,6 +317,7 @@ func init() {
 		"Slice":              opSlice,
 		"Split":              opSplit,
 		"Dropout":            opDropout,
+		"Pad":                opPad,
 	}
 }
 

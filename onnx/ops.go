@@ -1779,3 +1779,111 @@ func opDropout(n *nctx) error {
 	n.ignoreFrom(1, "dropout mask")
 	return nil
 }
+
+// opPad is ONNX Pad: pads (an input since opset 11, an attribute before)
+// hold every axis's begin amounts, then every axis's end amounts; axes
+// (opset 18) names the axes they are for. mode "constant" is F.pad's
+// constant_pad_nd, a new tensor (none when every amount is zero: the
+// exporter writes such Pads before pooling); "reflect" and "edge" are
+// reflection_pad / replication_pad, whose backward needs the input
+// (derivatives.yaml: reflection_pad2d_backward(grad, self, padding)).
+func opPad(n *nctx) error {
+	x := n.need(0)
+	if n.err != nil {
+		return n.err
+	}
+	mode := n.s("mode", "constant")
+	var padMode graph.PadMode
+	switch mode {
+	case "constant":
+		padMode = graph.PadConstant
+	case "reflect":
+		padMode = graph.PadReflect
+	case "edge":
+		padMode = graph.PadReplicate
+	default:
+		return fmt.Errorf("pad mode %q (want constant, reflect or edge)", mode)
+	}
+	r := len(x.shape)
+	var pads []int64
+	if n.input(1) != nil {
+		p, ok := n.constInt64s(1, "pads")
+		if !ok {
+			return n.err
+		}
+		pads = p
+	} else {
+		p, ok := n.ints("pads")
+		if !ok {
+			return fmt.Errorf("no pads")
+		}
+		pads = p
+	}
+	axes := make([]int64, 0, r)
+	if n.input(3) != nil {
+		a, ok := n.constInt64s(3, "axes")
+		if !ok {
+			return n.err
+		}
+		for _, ax := range a {
+			norm, ok := normAxis(ax, r)
+			if !ok {
+				return fmt.Errorf("axis %d for shape %v", ax, x.shape)
+			}
+			axes = append(axes, int64(norm))
+		}
+	} else {
+		for i := 0; i < r; i++ {
+			axes = append(axes, int64(i))
+		}
+	}
+	if len(pads) != 2*len(axes) {
+		return fmt.Errorf("%d pads for %d axes", len(pads), len(axes))
+	}
+	begin, end := make([]int64, r), make([]int64, r)
+	zero := true
+	for i, ax := range axes {
+		begin[ax], end[ax] = pads[i], pads[i+len(axes)]
+		zero = zero && pads[i] == 0 && pads[i+len(axes)] == 0
+	}
+	s := x.shape.clone()
+	for i := range s {
+		if begin[i] == 0 && end[i] == 0 {
+			continue
+		}
+		d, ok := addDim(s[i], konst(begin[i]+end[i]))
+		if !ok || d.sign() < 0 {
+			return fmt.Errorf("pads %v leave axis %d of %v negative", pads, i, x.shape)
+		}
+		s[i] = d
+	}
+	if zero && padMode == graph.PadConstant {
+		n.define(0, x)
+		return nil
+	}
+	if isConstant(x) {
+		n.define(0, newConst(n.outName(0), s, x.elem, false))
+		return nil
+	}
+	xs, _ := n.act(0)
+	if n.err != nil {
+		return n.err
+	}
+	// F.pad's order: the last axis first, (begin, end) for each.
+	last := 0
+	for i := 0; i < r; i++ {
+		if begin[i] != 0 || end[i] != 0 {
+			last = r - i
+			break
+		}
+	}
+	fp := make([]int64, 0, 2*last)
+	for i := r - 1; i >= r-last; i-- {
+		fp = append(fp, begin[i], end[i])
+	}
+	res := n.cv.newAct(n.outName(0), s, x.elem, true)
+	name := n.opName()
+	n.cv.emit(func(c *bctx) { c.set(res, c.b.PadMode(name, c.ids[xs], padMode, fp...)) })
+	n.define(0, res)
+	return nil
+}

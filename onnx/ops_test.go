@@ -8,6 +8,7 @@ import (
 	"github.com/batchfit/batchfit/graph"
 	"github.com/batchfit/batchfit/models"
 	"github.com/batchfit/batchfit/onnx"
+	"github.com/batchfit/batchfit/train"
 )
 
 func build(t *testing.T, b *mb, c models.Config) (*onnx.Model, *graph.Graph) {
@@ -324,5 +325,81 @@ func TestWeightBothWays(t *testing.T) {
 	}
 	if k := kinds(g); k[graph.Linear] != 1 || k[graph.MatMul] != 1 {
 		t.Errorf("ops %v: want a linear and a matmul", k)
+	}
+}
+
+// Pad: constant pads copy (constant_pad_nd, nothing saved), all-zero
+// constant pads are the input itself (the exporter writes them before
+// AveragePool), reflect and edge save their input
+// (reflection_pad2d_backward(grad, self, padding)); the pads input lists
+// every axis's begin amounts, then its end amounts.
+func TestPad(t *testing.T) {
+	b := padModel()
+	_, g := build(t, b, models.Config{Batch: 2})
+	var pads []graph.Op
+	for _, op := range g.Ops {
+		if op.Kind == graph.Pad {
+			pads = append(pads, op)
+		}
+	}
+	if len(pads) != 3 {
+		t.Fatalf("%d pad ops, want 3 (the all-zero pad is no op)", len(pads))
+	}
+	// 8×8 → +1+3 rows, +2+4 columns = 12×14 → reflect, edge: +2 each.
+	want := []struct {
+		shape string
+		mode  graph.PadMode
+	}{{"[2, 3, 12, 14]", graph.PadConstant}, {"[2, 3, 14, 16]", graph.PadReflect}, {"[2, 3, 16, 18]", graph.PadReplicate}}
+	for i, w := range want {
+		if s := g.Tensor(pads[i].Output).Shape.String(); s != w.shape || pads[i].Attr.Pad != w.mode {
+			t.Errorf("pad %d: %s mode %d, want %s mode %d", i, s, pads[i].Attr.Pad, w.shape, w.mode)
+		}
+	}
+	// What each saves, in bytes, from the simulator (the convolution makes
+	// them require grad): constant nothing, reflect and edge their inputs
+	// (12×14 and 14×16 planes).
+	_, sum, err := train.Simulate(g, train.Setup{CPU: true, Steps: 1, Optimizer: train.Optimizer{Kind: train.SGD}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	saved := map[string]int64{}
+	for _, s := range sum.SavedByOp {
+		saved[s.Op] += s.Bytes
+	}
+	if got := saved[pads[0].Name]; got != 0 {
+		t.Errorf("constant pad saves %d bytes, want 0", got)
+	}
+	if got, want := saved[pads[1].Name]+saved[pads[2].Name], int64(2*3*(12*14+14*16)*4); got != want {
+		t.Errorf("reflect and edge pads save %d bytes, want %d", got, want)
+	}
+}
+
+// padModel is TestPad's model: a convolution, then an all-zero constant
+// pad, a constant pad, a reflect pad and an edge pad, and a classifier.
+func padModel() *mb {
+	return newModel(14).input("img", tFloat, "batch", 3, 8, 8).
+		weight("conv.weight", 3, 3, 1, 1).
+		node("Conv", "/conv/Conv", ins("img", "conv.weight"), ins("x"), aInts("kernel_shape", 1, 1)).
+		constInts("zero", 0, 0, 0, 0, 0, 0, 0, 0).
+		node("Pad", "/zero", ins("x", "zero"), ins("z")).
+		constInts("pads", 0, 0, 1, 2, 0, 0, 3, 4).
+		node("Pad", "/constant", ins("z", "pads"), ins("c")).
+		constInts("pads1", 0, 0, 1, 1, 0, 0, 1, 1).
+		node("Pad", "/reflect", ins("c", "pads1"), ins("r"), aString("mode", "reflect")).
+		node("Pad", "/edge", ins("r", "pads1"), ins("e"), aString("mode", "edge")).
+		node("GlobalAveragePool", "/gap", ins("e"), ins("g")).
+		node("Flatten", "/flatten", ins("g"), ins("f")).
+		weight("fc.weight", 5, 3).weight("fc.bias", 5).
+		node("Gemm", "/fc/Gemm", ins("f", "fc.weight", "fc.bias"), ins("l"), aInt("transB", 1)).output("l")
+}
+
+// A pad mode ONNX has and PyTorch does not is refused by name.
+func TestPadWrap(t *testing.T) {
+	b := newModel(19).input("img", tFloat, "batch", 3, 8, 8).
+		constInts("pads", 0, 0, 1, 1, 0, 0, 1, 1).
+		node("Pad", "/wrap", ins("img", "pads"), ins("w"), aString("mode", "wrap")).output("w")
+	_, err := onnx.Parse(b.bytes(t), "wrap.onnx")
+	if err == nil || !strings.Contains(err.Error(), `pad mode "wrap"`) {
+		t.Fatalf("err = %v, want the mode named", err)
 	}
 }

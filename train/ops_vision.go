@@ -34,8 +34,15 @@ func addVisionRules() {
 	}, bwd: gradInput}
 	// constant_pad_nd saves only the pads; its backward is constant_pad_nd
 	// of the gradient with the pads negated, a new tensor of the input's
-	// size (a clone when every pad is zero).
-	rules[graph.Pad] = rule{bwd: gradInput}
+	// size (a clone when every pad is zero). reflection_pad and
+	// replication_pad save self (derivatives.yaml:
+	// reflection_pad2d_backward(grad, self, padding)), and their backward
+	// makes a gradient of the input's size.
+	rules[graph.Pad] = rule{fwd: func(c *fwdCtx) {
+		if c.op.Attr.Pad != graph.PadConstant {
+			c.save(c.in[0])
+		}
+	}, bwd: gradInput}
 	// roll: RollBackward0 saves shifts and dims; the backward rolls the
 	// gradient back. Over k dims roll_common makes k-1 intermediate
 	// tensors (roll(roll(x, s0, d0), tail...)), alive until the last one

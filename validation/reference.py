@@ -63,6 +63,7 @@ must keep such device differences as data.
 import argparse
 import difflib
 import json
+import multiprocessing
 import os
 import shutil
 import sys
@@ -350,6 +351,27 @@ def build(name):
     return model, in_shape, classes, batches
 
 
+def _measure_model(name):
+    torch.set_num_threads(1)
+    torch.set_grad_enabled(True)
+    model, in_shape, classes, batches = build(name)
+    entry = {
+        "input_shape": list(in_shape),
+        "classes": classes,
+        "param_count": sum(p.numel() for p in model.parameters()),
+        "param_bytes": sum(p.numel() * p.element_size() for p in model.parameters()),
+        "buffer_bytes": sum(b.numel() * b.element_size() for b in model.buffers()),
+        "batches": [],
+    }
+    details = {}
+    for b in batches:
+        summary, detail = measure(model, in_shape, classes, b)
+        entry["batches"].append(summary)
+        if b in SAVED_DETAIL_BATCHES and name in DETAIL_MODELS:
+            details[str(b)] = detail
+    return name, entry, details
+
+
 def generate():
     torch.set_grad_enabled(True)
     main = {
@@ -372,23 +394,14 @@ def generate():
         "torchvision": torchvision.__version__,
         "models": {},
     }
-    for name in MODELS:
-        model, in_shape, classes, batches = build(name)
-        entry = {
-            "input_shape": list(in_shape),
-            "classes": classes,
-            "param_count": sum(p.numel() for p in model.parameters()),
-            "param_bytes": sum(p.numel() * p.element_size() for p in model.parameters()),
-            "buffer_bytes": sum(b.numel() * b.element_size() for b in model.buffers()),
-            "batches": [],
-        }
-        for b in batches:
-            summary, detail = measure(model, in_shape, classes, b)
-            entry["batches"].append(summary)
-            if b in SAVED_DETAIL_BATCHES and name in DETAIL_MODELS:
-                saved["models"].setdefault(name, {})[str(b)] = detail
-        main["models"][name] = entry
-        del model
+    # One process per model, two at a time (forked: torch is imported once), each on one
+    # intra-op thread: what autograd saves does not depend on the threads or the process.
+    ctx = multiprocessing.get_context("fork")
+    with ctx.Pool(2, maxtasksperchild=1) as pool:
+        for name, entry, details in pool.imap(_measure_model, list(MODELS)):
+            main["models"][name] = entry
+            for b, detail in details.items():
+                saved["models"].setdefault(name, {})[b] = detail
     gpt2 = gpt2_param_count()
     if gpt2 is not None:
         main["models"]["gpt2"] = gpt2

@@ -35,6 +35,14 @@ on the CPU in train mode: the parameter count and the bytes autograd holds saved
 the forward pass plus the cross-entropy loss (validation/reference.py's ``measure``: storages
 deduplicated; parameters, buffers, input and targets excluded), at batch sizes 1 and 2.
 
+``testdata/onnx/zoo/`` holds every torchvision model of the zoo (validation/reference.py's list)
+exported the same way in training mode at batch 2, 32 px (VGG at 224 px: torch 1.13 exports
+``adaptive_avg_pool2d`` only when the output size divides the input's), opset 14, weights
+stripped; ``zoo/exports.json`` records each one's image side and node count, or the exporter's
+refusal (torch 1.13 cannot export the in-place ``bernoulli_`` of torchvision's stochastic depth
+in training mode, so EfficientNet, ConvNeXt and Swin are refused). The Go test
+(validation/onnx_step_test.go) imports each and requires the step peaks of the zoo's builder.
+
 Everything is deterministic (fixed seeds, no timestamps, stripped data), so ``--check`` can diff
 a fresh run against the committed files byte for byte.
 
@@ -55,6 +63,7 @@ import difflib
 import io
 import json
 import math
+import multiprocessing
 import os
 import shutil
 import sys
@@ -143,6 +152,57 @@ MODELS = {
     "tinyformer": (TinyFormer, tokens, 10, 14, {0: "batch", 1: "sequence"}, "external"),
     "tinyformer17": (TinyFormer, tokens, 10, 17, {0: "batch"}, "external"),
 }
+
+
+# The zoo set (testdata/onnx/zoo/): every torchvision model of validation/reference.py,
+# exported in training mode at batch 2 with the image side validation/step.py measures batch 2
+# at (32 px), so that the Go test can hold the import to PyTorch's own step timeline too. VGG
+# needs 224 px: torch 1.13 exports adaptive_avg_pool2d only when the output size divides the
+# input's. A model the exporter refuses is listed in zoo/exports.json with the exporter's
+# message, not left out silently.
+ZOO_DIR = "zoo"
+ZOO_INDEX = "exports.json"
+ZOO_IMAGE = 32
+ZOO_IMAGE_OVERRIDE = {n: 224 for n in ("vgg11", "vgg13", "vgg16", "vgg19",
+                                       "vgg11_bn", "vgg13_bn", "vgg16_bn", "vgg19_bn")}
+
+
+def zoo_names():
+    return [n for n in reference.MODELS if n not in ("mlp", "mlp-L1-H256", "mlp-L8-H512", "simpleconv")]
+
+
+def export_zoo(name):
+    """(ModelProto or None, index entry) for one torchvision model of the zoo set."""
+    image = ZOO_IMAGE_OVERRIDE.get(name, ZOO_IMAGE)
+    torch.manual_seed(SEED)
+    kw = {"image_size": image} if name.startswith("vit_") else {}
+    model = getattr(torchvision.models, name)(weights=None, **kw).train()
+    torch.manual_seed(SEED)
+    x = torch.randn(EXPORT_BATCH, 3, image, image)
+    f = io.BytesIO()
+    entry = {"image": image, "batch": EXPORT_BATCH, "opset": 14}
+    try:
+        torch.onnx.export(model, x, f, training=torch.onnx.TrainingMode.TRAINING, opset_version=14,
+                          do_constant_folding=False, input_names=["input"], output_names=["logits"],
+                          dynamic_axes={"input": {0: "batch"}, "logits": {0: "batch"}})
+    except Exception as e:  # the exporter's refusal is the data
+        msg = str(e).split("\n")[0]
+        entry["refused"] = "%s: %s" % (type(e).__name__, msg.split(" Please feel free")[0])
+        return None, entry
+    m = onnx.load_from_string(f.getvalue())
+    onnx.checker.check_model(m)
+    strip(m, name)
+    m.doc_string = ("exported by validation/onnx/export.py (torch %s, torchvision %s); training-mode "
+                    "export at %d px; floating-point initializers declared external, data not shipped"
+                    % (torch.__version__, torchvision.__version__, image))
+    entry["nodes"] = len(m.graph.node)
+    return m, entry
+
+
+def _export_zoo_bytes(name):
+    torch.set_num_threads(1)
+    m, entry = export_zoo(name)
+    return name, (m.SerializeToString() if m is not None else None), entry
 
 
 def build(name):
@@ -261,6 +321,21 @@ def write(out_dir):
                       for b in measured["models"][name]["batches"])))
     with open(os.path.join(out_dir, MEASURED_FILE), "w", encoding="utf-8", newline="\n") as f:
         f.write(json.dumps(measured, sort_keys=True, indent=1) + "\n")
+    zoo = os.path.join(out_dir, ZOO_DIR)
+    os.makedirs(zoo, exist_ok=True)
+    index = {"generator": "validation/onnx/export.py", "torch": torch.__version__,
+             "torchvision": torchvision.__version__, "models": {}}
+    # Two at a time, each in a process of its own (forked, torch imported once).
+    ctx = multiprocessing.get_context("fork")
+    with ctx.Pool(2, maxtasksperchild=1) as pool:
+        for name, data, entry in pool.imap(_export_zoo_bytes, zoo_names()):
+            index["models"][name] = entry
+            if data is not None:
+                with open(os.path.join(zoo, name + ".onnx"), "wb") as f:
+                    f.write(data)
+            print("zoo %-20s %s" % (name, entry.get("refused") or "%d nodes" % entry["nodes"]))
+    with open(os.path.join(zoo, ZOO_INDEX), "w", encoding="utf-8", newline="\n") as f:
+        f.write(json.dumps(index, sort_keys=True, indent=1) + "\n")
 
 
 def check(committed):
@@ -268,7 +343,14 @@ def check(committed):
     try:
         write(tmp)
         failed = False
-        for fname in sorted(os.listdir(tmp)):
+        fresh = sorted(os.listdir(tmp))
+        fresh = [f for f in fresh if f != ZOO_DIR] + [os.path.join(ZOO_DIR, f) for f in sorted(os.listdir(os.path.join(tmp, ZOO_DIR)))]
+        stale = sorted(set(os.path.join(ZOO_DIR, f) for f in os.listdir(os.path.join(committed, ZOO_DIR)))
+                       - set(fresh)) if os.path.isdir(os.path.join(committed, ZOO_DIR)) else []
+        for fname in stale:
+            print("export: %s is no longer exported" % os.path.join(committed, fname), file=sys.stderr)
+            failed = True
+        for fname in fresh:
             want_path = os.path.join(committed, fname)
             with open(os.path.join(tmp, fname), "rb") as f:
                 got = f.read()
