@@ -28,19 +28,7 @@ func chain(t testing.TB, n int, width int64) []byte {
 
 // BenchmarkLoad10k: Parse and Build of a 10,000-node model at batch 1.
 func BenchmarkLoad10k(b *testing.B) {
-	data := chain(b, 5000, 64)
-	b.SetBytes(int64(len(data)))
-	b.ReportAllocs()
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		m, err := onnx.Parse(data, "chain10k.onnx")
-		if err != nil {
-			b.Fatal(err)
-		}
-		if _, err := m.Build(models.Config{Batch: 1}); err != nil {
-			b.Fatal(err)
-		}
-	}
+	benchLoad(b, chain(b, 5000, 64))
 }
 
 // BenchmarkLoadScaling: Parse and Build of chains of 10 thousand to one
@@ -50,20 +38,25 @@ func BenchmarkLoadScaling(b *testing.B) {
 	for _, n := range []int{10_000, 100_000, 1_000_000} {
 		data := chain(b, n/2, 8)
 		b.Run(fmt.Sprintf("nodes=%d", n), func(b *testing.B) {
-			b.SetBytes(int64(len(data)))
-			b.ReportAllocs()
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				m, err := onnx.Parse(data, "chain.onnx")
-				if err != nil {
-					b.Fatal(err)
-				}
-				if _, err := m.Build(models.Config{Batch: 1}); err != nil {
-					b.Fatal(err)
-				}
-			}
+			benchLoad(b, data)
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(n), "ns/node")
 		})
+	}
+}
+
+// benchLoad times Parse and Build at batch 1 of a serialized model.
+func benchLoad(b *testing.B, data []byte) {
+	b.SetBytes(int64(len(data)))
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		m, err := onnx.Parse(data, "chain.onnx")
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := m.Build(models.Config{Batch: 1}); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
 

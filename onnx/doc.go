@@ -79,12 +79,16 @@
 //	x op number (Add/Sub/Mul/Div/Neg) → a scalar op that saves nothing
 //	Pow with a constant exponent → x * x (saves x, as pow does)
 //	Dropout                    → Dropout with the node's ratio
+//	Pad                        → constant_pad_nd (no op when every pad is
+//	                             zero), reflect and edge → reflection and
+//	                             replication padding, which save their input
 //	Identity, Cast             → nothing, or Cast
 //	Constant, Shape, ConstantOfShape, Range, Equal, Where → folded
 //
 // An unsupported operator (or an operator of another domain, or one used
 // in a way batchfit cannot map) is an error naming the op type, the node
-// name and its index.
+// name and its index. A graph of more than MaxNodes nodes is refused before
+// conversion, which is otherwise linear in the graph's size.
 //
 // # Parameters
 //
