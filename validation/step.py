@@ -61,8 +61,8 @@ Output (deterministic: sorted keys, integers only, no timestamps, no host names)
 ``torch-cpu-step.json``: per case (``model/bBATCH/OPTIMIZER``), the parameter and buffer bytes,
 and per step: ``alive_before``, ``peak``, ``peak_phase``, ``peak_op`` (the leaf module or
 autograd node inside which the peak was reached; ``-`` outside any), and per phase its
-``peak`` and ``end``. Cases marked ``detail`` also carry the steady step's ``timeline``: one
-row per scope in order, ``[phase, name, live after, peak within]``.
+``peak`` and ``end``. Each model's case at its largest batch with SGD also carries the steady
+step's ``timeline``: one row per scope in order, ``[phase, name, live after, peak within]``.
 """
 
 import argparse
@@ -99,8 +99,7 @@ FOREACH = ("resnet18", "mobilenet_v2", "vit_b_16")
 # 32 px (4 patches) throughout.
 SMALL_IMAGE, BATCH1_IMAGE = 32, 64
 PATCH16 = ("vit_b_16", "vit_l_16")
-# Models whose cases carry the steady step's timeline.
-DETAIL = SMALL + ("resnet18", "resnet50", "vgg16", "vit_b_16", "densenet121")
+# Every model's case at its largest batch with SGD carries the steady step's timeline.
 # Cases too large to run beside another worker on a machine with 8 GB to spare.
 ALONE = ("vit_l_16",)
 
@@ -122,7 +121,7 @@ def cases(only=None):
             image = None
             if not small:
                 image = BATCH1_IMAGE if b == 1 and name not in PATCH16 else SMALL_IMAGE
-            detail = name in DETAIL and b == last and o == "sgd_momentum"
+            detail = b == last and o == "sgd_momentum"
             out.append({"id": cid, "model": name, "batch": b, "optimizer": o, "image": image,
                         "detail": detail})
     return out
