@@ -12,4 +12,10 @@
 // an optimizer state, a saved activation, ...) and a Site (where it came from:
 // the op or module name, the phase and the step), so every byte of a peak can
 // be attributed.
+//
+// LiveByStep reads a Trace without an allocator: the requested bytes alive
+// before each step, at its peak and at the peak and end of each phase. They
+// are the figures a CPU run of PyTorch reports, where no caching allocator
+// stands between the tensors and the memory, and validation's whole-step
+// reference holds the simulator to them.
 package trace

@@ -25,9 +25,14 @@
 // Backward runs the nodes in reverse creation order (the engine's
 // ready-queue order by sequence number), allocating input gradients, freeing
 // each node's saved tensors as it runs (release_variables), accumulating
-// gradients that reach a tensor twice in place when nobody else holds the
-// buffer, and handing parameter gradients to AccumulateGrad, which steals the
-// incoming gradient when .grad is unset and adds in place otherwise.
+// gradients that reach a tensor twice (in place when nobody else holds the
+// buffer and the runtime profile says the release does so), and handing
+// parameter gradients to AccumulateGrad, which steals the incoming gradient
+// when .grad is unset (and copies it when the tensor is also handed
+// elsewhere or laid out differently) and adds in place otherwise. As in the
+// engine's evaluate_function, a node's outputs are handed on only after its
+// apply() has returned and its saved tensors are released, so the node's
+// own temporaries are gone by then.
 //
 // The optimizer step creates its state lazily at the first step and
 // allocates the temporaries of the chosen implementation (for-loop, foreach,
