@@ -19,8 +19,8 @@ Modes:
     measure.py --dry-run [--no-step]
         CPU only, no CUDA call: validate the case file, build every model (meta device where
         the installed torch supports it, else CPU), count parameters, and run one CPU
-        training step at batch 1 for every distinct (model, precision, optimizer,
-        checkpoint, accumulation) combination to exercise the worker's code.
+        training step at batch 1 (64 px images) for every distinct (model, precision,
+        optimizer, checkpoint, accumulation) combination to exercise the worker's code.
     measure.py --list
         print the case ids.
 
@@ -414,7 +414,18 @@ def build_model(case):
     ref = _reference_module()
     builder, in_shape, classes, _ = ref.MODELS[name]
     torch.manual_seed(0)
-    model = builder()
+    small = case.get("_dry_image")
+    if small and len(in_shape) == 3 and in_shape[1] > small:
+        # --dry-run's CPU steps exercise the worker's code, not the sizes: images of `small`
+        # pixels (ViT built for them: its position table follows the image).
+        in_shape = (in_shape[0], small, small)
+        if name.startswith("vit_"):
+            import torchvision
+            model = getattr(torchvision.models, name)(weights=None, image_size=small)
+        else:
+            model = builder()
+    else:
+        model = builder()
     return model, {"kind": "classifier", "input_shape": list(in_shape), "classes": classes}
 
 
@@ -1049,7 +1060,7 @@ def dry_run(args, cases):
         seen.add(key)
         if case["model"] == "gpt2" and not have_tf:
             continue
-        c = dict(case, accum=min(case["accum"], 2), steps=1, batch=1)
+        c = dict(case, accum=min(case["accum"], 2), steps=1, batch=1, _dry_image=64)
         c.pop("batches", None)
         note = ""
         for k in ("fused", "foreach"):
