@@ -1815,9 +1815,17 @@ func opPad(n *nctx) error {
 	} else {
 		p, ok := n.ints("pads")
 		if !ok {
+			p, ok = n.ints("paddings") // opset 1
+		}
+		if !ok {
 			return fmt.Errorf("no pads")
 		}
 		pads = p
+	}
+	for _, p := range pads {
+		if p > maxElements || p < -maxElements {
+			return fmt.Errorf("pad amount %d out of range", p)
+		}
 	}
 	axes := make([]int64, 0, r)
 	if n.input(3) != nil {
@@ -1842,6 +1850,13 @@ func opPad(n *nctx) error {
 	}
 	begin, end := make([]int64, r), make([]int64, r)
 	zero := true
+	seen := make([]bool, r)
+	for _, ax := range axes {
+		if seen[ax] {
+			return fmt.Errorf("axis %d named twice in axes", ax)
+		}
+		seen[ax] = true
+	}
 	for i, ax := range axes {
 		begin[ax], end[ax] = pads[i], pads[i+len(axes)]
 		zero = zero && pads[i] == 0 && pads[i+len(axes)] == 0

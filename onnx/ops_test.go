@@ -403,3 +403,30 @@ func TestPadWrap(t *testing.T) {
 		t.Fatalf("err = %v, want the mode named", err)
 	}
 }
+
+// Malformed pads are refused with the reason, never wrapped around or
+// silently merged.
+func TestPadErrors(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		pads []int64
+		axes []int64
+		want string
+	}{
+		{"overflow", []int64{0, 0, 0, math.MaxInt64, 0, 0, 0, math.MaxInt64}, nil, "out of range"},
+		{"repeated axes", []int64{1, 1, 1, 1}, []int64{-1, -1}, "named twice"},
+		{"too few", []int64{1, 1}, nil, "2 pads for 4 axes"},
+	} {
+		b := newModel(18).input("img", tFloat, "batch", 3, 8, 8).constInts("pads", c.pads...)
+		in := ins("img", "pads")
+		if c.axes != nil {
+			b.constInts("axes", c.axes...)
+			in = ins("img", "pads", "", "axes")
+		}
+		b.node("Pad", "/pad", in, ins("p")).output("p")
+		_, err := onnx.Parse(b.bytes(t), "pad.onnx")
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: err = %v, want %q", c.name, err, c.want)
+		}
+	}
+}

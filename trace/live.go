@@ -61,7 +61,10 @@ func LiveByStep(t *Trace) ([]StepLive, error) {
 			continue
 		}
 		if cur < 0 || out[cur].Step != e.Step {
-			if e.Step < 0 || (cur >= 0 && e.Step < out[cur].Step) {
+			if e.Step < 0 {
+				return nil, fmt.Errorf("event %d: negative step %d", i, e.Step)
+			}
+			if cur >= 0 && e.Step < out[cur].Step {
 				return nil, fmt.Errorf("event %d: step %d after step %d", i, e.Step, out[cur].Step)
 			}
 			out = append(out, StepLive{Step: e.Step, Before: prev, Peak: prev, PeakPhase: e.Phase, PeakSite: -1, PeakEvent: -1})

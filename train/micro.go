@@ -361,11 +361,9 @@ func (m *micro) deliver(t graph.TensorID, st *storage, dt graph.DType, same bool
 		m.grads[t], m.gradDT[t] = st, dt
 		return
 	}
-	if old == st {
-		// The same buffer reached t twice (add's two inputs are one tensor).
-		sim.unref(st)
-		return
-	}
+	// The same tensor reaching t twice (x + x) or two slices of one
+	// gradient (cat(h, h)) are summed into a new tensor too: the first is
+	// not the only holder of itself or of its storage.
 	if old.refs == 1 && sim.s.Profile.InputBufferInPlace {
 		sim.unref(st)
 		return
@@ -383,10 +381,11 @@ func (m *micro) deliver(t graph.TensorID, st *storage, dt graph.DType, same bool
 // arrive routes a parameter gradient to AccumulateGrad, through the cast
 // node when it is the gradient of autocast's copy.
 //
-// same says the gradient is a tensor the node also handed elsewhere (add's
-// gradient, given to both operands): AccumulateGrad steals a gradient only
-// when nothing else references the tensor (accumulate_grad.h:
-// new_grad.use_count() <= num_expected_refs), and clones it otherwise.
+// same says the gradient is a tensor the node also handed to another of
+// its inputs (add's gradient, given to both operands): AccumulateGrad
+// steals a gradient only when nothing else references the tensor
+// (accumulate_grad.h: new_grad.use_count() <= num_expected_refs), and
+// clones it otherwise. Slices of one storage are tensors of their own.
 // clone says the gradient's layout differs from the parameter's
 // (obeys_layout_contract fails): it is copied, never stolen.
 func (m *micro) arrive(p int32, st *storage, viaCast, same, clone bool) {
@@ -425,12 +424,13 @@ func (m *micro) arrive(p int32, st *storage, viaCast, same, clone bool) {
 		return
 	}
 	g := ps.pending
-	shared := (ps.pendingShared && g.refs > 1) || ps.pendingClone
+	shared := ps.pendingShared || ps.pendingClone
 	ps.pending, ps.arrived, ps.pendingShared, ps.pendingClone = nil, 0, false, false
 	if ps.grad == nil {
 		if shared {
-			// clone_obey_contract: .grad is a copy, the original goes on.
-			c := sim.alloc(g.bytes, trace.Gradient)
+			// clone_obey_contract: .grad is a copy of the parameter's
+			// size (the incoming gradient may pin a larger storage).
+			c := sim.alloc(ps.numel*ps.dt.Size(), trace.Gradient)
 			c.refs = 1
 			sim.unref(g)
 			g = c

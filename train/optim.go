@@ -80,17 +80,17 @@ func (sim *Simulator) optimizerStep() {
 		switch {
 		case o.Impl == Fused:
 		case foreach:
-			if o.Kind == Adam && o.WeightDecay != 0 {
-				// L2: grads = _foreach_add(grads, params, alpha=weight_decay),
-				// alive until the function returns.
-				sim.optimizerTemps(1, true)
-			}
 			// exp_avg_sq_sqrt = torch._foreach_sqrt(exp_avg_sqs), divided in
 			// place; denom = _foreach_add(exp_avg_sq_sqrt, eps) is a second
-			// set where the profile says so.
+			// set where the profile says so; with L2 decay, grads =
+			// _foreach_add(grads, params, alpha=weight_decay) came first.
+			// All are locals, alive until the function returns.
 			k := 1
 			if sim.s.Profile.AdamForeachDenomCopy {
 				k = 2
+			}
+			if o.Kind == Adam && o.WeightDecay != 0 {
+				k++
 			}
 			sim.optimizerTemps(k, true)
 		default:

@@ -5,6 +5,7 @@ import (
 
 	"github.com/batchfit/batchfit/graph"
 	"github.com/batchfit/batchfit/models"
+	"github.com/batchfit/batchfit/trace"
 )
 
 // The seed CNN, worked out by hand per sample (float32):
@@ -196,5 +197,64 @@ func TestAccumulation(t *testing.T) {
 	one, two, double := peak(512, 1), peak(512, 2), peak(1024, 1)
 	if !(one < two && two < double) {
 		t.Errorf("peaks: b=512 %d, b=512×2 accumulated %d, b=1024 %d", one, two, double)
+	}
+}
+
+// x + x hands the one gradient tensor to x twice; the engine sums the two
+// arrivals into a new tensor (old_var + var: the first is not the only
+// holder of itself), in 1.13 and in releases that add in place alike.
+func TestAddSameTensorSums(t *testing.T) {
+	for _, v := range []string{"1.13", "2.5"} {
+		b := graph.NewBuilder("double")
+		x := b.Input("x", graph.Shape{4, 3}, graph.F32)
+		y := b.Target("y", graph.Shape{4}, graph.I64)
+		h := b.Linear("l1", x, 8, true)
+		s := b.Add("add", h, h)
+		b.CrossEntropy("loss", b.Linear("l2", s, 2, true), y)
+		g, err := b.Graph()
+		if err != nil {
+			t.Fatal(err)
+		}
+		tr, _, err := Simulate(g, Setup{CPU: true, Profile: mustProfile(t, v), Steps: 1, Optimizer: Optimizer{Kind: SGD}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var sums []int64
+		for _, e := range tr.Events {
+			if e.Action == trace.Alloc && e.Phase == trace.Backward && tr.SiteName(e.Site) == "add" {
+				sums = append(sums, e.Size)
+			}
+		}
+		if len(sums) != 1 || sums[0] != 4*8*4 {
+			t.Errorf("%s: the add's backward allocates %v, want one sum of h's %d bytes", v, sums, 4*8*4)
+		}
+	}
+}
+
+// Foreach Adam with L2 decay keeps the decayed gradients, the square roots
+// and (1.13, 2.0) denom alive together until _multi_tensor_adam returns.
+func TestForeachAdamL2Temporaries(t *testing.T) {
+	g := mlp(t, 8, 4, 8, 1, 2) // 58 floats of parameters in 4 tensors
+	const p = 58 * 4
+	for _, c := range []struct {
+		v    string
+		sets int64
+	}{{"1.13", 3}, {"2.5", 2}} {
+		tr, _, err := Simulate(g, Setup{CPU: true, Profile: mustProfile(t, c.v), Steps: 1,
+			Optimizer: Optimizer{Kind: Adam, Impl: Foreach, WeightDecay: 0.1}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		live, err := trace.LiveByStep(tr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The optimizer phase starts with the gradients made; the first
+		// step adds the state (2 sets and 4 step counters on the CPU).
+		ph := live[0].Phases[trace.OptimizerStep]
+		start := live[0].Phases[trace.Backward].End
+		if got, want := ph.Peak-start, 2*p+4*4+c.sets*p; got != want {
+			t.Errorf("%s: optimizer peak %d above the backward's end, want %d (%d temporary sets)", c.v, got, want, c.sets)
+		}
 	}
 }

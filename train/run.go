@@ -359,14 +359,25 @@ func (c *bwdCtx) route(j int, st *storage, dt graph.DType) {
 // handOn delivers the node's gradients, in the order it produced them.
 func (c *bwdCtx) handOn() {
 	m := c.m
-	for _, o := range c.out {
+	for i, o := range c.out {
 		if o.p >= 0 {
 			m.arrive(o.p, o.st, o.viaCast, false, o.clone)
 			continue
 		}
-		m.deliver(c.op.Inputs[o.j], o.st, o.dt, o.same)
+		m.deliver(c.op.Inputs[o.j], o.st, o.dt, o.same && c.sameElsewhere(i))
 	}
 	c.out = c.out[:0]
+}
+
+// sameElsewhere reports that the tensor of output i, the node's incoming
+// gradient itself, is also output for another input.
+func (c *bwdCtx) sameElsewhere(i int) bool {
+	for k, o := range c.out {
+		if k != i && o.same && o.st == c.out[i].st {
+			return true
+		}
+	}
+	return false
 }
 
 // gradParam allocates the gradient of the op's weight or bias.

@@ -192,8 +192,9 @@ def selfcheck():
                                      SumBackward0 expands it (a view, nothing new)
                               +4000  ExpBackward0: grad * result, which AccumulateGrad
                                      steals as x.grad
-                              -4     the seed, when the node's incoming gradient is dropped
-                                     (y stays: Python still holds it)
+                              -4     the seed, which torch.autograd.backward's grad_tensors
+                                     list holds until the engine returns (y stays: Python
+                                     still holds it)
       end:      del y, s      -4000, -4
     So forward peaks at 4004 and ends there; backward peaks at 8008 and ends at 8004; what
     is left is x.grad, 4000 bytes.
