@@ -12,19 +12,13 @@ import (
 	"github.com/batchfit/batchfit/onnx"
 	"github.com/batchfit/batchfit/profile"
 	"github.com/batchfit/batchfit/trace"
-	"github.com/batchfit/batchfit/train"
 )
 
-// simulateSteps runs two SGD-with-momentum steps of g under the CPU rules of
-// the profile and returns the live bytes per step.
+// simulateSteps runs two steps of g with SGD (momentum 0.9), as step.py's
+// batch-2 cases do, and returns the live bytes per step.
 func simulateSteps(t *testing.T, g *graph.Graph, prof *profile.Profile) []trace.StepLive {
 	t.Helper()
-	tr, _, err := train.Simulate(g, train.Setup{CPU: true, Profile: prof, Steps: 2,
-		Optimizer: train.Optimizer{Kind: train.SGD, Momentum: 0.9, Impl: train.ForLoop}})
-	if err != nil {
-		t.Fatalf("%s: %v", g.Name, err)
-	}
-	live, err := trace.LiveByStep(tr)
+	live, _, err := simulateLive(g, prof, 2, "sgd_momentum")
 	if err != nil {
 		t.Fatalf("%s: %v", g.Name, err)
 	}

@@ -8,6 +8,7 @@ import (
 	"sort"
 	"testing"
 
+	"github.com/batchfit/batchfit/graph"
 	"github.com/batchfit/batchfit/models"
 	"github.com/batchfit/batchfit/profile"
 	"github.com/batchfit/batchfit/trace"
@@ -79,7 +80,14 @@ func simulateStepCase(prof *profile.Profile, steps int, c stepCase) ([]trace.Ste
 	if err != nil {
 		return nil, nil, err
 	}
-	o, err := stepOptimizer(c.Optimizer)
+	return simulateLive(g, prof, steps, c.Optimizer)
+}
+
+// simulateLive runs steps training steps of g with one of step.py's
+// optimizers, under the CPU rules of prof, and returns the live bytes per
+// step with the trace.
+func simulateLive(g *graph.Graph, prof *profile.Profile, steps int, optimizer string) ([]trace.StepLive, *trace.Trace, error) {
+	o, err := stepOptimizer(optimizer)
 	if err != nil {
 		return nil, nil, err
 	}
