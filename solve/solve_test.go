@@ -154,7 +154,7 @@ func BenchmarkMaxBatchLlama3_70B(b *testing.B) {
 	r := request(b, "Llama-3-70B", "2TiB")
 	r.Config.Seq = 8192
 	r.Setup.Precision = train.TrueBF16
-	r.Setup.Checkpointing = true
+	r.Setup.Checkpoint = train.FullCheckpoint
 	for i := 0; i < b.N; i++ {
 		if _, err := MaxBatch(r, 0); err != nil {
 			b.Fatal(err)

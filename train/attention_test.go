@@ -68,3 +68,31 @@ func TestAttentionKernels(t *testing.T) {
 		t.Errorf("auto saved %d, flash %d", got, flash)
 	}
 }
+
+// Checkpointing the attention core alone (the selective policy): the core
+// keeps only q, k and v, which its Linear outputs already are, and drops
+// what the kernel saves beyond them. Same sizes as TestAttentionKernels:
+// eager drops the bf16 probabilities (25,600 B); flash drops its output
+// (10,240 B, which the merge copies, so nothing else holds it) and its
+// logsumexp (1,280 B).
+func TestAttentionCheckpoint(t *testing.T) {
+	g := attnGraph(t, 2, 40, 4, 16)
+	for _, c := range []struct {
+		a    Attention
+		drop int64
+	}{{AttentionEager, 25600}, {AttentionFlash, 11520}} {
+		saved := func(ck Checkpoint) int64 {
+			tr, sum, err := Simulate(g, Setup{Precision: TrueBF16, Attention: c.a, Checkpoint: ck, Steps: 2, Profile: mustProfile(t, "2.5")})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := tr.Validate(); err != nil {
+				t.Fatal(err)
+			}
+			return sum.ActivationsBytes
+		}
+		if got := saved(Checkpoint{}) - saved(Checkpoint{Attention: true}); got != c.drop {
+			t.Errorf("%s: checkpointing the core saves %d bytes less, want %d", c.a, got, c.drop)
+		}
+	}
+}

@@ -18,9 +18,10 @@ func TestNothingLeaks(t *testing.T) {
 		s    Setup
 	}{
 		{"fp32", Setup{Steps: 2}},
-		{"bf16-mixed+checkpointing", Setup{Steps: 2, Precision: MixedBF16, Checkpointing: true}},
+		{"bf16-mixed+checkpointing", Setup{Steps: 2, Precision: MixedBF16, Checkpoint: FullCheckpoint}},
 		{"16-mixed+accumulate", Setup{Steps: 2, Precision: Mixed16, Accumulate: 2, Optimizer: Optimizer{Kind: SGD, Momentum: 0.9}}},
-		{"bf16-true+checkpointing+1.13", Setup{Steps: 2, Precision: TrueBF16, Checkpointing: true, Profile: mustProfile(t, "1.13")}},
+		{"16-mixed+every-2+attention", Setup{Steps: 2, Precision: Mixed16, Checkpoint: Checkpoint{Every: 2, Attention: true}, Attention: AttentionEager}},
+		{"bf16-true+checkpointing+1.13", Setup{Steps: 2, Precision: TrueBF16, Checkpoint: FullCheckpoint, Profile: mustProfile(t, "1.13")}},
 	}
 	for _, m := range models.All() {
 		m := m

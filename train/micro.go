@@ -22,7 +22,8 @@ type micro struct {
 	direct, viaCast []int32
 	grads           []*storage
 	gradDT          []graph.DType
-	// activation checkpointing
+	// activation checkpointing: regions are the plan's (blocks or
+	// attention cores), indexed from 0
 	ckpt        bool
 	blockInputs [][]*storage
 	recomputed  []bool
@@ -44,7 +45,8 @@ func newMicro(sim *Simulator, g *graph.Graph) *micro {
 		nodes: make([][]*storage, len(g.Ops)), casts: make([][]inputCast, len(g.Ops)), wCast: make([]bool, len(g.Ops)),
 		castCache: map[int32]*storage{}, direct: make([]int32, len(sim.params)), viaCast: make([]int32, len(sim.params)),
 		grads: make([]*storage, n), gradDT: make([]graph.DType, n),
-		ckpt: sim.s.Checkpointing && len(g.Blocks) > 0, plan: sim.planFor(g)}
+		plan: sim.planFor(g)}
+	m.ckpt = m.plan.regions > 0
 	p, b := int32(0), int32(0)
 	for i := range g.Tensors {
 		m.pidx[i], m.bidx[i] = -1, -1
@@ -69,9 +71,10 @@ func newMicro(sim *Simulator, g *graph.Graph) *micro {
 		}
 	}
 	if m.ckpt {
-		m.blockInputs = make([][]*storage, len(g.Blocks))
-		m.recomputed = make([]bool, len(g.Blocks))
-		m.blockFirst = make([]int, len(g.Blocks))
+		nr := m.plan.regions
+		m.blockInputs = make([][]*storage, nr)
+		m.recomputed = make([]bool, nr)
+		m.blockFirst = make([]int, nr)
 		for i := range m.blockFirst {
 			m.blockFirst[i] = -1
 		}
@@ -80,10 +83,11 @@ func newMicro(sim *Simulator, g *graph.Graph) *micro {
 			m.producer[i] = -1
 		}
 		for i, op := range g.Ops {
-			if op.Block >= 0 && m.blockFirst[op.Block] < 0 {
-				m.blockFirst[op.Block] = i
+			r := m.plan.region[i]
+			if r >= 0 && m.blockFirst[r] < 0 {
+				m.blockFirst[r] = i
 			}
-			m.producer[op.Output] = op.Block
+			m.producer[op.Output] = r
 		}
 	}
 	return m
@@ -132,10 +136,10 @@ func (m *micro) forward() {
 	sim := m.sim
 	sim.phase = trace.Forward
 	for i := range m.g.Ops {
-		op := &m.g.Ops[i]
-		inCkpt := m.ckpt && op.Block >= 0
-		if inCkpt && m.blockFirst[op.Block] == i {
-			m.keepBlockInputs(op.Block)
+		r := m.plan.region[i]
+		inCkpt := m.ckpt && r >= 0
+		if inCkpt && m.blockFirst[r] == i {
+			m.keepBlockInputs(r)
 		}
 		m.saving = !inCkpt
 		m.runOp(i)
@@ -165,7 +169,7 @@ func (m *micro) exitAutocast() {
 // reads from outside are held until its backward.
 func (m *micro) keepBlockInputs(blk int32) {
 	seen := map[*storage]bool{}
-	for i := m.blockFirst[blk]; i < len(m.g.Ops) && m.g.Ops[i].Block == blk; i++ {
+	for i := m.blockFirst[blk]; i < len(m.g.Ops) && m.plan.region[i] == blk; i++ {
 		for _, t := range m.g.Ops[i].Inputs {
 			if m.producedIn(t, blk) {
 				continue
@@ -257,8 +261,9 @@ func (m *micro) backward() {
 	defer sim.unref(seed)
 	for i := len(m.g.Ops) - 1; i >= 0; i-- {
 		op := &m.g.Ops[i]
-		if m.ckpt && op.Block >= 0 && !m.recomputed[op.Block] {
-			m.recompute(op.Block)
+		r := m.plan.region[i]
+		if m.ckpt && r >= 0 && !m.recomputed[r] {
+			m.recompute(r)
 		}
 		// Engine::evaluate_function: apply() consumes the incoming
 		// gradient (freed when it returns), release_variables() drops the
@@ -276,11 +281,11 @@ func (m *micro) backward() {
 		if ran {
 			sim.bctx.handOn()
 		}
-		if m.ckpt && op.Block >= 0 && m.blockFirst[op.Block] == i {
-			for _, st := range m.blockInputs[op.Block] {
+		if m.ckpt && r >= 0 && m.blockFirst[r] == i {
+			for _, st := range m.blockInputs[r] {
 				sim.unref(st)
 			}
-			m.blockInputs[op.Block] = nil
+			m.blockInputs[r] = nil
 		}
 		if sim.err != nil {
 			return
@@ -310,7 +315,7 @@ func (m *micro) recompute(blk int32) {
 	first := m.blockFirst[blk]
 	m.saving = true
 	last := first
-	for i := first; i < len(m.g.Ops) && m.g.Ops[i].Block == blk; i++ {
+	for i := first; i < len(m.g.Ops) && m.plan.region[i] == blk; i++ {
 		last = i
 	}
 	// Consumers inside the block only: outside consumers already ran.

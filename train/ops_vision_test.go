@@ -272,7 +272,7 @@ func TestForwardMadeConstants(t *testing.T) {
 		{TrueBF16, false, 2, trace.Forward},
 		{MixedBF16, true, 4, trace.Backward},
 	} {
-		tr, _, err := Simulate(g, Setup{Precision: c.p, Checkpointing: c.ckpt, Steps: 1})
+		tr, _, err := Simulate(g, Setup{Precision: c.p, Checkpoint: ckptOf(c.ckpt), Steps: 1})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -156,16 +156,24 @@ func TestCheckpointing(t *testing.T) {
 	act := int64(bsz * h * 4)
 	loss := int64(bsz*10*4 + 4)
 	for _, c := range []struct {
-		ckpt bool
+		ckpt Checkpoint
 		want int64
 	}{
 		// four ReLU results
-		{false, 4*act + loss},
+		{Checkpoint{}, 4*act + loss},
 		// block 0's input is the batch (excluded); block 1's input is
 		// block 0's output; the head saves block 1's output.
-		{true, 2*act + loss},
+		{FullCheckpoint, 2*act + loss},
+		// every second block: block 0 alone is wrapped, its first ReLU
+		// result is recomputed; block 1 saves its input and both ReLU
+		// results (the second also for the head).
+		{Checkpoint{Every: 2}, 3*act + loss},
+		// every third block is again block 0 alone
+		{Checkpoint{Every: 3}, 3*act + loss},
+		// no attention core: nothing wrapped
+		{Checkpoint{Attention: true}, 4*act + loss},
 	} {
-		tr, sum, err := Simulate(g, Setup{CPU: true, Checkpointing: c.ckpt, Optimizer: Optimizer{Kind: SGD}, Steps: 2})
+		tr, sum, err := Simulate(g, Setup{CPU: true, Checkpoint: c.ckpt, Optimizer: Optimizer{Kind: SGD}, Steps: 2})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -173,7 +181,7 @@ func TestCheckpointing(t *testing.T) {
 			t.Fatal(err)
 		}
 		if sum.ActivationsBytes != c.want {
-			t.Errorf("checkpointing %v: saved %d, want %d", c.ckpt, sum.ActivationsBytes, c.want)
+			t.Errorf("checkpointing %s: saved %d, want %d", c.ckpt, sum.ActivationsBytes, c.want)
 		}
 	}
 }
@@ -255,6 +263,44 @@ func TestForeachAdamL2Temporaries(t *testing.T) {
 		start := live[0].Phases[trace.Backward].End
 		if got, want := ph.Peak-start, 2*p+4*4+c.sets*p; got != want {
 			t.Errorf("%s: optimizer peak %d above the backward's end, want %d (%d temporary sets)", c.v, got, want, c.sets)
+		}
+	}
+}
+
+func ckptOf(on bool) Checkpoint {
+	if on {
+		return FullCheckpoint
+	}
+	return Checkpoint{}
+}
+
+func TestParseCheckpoint(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want Checkpoint
+		err  bool
+	}{
+		{"none", Checkpoint{}, false},
+		{"full", FullCheckpoint, false},
+		{"every-1", FullCheckpoint, false},
+		{"every-4", Checkpoint{Every: 4}, false},
+		{"every:2", Checkpoint{Every: 2}, false},
+		{"attention", Checkpoint{Attention: true}, false},
+		{"every-2+attention", Checkpoint{Every: 2, Attention: true}, false},
+		{"Full", FullCheckpoint, false},
+		{"every-0", Checkpoint{}, true},
+		{"every-x", Checkpoint{}, true},
+		{"sometimes", Checkpoint{}, true},
+		{"none+attention", Checkpoint{}, true},
+	} {
+		got, err := ParseCheckpoint(c.in)
+		if (err != nil) != c.err || (!c.err && got != c.want) {
+			t.Errorf("ParseCheckpoint(%q) = %v, %v; want %v (error %v)", c.in, got, err, c.want, c.err)
+		}
+		if !c.err {
+			if back, err := ParseCheckpoint(got.String()); err != nil || back != got {
+				t.Errorf("%q: String %q reads back as %v, %v", c.in, got.String(), back, err)
+			}
 		}
 	}
 }

@@ -2,6 +2,7 @@ package train
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/batchfit/batchfit/graph"
@@ -132,6 +133,85 @@ func ParseAttention(s string) (Attention, error) {
 	return "", fmt.Errorf("unknown attention kernel %q (want auto, eager, flash, efficient or math)", s)
 }
 
+// Checkpoint is an activation-checkpointing policy: which regions of the
+// forward pass torch.utils.checkpoint(use_reentrant=False) wraps. A wrapped
+// region keeps only the tensors it reads from outside and recomputes its
+// forward when backward reaches it.
+type Checkpoint struct {
+	// Every wraps every Every-th block of the graph (blocks 0, Every,
+	// 2·Every, …): 1 is the usual per-block checkpointing, 0 wraps none.
+	Every int
+	// Attention wraps each attention core on its own, in blocks not
+	// already wrapped: the scores, softmax and dropout of the eager and
+	// math kernels are recomputed instead of kept — Megatron-LM's
+	// "selective" recomputation (Korthikanti et al., 2022, "Reducing
+	// Activation Recomputation in Large Transformer Models").
+	Attention bool
+}
+
+// FullCheckpoint wraps every block.
+var FullCheckpoint = Checkpoint{Every: 1}
+
+// On reports whether anything is wrapped.
+func (c Checkpoint) On() bool { return c.Every > 0 || c.Attention }
+
+// String is the policy as ParseCheckpoint reads it.
+func (c Checkpoint) String() string {
+	var parts []string
+	switch {
+	case c.Every == 1:
+		parts = append(parts, "full")
+	case c.Every > 1:
+		parts = append(parts, fmt.Sprintf("every-%d", c.Every))
+	}
+	if c.Attention {
+		parts = append(parts, "attention")
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, "+")
+}
+
+// CheckpointNames are the policy names ParseCheckpoint knows.
+var CheckpointNames = []string{"none", "full", "every-K", "attention"}
+
+// ParseCheckpoint reads a policy: "none", "full" (every block), "every-K"
+// (every K-th block), "attention" (each attention core alone), or a block
+// policy and "attention" joined by "+".
+func ParseCheckpoint(s string) (Checkpoint, error) {
+	var c Checkpoint
+	for _, part := range strings.Split(strings.ToLower(strings.TrimSpace(s)), "+") {
+		part = strings.TrimSpace(part)
+		switch part {
+		case "none", "off", "false", "no":
+			if strings.Contains(s, "+") {
+				return c, fmt.Errorf("checkpointing %q: none joins nothing", s)
+			}
+			continue
+		case "full", "all", "blocks", "block", "true", "on", "yes":
+			c.Every = 1
+			continue
+		case "attention", "attn", "selective", "core-attention":
+			c.Attention = true
+			continue
+		}
+		num := ""
+		for _, pre := range []string{"every-", "every:", "every_", "every"} {
+			if strings.HasPrefix(part, pre) {
+				num = strings.TrimPrefix(part, pre)
+				break
+			}
+		}
+		k, err := strconv.Atoi(num)
+		if num == "" || err != nil || k < 1 || k > 1<<20 {
+			return c, fmt.Errorf("unknown checkpointing policy %q (want none, full, every-K with K ≥ 1, attention, or a block policy+attention)", s)
+		}
+		c.Every = k
+	}
+	return c, nil
+}
+
 // Setup is how a graph is trained: everything besides the model.
 type Setup struct {
 	Precision Precision
@@ -139,10 +219,10 @@ type Setup struct {
 	// Accumulate is the number of micro-batches per optimizer step (1 = no
 	// gradient accumulation).
 	Accumulate int
-	// Checkpointing wraps each block of the graph in
+	// Checkpoint says which parts of the forward pass run under
 	// torch.utils.checkpoint(use_reentrant=False).
-	Checkpointing bool
-	Attention     Attention
+	Checkpoint Checkpoint
+	Attention  Attention
 	// Steps is the number of optimizer steps to simulate (default 3: the
 	// first step creates optimizer state, later ones start with it).
 	Steps int
@@ -182,6 +262,9 @@ func (s Setup) Normalize() (Setup, error) {
 	}
 	if s.Steps < 0 || s.Steps > 1000 {
 		return s, fmt.Errorf("steps must be between 1 and 1000, got %d", s.Steps)
+	}
+	if s.Checkpoint.Every < 0 {
+		return s, fmt.Errorf("checkpointing every %d blocks: want at least 1", s.Checkpoint.Every)
 	}
 	if s.Attention == "" {
 		s.Attention = AttentionAuto

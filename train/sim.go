@@ -126,7 +126,7 @@ func New(g *graph.Graph, s Setup) (*Simulator, error) {
 	// (counted on the zoo's transformers and ResNets). Reserving room once
 	// avoids regrowing the event list.
 	per := int64(5)
-	if s.Checkpointing {
+	if s.Checkpoint.On() {
 		per = 7
 	}
 	sim.tr.Reserve(int((int64(len(g.Tensors)+len(g.Ops))*per/2*int64(s.Steps*s.Accumulate) + 64)))
@@ -281,6 +281,10 @@ type plan struct {
 	sites []int32
 	rules []rule
 	known []bool // whether the op's kind has a rule
+	// region is the checkpointed region each op belongs to, or -1;
+	// regions counts them. A region is a contiguous run of ops.
+	region  []int32
+	regions int32
 }
 
 func (sim *Simulator) planFor(g *graph.Graph) *plan {
@@ -295,6 +299,7 @@ func (sim *Simulator) planFor(g *graph.Graph) *plan {
 		p.sites[i] = sim.tr.Site(g.Ops[i].Name)
 		p.rules[i], p.known[i] = rules[g.Ops[i].Kind]
 	}
+	p.region, p.regions = Regions(g, sim.s.Checkpoint)
 	sim.plans[g] = p
 	return p
 }
@@ -315,4 +320,34 @@ func (sim *Simulator) checkParams(g *graph.Graph) error {
 		}
 	}
 	return nil
+}
+
+// Regions assigns the ops of g to the regions the policy wraps in
+// torch.utils.checkpoint: every Every-th block whole, and each attention
+// core outside those blocks alone. It returns each op's region (-1 for
+// ops that are not wrapped) and the number of regions.
+func Regions(g *graph.Graph, c Checkpoint) ([]int32, int32) {
+	region := make([]int32, len(g.Ops))
+	blockRegion := make([]int32, len(g.Blocks))
+	for i := range blockRegion {
+		blockRegion[i] = -1
+	}
+	var n int32
+	for i := range g.Ops {
+		op := &g.Ops[i]
+		r := int32(-1)
+		switch {
+		case c.Every > 0 && op.Block >= 0 && int(op.Block)%c.Every == 0:
+			if blockRegion[op.Block] < 0 {
+				blockRegion[op.Block] = n
+				n++
+			}
+			r = blockRegion[op.Block]
+		case c.Attention && op.Kind == graph.Attention:
+			r = n
+			n++
+		}
+		region[i] = r
+	}
+	return region, n
 }

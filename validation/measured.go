@@ -166,7 +166,11 @@ func Request(r MeasuredResult, env *Environment) (predict.Request, error) {
 	if steps == 0 {
 		steps = 3
 	}
-	q.Setup = train.Setup{Precision: prec, Optimizer: opt, Accumulate: max(1, c.Accum), Checkpointing: c.Checkpoint,
+	var ck train.Checkpoint
+	if c.Checkpoint {
+		ck = train.FullCheckpoint
+	}
+	q.Setup = train.Setup{Precision: prec, Optimizer: opt, Accumulate: max(1, c.Accum), Checkpoint: ck,
 		Attention: att, Steps: steps, EmptyCache: c.EmptyCache, Profile: prof}
 	q.GPU = gpu.GPU{Name: env.GPUName, Marketing: env.GPUName, Capacity: env.TotalMemory, Major: major, ContextSize: r.Context.Bytes}
 	q.Context = r.Context.Bytes

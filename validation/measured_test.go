@@ -26,7 +26,7 @@ func TestRequestMapping(t *testing.T) {
 		t.Errorf("model and sizes: %s %+v %v", q.Source.Name(), q.Config, q.Schedule)
 	}
 	if s.Precision != train.Mixed16 || s.Optimizer.Kind != train.SGD || s.Optimizer.Momentum != 0.9 || s.Optimizer.Impl != train.Foreach ||
-		s.Accumulate != 2 || !s.Checkpointing || !s.EmptyCache || s.Profile.Version != "2.5" {
+		s.Accumulate != 2 || s.Checkpoint != train.FullCheckpoint || !s.EmptyCache || s.Profile.Version != "2.5" {
 		t.Errorf("setup: %+v", s)
 	}
 	if q.GPU.Capacity != 85_000_000_000 || q.GPU.Major != 9 || q.Context != 500<<20 || !q.Alloc.ExpandableSegments {

@@ -9,6 +9,7 @@ import (
 	"github.com/batchfit/batchfit/alloc"
 	"github.com/batchfit/batchfit/predict"
 	"github.com/batchfit/batchfit/trace"
+	"github.com/batchfit/batchfit/train"
 )
 
 const estimateUsage = `usage: batchfit estimate MODEL [flags]
@@ -68,8 +69,11 @@ func setupLine(res *predict.Result) string {
 	if s.Accumulate > 1 {
 		parts = append(parts, fmt.Sprintf("accumulate %d", s.Accumulate))
 	}
-	if s.Checkpointing {
+	switch {
+	case s.Checkpoint == train.FullCheckpoint:
 		parts = append(parts, "checkpointing")
+	case s.Checkpoint.On():
+		parts = append(parts, "checkpointing "+s.Checkpoint.String())
 	}
 	parts = append(parts, "PyTorch "+s.Profile.Version+"+ rules", res.GPU.Name)
 	return strings.Join(parts, " · ")

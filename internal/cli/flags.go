@@ -50,6 +50,7 @@ type jobFlags struct {
 	forloop       bool
 	accumulate    int
 	checkpointing bool
+	checkpoint    string
 	attention     string
 	torch         string
 	steps         int
@@ -75,7 +76,8 @@ func (j *jobFlags) register(fs *flag.FlagSet, batchDefault string) {
 	fs.BoolVar(&j.fused, "fused", false, "use the fused optimizer implementation")
 	fs.BoolVar(&j.forloop, "forloop", false, "use the per-parameter for-loop implementation")
 	fs.IntVar(&j.accumulate, "accumulate", 1, "micro-batches per optimizer step (gradient accumulation)")
-	fs.BoolVar(&j.checkpointing, "checkpointing", false, "activation checkpointing of every block (non-reentrant)")
+	fs.BoolVar(&j.checkpointing, "checkpointing", false, "activation checkpointing of every block (non-reentrant); the same as --checkpoint full")
+	fs.StringVar(&j.checkpoint, "checkpoint", "none", "activation checkpointing: none, full (every block), every-K (every K-th block), attention (each attention core), or every-K+attention")
 	fs.StringVar(&j.attention, "attention", "auto", "attention kernel: auto, eager, flash, efficient or math (sdpa: auto)")
 	fs.StringVar(&j.torch, "torch", "", "PyTorch version whose rules apply (default: current; known profiles: "+strings.Join(profile.Versions(), ", ")+")")
 	fs.IntVar(&j.steps, "steps", 3, "optimizer steps to simulate")
@@ -235,8 +237,18 @@ func (j *jobFlags) request(model string) (predict.Request, error) {
 	if j.steps < 1 || j.steps > 1000 {
 		return r, usagef("--steps must be between 1 and 1000, got %d", j.steps)
 	}
+	ck, err := train.ParseCheckpoint(j.checkpoint)
+	if err != nil {
+		return r, usagef("--checkpoint: %v", err)
+	}
+	if j.checkpointing {
+		if ck.On() && ck != train.FullCheckpoint {
+			return r, usagef("--checkpointing (every block) and --checkpoint %s exclude each other", ck)
+		}
+		ck = train.FullCheckpoint
+	}
 	r.Setup = train.Setup{Precision: prec, Optimizer: train.Optimizer{Kind: opt, Momentum: j.momentum, Impl: impl, WeightDecay: wd},
-		Accumulate: j.accumulate, Checkpointing: j.checkpointing, Attention: att, Steps: j.steps, EmptyCache: j.emptyCache, Profile: prof}
+		Accumulate: j.accumulate, Checkpoint: ck, Attention: att, Steps: j.steps, EmptyCache: j.emptyCache, Profile: prof}
 	conf := j.allocConf
 	if conf == "" {
 		conf = os.Getenv("PYTORCH_CUDA_ALLOC_CONF")

@@ -26,6 +26,7 @@ type EstimateJSON struct {
 	OptimizerImpl       string           `json:"optimizer_impl"`
 	Accumulate          int              `json:"accumulate"`
 	Checkpointing       bool             `json:"checkpointing"`
+	Checkpoint          string           `json:"checkpoint"`
 	TorchProfile        string           `json:"torch_profile"`
 	ParamCount          int64            `json:"param_count"`
 	ParametersBytes     int64            `json:"parameters_bytes"`
@@ -65,7 +66,7 @@ func estimateJSON(res *predict.Result, batches []int64) EstimateJSON {
 	tl := res.Timeline
 	out := EstimateJSON{Model: res.Model, SourceNote: res.Note, Batch: res.Config.Batch, Seq: res.Config.Seq, GPU: res.GPU.Name,
 		Precision: string(res.Setup.Precision), Optimizer: string(res.Setup.Optimizer.Kind), OptimizerImpl: string(res.Setup.Optimizer.Impl),
-		Accumulate: res.Setup.Accumulate, Checkpointing: res.Setup.Checkpointing, TorchProfile: res.Setup.Profile.Version,
+		Accumulate: res.Setup.Accumulate, Checkpointing: res.Setup.Checkpoint.On(), Checkpoint: res.Setup.Checkpoint.String(), TorchProfile: res.Setup.Profile.Version,
 		ParamCount: s.ParamCount, ParametersBytes: s.ParametersBytes, BuffersBytes: s.BuffersBytes, GradientsBytes: s.GradientsBytes,
 		OptimizerStateBytes: s.OptimizerStateBytes, ActivationsBytes: s.ActivationsBytes, AutocastCacheBytes: s.CastCacheBytes,
 		BatchDataBytes: s.BatchDataBytes, WorkspaceBytes: s.WorkspaceBytes, AtPeak: map[string]int64{},
