@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/batchfit/batchfit/alloc"
+	"github.com/batchfit/batchfit/cost"
 	"github.com/batchfit/batchfit/gpu"
 	"github.com/batchfit/batchfit/graph"
 	"github.com/batchfit/batchfit/models"
@@ -88,6 +89,10 @@ type Result struct {
 	// Note is what the source says about itself (a checkpoint's stored
 	// dtype and parameter count), when it has a Note method.
 	Note string
+	// Time is the predicted time of one optimizer step (of the first
+	// step's batch size in a schedule); nil when the GPU's rates are not
+	// known.
+	Time *cost.Estimate
 }
 
 // Run answers a Request.
@@ -175,6 +180,14 @@ func Run(r Request) (*Result, error) {
 		res.Trace = tr
 	} else {
 		tr.Release()
+	}
+	if r.GPU.Rates.Known() {
+		est, err := cost.Step(cost.Input{Graph: g0, Ops: res.Summary.Ops, Setup: res.Setup, Rates: r.GPU.Rates,
+			Seq: r.Config.Seq, Batch: sched[0]})
+		if err != nil {
+			return nil, err
+		}
+		res.Time = &est
 	}
 	if n, ok := r.Source.(interface{ Note() string }); ok {
 		res.Note = n.Note()

@@ -31,6 +31,10 @@ type micro struct {
 	producer    []int32 // per tensor: the block of the op that outputs it, or -1
 	saving      bool
 	plan        *plan
+	// ops records each op's first forward run (the first micro-batch of
+	// the first step only); run is the op being run.
+	ops []OpRun
+	run OpRun
 }
 
 type inputCast struct {

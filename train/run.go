@@ -105,6 +105,7 @@ func (m *micro) runOp(i int) {
 	}
 	c := &sim.ctx
 	*c = fwdCtx{m: m, op: op, i: i, in: sim.inBuf[:len(op.Inputs)], locals: sim.localBuf[:0]}
+	m.run = OpRun{}
 	m.casts[i] = m.casts[i][:0]
 	for j, t := range op.Inputs {
 		if p := m.pidx[t]; p >= 0 && !recomputing && m.g.Tensors[t].RequiresGrad {
@@ -118,8 +119,11 @@ func (m *micro) runOp(i int) {
 			return
 		}
 		if to, cast := m.autocastTo(r.cast, v.dt); cast {
-			st := c.local(m.g.Tensors[t].Shape.Numel()*to.Size(), trace.Transient)
+			n := m.g.Tensors[t].Shape.Numel()
+			st := c.local(n*to.Size(), trace.Transient)
 			m.casts[i] = append(m.casts[i], inputCast{input: j, from: v.dt})
+			m.run.Casts++
+			m.run.CastBytes += n * (v.dt.Size() + to.Size())
 			v = value{st: st, dt: to}
 		}
 		c.in[j] = v
@@ -157,6 +161,21 @@ func (m *micro) runOp(i int) {
 	}
 	out := op.Output
 	dt := m.outDType(r, c)
+	if m.ops != nil && !recomputing {
+		run := m.run
+		run.Out = dt
+		run.In = dt
+		switch {
+		case len(c.in) > 0:
+			run.In = c.in[0].dt
+		case op.Weight != graph.None:
+			run.In = c.w.dt
+		}
+		if op.Kind == graph.Attention {
+			run.Kernel = m.kernel(c)
+		}
+		m.ops[i] = run
+	}
 	tensor := &m.g.Tensors[out]
 	if r.alias != nil && r.alias(m, c, dt) {
 		c.out = value{st: c.in[0].st, dt: dt}
@@ -217,6 +236,8 @@ func (m *micro) castParam(p int32, to graph.DType) *storage {
 		return st
 	}
 	ps := m.sim.params[p]
+	m.run.Casts++
+	m.run.CastBytes += ps.numel * (ps.dt.Size() + to.Size())
 	st := m.sim.alloc(ps.numel*to.Size(), trace.CastCache)
 	st.refs = 1
 	m.castCache[p] = st

@@ -101,6 +101,24 @@ type Summary struct {
 	// SavedByOp attributes ActivationsBytes to the op that first saved each
 	// storage, in forward order.
 	SavedByOp []OpSaved
+	// Ops says how each op of the first graph ran in the first forward
+	// pass, indexed like Graph.Ops: what the step-time model needs to know
+	// that only the simulation decides (autocast's dtypes and copies, the
+	// attention kernel).
+	Ops []OpRun
+}
+
+// OpRun is one op's first forward run.
+type OpRun struct {
+	// In is the dtype the kernel computed in: its first operand after
+	// autocast (or its weight, for ops without operands); Out its output's.
+	In, Out graph.DType
+	// Kernel is the attention kernel the dispatcher picked (attention ops).
+	Kernel Attention
+	// Casts counts the autocast copies the op made of its operands and
+	// parameters; CastBytes is what they read and wrote.
+	Casts     int32
+	CastBytes int64
 }
 
 // OpSaved is one op's share of the saved activations.
@@ -251,6 +269,10 @@ func (sim *Simulator) Step(g *graph.Graph) error {
 	}
 	for m := 0; m < sim.s.Accumulate; m++ {
 		mb := newMicro(sim, g)
+		if sim.stepsDone == 0 && m == 0 {
+			mb.ops = make([]OpRun, len(g.Ops))
+			sim.sum.Ops = mb.ops
+		}
 		mb.loadBatch()
 		mb.forward()
 		if sim.stepsDone == 0 && m == 0 {

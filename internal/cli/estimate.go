@@ -3,10 +3,12 @@ package cli
 import (
 	"fmt"
 	"io"
+	"math"
 	"strings"
 	"text/tabwriter"
 
 	"github.com/batchfit/batchfit/alloc"
+	"github.com/batchfit/batchfit/cost"
 	"github.com/batchfit/batchfit/predict"
 	"github.com/batchfit/batchfit/trace"
 	"github.com/batchfit/batchfit/train"
@@ -126,9 +128,58 @@ func writeEstimate(w io.Writer, res *predict.Result, batches []int64) {
 	} else {
 		fmt.Fprintf(w, "fits: no — %s\n", res.Decider)
 	}
+	writeTime(w, res)
 	if len(batches) > 1 {
 		writeSchedule(w, res, batches)
 	}
+}
+
+// writeTime prints the step-time model's figures.
+func writeTime(w io.Writer, res *predict.Result) {
+	e := res.Time
+	if e == nil {
+		return
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintf(w, "step time %s (roofline on %s: a bound, see docs/accuracy.md)\n", fmtSeconds(e.Seconds), res.GPU.Name)
+	var parts []string
+	for _, p := range cost.Parts() {
+		if e.By[p] > 0 {
+			parts = append(parts, fmt.Sprintf("%s %s", p, fmtSeconds(e.By[p])))
+		}
+	}
+	fmt.Fprintf(w, "  %s\n", strings.Join(parts, ", "))
+	fmt.Fprintf(w, "  %s\n", throughputLine(e))
+}
+
+func throughputLine(e *cost.Estimate) string {
+	s := fmt.Sprintf("%s samples/s", fmtRate(e.SamplesPerSecond()))
+	if e.Tokens > 0 {
+		s += fmt.Sprintf(", %s tokens/s", fmtRate(e.TokensPerSecond()))
+	}
+	return s + fmt.Sprintf(" · model FLOPs utilisation %.0f%% · %s kernels", 100*e.MFU, commas(e.Kernels))
+}
+
+func fmtSeconds(s float64) string {
+	switch {
+	case s >= 10:
+		return fmt.Sprintf("%.1f s", s)
+	case s >= 1:
+		return fmt.Sprintf("%.2f s", s)
+	case s >= 1e-3:
+		return fmt.Sprintf("%.1f ms", s*1e3)
+	}
+	return fmt.Sprintf("%.0f µs", s*1e6)
+}
+
+func fmtRate(r float64) string {
+	switch {
+	case r >= 100:
+		return commas(int64(math.Round(r)))
+	case r >= 10:
+		return fmt.Sprintf("%.1f", r)
+	}
+	return fmt.Sprintf("%.2f", r)
 }
 
 func commas(n int64) string {

@@ -1,0 +1,209 @@
+package cost
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/batchfit/batchfit/gpu"
+	"github.com/batchfit/batchfit/graph"
+	"github.com/batchfit/batchfit/train"
+)
+
+// LaunchFloor is the least time one kernel of an eager op costs, seconds.
+const LaunchFloor = 5e-6
+
+// Part names where in the step time goes.
+type Part uint8
+
+const (
+	Forward Part = iota
+	Backward
+	Recompute // the forward of checkpointed regions, again, inside backward
+	Optimizer // the optimizer step, gradient unscaling, zeroing
+	numParts
+)
+
+func (p Part) String() string {
+	return [...]string{"forward", "backward", "recompute", "optimizer"}[p]
+}
+
+// Parts lists the parts in order.
+func Parts() []Part { return []Part{Forward, Backward, Recompute, Optimizer} }
+
+// Estimate is the predicted time of one optimizer step.
+type Estimate struct {
+	// Seconds is the whole step: every micro-batch's forward and backward,
+	// and the optimizer.
+	Seconds float64
+	// By splits Seconds.
+	By [numParts]float64
+	// Kernels is the number of kernels launched.
+	Kernels int64
+	// ModelFLOPs counts the forward and backward arithmetic of every
+	// micro-batch, without recomputation: the work the model needs.
+	// FLOPs adds what recomputation and the optimizer do.
+	ModelFLOPs, FLOPs float64
+	// Bytes is the memory traffic.
+	Bytes float64
+	// IdealSeconds is how long ModelFLOPs take at the peak rate of each
+	// kernel's type; MFU (model FLOPs utilisation) is IdealSeconds over
+	// Seconds.
+	IdealSeconds, MFU float64
+	// Samples is the samples of one optimizer step (micro-batch ×
+	// accumulation); Tokens is Samples × sequence length, 0 for models
+	// without a sequence.
+	Samples, Tokens int64
+}
+
+// SamplesPerSecond is the training throughput in samples.
+func (e Estimate) SamplesPerSecond() float64 {
+	if e.Seconds <= 0 {
+		return 0
+	}
+	return float64(e.Samples) / e.Seconds
+}
+
+// TokensPerSecond is the throughput in tokens (0 without a sequence).
+func (e Estimate) TokensPerSecond() float64 {
+	if e.Seconds <= 0 {
+		return 0
+	}
+	return float64(e.Tokens) / e.Seconds
+}
+
+// Input is one step to time.
+type Input struct {
+	Graph *graph.Graph
+	// Ops is the simulation's record of the graph's first forward pass
+	// (train.Summary.Ops): the dtypes and autocast copies of each op.
+	Ops []train.OpRun
+	// Setup must be normalized (the simulation's).
+	Setup train.Setup
+	Rates gpu.Rates
+	// Seq is the sequence length, 0 for models without one.
+	Seq int64
+	// Batch is the micro-batch size.
+	Batch int64
+}
+
+// Step predicts the time of one optimizer step.
+func Step(in Input) (Estimate, error) {
+	g := in.Graph
+	if g == nil {
+		return Estimate{}, fmt.Errorf("no graph to time")
+	}
+	if len(in.Ops) != len(g.Ops) {
+		return Estimate{}, fmt.Errorf("graph %s: %d ops but %d recorded runs", g.Name, len(g.Ops), len(in.Ops))
+	}
+	if !in.Rates.Known() {
+		return Estimate{}, fmt.Errorf("no peak rates known for this GPU: step time needs its FP32 rate and memory bandwidth")
+	}
+	t := timer{r: in.Rates}
+	acc := int64(max(1, in.Setup.Accumulate))
+	region, _ := train.Regions(g, in.Setup.Checkpoint)
+	// One micro-batch, then scaled: every micro-batch runs the same
+	// kernels.
+	var micro timer
+	micro.r = in.Rates
+	for i := range g.Ops {
+		op := &g.Ops[i]
+		run := in.Ops[i]
+		micro.part = Forward
+		micro.model = true
+		forward(&micro, g, op, run, in.Setup)
+		if region[i] >= 0 {
+			micro.part = Recompute
+			micro.model = false
+			forward(&micro, g, op, run, in.Setup)
+		}
+		if g.Tensors[op.Output].RequiresGrad {
+			micro.part = Backward
+			micro.model = true
+			backward(&micro, g, op, run, in.Setup)
+		}
+	}
+	t.add(&micro, float64(acc))
+	t.part = Optimizer
+	t.model = false
+	optimizer(&t, g, in.Setup, acc)
+	e := t.est
+	e.Samples = in.Batch * acc
+	if in.Seq > 0 {
+		e.Tokens = e.Samples * in.Seq
+	}
+	for _, s := range e.By {
+		e.Seconds += s
+	}
+	if e.Seconds > 0 {
+		e.MFU = e.IdealSeconds / e.Seconds
+	}
+	return e, nil
+}
+
+// rate says which peak a kernel's arithmetic runs at.
+type rate uint8
+
+const (
+	vector rate = iota // CUDA cores, float32: elementwise, reductions
+	gemm               // cuBLAS matmul: FP32 on CUDA cores (allow_tf32 off), half types on tensor cores
+	conv               // cuDNN convolution: TF32 for float32 (cudnn.allow_tf32 on)
+)
+
+type timer struct {
+	r     gpu.Rates
+	part  Part
+	model bool // arithmetic that counts toward ModelFLOPs
+	est   Estimate
+}
+
+func (t *timer) peak(k rate, dt graph.DType) float64 {
+	r := t.r
+	var p float64
+	switch {
+	case k == vector:
+	case dt == graph.F16:
+		p = r.FP16
+	case dt == graph.BF16:
+		p = r.BF16
+	case dt == graph.F32 && k == conv:
+		p = r.TF32
+	}
+	if p <= 0 {
+		p = r.FP32
+	}
+	return p
+}
+
+// kernel adds one kernel.
+func (t *timer) kernel(k rate, dt graph.DType, flops, bytes float64) {
+	t.kernels(1, k, dt, flops, bytes)
+}
+
+// kernels adds n kernels that share the arithmetic and traffic evenly.
+func (t *timer) kernels(n int64, k rate, dt graph.DType, flops, bytes float64) {
+	if n <= 0 {
+		return
+	}
+	p := t.peak(k, dt)
+	s := math.Max(math.Max(flops/p, bytes/t.r.Bandwidth), float64(n)*LaunchFloor)
+	t.est.By[t.part] += s
+	t.est.Kernels += n
+	t.est.FLOPs += flops
+	t.est.Bytes += bytes
+	if t.model {
+		t.est.ModelFLOPs += flops
+		t.est.IdealSeconds += flops / p
+	}
+}
+
+// add adds another timer's figures, times f.
+func (t *timer) add(o *timer, f float64) {
+	for i := range t.est.By {
+		t.est.By[i] += f * o.est.By[i]
+	}
+	t.est.Kernels += int64(f) * o.est.Kernels
+	t.est.FLOPs += f * o.est.FLOPs
+	t.est.ModelFLOPs += f * o.est.ModelFLOPs
+	t.est.IdealSeconds += f * o.est.IdealSeconds
+	t.est.Bytes += f * o.est.Bytes
+}

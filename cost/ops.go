@@ -1,0 +1,280 @@
+package cost
+
+import (
+	"github.com/batchfit/batchfit/graph"
+	"github.com/batchfit/batchfit/train"
+)
+
+// The kernels of each op kind. Arithmetic counts multiply-adds as two
+// operations and leaves out the elementwise work of ops dominated by their
+// traffic; traffic counts each operand read once and each result written
+// once per kernel, in the dtype the simulation ran it in.
+
+func numel(g *graph.Graph, id graph.TensorID) float64 {
+	if id == graph.None {
+		return 0
+	}
+	return float64(g.Tensors[id].Shape.Numel())
+}
+
+func size(dt graph.DType) float64 { return float64(dt.Size()) }
+
+func needsGrad(g *graph.Graph, id graph.TensorID) bool {
+	return id != graph.None && g.Tensors[id].RequiresGrad
+}
+
+// matmulDims returns the rows, inner size and columns of a Linear's
+// product: x [..., K] @ w^T [K, N].
+func linearDims(g *graph.Graph, op *graph.Op) (m, k, n float64) {
+	xs := g.Tensors[op.Inputs[0]].Shape
+	k = float64(xs[len(xs)-1])
+	m = numel(g, op.Inputs[0]) / max(k, 1)
+	n = numel(g, op.Output) / max(m, 1)
+	return
+}
+
+func forward(t *timer, g *graph.Graph, op *graph.Op, run train.OpRun, s train.Setup) {
+	e, eo := size(run.In), size(run.Out)
+	out := numel(g, op.Output)
+	if run.Casts > 0 {
+		t.kernels(int64(run.Casts), vector, graph.F32, 0, float64(run.CastBytes))
+	}
+	var in float64
+	for _, id := range op.Inputs {
+		in += numel(g, id)
+	}
+	switch op.Kind {
+	case graph.View, graph.Slice, graph.Release:
+		// views and Python scope ends launch nothing
+	case graph.Linear:
+		m, k, n := linearDims(g, op)
+		t.kernel(gemm, run.In, 2*m*k*n, (m*k+k*n+numel(g, op.Bias))*e+m*n*eo)
+	case graph.MatMul:
+		a, b := g.Tensors[op.Inputs[0]].Shape, g.Tensors[op.Inputs[1]].Shape
+		k := float64(a[len(a)-1])
+		cols := float64(b[len(b)-1])
+		rows := out / max(cols, 1)
+		t.kernel(gemm, run.In, 2*rows*k*cols, in*e+out*eo)
+	case graph.Conv2d:
+		t.kernel(conv, run.In, convFLOPs(g, op), (in+numel(g, op.Weight))*e+out*eo)
+	case graph.Attention:
+		attentionForward(t, g, op, run, s)
+	case graph.Embedding:
+		t.kernel(vector, run.Out, 0, out*eo+in*8)
+	case graph.BatchNorm:
+		// statistics, then normalisation: the input read twice
+		t.kernel(vector, run.In, 0, 2*in*e+out*eo)
+	case graph.LayerNorm:
+		t.kernel(vector, run.In, 0, in*e+out*eo)
+	case graph.RMSNorm:
+		// LlamaRMSNorm op by op: to(float32), pow, mean, add, rsqrt, mul,
+		// to(dtype), mul by the weight
+		rmsNorm(t, in, e, eo, 8, 6)
+	case graph.NewGELU:
+		// gelu_new as eight Python-level elementwise ops
+		t.kernels(8, vector, run.In, 0, 8*2*in*e)
+	case graph.Dropout:
+		if op.Attr.P > 0 {
+			t.kernel(vector, run.In, 0, in*e+out*eo+out)
+		}
+	case graph.CrossEntropy:
+		// log_softmax, then nll_loss
+		t.kernel(vector, run.In, 0, numel(g, op.Inputs[0])*(e+eo))
+		t.kernel(vector, run.Out, 0, numel(g, op.Inputs[0])*eo)
+	case graph.MSELoss:
+		t.kernels(2, vector, run.In, 0, in*e)
+	case graph.Full, graph.Rand:
+		t.kernel(vector, run.Out, 0, out*eo)
+	default:
+		// elementwise ops, reductions, copies and pools: one kernel that
+		// reads its operands and writes its result
+		t.kernel(vector, run.In, 0, in*e+out*eo)
+	}
+}
+
+func backward(t *timer, g *graph.Graph, op *graph.Op, run train.OpRun, s train.Setup) {
+	e, eo := size(run.In), size(run.Out)
+	out := numel(g, op.Output)
+	if run.Casts > 0 {
+		// the cast nodes hand their gradients back in the original dtype
+		t.kernels(int64(run.Casts), vector, graph.F32, 0, float64(run.CastBytes))
+	}
+	switch op.Kind {
+	case graph.View, graph.Release, graph.Full, graph.Rand, graph.Compare:
+		return
+	case graph.Slice:
+		// SliceBackward: zeros of the input's size, the gradient copied in
+		if needsGrad(g, op.Inputs[0]) {
+			t.kernels(2, vector, run.In, 0, numel(g, op.Inputs[0])*e+out*eo*2)
+		}
+	case graph.Linear:
+		m, k, n := linearDims(g, op)
+		if needsGrad(g, op.Inputs[0]) {
+			t.kernel(gemm, run.In, 2*m*k*n, (m*n+k*n)*eo+m*k*e)
+		}
+		if needsGrad(g, op.Weight) {
+			t.kernel(gemm, run.In, 2*m*k*n, (m*n+m*k)*e+k*n*e)
+		}
+		if needsGrad(g, op.Bias) {
+			t.kernel(vector, run.In, m*n, m*n*eo+n*e)
+		}
+	case graph.MatMul:
+		a, b := g.Tensors[op.Inputs[0]].Shape, g.Tensors[op.Inputs[1]].Shape
+		k := float64(a[len(a)-1])
+		cols := float64(b[len(b)-1])
+		rows := out / max(cols, 1)
+		for j, id := range op.Inputs[:2] {
+			if needsGrad(g, id) {
+				other := op.Inputs[1-j]
+				t.kernel(gemm, run.In, 2*rows*k*cols, (out+numel(g, other))*e+numel(g, id)*e)
+			}
+		}
+	case graph.Conv2d:
+		f := convFLOPs(g, op)
+		x, w := numel(g, op.Inputs[0]), numel(g, op.Weight)
+		if needsGrad(g, op.Inputs[0]) {
+			t.kernel(conv, run.In, f, (out+w+x)*e)
+		}
+		if needsGrad(g, op.Weight) {
+			t.kernel(conv, run.In, f, (out+x+w)*e)
+		}
+		if needsGrad(g, op.Bias) {
+			t.kernel(vector, run.In, out, out*e)
+		}
+	case graph.Attention:
+		attentionBackward(t, g, op, run, s)
+	case graph.Embedding:
+		// embedding_dense_backward: the weight's gradient zeroed, the
+		// indices sorted, the rows accumulated
+		if needsGrad(g, op.Weight) {
+			w := numel(g, op.Weight)
+			idx := numel(g, op.Inputs[0])
+			t.kernel(vector, run.Out, 0, w*eo)
+			t.kernels(2, vector, graph.I64, 0, 4*idx*8)
+			t.kernel(vector, run.Out, out, 2*out*eo+idx*8)
+		}
+	case graph.BatchNorm:
+		x := numel(g, op.Inputs[0])
+		t.kernel(vector, run.In, 0, (3*x+out)*e)
+	case graph.LayerNorm:
+		x := numel(g, op.Inputs[0])
+		t.kernel(vector, run.In, 0, 3*x*e)
+		if needsGrad(g, op.Weight) {
+			t.kernel(vector, run.In, 0, 2*x*e)
+		}
+	case graph.RMSNorm:
+		rmsNorm(t, numel(g, op.Inputs[0]), e, eo, 10, 9)
+	case graph.NewGELU:
+		t.kernels(10, vector, run.In, 0, 10*3*out*e)
+	case graph.CrossEntropy:
+		x := numel(g, op.Inputs[0])
+		t.kernel(vector, run.Out, 0, 2*x*eo)
+		t.kernel(vector, run.Out, 0, 3*x*eo)
+	case graph.Add, graph.Cat:
+		// the gradient passes through, or narrows into views; a
+		// broadcast operand sums it down
+		for _, id := range op.Inputs {
+			if needsGrad(g, id) && numel(g, id) != out && op.Kind == graph.Add {
+				t.kernel(vector, run.Out, out, out*eo+numel(g, id)*e)
+			}
+		}
+	default:
+		// one kernel per operand needing a gradient: the incoming
+		// gradient and what was saved read, the operand's gradient written
+		var in float64
+		for _, id := range op.Inputs {
+			in += numel(g, id)
+		}
+		for _, id := range op.Inputs {
+			if needsGrad(g, id) {
+				t.kernel(vector, run.In, 0, out*eo+in*e+numel(g, id)*e)
+			}
+		}
+		for _, id := range []graph.TensorID{op.Weight, op.Bias} {
+			if needsGrad(g, id) && id != graph.None {
+				t.kernel(vector, run.In, out, out*eo+in*e)
+			}
+		}
+	}
+}
+
+// rmsNorm times Hugging Face's op-by-op RMSNorm: n kernels, passes reads
+// and writes of the input in float32.
+func rmsNorm(t *timer, x, e, eo float64, n int64, passes float64) {
+	t.kernels(n, vector, graph.F32, 0, passes*x*4+x*(e+eo))
+}
+
+func convFLOPs(g *graph.Graph, op *graph.Op) float64 {
+	w := g.Tensors[op.Weight].Shape // [Cout, Cin/groups, kh, kw]
+	perOut := float64(w.Numel()) / float64(max(w[0], 1))
+	return 2 * numel(g, op.Output) * perOut
+}
+
+// attentionDims: q [B, H, L, D], k [B, Hkv, S, D].
+func attentionDims(g *graph.Graph, op *graph.Op) (bh, l, s, d float64) {
+	q := g.Tensors[op.Inputs[0]].Shape
+	k := g.Tensors[op.Inputs[1]].Shape
+	return float64(q[0] * q[1]), float64(q[2]), float64(k[2]), float64(q[3])
+}
+
+// The two products, scores = q·kᵀ and out = p·v, are 4·B·H·L·S·D
+// operations. Flash and memory-efficient kernels skip the tiles above the
+// diagonal of a causal mask (half, for L = S); their backward does five
+// products of that size where the forward does two (FlashAttention-2, Dao
+// 2023, §3.2). The math path materialises the [B, H, L, S] scores and
+// probabilities and runs each step as its own kernel.
+func attentionForward(t *timer, g *graph.Graph, op *graph.Op, run train.OpRun, s train.Setup) {
+	bh, l, sl, d := attentionDims(g, op)
+	e := size(run.In)
+	qkvo := (2*bh*l*d + 2*numel(g, op.Inputs[1])) * e
+	switch run.Kernel {
+	case train.AttentionFlash, train.AttentionEfficient:
+		f := 4 * bh * l * sl * d
+		if op.Attr.Causal {
+			f /= 2
+		}
+		t.kernel(gemm, run.In, f, qkvo+bh*l*4)
+	default:
+		scores := bh * l * sl
+		pe := e
+		if run.Kernel == train.AttentionEager && s.Precision != train.FP32 {
+			if _, amp := s.Precision.Autocast(); amp {
+				pe = 4 // softmax runs in float32 under autocast
+			}
+		}
+		t.kernel(vector, run.In, 0, 2*bh*l*d*e)                 // the scaled copy of q
+		t.kernel(gemm, run.In, 2*scores*d, 2*bh*l*d*e+scores*e) // q·kᵀ
+		if op.Attr.Causal {
+			t.kernel(vector, run.In, 0, 2*scores*e) // the mask
+		}
+		t.kernel(vector, run.In, 0, scores*(e+pe)) // softmax
+		if op.Attr.P > 0 {
+			t.kernel(vector, run.In, 0, scores*(2*pe+1))
+		}
+		t.kernel(gemm, run.In, 2*scores*d, scores*e+2*bh*sl*d*e) // p·v
+	}
+}
+
+func attentionBackward(t *timer, g *graph.Graph, op *graph.Op, run train.OpRun, s train.Setup) {
+	bh, l, sl, d := attentionDims(g, op)
+	e := size(run.In)
+	qkvo := (2*bh*l*d + 2*numel(g, op.Inputs[1])) * e
+	switch run.Kernel {
+	case train.AttentionFlash, train.AttentionEfficient:
+		f := 10 * bh * l * sl * d
+		if op.Attr.Causal {
+			f /= 2
+		}
+		t.kernel(vector, run.In, 0, 2*bh*l*d*e)           // rowsum(dO ∘ O)
+		t.kernel(gemm, run.In, f, 2*qkvo+bh*l*d*4+bh*l*4) // dq (float32 accumulator), dk, dv
+	default:
+		scores := bh * l * sl
+		t.kernels(2, gemm, run.In, 4*scores*d, 2*scores*e+4*bh*sl*d*e) // dp, dv
+		if op.Attr.P > 0 {
+			t.kernel(vector, run.In, 0, scores*(2*e+1))
+		}
+		t.kernel(vector, run.In, 0, 3*scores*e)                       // softmax backward
+		t.kernels(2, gemm, run.In, 4*scores*d, 2*scores*e+4*bh*l*d*e) // dq, dk
+		t.kernel(vector, run.In, 0, 2*bh*l*d*e)                       // the scale
+	}
+}

@@ -1,0 +1,167 @@
+package cost
+
+import (
+	"math"
+
+	"github.com/batchfit/batchfit/graph"
+	"github.com/batchfit/batchfit/train"
+)
+
+// Multi-tensor apply (aten/src/ATen/native/cuda/MultiTensorApply.cuh)
+// launches a kernel for at most depthToMaxTensors[depth-1] tensors and 320
+// blocks of 65,536 elements.
+var depthToMaxTensors = [...]int64{110, 64, 48, 36, 30}
+
+const (
+	chunkSize       = 65536
+	maxBlocksPerRun = 320
+)
+
+// pass is one elementwise op of an optimizer over every parameter: how
+// many parameter-sized tensors it reads and writes.
+type pass struct{ reads, writes int64 }
+
+// passes lists the ops torch.optim runs per parameter (the for-loop and
+// foreach implementations run the same ops; the fused one reads and writes
+// each tensor once in one kernel).
+func passes(o train.Optimizer, firstStep bool) []pass {
+	var ps []pass
+	switch o.Kind {
+	case train.SGD:
+		if o.WeightDecay > 0 {
+			ps = append(ps, pass{2, 1}) // grad.add(param, alpha=wd)
+		}
+		if o.Momentum > 0 {
+			if firstStep {
+				ps = append(ps, pass{1, 1}) // buf = clone(grad)
+			} else {
+				ps = append(ps, pass{1, 1}, pass{2, 1}) // buf.mul_(m).add_(grad)
+			}
+			if o.Nesterov {
+				ps = append(ps, pass{2, 1})
+			}
+		}
+		ps = append(ps, pass{2, 1}) // param.add_(buf, alpha=-lr)
+	case train.Adam, train.AdamW:
+		if o.WeightDecay > 0 {
+			if o.Kind == train.AdamW {
+				ps = append(ps, pass{1, 1}) // param.mul_(1 - lr·wd)
+			} else {
+				ps = append(ps, pass{2, 1}) // grad.add(param, alpha=wd)
+			}
+		}
+		// exp_avg.lerp_(grad); exp_avg_sq.mul_(β2).addcmul_(grad, grad);
+		// denom = exp_avg_sq.sqrt() / bias_correction2_sqrt, .add_(eps);
+		// param.addcdiv_(exp_avg, denom)
+		ps = append(ps, pass{2, 1}, pass{1, 1}, pass{2, 1}, pass{1, 1}, pass{1, 1}, pass{1, 1}, pass{3, 1})
+		if o.AMSGrad {
+			ps = append(ps, pass{2, 1})
+		}
+	}
+	return ps
+}
+
+// fusedPass is what the fused kernels touch: SGD reads param, grad and
+// the momentum buffer and writes param and buffer; Adam reads param, grad
+// and both moments and writes param and moments.
+func fusedPass(o train.Optimizer) pass {
+	switch o.Kind {
+	case train.SGD:
+		if o.Momentum > 0 {
+			return pass{3, 2}
+		}
+		return pass{2, 1}
+	default:
+		p := pass{4, 3}
+		if o.AMSGrad {
+			p = pass{5, 4}
+		}
+		return p
+	}
+}
+
+// optimizer times everything between the last backward and the next
+// forward: AccumulateGrad's in-place sums of accumulated micro-batches,
+// GradScaler's unscaling, the optimizer step and zero_grad.
+func optimizer(t *timer, g *graph.Graph, s train.Setup, acc int64) {
+	var sizes []int64
+	var total int64
+	for _, id := range g.Params() {
+		if !g.Tensors[id].RequiresGrad {
+			continue
+		}
+		n := g.Tensors[id].Shape.Numel()
+		sizes = append(sizes, n)
+		total += n
+	}
+	if len(sizes) == 0 {
+		return
+	}
+	e := size(s.Precision.ParamDType())
+	count := int64(len(sizes))
+	// every micro-batch after the first adds into .grad in place
+	if acc > 1 {
+		t.part = Backward
+		t.kernels((acc-1)*count, vector, graph.F32, 0, float64(acc-1)*3*float64(total)*e)
+		t.part = Optimizer
+	}
+	if s.Precision == train.Mixed16 {
+		// _amp_foreach_non_finite_check_and_unscale_ and
+		// _amp_update_scale_
+		t.kernels(foreachLaunches(sizes, 1), vector, graph.F32, 0, 2*float64(total)*e)
+		t.kernel(vector, graph.F32, 0, 16)
+	}
+	if s.Optimizer.Kind != train.NoOptimizer {
+		if s.Optimizer.Impl == train.Fused {
+			p := fusedPass(s.Optimizer)
+			t.kernels(foreachLaunches(sizes, p.reads), vector, graph.F32, 0, float64(p.reads+p.writes)*float64(total)*e)
+		} else {
+			// The later steps are the steady state; the first differs
+			// only by SGD's buffer clone.
+			for _, p := range passes(s.Optimizer, false) {
+				n := count
+				if s.Optimizer.Impl == train.Foreach {
+					n = foreachLaunches(sizes, p.reads)
+				}
+				t.kernels(n, vector, graph.F32, 0, float64(p.reads+p.writes)*float64(total)*e)
+			}
+		}
+	}
+	if !s.Profile.ZeroGradSetToNone {
+		// zero_grad(set_to_none=False): one zero_ per gradient (foreach
+		// where the optimizer is)
+		t.kernels(foreachLaunches(sizes, 1), vector, graph.F32, 0, float64(total)*e)
+	}
+}
+
+// foreachLaunches is the number of multi-tensor kernels one foreach op
+// over these tensors needs at the given list depth.
+func foreachLaunches(sizes []int64, depth int64) int64 {
+	d := min(max(depth, 1), int64(len(depthToMaxTensors)))
+	maxT := depthToMaxTensors[d-1]
+	var launches, tensors, blocks int64
+	for _, n := range sizes {
+		c := (n + chunkSize - 1) / chunkSize
+		tensors++
+		for c > 0 {
+			take := min(c, maxBlocksPerRun-blocks)
+			blocks += take
+			c -= take
+			if blocks == maxBlocksPerRun {
+				launches++
+				blocks, tensors = 0, 0
+				if c > 0 {
+					tensors = 1
+				}
+			}
+		}
+		if tensors == maxT {
+			launches++
+			blocks, tensors = 0, 0
+		}
+	}
+	if blocks > 0 || tensors > 0 {
+		launches++
+	}
+	return int64(math.Max(1, float64(launches)))
+}
