@@ -207,3 +207,58 @@ func (t *timer) add(o *timer, f float64) {
 	t.est.IdealSeconds += f * o.est.IdealSeconds
 	t.est.Bytes += f * o.est.Bytes
 }
+
+// Align carries the op records of a simulation on one graph over to
+// another graph of the same model at another size. A builder may emit a
+// slightly different op list at another batch size (a reshape that is a
+// view at batch 1 and a copy beyond it), so ops are matched by name and
+// kind in order; an op with no counterpart computes in its first
+// operand's dtype, which is what the views and copies that come and go
+// with the shapes do (autocast does not touch them).
+func Align(g, from *graph.Graph, runs []train.OpRun) []train.OpRun {
+	if g == from || (len(g.Ops) == len(runs) && sameOps(g, from)) {
+		return runs
+	}
+	type key struct {
+		name string
+		kind graph.Kind
+	}
+	queue := map[key][]train.OpRun{}
+	for i := range from.Ops {
+		k := key{from.Ops[i].Name, from.Ops[i].Kind}
+		queue[k] = append(queue[k], runs[i])
+	}
+	dt := make([]graph.DType, len(g.Tensors))
+	for i := range g.Tensors {
+		dt[i] = g.Tensors[i].DType
+	}
+	out := make([]train.OpRun, len(g.Ops))
+	for i := range g.Ops {
+		op := &g.Ops[i]
+		k := key{op.Name, op.Kind}
+		if q := queue[k]; len(q) > 0 {
+			out[i] = q[0]
+			queue[k] = q[1:]
+		} else {
+			in := graph.F32
+			if len(op.Inputs) > 0 {
+				in = dt[op.Inputs[0]]
+			}
+			out[i] = train.OpRun{In: in, Out: in}
+		}
+		dt[op.Output] = out[i].Out
+	}
+	return out
+}
+
+func sameOps(a, b *graph.Graph) bool {
+	if len(a.Ops) != len(b.Ops) {
+		return false
+	}
+	for i := range a.Ops {
+		if a.Ops[i].Kind != b.Ops[i].Kind {
+			return false
+		}
+	}
+	return true
+}

@@ -18,6 +18,7 @@ Commands:
   estimate   memory breakdown at the peak, and whether it fits a GPU
   sweep      memory over a list or range of batch sizes
   maxbatch   the largest batch (or depth, width, sequence) that fits
+  plan       what to change so that it fits, fastest first
   models     the built-in model zoo
   gpus       the GPU catalog
   oom        explain a CUDA out-of-memory message
@@ -36,6 +37,7 @@ var commands = map[string]command{
 	"estimate": runEstimate,
 	"sweep":    runSweep,
 	"maxbatch": runMaxBatch,
+	"plan":     runPlan,
 	"models":   runModels,
 	"gpus":     runGPUs,
 	"oom": func(args []string, stdout, stderr io.Writer) error {

@@ -1,0 +1,384 @@
+package cli
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/batchfit/batchfit/gpu"
+	"github.com/batchfit/batchfit/plan"
+	"github.com/batchfit/batchfit/predict"
+	"github.com/batchfit/batchfit/train"
+)
+
+const planUsage = `usage: batchfit plan MODEL --gpu G --global-batch N [flags]
+
+Finds what to change so that training fits, and which change costs the
+least speed. Every combination of the levers — gradient accumulation
+(micro-batch × accumulation = the global batch), precision, activation
+checkpointing, the optimizer's implementation and the allocator's
+expandable segments — is predicted (memory through the simulator and the
+allocator, time through the roofline step-time model); the plans that fit
+with the margin are ranked by throughput. The flags that describe the job
+(--batch, --accumulate, --precision, ...) are the current setup, which
+every plan is compared with. MODEL takes every form 'batchfit estimate' does.
+
+Examples:
+  batchfit plan Llama-3-8B --seq 4096 --gpu h100-80gb --global-batch 32 --precision bf16-mixed
+  batchfit plan gpt2 --seq 1024 --gpu a10g --global-batch 64 --batch 64
+  batchfit plan resnet50 --gpu t4 --global-batch 256 --fixed-precision --max-accumulate 8
+  batchfit plan vit_b_16 --gpu l4 --global-batch 128 --levers accumulate,checkpoint --json
+`
+
+// PlanJSON is the stable JSON form of a plan search.
+type PlanJSON struct {
+	Model       string          `json:"model"`
+	GPU         string          `json:"gpu"`
+	GlobalBatch int64           `json:"global_batch"`
+	Seq         int64           `json:"seq,omitempty"`
+	MarginBytes int64           `json:"margin_bytes"`
+	Current     PlanEntryJSON   `json:"current"`
+	Best        []PlanEntryJSON `json:"best"`
+	Evaluated   []PlanEntryJSON `json:"evaluated"`
+	Pruned      []PrunedJSON    `json:"pruned"`
+	NeedBytes   int64           `json:"need_bytes,omitempty"`
+	NeedFrom    string          `json:"need_from,omitempty"`
+	Predictions int             `json:"predictions"`
+	Levers      []string        `json:"levers"`
+}
+
+// PlanEntryJSON is one plan.
+type PlanEntryJSON struct {
+	MicroBatch         int64            `json:"micro_batch"`
+	Accumulate         int              `json:"accumulate"`
+	Precision          string           `json:"precision"`
+	Checkpoint         string           `json:"checkpoint"`
+	OptimizerImpl      string           `json:"optimizer_impl"`
+	ExpandableSegments bool             `json:"expandable_segments"`
+	Fits               bool             `json:"fits"`
+	Changes            []string         `json:"changes"`
+	PeakAllocatedBytes int64            `json:"peak_allocated_bytes"`
+	PeakReservedBytes  int64            `json:"peak_reserved_bytes"`
+	DeviceTotalBytes   int64            `json:"device_total_bytes"`
+	NeedBytes          int64            `json:"need_bytes"`
+	OOM                string           `json:"oom_message,omitempty"`
+	StepSeconds        float64          `json:"step_seconds"`
+	SamplesPerSecond   float64          `json:"samples_per_second"`
+	TokensPerSecond    float64          `json:"tokens_per_second,omitempty"`
+	MFU                float64          `json:"mfu"`
+	PeakSavingBytes    int64            `json:"peak_saving_bytes"`
+	SavingsBytes       map[string]int64 `json:"savings_bytes,omitempty"`
+}
+
+// PrunedJSON is a combination ruled out without a search.
+type PrunedJSON struct {
+	Precision     string `json:"precision"`
+	Checkpoint    string `json:"checkpoint"`
+	OptimizerImpl string `json:"optimizer_impl"`
+	Reason        string `json:"reason"`
+}
+
+// planFlags are plan's own flags, shared with estimate's suggestions.
+type planFlags struct {
+	global          int64
+	levers          string
+	fixedPrecision  bool
+	noCheckpointing bool
+	maxAccumulate   int
+	minMicro        int64
+	margin          string
+	top             int
+}
+
+func (p *planFlags) register(fs *flag.FlagSet) {
+	fs.Int64Var(&p.global, "global-batch", 0, "samples per optimizer step every plan keeps (default: --batch × --accumulate)")
+	fs.StringVar(&p.levers, "levers", "accumulate,precision,checkpoint,optimizer,allocator", "the levers plans may move")
+	fs.BoolVar(&p.fixedPrecision, "fixed-precision", false, "keep the precision (the same as leaving precision out of --levers)")
+	fs.BoolVar(&p.noCheckpointing, "no-checkpointing", false, "no plan may use activation checkpointing")
+	fs.IntVar(&p.maxAccumulate, "max-accumulate", 64, "largest gradient accumulation a plan may use")
+	fs.Int64Var(&p.minMicro, "min-micro-batch", 1, "smallest micro-batch a plan may use")
+	fs.StringVar(&p.margin, "margin", "5%", "headroom a plan must leave: a share of the GPU (5%) or a size (2GiB)")
+	fs.IntVar(&p.top, "top", 5, "number of plans to show")
+}
+
+// options turns the flags into planner options around the request.
+func (p *planFlags) options(r predict.Request) (plan.Options, error) {
+	o := plan.Options{Base: r, GlobalBatch: p.global, MaxAccumulate: p.maxAccumulate, MinMicroBatch: p.minMicro,
+		NoCheckpointing: p.noCheckpointing, Top: p.top}
+	if p.global < 0 {
+		return o, usagef("--global-batch must be positive, got %d", p.global)
+	}
+	if p.maxAccumulate < 1 {
+		return o, usagef("--max-accumulate must be at least 1, got %d", p.maxAccumulate)
+	}
+	if p.minMicro < 1 {
+		return o, usagef("--min-micro-batch must be at least 1, got %d", p.minMicro)
+	}
+	if p.top < 1 || p.top > 1000 {
+		return o, usagef("--top must be between 1 and 1000, got %d", p.top)
+	}
+	levers, err := plan.ParseLevers(p.levers)
+	if err != nil {
+		return o, usagef("--levers: %v", err)
+	}
+	if p.fixedPrecision {
+		var keep []plan.Lever
+		for _, l := range levers {
+			if l != plan.Precision {
+				keep = append(keep, l)
+			}
+		}
+		levers = keep
+	}
+	o.Levers = levers
+	m, err := parseMargin(p.margin, r.GPU.Capacity)
+	if err != nil {
+		return o, usagef("--margin: %v", err)
+	}
+	o.Margin = m
+	return o, nil
+}
+
+func parseMargin(s string, capacity int64) (int64, error) {
+	t := strings.TrimSpace(s)
+	if strings.HasSuffix(t, "%") {
+		v, err := strconv.ParseFloat(strings.TrimSpace(strings.TrimSuffix(t, "%")), 64)
+		if err != nil || v < 0 || v >= 100 {
+			return 0, fmt.Errorf("%q: want a share from 0%% to below 100%%", s)
+		}
+		return int64(v / 100 * float64(capacity)), nil
+	}
+	n, err := gpu.ParseSize(t)
+	if err != nil {
+		return 0, err
+	}
+	if n >= capacity {
+		return 0, fmt.Errorf("%q leaves nothing of the %s device", s, fmtBytes(capacity))
+	}
+	return n, nil
+}
+
+func runPlan(args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("plan", stderr, planUsage)
+	var j jobFlags
+	j.register(fs, "1")
+	var pf planFlags
+	pf.register(fs)
+	r, batches, err := j.job(fs, "plan", args)
+	if err != nil {
+		return err
+	}
+	if len(batches) != 1 {
+		return usagef("plan takes a single --batch (the current micro-batch)")
+	}
+	o, err := pf.options(r)
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	ans, err := plan.Run(o)
+	if err != nil {
+		return err
+	}
+	took := time.Since(start)
+	if j.json {
+		if err := writeJSON(stdout, planJSON(r, o, ans)); err != nil {
+			return err
+		}
+	} else {
+		writePlan(stdout, r, o, ans, took)
+	}
+	if len(ans.Best) == 0 {
+		return nothingFits(r, ans)
+	}
+	return nil
+}
+
+// nothingFits says what would be needed when no plan fits.
+func nothingFits(r predict.Request, ans *plan.Answer) error {
+	msg := fmt.Sprintf("nothing fits on %s with a margin of %s", r.GPU.Name, fmtBytes(ans.Margin))
+	if ans.Need > 0 {
+		msg += fmt.Sprintf(": the least any plan needs is %s (%s)", fmtBytes(ans.Need), ans.NeedFrom)
+		var larger []string
+		for _, g := range gpu.All() {
+			if g.Capacity >= ans.Need {
+				larger = append(larger, g.Name)
+			}
+		}
+		if len(larger) > 0 {
+			msg += fmt.Sprintf("; a GPU with that much memory (%s)", strings.Join(larger, ", "))
+		} else {
+			msg += "; no single GPU of the catalog has that much memory"
+		}
+		msg += ", or several GPUs that shard the parameters, gradients and optimizer state"
+	}
+	return fmt.Errorf("%s", msg)
+}
+
+func planEntry(ans *plan.Answer, p *plan.Plan) PlanEntryJSON {
+	e := PlanEntryJSON{MicroBatch: p.MicroBatch, Accumulate: p.Accumulate, Precision: string(p.Precision), Checkpoint: p.Checkpoint.String(),
+		OptimizerImpl: string(p.Impl), ExpandableSegments: p.Expandable, Fits: p.Fits, Changes: p.Changes, StepSeconds: p.Seconds,
+		SamplesPerSecond: p.Throughput()}
+	if e.Changes == nil {
+		e.Changes = []string{}
+	}
+	if res := p.Result; res != nil {
+		tl := res.Timeline
+		e.PeakAllocatedBytes, e.PeakReservedBytes, e.DeviceTotalBytes = tl.PeakAllocated, tl.PeakReserved, res.DeviceTotal
+		e.NeedBytes = plan.Need(res)
+		if tl.OOM != nil {
+			e.OOM = tl.OOM.Error()
+		}
+		if res.Time != nil {
+			e.TokensPerSecond = res.Time.TokensPerSecond()
+			e.MFU = res.Time.MFU
+		}
+		e.PeakSavingBytes = ans.PeakSaving(p)
+		if sv := ans.Savings(p); len(sv) > 0 {
+			e.SavingsBytes = map[string]int64{}
+			for _, s := range sv {
+				e.SavingsBytes[s.What] = s.Bytes
+			}
+		}
+	}
+	return e
+}
+
+func planJSON(r predict.Request, o plan.Options, ans *plan.Answer) PlanJSON {
+	out := PlanJSON{Model: r.Source.Name(), GPU: r.GPU.Name, GlobalBatch: ans.GlobalBatch, Seq: r.Config.Seq, MarginBytes: ans.Margin,
+		Current: planEntry(ans, ans.Base), Best: []PlanEntryJSON{}, Evaluated: []PlanEntryJSON{}, Pruned: []PrunedJSON{},
+		NeedBytes: ans.Need, NeedFrom: ans.NeedFrom, Predictions: len(ans.Evaluated)}
+	if len(ans.Best) > 0 {
+		out.NeedBytes, out.NeedFrom = 0, ""
+	}
+	if out.Seq == 0 && ans.Base.Result != nil {
+		out.Seq = ans.Base.Result.Config.Seq
+	}
+	for _, l := range o.Levers {
+		out.Levers = append(out.Levers, string(l))
+	}
+	for _, p := range ans.Best {
+		out.Best = append(out.Best, planEntry(ans, p))
+	}
+	for _, p := range ans.Evaluated {
+		out.Evaluated = append(out.Evaluated, planEntry(ans, p))
+	}
+	for _, p := range ans.Pruned {
+		out.Pruned = append(out.Pruned, PrunedJSON{string(p.Precision), p.Checkpoint.String(), string(p.Impl), p.Reason})
+	}
+	return out
+}
+
+func writePlan(w io.Writer, r predict.Request, o plan.Options, ans *plan.Answer, took time.Duration) {
+	head := []string{r.Source.Name()}
+	if ans.Base.Result != nil && ans.Base.Result.Config.Seq > 0 {
+		head = append(head, fmt.Sprintf("seq %d", ans.Base.Result.Config.Seq))
+	}
+	head = append(head, fmt.Sprintf("global batch %d", ans.GlobalBatch), fmt.Sprintf("%s (%s)", r.GPU.Name, fmtBytes(r.GPU.Capacity)),
+		fmt.Sprintf("margin %s", fmtBytes(ans.Margin)))
+	fmt.Fprintln(w, strings.Join(head, " · "))
+	b := ans.Base
+	verdict := "fits"
+	if !b.Fits {
+		word := "needs"
+		if b.Result.Timeline.OOM != nil {
+			word = "runs out of memory; needs at least"
+		}
+		verdict = fmt.Sprintf("does not fit: %s %s", word, fmtBytes(plan.Need(b.Result)+ans.Margin))
+		if ans.Margin > 0 {
+			verdict += " with the margin"
+		}
+	}
+	fmt.Fprintf(w, "current: %s — %s", b.Candidate, verdict)
+	if b.Seconds > 0 {
+		fmt.Fprintf(w, ", %s a step", fmtSeconds(b.Seconds))
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w)
+	if len(ans.Best) > 0 {
+		title := "plans that fit, fastest first"
+		if o.Objective == plan.FewestChanges {
+			title = "smallest changes that fit"
+		}
+		fmt.Fprintln(w, title+":")
+		writePlanTable(w, ans, ans.Best)
+	}
+	fmt.Fprintf(w, "\n%s simulated in %s; %s ruled out without simulation (--json lists every one)\n",
+		plural(len(ans.Evaluated), "plan"), took.Round(time.Millisecond), plural(len(ans.Pruned), "combination"))
+	fmt.Fprintln(w, "step times are a roofline bound from the GPU's datasheet rates: use them to rank plans (docs/accuracy.md)")
+}
+
+func writePlanTable(w io.Writer, ans *plan.Answer, plans []*plan.Plan) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	seq := ans.Base.Result != nil && ans.Base.Result.Time != nil && ans.Base.Result.Time.Tokens > 0
+	hdr := "  #\tmicro × acc\tprecision\tcheckpointing\toptimizer\texpandable\tpeak reserved\tdevice total\tstep time\tsamples/s\t"
+	if seq {
+		hdr += "tokens/s\t"
+	}
+	fmt.Fprintln(tw, hdr+"MFU\t")
+	for i, p := range plans {
+		res := p.Result
+		exp := "no"
+		if p.Expandable {
+			exp = "yes"
+		}
+		line := fmt.Sprintf("  %d\t%d × %d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t", i+1, p.MicroBatch, p.Accumulate, p.Precision, p.Checkpoint, p.Impl, exp,
+			fmtBytes(res.Timeline.PeakReserved), fmtBytes(res.DeviceTotal), fmtSeconds(p.Seconds), fmtRate(p.Throughput()))
+		if seq {
+			line += fmtRate(res.Time.TokensPerSecond()) + "\t"
+		}
+		mfu := "-"
+		if res.Time != nil {
+			mfu = fmt.Sprintf("%.0f%%", 100*res.Time.MFU)
+		}
+		fmt.Fprintln(tw, line+mfu+"\t")
+	}
+	tw.Flush()
+	pure := false
+	for _, p := range plans {
+		pure = pure || p.Precision == train.TrueBF16 || p.Precision == train.True16
+	}
+	if pure {
+		fmt.Fprintln(w, "  (bf16-true and 16-true keep the weights themselves in 16 bits, with no float32 master copy: a numerical change as well as a memory one)")
+	}
+	for i, p := range plans {
+		fmt.Fprintf(w, "  %d: ", i+1)
+		if len(p.Changes) == 0 {
+			fmt.Fprint(w, "the current setup")
+		} else {
+			fmt.Fprint(w, strings.Join(p.Changes, "; "))
+		}
+		fmt.Fprintln(w)
+		if s := ans.PeakSaving(p); s != 0 && len(p.Changes) > 0 {
+			var parts []string
+			for _, sv := range ans.Savings(p) {
+				sign := "−"
+				n := sv.Bytes
+				if n < 0 {
+					sign, n = "+", -n
+				}
+				parts = append(parts, fmt.Sprintf("%s %s%s", sv.What, sign, fmtBytes(n)))
+			}
+			word := "less"
+			if s < 0 {
+				word, s = "more", -s
+			}
+			fmt.Fprintf(w, "     needs %s %s at the peak", fmtBytes(s), word)
+			if len(parts) > 0 {
+				fmt.Fprintf(w, " (%s)", strings.Join(parts, ", "))
+			}
+			fmt.Fprintln(w)
+		}
+	}
+}
+
+func plural(n int, word string) string {
+	if n == 1 {
+		return "1 " + word
+	}
+	return fmt.Sprintf("%d %ss", n, word)
+}

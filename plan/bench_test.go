@@ -1,0 +1,42 @@
+package plan
+
+import (
+	"testing"
+
+	"github.com/batchfit/batchfit/gpu"
+	"github.com/batchfit/batchfit/models"
+	"github.com/batchfit/batchfit/predict"
+	"github.com/batchfit/batchfit/train"
+)
+
+func benchPlan(b *testing.B, model string, seq, global int64, gpuName string) {
+	m, err := models.Lookup(model)
+	if err != nil {
+		b.Fatal(err)
+	}
+	g, err := gpu.Lookup(gpuName)
+	if err != nil {
+		b.Fatal(err)
+	}
+	o := Options{Base: predict.Request{Source: predict.Zoo{M: m}, Config: models.Config{Batch: global, Seq: seq}, GPU: g, Context: -1,
+		Setup: train.Setup{Precision: train.MixedBF16, Optimizer: train.Optimizer{Kind: train.AdamW, WeightDecay: 0.01}}},
+		Margin: g.Capacity / 20}
+	b.ResetTimer()
+	var n int
+	for i := 0; i < b.N; i++ {
+		ans, err := Run(o)
+		if err != nil {
+			b.Fatal(err)
+		}
+		n = len(ans.Evaluated)
+	}
+	b.ReportMetric(float64(n), "predictions")
+}
+
+// BenchmarkPlanLlama3_8B: Llama-3-8B at seq 4096, a global batch of 32, on
+// one H100 (target < 300 ms on one core).
+func BenchmarkPlanLlama3_8B(b *testing.B) { benchPlan(b, "Llama-3-8B", 4096, 32, "h100-80gb") }
+
+// BenchmarkPlanLlama3_70B: Llama-3-70B at seq 8192 on one H100, where
+// nothing fits (target < 1 s on one core).
+func BenchmarkPlanLlama3_70B(b *testing.B) { benchPlan(b, "Llama-3-70B", 8192, 16, "h100-80gb") }

@@ -1,0 +1,35 @@
+// Package plan answers "what do I change so that it fits, and which change
+// costs the least speed?". It enumerates the levers practitioners reach
+// for — gradient accumulation (a smaller micro-batch, the same samples per
+// optimizer step), precision, activation checkpointing, the optimizer's
+// implementation and the allocator's expandable segments — predicts the
+// memory of each combination through the whole pipeline (simulator and
+// allocator, package predict) and its step time (package cost), and keeps
+// the combinations that fit the GPU with a margin, ranked by throughput or
+// by how little they change.
+//
+// The search is a branch and bound over the lever combinations. Two facts
+// make it cheap:
+//
+//   - Within one combination, memory falls as accumulation rises (each
+//     micro-batch is smaller), so the smallest accumulation that fits is
+//     found by bisection over the allowed values;
+//   - under the step-time model, time never falls as accumulation rises:
+//     a kernel's time is the larger of work proportional to the
+//     micro-batch and a fixed floor, and a·max(w/a, f) = max(w, a·f).
+//     The fastest plan of a combination is therefore its smallest
+//     accumulation that fits, and the time at its smallest allowed
+//     accumulation bounds everything it can offer.
+//
+// Combinations are visited in the order of that bound; once enough plans
+// fit, a combination whose bound is not better than the last of them is
+// not simulated at all. Combinations whose parameters, gradients and
+// optimizer state alone exceed the device — a bound that holds at every
+// optimizer step, when all three are alive — are ruled out before any
+// simulation. Expandable segments change only what the allocator reserves,
+// not the time, so they are tried only where they let a combination run a
+// larger micro-batch than it could without them.
+//
+// A lever plugs in as one more dimension of Candidate and one more entry
+// in the enumeration; the multi-GPU strategies join the same way.
+package plan

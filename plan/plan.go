@@ -1,0 +1,748 @@
+package plan
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/batchfit/batchfit/alloc"
+	"github.com/batchfit/batchfit/cost"
+	"github.com/batchfit/batchfit/graph"
+	"github.com/batchfit/batchfit/predict"
+	"github.com/batchfit/batchfit/suggest"
+	"github.com/batchfit/batchfit/train"
+)
+
+// Lever is one thing a plan may change.
+type Lever string
+
+const (
+	Accumulate Lever = "accumulate" // micro-batch × accumulation, the samples per step kept
+	Precision  Lever = "precision"  // 32-true, bf16-mixed, 16-mixed, bf16-true
+	Checkpoint Lever = "checkpoint" // none, attention cores, every 2nd block, every block
+	Optimizer  Lever = "optimizer"  // for-loop, foreach or fused implementation
+	Allocator  Lever = "allocator"  // expandable_segments:True
+)
+
+// Levers lists every lever.
+func Levers() []Lever { return []Lever{Accumulate, Precision, Checkpoint, Optimizer, Allocator} }
+
+// ParseLevers reads a comma-separated list of lever names.
+func ParseLevers(s string) ([]Lever, error) {
+	var names []string
+	for _, l := range Levers() {
+		names = append(names, string(l))
+	}
+	var out []Lever
+	for _, part := range strings.Split(s, ",") {
+		p := strings.ToLower(strings.TrimSpace(part))
+		if p == "" {
+			continue
+		}
+		ok := false
+		for _, l := range Levers() {
+			if string(l) == p {
+				out = append(out, l)
+				ok = true
+			}
+		}
+		if !ok {
+			msg := fmt.Sprintf("unknown lever %q", part)
+			if near := suggest.Nearest(p, names, 2); len(near) > 0 {
+				msg += fmt.Sprintf("; did you mean %s?", strings.Join(near, " or "))
+			}
+			return nil, fmt.Errorf("%s (levers: %s)", msg, strings.Join(names, ", "))
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("no lever named in %q (levers: %s)", s, strings.Join(names, ", "))
+	}
+	return out, nil
+}
+
+// Objective orders the plans.
+type Objective int
+
+const (
+	// Throughput ranks plans by predicted step time.
+	Throughput Objective = iota
+	// FewestChanges ranks plans by how many levers they move from the
+	// current setup, then by step time: the smallest changes that fit.
+	FewestChanges
+)
+
+// Options describe a planning question.
+type Options struct {
+	// Base is the current job. Its Config.Batch and Setup.Accumulate give
+	// the micro-batch and accumulation the plans are compared with.
+	Base predict.Request
+	// GlobalBatch is the samples per optimizer step every plan keeps
+	// (default Base's micro-batch × accumulation).
+	GlobalBatch int64
+	// Levers the plans may move (default all).
+	Levers []Lever
+	// NoCheckpointing forbids activation checkpointing in every plan.
+	NoCheckpointing bool
+	// MaxAccumulate bounds the accumulation (default 64); MinMicroBatch
+	// bounds the micro-batch from below (default 1).
+	MaxAccumulate int
+	MinMicroBatch int64
+	// Margin is the headroom a plan must leave on the device, bytes.
+	Margin int64
+	// Top is the number of plans to find (default 5).
+	Top       int
+	Objective Objective
+}
+
+// Candidate is one combination of the levers.
+type Candidate struct {
+	Precision  train.Precision
+	Checkpoint train.Checkpoint
+	Impl       train.Impl
+	Expandable bool
+	Accumulate int
+	MicroBatch int64
+}
+
+// Plan is a candidate with what is known of it.
+type Plan struct {
+	Candidate
+	// Changes describes what differs from the current setup.
+	Changes []string
+	// Result is the prediction, nil for a plan not simulated.
+	Result *predict.Result
+	// Seconds is the predicted step time.
+	Seconds float64
+	// Fits: the prediction leaves at least the margin free.
+	Fits bool
+}
+
+// Throughput is samples per second.
+func (p *Plan) Throughput() float64 {
+	if p.Seconds <= 0 {
+		return 0
+	}
+	return float64(p.MicroBatch) * float64(p.Accumulate) / p.Seconds
+}
+
+// Pruned is a combination ruled out without a full search.
+type Pruned struct {
+	Precision  train.Precision
+	Checkpoint train.Checkpoint
+	Impl       train.Impl
+	Reason     string
+}
+
+// Answer is the planner's answer.
+type Answer struct {
+	// Base is the current setup at the global batch.
+	Base *Plan
+	// Best are the plans found, best first.
+	Best []*Plan
+	// Evaluated lists every simulated plan, in the order simulated.
+	Evaluated []*Plan
+	// Pruned lists the combinations not searched, with the reason.
+	Pruned []Pruned
+	// Need is, when nothing fits, the least memory any combination
+	// needs (its static lower bound or its smallest predicted device
+	// total), and NeedFrom names that combination.
+	Need     int64
+	NeedFrom string
+	// Margin is the headroom the plans were held to.
+	Margin      int64
+	GlobalBatch int64
+}
+
+// combo is a candidate without its accumulation.
+type combo struct {
+	p     train.Precision
+	ck    train.Checkpoint
+	impl  train.Impl
+	times []float64 // per accumulation option
+	// changes without accumulation and allocator
+	changes int
+}
+
+type planner struct {
+	o       Options
+	base    Candidate
+	baseAC  alloc.Config
+	accs    []int
+	graphs  map[int64]*graph.Graph
+	runs    map[train.Precision][]train.OpRun
+	runsOn  map[train.Precision]*graph.Graph
+	ans     *Answer
+	capLeft int64 // capacity − context − margin
+	allow   map[Lever]bool
+	src     predict.Source
+	seen    map[Candidate]*Plan
+}
+
+// Run plans.
+func Run(o Options) (*Answer, error) {
+	if o.Base.Source == nil {
+		return nil, fmt.Errorf("no model given")
+	}
+	if o.Top <= 0 {
+		o.Top = 5
+	}
+	if o.MaxAccumulate <= 0 {
+		o.MaxAccumulate = 64
+	}
+	if o.MinMicroBatch <= 0 {
+		o.MinMicroBatch = 1
+	}
+	if o.Margin < 0 {
+		return nil, fmt.Errorf("the margin must not be negative, got %d bytes", o.Margin)
+	}
+	s, err := o.Base.Setup.Normalize()
+	if err != nil {
+		return nil, err
+	}
+	o.Base.Setup = s
+	if o.Base.Config.Batch <= 0 {
+		return nil, fmt.Errorf("batch size must be positive, got %d", o.Base.Config.Batch)
+	}
+	if o.GlobalBatch == 0 {
+		o.GlobalBatch = o.Base.Config.Batch * int64(s.Accumulate)
+	}
+	if o.GlobalBatch <= 0 {
+		return nil, fmt.Errorf("the global batch must be positive, got %d", o.GlobalBatch)
+	}
+	if o.Base.Config.Seq == 0 {
+		o.Base.Config.Seq = o.Base.Source.DefaultSeq()
+	}
+	pl := &planner{o: o, graphs: map[int64]*graph.Graph{}, runs: map[train.Precision][]train.OpRun{}, runsOn: map[train.Precision]*graph.Graph{},
+		ans: &Answer{Margin: o.Margin, GlobalBatch: o.GlobalBatch}, allow: map[Lever]bool{}, src: o.Base.Source,
+		seen: map[Candidate]*Plan{}}
+	levers := o.Levers
+	if len(levers) == 0 {
+		levers = Levers()
+	}
+	for _, l := range levers {
+		pl.allow[l] = true
+	}
+	ctx := o.Base.GPU.ContextSize
+	if o.Base.Context >= 0 {
+		ctx = o.Base.Context
+	}
+	pl.capLeft = o.Base.GPU.Capacity - ctx - o.Margin
+	if err := pl.accumulations(); err != nil {
+		return nil, err
+	}
+	if err := pl.run(); err != nil {
+		return nil, err
+	}
+	return pl.ans, nil
+}
+
+// accumulations lists the allowed accumulation values: divisors of the
+// global batch leaving a micro-batch of at least the minimum.
+func (pl *planner) accumulations() error {
+	o := pl.o
+	n := o.GlobalBatch
+	a0 := o.Base.Setup.Accumulate
+	if n%int64(a0) != 0 {
+		a0 = 1
+	}
+	pl.base = Candidate{Precision: o.Base.Setup.Precision, Checkpoint: o.Base.Setup.Checkpoint, Impl: o.Base.Setup.Optimizer.Impl,
+		Expandable: o.Base.Alloc.ExpandableSegments, Accumulate: a0, MicroBatch: n / int64(a0)}
+	pl.baseAC = o.Base.Alloc
+	if !pl.allow[Accumulate] {
+		if n/int64(a0) < o.MinMicroBatch {
+			return fmt.Errorf("the global batch %d with accumulation %d gives micro-batches of %d, below the minimum %d", n, a0, n/int64(a0), o.MinMicroBatch)
+		}
+		pl.accs = []int{a0}
+		return nil
+	}
+	for a := 1; a <= o.MaxAccumulate && int64(a) <= n; a++ {
+		if n%int64(a) == 0 && n/int64(a) >= o.MinMicroBatch {
+			pl.accs = append(pl.accs, a)
+		}
+	}
+	if len(pl.accs) == 0 {
+		return fmt.Errorf("no micro-batch of at least %d with at most %d accumulation steps makes a global batch of %d", o.MinMicroBatch, o.MaxAccumulate, n)
+	}
+	return nil
+}
+
+func (pl *planner) graph(micro int64) (*graph.Graph, error) {
+	if g, ok := pl.graphs[micro]; ok {
+		return g, nil
+	}
+	c := pl.o.Base.Config
+	c.Batch = micro
+	g, err := pl.src.Build(c)
+	if err != nil {
+		return nil, err
+	}
+	pl.graphs[micro] = g
+	return g, nil
+}
+
+// request turns a candidate into a prediction request.
+func (pl *planner) request(c Candidate) predict.Request {
+	r := pl.o.Base
+	r.Config.Batch = c.MicroBatch
+	r.Schedule = nil
+	s := r.Setup
+	s.Precision = c.Precision
+	s.Checkpoint = c.Checkpoint
+	s.Optimizer.Impl = c.Impl
+	s.Accumulate = c.Accumulate
+	r.Setup = s
+	r.Alloc = pl.baseAC
+	r.Alloc.ExpandableSegments = c.Expandable
+	return r
+}
+
+// evaluate simulates a candidate, once.
+func (pl *planner) evaluate(c Candidate) (*Plan, error) {
+	if p, ok := pl.seen[c]; ok {
+		return p, nil
+	}
+	res, err := predict.Run(pl.request(c))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", describe(c), err)
+	}
+	p := &Plan{Candidate: c, Result: res, Changes: pl.changes(c)}
+	p.Fits = res.Timeline.OOM == nil && res.DeviceTotal <= pl.o.Base.GPU.Capacity-pl.o.Margin
+	if res.Time != nil {
+		p.Seconds = res.Time.Seconds
+	}
+	if _, ok := pl.runs[c.Precision]; !ok {
+		g, err := pl.graph(c.MicroBatch)
+		if err != nil {
+			return nil, err
+		}
+		pl.runs[c.Precision], pl.runsOn[c.Precision] = res.Summary.Ops, g
+	}
+	pl.ans.Evaluated = append(pl.ans.Evaluated, p)
+	pl.seen[c] = p
+	if !p.Fits {
+		pl.noteNeed(need(res)+pl.o.Margin, c)
+	}
+	return p, nil
+}
+
+func (pl *planner) noteNeed(need int64, c Candidate) {
+	if pl.ans.Need == 0 || need < pl.ans.Need {
+		pl.ans.Need = need
+		pl.ans.NeedFrom = describe(c)
+	}
+}
+
+// timeOf predicts the step time of a candidate without simulating its
+// memory: the op records of its precision are the same at every batch.
+func (pl *planner) timeOf(c Candidate) (float64, error) {
+	runs, ok := pl.runs[c.Precision]
+	if !ok {
+		return 0, fmt.Errorf("internal: no op records for %s", c.Precision)
+	}
+	g, err := pl.graph(c.MicroBatch)
+	if err != nil {
+		return 0, err
+	}
+	s := pl.request(c).Setup
+	s, err = s.Normalize()
+	if err != nil {
+		return 0, err
+	}
+	runs = cost.Align(g, pl.runsOn[c.Precision], runs)
+	e, err := cost.Step(cost.Input{Graph: g, Ops: runs, Setup: s, Rates: pl.o.Base.GPU.Rates, Seq: pl.o.Base.Config.Seq, Batch: c.MicroBatch})
+	if err != nil {
+		return 0, err
+	}
+	return e.Seconds, nil
+}
+
+// options lists the values each lever may take.
+func (pl *planner) precisions() []train.Precision {
+	if !pl.allow[Precision] {
+		return []train.Precision{pl.base.Precision}
+	}
+	out := []train.Precision{pl.base.Precision}
+	cands := []train.Precision{train.FP32, train.MixedBF16, train.Mixed16, train.TrueBF16}
+	for _, p := range cands {
+		if p == pl.base.Precision {
+			continue
+		}
+		// bfloat16 needs compute capability 8.0 (torch.cuda.is_bf16_supported)
+		if (p == train.MixedBF16 || p == train.TrueBF16) && pl.o.Base.GPU.Major > 0 && pl.o.Base.GPU.Major < 8 {
+			continue
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
+func (pl *planner) checkpoints(g *graph.Graph) []train.Checkpoint {
+	if pl.o.NoCheckpointing {
+		return []train.Checkpoint{{}}
+	}
+	if !pl.allow[Checkpoint] {
+		return []train.Checkpoint{pl.base.Checkpoint}
+	}
+	out := []train.Checkpoint{pl.base.Checkpoint}
+	add := func(c train.Checkpoint) {
+		for _, o := range out {
+			if o == c {
+				return
+			}
+		}
+		out = append(out, c)
+	}
+	add(train.Checkpoint{})
+	hasAttn := false
+	for i := range g.Ops {
+		hasAttn = hasAttn || g.Ops[i].Kind == graph.Attention
+	}
+	if hasAttn {
+		add(train.Checkpoint{Attention: true})
+	}
+	if len(g.Blocks) > 1 {
+		add(train.Checkpoint{Every: 2})
+	}
+	if len(g.Blocks) > 0 {
+		add(train.FullCheckpoint)
+	}
+	return out
+}
+
+func (pl *planner) impls() []train.Impl {
+	if !pl.allow[Optimizer] || pl.o.Base.Setup.Optimizer.Kind == train.NoOptimizer {
+		return []train.Impl{pl.base.Impl}
+	}
+	out := []train.Impl{pl.base.Impl}
+	for _, i := range []train.Impl{train.Fused, train.Foreach, train.ForLoop} {
+		if i != pl.base.Impl {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+// staticBytes is what parameters, gradients and optimizer state need
+// together: all three are alive during every optimizer step after the
+// first, so no plan of this precision fits below it.
+func (pl *planner) staticBytes(p train.Precision, params int64) int64 {
+	e := p.ParamDType().Size()
+	o := pl.o.Base.Setup.Optimizer
+	copies := int64(2) // parameters and gradients
+	switch o.Kind {
+	case train.Adam, train.AdamW:
+		copies += 2
+		if o.AMSGrad {
+			copies++
+		}
+	case train.SGD:
+		if o.Momentum > 0 {
+			copies++
+		}
+	}
+	return copies * e * params
+}
+
+func (pl *planner) run() error {
+	g0, err := pl.graph(pl.accsMicro(len(pl.accs) - 1))
+	if err != nil {
+		return err
+	}
+	params := g0.ParamCount()
+	// The current setup first: the reference every plan is compared with.
+	base, err := pl.evaluate(pl.base)
+	if err != nil {
+		return err
+	}
+	pl.ans.Base = base
+	var combos []*combo
+	for _, p := range pl.precisions() {
+		if need := pl.staticBytes(p, params); need > pl.capLeft {
+			for _, ck := range pl.checkpoints(g0) {
+				for _, im := range pl.impls() {
+					pl.ans.Pruned = append(pl.ans.Pruned, Pruned{p, ck, im, fmt.Sprintf("parameters, gradients and optimizer state alone need %s", alloc.FormatSize(need))})
+				}
+			}
+			total := need + (pl.o.Base.GPU.Capacity - pl.capLeft)
+			if pl.ans.Need == 0 || total < pl.ans.Need {
+				pl.ans.Need = total
+				pl.ans.NeedFrom = fmt.Sprintf("%s: parameters, gradients and optimizer state %s, the CUDA context and the margin", p, alloc.FormatSize(need))
+			}
+			continue
+		}
+		if _, ok := pl.runs[p]; !ok {
+			// the op records of this precision come from its most
+			// frugal point, a useful probe in itself
+			c := pl.base
+			c.Precision = p
+			c.Accumulate = pl.accs[len(pl.accs)-1]
+			c.MicroBatch = pl.accsMicro(len(pl.accs) - 1)
+			if _, err := pl.evaluate(c); err != nil {
+				return err
+			}
+		}
+		for _, ck := range pl.checkpoints(g0) {
+			for _, im := range pl.impls() {
+				cb := &combo{p: p, ck: ck, impl: im}
+				for i := range pl.accs {
+					t, err := pl.timeOf(pl.cand(cb, i, false))
+					if err != nil {
+						return err
+					}
+					cb.times = append(cb.times, t)
+				}
+				cb.changes = btoi(p != pl.base.Precision) + btoi(ck != pl.base.Checkpoint) + btoi(im != pl.base.Impl)
+				combos = append(combos, cb)
+			}
+		}
+	}
+	key := func(cb *combo) [2]float64 {
+		if pl.o.Objective == FewestChanges {
+			return [2]float64{float64(cb.changes), cb.times[0]}
+		}
+		return [2]float64{0, cb.times[0]}
+	}
+	sort.SliceStable(combos, func(i, j int) bool { return less(key(combos[i]), key(combos[j])) })
+	for _, cb := range combos {
+		if len(pl.ans.Best) >= pl.o.Top && !less(key(cb), pl.planKey(pl.ans.Best[pl.o.Top-1])) {
+			pl.ans.Pruned = append(pl.ans.Pruned, Pruned{cb.p, cb.ck, cb.impl, "slower than the plans shown even at its largest micro-batch"})
+			continue
+		}
+		if err := pl.search(cb); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func less(a, b [2]float64) bool {
+	if a[0] != b[0] {
+		return a[0] < b[0]
+	}
+	return a[1] < b[1]
+}
+
+func (pl *planner) planKey(p *Plan) [2]float64 {
+	if pl.o.Objective == FewestChanges {
+		return [2]float64{float64(len(p.Changes)), p.Seconds}
+	}
+	return [2]float64{0, p.Seconds}
+}
+
+func (pl *planner) accsMicro(i int) int64 { return pl.o.GlobalBatch / int64(pl.accs[i]) }
+
+func (pl *planner) cand(cb *combo, i int, expandable bool) Candidate {
+	return Candidate{Precision: cb.p, Checkpoint: cb.ck, Impl: cb.impl, Expandable: expandable,
+		Accumulate: pl.accs[i], MicroBatch: pl.accsMicro(i)}
+}
+
+// search finds a combination's best plan: the smallest accumulation that
+// fits (the fastest, see the package doc), among those that could still
+// enter the list; then whether expandable segments let it go one
+// accumulation lower.
+func (pl *planner) search(cb *combo) error {
+	exp0 := pl.base.Expandable
+	// Only accumulations that can beat the last plan kept are worth a
+	// probe; time rises with accumulation, so they are a prefix.
+	hi := len(pl.accs) - 1
+	if len(pl.ans.Best) >= pl.o.Top {
+		worst := pl.planKey(pl.ans.Best[pl.o.Top-1])
+		for hi >= 0 && !less(pl.comboKeyAt(cb, hi), worst) {
+			hi--
+		}
+	}
+	if hi < 0 {
+		return nil
+	}
+	if pl.o.Objective == FewestChanges {
+		// the current accumulation first: fitting there changes one
+		// lever less
+		if i := pl.indexOf(pl.base.Accumulate); i >= 0 && i <= hi {
+			p, err := pl.evaluate(pl.cand(cb, i, exp0))
+			if err != nil {
+				return err
+			}
+			if p.Fits {
+				pl.keep(p)
+				return nil
+			}
+		}
+	}
+	// bisection between lo, which does not fit (-1: none known), and
+	// fitAt, which does
+	p, err := pl.evaluate(pl.cand(cb, hi, exp0))
+	if err != nil {
+		return err
+	}
+	if !p.Fits {
+		if pl.allow[Allocator] && !exp0 {
+			q, err := pl.evaluate(pl.cand(cb, hi, true))
+			if err != nil {
+				return err
+			}
+			if q.Fits {
+				pl.keep(q)
+			}
+		}
+		return nil
+	}
+	lo, fitAt, fit := -1, hi, p
+	for fitAt-lo > 1 {
+		mid := (lo + fitAt) / 2
+		p, err := pl.evaluate(pl.cand(cb, mid, exp0))
+		if err != nil {
+			return err
+		}
+		if p.Fits {
+			fitAt, fit = mid, p
+		} else {
+			lo = mid
+		}
+	}
+	pl.keep(fit)
+	// expandable segments leave less reserved but unused: a larger
+	// micro-batch may fit with them
+	if pl.allow[Allocator] && !exp0 && lo >= 0 {
+		q, err := pl.evaluate(pl.cand(cb, lo, true))
+		if err != nil {
+			return err
+		}
+		if q.Fits {
+			pl.keep(q)
+		}
+	}
+	return nil
+}
+
+func (pl *planner) comboKeyAt(cb *combo, i int) [2]float64 {
+	if pl.o.Objective == FewestChanges {
+		n := cb.changes + btoi(pl.accs[i] != pl.base.Accumulate)
+		return [2]float64{float64(n), cb.times[i]}
+	}
+	return [2]float64{0, cb.times[i]}
+}
+
+func (pl *planner) indexOf(a int) int {
+	for i, v := range pl.accs {
+		if v == a {
+			return i
+		}
+	}
+	return -1
+}
+
+// keep adds a fitting plan to the best list.
+func (pl *planner) keep(p *Plan) {
+	if p.Candidate == pl.base && pl.o.Objective == FewestChanges {
+		return
+	}
+	for _, q := range pl.ans.Best {
+		if q == p {
+			return
+		}
+	}
+	best := append(pl.ans.Best, p)
+	sort.SliceStable(best, func(i, j int) bool { return less(pl.planKey(best[i]), pl.planKey(best[j])) })
+	if len(best) > pl.o.Top {
+		best = best[:pl.o.Top]
+	}
+	pl.ans.Best = best
+}
+
+// changes describes how c differs from the current setup.
+func (pl *planner) changes(c Candidate) []string {
+	b := pl.base
+	var out []string
+	if c.Accumulate != b.Accumulate {
+		out = append(out, fmt.Sprintf("accumulate %d → %d (micro-batch %d → %d)", b.Accumulate, c.Accumulate, b.MicroBatch, c.MicroBatch))
+	}
+	if c.Precision != b.Precision {
+		out = append(out, fmt.Sprintf("precision %s → %s", b.Precision, c.Precision))
+	}
+	if c.Checkpoint != b.Checkpoint {
+		out = append(out, fmt.Sprintf("checkpointing %s → %s", b.Checkpoint, c.Checkpoint))
+	}
+	if c.Impl != b.Impl {
+		out = append(out, fmt.Sprintf("optimizer %s → %s", b.Impl, c.Impl))
+	}
+	if c.Expandable != b.Expandable {
+		out = append(out, fmt.Sprintf("expandable_segments %v → %v", b.Expandable, c.Expandable))
+	}
+	return out
+}
+
+// describe names a candidate in one line.
+func describe(c Candidate) string {
+	s := fmt.Sprintf("micro-batch %d × %d, %s, checkpointing %s, optimizer %s", c.MicroBatch, c.Accumulate, c.Precision, c.Checkpoint, c.Impl)
+	if c.Expandable {
+		s += ", expandable segments"
+	}
+	return s
+}
+
+// Describe names a candidate in one line.
+func (c Candidate) String() string { return describe(c) }
+
+// Saving is one figure of a plan against the current setup.
+type Saving struct {
+	What  string
+	Bytes int64 // positive: the plan needs less
+}
+
+// Savings explains why a plan fits where the current setup does not: the
+// figures of the static breakdown and the peak, against the base.
+func (a *Answer) Savings(p *Plan) []Saving {
+	if a.Base == nil || a.Base.Result == nil || p.Result == nil {
+		return nil
+	}
+	b, q := a.Base.Result, p.Result
+	bs, qs := b.Summary, q.Summary
+	out := []Saving{
+		{"parameters", bs.ParametersBytes - qs.ParametersBytes},
+		{"gradients", bs.GradientsBytes - qs.GradientsBytes},
+		{"optimizer state", bs.OptimizerStateBytes - qs.OptimizerStateBytes},
+		{"saved activations", bs.ActivationsBytes - qs.ActivationsBytes},
+		{"autocast weight copies", bs.CastCacheBytes - qs.CastCacheBytes},
+		{"batch data", bs.BatchDataBytes - qs.BatchDataBytes},
+	}
+	var kept []Saving
+	for _, s := range out {
+		if s.Bytes != 0 {
+			kept = append(kept, s)
+		}
+	}
+	return kept
+}
+
+// PeakSaving is how much less the plan needs on the device than the
+// current setup at its peak (what nvidia-smi would show); for a setup that
+// ran out of memory, what it asked for.
+func (a *Answer) PeakSaving(p *Plan) int64 {
+	if a.Base == nil || a.Base.Result == nil || p.Result == nil {
+		return 0
+	}
+	return need(a.Base.Result) - need(p.Result)
+}
+
+// need is the device total of a prediction; for one that ran out of
+// memory, the larger of what the failing request asked for and the
+// requested peak of the whole step (which the simulator knows past the
+// failure) with the context: a lower bound, since the allocator rounds
+// and caches on top.
+func need(r *predict.Result) int64 {
+	if r.Timeline.OOM != nil {
+		return max(r.GPU.Capacity-r.Headroom(), r.Summary.PeakRequested+r.Context)
+	}
+	return r.DeviceTotal
+}
+
+// Need reports the device total a prediction needs, including what an
+// out-of-memory prediction asked for.
+func Need(r *predict.Result) int64 { return need(r) }

@@ -1,0 +1,240 @@
+package plan
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/batchfit/batchfit/gpu"
+	"github.com/batchfit/batchfit/graph"
+	"github.com/batchfit/batchfit/models"
+	"github.com/batchfit/batchfit/predict"
+	"github.com/batchfit/batchfit/train"
+)
+
+// blocks is a stack of Linear+GELU blocks with a classifier: activations
+// grow with the batch, parameters with width and depth.
+type blocks struct {
+	layers int
+	width  int64
+}
+
+func (s blocks) Name() string       { return "blocks" }
+func (s blocks) DefaultSeq() int64  { return 0 }
+func (s blocks) Dims() []models.Dim { return nil }
+func (s blocks) Build(c models.Config) (*graph.Graph, error) {
+	b := graph.NewBuilder("blocks")
+	x := b.Input("x", graph.Shape{c.Batch, s.width}, graph.F32)
+	y := b.Target("y", graph.Shape{c.Batch}, graph.I64)
+	for i := 0; i < s.layers; i++ {
+		b.Block("block", func() {
+			x = b.Linear("fc", x, s.width, true)
+			x = b.Act(graph.GELU, "act", x, false)
+		})
+	}
+	x = b.Linear("head", x, 10, true)
+	b.CrossEntropy("loss", x, y)
+	return b.Graph()
+}
+
+var testRates = gpu.Rates{FP32: 20e12, TF32: 150e12, FP16: 300e12, BF16: 300e12, Bandwidth: 2e12, Source: "test"}
+
+func device(capacity int64) gpu.GPU {
+	return gpu.GPU{Name: "test", Marketing: "test", Capacity: capacity, Major: 9, Rates: testRates}
+}
+
+func request(src predict.Source, batch int64, s train.Setup, capacity int64) predict.Request {
+	return predict.Request{Source: src, Config: models.Config{Batch: batch}, GPU: device(capacity), Context: 0, Setup: s}
+}
+
+// needOf predicts a setup on an unbounded device: what it needs.
+func needOf(t *testing.T, src predict.Source, batch int64, s train.Setup) int64 {
+	t.Helper()
+	res, err := predict.Run(request(src, batch, s, 1<<50))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res.DeviceTotal
+}
+
+// Only accumulation may move, and the device is sized between what a
+// micro-batch of 1024 and one of 2048 need: of a global batch of 4096, the
+// plan is accumulation 4, and nothing with a larger micro-batch.
+func TestOnlyAccumulationFits(t *testing.T) {
+	src := blocks{layers: 4, width: 512}
+	s := train.Setup{Optimizer: train.Optimizer{Kind: train.SGD}}
+	n16, n32 := needOf(t, src, 1024, s), needOf(t, src, 2048, s)
+	if n32 <= n16 {
+		t.Fatalf("need at 2048 (%d) not above need at 1024 (%d)", n32, n16)
+	}
+	ans, err := Run(Options{Base: request(src, 4096, s, n16+(n32-n16)/2), Levers: []Lever{Accumulate}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ans.Base.Fits || len(ans.Best) != 1 || ans.Best[0].Accumulate != 4 || ans.Best[0].MicroBatch != 1024 {
+		t.Fatalf("base fits %v; best %v", ans.Base.Fits, plansOf(ans))
+	}
+	if got := ans.Best[0].Changes; len(got) != 1 || !strings.HasPrefix(got[0], "accumulate 1 → 4") {
+		t.Errorf("changes %q", got)
+	}
+}
+
+// Only precision may move, and the device holds bf16-true's parameters,
+// gradients and Adam state but not the float32 or mixed ones.
+func TestOnlyBF16Fits(t *testing.T) {
+	src := blocks{layers: 4, width: 2048}
+	s := train.Setup{Optimizer: train.Optimizer{Kind: train.Adam}}
+	var others int64 = 1 << 62
+	for _, p := range []train.Precision{train.FP32, train.MixedBF16, train.Mixed16} {
+		q := s
+		q.Precision = p
+		others = min(others, needOf(t, src, 8, q))
+	}
+	q := s
+	q.Precision = train.TrueBF16
+	bf := needOf(t, src, 8, q)
+	if bf >= others {
+		t.Fatalf("bf16-true needs %d, the others at least %d", bf, others)
+	}
+	ans, err := Run(Options{Base: request(src, 8, s, bf+(others-bf)/2), Levers: []Lever{Precision}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ans.Best) != 1 || ans.Best[0].Precision != train.TrueBF16 {
+		t.Fatalf("best %v", plansOf(ans))
+	}
+}
+
+// Only checkpointing may move; the device holds every-second-block
+// checkpointing and full checkpointing but not none. Both fit; every
+// second block recomputes half as much and is the faster.
+func TestEverySecondBlockFastest(t *testing.T) {
+	src := blocks{layers: 8, width: 512}
+	s := train.Setup{Optimizer: train.Optimizer{Kind: train.SGD}}
+	at := func(c train.Checkpoint) int64 {
+		q := s
+		q.Checkpoint = c
+		return needOf(t, src, 4096, q)
+	}
+	none, half, full := at(train.Checkpoint{}), at(train.Checkpoint{Every: 2}), at(train.FullCheckpoint)
+	if !(full < half && half < none) {
+		t.Fatalf("needs: none %d, every 2 %d, full %d", none, half, full)
+	}
+	ans, err := Run(Options{Base: request(src, 4096, s, half+(none-half)/2), Levers: []Lever{Checkpoint}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ans.Best) != 2 || ans.Best[0].Checkpoint != (train.Checkpoint{Every: 2}) || ans.Best[1].Checkpoint != train.FullCheckpoint ||
+		!(ans.Best[0].Seconds < ans.Best[1].Seconds) {
+		t.Fatalf("best %v", plansOf(ans))
+	}
+}
+
+// The branch and bound finds what an exhaustive search over every
+// combination finds: the fastest fitting plan, and only plans that fit.
+func TestMatchesExhaustiveSearch(t *testing.T) {
+	src := blocks{layers: 6, width: 1024}
+	s := train.Setup{Optimizer: train.Optimizer{Kind: train.AdamW, WeightDecay: 0.01}}
+	const global = 256
+	capacity := needOf(t, src, 64, s)
+	o := Options{Base: request(src, global, s, capacity), Top: 3}
+	ans, err := Run(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ans.Best) == 0 {
+		t.Fatal("no plan fits")
+	}
+	best := 0.0
+	for _, p := range []train.Precision{train.FP32, train.MixedBF16, train.Mixed16, train.TrueBF16} {
+		for _, ck := range []train.Checkpoint{{}, {Every: 2}, train.FullCheckpoint} {
+			for _, im := range []train.Impl{train.ForLoop, train.Foreach, train.Fused} {
+				for _, exp := range []bool{false, true} {
+					for a := int64(1); a <= global; a *= 2 {
+						q := s
+						q.Precision, q.Checkpoint, q.Optimizer.Impl, q.Accumulate = p, ck, im, int(a)
+						r := request(src, global/a, q, capacity)
+						r.Alloc.ExpandableSegments = exp
+						res, err := predict.Run(r)
+						if err != nil {
+							t.Fatal(err)
+						}
+						if res.Fits && (best == 0 || res.Time.Seconds < best) {
+							best = res.Time.Seconds
+						}
+					}
+				}
+			}
+		}
+	}
+	if ans.Best[0].Seconds != best {
+		t.Errorf("planner's best %g s, exhaustive %g s; plans %v", ans.Best[0].Seconds, best, plansOf(ans))
+	}
+	for _, p := range ans.Best {
+		if !p.Fits || p.Result.DeviceTotal > capacity {
+			t.Errorf("plan %v does not fit", p.Candidate)
+		}
+	}
+	for i := 1; i < len(ans.Best); i++ {
+		if ans.Best[i].Seconds < ans.Best[i-1].Seconds {
+			t.Errorf("plans out of order: %v", plansOf(ans))
+		}
+	}
+}
+
+// The smallest changes: when accumulation alone makes it fit, the first
+// suggestion changes one lever.
+func TestFewestChanges(t *testing.T) {
+	src := blocks{layers: 4, width: 512}
+	s := train.Setup{Optimizer: train.Optimizer{Kind: train.Adam}}
+	n32, n64 := needOf(t, src, 2048, s), needOf(t, src, 4096, s)
+	ans, err := Run(Options{Base: request(src, 4096, s, n32+(n64-n32)/2), Objective: FewestChanges, Top: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ans.Best) == 0 || len(ans.Best[0].Changes) != 1 {
+		t.Fatalf("suggestions %v", plansOf(ans))
+	}
+	for i := 1; i < len(ans.Best); i++ {
+		if len(ans.Best[i].Changes) < len(ans.Best[i-1].Changes) {
+			t.Errorf("suggestions out of order: %v", plansOf(ans))
+		}
+	}
+	for _, p := range ans.Best {
+		if p.Candidate == ans.Base.Candidate {
+			t.Errorf("the current setup suggested")
+		}
+	}
+}
+
+func TestBadInput(t *testing.T) {
+	src := blocks{layers: 2, width: 256}
+	s := train.Setup{Optimizer: train.Optimizer{Kind: train.SGD}}
+	if _, err := Run(Options{Base: request(src, 8, s, 1<<40), GlobalBatch: 8, MinMicroBatch: 16}); err == nil ||
+		!strings.Contains(err.Error(), "global batch of 8") {
+		t.Errorf("micro-batch above the global batch: %v", err)
+	}
+	if _, err := Run(Options{Base: request(src, 8, s, 1<<40), GlobalBatch: -4}); err == nil {
+		t.Error("a negative global batch accepted")
+	}
+	if _, err := ParseLevers("accumulate,precisoin"); err == nil || !strings.Contains(err.Error(), `did you mean precision`) {
+		t.Errorf("unknown lever: %v", err)
+	}
+	// a device smaller than the parameters: nothing fits, and the answer
+	// says how much would be needed
+	ans, err := Run(Options{Base: request(src, 8, s, 64<<10)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	params := int64(2 * (256*256 + 256))
+	if len(ans.Best) != 0 || ans.Need < 2*2*params || ans.NeedFrom == "" {
+		t.Errorf("nothing fits: best %v, need %d from %q", plansOf(ans), ans.Need, ans.NeedFrom)
+	}
+}
+
+func plansOf(a *Answer) []string {
+	var out []string
+	for _, p := range a.Best {
+		out = append(out, p.Candidate.String())
+	}
+	return out
+}
