@@ -34,6 +34,9 @@ func TestGolden(t *testing.T) {
 		{"sweep_simpleconv", []string{"sweep", "simpleconv", "--batch", "1:64", "--gpu", "t4"}},
 		{"maxbatch_mlp_layers", []string{"maxbatch", "mlp", "--solve", "layers", "--batch", "32", "--gpu", "1GiB", "--context", "0"}},
 		{"gpus", []string{"gpus"}},
+		{"plan_gpt2", []string{"plan", "gpt2", "--seq", "1024", "--gpu", "a10g", "--global-batch", "64", "--batch", "64", "--top", "3"}},
+		{"estimate_suggestions", []string{"estimate", "gpt2", "--seq", "1024", "--batch", "32", "--gpu", "a10g"}},
+		{"maxbatch_throughput", []string{"maxbatch", "resnet18", "--gpu", "t4", "--precision", "16-mixed", "--objective", "throughput"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -116,6 +119,15 @@ func TestBadInput(t *testing.T) {
 		{[]string{"maxbatch", "resnet18", "--solve", "layers"}, 1, "cannot vary"},
 		{[]string{"maxbatch", "vgg16", "--gpu", "64MiB", "--context", "0"}, 1, "does not fit"},
 		{[]string{"estimate", "no/such/file.yaml"}, 1, "no/such/file.yaml"},
+		{[]string{"estimate", "mlp", "--checkpoint", "sometimes"}, 2, "unknown checkpointing policy"},
+		{[]string{"estimate", "mlp", "--checkpointing", "--checkpoint", "every-2"}, 2, "exclude each other"},
+		{[]string{"plan", "mlp", "--levers", "accumulate,precisoin"}, 2, "did you mean precision"},
+		{[]string{"plan", "mlp", "--global-batch", "8", "--min-micro-batch", "16"}, 1, "global batch of 8"},
+		{[]string{"plan", "mlp", "--global-batch", "-8"}, 2, "must be positive"},
+		{[]string{"plan", "mlp", "--margin", "120%"}, 2, "--margin"},
+		{[]string{"plan", "Llama-3-70B", "--gpu", "h100-80gb", "--global-batch", "8"}, 1, "several GPUs that shard"},
+		{[]string{"maxbatch", "mlp", "--objective", "speed"}, 2, "want memory or throughput"},
+		{[]string{"maxbatch", "mlp", "--solve", "layers", "--objective", "throughput"}, 2, "answers for the batch"},
 	}
 	for _, c := range cases {
 		_, errs, code := run(c.args...)

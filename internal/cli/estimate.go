@@ -9,6 +9,7 @@ import (
 
 	"github.com/batchfit/batchfit/alloc"
 	"github.com/batchfit/batchfit/cost"
+	"github.com/batchfit/batchfit/plan"
 	"github.com/batchfit/batchfit/predict"
 	"github.com/batchfit/batchfit/trace"
 	"github.com/batchfit/batchfit/train"
@@ -45,14 +46,58 @@ func runEstimate(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	// A job that does not fit ends with the smallest changes that make it
+	// fit, from the planner, with the same criterion as the verdict (no
+	// margin) and the same samples per optimizer step.
+	var sugg *plan.Answer
+	if len(batches) == 1 && !res.Fits {
+		sugg, err = plan.Run(plan.Options{Base: r, Objective: plan.FewestChanges, Top: 3})
+		if err != nil {
+			return err
+		}
+	}
 	if j.json {
-		return writeJSON(stdout, estimateJSON(res, batches))
+		out := estimateJSON(res, batches)
+		if sugg != nil {
+			for _, p := range sugg.Best {
+				out.Suggestions = append(out.Suggestions, planEntry(sugg, p))
+			}
+		}
+		return writeJSON(stdout, out)
 	}
 	writeEstimate(stdout, res, batches)
+	if sugg != nil {
+		writeSuggestions(stdout, res, sugg)
+	}
 	if len(batches) == 1 && !res.Fits && res.Config.Batch == 1 {
 		return fmt.Errorf("%s does not fit on %s even at batch 1", res.Model, res.GPU.Name)
 	}
 	return nil
+}
+
+func writeSuggestions(w io.Writer, res *predict.Result, ans *plan.Answer) {
+	fmt.Fprintln(w)
+	if len(ans.Best) == 0 {
+		fmt.Fprintf(w, "no change of micro-batch and accumulation, precision, checkpointing, optimizer or allocator makes it fit: ")
+		fmt.Fprintln(w, strings.TrimPrefix(nothingFits(predict.Request{GPU: res.GPU}, ans).Error(), "nothing fits on "+res.GPU.Name+" with a margin of 0 bytes: "))
+		return
+	}
+	fmt.Fprintf(w, "the %s that make it fit (same %d samples per optimizer step; 'batchfit plan' ranks every plan by speed):\n",
+		map[bool]string{true: "smallest change", false: fmt.Sprintf("%d smallest changes", len(ans.Best))}[len(ans.Best) == 1], ans.GlobalBatch)
+	for i, p := range ans.Best {
+		fmt.Fprintf(w, "  %d. %s\n", i+1, strings.Join(p.Changes, "; "))
+		line := fmt.Sprintf("device total %s", fmtBytes(p.Result.DeviceTotal))
+		if s := ans.PeakSaving(p); s > 0 {
+			line += fmt.Sprintf(", %s less at the peak", fmtBytes(s))
+		}
+		if p.Seconds > 0 {
+			line += fmt.Sprintf(", step time %s", fmtSeconds(p.Seconds))
+			if b := ans.Base.Seconds; b > 0 {
+				line += fmt.Sprintf(" (now %s)", fmtSeconds(b))
+			}
+		}
+		fmt.Fprintf(w, "     %s\n", line)
+	}
 }
 
 func fmtBytes(n int64) string { return alloc.FormatSize(n) }

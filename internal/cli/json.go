@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"io"
 
+	"github.com/batchfit/batchfit/cost"
 	"github.com/batchfit/batchfit/predict"
 	"github.com/batchfit/batchfit/trace"
 )
@@ -48,6 +49,36 @@ type EstimateJSON struct {
 	DecidedBy           string           `json:"decided_by"`
 	OOM                 string           `json:"oom_message,omitempty"`
 	Steps               []StepJSON       `json:"steps,omitempty"`
+	Time                *TimeJSON        `json:"time,omitempty"`
+	// Suggestions are the smallest changes that fit, for a job that does
+	// not.
+	Suggestions []PlanEntryJSON `json:"suggestions,omitempty"`
+}
+
+// TimeJSON is the step-time model's prediction for one optimizer step.
+type TimeJSON struct {
+	StepSeconds      float64            `json:"step_seconds"`
+	PartSeconds      map[string]float64 `json:"part_seconds"`
+	SamplesPerSecond float64            `json:"samples_per_second"`
+	TokensPerSecond  float64            `json:"tokens_per_second,omitempty"`
+	MFU              float64            `json:"mfu"`
+	ModelFLOPs       float64            `json:"model_flops"`
+	FLOPs            float64            `json:"flops"`
+	Bytes            float64            `json:"bytes_moved"`
+	Kernels          int64              `json:"kernels"`
+}
+
+func timeJSON(res *predict.Result) *TimeJSON {
+	e := res.Time
+	if e == nil {
+		return nil
+	}
+	t := &TimeJSON{StepSeconds: e.Seconds, PartSeconds: map[string]float64{}, SamplesPerSecond: e.SamplesPerSecond(),
+		TokensPerSecond: e.TokensPerSecond(), MFU: e.MFU, ModelFLOPs: e.ModelFLOPs, FLOPs: e.FLOPs, Bytes: e.Bytes, Kernels: e.Kernels}
+	for _, p := range cost.Parts() {
+		t.PartSeconds[p.String()] = e.By[p]
+	}
+	return t
 }
 
 // StepJSON is one step of a schedule.
@@ -78,6 +109,7 @@ func estimateJSON(res *predict.Result, batches []int64) EstimateJSON {
 	if tl.OOM != nil {
 		out.OOM = tl.OOM.Error()
 	}
+	out.Time = timeJSON(res)
 	if len(batches) > 1 {
 		for i, st := range tl.Steps {
 			if i >= len(batches) {

@@ -3,6 +3,7 @@ package cli
 import (
 	"fmt"
 	"io"
+	"text/tabwriter"
 
 	"github.com/batchfit/batchfit/models"
 	"github.com/batchfit/batchfit/solve"
@@ -19,6 +20,7 @@ Examples:
   batchfit maxbatch resnet50 --gpu h100-80gb
   batchfit maxbatch gpt2 --seq 1024 --precision bf16-mixed --gpu a100-80gb
   batchfit maxbatch mlp --solve layers --batch 32 --gpu 16GB   # how deep can the MLP be?
+  batchfit maxbatch resnet50 --gpu a10g --precision bf16-mixed --objective throughput
 `
 
 // MaxBatchJSON is the stable JSON form of a search.
@@ -32,6 +34,27 @@ type MaxBatchJSON struct {
 	Tried    []int64       `json:"tried"`
 	AtMax    *EstimateJSON `json:"at_max,omitempty"`
 	AtNext   *EstimateJSON `json:"at_next,omitempty"`
+	// Fastest is the batch with the best predicted throughput
+	// (--objective throughput).
+	Fastest *FastestJSON `json:"fastest,omitempty"`
+}
+
+// FastestJSON is the throughput objective's answer.
+type FastestJSON struct {
+	Batch                   int64      `json:"batch"`
+	SamplesPerSecond        float64    `json:"samples_per_second"`
+	TokensPerSecond         float64    `json:"tokens_per_second,omitempty"`
+	LargestSamplesPerSecond float64    `json:"largest_samples_per_second"`
+	ShareOfLargest          float64    `json:"share_of_largest"`
+	Curve                   []RateJSON `json:"curve"`
+}
+
+// RateJSON is one point of the throughput curve.
+type RateJSON struct {
+	Batch            int64   `json:"batch"`
+	StepSeconds      float64 `json:"step_seconds"`
+	SamplesPerSecond float64 `json:"samples_per_second"`
+	TokensPerSecond  float64 `json:"tokens_per_second,omitempty"`
 }
 
 var dimWords = map[models.Dim]string{models.DimBatch: "batch", models.DimLayers: "depth (layers)",
@@ -43,6 +66,7 @@ func runMaxBatch(args []string, stdout, stderr io.Writer) error {
 	j.register(fs, "1")
 	dim := fs.String("solve", "batch", "dimension to maximize: batch, layers, hidden or seq")
 	limit := fs.Int64("limit", solve.DefaultLimit, "largest value to try")
+	objective := fs.String("objective", "memory", "memory: the largest batch that fits; throughput: the batch that trains fastest among those that fit")
 	r, batches, err := j.job(fs, "maxbatch", args)
 	if err != nil {
 		return err
@@ -56,9 +80,21 @@ func runMaxBatch(args []string, stdout, stderr io.Writer) error {
 	default:
 		return usagef("--solve %q: want batch, layers, hidden or seq", *dim)
 	}
+	if *objective != "memory" && *objective != "throughput" {
+		return usagef("--objective %q: want memory or throughput", *objective)
+	}
+	if *objective == "throughput" && d != models.DimBatch {
+		return usagef("--objective throughput answers for the batch, not --solve %s", d)
+	}
 	ans, err := solve.MaxDim(r, d, *limit)
 	if err != nil {
 		return err
+	}
+	var fast *solve.Fastest
+	if *objective == "throughput" && ans.Max > 0 {
+		if fast, err = solve.BestThroughput(r, ans); err != nil {
+			return err
+		}
 	}
 	if j.json {
 		out := MaxBatchJSON{Model: r.Source.Name(), Solve: string(d), Max: ans.Max, Limited: ans.Limited, Probes: ans.Probes, Tried: ans.Tried}
@@ -72,6 +108,14 @@ func runMaxBatch(args []string, stdout, stderr io.Writer) error {
 		if ans.Over != nil {
 			e := estimateJSON(ans.Over, nil)
 			out.AtNext = &e
+		}
+		if fast != nil {
+			f := &FastestJSON{Batch: fast.Best.Batch, SamplesPerSecond: fast.Best.SamplesPerSecond, TokensPerSecond: fast.Best.TokensPerSecond,
+				LargestSamplesPerSecond: fast.Largest.SamplesPerSecond, ShareOfLargest: fast.Best.SamplesPerSecond / fast.Largest.SamplesPerSecond}
+			for _, p := range fast.Curve {
+				f.Curve = append(f.Curve, RateJSON{p.Batch, p.Seconds, p.SamplesPerSecond, p.TokensPerSecond})
+			}
+			out.Fastest = f
 		}
 		if err := writeJSON(stdout, out); err != nil {
 			return err
@@ -89,6 +133,9 @@ func runMaxBatch(args []string, stdout, stderr io.Writer) error {
 		if ans.Over != nil {
 			fmt.Fprintf(stdout, "  at %d: does not fit — %s\n", ans.Max+1, ans.Over.Decider)
 		}
+		if fast != nil {
+			writeFastest(stdout, fast)
+		}
 	}
 	if ans.Max == 0 {
 		if !j.json {
@@ -97,4 +144,31 @@ func runMaxBatch(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("%s does not fit on %s even with %s 1", r.Source.Name(), r.GPU.Name, d)
 	}
 	return nil
+}
+
+func writeFastest(w io.Writer, f *solve.Fastest) {
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "predicted throughput (roofline; a bound, see docs/accuracy.md):")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	tok := f.Largest.TokensPerSecond > 0
+	hdr := "batch\tstep time\tsamples/s\t"
+	if tok {
+		hdr += "tokens/s\t"
+	}
+	fmt.Fprintln(tw, hdr)
+	for _, p := range f.Curve {
+		line := fmt.Sprintf("%d\t%s\t%s\t", p.Batch, fmtSeconds(p.Seconds), fmtRate(p.SamplesPerSecond))
+		if tok {
+			line += fmtRate(p.TokensPerSecond) + "\t"
+		}
+		fmt.Fprintln(tw, line)
+	}
+	tw.Flush()
+	share := f.Best.SamplesPerSecond / f.Largest.SamplesPerSecond
+	if f.Best.Batch == f.Largest.Batch {
+		fmt.Fprintf(w, "fastest: batch %d, the largest that fits (%s samples/s): throughput still rises with the batch there\n", f.Best.Batch, fmtRate(f.Best.SamplesPerSecond))
+		return
+	}
+	fmt.Fprintf(w, "fastest: batch %d — %s samples/s, %.1f%% of the largest batch's %s (batch %d); beyond it more batch buys less than %.0f%%\n",
+		f.Best.Batch, fmtRate(f.Best.SamplesPerSecond), 100*share, fmtRate(f.Largest.SamplesPerSecond), f.Largest.Batch, 100*(1-solve.Plateau))
 }

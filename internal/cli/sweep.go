@@ -42,11 +42,17 @@ func runSweep(args []string, stdout, stderr io.Writer) error {
 		return writeJSON(stdout, out)
 	case *asCSV:
 		w := csv.NewWriter(stdout)
-		w.Write([]string{"batch", "activations_bytes", "peak_allocated_bytes", "peak_reserved_bytes", "device_total_bytes", "gpu_capacity_bytes", "fits"})
+		w.Write([]string{"batch", "activations_bytes", "peak_allocated_bytes", "peak_reserved_bytes", "device_total_bytes", "gpu_capacity_bytes", "fits",
+			"step_seconds", "samples_per_second", "tokens_per_second"})
 		for _, p := range pts {
 			r := p.Result
+			var sec, sps, tps float64
+			if r.Time != nil {
+				sec, sps, tps = r.Time.Seconds, r.Time.SamplesPerSecond(), r.Time.TokensPerSecond()
+			}
 			w.Write([]string{fmt.Sprint(p.Value), fmt.Sprint(r.Summary.ActivationsBytes), fmt.Sprint(r.Timeline.PeakAllocated),
-				fmt.Sprint(r.Timeline.PeakReserved), fmt.Sprint(r.DeviceTotal), fmt.Sprint(r.GPU.Capacity), fmt.Sprint(r.Fits)})
+				fmt.Sprint(r.Timeline.PeakReserved), fmt.Sprint(r.DeviceTotal), fmt.Sprint(r.GPU.Capacity), fmt.Sprint(r.Fits),
+				fmt.Sprint(sec), fmt.Sprint(sps), fmt.Sprint(tps)})
 		}
 		w.Flush()
 		return w.Error()
@@ -54,17 +60,36 @@ func runSweep(args []string, stdout, stderr io.Writer) error {
 	fmt.Fprintln(stdout, setupLine(pts[0].Result))
 	fmt.Fprintln(stdout)
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "batch\tsaved activations\tpeak allocated\tpeak reserved\tdevice total\tfits\t")
+	timed := pts[0].Result.Time != nil
+	tok := timed && pts[0].Result.Time.Tokens > 0
+	hdr := "batch\tsaved activations\tpeak allocated\tpeak reserved\tdevice total\tfits\t"
+	if timed {
+		hdr += "step time\tsamples/s\t"
+		if tok {
+			hdr += "tokens/s\t"
+		}
+	}
+	fmt.Fprintln(tw, hdr)
 	for _, p := range pts {
 		r := p.Result
 		fits := "yes"
 		if !r.Fits {
 			fits = "no"
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t\n", p.Value, fmtBytes(r.Summary.ActivationsBytes), fmtBytes(r.Timeline.PeakAllocated),
+		line := fmt.Sprintf("%d\t%s\t%s\t%s\t%s\t%s\t", p.Value, fmtBytes(r.Summary.ActivationsBytes), fmtBytes(r.Timeline.PeakAllocated),
 			fmtBytes(r.Timeline.PeakReserved), fmtBytes(r.DeviceTotal), fits)
+		if timed {
+			line += fmt.Sprintf("%s\t%s\t", fmtSeconds(r.Time.Seconds), fmtRate(r.Time.SamplesPerSecond()))
+			if tok {
+				line += fmtRate(r.Time.TokensPerSecond()) + "\t"
+			}
+		}
+		fmt.Fprintln(tw, line)
 	}
 	tw.Flush()
+	if timed {
+		fmt.Fprintln(stdout, "\nstep time and throughput: the roofline step-time model, a bound to compare batches with (docs/accuracy.md)")
+	}
 	fmt.Fprintf(stdout, "\nGPU capacity %s (%s)\n", fmtBytes(pts[0].Result.GPU.Capacity), pts[0].Result.GPU.Marketing)
 	return nil
 }
