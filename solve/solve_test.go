@@ -196,3 +196,15 @@ func TestMaxBatchEveryModel(t *testing.T) {
 		})
 	}
 }
+
+// BenchmarkSweepResNet50 is 'batchfit sweep resnet50 --batch 1:256': nine
+// predictions, memory and step time (target < 100 ms on one core).
+func BenchmarkSweepResNet50(b *testing.B) {
+	r := request(b, "resnet50", "h100-80gb")
+	batches := []int64{1, 2, 4, 8, 16, 32, 64, 128, 256}
+	for i := 0; i < b.N; i++ {
+		if _, err := Sweep(r, batches); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

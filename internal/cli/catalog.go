@@ -58,18 +58,45 @@ func runGPUs(args []string, stdout, stderr io.Writer) error {
 		CapacityBytes int64  `json:"capacity_bytes"`
 		Compute       string `json:"compute_capability"`
 		ContextBytes  int64  `json:"cuda_context_bytes"`
+		// dense peaks, FLOP/s and bytes/s, from Source
+		FP32      float64 `json:"fp32_flops"`
+		TF32      float64 `json:"tf32_flops"`
+		FP16      float64 `json:"fp16_flops"`
+		BF16      float64 `json:"bf16_flops"`
+		Bandwidth float64 `json:"memory_bandwidth_bytes"`
+		Source    string  `json:"rates_source"`
 	}
 	var out []entry
 	for _, g := range gpu.All() {
-		out = append(out, entry{g.Name, g.Marketing, g.Capacity, fmt.Sprintf("%d.%d", g.Major, g.Minor), g.ContextSize})
+		r := g.Rates
+		out = append(out, entry{g.Name, g.Marketing, g.Capacity, fmt.Sprintf("%d.%d", g.Major, g.Minor), g.ContextSize,
+			r.FP32, r.TF32, r.FP16, r.BF16, r.Bandwidth, r.Source})
 	}
 	if *asJSON {
 		return writeJSON(stdout, out)
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tDEVICE\tCAPACITY\tCOMPUTE\tCUDA CONTEXT")
-	for _, e := range out {
-		fmt.Fprintf(tw, "%s\t%s\t%s (%d MiB)\t%s\t%s\n", e.Name, e.Device, fmtBytes(e.CapacityBytes), e.CapacityBytes>>20, e.Compute, fmtBytes(e.ContextBytes))
+	fmt.Fprintln(tw, "NAME\tDEVICE\tCAPACITY\tCOMPUTE\tCUDA CONTEXT\tFP32\tTF32\tBF16\tFP16\tBANDWIDTH")
+	tf := func(v float64) string {
+		if v == 0 {
+			return "-"
+		}
+		return fmt.Sprintf("%g T", v/1e12)
 	}
-	return tw.Flush()
+	for _, e := range out {
+		fmt.Fprintf(tw, "%s\t%s\t%s (%d MiB)\t%s\t%s\t%s\t%s\t%s\t%s\t%g TB/s\n", e.Name, e.Device, fmtBytes(e.CapacityBytes), e.CapacityBytes>>20,
+			e.Compute, fmtBytes(e.ContextBytes), tf(e.FP32), tf(e.TF32), tf(e.BF16), tf(e.FP16), e.Bandwidth/1e12)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout, "\nRates are dense peaks (FLOP/s; the datasheets' tensor figures \"with sparsity\" halved), from:")
+	seen := map[string]bool{}
+	for _, e := range out {
+		if !seen[e.Source] {
+			seen[e.Source] = true
+			fmt.Fprintf(stdout, "  %s\n", e.Source)
+		}
+	}
+	return nil
 }
