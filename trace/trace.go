@@ -119,8 +119,26 @@ type Trace struct {
 	// Label describes where the trace came from (a model and setup, a
 	// snapshot file).
 	Label string
+	// Repeats mark runs of events that repeat an earlier run exactly,
+	// but for ids. A consumer may use them to skip work (the allocator
+	// replays a repetition only when its state did not come back to where
+	// the template left it); the events themselves are all in Events.
+	Repeats []Repeat
 
 	siteIndex map[string]int32
+}
+
+// Repeat says that Events[End:End+Times*(End-Start)] are Times copies of
+// the template Events[Start:End], copy k (from 1) with every id at or above
+// Base-Delta raised by k·Delta: the template allocates ids from Base on and
+// may free ids of the run before it (from Base-Delta on), which each copy
+// takes from the copy before. Ids below Base-Delta are the same in every
+// copy.
+type Repeat struct {
+	Start, End int
+	Times      int
+	Base       int64
+	Delta      int64
 }
 
 // Add appends e. A full list doubles: append alone grows long slices by a

@@ -17,6 +17,11 @@ type micro struct {
 	casts     [][]inputCast // per op: activation inputs autocast copied
 	wCast     []bool        // per op: weight and bias came from the cast cache
 	castCache map[int32]*storage
+	// castOrder lists castCache's keys in the order the copies were made:
+	// the region's end releases them in that order, so that the events do
+	// not depend on map iteration (PyTorch clears an unordered_map; nothing
+	// is allocated in between, so the order changes no figure).
+	castOrder []int32
 	// expected gradient arrivals per parameter: direct uses, and uses of
 	// the autocast copy (which reach AccumulateGrad through one cast node).
 	direct, viaCast []int32
@@ -163,10 +168,15 @@ func (m *micro) forward() {
 // weight-cast cache; copies that autograd saved stay alive through their
 // nodes.
 func (m *micro) exitAutocast() {
-	for _, st := range m.castCache {
-		m.sim.unref(st)
+	m.clearCastCache()
+}
+
+func (m *micro) clearCastCache() {
+	for _, p := range m.castOrder {
+		m.sim.unref(m.castCache[p])
 	}
-	m.castCache = map[int32]*storage{}
+	clear(m.castCache)
+	m.castOrder = m.castOrder[:0]
 }
 
 // keepBlockInputs is checkpoint's _NoopSaveInputs: the tensors the block
@@ -222,8 +232,8 @@ func (m *micro) measureSaved() {
 			}
 		}
 	}
-	for _, st := range m.castCache {
-		sum.CastCacheBytes += st.bytes
+	for _, p := range m.castOrder {
+		sum.CastCacheBytes += m.castCache[p].bytes
 	}
 	for _, saved := range m.nodes {
 		for _, st := range saved {
@@ -341,10 +351,7 @@ func (m *micro) recompute(blk int32) {
 	}
 	// outputs of the block's last ops that nothing inside consumes are
 	// recomputed and dropped unless saved.
-	for _, st := range m.castCache {
-		sim.unref(st)
-	}
-	m.castCache = map[int32]*storage{}
+	m.clearCastCache()
 	sim.phase = prevPhase
 }
 

@@ -241,6 +241,7 @@ func (m *micro) castParam(p int32, to graph.DType) *storage {
 	st := m.sim.alloc(ps.numel*to.Size(), trace.CastCache)
 	st.refs = 1
 	m.castCache[p] = st
+	m.castOrder = append(m.castOrder, p)
 	return st
 }
 

@@ -2,6 +2,7 @@ package train
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/batchfit/batchfit/graph"
 	"github.com/batchfit/batchfit/trace"
@@ -74,6 +75,66 @@ type Simulator struct {
 	// on the heap per op.
 	ctx  fwdCtx
 	bctx bwdCtx
+	// collecting keeps every storage allocated (in collected) while the
+	// template of a repetition is simulated.
+	collecting bool
+	collected  []*storage
+}
+
+// repeatMicroBatches turns on the repetition of steady micro-batches
+// (tests compare with it off).
+var repeatMicroBatches = true
+
+// repeatMicro ends a step's accumulation without simulating it when the
+// micro-batches have become periodic. Every micro-batch after the first
+// runs the same graph from the same state (.grad exists, the previous
+// batch and loss are held by the loop's variables), so from the third on
+// they emit the same events; the fourth (index 3) is checked against the
+// third, event by event and id by id, and then stands as the template of
+// the remaining times micro-batches: their events are copies with the ids
+// moved on, and the storages that outlive it (the batch and the loss the
+// loop still holds) take the ids of the last copy. evAt and idAt are the
+// event index and next id at the start of micro-batches 0 to 4.
+func (sim *Simulator) repeatMicro(evAt, idAt [5]int64, times int) bool {
+	if times <= 0 {
+		return false
+	}
+	ev := sim.tr.Events
+	prev, tmpl := ev[evAt[2]:evAt[3]], ev[evAt[3]:evAt[4]]
+	delta := idAt[4] - idAt[3]
+	if len(prev) != len(tmpl) || idAt[3]-idAt[2] != delta || idAt[2]-idAt[1] != delta || delta <= 0 {
+		return false
+	}
+	for i := range tmpl {
+		a, b := prev[i], tmpl[i]
+		if a.ID >= idAt[1] {
+			a.ID += delta
+		}
+		if a != b {
+			return false
+		}
+	}
+	base := idAt[3]
+	sim.tr.Repeats = append(sim.tr.Repeats, trace.Repeat{Start: int(evAt[3]), End: int(evAt[4]), Times: times, Base: base, Delta: delta})
+	n := len(tmpl)
+	sim.tr.Events = slices.Grow(sim.tr.Events, n*times)
+	for k := int64(1); k <= int64(times); k++ {
+		for i := 0; i < n; i++ {
+			e := sim.tr.Events[int(evAt[3])+i]
+			if e.ID >= base-delta {
+				e.ID += k * delta
+			}
+			sim.tr.Events = append(sim.tr.Events, e)
+		}
+	}
+	shift := int64(times) * delta
+	sim.next += shift
+	for _, st := range sim.collected {
+		if st.refs > 0 {
+			st.id += shift
+		}
+	}
+	return true
 }
 
 // Summary holds the static figures of a setup, measured while simulating.
@@ -215,6 +276,9 @@ func (sim *Simulator) alloc(bytes int64, cat trace.Category) *storage {
 	sim.slab = sim.slab[1:]
 	*st = storage{id: sim.next, bytes: bytes, cat: cat}
 	sim.next++
+	if sim.collecting {
+		sim.collected = append(sim.collected, st)
+	}
 	sim.live += bytes
 	sim.sum.PeakRequested = max(sim.sum.PeakRequested, sim.live)
 	sim.tr.Add(trace.Event{Action: trace.Alloc, Category: cat, Phase: sim.phase,
@@ -267,7 +331,15 @@ func (sim *Simulator) Step(g *graph.Graph) error {
 	if err := sim.checkParams(g); err != nil {
 		return err
 	}
+	var evAt, idAt [5]int64
 	for m := 0; m < sim.s.Accumulate; m++ {
+		if m < len(evAt) {
+			evAt[m], idAt[m] = int64(len(sim.tr.Events)), sim.next
+		}
+		if m == 4 && repeatMicroBatches && sim.repeatMicro(evAt, idAt, sim.s.Accumulate-4) {
+			break
+		}
+		sim.collecting = m == 3
 		mb := newMicro(sim, g)
 		if sim.stepsDone == 0 && m == 0 {
 			mb.ops = make([]OpRun, len(g.Ops))
@@ -284,6 +356,7 @@ func (sim *Simulator) Step(g *graph.Graph) error {
 			return sim.err
 		}
 	}
+	sim.collecting, sim.collected = false, sim.collected[:0]
 	sim.ctx, sim.bctx = fwdCtx{}, bwdCtx{} // drop the last op's micro-batch state
 	sim.optimizerStep()
 	sim.zeroGrad()
