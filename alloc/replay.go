@@ -82,7 +82,43 @@ func Replay(t *trace.Trace, cfg Config, dev Device, opts ReplayOptions) (*Timeli
 	var cat, req [trace.NumCategories]int64
 	step := StepStats{}
 	stepOpen := false
-	for i := range t.Events {
+	// Repetitions are skipped when the state comes back (repeat.go); a
+	// recorded replay needs every event, and the garbage collector's
+	// counters never come back.
+	skipping := !opts.Record && !a.gcOn && len(t.Repeats) > 0
+	rep := 0
+	var seen stateLog
+	for i := 0; i < len(t.Events); i++ {
+		if skipping && rep < len(t.Repeats) {
+			r := &t.Repeats[rep]
+			n := r.End - r.Start
+			if n > 0 && i >= r.Start && (i-r.Start)%n == 0 {
+				// the boundary before run j (the template is run 0)
+				if j := (i - r.Start) / n; j <= maxBoundaries {
+					if j == 0 {
+						seen.reset()
+					}
+					if p, ok := seen.add(a, r.Base+int64(j-1)*r.Delta); ok {
+						// the state of boundary p again: skip whole
+						// periods of the runs left
+						period := j - p
+						k := (r.Times + 1 - j) / period * period
+						if k > 0 {
+							a.skip(seen.counts[p], int64(k/period), r.Base+int64(j-1)*r.Delta, int64(k)*r.Delta)
+							i += k * n
+						}
+						seen.reset()
+					}
+				}
+			}
+			if n == 0 || i >= r.End+r.Times*n {
+				rep++
+				seen.reset()
+			}
+			if i >= len(t.Events) {
+				break
+			}
+		}
 		e := &t.Events[i]
 		stepOpen = true
 		switch e.Action {
@@ -147,6 +183,13 @@ func Replay(t *trace.Trace, cfg Config, dev Device, opts ReplayOptions) (*Timeli
 	}
 	return finish(tl, a, opts.Segments), nil
 }
+
+// maxBoundaries is how many runs of a repetition are replayed while
+// looking for a state seen before: the batch of each micro-batch is
+// allocated before the last one's is freed, so consecutive micro-batches
+// may use two places in turn, and small blocks may take a few runs to
+// settle.
+const maxBoundaries = 8
 
 // closeStep appends the step ending at event i and starts the next one
 // from the current state.
