@@ -59,6 +59,11 @@ type Timeline struct {
 
 	Final    Stats     // counters at the end (or at the OOM)
 	Segments []Segment // segments at the end (or at the OOM)
+
+	// Skipped counts the events of repeated runs (trace.Repeat) not
+	// replayed because the allocator's state had come back to one seen
+	// before them: the figures above are what replaying them gives.
+	Skipped int
 }
 
 // Replay runs the events of t through a fresh allocator with cfg on dev.
@@ -72,116 +77,151 @@ func Replay(t *trace.Trace, cfg Config, dev Device, opts ReplayOptions) (*Timeli
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("replaying trace: %w", err)
 	}
-	a := New(cfg, dev)
-	tl := &Timeline{PeakAllocatedEvent: -1, PeakReservedEvent: -1, OOMEvent: -1}
+	rp := &replayer{a: New(cfg, dev), opts: opts,
+		tl: &Timeline{PeakAllocatedEvent: -1, PeakReservedEvent: -1, OOMEvent: -1}}
 	if opts.Record {
-		tl.Samples = make([]Sample, 0, len(t.Events))
+		rp.tl.Samples = make([]Sample, 0, t.Len())
 	}
-	// Per-category bytes are kept up to date on every event and copied
-	// only when a new allocated peak is reached.
-	var cat, req [trace.NumCategories]int64
-	step := StepStats{}
-	stepOpen := false
 	// Repetitions are skipped when the state comes back (repeat.go); a
 	// recorded replay needs every event, and the garbage collector's
 	// counters never come back.
-	skipping := !opts.Record && !a.gcOn && len(t.Repeats) > 0
-	rep := 0
+	skipping := !opts.Record && !rp.a.gcOn
 	var seen stateLog
-	for i := 0; i < len(t.Events); i++ {
-		if skipping && rep < len(t.Repeats) {
-			r := &t.Repeats[rep]
-			n := r.End - r.Start
-			if n > 0 && i >= r.Start && (i-r.Start)%n == 0 {
-				// the boundary before run j (the template is run 0)
-				if j := (i - r.Start) / n; j <= maxBoundaries {
-					if j == 0 {
-						seen.reset()
+	ri := 0
+	for i := range t.Events {
+		var r *trace.Repeat
+		if ri < len(t.Repeats) {
+			r = &t.Repeats[ri]
+		}
+		if r != nil && i == r.Start && skipping {
+			seen.reset()
+			seen.add(rp.a, r.Base-r.Delta)
+		}
+		if done, err := rp.event(&t.Events[i]); done || err != nil {
+			return rp.result(err)
+		}
+		if r == nil || i+1 != r.End {
+			continue
+		}
+		ri++
+		n := r.End - r.Start
+		looking := skipping
+		for k := 1; k <= r.Times; {
+			// the boundary before run k (the template is run 0)
+			if looking && k <= maxBoundaries {
+				if p, ok := seen.add(rp.a, r.Base+int64(k-1)*r.Delta); ok {
+					// the state of boundary p again: skip whole periods
+					// of the runs left
+					period := k - p
+					m := (r.Times + 1 - k) / period * period
+					if m > 0 {
+						rp.a.skip(seen.counts[p], int64(m/period), r.Base+int64(k-1)*r.Delta, int64(m)*r.Delta)
+						rp.v += m * n
+						rp.tl.Skipped += m * n
+						k += m
 					}
-					if p, ok := seen.add(a, r.Base+int64(j-1)*r.Delta); ok {
-						// the state of boundary p again: skip whole
-						// periods of the runs left
-						period := j - p
-						k := (r.Times + 1 - j) / period * period
-						if k > 0 {
-							a.skip(seen.counts[p], int64(k/period), r.Base+int64(j-1)*r.Delta, int64(k)*r.Delta)
-							i += k * n
-						}
-						seen.reset()
-					}
+					looking = false
+					continue
 				}
 			}
-			if n == 0 || i >= r.End+r.Times*n {
-				rep++
-				seen.reset()
-			}
-			if i >= len(t.Events) {
-				break
-			}
-		}
-		e := &t.Events[i]
-		stepOpen = true
-		switch e.Action {
-		case trace.Alloc:
-			if int(e.Category) >= trace.NumCategories {
-				return nil, fmt.Errorf("replaying trace: event %d: unknown category %d", i, e.Category)
-			}
-			b, err := a.malloc(e.ID, e.Size, e.Stream, uint8(e.Category))
-			if err != nil {
-				var oom *OOMError
-				if errors.As(err, &oom) {
-					tl.OOM, tl.OOMEvent = oom, i
-					if a.reserved > step.PeakReserved {
-						step.PeakReserved = a.reserved
-					}
-					closeStep(tl, a, &step, i, true)
-					return finish(tl, a, opts.Segments), nil
+			for j := r.Start; j < r.End; j++ {
+				e := r.Copy(t.Events[j], k)
+				if done, err := rp.event(&e); done || err != nil {
+					return rp.result(err)
 				}
-				return nil, fmt.Errorf("replaying trace: event %d: %w", i, err)
 			}
-			cat[e.Category] += b.size
-			req[e.Category] += e.Size
-			if a.allocated > tl.PeakAllocated {
-				tl.PeakAllocated = a.allocated
-				tl.PeakAllocatedEvent = i
-				tl.AtPeak = cat
-				tl.RequestedAtPeak = req
-			}
-			if a.reserved > tl.PeakReserved {
-				tl.PeakReserved = a.reserved
-				tl.PeakReservedEvent = i
-			}
-		case trace.Free:
-			size, r, tag, err := a.free(e.ID)
-			if err != nil {
-				return nil, fmt.Errorf("replaying trace: event %d: %w", i, err)
-			}
-			cat[tag] -= size
-			req[tag] -= r
-		case trace.EmptyCache:
-			step.Released += a.EmptyCache()
-		case trace.StepEnd:
-		default:
-			return nil, fmt.Errorf("replaying trace: event %d: unknown action %d", i, uint8(e.Action))
-		}
-		if a.allocated > step.PeakAllocated {
-			step.PeakAllocated = a.allocated
-		}
-		if a.reserved > step.PeakReserved {
-			step.PeakReserved = a.reserved
-		}
-		if opts.Record {
-			tl.Samples = append(tl.Samples, Sample{Event: i, Allocated: a.allocated, Reserved: a.reserved})
-		}
-		if e.Action == trace.StepEnd {
-			closeStep(tl, a, &step, i, false)
-			stepOpen = false
+			k++
 		}
 	}
-	if stepOpen {
-		closeStep(tl, a, &step, len(t.Events)-1, true)
+	if rp.open {
+		closeStep(rp.tl, rp.a, &rp.step, rp.v-1, true)
 	}
-	return finish(tl, a, opts.Segments), nil
+	return finish(rp.tl, rp.a, opts.Segments), nil
+}
+
+// replayer is one replay's state; v is the index of the next event in the
+// sequence with repeated runs in place.
+type replayer struct {
+	a    *Allocator
+	tl   *Timeline
+	opts ReplayOptions
+	// Per-category bytes are kept up to date on every event and copied
+	// only when a new allocated peak is reached.
+	cat, req [trace.NumCategories]int64
+	step     StepStats
+	open     bool
+	v        int
+}
+
+func (rp *replayer) result(err error) (*Timeline, error) {
+	if err != nil {
+		return nil, err
+	}
+	return finish(rp.tl, rp.a, rp.opts.Segments), nil
+}
+
+// event replays one event; done reports an out-of-memory stop.
+func (rp *replayer) event(e *trace.Event) (done bool, err error) {
+	a, tl, i := rp.a, rp.tl, rp.v
+	rp.v++
+	rp.open = true
+	switch e.Action {
+	case trace.Alloc:
+		if int(e.Category) >= trace.NumCategories {
+			return false, fmt.Errorf("replaying trace: event %d: unknown category %d", i, e.Category)
+		}
+		b, err := a.malloc(e.ID, e.Size, e.Stream, uint8(e.Category))
+		if err != nil {
+			var oom *OOMError
+			if errors.As(err, &oom) {
+				tl.OOM, tl.OOMEvent = oom, i
+				if a.reserved > rp.step.PeakReserved {
+					rp.step.PeakReserved = a.reserved
+				}
+				closeStep(tl, a, &rp.step, i, true)
+				return true, nil
+			}
+			return false, fmt.Errorf("replaying trace: event %d: %w", i, err)
+		}
+		rp.cat[e.Category] += b.size
+		rp.req[e.Category] += e.Size
+		if a.allocated > tl.PeakAllocated {
+			tl.PeakAllocated = a.allocated
+			tl.PeakAllocatedEvent = i
+			tl.AtPeak = rp.cat
+			tl.RequestedAtPeak = rp.req
+		}
+		if a.reserved > tl.PeakReserved {
+			tl.PeakReserved = a.reserved
+			tl.PeakReservedEvent = i
+		}
+	case trace.Free:
+		size, r, tag, err := a.free(e.ID)
+		if err != nil {
+			return false, fmt.Errorf("replaying trace: event %d: %w", i, err)
+		}
+		rp.cat[tag] -= size
+		rp.req[tag] -= r
+	case trace.EmptyCache:
+		rp.step.Released += a.EmptyCache()
+	case trace.StepEnd:
+	default:
+		return false, fmt.Errorf("replaying trace: event %d: unknown action %d", i, uint8(e.Action))
+	}
+	if a.allocated > rp.step.PeakAllocated {
+		rp.step.PeakAllocated = a.allocated
+	}
+	if a.reserved > rp.step.PeakReserved {
+		rp.step.PeakReserved = a.reserved
+	}
+	if rp.opts.Record {
+		tl.Samples = append(tl.Samples, Sample{Event: i, Allocated: a.allocated, Reserved: a.reserved})
+	}
+	if e.Action == trace.StepEnd {
+		closeStep(tl, a, &rp.step, i, false)
+		rp.open = false
+	}
+	return false, nil
 }
 
 // maxBoundaries is how many runs of a repetition are replayed while

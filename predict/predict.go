@@ -165,15 +165,21 @@ func Run(r Request) (*Result, error) {
 		return nil, fmt.Errorf("the CUDA context (%s) leaves nothing of the %s device", alloc.FormatSize(ctx), alloc.FormatSize(r.GPU.Capacity))
 	}
 	dev := alloc.Device{Capacity: r.GPU.Capacity - ctx, Total: r.GPU.Capacity}
-	tr := sim.Trace()
+	// A replay reads repeated micro-batches once (and skips their copies
+	// when the allocator's state comes back); a kept or recorded trace is
+	// written out in full.
+	tr := sim.CompactTrace()
+	if r.KeepTrace || r.Record {
+		tr = sim.Trace()
+	}
 	tl, err := alloc.Replay(tr, r.Alloc, dev, alloc.ReplayOptions{Record: r.Record})
 	if err != nil {
 		return nil, err
 	}
 	res := &Result{Model: r.Source.Name(), Config: r.Config, Setup: sim.Setup(), GPU: r.GPU, Summary: sim.Summary(),
 		Timeline: tl, Context: ctx}
-	if i := tl.PeakAllocatedEvent; i >= 0 && i < len(tr.Events) {
-		e := tr.Events[i]
+	if i := tl.PeakAllocatedEvent; i >= 0 && i < tr.Len() {
+		e := tr.At(i)
 		res.PeakAt = &PeakAt{Phase: e.Phase, Step: e.Step, Site: tr.SiteName(e.Site)}
 	}
 	if r.KeepTrace {

@@ -119,26 +119,83 @@ type Trace struct {
 	// Label describes where the trace came from (a model and setup, a
 	// snapshot file).
 	Label string
-	// Repeats mark runs of events that repeat an earlier run exactly,
-	// but for ids. A consumer may use them to skip work (the allocator
-	// replays a repetition only when its state did not come back to where
-	// the template left it); the events themselves are all in Events.
+	// Repeats are runs of events that repeat the run before them exactly
+	// but for ids, kept once: the copies are not in Events (see Repeat).
+	// Expand writes them out; Len and At read the sequence with them in
+	// place.
 	Repeats []Repeat
 
 	siteIndex map[string]int32
 }
 
-// Repeat says that Events[End:End+Times*(End-Start)] are Times copies of
-// the template Events[Start:End], copy k (from 1) with every id at or above
-// Base-Delta raised by k·Delta: the template allocates ids from Base on and
-// may free ids of the run before it (from Base-Delta on), which each copy
-// takes from the copy before. Ids below Base-Delta are the same in every
-// copy.
+// Repeat says that Events[Start:End], the template, is followed in the
+// sequence by Times copies of itself that Events does not hold. Copy k
+// (from 1) has every id at or above Base-Delta raised by k·Delta: the
+// template allocates ids from Base on and may free ids of the run before
+// it (from Base-Delta on), which each copy takes from the copy before. Ids
+// below Base-Delta are the same in every copy. Repeats are in order of
+// Start and do not overlap.
 type Repeat struct {
 	Start, End int
 	Times      int
 	Base       int64
 	Delta      int64
+}
+
+// Copy returns event j of the template as copy k has it.
+func (r *Repeat) Copy(e Event, k int) Event {
+	if e.ID >= r.Base-r.Delta {
+		e.ID += int64(k) * r.Delta
+	}
+	return e
+}
+
+// Len is the number of events of the sequence, copies included.
+func (t *Trace) Len() int {
+	n := len(t.Events)
+	for _, r := range t.Repeats {
+		n += r.Times * (r.End - r.Start)
+	}
+	return n
+}
+
+// At returns event i of the sequence, copies included.
+func (t *Trace) At(i int) Event {
+	off := 0 // copies before the current position
+	for k := range t.Repeats {
+		r := &t.Repeats[k]
+		first := r.End + off // index of the first copy in the sequence
+		n := r.End - r.Start
+		if i < first {
+			break
+		}
+		if i < first+r.Times*n {
+			return r.Copy(t.Events[r.Start+(i-first)%n], (i-first)/n+1)
+		}
+		off += r.Times * n
+	}
+	return t.Events[i-off]
+}
+
+// Expand writes the copies of every repetition into Events.
+func (t *Trace) Expand() {
+	if len(t.Repeats) == 0 {
+		return
+	}
+	out := make([]Event, 0, t.Len())
+	pos := 0
+	for k := range t.Repeats {
+		r := &t.Repeats[k]
+		out = append(out, t.Events[pos:r.End]...)
+		for c := 1; c <= r.Times; c++ {
+			for _, e := range t.Events[r.Start:r.End] {
+				out = append(out, r.Copy(e, c))
+			}
+		}
+		pos = r.End
+	}
+	out = append(out, t.Events[pos:]...)
+	t.Events, t.Repeats = out, nil
 }
 
 // Add appends e. A full list doubles: append alone grows long slices by a
@@ -176,7 +233,7 @@ func (t *Trace) Release() {
 		ev := t.Events[:0]
 		spare.Put(&ev)
 	}
-	t.Events = nil
+	t.Events, t.Repeats = nil, nil
 }
 
 // Site returns the index of name in t.Sites, adding it if needed.
@@ -208,7 +265,8 @@ func (t *Trace) SiteName(i int32) string {
 // twice while live. It returns the first problem found.
 func (t *Trace) Validate() error {
 	live := make(map[int64]struct{})
-	for i, e := range t.Events {
+	for i := 0; i < t.Len(); i++ {
+		e := t.At(i)
 		switch e.Action {
 		case Alloc:
 			if e.Size < 0 {

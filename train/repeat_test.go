@@ -41,12 +41,22 @@ func TestRepeatedMicroBatchesEqualSimulated(t *testing.T) {
 		}
 		for _, s := range setups {
 			repeatMicroBatches = true
-			fast, fsum, err := Simulate(g, s)
+			sim, err := New(g, s)
 			if err != nil {
-				t.Fatalf("%s: %v", m.Name, err)
+				t.Fatal(err)
 			}
-			fastEv := slices.Clone(fast.Events)
-			repeats := len(fast.Repeats)
+			for i := 0; i < sim.Setup().Steps; i++ {
+				if err := sim.Step(g); err != nil {
+					t.Fatalf("%s: %v", m.Name, err)
+				}
+			}
+			fsum := sim.Summary()
+			compact := sim.CompactTrace()
+			repeats := len(compact.Repeats)
+			if err := compact.Validate(); err != nil {
+				t.Errorf("%s: %v", m.Name, err)
+			}
+			fastEv := slices.Clone(sim.Trace().Events)
 			repeatMicroBatches = false
 			full, sum, err := Simulate(g, s)
 			repeatMicroBatches = true

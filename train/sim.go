@@ -2,7 +2,6 @@ package train
 
 import (
 	"fmt"
-	"slices"
 
 	"github.com/batchfit/batchfit/graph"
 	"github.com/batchfit/batchfit/trace"
@@ -93,8 +92,9 @@ var repeatMicroBatches = true
 // third, event by event and id by id, and then stands as the template of
 // the remaining times micro-batches: their events are copies with the ids
 // moved on, and the storages that outlive it (the batch and the loss the
-// loop still holds) take the ids of the last copy. evAt and idAt are the
-// event index and next id at the start of micro-batches 0 to 4.
+// loop still holds) take the ids of the last copy. The copies are kept
+// once, as a trace.Repeat. evAt and idAt are the event index and next id
+// at the start of micro-batches 0 to 4.
 func (sim *Simulator) repeatMicro(evAt, idAt [5]int64, times int) bool {
 	if times <= 0 {
 		return false
@@ -116,17 +116,6 @@ func (sim *Simulator) repeatMicro(evAt, idAt [5]int64, times int) bool {
 	}
 	base := idAt[3]
 	sim.tr.Repeats = append(sim.tr.Repeats, trace.Repeat{Start: int(evAt[3]), End: int(evAt[4]), Times: times, Base: base, Delta: delta})
-	n := len(tmpl)
-	sim.tr.Events = slices.Grow(sim.tr.Events, n*times)
-	for k := int64(1); k <= int64(times); k++ {
-		for i := 0; i < n; i++ {
-			e := sim.tr.Events[int(evAt[3])+i]
-			if e.ID >= base-delta {
-				e.ID += k * delta
-			}
-			sim.tr.Events = append(sim.tr.Events, e)
-		}
-	}
 	shift := int64(times) * delta
 	sim.next += shift
 	for _, st := range sim.collected {
@@ -261,8 +250,15 @@ func Simulate(g *graph.Graph, s Setup) (*trace.Trace, Summary, error) {
 // Setup returns the normalized setup.
 func (sim *Simulator) Setup() Setup { return sim.s }
 
-// Trace returns the events so far.
-func (sim *Simulator) Trace() *trace.Trace { return &sim.tr }
+// Trace returns the events so far, every repeated micro-batch written out.
+func (sim *Simulator) Trace() *trace.Trace {
+	sim.tr.Expand()
+	return &sim.tr
+}
+
+// CompactTrace returns the events so far with repeated micro-batches kept
+// once (trace.Repeat): what a replay needs, without the copies.
+func (sim *Simulator) CompactTrace() *trace.Trace { return &sim.tr }
 
 // Summary returns the static figures.
 func (sim *Simulator) Summary() Summary { return sim.sum }
