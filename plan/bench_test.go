@@ -40,3 +40,7 @@ func BenchmarkPlanLlama3_8B(b *testing.B) { benchPlan(b, "Llama-3-8B", 4096, 32,
 // BenchmarkPlanLlama3_70B: Llama-3-70B at seq 8192 on one H100, where
 // nothing fits (target < 1 s on one core).
 func BenchmarkPlanLlama3_70B(b *testing.B) { benchPlan(b, "Llama-3-70B", 8192, 16, "h100-80gb") }
+
+// BenchmarkPlanLlama3_70BPooled: the same search on a 2 TiB device, as if
+// sharded memory were pooled, where plans fit and the whole search runs.
+func BenchmarkPlanLlama3_70BPooled(b *testing.B) { benchPlan(b, "Llama-3-70B", 8192, 16, "2TiB") }

@@ -10,6 +10,7 @@ import (
 	"github.com/batchfit/batchfit/graph"
 	"github.com/batchfit/batchfit/predict"
 	"github.com/batchfit/batchfit/suggest"
+	"github.com/batchfit/batchfit/trace"
 	"github.com/batchfit/batchfit/train"
 )
 
@@ -176,6 +177,17 @@ type planner struct {
 	allow   map[Lever]bool
 	src     predict.Source
 	seen    map[Candidate]*Plan
+	// dead holds, per precision and checkpointing policy, the largest
+	// accumulation index at which the forward and backward passes alone
+	// (which no optimizer implementation or allocator setting changes)
+	// were seen to need more than the device: every smaller accumulation
+	// needs more still.
+	dead map[deadKey]int
+}
+
+type deadKey struct {
+	p  train.Precision
+	ck train.Checkpoint
 }
 
 // Run plans.
@@ -214,7 +226,7 @@ func Run(o Options) (*Answer, error) {
 	}
 	pl := &planner{o: o, graphs: map[int64]*graph.Graph{}, runs: map[train.Precision][]train.OpRun{}, runsOn: map[train.Precision]*graph.Graph{},
 		ans: &Answer{Margin: o.Margin, GlobalBatch: o.GlobalBatch}, allow: map[Lever]bool{}, src: o.Base.Source,
-		seen: map[Candidate]*Plan{}}
+		seen: map[Candidate]*Plan{}, dead: map[deadKey]int{}}
 	levers := o.Levers
 	if len(levers) == 0 {
 		levers = Levers()
@@ -543,12 +555,48 @@ func (pl *planner) cand(cb *combo, i int, expandable bool) Candidate {
 		Accumulate: pl.accs[i], MicroBatch: pl.accsMicro(i)}
 }
 
+// probe predicts the combination at accumulation index i, unless an
+// earlier prediction already showed it cannot fit (then it returns nil).
+func (pl *planner) probe(cb *combo, i int, expandable bool) (*Plan, error) {
+	k := deadKey{cb.p, cb.ck}
+	if d, ok := pl.dead[k]; ok && i <= d {
+		return nil, nil
+	}
+	p, err := pl.evaluate(pl.cand(cb, i, expandable))
+	if err != nil || p.Fits {
+		return p, err
+	}
+	// Requested bytes are a floor under allocated and reserved ones: a
+	// pass whose requested peak exceeds the device fails under every
+	// allocator setting, and the forward and backward passes are the same
+	// for every optimizer implementation.
+	var outside int64
+	for ph, b := range p.Result.Summary.PhasePeakRequested {
+		if trace.Phase(ph) != trace.OptimizerStep {
+			outside = max(outside, b)
+		}
+	}
+	if outside > pl.capLeft {
+		if d, ok := pl.dead[k]; !ok || i > d {
+			pl.dead[k] = i
+		}
+	}
+	return p, nil
+}
+
+// fitsFloor reports whether a failed prediction's requested peak still
+// leaves room: only then can another allocator setting make it fit.
+func (pl *planner) fitsFloor(p *Plan) bool {
+	return p != nil && p.Result.Summary.PeakRequested <= pl.capLeft
+}
+
 // search finds a combination's best plan: the smallest accumulation that
 // fits (the fastest, see the package doc), among those that could still
 // enter the list; then whether expandable segments let it go one
 // accumulation lower.
 func (pl *planner) search(cb *combo) error {
 	exp0 := pl.base.Expandable
+	rescue := pl.allow[Allocator] && !exp0
 	// Only accumulations that can beat the last plan kept are worth a
 	// probe; time rises with accumulation, so they are a prefix.
 	hi := len(pl.accs) - 1
@@ -565,11 +613,11 @@ func (pl *planner) search(cb *combo) error {
 		// the current accumulation first: fitting there changes one
 		// lever less
 		if i := pl.indexOf(pl.base.Accumulate); i >= 0 && i <= hi {
-			p, err := pl.evaluate(pl.cand(cb, i, exp0))
+			p, err := pl.probe(cb, i, exp0)
 			if err != nil {
 				return err
 			}
-			if p.Fits {
+			if p != nil && p.Fits {
 				pl.keep(p)
 				return nil
 			}
@@ -577,44 +625,50 @@ func (pl *planner) search(cb *combo) error {
 	}
 	// bisection between lo, which does not fit (-1: none known), and
 	// fitAt, which does
-	p, err := pl.evaluate(pl.cand(cb, hi, exp0))
+	p, err := pl.probe(cb, hi, exp0)
 	if err != nil {
 		return err
 	}
-	if !p.Fits {
-		if pl.allow[Allocator] && !exp0 {
-			q, err := pl.evaluate(pl.cand(cb, hi, true))
+	if p == nil || !p.Fits {
+		if rescue && pl.fitsFloor(p) {
+			q, err := pl.probe(cb, hi, true)
 			if err != nil {
 				return err
 			}
-			if q.Fits {
+			if q != nil && q.Fits {
 				pl.keep(q)
 			}
 		}
 		return nil
 	}
 	lo, fitAt, fit := -1, hi, p
+	var loPlan *Plan
 	for fitAt-lo > 1 {
 		mid := (lo + fitAt) / 2
-		p, err := pl.evaluate(pl.cand(cb, mid, exp0))
+		p, err := pl.probe(cb, mid, exp0)
 		if err != nil {
 			return err
 		}
-		if p.Fits {
+		if p != nil && p.Fits {
 			fitAt, fit = mid, p
 		} else {
-			lo = mid
+			lo, loPlan = mid, p
 		}
 	}
 	pl.keep(fit)
 	// expandable segments leave less reserved but unused: a larger
 	// micro-batch may fit with them
-	if pl.allow[Allocator] && !exp0 && lo >= 0 {
-		q, err := pl.evaluate(pl.cand(cb, lo, true))
+	if rescue && lo >= 0 && (loPlan == nil || pl.fitsFloor(loPlan)) {
+		if loPlan == nil {
+			// lo was ruled out without a prediction: its passes
+			// alone need more than the device
+			return nil
+		}
+		q, err := pl.probe(cb, lo, true)
 		if err != nil {
 			return err
 		}
-		if q.Fits {
+		if q != nil && q.Fits {
 			pl.keep(q)
 		}
 	}

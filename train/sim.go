@@ -148,6 +148,10 @@ type Summary struct {
 	// Unlike the replay's figure it is known even when the replay runs out
 	// of memory, which is what a search needs to aim its next guess.
 	PeakRequested int64
+	// PhasePeakRequested is PeakRequested phase by phase (the largest
+	// live sum right after an allocation in that phase). Outside the
+	// optimizer step it does not depend on the optimizer's implementation.
+	PhasePeakRequested [trace.NumPhases]int64
 	// SavedByOp attributes ActivationsBytes to the op that first saved each
 	// storage, in forward order.
 	SavedByOp []OpSaved
@@ -277,6 +281,7 @@ func (sim *Simulator) alloc(bytes int64, cat trace.Category) *storage {
 	}
 	sim.live += bytes
 	sim.sum.PeakRequested = max(sim.sum.PeakRequested, sim.live)
+	sim.sum.PhasePeakRequested[sim.phase] = max(sim.sum.PhasePeakRequested[sim.phase], sim.live)
 	sim.tr.Add(trace.Event{Action: trace.Alloc, Category: cat, Phase: sim.phase,
 		Step: sim.step, Site: sim.site, ID: st.id, Size: bytes})
 	return st
