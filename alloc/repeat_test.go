@@ -89,4 +89,3 @@ func TestSkippedRepeatsEqualReplayed(t *testing.T) {
 		t.Errorf("copies skipped in %d of %d replays", skipped, cases)
 	}
 }
-
