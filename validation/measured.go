@@ -41,7 +41,34 @@ type MeasuredResult struct {
 	Context            struct {
 		Bytes int64 `json:"context_bytes"`
 	} `json:"context"`
-	Env *Environment `json:"env"`
+	Env   *Environment   `json:"env"`
+	Steps []MeasuredStep `json:"steps"`
+}
+
+// MeasuredStep is one optimizer step of a case, timed between
+// torch.cuda.synchronize calls.
+type MeasuredStep struct {
+	Step  int     `json:"step"`
+	Batch int64   `json:"batch"`
+	TimeS float64 `json:"time_s"`
+}
+
+// StepSeconds is the measured time of a steady step: the median of the
+// steps after the first (which pays for lazy initialisation, cuDNN's
+// autotuning and the optimizer's state), or 0 when fewer than two steps
+// ran at one batch size.
+func (r MeasuredResult) StepSeconds() float64 {
+	var ts []float64
+	for i, st := range r.Steps {
+		if i == 0 || st.TimeS <= 0 || st.Batch != r.Steps[0].Batch {
+			continue
+		}
+		ts = append(ts, st.TimeS)
+	}
+	if len(ts) == 0 {
+		return 0
+	}
+	return median(ts)
 }
 
 // MeasuredCase is a case of validation/cases.json with its defaults filled.
@@ -189,6 +216,17 @@ type Comparison struct {
 	PredictedAllocated, MeasuredAllocated int64
 	PredictedReserved, MeasuredReserved   int64
 	PredictedFits                         bool
+	// PredictedSeconds and MeasuredSeconds are the step times, 0 where
+	// either is unknown.
+	PredictedSeconds, MeasuredSeconds float64
+}
+
+// ErrSeconds is (predicted − measured) / measured step time.
+func (c Comparison) ErrSeconds() float64 {
+	if c.MeasuredSeconds <= 0 || c.PredictedSeconds <= 0 {
+		return math.NaN()
+	}
+	return (c.PredictedSeconds - c.MeasuredSeconds) / c.MeasuredSeconds
 }
 
 // ErrAllocated is (predicted − measured) / measured peak allocated.
@@ -221,9 +259,13 @@ func Compare(m *Measurements) ([]Comparison, error) {
 		if err != nil {
 			return nil, fmt.Errorf("case %s: %w", r.ID, err)
 		}
-		out = append(out, Comparison{ID: r.ID, Status: r.Status, PredictedAllocated: res.Timeline.PeakAllocated,
+		c := Comparison{ID: r.ID, Status: r.Status, PredictedAllocated: res.Timeline.PeakAllocated,
 			MeasuredAllocated: r.MaxMemoryAllocated, PredictedReserved: res.Timeline.PeakReserved,
-			MeasuredReserved: r.MaxMemoryReserved, PredictedFits: res.Fits})
+			MeasuredReserved: r.MaxMemoryReserved, PredictedFits: res.Fits}
+		if res.Time != nil && r.Status == "ok" {
+			c.PredictedSeconds, c.MeasuredSeconds = res.Time.Seconds, r.StepSeconds()
+		}
+		out = append(out, c)
 	}
 	return out, nil
 }
@@ -238,6 +280,13 @@ type Summary struct {
 	WorstUnderCase      string
 	// OOMMissed counts measured OOMs the prediction said would fit.
 	OOMMissed int
+	// TimedCases have a predicted and a measured step time;
+	// MedianAbsErrSeconds is over them. PairsOrdered is the share of
+	// pairs of them, measured apart by more than 5 %, that the prediction
+	// puts in the measured order: whether it ranks configurations right.
+	TimedCases          int
+	MedianAbsErrSeconds float64
+	PairsOrdered        float64
 }
 
 // Summarize computes the accuracy figures of comparisons.
@@ -259,7 +308,39 @@ func Summarize(cs []Comparison) Summary {
 		}
 	}
 	s.MedianAbsErrAllocated, s.MedianAbsErrReserved = median(ea), median(er)
+	var et []float64
+	var timed []Comparison
+	for _, c := range cs {
+		if e := c.ErrSeconds(); !math.IsNaN(e) {
+			et = append(et, math.Abs(e))
+			timed = append(timed, c)
+		}
+	}
+	s.TimedCases, s.MedianAbsErrSeconds, s.PairsOrdered = len(timed), median(et), pairsOrdered(timed)
 	return s
+}
+
+// pairsOrdered is the share of pairs whose measured times differ by more
+// than 5 % that the predicted times order the same way (NaN without such
+// pairs).
+func pairsOrdered(cs []Comparison) float64 {
+	var n, right int
+	for i := range cs {
+		for j := i + 1; j < len(cs); j++ {
+			a, b := cs[i], cs[j]
+			if math.Abs(a.MeasuredSeconds-b.MeasuredSeconds) <= 0.05*math.Min(a.MeasuredSeconds, b.MeasuredSeconds) {
+				continue
+			}
+			n++
+			if (a.MeasuredSeconds < b.MeasuredSeconds) == (a.PredictedSeconds < b.PredictedSeconds) {
+				right++
+			}
+		}
+	}
+	if n == 0 {
+		return math.NaN()
+	}
+	return float64(right) / float64(n)
 }
 
 func median(xs []float64) float64 {

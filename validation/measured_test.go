@@ -57,6 +57,36 @@ func TestSummarize(t *testing.T) {
 	}
 }
 
+// Step times: a measured case's steady time is the median of its steps
+// after the first; over three timed cases with errors −50 %, +10 % and
+// +20 %, the median |error| is 20 %; of the three pairs, a–b (1 s, 2 s)
+// is predicted in order (0.5, 2.2), a–c (1 s, 1.02 s) is within 5 % and
+// left out, b–c (2 s, 1.02 s) is predicted in order (2.2 > 1.224): two of
+// two.
+func TestStepTimes(t *testing.T) {
+	r := MeasuredResult{Steps: []MeasuredStep{{0, 8, 9.0}, {1, 8, 1.0}, {2, 8, 3.0}, {3, 8, 2.0}}}
+	if got := r.StepSeconds(); got != 2.0 {
+		t.Errorf("steady step time %g, want 2 (the median of 1, 3, 2)", got)
+	}
+	if got := (MeasuredResult{Steps: []MeasuredStep{{0, 8, 1}}}).StepSeconds(); got != 0 {
+		t.Errorf("one step: %g, want 0 (unknown)", got)
+	}
+	cs := []Comparison{
+		{ID: "a", Status: "ok", PredictedSeconds: 0.5, MeasuredSeconds: 1},
+		{ID: "b", Status: "ok", PredictedSeconds: 2.2, MeasuredSeconds: 2},
+		{ID: "c", Status: "ok", PredictedSeconds: 1.224, MeasuredSeconds: 1.02},
+		{ID: "d", Status: "ok"}, // no time: left out
+	}
+	s := Summarize(cs)
+	if s.TimedCases != 3 || math.Abs(s.MedianAbsErrSeconds-0.2) > 1e-12 || s.PairsOrdered != 1 {
+		t.Errorf("summary %+v", s)
+	}
+	cs[0].PredictedSeconds = 3 // now a is predicted slower than b: one pair of two wrong
+	if s := Summarize(cs); s.PairsOrdered != 0.5 {
+		t.Errorf("pairs ordered %g, want 0.5", s.PairsOrdered)
+	}
+}
+
 func TestLoadErrors(t *testing.T) {
 	dir := t.TempDir()
 	for name, body := range map[string]string{"empty.json": `{"results": []}`, "bad.json": `{"results": [`} {

@@ -3,6 +3,7 @@ package cli
 import (
 	"fmt"
 	"io"
+	"math"
 	"text/tabwriter"
 
 	"github.com/batchfit/batchfit/validation"
@@ -49,11 +50,14 @@ func runValidate(args []string, stdout, stderr io.Writer) error {
 			ErrAllocated       float64 `json:"error_allocated,omitempty"`
 			ErrReserved        float64 `json:"error_reserved,omitempty"`
 			PredictedFits      bool    `json:"predicted_fits"`
+			PredictedSeconds   float64 `json:"predicted_step_seconds,omitempty"`
+			MeasuredSeconds    float64 `json:"measured_step_seconds,omitempty"`
 		}
 		var rows []row
 		for _, c := range cs {
 			r := row{ID: c.ID, Status: c.Status, PredictedAllocated: c.PredictedAllocated, MeasuredAllocated: c.MeasuredAllocated,
-				PredictedReserved: c.PredictedReserved, MeasuredReserved: c.MeasuredReserved, PredictedFits: c.PredictedFits}
+				PredictedReserved: c.PredictedReserved, MeasuredReserved: c.MeasuredReserved, PredictedFits: c.PredictedFits,
+				PredictedSeconds: c.PredictedSeconds, MeasuredSeconds: c.MeasuredSeconds}
 			if c.Status == "ok" {
 				r.ErrAllocated, r.ErrReserved = c.ErrAllocated(), c.ErrReserved()
 			}
@@ -81,5 +85,12 @@ func runValidate(args []string, stdout, stderr io.Writer) error {
 	tw.Flush()
 	fmt.Fprintf(stdout, "\n%d cases: median |error| %.2f%% allocated, %.2f%% reserved; worst under-prediction %.2f%% (%s); measured OOMs predicted to fit: %d\n",
 		sum.Cases, 100*sum.MedianAbsErrAllocated, 100*sum.MedianAbsErrReserved, 100*sum.WorstUnderAllocated, sum.WorstUnderCase, sum.OOMMissed)
+	if sum.TimedCases > 0 {
+		fmt.Fprintf(stdout, "step time (steady steps, roofline bound): %d cases, median |error| %.0f%%", sum.TimedCases, 100*sum.MedianAbsErrSeconds)
+		if !math.IsNaN(sum.PairsOrdered) {
+			fmt.Fprintf(stdout, "; %.0f%% of the pairs measured more than 5%% apart ranked as measured", 100*sum.PairsOrdered)
+		}
+		fmt.Fprintln(stdout)
+	}
 	return nil
 }
