@@ -629,7 +629,13 @@ func (pl *planner) search(cb *combo) error {
 	if err != nil {
 		return err
 	}
-	if p == nil || !p.Fits {
+	if p == nil {
+		pl.ans.Pruned = append(pl.ans.Pruned, Pruned{cb.p, cb.ck, cb.impl, fmt.Sprintf(
+			"with %s and checkpointing %s the forward and backward passes alone need more than the device at a micro-batch of %d",
+			cb.p, cb.ck, pl.accsMicro(hi))})
+		return nil
+	}
+	if !p.Fits {
 		if rescue && pl.fitsFloor(p) {
 			q, err := pl.probe(cb, hi, true)
 			if err != nil {

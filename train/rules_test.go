@@ -304,3 +304,23 @@ func TestParseCheckpoint(t *testing.T) {
 		}
 	}
 }
+
+// ParseCheckpoint never panics, and what it accepts prints back as itself.
+func FuzzParseCheckpoint(f *testing.F) {
+	for _, s := range []string{"none", "full", "every-3", "attention", "every-2+attention", "every-", "every-99999999999999999999", "+", "none+none"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		c, err := ParseCheckpoint(s)
+		if err != nil {
+			return
+		}
+		if c.Every < 0 {
+			t.Errorf("%q: negative period %d", s, c.Every)
+		}
+		back, err := ParseCheckpoint(c.String())
+		if err != nil || back != c {
+			t.Errorf("%q → %v → %q → %v, %v", s, c, c.String(), back, err)
+		}
+	})
+}

@@ -428,3 +428,17 @@ func TestEveryZooModel(t *testing.T) {
 		})
 	}
 }
+
+// parseMargin never panics and never returns a margin outside [0, capacity).
+func FuzzParseMargin(f *testing.F) {
+	for _, s := range []string{"5%", "0%", "99.9%", "2GiB", "100%", "-1%", "1e400%", "80GB", "x"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		const capacity = 80 << 30
+		m, err := parseMargin(s, capacity)
+		if err == nil && (m < 0 || m >= capacity) {
+			t.Errorf("%q: margin %d outside the device", s, m)
+		}
+	})
+}

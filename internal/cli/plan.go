@@ -146,7 +146,7 @@ func parseMargin(s string, capacity int64) (int64, error) {
 	t := strings.TrimSpace(s)
 	if strings.HasSuffix(t, "%") {
 		v, err := strconv.ParseFloat(strings.TrimSpace(strings.TrimSuffix(t, "%")), 64)
-		if err != nil || v < 0 || v >= 100 {
+		if err != nil || !(v >= 0 && v < 100) {
 			return 0, fmt.Errorf("%q: want a share from 0%% to below 100%%", s)
 		}
 		return int64(v / 100 * float64(capacity)), nil
