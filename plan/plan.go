@@ -183,6 +183,14 @@ type planner struct {
 	// were seen to need more than the device: every smaller accumulation
 	// needs more still.
 	dead map[deadKey]int
+	// aligned caches the op records carried over to each micro-batch's
+	// graph
+	aligned map[alignKey][]train.OpRun
+}
+
+type alignKey struct {
+	p     train.Precision
+	micro int64
 }
 
 type deadKey struct {
@@ -226,7 +234,7 @@ func Run(o Options) (*Answer, error) {
 	}
 	pl := &planner{o: o, graphs: map[int64]*graph.Graph{}, runs: map[train.Precision][]train.OpRun{}, runsOn: map[train.Precision]*graph.Graph{},
 		ans: &Answer{Margin: o.Margin, GlobalBatch: o.GlobalBatch}, allow: map[Lever]bool{}, src: o.Base.Source,
-		seen: map[Candidate]*Plan{}, dead: map[deadKey]int{}}
+		seen: map[Candidate]*Plan{}, dead: map[deadKey]int{}, aligned: map[alignKey][]train.OpRun{}}
 	levers := o.Levers
 	if len(levers) == 0 {
 		levers = Levers()
@@ -360,7 +368,13 @@ func (pl *planner) timeOf(c Candidate) (float64, error) {
 	if err != nil {
 		return 0, err
 	}
-	runs = cost.Align(g, pl.runsOn[c.Precision], runs)
+	ak := alignKey{c.Precision, c.MicroBatch}
+	aligned, ok := pl.aligned[ak]
+	if !ok {
+		aligned = cost.Align(g, pl.runsOn[c.Precision], runs)
+		pl.aligned[ak] = aligned
+	}
+	runs = aligned
 	e, err := cost.Step(cost.Input{Graph: g, Ops: runs, Setup: s, Rates: pl.o.Base.GPU.Rates, Seq: pl.o.Base.Config.Seq, Batch: c.MicroBatch})
 	if err != nil {
 		return 0, err
@@ -606,6 +620,16 @@ func (pl *planner) search(cb *combo) error {
 			hi--
 		}
 	}
+	// A plan of the same precision and checkpointing is already kept at
+	// accumulation index b: another implementation adds a plan only at a
+	// smaller accumulation, or at b when it is faster there (variants are
+	// one plan, see keep).
+	if q, b := pl.keptAt(cb); q != nil && b <= hi {
+		hi = b
+		if !less(pl.comboKeyAt(cb, b), pl.planKey(q)) {
+			hi = b - 1
+		}
+	}
 	if hi < 0 {
 		return nil
 	}
@@ -681,6 +705,21 @@ func (pl *planner) search(cb *combo) error {
 	return nil
 }
 
+// keptAt is the kept plan of the same precision and checkpointing as cb
+// with the smallest accumulation, and that accumulation's index.
+func (pl *planner) keptAt(cb *combo) (*Plan, int) {
+	var best *Plan
+	bi := 0
+	for _, q := range pl.ans.Best {
+		if q.Precision == cb.p && q.Checkpoint == cb.ck {
+			if i := pl.indexOf(q.Accumulate); i >= 0 && (best == nil || i < bi) {
+				best, bi = q, i
+			}
+		}
+	}
+	return best, bi
+}
+
 func (pl *planner) comboKeyAt(cb *combo, i int) [2]float64 {
 	if pl.o.Objective == FewestChanges {
 		n := cb.changes + btoi(pl.accs[i] != pl.base.Accumulate)
@@ -703,8 +742,18 @@ func (pl *planner) keep(p *Plan) {
 	if p.Candidate == pl.base && pl.o.Objective == FewestChanges {
 		return
 	}
-	for _, q := range pl.ans.Best {
+	for i, q := range pl.ans.Best {
 		if q == p {
+			return
+		}
+		// Plans that differ only in the optimizer's implementation or the
+		// allocator's setting are one plan with variants: the list keeps
+		// the better, so that it shows different ways to fit.
+		if q.Precision == p.Precision && q.Checkpoint == p.Checkpoint && q.Accumulate == p.Accumulate {
+			if less(pl.planKey(p), pl.planKey(q)) {
+				pl.ans.Best[i] = p
+				sort.SliceStable(pl.ans.Best, func(i, j int) bool { return less(pl.planKey(pl.ans.Best[i]), pl.planKey(pl.ans.Best[j])) })
+			}
 			return
 		}
 	}
