@@ -185,7 +185,11 @@ func (t *timer) kernels(n int64, k rate, dt graph.DType, flops, bytes float64) {
 		return
 	}
 	p := t.peak(k, dt)
-	s := math.Max(math.Max(flops/p, bytes/t.r.Bandwidth), float64(n)*LaunchFloor)
+	floor := LaunchFloor
+	if t.r.Floor > 0 {
+		floor = t.r.Floor
+	}
+	s := math.Max(math.Max(flops/p, bytes/t.r.Bandwidth), float64(n)*floor)
 	t.est.By[t.part] += s
 	t.est.Kernels += n
 	t.est.FLOPs += flops

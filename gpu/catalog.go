@@ -37,6 +37,10 @@ type Rates struct {
 	BF16 float64 // tensor cores, BF16 inputs with FP32 accumulation
 	// Bandwidth is the memory bandwidth, bytes/s.
 	Bandwidth float64
+	// Floor, when set, is the least time one kernel takes, seconds (the
+	// step-time model's launch floor otherwise): for a device whose
+	// per-op cost was measured.
+	Floor float64
 	// Source names the datasheet the figures come from.
 	Source string
 }
