@@ -23,20 +23,7 @@ func TestSkippedRepeatsEqualReplayed(t *testing.T) {
 	}
 	skipped, cases := 0, 0
 	for _, m := range models.All() {
-		cfg := models.Config{Batch: 4, Layers: 2}
-		if m.DefaultSeq > 0 {
-			cfg.Seq = 32
-		}
-		if m.Family == "seed" {
-			cfg.Layers = 0
-		}
-		hasLayers := false
-		for _, d := range m.Dims {
-			hasLayers = hasLayers || d == models.DimLayers
-		}
-		if !hasLayers {
-			cfg.Layers = 0
-		}
+		cfg := m.Small(4, 32)
 		g, err := m.Build(cfg)
 		if err != nil {
 			t.Fatal(err)

@@ -44,6 +44,24 @@ type Model struct {
 	Build func(Config) (*graph.Graph, error)
 }
 
+// Small is a small configuration of m for tests that run every model: the
+// given batch, the given sequence length for models with one, and two
+// layers where the model's depth can vary (seed networks keep theirs).
+func (m Model) Small(batch, seq int64) Config {
+	c := Config{Batch: batch}
+	if m.DefaultSeq > 0 {
+		c.Seq = seq
+	}
+	if m.Family != "seed" {
+		for _, d := range m.Dims {
+			if d == DimLayers {
+				c.Layers = 2
+			}
+		}
+	}
+	return c
+}
+
 var registry = map[string]Model{}
 
 // Register adds m to the zoo. Registering a name twice is a programming

@@ -27,20 +27,7 @@ func TestNothingLeaks(t *testing.T) {
 		m := m
 		t.Run(m.Name, func(t *testing.T) {
 			t.Parallel()
-			cfg := models.Config{Batch: 2, Layers: 2}
-			if m.DefaultSeq > 0 {
-				cfg.Seq = 16
-			}
-			if m.Family == "seed" {
-				cfg.Layers = 0
-			}
-			hasLayers := false
-			for _, d := range m.Dims {
-				hasLayers = hasLayers || d == models.DimLayers
-			}
-			if !hasLayers {
-				cfg.Layers = 0
-			}
+			cfg := m.Small(2, 16)
 			g, _, err := models.Build(m.Name, cfg)
 			if err != nil {
 				t.Fatal(err)

@@ -21,20 +21,7 @@ func TestRepeatedMicroBatchesEqualSimulated(t *testing.T) {
 	}
 	repeated := 0
 	for _, m := range models.All() {
-		cfg := models.Config{Batch: 2, Layers: 2}
-		if m.DefaultSeq > 0 {
-			cfg.Seq = 16
-		}
-		if m.Family == "seed" {
-			cfg.Layers = 0
-		}
-		hasLayers := false
-		for _, d := range m.Dims {
-			hasLayers = hasLayers || d == models.DimLayers
-		}
-		if !hasLayers {
-			cfg.Layers = 0
-		}
+		cfg := m.Small(2, 16)
 		g, err := m.Build(cfg)
 		if err != nil {
 			t.Fatalf("%s: %v", m.Name, err)
