@@ -806,7 +806,7 @@ type Saving struct {
 }
 
 // Savings explains why a plan fits where the current setup does not: the
-// figures of the static breakdown and the peak, against the base.
+// figures of the static breakdown that moved, against the base.
 func (a *Answer) Savings(p *Plan) []Saving {
 	if a.Base == nil || a.Base.Result == nil || p.Result == nil {
 		return nil
@@ -821,9 +821,11 @@ func (a *Answer) Savings(p *Plan) []Saving {
 		{"autocast weight copies", bs.CastCacheBytes - qs.CastCacheBytes},
 		{"batch data", bs.BatchDataBytes - qs.BatchDataBytes},
 	}
+	// Figures that moved by less than 1 % of the device (the grad
+	// scaler's few bytes) explain nothing.
 	var kept []Saving
 	for _, s := range out {
-		if s.Bytes != 0 {
+		if s.Bytes != 0 && 100*abs(s.Bytes) >= b.GPU.Capacity {
 			kept = append(kept, s)
 		}
 	}
@@ -855,3 +857,10 @@ func need(r *predict.Result) int64 {
 // Need reports the device total a prediction needs, including what an
 // out-of-memory prediction asked for.
 func Need(r *predict.Result) int64 { return need(r) }
+
+func abs(n int64) int64 {
+	if n < 0 {
+		return -n
+	}
+	return n
+}
