@@ -72,18 +72,22 @@ func (a *Allocator) skip(before counters, times, base, shift int64) {
 	a.ooms += times * (now.ooms - before.ooms)
 	a.devAllocs += times * (now.devAllocs - before.devAllocs)
 	a.devFrees += times * (now.devFrees - before.devFrees)
-	var moved []*block
+	// The ids come from the table's slots: every size-0 allocation shares
+	// one block (zeroBlock), whose own id means nothing and must not move.
+	var moved []idSlot
 	for _, s := range a.live.slots {
 		if s.b != nil && s.id >= base {
-			moved = append(moved, s.b)
+			moved = append(moved, s)
 		}
 	}
-	for _, b := range moved {
-		a.live.remove(b.id)
+	for _, s := range moved {
+		a.live.remove(s.id)
 	}
-	for _, b := range moved {
-		b.id += shift
-		a.live.insert(b.id, b)
+	for _, s := range moved {
+		if s.b != zeroBlock {
+			s.b.id = s.id + shift
+		}
+		a.live.insert(s.id+shift, s.b)
 	}
 }
 

@@ -76,3 +76,36 @@ func TestSkippedRepeatsEqualReplayed(t *testing.T) {
 		t.Errorf("copies skipped in %d of %d replays", skipped, cases)
 	}
 }
+
+// Size-0 allocations (PyTorch hands out a null pointer for them) survive a
+// skip under their own ids: alloc 10 (0 B) and 11 outlive the prologue;
+// the template allocates 12 (0 B), frees 10, allocates 13, frees 11, and
+// its ten copies take the ids up to 33.
+func TestSkipKeepsZeroSizeIDs(t *testing.T) {
+	ev := []trace.Event{
+		{Action: trace.Alloc, ID: 1, Size: 1 << 20},
+		{Action: trace.Alloc, ID: 10, Size: 0},
+		{Action: trace.Alloc, ID: 11, Size: 100},
+		{Action: trace.Alloc, ID: 12, Size: 0}, {Action: trace.Free, ID: 10},
+		{Action: trace.Alloc, ID: 13, Size: 100}, {Action: trace.Free, ID: 11},
+		{Action: trace.Free, ID: 32}, {Action: trace.Free, ID: 33}, {Action: trace.StepEnd},
+	}
+	tr := &trace.Trace{Events: ev, Repeats: []trace.Repeat{{Start: 3, End: 7, Times: 10, Base: 12, Delta: 2}}}
+	full := &trace.Trace{Events: slices.Clone(ev), Repeats: slices.Clone(tr.Repeats)}
+	full.Expand()
+	want, err := alloc.Replay(full, alloc.Config{}, alloc.Device{}, alloc.ReplayOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := alloc.Replay(tr, alloc.Config{}, alloc.Device{}, alloc.ReplayOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Skipped == 0 {
+		t.Error("nothing skipped")
+	}
+	got.Skipped = 0
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("skipping: %+v\nreplaying: %+v", got, want)
+	}
+}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/batchfit/batchfit/gpu"
 	"github.com/batchfit/batchfit/graph"
+	"github.com/batchfit/batchfit/models"
 	"github.com/batchfit/batchfit/train"
 )
 
@@ -284,6 +285,44 @@ func TestCatalogRates(t *testing.T) {
 		}
 		if r.Bandwidth < 1e11 || r.Bandwidth > 1e13 || r.FP32 < 1e12 || r.FP32 > 1e15 {
 			t.Errorf("%s: implausible rates %+v", g.Name, r)
+		}
+	}
+}
+
+// The op records of one batch size time another batch size as its own
+// records do: autocast's copies of activations follow the shapes of the
+// graph being timed. Every zoo model, both mixed precisions.
+func TestAlignedRecordsTimeLikeOwn(t *testing.T) {
+	for _, m := range models.All() {
+		for _, p := range []train.Precision{train.MixedBF16, train.Mixed16} {
+			s, err := train.Setup{Precision: p, Steps: 1}.Normalize()
+			if err != nil {
+				t.Fatal(err)
+			}
+			at := func(batch int64) (*graph.Graph, []train.OpRun) {
+				g, err := m.Build(m.Small(batch, 32))
+				if err != nil {
+					t.Fatal(err)
+				}
+				_, sum, err := train.Simulate(g, s)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return g, sum.Ops
+			}
+			small, smallOps := at(2)
+			big, bigOps := at(8)
+			time := func(g *graph.Graph, ops []train.OpRun, batch int64) float64 {
+				e, err := Step(Input{Graph: g, Ops: ops, Setup: s, Rates: testRates, Batch: batch})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return e.Seconds
+			}
+			own := time(small, smallOps, 2)
+			if got := time(small, Align(small, big, bigOps), 2); math.Abs(got-own) > 1e-12*own {
+				t.Errorf("%s %s: batch 2 timed with batch 8's records %g s, with its own %g s", m.Name, p, got, own)
+			}
 		}
 	}
 }

@@ -36,9 +36,7 @@ func linearDims(g *graph.Graph, op *graph.Op) (m, k, n float64) {
 func forward(t *timer, g *graph.Graph, op *graph.Op, run train.OpRun, s train.Setup) {
 	e, eo := size(run.In), size(run.Out)
 	out := numel(g, op.Output)
-	if run.Casts > 0 {
-		t.kernels(int64(run.Casts), vector, graph.F32, 0, float64(run.CastBytes))
-	}
+	casts(t, g, op, run)
 	var in float64
 	for _, id := range op.Inputs {
 		in += numel(g, id)
@@ -95,10 +93,8 @@ func forward(t *timer, g *graph.Graph, op *graph.Op, run train.OpRun, s train.Se
 func backward(t *timer, g *graph.Graph, op *graph.Op, run train.OpRun, s train.Setup) {
 	e, eo := size(run.In), size(run.Out)
 	out := numel(g, op.Output)
-	if run.Casts > 0 {
-		// the cast nodes hand their gradients back in the original dtype
-		t.kernels(int64(run.Casts), vector, graph.F32, 0, float64(run.CastBytes))
-	}
+	// the cast nodes hand their gradients back in the original dtype
+	casts(t, g, op, run)
 	switch op.Kind {
 	case graph.View, graph.Release, graph.Full, graph.Rand, graph.Compare:
 		return
@@ -195,6 +191,22 @@ func backward(t *timer, g *graph.Graph, op *graph.Op, run train.OpRun, s train.S
 				t.kernel(vector, run.In, out, out*eo+in*e)
 			}
 		}
+	}
+}
+
+// casts times autocast's copies around an op: of its operands, sized by
+// this graph's shapes, and of its parameters.
+func casts(t *timer, g *graph.Graph, op *graph.Op, run train.OpRun) {
+	n := int64(run.ParamCasts)
+	bytes := float64(run.ParamCastBytes)
+	for j, id := range op.Inputs {
+		if j < 64 && run.InputCasts&(1<<j) != 0 {
+			n++
+			bytes += numel(g, id) * (size(run.CastFrom) + size(run.In))
+		}
+	}
+	if n > 0 {
+		t.kernels(n, vector, graph.F32, 0, bytes)
 	}
 }
 

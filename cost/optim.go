@@ -99,13 +99,22 @@ func optimizer(t *timer, g *graph.Graph, s train.Setup, acc int64) {
 	}
 	e := size(s.Precision.ParamDType())
 	count := int64(len(sizes))
-	// every micro-batch after the first adds into .grad in place
-	if acc > 1 {
+	// AccumulateGrad adds into .grad in place when it exists: from the
+	// second micro-batch on, or from the first when zero_grad zeroes the
+	// gradients instead of dropping them (set_to_none=False)
+	adds := acc - 1
+	if !s.Profile.ZeroGradSetToNone {
+		adds = acc
+	}
+	if adds > 0 {
 		t.part = Backward
-		t.kernels((acc-1)*count, vector, graph.F32, 0, float64(acc-1)*3*float64(total)*e)
+		t.kernels(adds*count, vector, graph.F32, 0, float64(adds)*3*float64(total)*e)
 		t.part = Optimizer
 	}
-	if s.Precision == train.Mixed16 {
+	// GradScaler.step unscales the gradients first, except for an
+	// optimizer that takes the scale itself (the fused ones,
+	// _step_supports_amp_scaling), which folds it into its one pass
+	if s.Precision == train.Mixed16 && s.Optimizer.Impl != train.Fused {
 		// _amp_foreach_non_finite_check_and_unscale_ and
 		// _amp_update_scale_
 		t.kernels(foreachLaunches(sizes, 1), vector, graph.F32, 0, 2*float64(total)*e)

@@ -30,6 +30,13 @@
 // not the time, so they are tried only where they let a combination run a
 // larger micro-batch than it could without them.
 //
+// The first fact is the one the largest-batch search (package solve) rests
+// on too, and like it holds for the requested and allocated bytes but only
+// nearly for what the allocator reserves: near the boundary, fragmentation
+// can make a micro-batch fail where a larger one fits. The bisection then
+// settles on one boundary, which fits, and may miss a faster plan beyond a
+// failing value; every plan it reports was simulated and fits.
+//
 // A lever plugs in as one more dimension of Candidate and one more entry
 // in the enumeration; the multi-GPU strategies join the same way.
 package plan

@@ -2,6 +2,7 @@ package plan
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -211,6 +212,9 @@ func Run(o Options) (*Answer, error) {
 	}
 	if o.MinMicroBatch <= 0 {
 		o.MinMicroBatch = 1
+	}
+	if !o.Base.GPU.Rates.Known() {
+		return nil, fmt.Errorf("plans are ranked by step time, which needs %s's peak rates and memory bandwidth (the catalog GPUs have them)", o.Base.GPU.Name)
 	}
 	if o.Margin < 0 {
 		return nil, fmt.Errorf("the margin must not be negative, got %d bytes", o.Margin)
@@ -441,8 +445,13 @@ func (pl *planner) impls() []train.Impl {
 	}
 	out := []train.Impl{pl.base.Impl}
 	for _, i := range []train.Impl{train.Fused, train.Foreach, train.ForLoop} {
-		if i != pl.base.Impl {
-			out = append(out, i)
+		// an implementation the optimizer does not have runs as another
+		// (fused SGD without momentum is foreach): offer each once, as
+		// it runs
+		s := pl.o.Base.Setup
+		s.Optimizer.Impl = i
+		if n, err := s.Normalize(); err == nil && !slices.Contains(out, n.Optimizer.Impl) {
+			out = append(out, n.Optimizer.Impl)
 		}
 	}
 	return out
@@ -666,7 +675,7 @@ func (pl *planner) search(cb *combo) error {
 				return err
 			}
 			if q != nil && q.Fits {
-				pl.keep(q)
+				return pl.bisect(cb, hi, q, true)
 			}
 		}
 		return nil
@@ -688,20 +697,36 @@ func (pl *planner) search(cb *combo) error {
 	pl.keep(fit)
 	// expandable segments leave less reserved but unused: a larger
 	// micro-batch may fit with them
-	if rescue && lo >= 0 && (loPlan == nil || pl.fitsFloor(loPlan)) {
-		if loPlan == nil {
-			// lo was ruled out without a prediction: its passes
-			// alone need more than the device
-			return nil
-		}
+	if rescue && lo >= 0 && loPlan != nil && pl.fitsFloor(loPlan) {
 		q, err := pl.probe(cb, lo, true)
 		if err != nil {
 			return err
 		}
 		if q != nil && q.Fits {
-			pl.keep(q)
+			return pl.bisect(cb, lo, q, true)
 		}
 	}
+	return nil
+}
+
+// bisect finds the smallest accumulation at or below index at (which
+// fits, as plan p) that fits with the allocator setting given, keeps it,
+// and returns.
+func (pl *planner) bisect(cb *combo, at int, p *Plan, expandable bool) error {
+	lo, fitAt, fit := -1, at, p
+	for fitAt-lo > 1 {
+		mid := (lo + fitAt) / 2
+		q, err := pl.probe(cb, mid, expandable)
+		if err != nil {
+			return err
+		}
+		if q != nil && q.Fits {
+			fitAt, fit = mid, q
+		} else {
+			lo = mid
+		}
+	}
+	pl.keep(fit)
 	return nil
 }
 

@@ -122,8 +122,10 @@ func (m *micro) runOp(i int) {
 			n := m.g.Tensors[t].Shape.Numel()
 			st := c.local(n*to.Size(), trace.Transient)
 			m.casts[i] = append(m.casts[i], inputCast{input: j, from: v.dt})
-			m.run.Casts++
-			m.run.CastBytes += n * (v.dt.Size() + to.Size())
+			if j < 64 {
+				m.run.InputCasts |= 1 << j
+				m.run.CastFrom = v.dt
+			}
 			v = value{st: st, dt: to}
 		}
 		c.in[j] = v
@@ -236,8 +238,8 @@ func (m *micro) castParam(p int32, to graph.DType) *storage {
 		return st
 	}
 	ps := m.sim.params[p]
-	m.run.Casts++
-	m.run.CastBytes += ps.numel * (ps.dt.Size() + to.Size())
+	m.run.ParamCasts++
+	m.run.ParamCastBytes += ps.numel * (ps.dt.Size() + to.Size())
 	st := m.sim.alloc(ps.numel*to.Size(), trace.CastCache)
 	st.refs = 1
 	m.castCache[p] = st

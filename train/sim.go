@@ -75,9 +75,10 @@ type Simulator struct {
 	ctx  fwdCtx
 	bctx bwdCtx
 	// collecting keeps every storage allocated (in collected) while the
-	// template of a repetition is simulated.
-	collecting bool
-	collected  []*storage
+	// template of a repetition and the micro-batch before it are simulated.
+	collecting  bool
+	collected   []*storage
+	collectedAt int // where the template's storages begin in collected
 }
 
 // repeatMicroBatches turns on the repetition of steady micro-batches
@@ -114,11 +115,19 @@ func (sim *Simulator) repeatMicro(evAt, idAt [5]int64, times int) bool {
 			return false
 		}
 	}
+	// The third micro-batch must have left nothing behind by the end of
+	// the fourth (its batch and loss go when the fourth rebinds them):
+	// a copy does not free what its template kept.
+	for _, st := range sim.collected[:sim.collectedAt] {
+		if st.refs > 0 {
+			return false
+		}
+	}
 	base := idAt[3]
 	sim.tr.Repeats = append(sim.tr.Repeats, trace.Repeat{Start: int(evAt[3]), End: int(evAt[4]), Times: times, Base: base, Delta: delta})
 	shift := int64(times) * delta
 	sim.next += shift
-	for _, st := range sim.collected {
+	for _, st := range sim.collected[sim.collectedAt:] {
 		if st.refs > 0 {
 			st.id += shift
 		}
@@ -169,10 +178,14 @@ type OpRun struct {
 	In, Out graph.DType
 	// Kernel is the attention kernel the dispatcher picked (attention ops).
 	Kernel Attention
-	// Casts counts the autocast copies the op made of its operands and
-	// parameters; CastBytes is what they read and wrote.
-	Casts     int32
-	CastBytes int64
+	// InputCasts marks the operands (bit j for Inputs[j]) autocast copied
+	// from CastFrom into In: their size follows the batch. ParamCasts
+	// counts the copies of parameters the op made (the first use in an
+	// autocast region), and ParamCastBytes is what they read and wrote.
+	InputCasts     uint64
+	CastFrom       graph.DType
+	ParamCasts     int32
+	ParamCastBytes int64
 }
 
 // OpSaved is one op's share of the saved activations.
@@ -340,7 +353,10 @@ func (sim *Simulator) Step(g *graph.Graph) error {
 		if m == 4 && repeatMicroBatches && sim.repeatMicro(evAt, idAt, sim.s.Accumulate-4) {
 			break
 		}
-		sim.collecting = m == 3
+		sim.collecting = m == 2 || m == 3
+		if m == 3 {
+			sim.collectedAt = len(sim.collected)
+		}
 		mb := newMicro(sim, g)
 		if sim.stepsDone == 0 && m == 0 {
 			mb.ops = make([]OpRun, len(g.Ops))

@@ -50,11 +50,9 @@ func runEstimate(args []string, stdout, stderr io.Writer) error {
 	// fit, from the planner, with the same criterion as the verdict (no
 	// margin) and the same samples per optimizer step.
 	var sugg *plan.Answer
+	var suggErr error
 	if len(batches) == 1 && !res.Fits {
-		sugg, err = plan.Run(plan.Options{Base: r, Objective: plan.FewestChanges, Top: 3})
-		if err != nil {
-			return err
-		}
+		sugg, suggErr = plan.Run(plan.Options{Base: r, Objective: plan.FewestChanges, Top: 3})
 	}
 	if j.json {
 		out := estimateJSON(res, batches)
@@ -63,11 +61,17 @@ func runEstimate(args []string, stdout, stderr io.Writer) error {
 				out.Suggestions = append(out.Suggestions, planEntry(sugg, p))
 			}
 		}
+		if suggErr != nil {
+			out.SuggestionsError = suggErr.Error()
+		}
 		return writeJSON(stdout, out)
 	}
 	writeEstimate(stdout, res, batches)
 	if sugg != nil {
 		writeSuggestions(stdout, res, sugg)
+	}
+	if suggErr != nil {
+		fmt.Fprintf(stdout, "\nno suggestions: %v\n", suggErr)
 	}
 	if len(batches) == 1 && !res.Fits && res.Config.Batch == 1 {
 		return fmt.Errorf("%s does not fit on %s even at batch 1", res.Model, res.GPU.Name)

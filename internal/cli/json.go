@@ -53,6 +53,9 @@ type EstimateJSON struct {
 	// Suggestions are the smallest changes that fit, for a job that does
 	// not.
 	Suggestions []PlanEntryJSON `json:"suggestions,omitempty"`
+	// SuggestionsError says why there are none, when the planner could
+	// not run.
+	SuggestionsError string `json:"suggestions_error,omitempty"`
 }
 
 // TimeJSON is the step-time model's prediction for one optimizer step.
