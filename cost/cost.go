@@ -98,13 +98,14 @@ func Step(in Input) (Estimate, error) {
 	if !in.Rates.Known() {
 		return Estimate{}, fmt.Errorf("no peak rates known for this GPU: step time needs its FP32 rate and memory bandwidth")
 	}
-	t := timer{r: in.Rates}
+	tf32 := [...]bool{gemm: in.Setup.Profile.MatmulAllowTF32, conv: in.Setup.Profile.CudnnAllowTF32}
+	t := timer{r: in.Rates, tf32: tf32}
 	acc := int64(max(1, in.Setup.Accumulate))
 	region, _ := train.Regions(g, in.Setup.Checkpoint)
 	// One micro-batch, then scaled: every micro-batch runs the same
 	// kernels.
 	var micro timer
-	micro.r = in.Rates
+	micro.r, micro.tf32 = in.Rates, tf32
 	for i := range g.Ops {
 		op := &g.Ops[i]
 		run := in.Ops[i]
@@ -145,12 +146,15 @@ type rate uint8
 
 const (
 	vector rate = iota // CUDA cores, float32: elementwise, reductions
-	gemm               // cuBLAS matmul: FP32 on CUDA cores (allow_tf32 off), half types on tensor cores
-	conv               // cuDNN convolution: TF32 for float32 (cudnn.allow_tf32 on)
+	gemm               // cuBLAS matmul: half types on the tensor cores, float32 as the profile's matmul allow_tf32 says
+	conv               // cuDNN convolution: half types on the tensor cores, float32 as the profile's cudnn allow_tf32 says
 )
 
 type timer struct {
-	r     gpu.Rates
+	r gpu.Rates
+	// tf32 says which kinds run float32 in TF32 (the runtime profile's
+	// allow_tf32 defaults)
+	tf32  [3]bool
 	part  Part
 	model bool // arithmetic that counts toward ModelFLOPs
 	est   Estimate
@@ -165,7 +169,7 @@ func (t *timer) peak(k rate, dt graph.DType) float64 {
 		p = r.FP16
 	case dt == graph.BF16:
 		p = r.BF16
-	case dt == graph.F32 && k == conv:
+	case dt == graph.F32 && t.tf32[k]:
 		p = r.TF32
 	}
 	if p <= 0 {

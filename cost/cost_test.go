@@ -326,3 +326,26 @@ func TestAlignedRecordsTimeLikeOwn(t *testing.T) {
 		}
 	}
 }
+
+// The runtime profile's allow_tf32 defaults pick the float32 rates:
+// matmuls on the CUDA cores, convolutions in TF32; half types on the
+// tensor cores either way.
+func TestPeakFollowsProfile(t *testing.T) {
+	s, err := train.Setup{}.Normalize()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tm := timer{r: testRates, tf32: [...]bool{gemm: s.Profile.MatmulAllowTF32, conv: s.Profile.CudnnAllowTF32}}
+	for _, c := range []struct {
+		k    rate
+		dt   graph.DType
+		want float64
+	}{
+		{gemm, graph.F32, testRates.FP32}, {conv, graph.F32, testRates.TF32},
+		{gemm, graph.BF16, testRates.BF16}, {conv, graph.F16, testRates.FP16}, {vector, graph.F16, testRates.FP32},
+	} {
+		if got := tm.peak(c.k, c.dt); got != c.want {
+			t.Errorf("kind %d, %s: %g FLOP/s, want %g", c.k, c.dt, got, c.want)
+		}
+	}
+}

@@ -13,11 +13,12 @@
 // takes the low end, since the host runs ahead of the device while kernels
 // are long). The rates are the datasheet's dense peaks (package gpu).
 //
-// Which rate applies follows PyTorch's defaults: float32 matmuls run on the
-// CUDA cores (torch.backends.cuda.matmul.allow_tf32 is False since 1.12),
-// float32 convolutions on the tensor cores in TF32
-// (torch.backends.cudnn.allow_tf32 is True), half and bfloat16 matmuls and
-// convolutions on the tensor cores, everything else is bandwidth-bound.
+// Which rate applies follows PyTorch's defaults, which the runtime profile
+// holds: float32 matmuls run on the CUDA cores
+// (torch.backends.cuda.matmul.allow_tf32 is False since 1.12), float32
+// convolutions on the tensor cores in TF32 (torch.backends.cudnn.allow_tf32
+// is True), half and bfloat16 matmuls and convolutions on the tensor cores;
+// everything else is bandwidth-bound.
 //
 // A roofline is an optimistic bound for each kernel: real kernels reach
 // perhaps 60–80 % of peak on large matmuls and less on small or oddly

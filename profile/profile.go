@@ -70,6 +70,13 @@ type Profile struct {
 	// torch 1.13 always adds out of place (old_var + var), measured with
 	// validation/step.py.
 	InputBufferInPlace bool `json:"input_buffer_in_place"`
+	// MatmulAllowTF32 is torch.backends.cuda.matmul.allow_tf32's default:
+	// off since 1.12, so float32 matmuls run on the CUDA cores.
+	// CudnnAllowTF32 is torch.backends.cudnn.allow_tf32's: on, so float32
+	// convolutions run on the tensor cores in TF32. The step-time model
+	// picks the peak rate by them.
+	MatmulAllowTF32 bool `json:"matmul_allow_tf32"`
+	CudnnAllowTF32  bool `json:"cudnn_allow_tf32"`
 }
 
 //go:embed profiles.json
