@@ -111,16 +111,16 @@ func Step(in Input) (Estimate, error) {
 		run := in.Ops[i]
 		micro.part = Forward
 		micro.model = true
-		forward(&micro, g, op, run, in.Setup)
+		forward(&micro, g, op, run)
 		if region[i] >= 0 {
 			micro.part = Recompute
 			micro.model = false
-			forward(&micro, g, op, run, in.Setup)
+			forward(&micro, g, op, run)
 		}
 		if g.Tensors[op.Output].RequiresGrad {
 			micro.part = Backward
 			micro.model = true
-			backward(&micro, g, op, run, in.Setup)
+			backward(&micro, g, op, run)
 		}
 	}
 	t.add(&micro, float64(acc))

@@ -22,8 +22,8 @@ func flops(t *testing.T, g *graph.Graph, name string, run train.OpRun) (fwd, bwd
 		var f, b timer
 		f.r = testRates
 		b.r = testRates
-		forward(&f, g, op, run, train.Setup{Precision: train.FP32})
-		backward(&b, g, op, run, train.Setup{Precision: train.FP32})
+		forward(&f, g, op, run)
+		backward(&b, g, op, run)
 		return f.est.FLOPs, b.est.FLOPs
 	}
 	t.Fatalf("no op %s", name)

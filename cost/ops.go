@@ -33,7 +33,7 @@ func linearDims(g *graph.Graph, op *graph.Op) (m, k, n float64) {
 	return
 }
 
-func forward(t *timer, g *graph.Graph, op *graph.Op, run train.OpRun, s train.Setup) {
+func forward(t *timer, g *graph.Graph, op *graph.Op, run train.OpRun) {
 	e, eo := size(run.In), size(run.Out)
 	out := numel(g, op.Output)
 	casts(t, g, op, run)
@@ -56,7 +56,7 @@ func forward(t *timer, g *graph.Graph, op *graph.Op, run train.OpRun, s train.Se
 	case graph.Conv2d:
 		t.kernel(conv, run.In, convFLOPs(g, op), (in+numel(g, op.Weight))*e+out*eo)
 	case graph.Attention:
-		attentionForward(t, g, op, run, s)
+		attentionForward(t, g, op, run)
 	case graph.Embedding:
 		t.kernel(vector, run.Out, 0, out*eo+in*8)
 	case graph.BatchNorm:
@@ -90,7 +90,7 @@ func forward(t *timer, g *graph.Graph, op *graph.Op, run train.OpRun, s train.Se
 	}
 }
 
-func backward(t *timer, g *graph.Graph, op *graph.Op, run train.OpRun, s train.Setup) {
+func backward(t *timer, g *graph.Graph, op *graph.Op, run train.OpRun) {
 	e, eo := size(run.In), size(run.Out)
 	out := numel(g, op.Output)
 	// the cast nodes hand their gradients back in the original dtype
@@ -138,7 +138,7 @@ func backward(t *timer, g *graph.Graph, op *graph.Op, run train.OpRun, s train.S
 			t.kernel(vector, run.In, out, out*e)
 		}
 	case graph.Attention:
-		attentionBackward(t, g, op, run, s)
+		attentionBackward(t, g, op, run)
 	case graph.Embedding:
 		// embedding_dense_backward: the weight's gradient zeroed, the
 		// indices sorted, the rows accumulated
@@ -235,7 +235,7 @@ func attentionDims(g *graph.Graph, op *graph.Op) (bh, l, s, d float64) {
 // products of that size where the forward does two (FlashAttention-2, Dao
 // 2023, §3.2). The math path materialises the [B, H, L, S] scores and
 // probabilities and runs each step as its own kernel.
-func attentionForward(t *timer, g *graph.Graph, op *graph.Op, run train.OpRun, s train.Setup) {
+func attentionForward(t *timer, g *graph.Graph, op *graph.Op, run train.OpRun) {
 	bh, l, sl, d := attentionDims(g, op)
 	e := size(run.In)
 	qkvo := (2*bh*l*d + 2*numel(g, op.Inputs[1])) * e
@@ -248,26 +248,29 @@ func attentionForward(t *timer, g *graph.Graph, op *graph.Op, run train.OpRun, s
 		t.kernel(gemm, run.In, f, qkvo+bh*l*4)
 	default:
 		scores := bh * l * sl
-		pe := e
-		if run.Kernel == train.AttentionEager && s.Precision != train.FP32 {
-			if _, amp := s.Precision.Autocast(); amp {
-				pe = 4 // softmax runs in float32 under autocast
-			}
+		// the products run in the simulation's dtype (the math kernel may
+		// upcast half inputs), softmax in its own
+		ce, pe := size(run.Scores), size(run.Probs)
+		if run.Scores != run.In {
+			t.kernels(3, vector, run.In, 0, (2*bh*l*d+2*numel(g, op.Inputs[1]))*(e+ce)) // the upcast copies
 		}
-		t.kernel(vector, run.In, 0, 2*bh*l*d*e)                 // the scaled copy of q
-		t.kernel(gemm, run.In, 2*scores*d, 2*bh*l*d*e+scores*e) // q·kᵀ
+		t.kernel(vector, run.Scores, 0, 2*bh*l*d*ce)                  // the scaled copy of q
+		t.kernel(gemm, run.Scores, 2*scores*d, 2*bh*l*d*ce+scores*ce) // q·kᵀ
 		if op.Attr.Causal {
-			t.kernel(vector, run.In, 0, 2*scores*e) // the mask
+			t.kernel(vector, run.Scores, 0, 2*scores*ce) // the mask
 		}
-		t.kernel(vector, run.In, 0, scores*(e+pe)) // softmax
+		t.kernel(vector, run.Scores, 0, scores*(ce+pe)) // softmax
 		if op.Attr.P > 0 {
-			t.kernel(vector, run.In, 0, scores*(2*pe+1))
+			t.kernel(vector, run.Scores, 0, scores*(2*pe+1))
 		}
-		t.kernel(gemm, run.In, 2*scores*d, scores*e+2*bh*sl*d*e) // p·v
+		if pe != ce {
+			t.kernel(vector, run.Scores, 0, scores*(pe+ce)) // the probabilities cast back
+		}
+		t.kernel(gemm, run.Scores, 2*scores*d, scores*ce+2*bh*sl*d*ce) // p·v
 	}
 }
 
-func attentionBackward(t *timer, g *graph.Graph, op *graph.Op, run train.OpRun, s train.Setup) {
+func attentionBackward(t *timer, g *graph.Graph, op *graph.Op, run train.OpRun) {
 	bh, l, sl, d := attentionDims(g, op)
 	e := size(run.In)
 	qkvo := (2*bh*l*d + 2*numel(g, op.Inputs[1])) * e
@@ -281,12 +284,13 @@ func attentionBackward(t *timer, g *graph.Graph, op *graph.Op, run train.OpRun, 
 		t.kernel(gemm, run.In, f, 2*qkvo+bh*l*d*4+bh*l*4) // dq (float32 accumulator), dk, dv
 	default:
 		scores := bh * l * sl
-		t.kernels(2, gemm, run.In, 4*scores*d, 2*scores*e+4*bh*sl*d*e) // dp, dv
+		ce, pe := size(run.Scores), size(run.Probs)
+		t.kernels(2, gemm, run.Scores, 4*scores*d, 2*scores*ce+4*bh*sl*d*ce) // dp, dv
 		if op.Attr.P > 0 {
-			t.kernel(vector, run.In, 0, scores*(2*e+1))
+			t.kernel(vector, run.Scores, 0, scores*(2*pe+1))
 		}
-		t.kernel(vector, run.In, 0, 3*scores*e)                       // softmax backward
-		t.kernels(2, gemm, run.In, 4*scores*d, 2*scores*e+4*bh*l*d*e) // dq, dk
-		t.kernel(vector, run.In, 0, 2*bh*l*d*e)                       // the scale
+		t.kernel(vector, run.Scores, 0, 3*scores*pe)                        // softmax backward
+		t.kernels(2, gemm, run.Scores, 4*scores*d, 2*scores*ce+4*bh*l*d*ce) // dq, dk
+		t.kernel(vector, run.Scores, 0, 2*bh*l*d*ce)                        // the scale
 	}
 }

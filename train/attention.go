@@ -105,6 +105,7 @@ func mathAttentionForward(c *fwdCtx, b, h, l, s int64, eager bool) {
 	if pythonOps && m.sim.amp {
 		pdt = graph.F32
 	}
+	m.run.Scores, m.run.Probs = cdt, pdt
 	probs := c.local(ns*pdt.Size(), trace.Activation)
 	c.save(value{st: probs})
 	c.drop(scores)

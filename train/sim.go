@@ -176,8 +176,12 @@ type OpRun struct {
 	// In is the dtype the kernel computed in: its first operand after
 	// autocast (or its weight, for ops without operands); Out its output's.
 	In, Out graph.DType
-	// Kernel is the attention kernel the dispatcher picked (attention ops).
-	Kernel Attention
+	// Kernel is the attention kernel the dispatcher picked (attention ops);
+	// for the math and eager kernels, Scores is the dtype the products run
+	// in (the math kernel may upcast) and Probs the softmax's (float32
+	// under autocast for Python-level ops).
+	Kernel        Attention
+	Scores, Probs graph.DType
 	// InputCasts marks the operands (bit j for Inputs[j]) autocast copied
 	// from CastFrom into In: their size follows the batch. ParamCasts
 	// counts the copies of parameters the op made (the first use in an
