@@ -267,7 +267,7 @@ func (pl *planner) accumulations() error {
 	n := o.GlobalBatch
 	a0 := o.Base.Setup.Accumulate
 	if n%int64(a0) != 0 {
-		a0 = 1
+		return fmt.Errorf("the global batch %d is not a multiple of the current accumulation %d: give the current setup as a micro-batch and accumulation whose product it is", n, a0)
 	}
 	pl.base = Candidate{Precision: o.Base.Setup.Precision, Checkpoint: o.Base.Setup.Checkpoint, Impl: o.Base.Setup.Optimizer.Impl,
 		Expandable: o.Base.Alloc.ExpandableSegments, Accumulate: a0, MicroBatch: n / int64(a0)}
@@ -675,26 +675,16 @@ func (pl *planner) search(cb *combo) error {
 				return err
 			}
 			if q != nil && q.Fits {
-				return pl.bisect(cb, hi, q, true)
+				_, _, err := pl.bisect(cb, hi, q, true)
+				return err
 			}
 		}
 		return nil
 	}
-	lo, fitAt, fit := -1, hi, p
-	var loPlan *Plan
-	for fitAt-lo > 1 {
-		mid := (lo + fitAt) / 2
-		p, err := pl.probe(cb, mid, exp0)
-		if err != nil {
-			return err
-		}
-		if p != nil && p.Fits {
-			fitAt, fit = mid, p
-		} else {
-			lo, loPlan = mid, p
-		}
+	lo, loPlan, err := pl.bisect(cb, hi, p, exp0)
+	if err != nil {
+		return err
 	}
-	pl.keep(fit)
 	// expandable segments leave less reserved but unused: a larger
 	// micro-batch may fit with them
 	if rescue && lo >= 0 && loPlan != nil && pl.fitsFloor(loPlan) {
@@ -703,31 +693,34 @@ func (pl *planner) search(cb *combo) error {
 			return err
 		}
 		if q != nil && q.Fits {
-			return pl.bisect(cb, lo, q, true)
+			_, _, err := pl.bisect(cb, lo, q, true)
+			return err
 		}
 	}
 	return nil
 }
 
 // bisect finds the smallest accumulation at or below index at (which
-// fits, as plan p) that fits with the allocator setting given, keeps it,
-// and returns.
-func (pl *planner) bisect(cb *combo, at int, p *Plan, expandable bool) error {
+// fits, as plan p) that fits with the allocator setting given, and keeps
+// it. It returns the index just below, which does not fit (-1 when none
+// is), and that index's prediction (nil when it was ruled out without one).
+func (pl *planner) bisect(cb *combo, at int, p *Plan, expandable bool) (int, *Plan, error) {
 	lo, fitAt, fit := -1, at, p
+	var loPlan *Plan
 	for fitAt-lo > 1 {
 		mid := (lo + fitAt) / 2
 		q, err := pl.probe(cb, mid, expandable)
 		if err != nil {
-			return err
+			return 0, nil, err
 		}
 		if q != nil && q.Fits {
 			fitAt, fit = mid, q
 		} else {
-			lo = mid
+			lo, loPlan = mid, q
 		}
 	}
 	pl.keep(fit)
-	return nil
+	return lo, loPlan, nil
 }
 
 // keptAt is the kept plan of the same precision and checkpointing as cb

@@ -216,6 +216,11 @@ func TestBadInput(t *testing.T) {
 	if _, err := Run(Options{Base: request(src, 8, s, 1<<40), GlobalBatch: -4}); err == nil {
 		t.Error("a negative global batch accepted")
 	}
+	acc := s
+	acc.Accumulate = 2
+	if _, err := Run(Options{Base: request(src, 8, acc, 1<<40), GlobalBatch: 7}); err == nil || !strings.Contains(err.Error(), "not a multiple") {
+		t.Errorf("a global batch of 7 with accumulation 2: %v", err)
+	}
 	if _, err := ParseLevers("accumulate,precisoin"); err == nil || !strings.Contains(err.Error(), `did you mean precision`) {
 		t.Errorf("unknown lever: %v", err)
 	}
