@@ -58,6 +58,28 @@ func TestSkippedRepeatsEqualReplayed(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
+				if conf == "" {
+					// An observed replay of the compact trace sees every
+					// event of the sequence, in order, and the allocator's
+					// own account by category adds up to what is allocated.
+					seen, bad := 0, 0
+					obs, err := alloc.Replay(tr, c, dev, alloc.ReplayOptions{Segments: true, Observe: func(o alloc.Observation) {
+						var sum int64
+						for _, n := range o.ByCategory {
+							sum += n
+						}
+						if o.Event != seen || sum != o.Allocated || *o.E != plain.Events[o.Event] {
+							bad++
+						}
+						seen++
+					}})
+					if err != nil {
+						t.Fatal(err)
+					}
+					if seen != plain.Len() || bad > 0 || obs.Skipped != 0 || !reflect.DeepEqual(obs, full) {
+						t.Errorf("%s: observed %d of %d events, %d wrong, %d skipped", m.Name, seen, plain.Len(), bad, obs.Skipped)
+					}
+				}
 				cases++
 				if fast.Skipped > 0 {
 					skipped++

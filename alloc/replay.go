@@ -15,6 +15,22 @@ type ReplayOptions struct {
 	// Timeline.Segments (a copy of the whole allocator state, so off by
 	// default: searches replay many traces and need only the figures).
 	Segments bool
+	// Observe, when set, is called after every event with the event and
+	// the allocator's state; charts draw the step from it without keeping
+	// a sample per event. Like Record, it turns off skipping repeated
+	// runs: every event is replayed.
+	Observe func(Observation)
+}
+
+// Observation is the allocator state after one event, for
+// ReplayOptions.Observe. ByCategory is the allocator's own account (block
+// bytes, rounded as it rounds them) and is valid only during the call.
+type Observation struct {
+	Event      int
+	E          *trace.Event
+	Allocated  int64
+	Reserved   int64
+	ByCategory *[trace.NumCategories]int64
 }
 
 // Sample is the allocator state after one event.
@@ -85,7 +101,7 @@ func Replay(t *trace.Trace, cfg Config, dev Device, opts ReplayOptions) (*Timeli
 	// Repetitions are skipped when the state comes back (repeat.go); a
 	// recorded replay needs every event, and the garbage collector's
 	// counters never come back.
-	skipping := !opts.Record && !rp.a.gcOn
+	skipping := !opts.Record && opts.Observe == nil && !rp.a.gcOn
 	var seen stateLog
 	ri := 0
 	for i := range t.Events {
@@ -216,6 +232,9 @@ func (rp *replayer) event(e *trace.Event) (done bool, err error) {
 	}
 	if rp.opts.Record {
 		tl.Samples = append(tl.Samples, Sample{Event: i, Allocated: a.allocated, Reserved: a.reserved})
+	}
+	if rp.opts.Observe != nil {
+		rp.opts.Observe(Observation{Event: i, E: e, Allocated: a.allocated, Reserved: a.reserved, ByCategory: &rp.cat})
 	}
 	if e.Action == trace.StepEnd {
 		closeStep(tl, a, &rp.step, i, false)

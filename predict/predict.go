@@ -52,6 +52,9 @@ type Request struct {
 	Schedule []int64
 	// Record keeps the allocator state after every event.
 	Record bool
+	// Observe is called after every replayed event (see
+	// alloc.ReplayOptions.Observe); the trace is then replayed in full.
+	Observe func(alloc.Observation)
 	// KeepTrace keeps the simulated events in the Result. A trace of a
 	// large model runs to megabytes and a search makes many results, so
 	// by default the events are recycled once replayed.
@@ -169,10 +172,10 @@ func Run(r Request) (*Result, error) {
 	// when the allocator's state comes back); a kept or recorded trace is
 	// written out in full.
 	tr := sim.CompactTrace()
-	if r.KeepTrace || r.Record {
+	if r.KeepTrace || r.Record || r.Observe != nil {
 		tr = sim.Trace()
 	}
-	tl, err := alloc.Replay(tr, r.Alloc, dev, alloc.ReplayOptions{Record: r.Record})
+	tl, err := alloc.Replay(tr, r.Alloc, dev, alloc.ReplayOptions{Record: r.Record, Observe: r.Observe})
 	if err != nil {
 		return nil, err
 	}

@@ -29,12 +29,19 @@ Examples:
   batchfit estimate resnet18 --batch 64,8,32,4 --empty-cache   # a batch-size schedule
   batchfit estimate --model path/to/Llama-3.1-8B/ --batch 4 --seq 4096 --precision bf16-mixed
   batchfit estimate model.onnx --batch 16
+  batchfit estimate gpt2 --batch 8 --timeline gpt2.svg    # memory over the step, as a chart
 `
+
+// timelineBuckets is how many stretches of events a timeline chart draws
+// (up to twice as many): enough for a phase of a small model to show,
+// few enough that a chart of millions of events stays small.
+const timelineBuckets = 160
 
 func runEstimate(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("estimate", stderr, estimateUsage)
 	var j jobFlags
 	j.register(fs, "32")
+	timeline := fs.String("timeline", "", "write allocated (by what it holds) and reserved memory over the simulated steps to this SVG file")
 	r, batches, err := j.job(fs, "estimate", args)
 	if err != nil {
 		return err
@@ -42,9 +49,19 @@ func runEstimate(args []string, stdout, stderr io.Writer) error {
 	if len(batches) > 1 {
 		r.Schedule = batches
 	}
+	var rec *stepRecorder
+	if *timeline != "" {
+		rec = newStepRecorder(timelineBuckets)
+		r.Observe = rec.observe
+	}
 	res, err := predict.Run(r)
 	if err != nil {
 		return err
+	}
+	if rec != nil {
+		if err := writeChart(*timeline, timelineChart(res, rec)); err != nil {
+			return err
+		}
 	}
 	// A job that does not fit ends with the smallest changes that make it
 	// fit, from the planner, with the same criterion as the verdict (no
@@ -67,6 +84,9 @@ func runEstimate(args []string, stdout, stderr io.Writer) error {
 		return writeJSON(stdout, out)
 	}
 	writeEstimate(stdout, res, batches)
+	if rec != nil {
+		fmt.Fprintf(stdout, "\ntimeline chart: %s\n", *timeline)
+	}
 	if sugg != nil {
 		writeSuggestions(stdout, res, sugg)
 	}

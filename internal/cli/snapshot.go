@@ -7,6 +7,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/batchfit/batchfit/alloc"
+	"github.com/batchfit/batchfit/internal/chart"
 	"github.com/batchfit/batchfit/snapshot"
 	"github.com/batchfit/batchfit/trace"
 )
@@ -22,6 +23,7 @@ another PYTORCH_CUDA_ALLOC_CONF would have reserved.
 Examples:
   batchfit snapshot memory.pickle
   batchfit snapshot memory.pickle --alloc-conf expandable_segments:True
+  batchfit snapshot memory.pickle --timeline memory.svg
 `
 
 // SnapshotJSON is the stable JSON form of a snapshot replay.
@@ -62,6 +64,7 @@ func runSnapshot(args []string, stdout, stderr io.Writer) error {
 	whatIf := fs.String("alloc-conf", "expandable_segments:True", "allocator configuration for the what-if replay")
 	device := fs.Int("device", 0, "device index whose trace to replay")
 	top := fs.Int("top", 10, "allocation sites to list")
+	timeline := fs.String("timeline", "", "write allocated and reserved memory over the replay (and reserved under --alloc-conf) to this SVG file")
 	asJSON := fs.Bool("json", false, "print JSON")
 	pos, err := parseArgs(fs, args)
 	if err != nil {
@@ -74,62 +77,16 @@ func runSnapshot(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	conv, err := snap.Convert(*device)
+	an, err := analyzeSnapshot(snap, pos[0], *device, *whatIf, *top, *timeline != "")
 	if err != nil {
-		return fmt.Errorf("%s: %w", pos[0], err)
+		return err
 	}
-	recordedConf := snap.AllocatorSettings.AllocConf
-	cfg, err := alloc.ParseConfig(recordedConf)
-	if err != nil {
-		return fmt.Errorf("%s: the recorded PYTORCH_CUDA_ALLOC_CONF %q: %w", pos[0], recordedConf, err)
-	}
-	wcfg, err := alloc.ParseConfig(*whatIf)
-	if err != nil {
-		return usagef("--alloc-conf %q: %v", *whatIf, err)
-	}
-	// The snapshot does not record the device's size; replay on an
-	// unbounded one, since the program ran (or its OOM is a marker).
-	dev := alloc.Device{Capacity: 1 << 50, Total: 1 << 50}
-	tl, err := alloc.Replay(conv.Trace, cfg, dev, alloc.ReplayOptions{Record: true})
-	if err != nil {
-		return fmt.Errorf("%s: replaying: %w", pos[0], err)
-	}
-	wtl, err := alloc.Replay(conv.Trace, wcfg, dev, alloc.ReplayOptions{})
-	if err != nil {
-		return fmt.Errorf("%s: replaying with %s: %w", pos[0], *whatIf, err)
-	}
-	out := SnapshotJSON{File: pos[0], Events: len(conv.Trace.Events), AllocConf: recordedConf, PeakAllocatedBytes: tl.PeakAllocated,
-		PeakReservedBytes: tl.PeakReserved, ReplaySegmentAllocs: tl.Final.NumDeviceAlloc, ReplayReservedBytes: tl.Final.Reserved,
-		WhatIfConf: *whatIf, WhatIfReservedBytes: wtl.PeakReserved, Warnings: conv.Warnings}
-	for _, s := range tl.Samples {
-		out.MaxFragmentationBytes = max(out.MaxFragmentationBytes, s.Reserved-s.Allocated)
-	}
-	// Ten points spread over the replay, each the worst fragmentation in
-	// its stretch of events.
-	if n := len(tl.Samples); n > 0 {
-		points := min(10, n)
-		for p := 0; p < points; p++ {
-			lo, hi := p*n/points, (p+1)*n/points
-			best := tl.Samples[lo]
-			for _, s := range tl.Samples[lo:hi] {
-				if s.Reserved-s.Allocated > best.Reserved-best.Allocated {
-					best = s
-				}
-			}
-			out.Fragmentation = append(out.Fragmentation, FragJSON{best.Event, best.Allocated, best.Reserved, best.Reserved - best.Allocated})
+	if *timeline != "" {
+		if err := writeChart(*timeline, an.chart()); err != nil {
+			return err
 		}
 	}
-	for _, e := range conv.Segments {
-		if e.Action == "segment_alloc" || e.Action == "segment_map" {
-			out.RecordedSegmentAllocs++
-		}
-	}
-	for _, s := range snap.Segments {
-		if s.Device == *device {
-			out.RecordedReservedBytes += s.TotalSize
-		}
-	}
-	out.TopSites = sitesAtPeak(conv.Trace, tl.PeakAllocatedEvent, *top)
+	out, tl, wtl, recordedConf := an.out, an.tl, an.wtl, an.out.AllocConf
 	if *asJSON {
 		return writeJSON(stdout, out)
 	}
@@ -168,7 +125,93 @@ func runSnapshot(args []string, stdout, stderr io.Writer) error {
 	for _, w := range out.Warnings {
 		fmt.Fprintf(stdout, "warning: %s\n", w)
 	}
+	if *timeline != "" {
+		fmt.Fprintf(stdout, "\ntimeline chart: %s\n", *timeline)
+	}
 	return nil
+}
+
+// snapshotAnalysis is a snapshot replayed with its recorded allocator
+// settings and with another, for the command line and the web page.
+type snapshotAnalysis struct {
+	out      SnapshotJSON
+	tl, wtl  *alloc.Timeline
+	rec, wrc *stepRecorder
+}
+
+func (a *snapshotAnalysis) chart() *chart.Chart {
+	return snapshotChart(a.out.File, a.rec, a.tl, a.out.TopSites, a.out.WhatIfConf, a.wrc)
+}
+
+// analyzeSnapshot replays device's trace of snap (read from name) with the
+// recorded allocator settings and with whatIf; with charts it also keeps
+// both replays' state over the events.
+func analyzeSnapshot(snap *snapshot.Snapshot, name string, device int, whatIf string, top int, charts bool) (*snapshotAnalysis, error) {
+	conv, err := snap.Convert(device)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	recordedConf := snap.AllocatorSettings.AllocConf
+	cfg, err := alloc.ParseConfig(recordedConf)
+	if err != nil {
+		return nil, fmt.Errorf("%s: the recorded PYTORCH_CUDA_ALLOC_CONF %q: %w", name, recordedConf, err)
+	}
+	wcfg, err := alloc.ParseConfig(whatIf)
+	if err != nil {
+		return nil, usagef("--alloc-conf %q: %v", whatIf, err)
+	}
+	an := &snapshotAnalysis{}
+	opts, wopts := alloc.ReplayOptions{Record: true}, alloc.ReplayOptions{}
+	if charts {
+		an.rec, an.wrc = newStepRecorder(timelineBuckets), newStepRecorder(timelineBuckets)
+		opts.Observe, wopts.Observe = an.rec.observe, an.wrc.observe
+	}
+	// The snapshot does not record the device's size; replay on an
+	// unbounded one, since the program ran (or its OOM is a marker).
+	dev := alloc.Device{Capacity: 1 << 50, Total: 1 << 50}
+	tl, err := alloc.Replay(conv.Trace, cfg, dev, opts)
+	if err != nil {
+		return nil, fmt.Errorf("%s: replaying: %w", name, err)
+	}
+	wtl, err := alloc.Replay(conv.Trace, wcfg, dev, wopts)
+	if err != nil {
+		return nil, fmt.Errorf("%s: replaying with %s: %w", name, whatIf, err)
+	}
+	an.tl, an.wtl = tl, wtl
+	out := SnapshotJSON{File: name, Events: len(conv.Trace.Events), AllocConf: recordedConf, PeakAllocatedBytes: tl.PeakAllocated,
+		PeakReservedBytes: tl.PeakReserved, ReplaySegmentAllocs: tl.Final.NumDeviceAlloc, ReplayReservedBytes: tl.Final.Reserved,
+		WhatIfConf: whatIf, WhatIfReservedBytes: wtl.PeakReserved, Warnings: conv.Warnings}
+	for _, s := range tl.Samples {
+		out.MaxFragmentationBytes = max(out.MaxFragmentationBytes, s.Reserved-s.Allocated)
+	}
+	// Ten points spread over the replay, each the worst fragmentation in
+	// its stretch of events.
+	if n := len(tl.Samples); n > 0 {
+		points := min(10, n)
+		for p := 0; p < points; p++ {
+			lo, hi := p*n/points, (p+1)*n/points
+			best := tl.Samples[lo]
+			for _, s := range tl.Samples[lo:hi] {
+				if s.Reserved-s.Allocated > best.Reserved-best.Allocated {
+					best = s
+				}
+			}
+			out.Fragmentation = append(out.Fragmentation, FragJSON{best.Event, best.Allocated, best.Reserved, best.Reserved - best.Allocated})
+		}
+	}
+	for _, e := range conv.Segments {
+		if e.Action == "segment_alloc" || e.Action == "segment_map" {
+			out.RecordedSegmentAllocs++
+		}
+	}
+	for _, s := range snap.Segments {
+		if s.Device == device {
+			out.RecordedReservedBytes += s.TotalSize
+		}
+	}
+	out.TopSites = sitesAtPeak(conv.Trace, tl.PeakAllocatedEvent, top)
+	an.out = out
+	return an, nil
 }
 
 func signed(n int64) string {

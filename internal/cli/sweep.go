@@ -18,6 +18,7 @@ FROM:TO doubling (1:256) or FROM:TO:STEP (8:64:8). MODEL takes every form
 Examples:
   batchfit sweep resnet50 --batch 1:256 --gpu a100-40gb
   batchfit sweep gpt2 --batch 1:32 --seq 1024 --precision bf16-mixed --csv
+  batchfit sweep resnet50 --batch 1:512 --gpu a100-40gb --svg resnet50.svg
 `
 
 func runSweep(args []string, stdout, stderr io.Writer) error {
@@ -25,6 +26,7 @@ func runSweep(args []string, stdout, stderr io.Writer) error {
 	var j jobFlags
 	j.register(fs, "1:256")
 	asCSV := fs.Bool("csv", false, "print CSV")
+	svg := fs.String("svg", "", "also write the chart of memory (and step time) over batch size to this SVG file")
 	r, batches, err := j.job(fs, "sweep", args)
 	if err != nil {
 		return err
@@ -32,6 +34,11 @@ func runSweep(args []string, stdout, stderr io.Writer) error {
 	pts, err := solve.Sweep(r, batches)
 	if err != nil {
 		return err
+	}
+	if *svg != "" {
+		if err := writeChart(*svg, sweepChart(pts)); err != nil {
+			return err
+		}
 	}
 	switch {
 	case j.json:
@@ -91,5 +98,8 @@ func runSweep(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintln(stdout, "\nstep time and throughput: the roofline step-time model, a bound to compare batches with (docs/accuracy.md)")
 	}
 	fmt.Fprintf(stdout, "\nGPU capacity %s (%s)\n", fmtBytes(pts[0].Result.GPU.Capacity), pts[0].Result.GPU.Marketing)
+	if *svg != "" {
+		fmt.Fprintf(stdout, "chart: %s\n", *svg)
+	}
 	return nil
 }
