@@ -4,9 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -47,10 +45,12 @@ func (c *Checkpoint) Tensors() int {
 // FindCheckpoint returns the weights in a model directory, the way
 // from_pretrained looks for them: model.safetensors, else
 // model.safetensors.index.json; "" when there are neither.
-func FindCheckpoint(dir string) (string, error) {
+func FindCheckpoint(dir string) (string, error) { return findCheckpoint(osFiles{}, dir) }
+
+func findCheckpoint(fsys fs.FS, dir string) (string, error) {
 	for _, name := range []string{WeightsName, WeightsIndexName} {
 		p := filepath.Join(dir, name)
-		st, err := os.Stat(p)
+		st, err := fs.Stat(fsys, p)
 		if err == nil {
 			if st.IsDir() {
 				return "", fmt.Errorf("%s is a directory", p)
@@ -66,11 +66,13 @@ func FindCheckpoint(dir string) (string, error) {
 
 // ReadCheckpoint reads the headers of a safetensors checkpoint: path is a
 // .safetensors file or a sharded checkpoint's index (a .json file).
-func ReadCheckpoint(path string) (*Checkpoint, error) {
+func ReadCheckpoint(path string) (*Checkpoint, error) { return readCheckpoint(osFiles{}, path) }
+
+func readCheckpoint(fsys fs.FS, path string) (*Checkpoint, error) {
 	if strings.HasSuffix(path, ".json") {
-		return ReadIndex(path)
+		return readIndex(fsys, path)
 	}
-	h, err := ReadHeader(path)
+	h, err := readHeader(fsys, path)
 	if err != nil {
 		return nil, err
 	}
@@ -82,18 +84,12 @@ func ReadCheckpoint(path string) (*Checkpoint, error) {
 // the index's directory and must stay inside it. Every tensor of the
 // weight_map must be in the shard it names, and every tensor of a shard
 // must be listed there, against that shard.
-func ReadIndex(path string) (*Checkpoint, error) {
-	f, err := os.Open(path)
+func ReadIndex(path string) (*Checkpoint, error) { return readIndex(osFiles{}, path) }
+
+func readIndex(fsys fs.FS, path string) (*Checkpoint, error) {
+	data, err := readAll(fsys, path, MaxIndexSize, "a safetensors index")
 	if err != nil {
 		return nil, err
-	}
-	data, err := io.ReadAll(io.LimitReader(f, MaxIndexSize+1))
-	f.Close()
-	if err != nil {
-		return nil, fmt.Errorf("reading %s: %w", path, err)
-	}
-	if len(data) > MaxIndexSize {
-		return nil, fmt.Errorf("%s: larger than %d bytes: not a safetensors index", path, MaxIndexSize)
 	}
 	var index struct {
 		WeightMap map[string]string `json:"weight_map"`
@@ -119,7 +115,7 @@ func ReadIndex(path string) (*Checkpoint, error) {
 	sort.Strings(names)
 	ck := &Checkpoint{Path: path, WeightMap: index.WeightMap}
 	for _, shard := range names {
-		h, err := ReadHeader(filepath.Join(dir, shard))
+		h, err := readHeader(fsys, filepath.Join(dir, shard))
 		if err != nil {
 			return nil, fmt.Errorf("%s: shard %w", path, err)
 		}

@@ -3,8 +3,7 @@ package hf
 import (
 	"encoding/json"
 	"fmt"
-	"io"
-	"os"
+	"io/fs"
 	"sort"
 	"strconv"
 	"strings"
@@ -68,15 +67,12 @@ type Config struct {
 
 // LoadConfig reads a Hugging Face config.json (at most MaxConfigSize
 // bytes) and converts it; see ParseConfig.
-func LoadConfig(path string) (*Config, error) {
-	f, err := os.Open(path)
+func LoadConfig(path string) (*Config, error) { return loadConfig(osFiles{}, path) }
+
+func loadConfig(fsys fs.FS, path string) (*Config, error) {
+	data, err := readAll(fsys, path, MaxConfigSize, "a config.json")
 	if err != nil {
 		return nil, err
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, MaxConfigSize+1))
-	if err != nil {
-		return nil, fmt.Errorf("reading %s: %w", path, err)
 	}
 	return ParseConfig(data, path)
 }

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"regexp"
 	"sort"
@@ -74,8 +73,15 @@ type Exclusion struct {
 // for longer sequences explicitly.
 // A vit model has no sequence length (0): it takes an image, of
 // image_size unless models.Config.Image says otherwise.
-func Open(path string) (*Model, error) {
-	st, err := os.Stat(path)
+func Open(path string) (*Model, error) { return OpenFS(osFiles{}, path) }
+
+// OpenFS is Open over the files of fsys: path names a config.json or a
+// directory in it. A safetensors file in fsys need hold only its header:
+// the size its Stat reports is what the header is checked against, so a
+// model directory's headers uploaded without their data open as the
+// directory would.
+func OpenFS(fsys fs.FS, path string) (*Model, error) {
+	st, err := fs.Stat(fsys, path)
 	if err != nil {
 		return nil, err
 	}
@@ -83,7 +89,7 @@ func Open(path string) (*Model, error) {
 	if st.IsDir() {
 		dir, cfgPath = path, filepath.Join(path, ConfigName)
 	}
-	cfg, err := LoadConfig(cfgPath)
+	cfg, err := loadConfig(fsys, cfgPath)
 	if dir != "" && errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("%s: not a model directory: no %s", dir, ConfigName)
 	}
@@ -94,11 +100,11 @@ func Open(path string) (*Model, error) {
 	if dir == "" {
 		return m, nil
 	}
-	wpath, err := FindCheckpoint(dir)
+	wpath, err := findCheckpoint(fsys, dir)
 	if err != nil || wpath == "" {
 		return m, err
 	}
-	if m.Checkpoint, err = ReadCheckpoint(wpath); err != nil {
+	if m.Checkpoint, err = readCheckpoint(fsys, wpath); err != nil {
 		return nil, err
 	}
 	m.Tally = cfg.Count(m.Checkpoint)

@@ -418,3 +418,65 @@ func TestOpenLlamaFamilies(t *testing.T) {
 		})
 	}
 }
+
+// A model directory given as its files' headers alone opens as the
+// directory on disk does; a header cut short is an error naming the file.
+func TestOpenHeaders(t *testing.T) {
+	dir := modelDir(t, tinyLlama(), nil)
+	ts := tinyLlamaTensors("F16")
+	shards := [][]st{ts[:9], ts[9:]}
+	weightMap := map[string]string{}
+	up := &Headers{Dir: "tiny-llama", Files: map[string]HeaderFile{}}
+	cfg, err := os.ReadFile(filepath.Join(dir, ConfigName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	up.Files[ConfigName] = HeaderFile{Data: cfg, Size: int64(len(cfg))}
+	for i, s := range shards {
+		name := fmt.Sprintf("model-%05d-of-00002.safetensors", i+1)
+		writeST(t, filepath.Join(dir, name), s...)
+		for _, x := range s {
+			weightMap[x.name] = name
+		}
+		hdr, n := stHeader(t, s, map[string]string{"format": "pt"})
+		up.Files[name] = HeaderFile{Data: stBytes(hdr, 0), Size: int64(8+len(hdr)) + n}
+	}
+	index := mustJSON(t, map[string]any{"weight_map": weightMap})
+	if err := os.WriteFile(filepath.Join(dir, WeightsIndexName), index, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	up.Files[WeightsIndexName] = HeaderFile{Data: index, Size: int64(len(index))}
+	disk, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mem, err := OpenFS(up, "tiny-llama")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if mem.Name() != disk.Name() || mem.ParamCount != disk.ParamCount || mem.Tally.Params != disk.Tally.Params ||
+		mem.StoredDType != disk.StoredDType || len(mem.Checkpoint.Files) != 2 {
+		t.Errorf("from headers %s %d %d %s, from disk %s %d %d %s", mem.Name(), mem.ParamCount, mem.Tally.Params, mem.StoredDType,
+			disk.Name(), disk.ParamCount, disk.Tally.Params, disk.StoredDType)
+	}
+	// A size smaller than the tensors' end is a truncated file.
+	name := "model-00002-of-00002.safetensors"
+	f := up.Files[name]
+	up.Files[name] = HeaderFile{Data: f.Data, Size: f.Size - 1}
+	if _, err := OpenFS(up, "tiny-llama"); err == nil || !strings.Contains(err.Error(), "truncated") || !strings.Contains(err.Error(), name) {
+		t.Errorf("short file: %v", err)
+	}
+	// Fewer bytes than the header's length says.
+	up.Files[name] = HeaderFile{Data: f.Data[:len(f.Data)-3], Size: f.Size}
+	if _, err := OpenFS(up, "tiny-llama"); err == nil || !strings.Contains(err.Error(), name) {
+		t.Errorf("cut header: %v", err)
+	}
+	delete(up.Files, name)
+	if _, err := OpenFS(up, "tiny-llama"); err == nil || !strings.Contains(err.Error(), name) {
+		t.Errorf("missing shard: %v", err)
+	}
+	delete(up.Files, ConfigName)
+	if _, err := OpenFS(up, "tiny-llama"); err == nil || !strings.Contains(err.Error(), "no config.json") {
+		t.Errorf("no config: %v", err)
+	}
+}

@@ -7,8 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"math/bits"
-	"os"
 	"sort"
 	"strings"
 
@@ -122,8 +122,10 @@ func (h *Header) DataSize() int64 {
 // ReadHeader reads the header of the safetensors file at path: the 8-byte
 // length and the JSON it announces, never the tensors' data. The file's
 // size is checked against the data the header describes.
-func ReadHeader(path string) (*Header, error) {
-	f, err := os.Open(path)
+func ReadHeader(path string) (*Header, error) { return readHeader(osFiles{}, path) }
+
+func readHeader(fsys fs.FS, path string) (*Header, error) {
+	f, err := fsys.Open(path)
 	if err != nil {
 		return nil, err
 	}
@@ -135,7 +137,11 @@ func ReadHeader(path string) (*Header, error) {
 	if !st.Mode().IsRegular() {
 		return nil, fmt.Errorf("%s: not a regular file", path)
 	}
-	h, err := ParseHeader(f, st.Size())
+	ra, ok := f.(io.ReaderAt)
+	if !ok {
+		return nil, fmt.Errorf("%s: cannot be read at an offset", path)
+	}
+	h, err := ParseHeader(ra, st.Size())
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
