@@ -2,14 +2,14 @@ package cli
 
 import (
 	"fmt"
-	"io"
 	"text/tabwriter"
 
 	"github.com/batchfit/batchfit/gpu"
 	"github.com/batchfit/batchfit/models"
 )
 
-func runModels(args []string, stdout, stderr io.Writer) error {
+func runModels(e *env, args []string) error {
+	stdout, stderr := e.stdout, e.stderr
 	fs := newFlagSet("models", stderr, "usage: batchfit models [--json]\n\nLists the built-in zoo.\n")
 	asJSON := fs.Bool("json", false, "print JSON")
 	if _, err := parseArgs(fs, args); err != nil {
@@ -46,7 +46,8 @@ func runModels(args []string, stdout, stderr io.Writer) error {
 	return tw.Flush()
 }
 
-func runGPUs(args []string, stdout, stderr io.Writer) error {
+func runGPUs(e *env, args []string) error {
+	stdout, stderr := e.stdout, e.stderr
 	fs := newFlagSet("gpus", stderr, "usage: batchfit gpus [--json]\n\nLists the GPU catalog.\n")
 	asJSON := fs.Bool("json", false, "print JSON")
 	if _, err := parseArgs(fs, args); err != nil {

@@ -279,11 +279,18 @@ func snapshotChart(name string, rec *stepRecorder, tl *alloc.Timeline, top []Sit
 	return c
 }
 
-// writeChart renders c to path.
-func writeChart(path string, c *chart.Chart) error {
+// writeChart renders c to path, or to the web request's response.
+func (e *env) writeChart(path string, c *chart.Chart) error {
 	svg, err := c.SVG()
 	if err != nil {
 		return err
+	}
+	if e.chart != nil {
+		_, err := e.chart.Write(svg)
+		return err
+	}
+	if e.web {
+		return fmt.Errorf("a web request draws no chart to a file")
 	}
 	if err := os.WriteFile(path, svg, 0o644); err != nil {
 		return fmt.Errorf("writing %s: %w", path, err)

@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"github.com/batchfit/batchfit/models"
+	"github.com/batchfit/batchfit/predict"
+	"github.com/batchfit/batchfit/snapshot"
 )
 
 const mainUsage = `batchfit predicts, explains and watches the GPU memory of PyTorch training.
@@ -28,10 +30,31 @@ Commands:
 Run 'batchfit <command> -h' for a command's flags and examples.
 `
 
-type command func(args []string, stdout, stderr io.Writer) error
+type command func(e *env, args []string) error
 
 // Stdin is where commands that read standard input read it.
 var Stdin io.Reader = os.Stdin
+
+// env is where a command reads and writes. On the command line it is the
+// process' standard streams and files; the web page runs the same
+// commands with what a request uploaded in place of files, and never lets
+// them open a path or read the environment.
+type env struct {
+	stdin          io.Reader
+	stdout, stderr io.Writer
+	// web is set for a command run for the web page: a model is a zoo
+	// name or the upload in source, never a path, and the allocator
+	// configuration is the request's, not the server's environment.
+	web bool
+	// source is an uploaded model (web only).
+	source predict.Source
+	// snap and snapName are an uploaded snapshot (web only).
+	snap     *snapshot.Snapshot
+	snapName string
+	// chart receives the chart a command draws instead of the file its
+	// flag names (web only).
+	chart io.Writer
+}
 
 var commands = map[string]command{
 	"estimate": runEstimate,
@@ -40,9 +63,7 @@ var commands = map[string]command{
 	"plan":     runPlan,
 	"models":   runModels,
 	"gpus":     runGPUs,
-	"oom": func(args []string, stdout, stderr io.Writer) error {
-		return runOOM(args, Stdin, stdout, stderr)
-	},
+	"oom":      runOOM,
 	"snapshot": runSnapshot,
 	"validate": runValidate,
 }
@@ -71,7 +92,7 @@ func Run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, msg+" (run 'batchfit -h')")
 		return 2
 	}
-	if err := safeRun(cmd, args[1:], stdout, stderr); err != nil {
+	if err := safeRun(cmd, &env{stdin: Stdin, stdout: stdout, stderr: stderr}, args[1:]); err != nil {
 		if err.Error() == "flag: help requested" {
 			return 0
 		}
@@ -86,11 +107,11 @@ func Run(args []string, stdout, stderr io.Writer) int {
 
 // safeRun turns a panic in a command into an error, so a bug shows as a
 // message rather than a stack trace.
-func safeRun(cmd command, args []string, stdout, stderr io.Writer) (err error) {
+func safeRun(cmd command, e *env, args []string) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("internal error: %v (please report it)", r)
 		}
 	}()
-	return cmd(args, stdout, stderr)
+	return cmd(e, args)
 }

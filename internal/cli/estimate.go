@@ -37,9 +37,10 @@ Examples:
 // few enough that a chart of millions of events stays small.
 const timelineBuckets = 160
 
-func runEstimate(args []string, stdout, stderr io.Writer) error {
+func runEstimate(e *env, args []string) error {
+	stdout, stderr := e.stdout, e.stderr
 	fs := newFlagSet("estimate", stderr, estimateUsage)
-	var j jobFlags
+	j := jobFlags{e: e}
 	j.register(fs, "32")
 	timeline := fs.String("timeline", "", "write allocated (by what it holds) and reserved memory over the simulated steps to this SVG file")
 	r, batches, err := j.job(fs, "estimate", args)
@@ -59,7 +60,7 @@ func runEstimate(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	if rec != nil {
-		if err := writeChart(*timeline, timelineChart(res, rec)); err != nil {
+		if err := e.writeChart(*timeline, timelineChart(res, rec)); err != nil {
 			return err
 		}
 	}

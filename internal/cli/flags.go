@@ -34,6 +34,7 @@ func IsUsage(err error) bool {
 // jobFlags are the flags that describe a training job, shared by estimate,
 // sweep and maxbatch.
 type jobFlags struct {
+	e             *env
 	model         string
 	batch         string
 	seq           int64
@@ -163,14 +164,32 @@ func parseBatches(s string) ([]int64, error) {
 // request builds a prediction request from the flags and the model
 // argument.
 func (j *jobFlags) request(model string) (predict.Request, error) {
-	var r predict.Request
 	if model == "" {
-		return r, usagef("no model given: name one from 'batchfit models' or give a path (.yaml, config.json, model directory)")
+		return predict.Request{}, usagef("no model given: name one from 'batchfit models' or give a path (.yaml, config.json, model directory)")
 	}
-	src, err := resolveSource(model)
-	if err != nil {
-		return r, err
+	var src predict.Source
+	if j.web() {
+		// A web request names a zoo model or uploads one; it never names a
+		// file of the server's.
+		m, err := models.Lookup(model)
+		if err != nil {
+			return predict.Request{}, usageError{err}
+		}
+		src = predict.Zoo{M: m}
+	} else {
+		var err error
+		if src, err = resolveSource(model); err != nil {
+			return predict.Request{}, err
+		}
 	}
+	return j.requestFor(src)
+}
+
+func (j *jobFlags) web() bool { return j.e != nil && j.e.web }
+
+// requestFor builds a prediction request for src from the flags.
+func (j *jobFlags) requestFor(src predict.Source) (predict.Request, error) {
+	var r predict.Request
 	r.Source = src
 	for _, v := range []struct {
 		name string
@@ -250,7 +269,7 @@ func (j *jobFlags) request(model string) (predict.Request, error) {
 	r.Setup = train.Setup{Precision: prec, Optimizer: train.Optimizer{Kind: opt, Momentum: j.momentum, Impl: impl, WeightDecay: wd},
 		Accumulate: j.accumulate, Checkpoint: ck, Attention: att, Steps: j.steps, EmptyCache: j.emptyCache, Profile: prof}
 	conf := j.allocConf
-	if conf == "" {
+	if conf == "" && !j.web() {
 		conf = os.Getenv("PYTORCH_CUDA_ALLOC_CONF")
 		if conf == "" {
 			conf = os.Getenv("PYTORCH_ALLOC_CONF")
@@ -275,14 +294,23 @@ func (j *jobFlags) job(fs *flag.FlagSet, cmd string, args []string) (predict.Req
 	if j.model != "" {
 		pos = append([]string{j.model}, pos...)
 	}
-	if len(pos) != 1 {
+	uploaded := j.e != nil && j.e.source != nil
+	switch {
+	case uploaded && len(pos) > 0:
+		return predict.Request{}, nil, usagef("a model was uploaded and %q named too: give one", pos[0])
+	case !uploaded && len(pos) != 1:
 		return predict.Request{}, nil, usagef("%s takes one model, got %d (see 'batchfit %s -h')", cmd, len(pos), cmd)
 	}
 	batches, err := parseBatches(j.batch)
 	if err != nil {
 		return predict.Request{}, nil, err
 	}
-	r, err := j.request(pos[0])
+	var r predict.Request
+	if uploaded {
+		r, err = j.requestFor(j.e.source)
+	} else {
+		r, err = j.request(pos[0])
+	}
 	if err != nil {
 		return predict.Request{}, nil, err
 	}

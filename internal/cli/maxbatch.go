@@ -60,9 +60,10 @@ type RateJSON struct {
 var dimWords = map[models.Dim]string{models.DimBatch: "batch", models.DimLayers: "depth (layers)",
 	models.DimHidden: "width (hidden size)", models.DimSeq: "sequence length"}
 
-func runMaxBatch(args []string, stdout, stderr io.Writer) error {
+func runMaxBatch(e *env, args []string) error {
+	stdout, stderr := e.stdout, e.stderr
 	fs := newFlagSet("maxbatch", stderr, maxbatchUsage)
-	var j jobFlags
+	j := jobFlags{e: e}
 	j.register(fs, "1")
 	dim := fs.String("solve", "batch", "dimension to maximize: batch, layers, hidden or seq")
 	limit := fs.Int64("limit", solve.DefaultLimit, "largest value to try")

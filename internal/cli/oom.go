@@ -27,9 +27,10 @@ Examples:
 // maxInput bounds what oom reads: logs are long, but not unbounded.
 const maxInput = 64 << 20
 
-func runOOM(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+func runOOM(e *env, args []string) error {
+	stdin, stdout, stderr := e.stdin, e.stdout, e.stderr
 	fs := newFlagSet("oom", stderr, oomUsage)
-	var j jobFlags
+	j := jobFlags{e: e}
 	j.register(fs, "1")
 	// --model (from the job flags) names the model that ran, to find the
 	// batch that would have fit.
@@ -39,6 +40,8 @@ func runOOM(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	}
 	var text string
 	switch {
+	case e.web && len(pos) > 0:
+		return usagef("the message is the request's body, not an argument")
 	case len(pos) == 0 || (len(pos) == 1 && pos[0] == "-"):
 		b, err := io.ReadAll(io.LimitReader(stdin, maxInput+1))
 		if err != nil {

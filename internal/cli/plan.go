@@ -161,9 +161,10 @@ func parseMargin(s string, capacity int64) (int64, error) {
 	return n, nil
 }
 
-func runPlan(args []string, stdout, stderr io.Writer) error {
+func runPlan(e *env, args []string) error {
+	stdout, stderr := e.stdout, e.stderr
 	fs := newFlagSet("plan", stderr, planUsage)
-	var j jobFlags
+	j := jobFlags{e: e}
 	j.register(fs, "1")
 	var pf planFlags
 	pf.register(fs)

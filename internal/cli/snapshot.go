@@ -2,7 +2,6 @@ package cli
 
 import (
 	"fmt"
-	"io"
 	"sort"
 	"text/tabwriter"
 
@@ -59,7 +58,8 @@ type SiteJSON struct {
 	Bytes int64  `json:"bytes"`
 }
 
-func runSnapshot(args []string, stdout, stderr io.Writer) error {
+func runSnapshot(e *env, args []string) error {
+	stdout, stderr := e.stdout, e.stderr
 	fs := newFlagSet("snapshot", stderr, snapshotUsage)
 	whatIf := fs.String("alloc-conf", "expandable_segments:True", "allocator configuration for the what-if replay")
 	device := fs.Int("device", 0, "device index whose trace to replay")
@@ -70,19 +70,27 @@ func runSnapshot(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if len(pos) != 1 {
+	snap, name := e.snap, e.snapName
+	switch {
+	case snap != nil && len(pos) > 0:
+		return usagef("a snapshot was uploaded and %q named too: give one", pos[0])
+	case snap == nil && e.web:
+		return usagef("no snapshot uploaded")
+	case snap == nil && len(pos) != 1:
 		return usagef("snapshot takes one file, got %d arguments", len(pos))
+	case snap == nil:
+		name = pos[0]
+		if snap, err = snapshot.ReadFile(name, snapshot.Options{Frames: true}); err != nil {
+			return err
+		}
 	}
-	snap, err := snapshot.ReadFile(pos[0], snapshot.Options{Frames: true})
-	if err != nil {
-		return err
-	}
-	an, err := analyzeSnapshot(snap, pos[0], *device, *whatIf, *top, *timeline != "")
+	pos = []string{name}
+	an, err := analyzeSnapshot(snap, name, *device, *whatIf, *top, *timeline != "")
 	if err != nil {
 		return err
 	}
 	if *timeline != "" {
-		if err := writeChart(*timeline, an.chart()); err != nil {
+		if err := e.writeChart(*timeline, an.chart()); err != nil {
 			return err
 		}
 	}

@@ -3,7 +3,6 @@ package cli
 import (
 	"encoding/csv"
 	"fmt"
-	"io"
 	"text/tabwriter"
 
 	"github.com/batchfit/batchfit/solve"
@@ -21,9 +20,10 @@ Examples:
   batchfit sweep resnet50 --batch 1:512 --gpu a100-40gb --svg resnet50.svg
 `
 
-func runSweep(args []string, stdout, stderr io.Writer) error {
+func runSweep(e *env, args []string) error {
+	stdout, stderr := e.stdout, e.stderr
 	fs := newFlagSet("sweep", stderr, sweepUsage)
-	var j jobFlags
+	j := jobFlags{e: e}
 	j.register(fs, "1:256")
 	asCSV := fs.Bool("csv", false, "print CSV")
 	svg := fs.String("svg", "", "also write the chart of memory (and step time) over batch size to this SVG file")
@@ -36,7 +36,7 @@ func runSweep(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	if *svg != "" {
-		if err := writeChart(*svg, sweepChart(pts)); err != nil {
+		if err := e.writeChart(*svg, sweepChart(pts)); err != nil {
 			return err
 		}
 	}

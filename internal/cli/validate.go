@@ -2,7 +2,6 @@ package cli
 
 import (
 	"fmt"
-	"io"
 	"math"
 	"text/tabwriter"
 
@@ -20,7 +19,8 @@ Example:
   python validation/measure.py --out mygpu.json && batchfit validate mygpu.json
 `
 
-func runValidate(args []string, stdout, stderr io.Writer) error {
+func runValidate(e *env, args []string) error {
+	stdout, stderr := e.stdout, e.stderr
 	fs := newFlagSet("validate", stderr, validateUsage)
 	asJSON := fs.Bool("json", false, "print JSON")
 	pos, err := parseArgs(fs, args)
