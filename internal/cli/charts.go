@@ -20,8 +20,7 @@ import (
 func sweepChart(pts []solve.Point) *chart.Chart {
 	first := pts[0].Result
 	c := &chart.Chart{
-		Title:    "Memory over batch size: " + first.Model,
-		Subtitle: setupLine(first),
+		Title: "Memory over batch size: " + first.Model,
 		X:        chart.Axis{Label: "batch size"},
 		Y:        chart.Axis{Label: "memory", Unit: chart.Bytes},
 	}
@@ -30,6 +29,8 @@ func sweepChart(pts []solve.Point) *chart.Chart {
 		lo, hi = min(lo, p.Value), max(hi, p.Value)
 	}
 	c.X.Log2 = hi >= 8*lo
+	// the setup without the batch, which the x axis gives
+	c.Subtitle = strings.Replace(setupLine(first), fmt.Sprintf(" · batch %d · ", first.Config.Batch), fmt.Sprintf(" · batch %d to %d · ", lo, hi), 1)
 	var alloc, res, total, secs []chart.Point
 	fit := -1
 	for i, p := range pts {

@@ -26,6 +26,7 @@ Commands:
   oom        explain a CUDA out-of-memory message
   snapshot   replay a torch.cuda.memory._dump_snapshot pickle
   validate   compare predictions with measurements from validation/measure.py
+  serve      a local web page with the same answers, charts and a JSON API
 
 Run 'batchfit <command> -h' for a command's flags and examples.
 `
@@ -67,6 +68,10 @@ var commands = map[string]command{
 	"snapshot": runSnapshot,
 	"validate": runValidate,
 }
+
+// serve is registered here: its handlers run the other commands, so the
+// table cannot name it in its own initializer.
+func init() { commands["serve"] = runServe }
 
 // Run executes the command line args (without the program name) and
 // returns the process exit code: 0 ok, 1 failure, 2 usage.

@@ -1,0 +1,546 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"mime"
+	"mime/multipart"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path"
+	"regexp"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/batchfit/batchfit/gpu"
+	"github.com/batchfit/batchfit/hf"
+	"github.com/batchfit/batchfit/models"
+	"github.com/batchfit/batchfit/onnx"
+	"github.com/batchfit/batchfit/predict"
+	"github.com/batchfit/batchfit/snapshot"
+	"github.com/batchfit/batchfit/spec"
+)
+
+const serveUsage = `usage: batchfit serve [--addr 127.0.0.1:8080] [flags]
+
+Serves a local web page where you pick or upload a model, set the GPU and
+the training setup, and see the breakdown, memory over batch size and memory
+over the step; paste an out-of-memory message to have it explained; upload
+a memory snapshot to see its timeline and an allocator what-if. The page and
+its JSON API (the same answers as the commands' --json) are served from the
+binary; nothing is fetched from elsewhere and nothing is written to disk.
+
+It listens on the loopback interface only, unless --addr names another.
+
+Examples:
+  batchfit serve
+  batchfit serve --addr 127.0.0.1:9000
+`
+
+//go:embed web
+var webFiles embed.FS
+
+// serveOptions are the server's limits.
+type serveOptions struct {
+	// maxUpload bounds a request's body.
+	maxUpload int64
+	// workers is how many requests are answered at once; the others wait
+	// their turn (none is refused for being one too many).
+	workers int
+}
+
+func runServe(e *env, args []string) error {
+	stdout, stderr := e.stdout, e.stderr
+	fs := newFlagSet("serve", stderr, serveUsage)
+	addr := fs.String("addr", "127.0.0.1:8080", "address to listen on")
+	maxUpload := fs.String("max-upload", "64MiB", "largest request body (a model file, a snapshot)")
+	workers := fs.Int("workers", runtime.NumCPU(), "requests answered at once; more wait their turn")
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return usagef("serve takes no arguments, got %q", pos[0])
+	}
+	lim, err := gpu.ParseSize(*maxUpload)
+	if err != nil || lim <= 0 {
+		return usagef("--max-upload %q: want a size such as 64MiB", *maxUpload)
+	}
+	if *workers < 1 {
+		return usagef("--workers must be at least 1, got %d", *workers)
+	}
+	ln, err := net.Listen("tcp", *addr)
+	if err != nil {
+		return fmt.Errorf("listening on %s: %w", *addr, err)
+	}
+	if host, _, err := net.SplitHostPort(ln.Addr().String()); err == nil {
+		if ip := net.ParseIP(host); ip != nil && !ip.IsLoopback() {
+			fmt.Fprintf(stderr, "batchfit serve: listening on %s, which is not the loopback interface: other machines can reach this page\n", host)
+		}
+	}
+	srv := &http.Server{Handler: newServer(serveOptions{maxUpload: lim, workers: *workers}),
+		ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 2 * time.Minute, WriteTimeout: 5 * time.Minute, IdleTimeout: time.Minute}
+	fmt.Fprintf(stdout, "batchfit: serving http://%s/ (Ctrl-C stops)\n", ln.Addr())
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ln) }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		return srv.Shutdown(sctx)
+	}
+}
+
+// server answers the page and its API.
+type server struct {
+	opts serveOptions
+	mux  *http.ServeMux
+	// slots bounds the requests being answered at once: a prediction
+	// takes a core and, for a large model, megabytes.
+	slots chan struct{}
+	// flags are the flags each served command accepts, for requests that
+	// name one it does not.
+	flags map[string][]string
+}
+
+// endpoint is one POST of the API: the command it runs and what it
+// returns.
+type endpoint struct {
+	cmd string
+	svg bool
+	// extra are arguments the endpoint adds itself.
+	extra []string
+}
+
+var endpoints = map[string]endpoint{
+	"/api/estimate":     {cmd: "estimate", extra: []string{"--json"}},
+	"/api/estimate.svg": {cmd: "estimate", svg: true, extra: []string{"--json", "--timeline", "chart"}},
+	"/api/sweep":        {cmd: "sweep", extra: []string{"--json"}},
+	"/api/sweep.svg":    {cmd: "sweep", svg: true, extra: []string{"--json", "--svg", "chart"}},
+	"/api/maxbatch":     {cmd: "maxbatch", extra: []string{"--json"}},
+	"/api/plan":         {cmd: "plan", extra: []string{"--json"}},
+	"/api/oom":          {cmd: "oom", extra: []string{"--json"}},
+	"/api/snapshot":     {cmd: "snapshot", extra: []string{"--json"}},
+	"/api/snapshot.svg": {cmd: "snapshot", svg: true, extra: []string{"--json", "--timeline", "chart"}},
+}
+
+// reserved are the fields a request may not set: the server sets the
+// output format and where charts go.
+var reserved = map[string]bool{"json": true, "csv": true, "svg": true, "timeline": true, "h": true, "help": true}
+
+// webLimits bound what one request may ask for.
+const (
+	webMaxSteps   = 20
+	webMaxBatches = 64
+	webMaxFiles   = 256
+	webMaxField   = 1 << 20 // a form field (an OOM message, a log excerpt)
+)
+
+func newServer(o serveOptions) *server {
+	s := &server{opts: o, mux: http.NewServeMux(), slots: make(chan struct{}, o.workers), flags: map[string][]string{}}
+	for _, ep := range endpoints {
+		s.flags[ep.cmd] = commandFlags(ep.cmd)
+	}
+	static, _ := fs.Sub(webFiles, "web")
+	s.mux.Handle("GET /static/", http.StripPrefix("/static/", http.FileServer(http.FS(static))))
+	s.mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
+		page, _ := webFiles.ReadFile("web/index.html")
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		w.Write(page)
+	})
+	s.mux.HandleFunc("GET /api/models", s.catalog("models"))
+	s.mux.HandleFunc("GET /api/gpus", s.catalog("gpus"))
+	for p, ep := range endpoints {
+		s.mux.HandleFunc("POST "+p, s.handle(ep))
+	}
+	return s
+}
+
+// ServeHTTP adds the headers every answer carries: the page fetches
+// nothing from elsewhere and runs no script but its own.
+func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h := w.Header()
+	h.Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data: blob:; style-src 'self' 'unsafe-inline'; object-src 'none'; base-uri 'none'; frame-ancestors 'none'")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Referrer-Policy", "no-referrer")
+	s.mux.ServeHTTP(w, r)
+}
+
+// commandFlags lists the flags a command defines, read from its help.
+func commandFlags(cmd string) []string {
+	var help bytes.Buffer
+	_ = safeRun(commands[cmd], &env{stdin: strings.NewReader(""), stdout: io.Discard, stderr: &help, web: true}, []string{"-h"})
+	var out []string
+	for _, line := range strings.Split(help.String(), "\n") {
+		if f, ok := strings.CutPrefix(line, "  -"); ok {
+			name, _, _ := strings.Cut(f, " ")
+			if !reserved[name] {
+				out = append(out, name)
+			}
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+func (s *server) catalog(cmd string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		var out bytes.Buffer
+		if err := safeRun(commands[cmd], &env{stdout: &out, stderr: io.Discard, web: true}, []string{"--json"}); err != nil {
+			writeError(w, http.StatusInternalServerError, err)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.Write(out.Bytes())
+	}
+}
+
+// apiError is the body of every error answer.
+type apiError struct {
+	Error string `json:"error"`
+}
+
+func writeError(w http.ResponseWriter, code int, err error) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	json.NewEncoder(w).Encode(apiError{err.Error()})
+}
+
+// webRequest is a request read: its flags as command-line arguments and
+// what it uploaded.
+type webRequest struct {
+	args     []string
+	message  string
+	source   predict.Source
+	snap     *snapshot.Snapshot
+	snapName string
+}
+
+// requestError is bad input from the client: 400, or 413 when too large.
+type requestError struct {
+	code int
+	err  error
+}
+
+func (e *requestError) Error() string { return e.err.Error() }
+
+func badRequest(format string, args ...any) error {
+	return &requestError{http.StatusBadRequest, fmt.Errorf(format, args...)}
+}
+
+func (s *server) handle(ep endpoint) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		// A slot is taken before the body is read, so waiting requests
+		// hold no uploads.
+		select {
+		case s.slots <- struct{}{}:
+			defer func() { <-s.slots }()
+		case <-r.Context().Done():
+			return
+		}
+		r.Body = http.MaxBytesReader(w, r.Body, s.opts.maxUpload)
+		req, err := s.read(r, ep)
+		if err != nil {
+			var re *requestError
+			var mbe *http.MaxBytesError
+			switch {
+			case errors.As(err, &mbe):
+				writeError(w, http.StatusRequestEntityTooLarge, fmt.Errorf("the request is larger than the %s this server accepts (batchfit serve --max-upload)", fmtBytes(mbe.Limit)))
+			case errors.As(err, &re):
+				writeError(w, re.code, re)
+			default:
+				writeError(w, http.StatusBadRequest, err)
+			}
+			return
+		}
+		var out, chartOut, errb bytes.Buffer
+		e := &env{web: true, stdin: strings.NewReader(req.message), stdout: &out, stderr: &errb,
+			source: req.source, snap: req.snap, snapName: req.snapName}
+		if ep.svg {
+			e.chart = &chartOut
+		}
+		runErr := safeRun(commands[ep.cmd], e, append(req.args, ep.extra...))
+		switch {
+		case ep.svg && chartOut.Len() > 0:
+			w.Header().Set("Content-Type", "image/svg+xml")
+			w.Write(chartOut.Bytes())
+		case !ep.svg && out.Len() > 0 && json.Valid(out.Bytes()):
+			// An answer, even when the command then fails the way the
+			// command line does (plan: nothing fits): the JSON says so.
+			w.Header().Set("Content-Type", "application/json")
+			w.Write(out.Bytes())
+		case runErr == nil:
+			writeError(w, http.StatusInternalServerError, errors.New("the command gave no answer"))
+		case strings.HasPrefix(runErr.Error(), "internal error"):
+			writeError(w, http.StatusInternalServerError, runErr)
+		case IsUsage(runErr):
+			writeError(w, http.StatusBadRequest, s.explainFlag(ep.cmd, runErr))
+		default:
+			writeError(w, http.StatusUnprocessableEntity, runErr)
+		}
+	}
+}
+
+var notDefined = regexp.MustCompile(`^flag provided but not defined: -(\S+)$`)
+
+// explainFlag turns the flag package's complaint about an unknown field
+// into one that names the nearest field the endpoint takes.
+func (s *server) explainFlag(cmd string, err error) error {
+	m := notDefined.FindStringSubmatch(err.Error())
+	if m == nil {
+		return err
+	}
+	msg := fmt.Sprintf("unknown field %q", m[1])
+	if near := models.Nearest(m[1], s.flags[cmd], 3); len(near) > 0 {
+		msg += fmt.Sprintf("; did you mean %s?", strings.Join(near, " or "))
+	}
+	return errors.New(msg + " (fields: " + strings.Join(s.flags[cmd], ", ") + ")")
+}
+
+var fieldName = regexp.MustCompile(`^[a-z][a-z0-9-]{0,39}$`)
+
+// read decodes a request: a JSON object, an urlencoded form or a
+// multipart form of fields named as the command's flags, and in a
+// multipart form the uploads.
+func (s *server) read(r *http.Request, ep endpoint) (*webRequest, error) {
+	req := &webRequest{}
+	fields := map[string]string{}
+	ct, params, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	if ct == "application/x-www-form-urlencoded" || ct == "" {
+		// curl -d sends a JSON object as a form: read what it is.
+		raw, err := io.ReadAll(r.Body)
+		if err != nil {
+			return nil, err
+		}
+		ct = "application/x-www-form-urlencoded"
+		if t := bytes.TrimSpace(raw); len(t) == 0 || t[0] == '{' {
+			ct = "application/json"
+		}
+		r.Body = io.NopCloser(bytes.NewReader(raw))
+	}
+	switch ct {
+	case "application/json":
+		dec := json.NewDecoder(r.Body)
+		dec.UseNumber()
+		var obj map[string]any
+		if err := dec.Decode(&obj); err != nil {
+			var mbe *http.MaxBytesError
+			if errors.As(err, &mbe) {
+				return nil, err
+			}
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			return nil, badRequest("the body is not a JSON object: %v", err)
+		}
+		for k, v := range obj {
+			switch v := v.(type) {
+			case string:
+				fields[k] = v
+			case json.Number:
+				fields[k] = v.String()
+			case bool:
+				fields[k] = strconv.FormatBool(v)
+			case nil:
+			default:
+				return nil, badRequest("field %q: want a string, a number or true/false", k)
+			}
+		}
+	case "application/x-www-form-urlencoded":
+		if err := r.ParseForm(); err != nil {
+			return nil, badRequest("reading the form: %v", err)
+		}
+		for k, v := range r.PostForm {
+			fields[k] = v[len(v)-1]
+		}
+	case "multipart/form-data":
+		if err := s.readMultipart(r, params["boundary"], fields, req); err != nil {
+			return nil, err
+		}
+	default:
+		return nil, badRequest("unsupported content type %q: send JSON, a form or a multipart form", ct)
+	}
+	if m, ok := fields["message"]; ok {
+		req.message = m
+		delete(fields, "message")
+	}
+	if ep.cmd == "oom" && strings.TrimSpace(req.message) == "" {
+		return nil, badRequest("field \"message\": paste the out-of-memory message")
+	}
+	names := make([]string, 0, len(fields))
+	for k := range fields {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	for _, k := range names {
+		v := fields[k]
+		if !fieldName.MatchString(k) || reserved[k] {
+			return nil, badRequest("field %q cannot be set", k)
+		}
+		switch k {
+		case "steps":
+			if n, err := strconv.Atoi(v); err == nil && n > webMaxSteps {
+				return nil, badRequest("field \"steps\": at most %d on this server", webMaxSteps)
+			}
+		case "batch":
+			if b, err := parseBatches(v); err == nil && len(b) > webMaxBatches {
+				return nil, badRequest("field \"batch\": %d batch sizes, at most %d on this server", len(b), webMaxBatches)
+			}
+		}
+		req.args = append(req.args, "--"+k+"="+v)
+	}
+	return req, nil
+}
+
+// readMultipart reads a multipart form part by part into memory (never to
+// disk, as ParseMultipartForm would): fields, and the uploads: model_file
+// (a .yaml spec, an .onnx file or a config.json), model_dir (the files of a
+// Hugging Face model directory, safetensors files as their headers, with
+// the whole sizes in fields size:NAME and the directory's name in dir), and
+// snapshot (a memory snapshot pickle).
+func (s *server) readMultipart(r *http.Request, boundary string, fields map[string]string, req *webRequest) error {
+	if boundary == "" {
+		return badRequest("multipart form without a boundary")
+	}
+	mr := multipart.NewReader(r.Body, boundary)
+	var dir []*upload
+	var modelFile, snapFile *upload
+	for {
+		p, err := mr.NextPart()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			var mbe *http.MaxBytesError
+			if errors.As(err, &mbe) {
+				return err
+			}
+			return badRequest("reading the multipart form: %v", err)
+		}
+		name := p.FormName()
+		if p.FileName() == "" {
+			v, err := io.ReadAll(io.LimitReader(p, webMaxField+1))
+			if err != nil {
+				return err
+			}
+			if len(v) > webMaxField {
+				return &requestError{http.StatusRequestEntityTooLarge, fmt.Errorf("field %q is larger than %s", name, fmtBytes(webMaxField))}
+			}
+			fields[name] = string(v)
+			continue
+		}
+		data, err := io.ReadAll(p)
+		if err != nil {
+			return err
+		}
+		u := &upload{name: path.Base(strings.ReplaceAll(p.FileName(), "\\", "/")), data: data}
+		if u.name == "." || u.name == "/" || u.name == ".." {
+			return badRequest("upload %q has no file name", p.FileName())
+		}
+		switch name {
+		case "model_file":
+			modelFile = u
+		case "model_dir":
+			if len(dir) == webMaxFiles {
+				return badRequest("more than %d files in model_dir", webMaxFiles)
+			}
+			dir = append(dir, u)
+		case "snapshot":
+			snapFile = u
+		default:
+			return badRequest("unknown upload %q: want model_file, model_dir or snapshot", name)
+		}
+	}
+	if modelFile != nil && len(dir) > 0 {
+		return badRequest("upload a model file or a model directory, not both")
+	}
+	var err error
+	switch {
+	case modelFile != nil:
+		req.source, err = uploadedModel(modelFile)
+	case len(dir) > 0:
+		req.source, err = uploadedDir(dir, fields)
+	}
+	if err != nil {
+		return &requestError{http.StatusUnprocessableEntity, err}
+	}
+	for k := range fields {
+		if strings.HasPrefix(k, "size:") || k == "dir" {
+			delete(fields, k)
+		}
+	}
+	if snapFile != nil {
+		snap, err := snapshot.Read(bytes.NewReader(snapFile.data), snapshot.Options{Frames: true})
+		if err != nil {
+			return &requestError{http.StatusUnprocessableEntity, fmt.Errorf("%s: %w", snapFile.name, err)}
+		}
+		req.snap, req.snapName = snap, snapFile.name
+	}
+	return nil
+}
+
+type upload struct {
+	name string
+	data []byte
+}
+
+// uploadedModel reads a single uploaded model file with the reader its
+// extension names, as the command line does for a path.
+func uploadedModel(u *upload) (predict.Source, error) {
+	switch ext := strings.ToLower(path.Ext(u.name)); ext {
+	case ".yaml", ".yml":
+		sp, err := spec.Parse(u.data, u.name)
+		if err != nil {
+			return nil, err
+		}
+		return specSource{s: sp, name: u.name}, nil
+	case ".onnx":
+		return onnx.Parse(u.data, u.name)
+	case ".json":
+		dir := strings.TrimSuffix(u.name, ext)
+		if dir == "config" {
+			dir = "model"
+		}
+		return hf.OpenFS(&hf.Headers{Dir: dir, Files: map[string]hf.HeaderFile{hf.ConfigName: {Data: u.data, Size: int64(len(u.data))}}}, dir)
+	default:
+		return nil, fmt.Errorf("%s: unknown model file type %q (want .yaml, .onnx or config.json)", u.name, ext)
+	}
+}
+
+// uploadedDir opens the files of an uploaded Hugging Face model directory:
+// config.json, and the safetensors files' headers with their whole sizes.
+func uploadedDir(files []*upload, fields map[string]string) (predict.Source, error) {
+	name := path.Base(strings.ReplaceAll(fields["dir"], "\\", "/"))
+	if name == "." || name == "/" || name == ".." || name == "" {
+		name = "model"
+	}
+	h := &hf.Headers{Dir: name, Files: map[string]hf.HeaderFile{}}
+	for _, u := range files {
+		size := int64(len(u.data))
+		if v, ok := fields["size:"+u.name]; ok {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil || n < size {
+				return nil, fmt.Errorf("size:%s = %q: want the whole file's size in bytes, at least the %d bytes sent", u.name, v, size)
+			}
+			size = n
+		}
+		h.Files[u.name] = hf.HeaderFile{Data: u.data, Size: size}
+	}
+	return hf.OpenFS(h, name)
+}

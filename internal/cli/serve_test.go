@@ -1,0 +1,429 @@
+package cli
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"mime/multipart"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+func testServer(t testing.TB, o serveOptions) *httptest.Server {
+	t.Helper()
+	if o.maxUpload == 0 {
+		o.maxUpload = 64 << 20
+	}
+	if o.workers == 0 {
+		o.workers = 2
+	}
+	ts := httptest.NewServer(newServer(o))
+	t.Cleanup(ts.Close)
+	return ts
+}
+
+func postJSON(t testing.TB, url string, body any) (*http.Response, []byte) {
+	t.Helper()
+	b, err := json.Marshal(body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := http.Post(url, "application/json", bytes.NewReader(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	out, err := io.ReadAll(res.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res, out
+}
+
+// part is one part of a multipart form: a field, or a file when name is
+// set.
+type part struct {
+	field, value string
+	file         string
+	data         []byte
+}
+
+func postForm(t testing.TB, url string, parts ...part) (*http.Response, []byte) {
+	t.Helper()
+	var b bytes.Buffer
+	mw := multipart.NewWriter(&b)
+	for _, p := range parts {
+		if p.file == "" {
+			mw.WriteField(p.field, p.value)
+			continue
+		}
+		w, err := mw.CreateFormFile(p.field, p.file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.Write(p.data)
+	}
+	mw.Close()
+	res, err := http.Post(url, mw.FormDataContentType(), &b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	out, _ := io.ReadAll(res.Body)
+	return res, out
+}
+
+func cli(t testing.TB, args ...string) string {
+	t.Helper()
+	out, errs, code := run(args...)
+	if code != 0 {
+		t.Fatalf("batchfit %s: exit %d: %s", strings.Join(args, " "), code, errs)
+	}
+	return out
+}
+
+// Every endpoint answers what the command line answers for the same
+// flags, byte for byte: the page and the command line are one code path.
+func TestServeAnswersAsTheCommandLine(t *testing.T) {
+	ts := testServer(t, serveOptions{})
+	svgPath := filepath.Join(t.TempDir(), "s.svg")
+	cli(t, "sweep", "gpt2", "--batch", "1:8", "--gpu", "t4", "--seq", "256", "--svg", svgPath)
+	sweepSVG, _ := os.ReadFile(svgPath)
+	tlPath := filepath.Join(t.TempDir(), "t.svg")
+	cli(t, "estimate", "resnet18", "--batch", "8", "--gpu", "t4", "--timeline", tlPath, "--json")
+	timelineSVG, _ := os.ReadFile(tlPath)
+	msg := "CUDA out of memory. Tried to allocate 8.74 GiB (GPU 0; 15.90 GiB total capacity; 8.84 GiB already allocated; 6.32 GiB free; 8.86 GiB reserved in total by PyTorch)"
+	cases := []struct {
+		path string
+		body map[string]any
+		want string
+		ct   string
+	}{
+		{"/api/estimate", map[string]any{"model": "resnet18", "batch": 8, "gpu": "t4"}, cli(t, "estimate", "resnet18", "--batch", "8", "--gpu", "t4", "--json"), "application/json"},
+		// A job that does not fit carries the planner's suggestions.
+		{"/api/estimate", map[string]any{"model": "gpt2", "batch": "32", "seq": 1024, "gpu": "a10g"}, cli(t, "estimate", "gpt2", "--batch", "32", "--seq", "1024", "--gpu", "a10g", "--json"), "application/json"},
+		{"/api/sweep", map[string]any{"model": "mlp", "batch": "1:64", "gpu": "t4", "precision": "16-mixed", "empty-cache": true}, cli(t, "sweep", "mlp", "--batch", "1:64", "--gpu", "t4", "--precision", "16-mixed", "--empty-cache", "--json"), "application/json"},
+		{"/api/maxbatch", map[string]any{"model": "resnet50", "gpu": "a100-40gb"}, cli(t, "maxbatch", "resnet50", "--gpu", "a100-40gb", "--json"), "application/json"},
+		{"/api/plan", map[string]any{"model": "gpt2", "seq": 1024, "gpu": "a10g", "global-batch": 64, "batch": 64, "top": 3}, cli(t, "plan", "gpt2", "--seq", "1024", "--gpu", "a10g", "--global-batch", "64", "--batch", "64", "--top", "3", "--json"), "application/json"},
+		{"/api/oom", map[string]any{"message": msg}, cli(t, "oom", msg, "--json"), "application/json"},
+		{"/api/sweep.svg", map[string]any{"model": "gpt2", "batch": "1:8", "gpu": "t4", "seq": 256}, string(sweepSVG), "image/svg+xml"},
+		{"/api/estimate.svg", map[string]any{"model": "resnet18", "batch": 8, "gpu": "t4"}, string(timelineSVG), "image/svg+xml"},
+	}
+	for _, c := range cases {
+		t.Run(strings.TrimPrefix(c.path, "/api/"), func(t *testing.T) {
+			res, body := postJSON(t, ts.URL+c.path, c.body)
+			if res.StatusCode != 200 || res.Header.Get("Content-Type") != c.ct {
+				t.Fatalf("%d %s: %s", res.StatusCode, res.Header.Get("Content-Type"), body)
+			}
+			if string(body) != c.want {
+				t.Errorf("the API's answer differs from the command line's:\n%s\n---\n%s", body, c.want)
+			}
+		})
+	}
+	// A plan where nothing fits is still an answer (the command line
+	// prints it, then fails).
+	res, body := postJSON(t, ts.URL+"/api/plan", map[string]any{"model": "llama3-70b", "gpu": "t4", "batch": 1})
+	if res.StatusCode != 200 || !bytes.Contains(body, []byte(`"best"`)) {
+		t.Errorf("plan with nothing that fits: %d %s", res.StatusCode, body)
+	}
+}
+
+// Uploads are read by the same readers as files on the command line.
+func TestServeUploads(t *testing.T) {
+	ts := testServer(t, serveOptions{})
+	spec, err := os.ReadFile("../../examples/mlp.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, body := postForm(t, ts.URL+"/api/estimate", part{field: "batch", value: "16"}, part{field: "gpu", value: "t4"},
+		part{field: "model_file", file: "mlp.yaml", data: spec})
+	want := cli(t, "estimate", "../../examples/mlp.yaml", "--batch", "16", "--gpu", "t4", "--json")
+	if res.StatusCode != 200 || strings.Replace(string(body), `"model": "mlp.yaml"`, `"model": "../../examples/mlp.yaml"`, 1) != want {
+		t.Errorf("spec upload: %d\n%s\nwant\n%s", res.StatusCode, body, want)
+	}
+
+	// A Hugging Face directory: its config, under the directory's name.
+	cfg, err := os.ReadFile("../../hf/testdata/configs/gpt2/config.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, body = postForm(t, ts.URL+"/api/estimate", part{field: "batch", value: "2"}, part{field: "dir", value: "gpt2"},
+		part{field: "model_dir", file: "config.json", data: cfg})
+	want = cli(t, "estimate", "../../hf/testdata/configs/gpt2", "--batch", "2", "--json")
+	// the note names where the config was read: the upload's name
+	got := strings.Replace(string(body), `"from gpt2/config.json`, `"from ../../hf/testdata/configs/gpt2/config.json`, 1)
+	if res.StatusCode != 200 || got != want {
+		t.Errorf("directory upload: %d\n%s\nwant\n%s", res.StatusCode, body, want)
+	}
+	// Its safetensors header, without the data: read, and checked
+	// against the config (a one-tensor checkpoint does not match GPT-2).
+	hdr := []byte(`{"wte.weight":{"dtype":"F32","shape":[4,4],"data_offsets":[0,64]}}`)
+	st := append(binaryLen(len(hdr)), hdr...)
+	res, body = postForm(t, ts.URL+"/api/estimate", part{field: "dir", value: "gpt2"}, part{field: "size:model.safetensors", value: fmt.Sprint(len(st) + 64)},
+		part{field: "model_dir", file: "config.json", data: cfg}, part{field: "model_dir", file: "model.safetensors", data: st})
+	if res.StatusCode != 422 || !bytes.Contains(body, []byte("the checkpoint holds 16 parameters")) {
+		t.Errorf("header upload: %d %s", res.StatusCode, body)
+	}
+	// Without the size the header's tensors run past the file's end.
+	res, body = postForm(t, ts.URL+"/api/estimate", part{field: "dir", value: "gpt2"},
+		part{field: "model_dir", file: "config.json", data: cfg}, part{field: "model_dir", file: "model.safetensors", data: st})
+	if res.StatusCode != 422 || !bytes.Contains(body, []byte("truncated")) || !bytes.Contains(body, []byte("model.safetensors")) {
+		t.Errorf("header without its size: %d %s", res.StatusCode, body)
+	}
+
+	// A snapshot: the command line's figures, under the upload's name.
+	snapPath := writeSnapshotFixture(t)
+	for _, whatIf := range []string{"expandable_segments:True", "max_split_size_mb:128"} {
+		res, body = postForm(t, ts.URL+"/api/snapshot", part{field: "alloc-conf", value: whatIf}, part{field: "snapshot", file: "snap.pickle", data: snapshotFixture(t)})
+		want = cli(t, "snapshot", snapPath, "--alloc-conf", whatIf, "--json")
+		want = strings.Replace(want, `"file": `+jsonString(snapPath), `"file": "snap.pickle"`, 1)
+		if res.StatusCode != 200 || string(body) != want {
+			t.Errorf("snapshot upload with %s: %d\n%s\nwant\n%s", whatIf, res.StatusCode, body, want)
+		}
+	}
+	res, body = postForm(t, ts.URL+"/api/snapshot.svg", part{field: "snapshot", file: "snap.pickle", data: snapshotFixture(t)})
+	if res.StatusCode != 200 || !bytes.HasPrefix(body, []byte("<svg")) {
+		t.Errorf("snapshot chart: %d %.200s", res.StatusCode, body)
+	}
+}
+
+func binaryLen(n int) []byte {
+	b := make([]byte, 8)
+	for i := 0; i < 8; i++ {
+		b[i] = byte(n >> (8 * i))
+	}
+	return b
+}
+
+func jsonString(s string) string {
+	b, _ := json.Marshal(s)
+	return string(b)
+}
+
+// Bad requests get a status and a message that says what was wrong.
+func TestServeBadInput(t *testing.T) {
+	ts := testServer(t, serveOptions{maxUpload: 4 << 10})
+	mlpSpec, err := os.ReadFile("../../examples/mlp.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name, path string
+		body       any // map: JSON; []part: multipart; string: raw with ct
+		ct         string
+		code       int
+		want       string
+	}{
+		{"unknown field", "/api/estimate", map[string]any{"model": "resnet18", "bach": 8}, "", 400, "did you mean batch?"},
+		{"unknown model", "/api/estimate", map[string]any{"model": "resnet5O"}, "", 400, "did you mean"},
+		{"a path is not a model", "/api/estimate", map[string]any{"model": "/etc/passwd"}, "", 400, `unknown model "/etc/passwd"`},
+		{"output flags are the server's", "/api/estimate", map[string]any{"model": "mlp", "timeline": "/tmp/x.svg"}, "", 400, `field "timeline" cannot be set`},
+		{"odd field names", "/api/estimate", map[string]any{"model": "mlp", "-batch": 3}, "", 400, "cannot be set"},
+		{"a field that is a list", "/api/estimate", map[string]any{"model": []string{"mlp"}}, "", 400, "want a string, a number or true/false"},
+		{"not an object", "/api/estimate", "[1, 2]", "application/json", 400, "not a JSON object"},
+		{"bad value", "/api/estimate", map[string]any{"model": "mlp", "batch": -3}, "", 400, "not a positive integer"},
+		{"bad precision", "/api/estimate", map[string]any{"model": "mlp", "precision": "fp8"}, "", 400, "precision"},
+		{"too many steps", "/api/estimate", map[string]any{"model": "mlp", "steps": 500}, "", 400, "at most 20"},
+		{"too many batches", "/api/sweep", map[string]any{"model": "mlp", "batch": "1:1000:1"}, "", 400, "at most 64"},
+		{"oversize body", "/api/oom", map[string]any{"message": strings.Repeat("x", 8<<10)}, "", 413, "larger than"},
+		{"oversize upload", "/api/estimate", []part{{field: "model_file", file: "m.onnx", data: make([]byte, 8<<10)}}, "", 413, "--max-upload"},
+		{"malformed ONNX", "/api/estimate", []part{{field: "model_file", file: "m.onnx", data: []byte("not a model")}}, "", 422, "m.onnx"},
+		{"malformed spec", "/api/estimate", []part{{field: "model_file", file: "m.yaml", data: []byte("layers: [")}}, "", 422, "m.yaml"},
+		{"unknown file type", "/api/estimate", []part{{field: "model_file", file: "m.pt", data: []byte("x")}}, "", 422, "unknown model file type"},
+		{"malformed snapshot", "/api/snapshot", []part{{field: "snapshot", file: "s.pickle", data: []byte("\x80\x04garbage")}}, "", 422, "s.pickle"},
+		{"no snapshot", "/api/snapshot", map[string]any{}, "", 400, "no snapshot uploaded"},
+		{"unknown upload", "/api/estimate", []part{{field: "weights", file: "w.bin", data: []byte("x")}}, "", 400, "unknown upload"},
+		{"both a file and a name", "/api/estimate", []part{{field: "model", value: "mlp"}, {field: "model_file", file: "m.yaml", data: mlpSpec}}, "", 400, `a model was uploaded and "mlp" named too`},
+		{"no message", "/api/oom", map[string]any{}, "", 400, "paste the out-of-memory message"},
+		{"not an OOM message", "/api/oom", map[string]any{"message": "all is well"}, "", 422, ""},
+		{"content type", "/api/estimate", "model: mlp", "text/yaml", 400, "unsupported content type"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var res *http.Response
+			var body []byte
+			switch b := c.body.(type) {
+			case map[string]any:
+				res, body = postJSON(t, ts.URL+c.path, b)
+			case []part:
+				res, body = postForm(t, ts.URL+c.path, b...)
+			case string:
+				r, err := http.Post(ts.URL+c.path, c.ct, strings.NewReader(b))
+				if err != nil {
+					t.Fatal(err)
+				}
+				body, _ = io.ReadAll(r.Body)
+				r.Body.Close()
+				res = r
+			}
+			var e apiError
+			if err := json.Unmarshal(body, &e); err != nil {
+				t.Fatalf("%d: the error is not JSON: %s", res.StatusCode, body)
+			}
+			if res.StatusCode != c.code || !strings.Contains(e.Error, c.want) {
+				t.Errorf("%d %q, want %d and %q", res.StatusCode, e.Error, c.code, c.want)
+			}
+		})
+	}
+	for _, c := range []struct {
+		method, path string
+		code         int
+	}{{"GET", "/api/estimate", 405}, {"POST", "/api/models", 405}, {"GET", "/nowhere", 404}, {"GET", "/static/nothing.js", 404}} {
+		req, _ := http.NewRequest(c.method, ts.URL+c.path, nil)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		if res.StatusCode != c.code {
+			t.Errorf("%s %s: %d, want %d", c.method, c.path, res.StatusCode, c.code)
+		}
+	}
+}
+
+// The page is served from the binary and fetches nothing from elsewhere.
+func TestServePage(t *testing.T) {
+	ts := testServer(t, serveOptions{})
+	external := regexp.MustCompile(`(?i)(src|href|url)\s*[=(]\s*["']?(https?:)?//`)
+	for _, p := range []string{"/", "/static/app.js", "/static/style.css"} {
+		res, err := http.Get(ts.URL + p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if res.StatusCode != 200 || len(body) == 0 {
+			t.Errorf("%s: %d", p, res.StatusCode)
+		}
+		if m := external.Find(body); m != nil {
+			t.Errorf("%s refers outside the server: %s", p, m)
+		}
+		if csp := res.Header.Get("Content-Security-Policy"); !strings.Contains(csp, "default-src 'self'") {
+			t.Errorf("%s: Content-Security-Policy %q", p, csp)
+		}
+	}
+	for _, p := range []string{"/api/models", "/api/gpus"} {
+		res, err := http.Get(ts.URL + p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var list []map[string]any
+		err = json.NewDecoder(res.Body).Decode(&list)
+		res.Body.Close()
+		if err != nil || len(list) < 10 {
+			t.Errorf("%s: %v, %d entries", p, err, len(list))
+		}
+	}
+}
+
+// serve binds the loopback interface unless told otherwise, and refuses
+// bad flags.
+func TestServeFlags(t *testing.T) {
+	for _, args := range [][]string{{"serve", "extra"}, {"serve", "--max-upload", "lots"}, {"serve", "--workers", "0"}} {
+		if _, _, code := run(args...); code != 2 {
+			t.Errorf("%v: exit %d, want 2", args, code)
+		}
+	}
+	if _, errs, code := run("serve", "--addr", "256.0.0.1:1"); code != 1 || !strings.Contains(errs, "listening on 256.0.0.1:1") {
+		t.Errorf("bad address: exit %d: %s", code, errs)
+	}
+	fs := newFlagSet("serve", io.Discard, "")
+	if !strings.Contains(serveUsage, "127.0.0.1:8080") || fs == nil {
+		t.Error("the usage does not give the default address")
+	}
+}
+
+// Two hundred concurrent estimates over the loopback: every one is
+// answered, with the same answer, and the heap stays bounded because at
+// most workers predictions run at once.
+func TestServeLoad(t *testing.T) {
+	if testing.Short() {
+		t.Skip("load test")
+	}
+	ts := testServer(t, serveOptions{workers: 2})
+	want := cli(t, "estimate", "resnet18", "--batch", "16", "--gpu", "t4", "--json")
+	runtime.GC()
+	var base runtime.MemStats
+	runtime.ReadMemStats(&base)
+	var peak atomic.Uint64
+	stop := make(chan struct{})
+	go func() {
+		var m runtime.MemStats
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(5 * time.Millisecond):
+				runtime.ReadMemStats(&m)
+				if m.HeapAlloc > peak.Load() {
+					peak.Store(m.HeapAlloc)
+				}
+			}
+		}
+	}()
+	client := &http.Client{Transport: &http.Transport{MaxConnsPerHost: 0, MaxIdleConnsPerHost: 200}}
+	const n = 200
+	var wg sync.WaitGroup
+	var ok, wrong atomic.Int64
+	errs := make(chan error, n)
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res, err := client.Post(ts.URL+"/api/estimate", "application/json", strings.NewReader(`{"model":"resnet18","batch":16,"gpu":"t4"}`))
+			if err != nil {
+				errs <- err
+				return
+			}
+			body, err := io.ReadAll(res.Body)
+			res.Body.Close()
+			switch {
+			case err != nil:
+				errs <- err
+			case res.StatusCode == 200 && string(body) == want:
+				ok.Add(1)
+			default:
+				wrong.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	close(stop)
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if ok.Load() != n {
+		t.Errorf("%d of %d requests answered correctly, %d wrongly", ok.Load(), n, wrong.Load())
+	}
+	if grown := int64(peak.Load()) - int64(base.HeapAlloc); grown > 256<<20 {
+		t.Errorf("the heap grew by %s under load", fmtBytes(grown))
+	}
+}
+
+func BenchmarkServeEstimate(b *testing.B) {
+	ts := testServer(b, serveOptions{workers: runtime.NumCPU()})
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			res, err := http.Post(ts.URL+"/api/estimate", "application/json", strings.NewReader(`{"model":"resnet18","batch":16,"gpu":"t4"}`))
+			if err != nil {
+				b.Fatal(err)
+			}
+			io.Copy(io.Discard, res.Body)
+			res.Body.Close()
+			if res.StatusCode != 200 {
+				b.Fatal(res.Status)
+			}
+		}
+	})
+}
