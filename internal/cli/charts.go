@@ -21,8 +21,8 @@ func sweepChart(pts []solve.Point) *chart.Chart {
 	first := pts[0].Result
 	c := &chart.Chart{
 		Title: "Memory over batch size: " + first.Model,
-		X:        chart.Axis{Label: "batch size"},
-		Y:        chart.Axis{Label: "memory", Unit: chart.Bytes},
+		X:     chart.Axis{Label: "batch size"},
+		Y:     chart.Axis{Label: "memory", Unit: chart.Bytes},
 	}
 	lo, hi := pts[0].Value, pts[0].Value
 	for _, p := range pts {
