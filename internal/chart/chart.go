@@ -121,12 +121,12 @@ text{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;font-size:
 .band rect{opacity:.5}.band text{fill:#666;font-size:11px}
 .band.forward rect{fill:#dbe9f6}.band.backward rect{fill:#fbe3cf}.band.optimizer rect{fill:#d9f0d3}.band.loss rect,.band.zero_grad rect,.band.setup rect{fill:#eee}
 .peak-allocated,.allocated{stroke:#1f77b4;fill:#1f77b4}.peak-reserved,.reserved{stroke:#d62728;fill:#d62728}
-.device-total{stroke:#7f7f7f;fill:#7f7f7f}.step-time{stroke:#2ca02c;fill:#2ca02c}
+.device-total{stroke:#7f7f7f;fill:#7f7f7f}.oom-need{stroke:#b00020;fill:#b00020}.step-time{stroke:#2ca02c;fill:#2ca02c}
 .parameters{fill:#4e79a7;stroke:#4e79a7}.gradients{fill:#f28e2b;stroke:#f28e2b}.optimizer_state{fill:#59a14f;stroke:#59a14f}
 .activations{fill:#e15759;stroke:#e15759}.transient{fill:#edc948;stroke:#edc948}.batch_data{fill:#b07aa1;stroke:#b07aa1}
 .workspace{fill:#9c755f;stroke:#9c755f}.autocast_cache{fill:#76b7b2;stroke:#76b7b2}.buffers{fill:#ff9da7;stroke:#ff9da7}.other{fill:#bab0ac;stroke:#bab0ac}
 .area{stroke-width:0;opacity:.85}
-.line.peak-allocated,.line.allocated,.line.peak-reserved,.line.reserved,.line.device-total,.line.step-time{fill:none}
+.line.peak-allocated,.line.allocated,.line.peak-reserved,.line.reserved,.line.device-total,.line.step-time,.line.oom-need{fill:none}
 .legend text{font-size:12px}
 `
 
@@ -494,11 +494,32 @@ func (c *Chart) legend() []legendEntry {
 	return es
 }
 
-const legendPerRow = 5
+// legendSlots places the legend's entries left to right, each as wide
+// as its name, wrapping to a new row when the next would not fit width:
+// the x offset and row of each.
+func (c *Chart) legendSlots(width float64) (xs []float64, rows []int) {
+	x, row := 0.0, 0
+	for _, e := range c.legend() {
+		w := 19 + textWidth(e.name) + 22
+		if x > 0 && x+w > width {
+			x, row = 0, row+1
+		}
+		xs, rows = append(xs, x), append(rows, row)
+		x += w
+	}
+	return xs, rows
+}
 
 func (c *Chart) legendRows() int {
-	n := len(c.Stack) + len(c.Lines)
-	return (n + legendPerRow - 1) / legendPerRow
+	w := 880.0
+	if c.Width > 0 {
+		w = float64(c.Width)
+	}
+	_, rows := c.legendSlots(w - 84 - 24)
+	if len(rows) == 0 {
+		return 0
+	}
+	return rows[len(rows)-1] + 1
 }
 
 func (c *Chart) drawLegend(b *bytes.Buffer, lay *layout) {
@@ -507,10 +528,10 @@ func (c *Chart) drawLegend(b *bytes.Buffer, lay *layout) {
 		return
 	}
 	b.WriteString("<g class=\"legend\">\n")
-	colw := (lay.right - lay.left) / legendPerRow
+	xs, rows := c.legendSlots(lay.w - 84 - 24)
 	for i, e := range es {
-		x := lay.left + float64(i%legendPerRow)*colw
-		y := lay.bottom + 54 + 18*float64(i/legendPerRow)
+		x := lay.left + xs[i]
+		y := lay.bottom + 54 + 18*float64(rows[i])
 		mark := fmt.Sprintf(`<rect class="area %s" x="%s" y="%s" width="14" height="10"%s/>`, esc(e.cls), num(x), num(y-9), c.fill(e.cls))
 		if e.kind == "line" {
 			st := ""

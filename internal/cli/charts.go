@@ -8,6 +8,7 @@ import (
 
 	"github.com/batchfit/batchfit/alloc"
 	"github.com/batchfit/batchfit/internal/chart"
+	"github.com/batchfit/batchfit/plan"
 	"github.com/batchfit/batchfit/predict"
 	"github.com/batchfit/batchfit/solve"
 	"github.com/batchfit/batchfit/trace"
@@ -31,7 +32,7 @@ func sweepChart(pts []solve.Point) *chart.Chart {
 	c.X.Log2 = hi >= 8*lo
 	// the setup without the batch, which the x axis gives
 	c.Subtitle = strings.Replace(setupLine(first), fmt.Sprintf(" · batch %d · ", first.Config.Batch), fmt.Sprintf(" · batch %d to %d · ", lo, hi), 1)
-	var alloc, res, total, secs []chart.Point
+	var alloc, res, total, secs, need []chart.Point
 	fit := -1
 	for i, p := range pts {
 		x := float64(p.Value)
@@ -42,6 +43,11 @@ func sweepChart(pts []solve.Point) *chart.Chart {
 		if r.Time != nil {
 			secs = append(secs, chart.Point{X: x, Y: r.Time.Seconds})
 		}
+		// A batch that runs out of memory stops the replay: its figures
+		// are those at the failure, so what it needs is drawn too.
+		if r.Timeline.OOM != nil {
+			need = append(need, chart.Point{X: x, Y: float64(plan.Need(r))})
+		}
 		if r.Fits && (fit < 0 || p.Value > pts[fit].Value) {
 			fit = i
 		}
@@ -50,6 +56,9 @@ func sweepChart(pts []solve.Point) *chart.Chart {
 		{Name: "peak allocated", Points: alloc, Dots: true},
 		{Name: "peak reserved", Points: res, Dots: true},
 		{Name: "device total", Points: total, Dots: true, Dashed: true},
+	}
+	if len(need) > 0 {
+		c.Lines = append(c.Lines, chart.Series{Name: "needs at least (out of memory)", Class: "oom-need", Points: need, Dots: true, Dashed: true})
 	}
 	if len(secs) == len(pts) {
 		c.Y2 = &chart.Axis{Label: "step time (roofline bound)", Unit: chart.Seconds}
@@ -143,17 +152,15 @@ func (r *stepRecorder) halve() {
 	r.width *= 2
 }
 
-// xs returns two x values per bucket (its first and last event), so that
-// the lines are drawn as the steps they are.
+// points gives each stretch [from, to) of events two points, at its
+// start and at its end (the next one's start), so that lines and areas
+// are drawn as the steps the allocator's state takes.
 func (r *stepRecorder) points(v func(b *stateBucket) int64) []chart.Point {
 	pts := make([]chart.Point, 0, 2*len(r.b))
 	for k := range r.b {
 		b := &r.b[k]
 		y := float64(v(b))
-		pts = append(pts, chart.Point{X: float64(b.from), Y: y})
-		if b.to-1 > b.from {
-			pts = append(pts, chart.Point{X: float64(b.to - 1), Y: y})
-		}
+		pts = append(pts, chart.Point{X: float64(b.from), Y: y}, chart.Point{X: float64(b.to), Y: y})
 	}
 	return pts
 }

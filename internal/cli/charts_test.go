@@ -79,6 +79,24 @@ func TestSweepChart(t *testing.T) {
 			}
 		}
 	}
+	// A batch that runs out of memory is drawn with what it needs, more
+	// than the GPU has.
+	g0, _ := gpu.Lookup("a100-40gb")
+	var oom []float64
+	for _, p := range pts {
+		if p.OOM != "" {
+			oom = append(oom, float64(p.Batch))
+		}
+	}
+	need := d.Lines["needs at least (out of memory)"]
+	if len(oom) == 0 || len(need.Points) != len(oom) {
+		t.Errorf("%d batches ran out of memory, the chart shows %d needs", len(oom), len(need.Points))
+	}
+	for i, p := range need.Points {
+		if p.X != oom[i] || p.Y <= float64(g0.Capacity) {
+			t.Errorf("need at %g: %g, want batch %g and more than the %d the GPU has", p.X, p.Y, oom[i], g0.Capacity)
+		}
+	}
 	if d.Lines["step time"].Axis != "right" || d.Axes["y2"].Label == "" {
 		t.Error("step time is not on a second axis")
 	}

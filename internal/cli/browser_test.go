@@ -1,0 +1,331 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/batchfit/batchfit/internal/chart"
+)
+
+// The browser tests drive Debian's chromium (or $BATCHFIT_CHROMIUM) through
+// the DevTools protocol against a test server on the loopback: they fill
+// the page's forms as a user would and check that every figure the page
+// shows is the API's, formatted as the command line formats it. A
+// screenshot of each page is kept in $BATCHFIT_ARTIFACTS (default: the
+// system's temporary directory, batchfit-browser).
+
+func chromium(t *testing.T) string {
+	t.Helper()
+	for _, name := range []string{os.Getenv("BATCHFIT_CHROMIUM"), "chromium", "chromium-browser", "google-chrome"} {
+		if name == "" {
+			continue
+		}
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	t.Skip("chromium is not installed, so the browser tests do not run here: apt-get install chromium (CI installs it), or set BATCHFIT_CHROMIUM")
+	return ""
+}
+
+// browse starts a headless chromium for the test and returns its context.
+func browse(t *testing.T) context.Context {
+	t.Helper()
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(chromium(t)),
+		chromedp.NoSandbox, // tests run as root in CI
+		chromedp.DisableGPU,
+		chromedp.Flag("disable-quic", true),
+		chromedp.Flag("no-first-run", true),
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(1200, 1600),
+	)
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancelCtx := chromedp.NewContext(actx)
+	ctx, cancelTime := context.WithTimeout(ctx, 2*time.Minute)
+	t.Cleanup(func() { cancelTime(); cancelCtx(); cancelAlloc() })
+	if err := chromedp.Do(ctx); err != nil {
+		t.Fatalf("starting chromium: %v", err)
+	}
+	return ctx
+}
+
+func artifact(t *testing.T, name string, png []byte) {
+	dir := os.Getenv("BATCHFIT_ARTIFACTS")
+	if dir == "" {
+		dir = filepath.Join(os.TempDir(), "batchfit-browser")
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, name)
+	if err := os.WriteFile(path, png, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("screenshot: %s", path)
+}
+
+// shown is what the page shows for a figure: the exact value it keeps in
+// a data- attribute and the text the reader sees.
+type shown struct {
+	Field string `json:"field"`
+	Value string `json:"value"`
+	Text  string `json:"text"`
+}
+
+const readFigures = `(sel) => Array.from(document.querySelectorAll(sel)).map(e => ({
+	field: e.dataset.field || e.dataset.category || e.dataset.seconds || e.dataset.rate,
+	value: e.dataset.bytes !== undefined ? e.dataset.bytes : (e.dataset.value || ""),
+	text: e.textContent}))`
+
+func figures(ctx context.Context, t *testing.T, sel string) []shown {
+	t.Helper()
+	out, err := chromedp.Run(ctx, chromedp.Evaluate[[]shown](fmt.Sprintf("(%s)(%q)", readFigures, sel)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// checkBytes holds every byte figure shown against the API's answer.
+func checkBytes(t *testing.T, where string, got []shown, want map[string]any) {
+	t.Helper()
+	if len(got) == 0 {
+		t.Fatalf("%s: the page shows no figures", where)
+	}
+	for _, s := range got {
+		v, ok := want[s.Field].(float64)
+		if !ok {
+			t.Errorf("%s: the page shows %q, which the API does not give", where, s.Field)
+			continue
+		}
+		n := int64(v)
+		if s.Value != strconv.FormatInt(n, 10) || s.Text != fmtBytes(n) {
+			t.Errorf("%s: %s shown as %s (%q), the API says %d (%q)", where, s.Field, s.Value, s.Text, n, fmtBytes(n))
+		}
+	}
+}
+
+func apiJSON(t *testing.T, url string, body any) map[string]any {
+	t.Helper()
+	res, b := postJSON(t, url, body)
+	if res.StatusCode != 200 {
+		t.Fatalf("%s: %d %s", url, res.StatusCode, b)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func screenshot(ctx context.Context, t *testing.T, name string) {
+	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		t.Fatal(err)
+	}
+	artifact(t, name, png)
+}
+
+func TestBrowserPredict(t *testing.T) {
+	ctx := browse(t)
+	ts := testServer(t, serveOptions{})
+	ready := `#results[data-state="ready"]`
+	err := chromedp.Do(ctx,
+		chromedp.Navigate(ts.URL),
+		chromedp.WaitVisible(ready),
+		// fill the form as a user would: pick from the lists, type the
+		// numbers
+		chromedp.SetValue(chromedp.CSS("#model"), "gpt2"),
+		chromedp.SetValue(chromedp.CSS("#gpu"), "a10g"),
+		chromedp.SetValue(chromedp.CSS("#precision"), "bf16-mixed"),
+		chromedp.SetValue(chromedp.CSS("#checkpoint"), "full"),
+		chromedp.Evaluate[chromedp.Void](`document.querySelector("#model").dispatchEvent(new Event("change", {bubbles: true}))`),
+		chromedp.Clear(chromedp.CSS("#batch")),
+		chromedp.SendKeys(chromedp.CSS("#batch"), "12"),
+		chromedp.SendKeys(chromedp.CSS("#seq"), "512"),
+		chromedp.Clear(chromedp.CSS("#sweep")),
+		chromedp.SendKeys(chromedp.CSS("#sweep"), "1:64"),
+		chromedp.WaitVisible(chromedp.CSS(`#results[data-state="ready"][data-request*='"model":"gpt2"'][data-request*='"batch":"12"'][data-request*='"seq":"512"'][data-request*='"checkpoint":"full"'][data-request*='"gpu":"a10g"']`)),
+		chromedp.WaitVisible(chromedp.CSS(`#sweep-chart svg`)),
+		chromedp.WaitVisible(chromedp.CSS(`#timeline-chart svg`)),
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fields := map[string]any{"model": "gpt2", "gpu": "a10g", "batch": "12", "seq": "512", "precision": "bf16-mixed",
+		"optimizer": "adamw", "accumulate": "1", "checkpoint": "full"}
+	est := apiJSON(t, ts.URL+"/api/estimate", fields)
+	checkBytes(t, "breakdown", figures(ctx, t, "#results [data-field]"), est)
+	checkBytes(t, "at the peak", figures(ctx, t, "#at-peak [data-category]"), est["at_peak_bytes"].(map[string]any))
+	if n := len(figures(ctx, t, "#at-peak [data-category]")); n == 0 {
+		t.Error("no categories at the peak")
+	}
+	tm := est["time"].(map[string]any)
+	for _, s := range figures(ctx, t, "#time [data-seconds], #time [data-rate]") {
+		v, ok := tm[s.Field].(float64)
+		if !ok {
+			continue // tokens/s of a model without tokens
+		}
+		got, err := strconv.ParseFloat(s.Value, 64)
+		want := fmtRate(v)
+		if s.Field == "step_seconds" {
+			want = fmtSeconds(v)
+		}
+		if err != nil || got != v || s.Text != want {
+			t.Errorf("%s shown as %s (%q), the API says %v (%q)", s.Field, s.Value, s.Text, v, want)
+		}
+	}
+	verdict, err := chromedp.Run(ctx, chromedp.AttributeValue(chromedp.CSS("#verdict"), "data-fits"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if verdict.Value != fmt.Sprint(est["fits"]) {
+		t.Errorf("verdict fits=%s, the API says %v", verdict.Value, est["fits"])
+	}
+
+	// The charts shown are the API's charts.
+	for _, c := range []struct{ sel, path, batch string }{{"#sweep-chart svg", "/api/sweep.svg", "1:64"}, {"#timeline-chart svg", "/api/estimate.svg", "12"}} {
+		html, err := chromedp.Run(ctx, chromedp.OuterHTML(chromedp.CSS(c.sel)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		shownDoc, err := chart.Inspect([]byte(html))
+		if err != nil {
+			t.Fatalf("%s: %v", c.sel, err)
+		}
+		f := map[string]any{}
+		for k, v := range fields {
+			f[k] = v
+		}
+		f["batch"] = c.batch
+		res, svg := postJSON(t, ts.URL+c.path, f)
+		if res.StatusCode != 200 {
+			t.Fatalf("%s: %d", c.path, res.StatusCode)
+		}
+		apiDoc, err := chart.Inspect(svg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if shownDoc.Title != apiDoc.Title || fmt.Sprint(shownDoc.Markers) != fmt.Sprint(apiDoc.Markers) ||
+			fmt.Sprint(shownDoc.Lines) != fmt.Sprint(apiDoc.Lines) || fmt.Sprint(shownDoc.Layers) != fmt.Sprint(apiDoc.Layers) {
+			t.Errorf("%s: the page's chart is not the API's:\n%+v\n%+v", c.sel, shownDoc, apiDoc)
+		}
+	}
+	screenshot(ctx, t, "predict.png")
+
+	// Bad input shows the API's message.
+	err = chromedp.Do(ctx,
+		chromedp.SetValue(chromedp.CSS("#precision"), "16-true"),
+		chromedp.SetValue(chromedp.CSS("#batch"), "0"),
+		chromedp.Evaluate[chromedp.Void](`document.querySelector("#batch").dispatchEvent(new Event("input", {bubbles: true}))`),
+		chromedp.WaitVisible(chromedp.CSS(`#results[data-state="error"]`)),
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS("#status.error")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(msg, `batch size "0" is not a positive integer`) {
+		t.Errorf("error shown: %q", msg)
+	}
+}
+
+func TestBrowserUploads(t *testing.T) {
+	ctx := browse(t)
+	ts := testServer(t, serveOptions{})
+	spec, err := filepath.Abs("../../examples/mlp.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap := writeSnapshotFixture(t)
+	err = chromedp.Do(ctx,
+		chromedp.Navigate(ts.URL),
+		chromedp.WaitVisible(chromedp.CSS(`#results[data-state="ready"]`)),
+		chromedp.SetValue(chromedp.CSS("#gpu"), "t4"),
+		chromedp.SetValue(chromedp.CSS("#optimizer"), "sgd"),
+		chromedp.SetUploadFiles(chromedp.CSS("#model-file"), []string{spec}),
+		chromedp.WaitVisible(chromedp.CSS(`#results[data-state="ready"][data-request*='"gpu":"t4"'][data-request*='"optimizer":"sgd"']:not([data-request*='"model"'])`)),
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	status, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS("#status")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(status, "mlp.yaml · batch 32") {
+		t.Errorf("status %q, want the uploaded spec's prediction", status)
+	}
+	data, _ := os.ReadFile(spec)
+	res, body := postForm(t, ts.URL+"/api/estimate", part{field: "gpu", value: "t4"}, part{field: "optimizer", value: "sgd"},
+		part{field: "batch", value: "32"}, part{field: "precision", value: "bf16-mixed"}, part{field: "accumulate", value: "1"},
+		part{field: "checkpoint", value: "none"}, part{field: "model_file", file: "mlp.yaml", data: data})
+	var est map[string]any
+	if res.StatusCode != 200 || json.Unmarshal(body, &est) != nil {
+		t.Fatalf("%d %s", res.StatusCode, body)
+	}
+	checkBytes(t, "uploaded spec", figures(ctx, t, "#results [data-field]"), est)
+	screenshot(ctx, t, "upload.png")
+
+	// An out-of-memory message, pasted.
+	msg := "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.15 GiB of which 1.23 GiB is free. Including non-PyTorch memory, this process has 77.90 GiB memory in use. Of the allocated memory 74.10 GiB is allocated by PyTorch, and 3.12 GiB is reserved by PyTorch but unallocated."
+	err = chromedp.Do(ctx,
+		chromedp.SetValue(chromedp.CSS("#oom-message"), msg),
+		chromedp.Click(chromedp.CSS("#oom-explain")),
+		chromedp.WaitVisible(chromedp.CSS(`#oom-result[data-state="ready"]`)),
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ex := apiJSON(t, ts.URL+"/api/oom", map[string]any{"message": msg})
+	checkBytes(t, "oom", figures(ctx, t, "#oom-result [data-field]"), ex)
+	summary, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS("#oom-result .verdict")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if summary != ex["summary"] {
+		t.Errorf("summary %q, the API says %q", summary, ex["summary"])
+	}
+
+	// A snapshot, uploaded, then replayed under another allocator setting.
+	for _, whatIf := range []string{"expandable_segments:True", "max_split_size_mb:128"} {
+		err = chromedp.Do(ctx,
+			chromedp.Evaluate[chromedp.Void](`document.querySelector("#snapshot-result").dataset.state = "idle"`),
+			chromedp.SetValue(chromedp.CSS("#snapshot-what-if"), whatIf),
+			chromedp.SetUploadFiles(chromedp.CSS("#snapshot-file"), []string{snap}),
+			chromedp.WaitVisible(chromedp.CSS(`#snapshot-result[data-state="ready"]`)),
+			chromedp.WaitVisible(chromedp.CSS(`#snapshot-chart svg`)),
+		)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, body = postForm(t, ts.URL+"/api/snapshot", part{field: "alloc-conf", value: whatIf}, part{field: "snapshot", file: "snap.pickle", data: snapshotFixture(t)})
+		var sj map[string]any
+		if res.StatusCode != 200 || json.Unmarshal(body, &sj) != nil {
+			t.Fatalf("%d %s", res.StatusCode, body)
+		}
+		checkBytes(t, "snapshot with "+whatIf, figures(ctx, t, "#snapshot-result [data-field]"), sj)
+		html, err := chromedp.Run(ctx, chromedp.OuterHTML(chromedp.CSS("#snapshot-chart svg")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Contains([]byte(html), []byte("reserved with "+whatIf)) {
+			t.Errorf("the snapshot chart has no line for %s", whatIf)
+		}
+	}
+	screenshot(ctx, t, "oom-and-snapshot.png")
+}
