@@ -229,3 +229,14 @@ func BenchmarkRender(b *testing.B) {
 		}
 	}
 }
+
+// FuzzInspect: any bytes give a document or an error, never a panic.
+func FuzzInspect(f *testing.F) {
+	svg, _ := sample().SVG()
+	f.Add(svg)
+	f.Add([]byte(`<svg><g class="axis"><g class="tick" data-value="x"></g></g></svg>`))
+	f.Add([]byte(`<g class="series"></g></g>`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		Inspect(b)
+	})
+}

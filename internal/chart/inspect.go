@@ -79,7 +79,7 @@ func Inspect(svg []byte) (*Doc, error) {
 				stack = append(stack, at["class"])
 				switch {
 				case has("axis"):
-					axis = cls[1]
+					axis = second(cls)
 					d.Axes[axis] = DocAxis{Label: at["data-label"]}
 				case has("tick") && axis != "":
 					a := d.Axes[axis]
@@ -95,11 +95,11 @@ func Inspect(svg []byte) (*Doc, error) {
 					n, _ := strconv.Atoi(at["data-points"])
 					d.Layers[layer] = DocSeries{Count: n, Max: parseNum(at["data-max"])}
 				case has("rule"):
-					d.Rules = append(d.Rules, Rule{Value: parseNum(at["data-value"]), Label: at["data-label"], Class: cls[1]})
+					d.Rules = append(d.Rules, Rule{Value: parseNum(at["data-value"]), Label: at["data-label"], Class: second(cls)})
 				case has("band"):
-					d.Bands = append(d.Bands, Band{From: parseNum(at["data-from"]), To: parseNum(at["data-to"]), Label: at["data-label"], Class: cls[1]})
+					d.Bands = append(d.Bands, Band{From: parseNum(at["data-from"]), To: parseNum(at["data-to"]), Label: at["data-label"], Class: second(cls)})
 				case has("marker"):
-					d.Markers = append(d.Markers, Marker{X: parseNum(at["data-x"]), Y: parseNum(at["data-y"]), Label: at["data-label"], Class: cls[1]})
+					d.Markers = append(d.Markers, Marker{X: parseNum(at["data-x"]), Y: parseNum(at["data-y"]), Label: at["data-label"], Class: second(cls)})
 				case has("entry"):
 					d.Legend = append(d.Legend, at["data-name"])
 				}
@@ -147,6 +147,15 @@ func Inspect(svg []byte) (*Doc, error) {
 	}
 	_ = layer
 	return d, nil
+}
+
+// second is an element's second class (the first says what it is, the
+// second which one), "" when it has none.
+func second(cls []string) string {
+	if len(cls) < 2 {
+		return ""
+	}
+	return cls[1]
 }
 
 func attrs(t xml.StartElement) map[string]string {

@@ -23,7 +23,8 @@ import (
 // the page's forms as a user would and check that every figure the page
 // shows is the API's, formatted as the command line formats it. A
 // screenshot of each page is kept in $BATCHFIT_ARTIFACTS (default: the
-// system's temporary directory, batchfit-browser).
+// system's temporary directory, batchfit-browser). Without chromium they
+// skip, saying so, unless $BATCHFIT_REQUIRE_BROWSER is set (CI sets it).
 
 func chromium(t *testing.T) string {
 	t.Helper()
@@ -35,7 +36,11 @@ func chromium(t *testing.T) string {
 			return p
 		}
 	}
-	t.Skip("chromium is not installed, so the browser tests do not run here: apt-get install chromium (CI installs it), or set BATCHFIT_CHROMIUM")
+	msg := "chromium is not installed, so the browser tests do not run here: apt-get install chromium (CI installs it), or set BATCHFIT_CHROMIUM"
+	if os.Getenv("BATCHFIT_REQUIRE_BROWSER") != "" {
+		t.Fatal(msg + " (BATCHFIT_REQUIRE_BROWSER is set)")
+	}
+	t.Skip(msg)
 	return ""
 }
 

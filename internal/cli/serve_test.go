@@ -427,3 +427,36 @@ func BenchmarkServeEstimate(b *testing.B) {
 		}
 	})
 }
+
+// FuzzServeRequest: any body under any content type is read into a
+// request or refused with an error; reading never panics, and the fields
+// it passes on are flags the server allows.
+func FuzzServeRequest(f *testing.F) {
+	s := newServer(serveOptions{maxUpload: 1 << 20, workers: 1})
+	var mp bytes.Buffer
+	mw := multipart.NewWriter(&mp)
+	mw.WriteField("batch", "8")
+	w, _ := mw.CreateFormFile("model_file", "m.yaml")
+	w.Write([]byte("layers: []"))
+	mw.Close()
+	f.Add("application/json", []byte(`{"model":"mlp","batch":8,"fused":true}`))
+	f.Add("application/x-www-form-urlencoded", []byte("model=mlp&batch=1:8"))
+	f.Add(mw.FormDataContentType(), mp.Bytes())
+	f.Add("multipart/form-data; boundary=x", []byte("--x\r\nContent-Disposition: form-data; name=\"snapshot\"; filename=\"s\"\r\n\r\n\x80\x04\r\n--x--\r\n"))
+	f.Add("", []byte(`{"message": "CUDA out of memory"}`))
+	f.Fuzz(func(t *testing.T, ct string, body []byte) {
+		r := httptest.NewRequest("POST", "/api/estimate", bytes.NewReader(body))
+		r.Header.Set("Content-Type", ct)
+		r.Body = http.MaxBytesReader(httptest.NewRecorder(), r.Body, 1<<20)
+		req, err := s.read(r, endpoints["/api/estimate"])
+		if err != nil {
+			return
+		}
+		for _, a := range req.args {
+			name, _, _ := strings.Cut(strings.TrimPrefix(a, "--"), "=")
+			if !strings.HasPrefix(a, "--") || !fieldName.MatchString(name) || reserved[name] {
+				t.Fatalf("argument %q passed on", a)
+			}
+		}
+	})
+}
