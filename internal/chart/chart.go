@@ -420,11 +420,13 @@ func (c *Chart) drawLines(b *bytes.Buffer, lay *layout) {
 	}
 }
 
+// drawRules labels each rule below its line: a marker's label sits above
+// its point, and the point of interest is often just under a capacity.
 func (c *Chart) drawRules(b *bytes.Buffer, lay *layout) {
 	for _, r := range c.Rules {
 		y := lay.y.at(r.Value)
 		fmt.Fprintf(b, `<g class="rule %s" data-value="%s" data-label="%s"><line x1="%s" y1="%s" x2="%s" y2="%s"/><text x="%s" y="%s" text-anchor="end">%s</text></g>`+"\n",
-			esc(classOf(r.Class, r.Label)), val(r.Value), esc(r.Label), num(lay.left), num(y), num(lay.right), num(y), num(lay.right-4), num(y-5), esc(r.Label))
+			esc(classOf(r.Class, r.Label)), val(r.Value), esc(r.Label), num(lay.left), num(y), num(lay.right), num(y), num(lay.right-4), num(y+15), esc(r.Label))
 	}
 }
 
