@@ -334,3 +334,54 @@ func TestBrowserUploads(t *testing.T) {
 	}
 	screenshot(ctx, t, "oom-and-snapshot.png")
 }
+
+// A model directory: the page keeps config.json and the safetensors files,
+// and sends a safetensors file's header alone with the file's size. The
+// server here takes 64 KiB at most and the file holds 1 MiB of weights, so
+// an answer about its tensors shows that only the header went.
+func TestBrowserModelDirectory(t *testing.T) {
+	ctx := browse(t)
+	ts := testServer(t, serveOptions{maxUpload: 64 << 10})
+	cfg, err := os.ReadFile("../../hf/testdata/configs/gpt2/config.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hdr := `{"wte.weight":{"dtype":"F32","shape":[512,512],"data_offsets":[0,1048576]}}`
+	script := fmt.Sprintf(`(async () => {
+		const len = new Uint8Array(8); new DataView(len.buffer).setBigUint64(0, BigInt(%d), true);
+		const st = new File([len, %q, new Uint8Array(1 << 20)], "model.safetensors");
+		const files = [new File([%q], "config.json"), st, new File(["# a readme"], "README.md")];
+		uploaded = await pickDir(files);
+		uploaded.dir = "gpt2";
+		schedule();
+		return uploaded.files.map(f => f.name + ":" + f.blob.size + ":" + f.size).join(",");
+	})()`, len(hdr), hdr, cfg)
+	err = chromedp.Do(ctx,
+		chromedp.Navigate(ts.URL),
+		chromedp.WaitVisible(chromedp.CSS(`#results[data-state="ready"]`)),
+		chromedp.Evaluate[chromedp.Void](`document.querySelector("#results").dataset.state = "idle"`),
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kept, err := chromedp.Run(ctx, chromedp.Evaluate[string](script, chromedp.EvalAwaitPromise))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stSize := 8 + len(hdr) + 1<<20
+	if want := fmt.Sprintf("config.json:%d:%d,model.safetensors:%d:%d", len(cfg), len(cfg), 8+len(hdr), stSize); kept != want {
+		t.Errorf("the page keeps %s, want %s", kept, want)
+	}
+	if err := chromedp.Do(ctx, chromedp.WaitVisible(chromedp.CSS(`#results[data-state="error"]`))); err != nil {
+		t.Fatal(err)
+	}
+	msg, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS("#status.error")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The header was read against the whole file's size, and the tensors
+	// were counted against the config.
+	if !strings.Contains(msg, "the checkpoint holds 262144 parameters but the GPT2LMHeadModel graph has") {
+		t.Errorf("status %q", msg)
+	}
+}
