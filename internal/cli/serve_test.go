@@ -460,3 +460,46 @@ func FuzzServeRequest(f *testing.F) {
 		}
 	})
 }
+
+// Different commands answered at the same time give what each gives
+// alone: no state is shared between requests (run with -race too).
+func TestServeConcurrentMix(t *testing.T) {
+	ts := testServer(t, serveOptions{workers: 4})
+	reqs := []struct {
+		path string
+		body map[string]any
+	}{
+		{"/api/estimate", map[string]any{"model": "gpt2", "batch": 4, "seq": 256, "precision": "bf16-mixed"}},
+		{"/api/estimate.svg", map[string]any{"model": "resnet18", "batch": 8, "accumulate": 3}},
+		{"/api/sweep", map[string]any{"model": "simpleconv", "batch": "1:32", "gpu": "t4"}},
+		{"/api/plan", map[string]any{"model": "gpt2", "seq": 1024, "gpu": "a10g", "global-batch": 32, "batch": 32}},
+		{"/api/maxbatch", map[string]any{"model": "mlp", "gpu": "8GB", "objective": "throughput"}},
+	}
+	want := make([][]byte, len(reqs))
+	for i, r := range reqs {
+		res, body := postJSON(t, ts.URL+r.path, r.body)
+		if res.StatusCode != 200 {
+			t.Fatalf("%s: %d %s", r.path, res.StatusCode, body)
+		}
+		want[i] = body
+	}
+	var wg sync.WaitGroup
+	for k := 0; k < 8*len(reqs); k++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			b, _ := json.Marshal(reqs[i].body)
+			res, err := http.Post(ts.URL+reqs[i].path, "application/json", bytes.NewReader(b))
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			got, _ := io.ReadAll(res.Body)
+			res.Body.Close()
+			if res.StatusCode != 200 || !bytes.Equal(got, want[i]) {
+				t.Errorf("%s answered %d, differently from alone", reqs[i].path, res.StatusCode)
+			}
+		}(k % len(reqs))
+	}
+	wg.Wait()
+}
