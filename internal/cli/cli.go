@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -27,6 +28,7 @@ Commands:
   snapshot   replay a torch.cuda.memory._dump_snapshot pickle
   validate   compare predictions with measurements from validation/measure.py
   serve      a local web page with the same answers, charts and a JSON API
+  run        run a training command and record its memory step by step
 
 Run 'batchfit <command> -h' for a command's flags and examples.
 `
@@ -73,6 +75,8 @@ var commands = map[string]command{
 // table cannot name it in its own initializer.
 func init() { commands["serve"] = runServe }
 
+func init() { commands["run"] = runRun }
+
 // Run executes the command line args (without the program name) and
 // returns the process exit code: 0 ok, 1 failure, 2 usage.
 func Run(args []string, stdout, stderr io.Writer) int {
@@ -101,7 +105,15 @@ func Run(args []string, stdout, stderr io.Writer) int {
 		if err.Error() == "flag: help requested" {
 			return 0
 		}
+		var st exitStatus
+		if errors.As(err, &st) {
+			return int(st)
+		}
 		fmt.Fprintf(stderr, "batchfit %s: %v\n", args[0], err)
+		var cs cannotStart
+		if errors.As(err, &cs) {
+			return 127
+		}
 		if IsUsage(err) {
 			return 2
 		}

@@ -2,22 +2,39 @@ package cli
 
 import (
 	"fmt"
+	"io"
 	"math"
+	"os"
 	"text/tabwriter"
 
+	"github.com/batchfit/batchfit/record"
 	"github.com/batchfit/batchfit/validation"
 )
 
-const validateUsage = `usage: batchfit validate DATA.json [--json]
+const validateUsage = `usage: batchfit validate DATA.json|RUN.jsonl [--json]
 
 Predicts every case of a file written by validation/measure.py (real
-training steps measured on a GPU) and prints predicted against measured peak
-allocated and reserved memory, with the errors, so anyone can check batchfit
-on their own GPU.
+training steps measured on a GPU), or the job of a recording 'batchfit run
+--model ... --out RUN.jsonl' wrote, and prints predicted against measured
+peak allocated and reserved memory, with the errors, so anyone can check
+batchfit on their own GPU and their own job.
 
-Example:
+Examples:
   python validation/measure.py --out mygpu.json && batchfit validate mygpu.json
+  batchfit run --model resnet50 --out run.jsonl -- python train.py && batchfit validate run.jsonl
 `
+
+// isRecordingFile reports whether path starts with a run header.
+func isRecordingFile(path string) bool {
+	f, err := os.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	head := make([]byte, 64<<10)
+	n, _ := io.ReadFull(f, head)
+	return record.IsRecording(head[:n])
+}
 
 func runValidate(e *env, args []string) error {
 	stdout, stderr := e.stdout, e.stderr
@@ -30,13 +47,23 @@ func runValidate(e *env, args []string) error {
 	if len(pos) != 1 {
 		return usagef("validate takes one measurement file, got %d arguments", len(pos))
 	}
-	m, err := validation.Load(pos[0])
-	if err != nil {
-		return err
-	}
-	cs, err := validation.Compare(m)
-	if err != nil {
-		return fmt.Errorf("%s: %w", pos[0], err)
+	var cs []validation.Comparison
+	if isRecordingFile(pos[0]) {
+		recs, err := record.ReadFile(pos[0])
+		if err != nil {
+			return err
+		}
+		if cs, err = compareRecording(e, pos[0], recs); err != nil {
+			return err
+		}
+	} else {
+		m, err := validation.Load(pos[0])
+		if err != nil {
+			return err
+		}
+		if cs, err = validation.Compare(m); err != nil {
+			return fmt.Errorf("%s: %w", pos[0], err)
+		}
 	}
 	sum := validation.Summarize(cs)
 	if *asJSON {
