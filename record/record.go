@@ -51,13 +51,17 @@ type Record struct {
 	RecordingHistory bool   `json:"recording_history,omitempty"`
 
 	// step
-	Seq            int     `json:"seq,omitempty"`
-	Optimizer      int     `json:"optimizer,omitempty"`
-	OptimizerClass string  `json:"optimizer_class,omitempty"`
-	Step           int     `json:"step,omitempty"`
-	MicroBatches   int     `json:"micro_batches,omitempty"`
-	Batch          *int64  `json:"batch,omitempty"`
-	Time           float64 `json:"time,omitempty"`
+	Seq            int    `json:"seq,omitempty"`
+	Optimizer      int    `json:"optimizer,omitempty"`
+	OptimizerClass string `json:"optimizer_class,omitempty"`
+	Step           int    `json:"step,omitempty"`
+	MicroBatches   int    `json:"micro_batches,omitempty"`
+	// OptimizerSettings are the first parameter group's momentum,
+	// weight_decay, foreach, fused and amsgrad, on an optimizer's first
+	// step (null: PyTorch's default).
+	OptimizerSettings map[string]any `json:"optimizer_settings,omitempty"`
+	Batch             *int64         `json:"batch,omitempty"`
+	Time              float64        `json:"time,omitempty"`
 
 	// memory (step, oom)
 	Allocated       *int64 `json:"allocated,omitempty"`

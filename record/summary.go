@@ -24,6 +24,10 @@ type Summary struct {
 	// (gradient accumulation).
 	Batch        *int64
 	MicroBatches int
+	// Optimizer and OptimizerSettings are the first optimizer's class and
+	// settings (see Record.OptimizerSettings).
+	Optimizer         string
+	OptimizerSettings map[string]any
 	// PeakAllocated and PeakReserved are the largest
 	// max_memory_allocated and max_memory_reserved reported; nil without
 	// CUDA figures.
@@ -73,6 +77,7 @@ func Summarize(recs []Record) Summary {
 				if s.Steps == 0 {
 					s.Batch = r.Batch
 					s.MicroBatches = r.MicroBatches
+					s.Optimizer, s.OptimizerSettings = r.OptimizerClass, r.OptimizerSettings
 				}
 				s.Steps++
 				opts[r.Optimizer] = true

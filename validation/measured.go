@@ -355,3 +355,23 @@ func median(xs []float64) float64 {
 	}
 	return (ys[n/2-1] + ys[n/2]) / 2
 }
+
+// MarshalJSON writes the figures that are not numbers (no timed cases, no
+// pair measured apart) as null: JSON has no NaN.
+func (s Summary) MarshalJSON() ([]byte, error) {
+	type plain Summary
+	num := func(v float64) *float64 {
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			return nil
+		}
+		return &v
+	}
+	return json.Marshal(struct {
+		plain
+		MedianAbsErrAllocated *float64
+		MedianAbsErrReserved  *float64
+		WorstUnderAllocated   *float64
+		MedianAbsErrSeconds   *float64
+		PairsOrdered          *float64
+	}{plain(s), num(s.MedianAbsErrAllocated), num(s.MedianAbsErrReserved), num(s.WorstUnderAllocated), num(s.MedianAbsErrSeconds), num(s.PairsOrdered)})
+}

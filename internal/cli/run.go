@@ -59,7 +59,12 @@ func (c cannotStart) Error() string { return c.err.Error() }
 func (c cannotStart) Unwrap() error { return c.err }
 
 func runRun(e *env, args []string) error {
+	// The child and the live line write to stderr at once: a file takes
+	// whole writes in turn, any other writer is given a lock.
 	stderr := e.stderr
+	if _, ok := stderr.(*os.File); !ok {
+		stderr = &lockedWriter{w: stderr}
+	}
 	if e.web {
 		return usagef("run starts a process: not from the web page")
 	}
@@ -208,6 +213,18 @@ func compareRecording(e *env, path string, recs []record.Record) ([]validation.C
 		c.PredictedSeconds, c.MeasuredSeconds = res.Time.Seconds, s.StepSeconds
 	}
 	return []validation.Comparison{c}, nil
+}
+
+// lockedWriter serialises writes from several goroutines.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
 
 // liveLine prints the steps as they come: one line rewritten in place on
@@ -360,6 +377,9 @@ func runRequest(j *jobFlags, set map[string]bool, s record.Summary) (predict.Req
 	if !set["accumulate"] && s.MicroBatches > 1 {
 		jj.accumulate = s.MicroBatches
 	}
+	if !set["optimizer"] {
+		runOptimizer(&jj, set, s)
+	}
 	if !set["torch"] && s.Torch != "" {
 		// the rules of the PyTorch that ran (its profile, or the nearest
 		// older one)
@@ -392,6 +412,41 @@ func runRequest(j *jobFlags, set map[string]bool, s record.Summary) (predict.Req
 		r.Context = *s.Outside
 	}
 	return r, nil
+}
+
+// runOptimizer sets the job's optimizer to the run's first one where
+// batchfit simulates its class, with its momentum, weight decay and
+// implementation unless the flags give them.
+func runOptimizer(j *jobFlags, set map[string]bool, s record.Summary) {
+	kind, ok := map[string]string{"SGD": "sgd", "Adam": "adam", "AdamW": "adamw"}[s.Optimizer]
+	if !ok {
+		return
+	}
+	j.optimizer = kind
+	num := func(k string) (float64, bool) {
+		v, ok := s.OptimizerSettings[k].(float64)
+		return v, ok
+	}
+	if v, ok := num("momentum"); ok && !set["momentum"] {
+		j.momentum = v
+	}
+	if v, ok := num("weight_decay"); ok && !set["weight-decay"] {
+		j.weightDecay = v
+	}
+	if set["foreach"] || set["fused"] || set["forloop"] {
+		return
+	}
+	// foreach and fused are None (PyTorch picks), True or False
+	fused, _ := s.OptimizerSettings["fused"].(bool)
+	foreach, isSet := s.OptimizerSettings["foreach"].(bool)
+	switch {
+	case fused:
+		j.fused = true
+	case isSet && foreach:
+		j.foreach = true
+	case isSet && !foreach:
+		j.forloop = true
+	}
 }
 
 func writeRunPrediction(w io.Writer, j *jobFlags, set map[string]bool, s record.Summary) error {

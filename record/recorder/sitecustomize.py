@@ -85,12 +85,19 @@ def _after_step(opt):
     st = _state
     st["seq"] += 1
     key = id(opt)
-    if key not in st["optimizers"]:
+    first = key not in st["optimizers"]
+    if first:
         st["optimizers"][key] = {"index": len(st["optimizers"]), "steps": 0}
     o = st["optimizers"][key]
     o["steps"] += 1
     rec = {"kind": "step", "seq": st["seq"], "optimizer": o["index"], "optimizer_class": type(opt).__name__,
            "step": o["steps"], "micro_batches": st["forwards"]}
+    if first:
+        # the settings that decide the optimizer's memory, as its first
+        # parameter group holds them
+        g = opt.param_groups[0] if opt.param_groups else {}
+        rec["optimizer_settings"] = {k: g[k] for k in ("momentum", "weight_decay", "foreach", "fused", "amsgrad")
+                                     if k in g and (g[k] is None or isinstance(g[k], (bool, int, float)))}
     if st["batch"] is not None:
         rec["batch"] = st["batch"]
     rec.update(_memory(torch))
