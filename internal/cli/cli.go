@@ -29,6 +29,7 @@ Commands:
   validate   compare predictions with measurements from validation/measure.py
   serve      a local web page with the same answers, charts and a JSON API
   run        run a training command and record its memory step by step
+  watch      every GPU and process, as nvidia-smi shows them, with PyTorch's figures
 
 Run 'batchfit <command> -h' for a command's flags and examples.
 `
@@ -75,7 +76,10 @@ var commands = map[string]command{
 // table cannot name it in its own initializer.
 func init() { commands["serve"] = runServe }
 
-func init() { commands["run"] = runRun }
+func init() {
+	commands["run"] = runRun
+	commands["watch"] = runWatch
+}
 
 // Run executes the command line args (without the program name) and
 // returns the process exit code: 0 ok, 1 failure, 2 usage.

@@ -107,7 +107,7 @@ func runRun(e *env, args []string) error {
 		os.Remove(snapPath) // a snapshot left by an earlier run is not this run's
 	}
 	live := newLiveLine(stderr, *every)
-	reg := &runRegistry{command: command}
+	reg := &runRegistry{command: command, args: flagArgs}
 	defer reg.remove()
 	res, err := record.Run(record.Options{Command: command, Snapshot: snapPath, Stdin: e.stdin, Stdout: e.stdout, Stderr: stderr,
 		OnRecord: func(r *record.Record) {
@@ -567,6 +567,7 @@ func indent(s, prefix string) string {
 // $TMPDIR/batchfit-runs, named by the child's PID, removed at the end.
 type runRegistry struct {
 	command []string
+	args    []string
 	path    string
 	last    *record.Record
 	start   *record.Record
@@ -576,11 +577,13 @@ type runRegistry struct {
 type RunState struct {
 	PID     int            `json:"pid"`
 	Command []string       `json:"command"`
+	Args    []string       `json:"args,omitempty"`
 	Start   *record.Record `json:"start,omitempty"`
 	Last    *record.Record `json:"last,omitempty"`
 }
 
-func runsDir() string { return filepath.Join(os.TempDir(), "batchfit-runs") }
+// runsDir is where runs publish their state; tests move it.
+var runsDir = func() string { return filepath.Join(os.TempDir(), "batchfit-runs") }
 
 func (g *runRegistry) update(r *record.Record) {
 	switch r.Kind {
@@ -598,7 +601,7 @@ func (g *runRegistry) update(r *record.Record) {
 	if g.path == "" {
 		return
 	}
-	b, err := json.Marshal(RunState{PID: g.start.PID, Command: g.command, Start: g.start, Last: g.last})
+	b, err := json.Marshal(RunState{PID: g.start.PID, Command: g.command, Args: g.args, Start: g.start, Last: g.last})
 	if err != nil {
 		return
 	}

@@ -1,6 +1,9 @@
 package cli
 
 import (
+	"bufio"
+	"bytes"
+	"encoding/json"
 	"fmt"
 	"io"
 	"math"
@@ -11,11 +14,12 @@ import (
 	"github.com/batchfit/batchfit/validation"
 )
 
-const validateUsage = `usage: batchfit validate DATA.json|RUN.jsonl [--json]
+const validateUsage = `usage: batchfit validate DATA.json|RUN.jsonl|WATCH.jsonl [--json]
 
 Predicts every case of a file written by validation/measure.py (real
-training steps measured on a GPU), or the job of a recording 'batchfit run
---model ... --out RUN.jsonl' wrote, and prints predicted against measured
+training steps measured on a GPU), the job of a recording 'batchfit run
+--model ... --out RUN.jsonl' wrote, or every such job 'batchfit watch --out'
+saw, and prints predicted against measured
 peak allocated and reserved memory, with the errors, so anyone can check
 batchfit on their own GPU and their own job.
 
@@ -24,16 +28,84 @@ Examples:
   batchfit run --model resnet50 --out run.jsonl -- python train.py && batchfit validate run.jsonl
 `
 
-// isRecordingFile reports whether path starts with a run header.
-func isRecordingFile(path string) bool {
+// fileKind is the "kind" of the first line of path: "run" for a recording
+// of 'batchfit run', "gpus" for one of 'batchfit watch', "" otherwise (a
+// measure.py file is one JSON object).
+func fileKind(path string) string {
 	f, err := os.Open(path)
 	if err != nil {
-		return false
+		return ""
 	}
 	defer f.Close()
-	head := make([]byte, 64<<10)
+	head := make([]byte, 256<<10)
 	n, _ := io.ReadFull(f, head)
-	return record.IsRecording(head[:n])
+	line, _, _ := bytes.Cut(head[:n], []byte("\n"))
+	var k struct {
+		Kind string `json:"kind"`
+	}
+	if json.Unmarshal(bytes.TrimSpace(line), &k) != nil {
+		return ""
+	}
+	return k.Kind
+}
+
+// compareWatch reads a 'batchfit watch --out' file and compares every
+// process in it that 'batchfit run --model' started: the recording that
+// run would have written, rebuilt from what watch saw of it.
+func compareWatch(e *env, path string) ([]validation.Comparison, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	type proc struct {
+		recs []record.Record
+		seq  int
+	}
+	procs := map[int]*proc{}
+	var order []int
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 0, 64<<10), record.MaxLine)
+	line := 0
+	for sc.Scan() {
+		line++
+		var fr WatchFrame
+		if err := json.Unmarshal(sc.Bytes(), &fr); err != nil || fr.Kind != "gpus" {
+			return nil, fmt.Errorf("%s:%d: not a batchfit watch reading", path, line)
+		}
+		for _, g := range fr.GPUs {
+			for _, p := range g.Processes {
+				if p.Args == nil || p.Start == nil {
+					continue
+				}
+				pr, ok := procs[p.PID]
+				if !ok {
+					pr = &proc{recs: []record.Record{{Kind: record.KindRun, Command: p.Command, Args: p.Args}, *p.Start}}
+					procs[p.PID] = pr
+					order = append(order, p.PID)
+				}
+				if py := p.PyTorch; py != nil && py.Seq > pr.seq {
+					pr.recs = append(pr.recs, *py)
+					pr.seq = py.Seq
+				}
+			}
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("reading %s: %w", path, err)
+	}
+	var cs []validation.Comparison
+	for _, pid := range order {
+		c, err := compareRecording(e, fmt.Sprintf("%s (process %d)", path, pid), procs[pid].recs)
+		if err != nil {
+			return nil, err
+		}
+		cs = append(cs, c...)
+	}
+	if len(cs) == 0 {
+		return nil, fmt.Errorf("%s: no process in it was started by 'batchfit run --model ...', so there is no job to predict", path)
+	}
+	return cs, nil
 }
 
 func runValidate(e *env, args []string) error {
@@ -48,7 +120,8 @@ func runValidate(e *env, args []string) error {
 		return usagef("validate takes one measurement file, got %d arguments", len(pos))
 	}
 	var cs []validation.Comparison
-	if isRecordingFile(pos[0]) {
+	switch kind := fileKind(pos[0]); kind {
+	case record.KindRun:
 		recs, err := record.ReadFile(pos[0])
 		if err != nil {
 			return err
@@ -56,7 +129,11 @@ func runValidate(e *env, args []string) error {
 		if cs, err = compareRecording(e, pos[0], recs); err != nil {
 			return err
 		}
-	} else {
+	case "gpus":
+		if cs, err = compareWatch(e, pos[0]); err != nil {
+			return err
+		}
+	default:
 		m, err := validation.Load(pos[0])
 		if err != nil {
 			return err
