@@ -50,7 +50,7 @@ func TestWatch(t *testing.T) {
 		Start: &record.Record{Kind: record.KindStart, PID: me, Torch: "2.5.1"},
 		Last:  &record.Record{Kind: record.KindStep, Seq: 12, Step: 12, Reserved: i64(42 * gib), Allocated: i64(30 * gib), MaxAllocated: i64(40 * gib)}}
 	js, _ := json.Marshal(st)
-	os.WriteFile(filepath.Join(dir, "1.json"), js, 0o644) // the file's name does not matter, the PID inside does
+	os.WriteFile(filepath.Join(dir, "1.json"), js, 0o644)                                            // the file's name does not matter, the PID inside does
 	os.WriteFile(filepath.Join(dir, "2.json"), []byte(`{"pid": 4242, "command": ["ended"]}`), 0o644) // a state left by a run that is over
 	os.WriteFile(filepath.Join(dir, "3.json"), []byte(`not json`), 0o644)
 
