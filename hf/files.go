@@ -101,10 +101,13 @@ func (f *memFile) ReadAt(p []byte, off int64) (int, error) {
 		return 0, io.EOF
 	}
 	n := copy(p, f.data[off:])
-	if n < len(p) {
-		return n, io.EOF
+	switch {
+	case n == len(p):
+		return n, nil
+	case int64(len(f.data)) < f.size:
+		return n, fmt.Errorf("%s: only the first %d of %d bytes were given", f.name, len(f.data), f.size)
 	}
-	return n, nil
+	return n, io.EOF
 }
 
 // fs.FileInfo

@@ -135,6 +135,26 @@ var palette = []string{"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#
 
 var known = map[string]bool{}
 
+// scopedStyle is style with every selector under .bfchart.
+var scopedStyle = scope(style, ".bfchart")
+
+func scope(css, root string) string {
+	var b strings.Builder
+	for _, rule := range strings.SplitAfter(css, "}") {
+		sel, body, ok := strings.Cut(rule, "{")
+		if !ok {
+			b.WriteString(rule)
+			continue
+		}
+		var sels []string
+		for _, x := range strings.Split(strings.TrimSpace(sel), ",") {
+			sels = append(sels, root+" "+strings.TrimSpace(x))
+		}
+		b.WriteString("\n" + strings.Join(sels, ",") + "{" + body)
+	}
+	return b.String()
+}
+
 func init() {
 	for _, f := range strings.FieldsFunc(style, func(r rune) bool { return r == ',' || r == '{' || r == '}' || r == '\n' }) {
 		if strings.HasPrefix(f, ".") && !strings.ContainsAny(f, " :;") {
@@ -156,9 +176,12 @@ func (c *Chart) render(b *bytes.Buffer) error {
 		return err
 	}
 	lay := c.layout()
-	fmt.Fprintf(b, `<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 %s %s" width="%s" height="%s" role="img" aria-labelledby="chart-title">`+"\n",
+	// No id: a page may inline several charts. The title, the first
+	// child, names the picture; the style sheet is scoped to the chart's
+	// own class so that an inlined chart does not restyle the page.
+	fmt.Fprintf(b, `<svg xmlns="http://www.w3.org/2000/svg" class="bfchart" viewBox="0 0 %s %s" width="%s" height="%s" role="img">`+"\n",
 		num(lay.w), num(lay.h), num(lay.w), num(lay.h))
-	fmt.Fprintf(b, "<title id=\"chart-title\">%s</title>\n<style>%s</style>\n", esc(c.Title), style)
+	fmt.Fprintf(b, "<title>%s</title>\n<style>%s</style>\n", esc(c.Title), scopedStyle)
 	fmt.Fprintf(b, `<rect width="100%%" height="100%%" fill="#fff"/>`+"\n")
 	fmt.Fprintf(b, `<text class="title" x="%s" y="20">%s</text>`+"\n", num(lay.left), esc(c.Title))
 	for i, line := range c.subtitleLines(lay.w - lay.left - 10) {
@@ -216,6 +239,11 @@ func (c *Chart) check() error {
 	for _, m := range c.Markers {
 		if !finite(m.X, m.Y) {
 			return fmt.Errorf("chart %q: marker %q is not a number", c.Title, m.Label)
+		}
+	}
+	for _, bd := range c.Bands {
+		if !finite(bd.From, bd.To) {
+			return fmt.Errorf("chart %q: band %q is not a number", c.Title, bd.Label)
 		}
 	}
 	return nil
@@ -610,7 +638,8 @@ func esc(s string) string {
 		case '\'':
 			b.WriteString("&#39;")
 		default:
-			if r < 0x20 && r != '\t' && r != '\n' {
+			// only what XML 1.0 allows in a document
+			if r < 0x20 && r != '\t' && r != '\n' || r >= 0xD800 && r <= 0xDFFF || r == 0xFFFE || r == 0xFFFF || r > 0x10FFFF {
 				continue
 			}
 			b.WriteRune(r)

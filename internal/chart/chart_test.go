@@ -240,3 +240,47 @@ func FuzzInspect(f *testing.F) {
 		Inspect(b)
 	})
 }
+
+// One batch size: the point in the middle, whole-number ticks around it;
+// a logarithmic axis with no power of two inside ticks its ends.
+func TestSinglePoint(t *testing.T) {
+	s := newScale(Axis{}, 64, 64, 0, 100, false)
+	if !equal(s.ticks, []float64{63, 64, 65}) || s.at(64) != 50 {
+		t.Errorf("ticks %v, 64 at %g", s.ticks, s.at(64))
+	}
+	l := newScale(Axis{Log2: true}, 5, 7, 0, 100, false)
+	if !equal(l.ticks, []float64{5, 7}) {
+		t.Errorf("log ticks %v", l.ticks)
+	}
+	// ticks are multiples of the step, not sums of steps
+	v := newScale(Axis{}, 0, 3.2, 0, 100, true)
+	for _, x := range v.ticks {
+		if x != math.Round(x/0.5)*0.5 {
+			t.Errorf("tick %v is not a multiple of the step", x)
+		}
+	}
+}
+
+// Characters XML does not allow (user text: a file name) are left out, so
+// the document stays readable; the chart's style applies to it alone.
+func TestXMLCharacters(t *testing.T) {
+	c := sample()
+	c.Title = "a\uFFFFb\x00c\uFFFEd"
+	svg, err := c.SVG()
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := Inspect(svg)
+	if err != nil {
+		t.Fatalf("the chart is not XML: %v", err)
+	}
+	if d.Title != "abcd" {
+		t.Errorf("title %q", d.Title)
+	}
+	if bytes.Contains(svg, []byte(" id=")) {
+		t.Error("a chart carries an id, which two charts on one page would share")
+	}
+	if !bytes.Contains(svg, []byte(".bfchart text{")) || bytes.Contains(svg, []byte("\ntext{")) {
+		t.Error("the style sheet is not scoped to the chart")
+	}
+}

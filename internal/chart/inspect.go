@@ -50,7 +50,7 @@ func Inspect(svg []byte) (*Doc, error) {
 	dec := xml.NewDecoder(bytes.NewReader(svg))
 	// the open <g> elements and their classes
 	var stack []string
-	var axis, series, layer string
+	var axis, series string
 	inTick := false
 	var text strings.Builder
 	for {
@@ -91,9 +91,8 @@ func Inspect(svg []byte) (*Doc, error) {
 					n, _ := strconv.Atoi(at["data-points"])
 					d.Lines[series] = DocSeries{Axis: at["data-axis"], Count: n, Max: parseNum(at["data-max"])}
 				case has("layer"):
-					layer = at["data-name"]
 					n, _ := strconv.Atoi(at["data-points"])
-					d.Layers[layer] = DocSeries{Count: n, Max: parseNum(at["data-max"])}
+					d.Layers[at["data-name"]] = DocSeries{Count: n, Max: parseNum(at["data-max"])}
 				case has("rule"):
 					d.Rules = append(d.Rules, Rule{Value: parseNum(at["data-value"]), Label: at["data-label"], Class: second(cls)})
 				case has("band"):
@@ -138,14 +137,11 @@ func Inspect(svg []byte) (*Doc, error) {
 						inTick = false
 					case "series":
 						series = ""
-					case "layer":
-						layer = ""
 					}
 				}
 			}
 		}
 	}
-	_ = layer
 	return d, nil
 }
 

@@ -36,24 +36,38 @@ func newScale(a Axis, lo, hi, p0, p1 float64, value bool) scale {
 		for e := e0; e <= e1; e += step {
 			s.ticks = append(s.ticks, math.Exp2(e))
 		}
+		if len(s.ticks) == 0 { // no power of two inside: the ends
+			s.ticks = []float64{lo, hi}
+		}
 		s.pickUnit(hi)
 		return s
 	}
-	if hi <= lo {
-		hi = lo + 1
+	single := hi <= lo
+	if single {
+		// one value: centred between its neighbours
+		lo, hi = lo-1, lo+1
 	}
 	s.pickUnit(math.Max(math.Abs(lo), math.Abs(hi)))
 	step := niceStep((hi-lo)/s.unit/5) * s.unit
+	if single && s.axis.Unit == Plain {
+		step = 1 // a batch size has no halves
+	}
 	if value {
 		lo = math.Floor(lo/step) * step
 		hi = math.Ceil(hi/step) * step
 	}
 	s.lo, s.hi = lo, hi
-	for t := math.Ceil(lo/step) * step; t <= hi+step*1e-9; t += step {
-		s.ticks = append(s.ticks, t)
-		if len(s.ticks) > 20 {
+	first := math.Ceil(lo/step - 1e-9)
+	for i := 0.0; i <= 20; i++ {
+		// each tick from the first, not by adding steps: no creeping error
+		t := (first + i) * step
+		if t > hi+step*1e-9 {
 			break
 		}
+		if math.Abs(t) < step*1e-9 {
+			t = 0
+		}
+		s.ticks = append(s.ticks, t)
 	}
 	return s
 }

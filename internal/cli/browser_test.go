@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -383,5 +385,60 @@ func TestBrowserModelDirectory(t *testing.T) {
 	// were counted against the config.
 	if !strings.Contains(msg, "the checkpoint holds 262144 parameters but the GPT2LMHeadModel graph has") {
 		t.Errorf("status %q", msg)
+	}
+}
+
+// The page formats bytes, seconds and rates as the command line does,
+// digit for digit: values near and at decimal ties, and many others.
+func TestBrowserFormatting(t *testing.T) {
+	ctx := browse(t)
+	ts := testServer(t, serveOptions{})
+	if err := chromedp.Do(ctx, chromedp.Navigate(ts.URL), chromedp.WaitVisible(chromedp.CSS(`#results[data-state="ready"]`))); err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	var bytesIn []int64
+	for _, n := range []int64{0, 1, 1023, 1024, 1025, 1152, 1<<20 - 1, 1 << 20, 1<<20 + 1, 5*1<<20 + 5*1<<10, 1 << 30, 1<<30 + 1, 1<<30 + 5<<20, 80 << 30, 3 << 40} {
+		bytesIn = append(bytesIn, n)
+	}
+	for i := 0; i < 1500; i++ {
+		bytesIn = append(bytesIn, rng.Int64N(1<<42)>>uint(rng.IntN(40)))
+	}
+	var floats []float64
+	for _, v := range []float64{2254.05, 4.215, 0.0005, 0.00125, 0.0105, 9.995, 10.05, 99.995, 100.5, 101.5, 1e-7, 12.345, 1234.5} {
+		floats = append(floats, v)
+	}
+	for i := 0; i < 1500; i++ {
+		// values with few decimals sit on or next to ties
+		floats = append(floats, float64(rng.IntN(100000))/math.Pow(10, float64(rng.IntN(6))), rng.Float64()*math.Pow(10, float64(rng.IntN(9)-5)))
+	}
+	bj, _ := json.Marshal(bytesIn)
+	fj, _ := json.Marshal(floats)
+	type shownAll struct {
+		Bytes   []string `json:"bytes"`
+		Seconds []string `json:"seconds"`
+		Rates   []string `json:"rates"`
+	}
+	got, err := chromedp.Run(ctx, chromedp.Evaluate[shownAll](fmt.Sprintf(
+		`({bytes: %s.map(fmtBytes), seconds: %s.map(fmtSeconds), rates: %s.map(fmtRate)})`, bj, fj, fj)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := 0
+	for i, n := range bytesIn {
+		if got.Bytes[i] != fmtBytes(n) && bad < 10 {
+			bad++
+			t.Errorf("%d bytes: page %q, command line %q", n, got.Bytes[i], fmtBytes(n))
+		}
+	}
+	for i, v := range floats {
+		if got.Seconds[i] != fmtSeconds(v) && bad < 20 {
+			bad++
+			t.Errorf("%v s: page %q, command line %q", v, got.Seconds[i], fmtSeconds(v))
+		}
+		if got.Rates[i] != fmtRate(v) && bad < 30 {
+			bad++
+			t.Errorf("rate %v: page %q, command line %q", v, got.Rates[i], fmtRate(v))
+		}
 	}
 }

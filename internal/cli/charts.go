@@ -111,6 +111,9 @@ func (r *stepRecorder) observe(o alloc.Observation) {
 		if n := len(r.phases); n > 0 && r.phases[n-1].phase == e.Phase && r.phases[n-1].step == e.Step {
 			r.phases[n-1].to = i + 1
 		} else {
+			if len(r.phases) >= 8*r.buckets {
+				r.thinPhases()
+			}
 			r.phases = append(r.phases, phaseRun{from: i, to: i + 1, phase: e.Phase, step: e.Step})
 		}
 	}
@@ -131,6 +134,22 @@ func (r *stepRecorder) observe(o alloc.Observation) {
 		}
 	}
 	b.reserved = max(b.reserved, o.Reserved)
+}
+
+// thinPhases drops the phase runs narrower than the stretches drawn, the
+// narrowest first, until a quarter of the room is free: with thousands of
+// micro-batches a band per pass could not be seen, and would make the
+// runs grow with the trace.
+func (r *stepRecorder) thinPhases() {
+	for w := r.width; len(r.phases) > 6*r.buckets; w *= 2 {
+		kept := r.phases[:0]
+		for _, p := range r.phases {
+			if p.to-p.from >= w {
+				kept = append(kept, p)
+			}
+		}
+		r.phases = kept
+	}
 }
 
 // halve merges neighbouring buckets and doubles the width of new ones.

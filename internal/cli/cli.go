@@ -131,8 +131,15 @@ func Run(args []string, stdout, stderr io.Writer) int {
 func safeRun(cmd command, e *env, args []string) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			err = fmt.Errorf("internal error: %v (please report it)", r)
+			err = internalError{r}
 		}
 	}()
 	return cmd(e, args)
+}
+
+// internalError is a command's panic, recovered: a bug, not bad input.
+type internalError struct{ v any }
+
+func (e internalError) Error() string {
+	return fmt.Sprintf("internal error: %v (please report it)", e.v)
 }

@@ -91,7 +91,10 @@ func runOOM(e *env, args []string) error {
 		// PyTorch (context, other processes) taken as the context.
 		r.GPU = gpu.GPU{Name: fmt.Sprintf("GPU %d", msg.DeviceIndex), Marketing: "the GPU of the message", Capacity: msg.Total,
 			Major: r.GPU.Major, ContextSize: max(0, ex.OutsidePyTorch)}
-		b, _ := parseBatches(j.batch)
+		b, err := parseBatches(j.batch)
+		if err != nil {
+			return err
+		}
 		r.Config.Batch = b[0]
 		ans, err := solve.MaxBatch(r, 0)
 		if err != nil {

@@ -13,14 +13,17 @@ import (
 	"mime/multipart"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/signal"
 	"path"
 	"regexp"
 	"runtime"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -59,15 +62,20 @@ type serveOptions struct {
 	// workers is how many requests are answered at once; the others wait
 	// their turn (none is refused for being one too many).
 	workers int
+	// loopback: the server listens on the loopback interface, so it
+	// answers only requests addressed to this machine by a loopback name
+	// (a web page elsewhere cannot reach it by rebinding a name of its
+	// own to 127.0.0.1).
+	loopback bool
 }
 
 func runServe(e *env, args []string) error {
 	stdout, stderr := e.stdout, e.stderr
-	fs := newFlagSet("serve", stderr, serveUsage)
-	addr := fs.String("addr", "127.0.0.1:8080", "address to listen on")
-	maxUpload := fs.String("max-upload", "64MiB", "largest request body (a model file, a snapshot)")
-	workers := fs.Int("workers", runtime.NumCPU(), "requests answered at once; more wait their turn")
-	pos, err := parseArgs(fs, args)
+	flags := newFlagSet("serve", stderr, serveUsage)
+	addr := flags.String("addr", "127.0.0.1:8080", "address to listen on")
+	maxUpload := flags.String("max-upload", "64MiB", "largest request body (a model file, a snapshot)")
+	workers := flags.Int("workers", runtime.NumCPU(), "requests answered at once; more wait their turn")
+	pos, err := parseArgs(flags, args)
 	if err != nil {
 		return err
 	}
@@ -85,12 +93,11 @@ func runServe(e *env, args []string) error {
 	if err != nil {
 		return fmt.Errorf("listening on %s: %w", *addr, err)
 	}
-	if host, _, err := net.SplitHostPort(ln.Addr().String()); err == nil {
-		if ip := net.ParseIP(host); ip != nil && !ip.IsLoopback() {
-			fmt.Fprintf(stderr, "batchfit serve: listening on %s, which is not the loopback interface: other machines can reach this page\n", host)
-		}
+	loopback := isLoopback(ln.Addr())
+	if !loopback {
+		fmt.Fprintf(stderr, "batchfit serve: listening on %s, which is not the loopback interface: other machines can reach this page\n", ln.Addr())
 	}
-	srv := &http.Server{Handler: newServer(serveOptions{maxUpload: lim, workers: *workers}),
+	srv := &http.Server{Handler: newServer(serveOptions{maxUpload: lim, workers: *workers, loopback: loopback}),
 		ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 2 * time.Minute, WriteTimeout: 5 * time.Minute, IdleTimeout: time.Minute}
 	fmt.Fprintf(stdout, "batchfit: serving http://%s/ (Ctrl-C stops)\n", ln.Addr())
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -101,10 +108,26 @@ func runServe(e *env, args []string) error {
 	case err := <-done:
 		return err
 	case <-ctx.Done():
+		// Interrupted: the answers under way get ten seconds, then the
+		// server closes; either way it stopped as asked.
 		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		return srv.Shutdown(sctx)
+		if err := srv.Shutdown(sctx); errors.Is(err, context.DeadlineExceeded) {
+			srv.Close()
+		}
+		return nil
 	}
+}
+
+// isLoopback reports whether a listener's address is on the loopback
+// interface.
+func isLoopback(a net.Addr) bool {
+	host, _, err := net.SplitHostPort(a.String())
+	if err != nil {
+		return false
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // server answers the page and its API.
@@ -112,8 +135,12 @@ type server struct {
 	opts serveOptions
 	mux  *http.ServeMux
 	// slots bounds the requests being answered at once: a prediction
-	// takes a core and, for a large model, megabytes.
-	slots chan struct{}
+	// takes a core and, for a large model, megabytes. reading bounds the
+	// requests whose bodies are being read, so that slow uploads hold no
+	// slot and the memory of bodies is bounded too.
+	slots, reading chan struct{}
+	// active and maxActive count the requests holding a slot.
+	active, maxActive atomic.Int32
 	// flags are the flags each served command accepts, for requests that
 	// name one it does not.
 	flags map[string][]string
@@ -144,16 +171,31 @@ var endpoints = map[string]endpoint{
 // output format and where charts go.
 var reserved = map[string]bool{"json": true, "csv": true, "svg": true, "timeline": true, "h": true, "help": true}
 
-// webLimits bound what one request may ask for.
+// webLimits bound what one request may ask for: a request is answered on
+// this machine, and a prediction's time and memory grow with depth,
+// width, sequence, accumulation and steps.
 const (
-	webMaxSteps   = 20
 	webMaxBatches = 64
 	webMaxFiles   = 256
-	webMaxField   = 1 << 20 // a form field (an OOM message, a log excerpt)
+	webMaxFields  = 64
+	webMaxField   = 1 << 20 // a form field (an OOM message, a log excerpt), and a body without uploads
+	webMaxGPU     = 2 << 40 // a custom --gpu capacity
 )
 
+// webMax is the largest value of each numeric field a request may give.
+var webMax = map[string]int64{
+	"steps": 20, "layers": 512, "hidden": 65536, "seq": 131072, "image": 4096,
+	"accumulate": 256, "max-accumulate": 256, "global-batch": 1 << 20, "min-micro-batch": 1 << 20,
+	"limit": 1 << 20, "top": 50, "device": 64,
+}
+
+// webSolveLimit bounds maxbatch's search of a dimension other than the
+// batch, where each probe's cost grows with the value.
+var webSolveLimit = map[string]int64{"layers": 512, "hidden": 65536, "seq": 131072}
+
 func newServer(o serveOptions) *server {
-	s := &server{opts: o, mux: http.NewServeMux(), slots: make(chan struct{}, o.workers), flags: map[string][]string{}}
+	s := &server{opts: o, mux: http.NewServeMux(), slots: make(chan struct{}, o.workers), reading: make(chan struct{}, 4*o.workers),
+		flags: map[string][]string{}}
 	for _, ep := range endpoints {
 		s.flags[ep.cmd] = commandFlags(ep.cmd)
 	}
@@ -175,6 +217,24 @@ func newServer(o serveOptions) *server {
 // ServeHTTP adds the headers every answer carries: the page fetches
 // nothing from elsewhere and runs no script but its own.
 func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if s.opts.loopback && !loopbackHost(r.Host) {
+		writeError(w, http.StatusMisdirectedRequest, fmt.Errorf("this server answers requests for localhost only, not %q", r.Host))
+		return
+	}
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		// A page of another site may send a form here; it may not have
+		// it answered.
+		if o := r.Header.Get("Origin"); o != "" {
+			if u, err := url.Parse(o); err != nil || u.Host != r.Host {
+				writeError(w, http.StatusForbidden, fmt.Errorf("requests from %s are refused: only this server's own page may post", o))
+				return
+			}
+		}
+		if r.Header.Get("Sec-Fetch-Site") == "cross-site" {
+			writeError(w, http.StatusForbidden, errors.New("cross-site requests are refused"))
+			return
+		}
+	}
 	h := w.Header()
 	h.Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data: blob:; style-src 'self' 'unsafe-inline'; object-src 'none'; base-uri 'none'; frame-ancestors 'none'")
 	h.Set("X-Content-Type-Options", "nosniff")
@@ -239,23 +299,37 @@ type requestError struct {
 }
 
 func (e *requestError) Error() string { return e.err.Error() }
+func (e *requestError) Unwrap() error { return e.err }
 
 func badRequest(format string, args ...any) error {
 	return &requestError{http.StatusBadRequest, fmt.Errorf(format, args...)}
 }
 
+// loopbackHost reports whether a Host header names this machine by a
+// loopback name or address.
+func loopbackHost(host string) bool {
+	h, _, err := net.SplitHostPort(host)
+	if err != nil {
+		h = host
+	}
+	h = strings.TrimSuffix(strings.TrimPrefix(h, "["), "]")
+	if strings.EqualFold(h, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(h)
+	return ip != nil && ip.IsLoopback()
+}
+
 func (s *server) handle(ep endpoint) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		// A slot is taken before the body is read, so waiting requests
-		// hold no uploads.
 		select {
-		case s.slots <- struct{}{}:
-			defer func() { <-s.slots }()
+		case s.reading <- struct{}{}:
 		case <-r.Context().Done():
 			return
 		}
 		r.Body = http.MaxBytesReader(w, r.Body, s.opts.maxUpload)
 		req, err := s.read(r, ep)
+		<-s.reading
 		if err != nil {
 			var re *requestError
 			var mbe *http.MaxBytesError
@@ -268,6 +342,16 @@ func (s *server) handle(ep endpoint) http.HandlerFunc {
 				writeError(w, http.StatusBadRequest, err)
 			}
 			return
+		}
+		select {
+		case s.slots <- struct{}{}:
+			defer func() { <-s.slots }()
+		case <-r.Context().Done():
+			return
+		}
+		n := s.active.Add(1)
+		defer s.active.Add(-1)
+		for m := s.maxActive.Load(); n > m && !s.maxActive.CompareAndSwap(m, n); m = s.maxActive.Load() {
 		}
 		var out, chartOut, errb bytes.Buffer
 		e := &env{web: true, stdin: strings.NewReader(req.message), stdout: &out, stderr: &errb,
@@ -287,7 +371,7 @@ func (s *server) handle(ep endpoint) http.HandlerFunc {
 			w.Write(out.Bytes())
 		case runErr == nil:
 			writeError(w, http.StatusInternalServerError, errors.New("the command gave no answer"))
-		case strings.HasPrefix(runErr.Error(), "internal error"):
+		case errors.As(runErr, new(internalError)):
 			writeError(w, http.StatusInternalServerError, runErr)
 		case IsUsage(runErr):
 			writeError(w, http.StatusBadRequest, s.explainFlag(ep.cmd, runErr))
@@ -322,6 +406,18 @@ func (s *server) read(r *http.Request, ep endpoint) (*webRequest, error) {
 	req := &webRequest{}
 	fields := map[string]string{}
 	ct, params, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	if ct != "multipart/form-data" {
+		// Only a multipart form carries uploads; anything else is a few
+		// fields (an OOM message at most a log excerpt).
+		raw, err := io.ReadAll(io.LimitReader(r.Body, webMaxField+1))
+		if err != nil {
+			return nil, err
+		}
+		if len(raw) > webMaxField {
+			return nil, &requestError{http.StatusRequestEntityTooLarge, fmt.Errorf("a request without uploads is larger than %s", fmtBytes(webMaxField))}
+		}
+		r.Body = io.NopCloser(bytes.NewReader(raw))
+	}
 	if ct == "application/x-www-form-urlencoded" || ct == "" {
 		// curl -d sends a JSON object as a form: read what it is.
 		raw, err := io.ReadAll(r.Body)
@@ -370,7 +466,7 @@ func (s *server) read(r *http.Request, ep endpoint) (*webRequest, error) {
 			fields[k] = v[len(v)-1]
 		}
 	case "multipart/form-data":
-		if err := s.readMultipart(r, params["boundary"], fields, req); err != nil {
+		if err := s.readMultipart(r, ep, params["boundary"], fields, req); err != nil {
 			return nil, err
 		}
 	default:
@@ -383,6 +479,9 @@ func (s *server) read(r *http.Request, ep endpoint) (*webRequest, error) {
 	if ep.cmd == "oom" && strings.TrimSpace(req.message) == "" {
 		return nil, badRequest("field \"message\": paste the out-of-memory message")
 	}
+	if len(fields) > webMaxFields {
+		return nil, badRequest("%d fields: at most %d", len(fields), webMaxFields)
+	}
 	names := make([]string, 0, len(fields))
 	for k := range fields {
 		names = append(names, k)
@@ -393,19 +492,55 @@ func (s *server) read(r *http.Request, ep endpoint) (*webRequest, error) {
 		if !fieldName.MatchString(k) || reserved[k] {
 			return nil, badRequest("field %q cannot be set", k)
 		}
-		switch k {
-		case "steps":
-			if n, err := strconv.Atoi(v); err == nil && n > webMaxSteps {
-				return nil, badRequest("field \"steps\": at most %d on this server", webMaxSteps)
-			}
-		case "batch":
-			if b, err := parseBatches(v); err == nil && len(b) > webMaxBatches {
-				return nil, badRequest("field \"batch\": %d batch sizes, at most %d on this server", len(b), webMaxBatches)
-			}
+		if !slices.Contains(s.flags[ep.cmd], k) {
+			return nil, s.explainFlag(ep.cmd, fmt.Errorf("flag provided but not defined: -%s", k))
+		}
+		if err := webLimit(k, v); err != nil {
+			return nil, err
 		}
 		req.args = append(req.args, "--"+k+"="+v)
 	}
+	if ep.cmd == "maxbatch" {
+		if d, ok := webSolveLimit[fields["solve"]]; ok && fields["limit"] == "" {
+			req.args = append(req.args, "--limit="+strconv.FormatInt(d, 10))
+		} else if ok {
+			if n, err := strconv.ParseInt(fields["limit"], 0, 64); err == nil && n > d {
+				return nil, badRequest("field \"limit\": at most %d when solving for %s on this server", d, fields["solve"])
+			}
+		}
+	}
 	return req, nil
+}
+
+// webLimit checks one field against this server's bounds, parsing numbers
+// as the flag package does (any base, underscores), so that no spelling
+// of a number passes the check and then means more.
+func webLimit(k, v string) error {
+	if lim, ok := webMax[k]; ok {
+		if n, err := strconv.ParseInt(strings.TrimSpace(v), 0, 64); err == nil && (n > lim || n < 0) {
+			return badRequest("field %q: %d is outside 0…%d on this server", k, n, lim)
+		}
+	}
+	switch k {
+	case "batch":
+		b, err := parseBatches(v)
+		if err != nil {
+			return nil // the command says what is wrong
+		}
+		if len(b) > webMaxBatches {
+			return badRequest("field \"batch\": %d batch sizes, at most %d on this server", len(b), webMaxBatches)
+		}
+		for _, n := range b {
+			if n > webMax["global-batch"] {
+				return badRequest("field \"batch\": %d is more than %d on this server", n, webMax["global-batch"])
+			}
+		}
+	case "gpu":
+		if n, err := gpu.ParseSize(v); err == nil && n > webMaxGPU {
+			return badRequest("field \"gpu\": %s is more than %s on this server", fmtBytes(n), fmtBytes(webMaxGPU))
+		}
+	}
+	return nil
 }
 
 // readMultipart reads a multipart form part by part into memory (never to
@@ -414,7 +549,7 @@ func (s *server) read(r *http.Request, ep endpoint) (*webRequest, error) {
 // Hugging Face model directory, safetensors files as their headers, with
 // the whole sizes in fields size:NAME and the directory's name in dir), and
 // snapshot (a memory snapshot pickle).
-func (s *server) readMultipart(r *http.Request, boundary string, fields map[string]string, req *webRequest) error {
+func (s *server) readMultipart(r *http.Request, ep endpoint, boundary string, fields map[string]string, req *webRequest) error {
 	if boundary == "" {
 		return badRequest("multipart form without a boundary")
 	}
@@ -434,6 +569,9 @@ func (s *server) readMultipart(r *http.Request, boundary string, fields map[stri
 			return badRequest("reading the multipart form: %v", err)
 		}
 		name := p.FormName()
+		if len(fields) > webMaxFields {
+			return badRequest("more than %d fields", webMaxFields)
+		}
 		if p.FileName() == "" {
 			v, err := io.ReadAll(io.LimitReader(p, webMaxField+1))
 			if err != nil {
@@ -469,6 +607,13 @@ func (s *server) readMultipart(r *http.Request, boundary string, fields map[stri
 	}
 	if modelFile != nil && len(dir) > 0 {
 		return badRequest("upload a model file or a model directory, not both")
+	}
+	takesModel := ep.cmd == "estimate" || ep.cmd == "sweep" || ep.cmd == "maxbatch" || ep.cmd == "plan"
+	if (modelFile != nil || len(dir) > 0) && !takesModel {
+		return badRequest("%s takes no model upload", ep.cmd)
+	}
+	if snapFile != nil && ep.cmd != "snapshot" {
+		return badRequest("%s takes no snapshot upload", ep.cmd)
 	}
 	var err error
 	switch {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"mime/multipart"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -27,6 +28,7 @@ func testServer(t testing.TB, o serveOptions) *httptest.Server {
 	if o.workers == 0 {
 		o.workers = 2
 	}
+	o.loopback = true
 	ts := httptest.NewServer(newServer(o))
 	t.Cleanup(ts.Close)
 	return ts
@@ -197,6 +199,14 @@ func TestServeUploads(t *testing.T) {
 	}
 }
 
+func manyFields() map[string]any {
+	m := map[string]any{}
+	for i := 0; i < 100; i++ {
+		m[fmt.Sprintf("f%d", i)] = i
+	}
+	return m
+}
+
 func binaryLen(n int) []byte {
 	b := make([]byte, 8)
 	for i := 0; i < 8; i++ {
@@ -212,7 +222,7 @@ func jsonString(s string) string {
 
 // Bad requests get a status and a message that says what was wrong.
 func TestServeBadInput(t *testing.T) {
-	ts := testServer(t, serveOptions{maxUpload: 4 << 10})
+	ts := testServer(t, serveOptions{maxUpload: 8 << 10})
 	mlpSpec, err := os.ReadFile("../../examples/mlp.yaml")
 	if err != nil {
 		t.Fatal(err)
@@ -233,10 +243,9 @@ func TestServeBadInput(t *testing.T) {
 		{"not an object", "/api/estimate", "[1, 2]", "application/json", 400, "not a JSON object"},
 		{"bad value", "/api/estimate", map[string]any{"model": "mlp", "batch": -3}, "", 400, "not a positive integer"},
 		{"bad precision", "/api/estimate", map[string]any{"model": "mlp", "precision": "fp8"}, "", 400, "precision"},
-		{"too many steps", "/api/estimate", map[string]any{"model": "mlp", "steps": 500}, "", 400, "at most 20"},
+		{"too many steps", "/api/estimate", map[string]any{"model": "mlp", "steps": 500}, "", 400, `field "steps": 500 is outside 0…20`},
 		{"too many batches", "/api/sweep", map[string]any{"model": "mlp", "batch": "1:1000:1"}, "", 400, "at most 64"},
-		{"oversize body", "/api/oom", map[string]any{"message": strings.Repeat("x", 8<<10)}, "", 413, "larger than"},
-		{"oversize upload", "/api/estimate", []part{{field: "model_file", file: "m.onnx", data: make([]byte, 8<<10)}}, "", 413, "--max-upload"},
+		{"oversize upload", "/api/estimate", []part{{field: "model_file", file: "m.onnx", data: make([]byte, 16<<10)}}, "", 413, "--max-upload"},
 		{"malformed ONNX", "/api/estimate", []part{{field: "model_file", file: "m.onnx", data: []byte("not a model")}}, "", 422, "m.onnx"},
 		{"malformed spec", "/api/estimate", []part{{field: "model_file", file: "m.yaml", data: []byte("layers: [")}}, "", 422, "m.yaml"},
 		{"unknown file type", "/api/estimate", []part{{field: "model_file", file: "m.pt", data: []byte("x")}}, "", 422, "unknown model file type"},
@@ -245,7 +254,22 @@ func TestServeBadInput(t *testing.T) {
 		{"unknown upload", "/api/estimate", []part{{field: "weights", file: "w.bin", data: []byte("x")}}, "", 400, "unknown upload"},
 		{"both a file and a name", "/api/estimate", []part{{field: "model", value: "mlp"}, {field: "model_file", file: "m.yaml", data: mlpSpec}}, "", 400, `a model was uploaded and "mlp" named too`},
 		{"no message", "/api/oom", map[string]any{}, "", 400, "paste the out-of-memory message"},
-		{"not an OOM message", "/api/oom", map[string]any{"message": "all is well"}, "", 422, ""},
+		{"not an OOM message", "/api/oom", map[string]any{"message": "all is well"}, "", 422, "no CUDA out-of-memory message found"},
+		{"oom with a bad batch", "/api/oom", map[string]any{"message": "CUDA out of memory. Tried to allocate 8.74 GiB (GPU 0; 15.90 GiB total capacity; 8.84 GiB already allocated; 6.32 GiB free; 8.86 GiB reserved in total by PyTorch)", "model": "resnet18", "batch": "x"}, "", 400, `batch size "x" is not a positive integer`},
+		{"negative top", "/api/snapshot", []part{{field: "top", value: "-1"}, {field: "snapshot", file: "s.pickle", data: snapshotFixture(t)}}, "", 400, "is outside 0…50"},
+		{"steps in another base", "/api/estimate", map[string]any{"model": "mlp", "steps": "0x3e8"}, "", 400, `field "steps": 1000 is outside 0…20`},
+		{"steps with underscores", "/api/estimate", map[string]any{"model": "mlp", "steps": "1_000"}, "", 400, `field "steps": 1000 is outside`},
+		{"deep", "/api/estimate", map[string]any{"model": "gpt2", "layers": 100000}, "", 400, `field "layers": 100000 is outside 0…512`},
+		{"wide", "/api/estimate", map[string]any{"model": "gpt2", "hidden": 1000000000}, "", 400, `field "hidden"`},
+		{"long accumulation", "/api/estimate", map[string]any{"model": "mlp", "accumulate": 2000}, "", 400, `field "accumulate"`},
+		{"a huge GPU", "/api/maxbatch", map[string]any{"model": "mlp", "gpu": "1000TB"}, "", 400, `field "gpu"`},
+		{"a long search", "/api/maxbatch", map[string]any{"model": "gpt2", "solve": "layers", "limit": 100000}, "", 400, `field "limit": at most 512 when solving for layers`},
+		{"a large plan", "/api/plan", map[string]any{"model": "mlp", "global-batch": 10000000}, "", 400, `field "global-batch"`},
+		{"a field of another command", "/api/estimate", map[string]any{"model": "mlp", "levers": "precision"}, "", 400, `unknown field "levers"`},
+		{"many fields", "/api/estimate", manyFields(), "", 400, "fields: at most 64"},
+		{"oversize body", "/api/estimate", map[string]any{"model": "mlp", "torch": strings.Repeat("1", 16<<10)}, "", 413, "larger than the 8.00 KiB this server accepts"},
+		{"a model upload to oom", "/api/oom", []part{{field: "message", value: "x"}, {field: "model_file", file: "m.yaml", data: mlpSpec}}, "", 400, "oom takes no model upload"},
+		{"a snapshot upload to estimate", "/api/estimate", []part{{field: "model", value: "mlp"}, {field: "snapshot", file: "s.pickle", data: []byte("x")}}, "", 400, "estimate takes no snapshot upload"},
 		{"content type", "/api/estimate", "model: mlp", "text/yaml", 400, "unsupported content type"},
 	}
 	for _, c := range cases {
@@ -337,9 +361,75 @@ func TestServeFlags(t *testing.T) {
 	if _, errs, code := run("serve", "--addr", "256.0.0.1:1"); code != 1 || !strings.Contains(errs, "listening on 256.0.0.1:1") {
 		t.Errorf("bad address: exit %d: %s", code, errs)
 	}
-	fs := newFlagSet("serve", io.Discard, "")
-	if !strings.Contains(serveUsage, "127.0.0.1:8080") || fs == nil {
-		t.Error("the usage does not give the default address")
+}
+
+// A body without uploads is a few fields: a megabyte at most, whatever
+// the upload limit.
+func TestServeFieldsBody(t *testing.T) {
+	ts := testServer(t, serveOptions{})
+	res, body := postJSON(t, ts.URL+"/api/oom", map[string]any{"message": strings.Repeat("x", 2<<20)})
+	if res.StatusCode != 413 || !strings.Contains(string(body), "a request without uploads is larger than 1024.00 KiB") {
+		t.Errorf("%d %s", res.StatusCode, body)
+	}
+}
+
+// The page is for this machine: requests for another host name (a
+// rebound name of a web page's own) and posts from another site's page are
+// refused, while the page's own requests and command-line tools pass.
+func TestServeOrigin(t *testing.T) {
+	ts := testServer(t, serveOptions{})
+	body := `{"model":"mlp","batch":4}`
+	for _, c := range []struct {
+		host, origin, site string
+		code               int
+	}{
+		{"", "", "", 200},
+		{"localhost:8080", "", "", 200},
+		{"", "ORIGIN", "same-origin", 200},
+		{"evil.example:8080", "", "", 421},
+		{"", "http://evil.example", "", 403},
+		{"", "", "cross-site", 403},
+	} {
+		req, _ := http.NewRequest("POST", ts.URL+"/api/estimate", strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		if c.host != "" {
+			req.Host = c.host
+		}
+		if c.origin == "ORIGIN" {
+			req.Header.Set("Origin", ts.URL)
+		} else if c.origin != "" {
+			req.Header.Set("Origin", c.origin)
+		}
+		if c.site != "" {
+			req.Header.Set("Sec-Fetch-Site", c.site)
+		}
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		if res.StatusCode != c.code {
+			t.Errorf("host %q origin %q site %q: %d, want %d", c.host, c.origin, c.site, res.StatusCode, c.code)
+		}
+	}
+	for _, h := range []string{"127.0.0.1:80", "[::1]:8080", "localhost", "LOCALHOST:1"} {
+		if !loopbackHost(h) {
+			t.Errorf("%s is not taken for this machine", h)
+		}
+	}
+	for _, h := range []string{"10.0.0.1:80", "example.com", "127.0.0.1.nip.io"} {
+		if loopbackHost(h) {
+			t.Errorf("%s is taken for this machine", h)
+		}
+	}
+	// the default address is the loopback interface
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	if !isLoopback(ln.Addr()) || !strings.Contains(serveUsage, "[--addr 127.0.0.1:8080]") {
+		t.Error("the default address is not the loopback interface")
 	}
 }
 
@@ -350,7 +440,9 @@ func TestServeLoad(t *testing.T) {
 	if testing.Short() {
 		t.Skip("load test")
 	}
-	ts := testServer(t, serveOptions{workers: 2})
+	srv := newServer(serveOptions{maxUpload: 1 << 20, workers: 2, loopback: true})
+	ts := httptest.NewServer(srv)
+	defer ts.Close()
 	want := cli(t, "estimate", "resnet18", "--batch", "16", "--gpu", "t4", "--json")
 	runtime.GC()
 	var base runtime.MemStats
@@ -408,6 +500,9 @@ func TestServeLoad(t *testing.T) {
 	}
 	if grown := int64(peak.Load()) - int64(base.HeapAlloc); grown > 256<<20 {
 		t.Errorf("the heap grew by %s under load", fmtBytes(grown))
+	}
+	if m := srv.maxActive.Load(); m < 1 || m > 2 {
+		t.Errorf("%d requests were computed at once, with 2 workers", m)
 	}
 }
 

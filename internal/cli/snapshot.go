@@ -70,6 +70,9 @@ func runSnapshot(e *env, args []string) error {
 	if err != nil {
 		return err
 	}
+	if *top < 0 {
+		return usagef("--top must not be negative, got %d", *top)
+	}
 	snap, name := e.snap, e.snapName
 	switch {
 	case snap != nil && len(pos) > 0:

@@ -5,18 +5,22 @@
 
 const $ = (sel) => document.querySelector(sel);
 
-// fixed2 prints x with two decimals as Go's strconv.FormatFloat(x, 'f', 2)
-// does: correctly rounded, ties to even. x·100 is exact for the byte
-// quotients printed here (a multiple of 2^-30 well inside 53 bits).
+// fixed prints x with the given decimals as Go's
+// strconv.FormatFloat(x, 'f', digits, 64) does: the exact binary value
+// rounded to the nearest decimal, ties to even. toFixed(60) gives enough
+// of the exact decimal expansion to decide (a double's expansion that
+// matters here ends well before), and the rounding is done on its digits.
 function fixed(x, digits) {
-  const scale = 10 ** digits;
-  const s = x * scale;
-  const f = Math.floor(s);
-  let n;
-  if (s - f === 0.5) n = f % 2 === 0 ? f : f + 1;
-  else n = Math.round(s);
-  const neg = n < 0;
-  let t = String(Math.abs(n)).padStart(digits + 1, "0");
+  if (!isFinite(x)) return String(x);
+  const neg = x < 0 || Object.is(x, -0);
+  const full = Math.abs(x).toFixed(60);
+  const [ip, fp] = full.split(".");
+  const keep = ip + fp.slice(0, digits);
+  const rest = fp.slice(digits);
+  let n = BigInt(keep);
+  const half = "5" + "0".repeat(rest.length - 1);
+  if (rest > half || (rest === half && n % 2n === 1n)) n += 1n;
+  let t = n.toString().padStart(digits + 1, "0");
   if (digits > 0) t = t.slice(0, -digits) + "." + t.slice(-digits);
   return (neg ? "-" : "") + t;
 }
