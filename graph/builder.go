@@ -3,6 +3,7 @@ package graph
 import (
 	"fmt"
 	"slices"
+	"strings"
 )
 
 // Builder assembles a Graph op by op, inferring output shapes the way
@@ -25,6 +26,14 @@ type Builder struct {
 	// permute(0, 2, 3, 1) of one is contiguous again.
 	cl      []bool
 	ParamDT DType // dtype of parameters created from now on (default float32)
+	// Adapters, when set, freeze parameters and add LoRA adapters to the
+	// Linear layers they name (see Adapters).
+	Adapters *Adapters
+	inLoRA   bool
+	loraHits map[string]bool
+	// linearNames are the Linear layers' own names, for an error that
+	// lists what LoRA could target.
+	linearNames map[string]bool
 }
 
 // NewBuilder starts an empty graph.
@@ -47,6 +56,16 @@ func (b *Builder) Fail(format string, args ...any) {
 func (b *Builder) Graph() (*Graph, error) {
 	if b.err != nil {
 		return nil, fmt.Errorf("building %s: %w", b.g.Name, b.err)
+	}
+	if a := b.Adapters; a != nil && a.Rank > 0 {
+		if miss := b.unmatchedTargets(); len(miss) > 0 {
+			var names []string
+			for n := range b.linearNames {
+				names = append(names, n)
+			}
+			slices.Sort(names)
+			return nil, fmt.Errorf("building %s: LoRA target modules %s match no Linear layer of the model (its Linear layers are named %s)", b.g.Name, strings.Join(miss, ", "), strings.Join(names, ", "))
+		}
 	}
 	if err := b.g.Validate(); err != nil {
 		return nil, err
@@ -175,7 +194,10 @@ func (b *Builder) Param(name string, s Shape) TensorID {
 	if b.err != nil {
 		return None
 	}
-	return b.newTensor(b.path(name), s.Clone(), b.ParamDT, Parameter, None, true, true)
+	path := b.path(name)
+	// an adapter's own parameters train; the rest may be frozen
+	rg := b.inLoRA || !b.Adapters.frozen(path)
+	return b.newTensor(path, s.Clone(), b.ParamDT, Parameter, None, rg, true)
 }
 
 // Buffer creates a registered buffer under the current scope.
@@ -227,7 +249,12 @@ func (b *Builder) Linear(name string, x TensorID, out int64, bias bool) TensorID
 		bb = b.Param("bias", Shape{out})
 	}
 	b.Pop()
-	return b.LinearWith(name, x, w, bb)
+	l, adapted := b.LoRAParams(name, s[len(s)-1], out)
+	y := b.LinearWith(name, x, w, bb)
+	if adapted {
+		y = b.ApplyLoRA(name, x, y, l)
+	}
+	return y
 }
 
 // LinearWith is F.linear(x, w, bias) with existing parameters (tied

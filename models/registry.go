@@ -19,6 +19,9 @@ type Config struct {
 	Hidden int64
 	// Image side for vision models; 0 = the model's default.
 	Image int64
+	// Adapters freeze parameters and add LoRA adapters (nil: full
+	// training); builders pass them to their graph.Builder.
+	Adapters *graph.Adapters
 }
 
 // Dim names a dimension a solver may vary.

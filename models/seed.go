@@ -13,14 +13,14 @@ func init() {
 		Description: "Linear 784→H, ReLU, (L−1)× [Linear H→H, ReLU], Linear H→10 (default L=4, H=1024)",
 		Dims:        []Dim{DimLayers, DimHidden},
 		Build: func(c Config) (*graph.Graph, error) {
-			return MLP(c.Batch, orDefault(c.Layers, 4), orDefault(c.Hidden, 1024))
+			return mlpWith(c.Adapters, c.Batch, orDefault(c.Layers, 4), orDefault(c.Hidden, 1024))
 		},
 	})
 	Register(Model{
 		Name: "simpleconv", Family: "seed",
 		Description: "Conv 3→32 3×3, ReLU, MaxPool 2, Conv 32→64 3×3, ReLU, MaxPool 2, Linear 4096→10 on 3×32×32",
 		Build: func(c Config) (*graph.Graph, error) {
-			return SimpleConv(c.Batch)
+			return simpleConvWith(c.Adapters, c.Batch)
 		},
 	})
 }
@@ -28,7 +28,12 @@ func init() {
 // MLP builds nn.Sequential(Flatten, Linear(784, H), ReLU, [Linear(H, H),
 // ReLU]×(L−1), Linear(H, 10)) with a cross-entropy loss over 10 classes.
 func MLP(batch, layers, hidden int64) (*graph.Graph, error) {
+	return mlpWith(nil, batch, layers, hidden)
+}
+
+func mlpWith(a *graph.Adapters, batch, layers, hidden int64) (*graph.Graph, error) {
 	b := graph.NewBuilder("mlp")
+	b.Adapters = a
 	if layers < 1 || hidden < 1 {
 		b.Fail("mlp needs at least one hidden layer of at least one unit, got L=%d H=%d", layers, hidden)
 	}
@@ -47,8 +52,11 @@ func MLP(batch, layers, hidden int64) (*graph.Graph, error) {
 }
 
 // SimpleConv builds the seed CNN with a cross-entropy loss over 10 classes.
-func SimpleConv(batch int64) (*graph.Graph, error) {
+func SimpleConv(batch int64) (*graph.Graph, error) { return simpleConvWith(nil, batch) }
+
+func simpleConvWith(a *graph.Adapters, batch int64) (*graph.Graph, error) {
 	b := graph.NewBuilder("simpleconv")
+	b.Adapters = a
 	x := b.Input("x", graph.Shape{batch, 3, 32, 32}, graph.F32)
 	y := b.Target("y", graph.Shape{batch}, graph.I64)
 	k3 := graph.Conv2dOpts{Kernel: [2]int64{3, 3}, Padding: [2]int64{1, 1}, Bias: true}

@@ -18,6 +18,7 @@ const (
 func tvStart(name string, c Config) (b *graph.Builder, x, y graph.TensorID, image int64) {
 	image = orDefault(c.Image, tvDefaultImage)
 	b = graph.NewBuilder(name)
+	b.Adapters = c.Adapters
 	x = b.Input("x", graph.Shape{c.Batch, 3, image, image}, graph.F32)
 	y = b.Target("y", graph.Shape{c.Batch}, graph.I64)
 	return b, x, y, image

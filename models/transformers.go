@@ -203,6 +203,7 @@ func BuildTransformer(name string, tc TransformerConfig, c Config) (*graph.Graph
 	}
 	t := &hfBuilder{b: graph.NewBuilder(name), tc: tc, B: c.Batch, L: c.Seq, dt: tc.DType, eagerMask: graph.None}
 	t.b.ParamDT = tc.DType
+	t.b.Adapters = c.Adapters
 	arch.build(t)
 	return t.b.Graph()
 }
@@ -413,7 +414,12 @@ type hfBuilder struct {
 // hfLinear is an nn.Linear's parameters, created in module registration
 // order ahead of use (model.parameters() order is registration order,
 // which forward() does not always follow).
-type hfLinear struct{ w, bias graph.TensorID }
+type hfLinear struct {
+	w, bias graph.TensorID
+	// lora is the layer's LoRA adapter, when a target names it.
+	lora    graph.LoRA
+	adapted bool
+}
 
 // linear creates the parameters of nn.Linear(in, out, bias) named name
 // under the current scope.
@@ -425,6 +431,7 @@ func (t *hfBuilder) linear(name string, in, out int64, bias bool) hfLinear {
 		l.bias = b.Param("bias", graph.Shape{out})
 	}
 	b.Pop()
+	l.lora, l.adapted = b.LoRAParams(name, in, out)
 	return l
 }
 
@@ -439,7 +446,11 @@ func (t *hfBuilder) conv1d(name string, in, out int64) hfLinear {
 }
 
 func (t *hfBuilder) apply(name string, x graph.TensorID, l hfLinear) graph.TensorID {
-	return t.b.LinearWith(name, x, l.w, l.bias)
+	y := t.b.LinearWith(name, x, l.w, l.bias)
+	if l.adapted {
+		y = t.b.ApplyLoRA(name, x, y, l.lora)
+	}
+	return y
 }
 
 // embedding creates nn.Embedding(num, dim)'s weight under the current scope.

@@ -142,6 +142,11 @@ func (m *Model) Build(c models.Config) (*graph.Graph, error) {
 	if c.Layers != 0 || c.Hidden != 0 {
 		return nil, fmt.Errorf("%s: the layers and hidden size of an ONNX model are fixed by the file", m.name)
 	}
+	if c.Adapters != nil {
+		// An export's Gemm and MatMul nodes have no module to target, and
+		// which initializers are trainable is not in the file.
+		return nil, fmt.Errorf("%s: LoRA and frozen layers need a model built by name (a zoo name, a Hugging Face config or a YAML spec), not an ONNX graph", m.name)
+	}
 	if c.Image != 0 && (m.image[0] == 0 || c.Image != m.image[0] || c.Image != m.image[1]) {
 		return nil, fmt.Errorf("%s: the image size is fixed by the ONNX file (input %s)", m.name, m.inputShapes())
 	}

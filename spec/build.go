@@ -16,6 +16,7 @@ type buildCtx struct {
 	env        map[string]int64
 	lim        limits
 	counts     map[*layer]countMemo
+	adapters   *graph.Adapters
 	inBlock    bool // inside a repetition that is a checkpointable block
 	paramElems int64
 	acts       int64
@@ -44,6 +45,7 @@ func (c *buildCtx) build(batch int64) (*graph.Graph, error) {
 		return nil, &Error{File: s.File, Err: fmt.Errorf("the layers expand to more than %d ops", c.lim.ops)}
 	}
 	c.b = graph.NewBuilder(s.Name)
+	c.b.Adapters = c.adapters
 	shape := graph.Shape{batch}
 	for _, d := range s.input.shape {
 		v, err := d.e.eval(c.env)

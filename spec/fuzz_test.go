@@ -40,7 +40,7 @@ func FuzzParse(f *testing.F) {
 			}
 			return
 		}
-		g, err := s.build(2, 8, nil, small)
+		g, err := s.build(2, 8, nil, small, nil)
 		if err == nil {
 			if err := g.Validate(); err != nil {
 				t.Fatalf("built an invalid graph: %v", err)

@@ -154,10 +154,16 @@ func (s *Spec) UsesSeq() bool { return s.usesSeq }
 // shape; seq, when positive, is the value of the seq symbol; overrides
 // replace the defaults of declared symbols.
 func (s *Spec) Build(batch, seq int64, overrides map[string]int64) (*graph.Graph, error) {
-	return s.build(batch, seq, overrides, defaultLimits)
+	return s.build(batch, seq, overrides, defaultLimits, nil)
 }
 
-func (s *Spec) build(batch, seq int64, overrides map[string]int64, lim limits) (*graph.Graph, error) {
+// BuildAdapted is Build with parameters frozen and LoRA adapters added as
+// a describes (see graph.Adapters); layer names are the spec's.
+func (s *Spec) BuildAdapted(batch, seq int64, overrides map[string]int64, a *graph.Adapters) (*graph.Graph, error) {
+	return s.build(batch, seq, overrides, defaultLimits, a)
+}
+
+func (s *Spec) build(batch, seq int64, overrides map[string]int64, lim limits, a *graph.Adapters) (*graph.Graph, error) {
 	if batch <= 0 {
 		return nil, fmt.Errorf("%s: batch size must be positive, got %d", s.File, batch)
 	}
@@ -168,7 +174,7 @@ func (s *Spec) build(batch, seq int64, overrides map[string]int64, lim limits) (
 	if err != nil {
 		return nil, err
 	}
-	c := &buildCtx{s: s, env: env, lim: lim, counts: map[*layer]countMemo{}}
+	c := &buildCtx{s: s, env: env, lim: lim, counts: map[*layer]countMemo{}, adapters: a}
 	return c.build(batch)
 }
 

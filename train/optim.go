@@ -47,7 +47,7 @@ func (sim *Simulator) optimizerStep() {
 	case SGD:
 		if o.Momentum > 0 && first {
 			// momentum_buffer = torch.clone(grad).detach()
-			for _, ps := range sim.params {
+			for _, ps := range sim.trained {
 				sim.newState(ps, ps.numel*ps.dt.Size())
 			}
 		}
@@ -63,7 +63,7 @@ func (sim *Simulator) optimizerStep() {
 		}
 	case Adam, AdamW:
 		if first {
-			for _, ps := range sim.params {
+			for _, ps := range sim.trained {
 				if o.Impl == Fused || sim.s.CPU {
 					// step: a 0-d float32 tensor, on the device for
 					// fused (and capturable); otherwise on the host,
@@ -112,7 +112,7 @@ func (sim *Simulator) optimizerStep() {
 // returns.
 func (sim *Simulator) adamForLoop(l2 bool) {
 	var denom, decayed *storage
-	for _, ps := range sim.params {
+	for _, ps := range sim.trained {
 		n := ps.numel * ps.dt.Size()
 		if decayed != nil {
 			sim.free(decayed)
@@ -153,7 +153,7 @@ func (sim *Simulator) optimizerTemps(k int, foreach bool) {
 	if foreach {
 		var ts []*storage
 		for i := 0; i < k; i++ {
-			for _, ps := range sim.params {
+			for _, ps := range sim.trained {
 				ts = append(ts, sim.alloc(ps.numel*ps.dt.Size(), trace.Transient))
 			}
 		}
@@ -162,7 +162,7 @@ func (sim *Simulator) optimizerTemps(k int, foreach bool) {
 		}
 		return
 	}
-	for _, ps := range sim.params {
+	for _, ps := range sim.trained {
 		var ts []*storage
 		for i := 0; i < k; i++ {
 			ts = append(ts, sim.alloc(ps.numel*ps.dt.Size(), trace.Transient))

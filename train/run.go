@@ -142,8 +142,19 @@ func (m *micro) runOp(i int) {
 		v := m.val[t]
 		p := m.pidx[t]
 		if to, cast := m.autocastTo(r.cast, v.dt); cast && p >= 0 {
-			v = value{st: m.castParam(p, to), dt: to}
-			m.wCast[i] = true
+			if m.g.Tensors[t].RequiresGrad {
+				v = value{st: m.castParam(p, to), dt: to}
+				m.wCast[i] = true
+			} else {
+				// autocast caches the casts of leaves that require grad
+				// only (cached_cast's can_try_cache in autocast_mode.cpp):
+				// a frozen weight is cast anew at every use, a copy that
+				// lives as long as the op, or what saves it.
+				ps := m.sim.params[p]
+				m.run.ParamCasts++
+				m.run.ParamCastBytes += ps.numel * (ps.dt.Size() + to.Size())
+				v = value{st: c.local(ps.numel*to.Size(), trace.Transient), dt: to}
+			}
 		}
 		if p >= 0 && !recomputing && m.g.Tensors[t].RequiresGrad && !(k == 1 && op.Bias == op.Weight) {
 			if m.wCast[i] {

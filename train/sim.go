@@ -45,15 +45,17 @@ type paramState struct {
 // Step for each optimizer step (possibly with graphs of different batch
 // sizes), then Trace.
 type Simulator struct {
-	s       Setup
-	tr      trace.Trace
-	next    int64
-	step    int32
-	phase   trace.Phase
-	site    int32
-	low     graph.DType
-	amp     bool
-	params  []*paramState
+	s      Setup
+	tr     trace.Trace
+	next   int64
+	step   int32
+	phase  trace.Phase
+	site   int32
+	low    graph.DType
+	amp    bool
+	params []*paramState
+	// trained are the params that require grad, which the optimizer steps
+	trained []*paramState
 	buffers []*storage
 	batch   []*storage
 	loss    *storage
@@ -137,7 +139,10 @@ func (sim *Simulator) repeatMicro(evAt, idAt [5]int64, times int) bool {
 
 // Summary holds the static figures of a setup, measured while simulating.
 type Summary struct {
-	ParamCount          int64
+	ParamCount int64
+	// TrainableParamCount counts the parameters that require grad (all of
+	// them, unless frozen or adapted).
+	TrainableParamCount int64
 	ParametersBytes     int64
 	BuffersBytes        int64
 	GradientsBytes      int64
@@ -231,6 +236,13 @@ func New(g *graph.Graph, s Setup) (*Simulator, error) {
 		ps.st = sim.alloc(n*pdt.Size(), trace.Parameter)
 		ps.st.refs = 1
 		sim.params = append(sim.params, ps)
+		if t.RequiresGrad {
+			sim.sum.TrainableParamCount += n
+			// a frozen parameter never gets a gradient, so the optimizer
+			// skips it (_init_group keeps the params whose grad is not
+			// None) and makes it no state
+			sim.trained = append(sim.trained, ps)
+		}
 		sim.sum.ParamCount += n
 		sim.sum.ParametersBytes += n * pdt.Size()
 	}

@@ -96,6 +96,38 @@ def mlp(layers, hidden, in_features=784, classes=10):
     return nn.Sequential(*mods)
 
 
+class LoRALinear(nn.Module):
+    """peft.tuners.lora.layer.Linear's forward for one adapter, in plain
+    PyTorch: the base layer frozen, result + lora_B(lora_A(dropout(x))) *
+    scaling added out of place (PEFT itself is not a Debian package)."""
+
+    def __init__(self, base, r, alpha, dropout):
+        super().__init__()
+        self.base_layer = base
+        for p in base.parameters():
+            p.requires_grad_(False)
+        self.lora_dropout = nn.Dropout(dropout) if dropout > 0 else nn.Identity()
+        self.lora_A = nn.Linear(base.in_features, r, bias=False)
+        self.lora_B = nn.Linear(r, base.out_features, bias=False)
+        self.scaling = alpha / r
+
+    def forward(self, x):
+        result = self.base_layer(x)
+        return result + self.lora_B(self.lora_A(self.lora_dropout(x))) * self.scaling
+
+
+def lora_mlp(layers, hidden, r, alpha, dropout):
+    """mlp() with LoRA on every hidden Linear and the head frozen, as
+    get_peft_model leaves a model: only the adapters train."""
+    m = mlp(layers, hidden)
+    linears = [i for i, mod in enumerate(m) if isinstance(mod, nn.Linear)]
+    for i in linears[:-1]:
+        m[i] = LoRALinear(m[i], r, alpha, dropout)
+    for p in m[linears[-1]].parameters():
+        p.requires_grad_(False)
+    return m
+
+
 def simpleconv(classes=10):
     return nn.Sequential(
         nn.Conv2d(3, 32, 3, padding=1),
@@ -118,6 +150,8 @@ MODELS = {
     "mlp": (lambda: mlp(4, 1024), (784,), 10, SMALL_BATCHES),
     "mlp-L1-H256": (lambda: mlp(1, 256), (784,), 10, SMALL_BATCHES),
     "mlp-L8-H512": (lambda: mlp(8, 512), (784,), 10, SMALL_BATCHES),
+    "lora-mlp-r8": (lambda: lora_mlp(4, 1024, 8, 16, 0.0), (784,), 10, SMALL_BATCHES),
+    "lora-mlp-r16-dropout": (lambda: lora_mlp(4, 1024, 16, 32, 0.1), (784,), 10, SMALL_BATCHES),
     "simpleconv": (simpleconv, (3, 32, 32), 10, SMALL_BATCHES),
     "resnet18": (tv("resnet18"), (3, 224, 224), 1000, VISION_BATCHES),
     "resnet50": (tv("resnet50"), (3, 224, 224), 1000, VISION_BATCHES),

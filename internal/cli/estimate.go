@@ -141,6 +141,14 @@ func setupLine(res *predict.Result) string {
 	if s.Accumulate > 1 {
 		parts = append(parts, fmt.Sprintf("accumulate %d", s.Accumulate))
 	}
+	if a := res.Config.Adapters; a != nil {
+		if a.Rank > 0 {
+			parts = append(parts, fmt.Sprintf("LoRA r=%d on %s", a.Rank, strings.Join(a.Targets, ",")))
+		}
+		if len(a.Freeze) > 0 {
+			parts = append(parts, "frozen "+strings.Join(a.Freeze, ","))
+		}
+	}
 	switch {
 	case s.Checkpoint == train.FullCheckpoint:
 		parts = append(parts, "checkpointing")
@@ -172,6 +180,11 @@ func writeEstimate(w io.Writer, res *predict.Result, batches []int64) {
 		fmt.Fprintf(tw, "cuBLAS workspace\t%s\t\t\n", fmtBytes(sum.WorkspaceBytes))
 	}
 	tw.Flush()
+	if sum.TrainableParamCount != sum.ParamCount {
+		// PEFT's print_trainable_parameters, figure for figure
+		fmt.Fprintf(w, "trainable params: %s || all params: %s || trainable%%: %.4f\n", commas(sum.TrainableParamCount), commas(sum.ParamCount),
+			100*float64(sum.TrainableParamCount)/float64(max(sum.ParamCount, 1)))
+	}
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "at the peak (allocated, by what it holds):")
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/batchfit/batchfit/alloc"
 	"github.com/batchfit/batchfit/gpu"
+	"github.com/batchfit/batchfit/graph"
 	"github.com/batchfit/batchfit/models"
 	"github.com/batchfit/batchfit/predict"
 	"github.com/batchfit/batchfit/profile"
@@ -59,6 +60,11 @@ type jobFlags struct {
 	context       string
 	emptyCache    bool
 	json          bool
+	lora          int64
+	loraTargets   string
+	loraAlpha     float64
+	loraDropout   float64
+	freeze        string
 }
 
 func (j *jobFlags) register(fs *flag.FlagSet, batchDefault string) {
@@ -86,6 +92,36 @@ func (j *jobFlags) register(fs *flag.FlagSet, batchDefault string) {
 	fs.StringVar(&j.context, "context", "", "CUDA context size (default: the GPU family's estimate)")
 	fs.BoolVar(&j.emptyCache, "empty-cache", false, "call torch.cuda.empty_cache() after every step")
 	fs.BoolVar(&j.json, "json", false, "print JSON")
+	fs.Int64Var(&j.lora, "lora", 0, "fine-tune with LoRA adapters of this rank (PEFT's r); every other parameter is frozen")
+	fs.StringVar(&j.loraTargets, "lora-targets", "", "Linear layers that get adapters, as PEFT's target_modules: names or name endings, comma-separated (q_proj,v_proj)")
+	fs.Float64Var(&j.loraAlpha, "lora-alpha", 8, "LoRA's alpha (scaling = alpha / r)")
+	fs.Float64Var(&j.loraDropout, "lora-dropout", 0, "LoRA's dropout on the adapters' input (PEFT's lora_dropout)")
+	fs.StringVar(&j.freeze, "freeze", "", "freeze the parameters of these modules (names or name endings, comma-separated; a module freezes all inside it)")
+}
+
+// adapters are the fine-tuning flags as graph.Adapters (nil: train every
+// parameter).
+func (j *jobFlags) adapters() (*graph.Adapters, error) {
+	list := func(s string) []string {
+		var out []string
+		for _, f := range strings.Split(s, ",") {
+			if f = strings.TrimSpace(f); f != "" {
+				out = append(out, f)
+			}
+		}
+		return out
+	}
+	if j.lora == 0 && j.freeze == "" {
+		if j.loraTargets != "" || j.loraDropout != 0 {
+			return nil, usagef("--lora-targets and --lora-dropout need --lora R")
+		}
+		return nil, nil
+	}
+	a := &graph.Adapters{Rank: j.lora, Alpha: j.loraAlpha, Dropout: j.loraDropout, Targets: list(j.loraTargets), Freeze: list(j.freeze)}
+	if err := a.Check(); err != nil {
+		return nil, usageError{err}
+	}
+	return a, nil
 }
 
 // parseArgs parses flags that may come before or after the positional
@@ -199,7 +235,11 @@ func (j *jobFlags) requestFor(src predict.Source) (predict.Request, error) {
 			return r, usagef("%s must be positive, got %d", v.name, v.n)
 		}
 	}
-	r.Config = models.Config{Seq: j.seq, Layers: j.layers, Hidden: j.hidden, Image: j.image}
+	ad, err := j.adapters()
+	if err != nil {
+		return r, err
+	}
+	r.Config = models.Config{Seq: j.seq, Layers: j.layers, Hidden: j.hidden, Image: j.image, Adapters: ad}
 	g, err := gpu.Lookup(j.gpu)
 	if err != nil {
 		return r, usageError{err}

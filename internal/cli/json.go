@@ -30,6 +30,7 @@ type EstimateJSON struct {
 	Checkpoint          string           `json:"checkpoint"`
 	TorchProfile        string           `json:"torch_profile"`
 	ParamCount          int64            `json:"param_count"`
+	TrainableParamCount int64            `json:"trainable_param_count"`
 	ParametersBytes     int64            `json:"parameters_bytes"`
 	BuffersBytes        int64            `json:"buffers_bytes"`
 	GradientsBytes      int64            `json:"gradients_bytes"`
@@ -101,7 +102,7 @@ func estimateJSON(res *predict.Result, batches []int64) EstimateJSON {
 	out := EstimateJSON{Model: res.Model, SourceNote: res.Note, Batch: res.Config.Batch, Seq: res.Config.Seq, GPU: res.GPU.Name,
 		Precision: string(res.Setup.Precision), Optimizer: string(res.Setup.Optimizer.Kind), OptimizerImpl: string(res.Setup.Optimizer.Impl),
 		Accumulate: res.Setup.Accumulate, Checkpointing: res.Setup.Checkpoint.On(), Checkpoint: res.Setup.Checkpoint.String(), TorchProfile: res.Setup.Profile.Version,
-		ParamCount: s.ParamCount, ParametersBytes: s.ParametersBytes, BuffersBytes: s.BuffersBytes, GradientsBytes: s.GradientsBytes,
+		ParamCount: s.ParamCount, TrainableParamCount: s.TrainableParamCount, ParametersBytes: s.ParametersBytes, BuffersBytes: s.BuffersBytes, GradientsBytes: s.GradientsBytes,
 		OptimizerStateBytes: s.OptimizerStateBytes, ActivationsBytes: s.ActivationsBytes, AutocastCacheBytes: s.CastCacheBytes,
 		BatchDataBytes: s.BatchDataBytes, WorkspaceBytes: s.WorkspaceBytes, AtPeak: map[string]int64{},
 		PeakAllocatedBytes: tl.PeakAllocated, PeakReservedBytes: tl.PeakReserved, ContextBytes: res.Context,

@@ -70,7 +70,7 @@ func (s specSource) Build(c models.Config) (*graph.Graph, error) {
 		}
 		over[name] = v
 	}
-	return s.s.Build(c.Batch, c.Seq, over)
+	return s.s.BuildAdapted(c.Batch, c.Seq, over, c.Adapters)
 }
 
 func (s specSource) DefaultSeq() int64 {

@@ -1,0 +1,155 @@
+package graph
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+)
+
+// Adapters describe parameter-efficient fine-tuning: LoRA adapters on
+// named Linear layers, and frozen parameters. A Builder with Adapters set
+// builds the model as PEFT's get_peft_model leaves it.
+//
+// LoRA follows peft.tuners.lora.layer.Linear: the base layer keeps its
+// weight (frozen), and its output gets lora_B(lora_A(dropout(x))) *
+// scaling added, out of place, where lora_A is nn.Linear(in, r, bias=False),
+// lora_B nn.Linear(r, out, bias=False), dropout nn.Dropout(p) (nn.Identity
+// for p = 0) and scaling = alpha / r. With LoRA every parameter outside
+// the adapters is frozen (requires_grad=False), as get_peft_model does.
+type Adapters struct {
+	// Rank is LoRA's r; 0 means no LoRA.
+	Rank    int64
+	Alpha   float64
+	Dropout float64
+	// Targets are module names as PEFT's target_modules list matches them:
+	// a Linear whose full name equals a target or ends with "." + target.
+	Targets []string
+	// Freeze lists module names (or prefixes of them, matched the same
+	// way) whose parameters are frozen.
+	Freeze []string
+}
+
+// Scaling is alpha / r.
+func (a *Adapters) Scaling() float64 { return a.Alpha / float64(a.Rank) }
+
+// matches reports whether the module name matches a PEFT-style target.
+func matches(name, target string) bool {
+	return name == target || strings.HasSuffix(name, "."+target)
+}
+
+// frozen reports whether the parameter at path (module.param) is frozen.
+func (a *Adapters) frozen(path string) bool {
+	if a == nil {
+		return false
+	}
+	if a.Rank > 0 {
+		return true // every base parameter, with LoRA
+	}
+	module := path
+	if i := strings.LastIndex(path, "."); i >= 0 {
+		module = path[:i]
+	}
+	for _, f := range a.Freeze {
+		// a module and every module inside it
+		if matches(module, f) || strings.HasPrefix(module+".", f+".") || strings.Contains("."+module+".", "."+f+".") {
+			return true
+		}
+	}
+	return false
+}
+
+// loraTarget reports whether the Linear at path gets an adapter.
+func (a *Adapters) loraTarget(path string) bool {
+	if a == nil || a.Rank <= 0 {
+		return false
+	}
+	for _, t := range a.Targets {
+		if matches(path, t) {
+			return true
+		}
+	}
+	return false
+}
+
+// Check validates the settings.
+func (a *Adapters) Check() error {
+	if a == nil {
+		return nil
+	}
+	if a.Rank < 0 {
+		return fmt.Errorf("LoRA rank must be positive, got %d", a.Rank)
+	}
+	if a.Rank > 0 && len(a.Targets) == 0 {
+		return fmt.Errorf("LoRA needs target modules (PEFT's target_modules), such as q_proj,v_proj")
+	}
+	if a.Dropout < 0 || a.Dropout >= 1 {
+		return fmt.Errorf("LoRA dropout must be in [0, 1), got %g", a.Dropout)
+	}
+	return nil
+}
+
+// LoRA is an adapter's two parameters.
+type LoRA struct{ A, B TensorID }
+
+// LoRAParams creates, when a LoRA target matches the Linear name (in →
+// out features) under the current scope, its adapter's parameters
+// name.lora_A.weight [r, in] and name.lora_B.weight [out, r], trainable,
+// in PEFT's registration order (after the base layer's own). It also
+// records the Linear's name for errors about targets.
+func (b *Builder) LoRAParams(name string, in, out int64) (LoRA, bool) {
+	if b.Adapters == nil || b.inLoRA {
+		return LoRA{}, false
+	}
+	if b.linearNames == nil {
+		b.linearNames, b.loraHits = map[string]bool{}, map[string]bool{}
+	}
+	b.linearNames[name] = true
+	if !b.Adapters.loraTarget(b.path(name)) {
+		return LoRA{}, false
+	}
+	b.loraHits[b.path(name)] = true
+	b.inLoRA = true
+	defer func() { b.inLoRA = false }()
+	r := b.Adapters.Rank
+	b.Push(name)
+	l := LoRA{A: b.Param("lora_A.weight", Shape{r, in}), B: b.Param("lora_B.weight", Shape{out, r})}
+	b.Pop()
+	return l, true
+}
+
+// ApplyLoRA adds the adapter l of the Linear name (input x, base output
+// base) to its output, as peft's Linear.forward does.
+func (b *Builder) ApplyLoRA(name string, x, base TensorID, l LoRA) TensorID {
+	a := b.Adapters
+	b.inLoRA = true
+	defer func() { b.inLoRA = false }()
+	b.Push(name)
+	h := x
+	if a.Dropout > 0 {
+		h = b.Dropout("lora_dropout", x, a.Dropout, false)
+	}
+	u := b.LinearWith("lora_A", h, l.A, None)
+	v := b.LinearWith("lora_B", u, l.B, None)
+	v = b.Scale("scaling", v)
+	b.Pop()
+	return b.Add(name+".lora_add", base, v)
+}
+
+// unmatchedTargets lists the LoRA targets no Linear matched.
+func (b *Builder) unmatchedTargets() []string {
+	var out []string
+	for _, t := range b.Adapters.Targets {
+		hit := false
+		for p := range b.loraHits {
+			if matches(p, t) {
+				hit = true
+				break
+			}
+		}
+		if !hit {
+			out = append(out, t)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
