@@ -194,6 +194,14 @@ func TestBrowserPredict(t *testing.T) {
 			t.Errorf("%s shown as %s (%q), the API says %v (%q)", s.Field, s.Value, s.Text, v, want)
 		}
 	}
+	// trainable parameters: all of them, without adapters
+	tp, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(`[data-count="trainable_param_count"]`)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := int64(est["param_count"].(float64)); tp != commas(n)+" of "+commas(n) {
+		t.Errorf("trainable parameters shown as %q", tp)
+	}
 	verdict, err := chromedp.Run(ctx, chromedp.AttributeValue(chromedp.CSS("#verdict"), "data-fits"))
 	if err != nil {
 		t.Fatal(err)
@@ -248,6 +256,26 @@ func TestBrowserPredict(t *testing.T) {
 	}
 	if !strings.Contains(msg, `batch size "0" is not a positive integer`) {
 		t.Errorf("error shown: %q", msg)
+	}
+
+	// LoRA from the form: GPT-2's c_attn with r = 16 trains 589,824
+	// parameters (12 layers × 16 × (768 + 2304)).
+	err = chromedp.Do(ctx,
+		chromedp.SetValue(chromedp.CSS("#batch"), "4"),
+		chromedp.SetValue(chromedp.CSS("#lora-targets"), "c_attn"),
+		chromedp.SetValue(chromedp.CSS("#lora"), "16"),
+		chromedp.Evaluate[chromedp.Void](`document.querySelector("#lora").dispatchEvent(new Event("input", {bubbles: true}))`),
+		chromedp.WaitVisible(chromedp.CSS(`#results[data-state="ready"][data-request*='"lora":"16"']`)),
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tp, err = chromedp.Run(ctx, chromedp.Text(chromedp.CSS(`[data-count="trainable_param_count"]`)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tp != "589,824 of 125,029,632" {
+		t.Errorf("trainable parameters with LoRA shown as %q", tp)
 	}
 }
 

@@ -124,6 +124,10 @@ function jobFields() {
   };
   if ($("#seq").value) f.seq = $("#seq").value;
   if ($("#alloc-conf").value) f["alloc-conf"] = $("#alloc-conf").value;
+  if (Number($("#lora").value) > 0) {
+    f.lora = $("#lora").value;
+    f["lora-targets"] = $("#lora-targets").value;
+  }
   if (!uploaded) f.model = $("#model").value;
   return f;
 }
@@ -161,6 +165,11 @@ function showEstimate(e) {
     const v = e[td.dataset.field];
     td.dataset.bytes = String(v);
     td.textContent = fmtBytes(v);
+  }
+  for (const td of document.querySelectorAll("#results [data-count]")) {
+    const n = e[td.dataset.count];
+    td.dataset.value = String(n);
+    td.textContent = `${commas(n)} of ${commas(e.param_count)}`;
   }
   const peak = $("#at-peak");
   peak.replaceChildren();
