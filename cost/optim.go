@@ -121,7 +121,12 @@ func optimizer(t *timer, g *graph.Graph, s train.Setup, acc int64) {
 		t.kernel(vector, graph.F32, 0, 16)
 	}
 	if s.Optimizer.Kind != train.NoOptimizer {
-		if s.Optimizer.Impl == train.Fused {
+		if s.Optimizer.Bits8 {
+			// bitsandbytes' optimizer_update_8bit_blockwise, a kernel a
+			// parameter: gradient and parameter read, the parameter
+			// written, two uint8 states read and written
+			t.kernels(count, vector, graph.F32, 0, float64(total)*(3*e+4))
+		} else if s.Optimizer.Impl == train.Fused {
 			p := fusedPass(s.Optimizer)
 			t.kernels(foreachLaunches(sizes, p.reads), vector, graph.F32, 0, float64(p.reads+p.writes)*float64(total)*e)
 		} else {

@@ -61,3 +61,72 @@ func TestFrozenWeightsAreNotCastCached(t *testing.T) {
 		t.Errorf("autocast cache %d bytes, want the adapters' %d", sum.CastCacheBytes, want)
 	}
 }
+
+// bitsandbytes' 8-bit AdamW (Optimizer2State.init_state, block_wise): the
+// MLP's LoRA adapters are [8, 784], [1024, 8] and [8, 1024], [1024, 8] three
+// times: the [8, 784] one (6,272 elements) and every other (8,192) are
+// 4096 or more, so each keeps two uint8 states (n bytes each) and two
+// float32 absmax vectors of ceil(n/2048) values; the two 256-entry float32
+// quantization maps come once. No temporaries: the update is one fused
+// kernel a parameter.
+func TestBitsAndBytesAdamState(t *testing.T) {
+	prof, _ := profile.Lookup("")
+	a := &graph.Adapters{Rank: 8, Alpha: 16, Targets: []string{"linear"}}
+	g, _, err := models.Build("mlp", models.Config{Batch: 8, Adapters: a})
+	if err != nil {
+		t.Fatal(err)
+	}
+	state := func(n int64) int64 { return 2*n + 2*4*((n+2047)/2048) }
+	want := state(8*784) + state(1024*8) + 3*(state(8*1024)+state(1024*8)) + 2*256*4
+	for _, paged := range []bool{false, true} {
+		_, sum, err := Simulate(g, Setup{Profile: prof, Steps: 2, Optimizer: Optimizer{Kind: AdamW, WeightDecay: 0.01, Bits8: true, Paged: paged}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// no adapter reaches the 10^5 elements a paged state needs
+		if sum.OptimizerStateBytes != want || sum.PagedOptimizerStateBytes != 0 {
+			t.Errorf("paged %v: state %d (paged %d), want %d", paged, sum.OptimizerStateBytes, sum.PagedOptimizerStateBytes, want)
+		}
+	}
+	// A full MLP: the 784×1024 weight (802,816 elements) and the 1024×1024
+	// ones are paged; biases (1,024) and the head's bias (10) stay 32-bit
+	// on the device, the head's weight (10,240) 8-bit.
+	g, _, err = models.Build("mlp", models.Config{Batch: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, sum, err := Simulate(g, Setup{Profile: prof, Steps: 1, Optimizer: Optimizer{Kind: Adam, Bits8: true, Paged: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	absmax := func(n int64) int64 { return 2 * 4 * ((n + 2047) / 2048) }
+	big := []int64{784 * 1024, 1024 * 1024, 1024 * 1024, 1024 * 1024}
+	wantDev, wantPaged := int64(4*2*4*1024+2*4*10)+state(10*1024)+2*256*4, int64(0)
+	for _, n := range big {
+		wantDev += absmax(n)
+		wantPaged += 2 * n
+	}
+	if sum.OptimizerStateBytes != wantDev || sum.PagedOptimizerStateBytes != wantPaged {
+		t.Errorf("paged full MLP: device %d, paged %d; want %d, %d", sum.OptimizerStateBytes, sum.PagedOptimizerStateBytes, wantDev, wantPaged)
+	}
+}
+
+func TestParseOptimizerName(t *testing.T) {
+	for in, want := range map[string]Optimizer{
+		"adamw":           {Kind: AdamW},
+		"AdamW8bit":       {Kind: AdamW, Bits8: true},
+		"adam_8bit":       {Kind: Adam, Bits8: true},
+		"paged_adamw8bit": {Kind: AdamW, Bits8: true, Paged: true},
+		"PagedAdam8bit":   {Kind: Adam, Bits8: true, Paged: true},
+	} {
+		got, err := ParseOptimizerName(in)
+		if err != nil || got != want {
+			t.Errorf("%s: %+v %v", in, got, err)
+		}
+	}
+	for _, in := range []string{"sgd8bit", "paged_adamw", "lion8bit", "adamx"} {
+		if _, err := ParseOptimizerName(in); err == nil {
+			t.Errorf("%s: no error", in)
+		}
+	}
+}

@@ -62,6 +62,14 @@ func (sim *Simulator) optimizerStep() {
 			sim.optimizerTemps(extra, foreach)
 		}
 	case Adam, AdamW:
+		if o.Bits8 {
+			if first {
+				sim.bnbState()
+			}
+			// optimizer_update_8bit_blockwise: one fused kernel a
+			// parameter, in place, with no temporaries
+			break
+		}
 		if first {
 			for _, ps := range sim.trained {
 				if o.Impl == Fused || sim.s.CPU {
@@ -134,6 +142,41 @@ func (sim *Simulator) adamForLoop(l2 bool) {
 	}
 	if denom != nil {
 		sim.free(denom)
+	}
+}
+
+// bnbState is bitsandbytes' Optimizer2State.init_state for Adam8bit and
+// AdamW8bit (block_wise, min_8bit_size 4096): a parameter under 4096
+// elements keeps two float32 states; a larger one two uint8 states and two
+// float32 absmax vectors of one value per 2048 elements. The quantization
+// maps "dynamic" and "udynamic" (256 float32 each) go to the device once.
+// A paged optimizer puts states of 10^5 elements or more in unified memory
+// (F.get_paged), which PyTorch's allocator does not hold.
+func (sim *Simulator) bnbState() {
+	const minBits8, blocksize, pagedMin = 4096, 2048, 100000
+	qmaps := false
+	for _, ps := range sim.trained {
+		n := ps.numel
+		if n < minBits8 {
+			sim.newState(ps, 4*n)
+			sim.newState(ps, 4*n)
+			continue
+		}
+		for k := 0; k < 2; k++ {
+			if sim.s.Optimizer.Paged && n >= pagedMin {
+				sim.sum.PagedOptimizerStateBytes += n
+			} else {
+				sim.newState(ps, n)
+			}
+		}
+		blocks := (n + blocksize - 1) / blocksize
+		sim.newState(ps, 4*blocks)
+		sim.newState(ps, 4*blocks)
+		if !qmaps {
+			qmaps = true
+			sim.newState(ps, 256*4)
+			sim.newState(ps, 256*4)
+		}
 	}
 }
 

@@ -102,6 +102,47 @@ type Optimizer struct {
 	WeightDecay float64
 	AMSGrad     bool
 	Maximize    bool
+	// Bits8 is bitsandbytes' 8-bit Adam (Adam8bit, AdamW8bit): block-wise
+	// quantized uint8 states; Paged keeps the large states in CUDA unified
+	// memory (PagedAdamW8bit), outside PyTorch's allocator.
+	Bits8, Paged bool
+}
+
+// Name is the optimizer's class name as the user gives it.
+func (o Optimizer) Name() string {
+	n := string(o.Kind)
+	if o.Bits8 {
+		n += "8bit"
+		if o.Paged {
+			n = "paged_" + n
+		}
+	}
+	return n
+}
+
+// ParseOptimizerName reads torch.optim's names (sgd, adam, adamw, none)
+// and bitsandbytes' 8-bit Adams (adam8bit, adamw8bit, paged_adam8bit,
+// paged_adamw8bit), case-insensitively, with or without underscores.
+func ParseOptimizerName(s string) (Optimizer, error) {
+	k := strings.ReplaceAll(strings.ToLower(strings.TrimSpace(s)), "_", "")
+	var o Optimizer
+	if strings.HasPrefix(k, "paged") {
+		o.Paged, k = true, strings.TrimPrefix(k, "paged")
+	}
+	if strings.HasSuffix(k, "8bit") {
+		o.Bits8, k = true, strings.TrimSuffix(k, "8bit")
+	}
+	kind, err := ParseOptimizer(k)
+	switch {
+	case err != nil:
+		return o, fmt.Errorf("unknown optimizer %q (want sgd, adam, adamw, none, or bitsandbytes' adam8bit, adamw8bit, paged_adam8bit, paged_adamw8bit)", s)
+	case (o.Bits8 || o.Paged) && kind != Adam && kind != AdamW:
+		return o, fmt.Errorf("optimizer %q: batchfit knows bitsandbytes' 8-bit Adam and AdamW (adam8bit, adamw8bit, paged_adam8bit, paged_adamw8bit)", s)
+	case o.Paged && !o.Bits8:
+		return o, fmt.Errorf("optimizer %q: batchfit knows the paged 8-bit Adams (paged_adam8bit, paged_adamw8bit)", s)
+	}
+	o.Kind = kind
+	return o, nil
 }
 
 // Attention names the attention kernel.

@@ -147,6 +147,10 @@ type Summary struct {
 	BuffersBytes        int64
 	GradientsBytes      int64
 	OptimizerStateBytes int64
+	// PagedOptimizerStateBytes are a paged optimizer's states in CUDA
+	// unified memory: on the device while used, but outside PyTorch's
+	// allocator, and paged out to the host rather than failing.
+	PagedOptimizerStateBytes int64
 	// ActivationsBytes is what autograd holds saved at the end of the
 	// first forward pass, counted once per storage, excluding parameters,
 	// buffers, autocast's parameter copies and the batch.

@@ -130,7 +130,10 @@ func fmtBytes(n int64) string { return alloc.FormatSize(n) }
 func setupLine(res *predict.Result) string {
 	s := res.Setup
 	opt := string(s.Optimizer.Kind)
-	if s.Optimizer.Kind != "none" {
+	switch {
+	case s.Optimizer.Bits8:
+		opt = s.Optimizer.Name() + " (bitsandbytes)"
+	case s.Optimizer.Kind != "none":
 		opt += " (" + string(s.Optimizer.Impl) + ")"
 	}
 	parts := []string{res.Model, fmt.Sprintf("batch %d", res.Config.Batch)}
@@ -171,6 +174,9 @@ func writeEstimate(w io.Writer, res *predict.Result, batches []int64) {
 	fmt.Fprintf(tw, "parameters\t%s\t%s params\t\n", fmtBytes(sum.ParametersBytes), commas(sum.ParamCount))
 	fmt.Fprintf(tw, "gradients\t%s\t\t\n", fmtBytes(sum.GradientsBytes))
 	fmt.Fprintf(tw, "optimizer state\t%s\t\t\n", fmtBytes(sum.OptimizerStateBytes))
+	if sum.PagedOptimizerStateBytes > 0 {
+		fmt.Fprintf(tw, "paged optimizer state\t%s\t(CUDA unified memory, outside PyTorch's allocator: paged to the host when the device is full)\t\n", fmtBytes(sum.PagedOptimizerStateBytes))
+	}
 	fmt.Fprintf(tw, "saved activations\t%s\t(end of forward)\t\n", fmtBytes(sum.ActivationsBytes))
 	if sum.CastCacheBytes > 0 {
 		fmt.Fprintf(tw, "autocast weight copies\t%s\t\t\n", fmtBytes(sum.CastCacheBytes))

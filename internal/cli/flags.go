@@ -76,7 +76,7 @@ func (j *jobFlags) register(fs *flag.FlagSet, batchDefault string) {
 	fs.Int64Var(&j.image, "image", 0, "image side for vision models (default: the model's, 224 for torchvision)")
 	fs.StringVar(&j.gpu, "gpu", "h100-80gb", "GPU from 'batchfit gpus', or a capacity such as 80GB")
 	fs.StringVar(&j.precision, "precision", "32-true", "32-true, 16-mixed, bf16-mixed, 16-true or bf16-true")
-	fs.StringVar(&j.optimizer, "optimizer", "adam", "sgd, adam, adamw or none")
+	fs.StringVar(&j.optimizer, "optimizer", "adam", "sgd, adam, adamw, none, or bitsandbytes' adam8bit, adamw8bit, paged_adam8bit, paged_adamw8bit")
 	fs.Float64Var(&j.momentum, "momentum", 0, "SGD momentum (nonzero keeps a momentum buffer)")
 	fs.Float64Var(&j.weightDecay, "weight-decay", -1, "weight decay (default: torch.optim's: 0, AdamW 0.01)")
 	fs.BoolVar(&j.foreach, "foreach", false, "use the foreach optimizer implementation")
@@ -257,10 +257,11 @@ func (j *jobFlags) requestFor(src predict.Source) (predict.Request, error) {
 	if err != nil {
 		return r, usageError{err}
 	}
-	opt, err := train.ParseOptimizer(j.optimizer)
+	on, err := train.ParseOptimizerName(j.optimizer)
 	if err != nil {
 		return r, usageError{err}
 	}
+	opt := on.Kind
 	impl := train.ImplDefault
 	n := 0
 	for _, f := range []struct {
@@ -306,7 +307,10 @@ func (j *jobFlags) requestFor(src predict.Source) (predict.Request, error) {
 		}
 		ck = train.FullCheckpoint
 	}
-	r.Setup = train.Setup{Precision: prec, Optimizer: train.Optimizer{Kind: opt, Momentum: j.momentum, Impl: impl, WeightDecay: wd},
+	if on.Bits8 && n > 0 {
+		return r, usagef("--foreach, --fused and --forloop are torch.optim's; bitsandbytes' %s has one implementation", on.Name())
+	}
+	r.Setup = train.Setup{Precision: prec, Optimizer: train.Optimizer{Kind: opt, Momentum: j.momentum, Impl: impl, WeightDecay: wd, Bits8: on.Bits8, Paged: on.Paged},
 		Accumulate: j.accumulate, Checkpoint: ck, Attention: att, Steps: j.steps, EmptyCache: j.emptyCache, Profile: prof}
 	conf := j.allocConf
 	if conf == "" && !j.web() {

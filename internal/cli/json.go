@@ -17,40 +17,43 @@ func writeJSON(w io.Writer, v any) error {
 
 // EstimateJSON is the stable JSON form of a prediction. Bytes are integers.
 type EstimateJSON struct {
-	Model               string           `json:"model"`
-	SourceNote          string           `json:"source_note,omitempty"`
-	Batch               int64            `json:"batch"`
-	Seq                 int64            `json:"seq,omitempty"`
-	GPU                 string           `json:"gpu"`
-	Precision           string           `json:"precision"`
-	Optimizer           string           `json:"optimizer"`
-	OptimizerImpl       string           `json:"optimizer_impl"`
-	Accumulate          int              `json:"accumulate"`
-	Checkpointing       bool             `json:"checkpointing"`
-	Checkpoint          string           `json:"checkpoint"`
-	TorchProfile        string           `json:"torch_profile"`
-	ParamCount          int64            `json:"param_count"`
-	TrainableParamCount int64            `json:"trainable_param_count"`
-	ParametersBytes     int64            `json:"parameters_bytes"`
-	BuffersBytes        int64            `json:"buffers_bytes"`
-	GradientsBytes      int64            `json:"gradients_bytes"`
-	OptimizerStateBytes int64            `json:"optimizer_state_bytes"`
-	ActivationsBytes    int64            `json:"activations_bytes"`
-	AutocastCacheBytes  int64            `json:"autocast_cache_bytes"`
-	BatchDataBytes      int64            `json:"batch_data_bytes"`
-	WorkspaceBytes      int64            `json:"workspace_bytes"`
-	AtPeak              map[string]int64 `json:"at_peak_bytes"`
-	PeakAllocatedBytes  int64            `json:"peak_allocated_bytes"`
-	PeakReservedBytes   int64            `json:"peak_reserved_bytes"`
-	ContextBytes        int64            `json:"cuda_context_bytes"`
-	DeviceTotalBytes    int64            `json:"device_total_bytes"`
-	GPUCapacityBytes    int64            `json:"gpu_capacity_bytes"`
-	HeadroomBytes       int64            `json:"headroom_bytes"`
-	Fits                bool             `json:"fits"`
-	DecidedBy           string           `json:"decided_by"`
-	OOM                 string           `json:"oom_message,omitempty"`
-	Steps               []StepJSON       `json:"steps,omitempty"`
-	Time                *TimeJSON        `json:"time,omitempty"`
+	Model               string `json:"model"`
+	SourceNote          string `json:"source_note,omitempty"`
+	Batch               int64  `json:"batch"`
+	Seq                 int64  `json:"seq,omitempty"`
+	GPU                 string `json:"gpu"`
+	Precision           string `json:"precision"`
+	Optimizer           string `json:"optimizer"`
+	OptimizerImpl       string `json:"optimizer_impl"`
+	Accumulate          int    `json:"accumulate"`
+	Checkpointing       bool   `json:"checkpointing"`
+	Checkpoint          string `json:"checkpoint"`
+	TorchProfile        string `json:"torch_profile"`
+	ParamCount          int64  `json:"param_count"`
+	TrainableParamCount int64  `json:"trainable_param_count"`
+	ParametersBytes     int64  `json:"parameters_bytes"`
+	BuffersBytes        int64  `json:"buffers_bytes"`
+	GradientsBytes      int64  `json:"gradients_bytes"`
+	OptimizerStateBytes int64  `json:"optimizer_state_bytes"`
+	// PagedOptimizerStateBytes are a paged optimizer's states in unified
+	// memory, outside PyTorch's allocator.
+	PagedOptimizerStateBytes int64            `json:"paged_optimizer_state_bytes,omitempty"`
+	ActivationsBytes         int64            `json:"activations_bytes"`
+	AutocastCacheBytes       int64            `json:"autocast_cache_bytes"`
+	BatchDataBytes           int64            `json:"batch_data_bytes"`
+	WorkspaceBytes           int64            `json:"workspace_bytes"`
+	AtPeak                   map[string]int64 `json:"at_peak_bytes"`
+	PeakAllocatedBytes       int64            `json:"peak_allocated_bytes"`
+	PeakReservedBytes        int64            `json:"peak_reserved_bytes"`
+	ContextBytes             int64            `json:"cuda_context_bytes"`
+	DeviceTotalBytes         int64            `json:"device_total_bytes"`
+	GPUCapacityBytes         int64            `json:"gpu_capacity_bytes"`
+	HeadroomBytes            int64            `json:"headroom_bytes"`
+	Fits                     bool             `json:"fits"`
+	DecidedBy                string           `json:"decided_by"`
+	OOM                      string           `json:"oom_message,omitempty"`
+	Steps                    []StepJSON       `json:"steps,omitempty"`
+	Time                     *TimeJSON        `json:"time,omitempty"`
 	// Suggestions are the smallest changes that fit, for a job that does
 	// not.
 	Suggestions []PlanEntryJSON `json:"suggestions,omitempty"`
@@ -100,10 +103,10 @@ func estimateJSON(res *predict.Result, batches []int64) EstimateJSON {
 	s := res.Summary
 	tl := res.Timeline
 	out := EstimateJSON{Model: res.Model, SourceNote: res.Note, Batch: res.Config.Batch, Seq: res.Config.Seq, GPU: res.GPU.Name,
-		Precision: string(res.Setup.Precision), Optimizer: string(res.Setup.Optimizer.Kind), OptimizerImpl: string(res.Setup.Optimizer.Impl),
+		Precision: string(res.Setup.Precision), Optimizer: res.Setup.Optimizer.Name(), OptimizerImpl: string(res.Setup.Optimizer.Impl),
 		Accumulate: res.Setup.Accumulate, Checkpointing: res.Setup.Checkpoint.On(), Checkpoint: res.Setup.Checkpoint.String(), TorchProfile: res.Setup.Profile.Version,
 		ParamCount: s.ParamCount, TrainableParamCount: s.TrainableParamCount, ParametersBytes: s.ParametersBytes, BuffersBytes: s.BuffersBytes, GradientsBytes: s.GradientsBytes,
-		OptimizerStateBytes: s.OptimizerStateBytes, ActivationsBytes: s.ActivationsBytes, AutocastCacheBytes: s.CastCacheBytes,
+		OptimizerStateBytes: s.OptimizerStateBytes, PagedOptimizerStateBytes: s.PagedOptimizerStateBytes, ActivationsBytes: s.ActivationsBytes, AutocastCacheBytes: s.CastCacheBytes,
 		BatchDataBytes: s.BatchDataBytes, WorkspaceBytes: s.WorkspaceBytes, AtPeak: map[string]int64{},
 		PeakAllocatedBytes: tl.PeakAllocated, PeakReservedBytes: tl.PeakReserved, ContextBytes: res.Context,
 		DeviceTotalBytes: res.DeviceTotal, GPUCapacityBytes: res.GPU.Capacity, HeadroomBytes: res.Headroom(), Fits: res.Fits, DecidedBy: res.Decider}
