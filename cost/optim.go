@@ -57,6 +57,11 @@ func passes(o train.Optimizer, firstStep bool) []pass {
 		if o.AMSGrad {
 			ps = append(ps, pass{2, 1})
 		}
+	case train.Adafactor:
+		// grad**2 + eps; the row and column means; the factors' product;
+		// update.mul_(grad); its RMS; div_, mul_(lr); -update;
+		// param.add_
+		ps = append(ps, pass{1, 1}, pass{1, 1}, pass{1, 0}, pass{1, 0}, pass{0, 1}, pass{2, 1}, pass{1, 0}, pass{1, 1}, pass{1, 1}, pass{1, 1}, pass{2, 1})
 	}
 	return ps
 }

@@ -1,6 +1,8 @@
 package train
 
 import (
+	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/batchfit/batchfit/graph"
@@ -128,5 +130,32 @@ func TestParseOptimizerName(t *testing.T) {
 		if _, err := ParseOptimizerName(in); err == nil {
 			t.Errorf("%s: no error", in)
 		}
+	}
+}
+
+// transformers' Adafactor keeps, per weight [out, in], a row vector of out
+// and a column vector of in float32 values, per vector parameter its own
+// size, and a 0-d RMS per parameter: for the MLP (784→1024, three
+// 1024→1024, 1024→10, with biases) that is worked out below. Its step
+// makes, for the largest parameter, the update and its replacement (two
+// float32 copies of 1024·1024) at once.
+func TestAdafactorState(t *testing.T) {
+	prof, _ := profile.Lookup("")
+	g, _, err := models.Build("mlp", models.Config{Batch: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, sum, err := Simulate(g, Setup{Profile: prof, Steps: 2, Optimizer: Optimizer{Kind: Adafactor, Impl: ForLoop}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	weights := int64((1024 + 784) + 3*(1024+1024) + (10 + 1024))
+	biases := int64(4*1024 + 10)
+	want := 4*weights + 4*biases + 4*10
+	if sum.OptimizerStateBytes != want {
+		t.Errorf("state %d bytes, want %d", sum.OptimizerStateBytes, want)
+	}
+	if !strings.Contains(fmt.Sprint(ParseOptimizer("Adafactor")), "adafactor") {
+		t.Error("adafactor is not a known optimizer")
 	}
 }

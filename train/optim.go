@@ -1,6 +1,7 @@
 package train
 
 import (
+	"github.com/batchfit/batchfit/graph"
 	"github.com/batchfit/batchfit/trace"
 )
 
@@ -104,9 +105,77 @@ func (sim *Simulator) optimizerStep() {
 		default:
 			sim.adamForLoop(o.Kind == Adam && o.WeightDecay != 0)
 		}
+	case Adafactor:
+		sim.adafactor(first)
 	}
 	for _, st := range unscale {
 		sim.free(st)
+	}
+}
+
+// adafactor is transformers' Adafactor.step with its defaults (beta1=None:
+// no first moment), one parameter at a time. State, made at the first
+// step: for a parameter of two or more dimensions the factored second
+// moment, exp_avg_sq_row (shape[:-1]) and exp_avg_sq_col (shape[:-2] +
+// shape[-1:]); for a vector exp_avg_sq (its size); and RMS, a 0-d tensor
+// (_rms). All float32 (.to(grad) of a gradient made float32). Per step: a
+// half-precision gradient and parameter are first copied to float32;
+// update = grad**2 + eps (the square dies with the expression); the row
+// and column means; update = _approx_sq_grad(row, col) (two factor
+// vectors and their n-sized product, made while the old update is alive),
+// or update = exp_avg_sq.rsqrt() for a vector; RMS and clipping scalars;
+// then param.add_(-update), whose negation is one more n-sized tensor.
+func (sim *Simulator) adafactor(first bool) {
+	for _, ps := range sim.trained {
+		n := ps.numel
+		factored := len(ps.shape) >= 2
+		var rows, cols int64
+		if factored {
+			rows = n / ps.shape[len(ps.shape)-1]
+			cols = n / ps.shape[len(ps.shape)-2]
+		}
+		if first {
+			if factored {
+				sim.newState(ps, 4*rows)
+				sim.newState(ps, 4*cols)
+			} else {
+				sim.newState(ps, 4*n)
+			}
+			sim.newState(ps, 4) // RMS
+		}
+		var grad32, p32 *storage
+		if ps.dt != graph.F32 {
+			grad32 = sim.alloc(4*n, trace.Transient)
+			p32 = sim.alloc(4*n, trace.Transient)
+		}
+		scalar := func() { sim.free(sim.alloc(4, trace.Transient)) }
+		scalar() // RMS of the parameter
+		sq := sim.alloc(4*n, trace.Transient)
+		upd := sim.alloc(4*n, trace.Transient)
+		sim.free(sq)
+		if factored {
+			sim.free(sim.alloc(4*rows, trace.Transient)) // update.mean(dim=-1)
+			sim.free(sim.alloc(4*cols, trace.Transient)) // update.mean(dim=-2)
+			rf := sim.alloc(4*rows, trace.Transient)
+			cf := sim.alloc(4*cols, trace.Transient)
+			nu := sim.alloc(4*n, trace.Transient)
+			sim.free(rf)
+			sim.free(cf)
+			sim.free(upd)
+			upd = nu
+		} else {
+			nu := sim.alloc(4*n, trace.Transient) // exp_avg_sq.rsqrt()
+			sim.free(upd)
+			upd = nu
+		}
+		scalar()                               // the update's RMS and its clamp
+		neg := sim.alloc(4*n, trace.Transient) // -update
+		sim.free(neg)
+		sim.free(upd)
+		if p32 != nil {
+			sim.free(p32)
+			sim.free(grad32)
+		}
 	}
 }
 

@@ -66,6 +66,9 @@ const (
 	SGD   OptimizerKind = "sgd"
 	Adam  OptimizerKind = "adam"
 	AdamW OptimizerKind = "adamw"
+	// Adafactor is transformers.optimization.Adafactor with its defaults
+	// (no first moment: beta1=None).
+	Adafactor OptimizerKind = "adafactor"
 	// NoOptimizer simulates forward and backward only.
 	NoOptimizer OptimizerKind = "none"
 )
@@ -73,10 +76,10 @@ const (
 // ParseOptimizer accepts torch.optim's names, case-insensitively.
 func ParseOptimizer(s string) (OptimizerKind, error) {
 	switch k := OptimizerKind(strings.ToLower(s)); k {
-	case SGD, Adam, AdamW, NoOptimizer:
+	case SGD, Adam, AdamW, Adafactor, NoOptimizer:
 		return k, nil
 	}
-	return "", fmt.Errorf("unknown optimizer %q (want sgd, adam, adamw or none)", s)
+	return "", fmt.Errorf("unknown optimizer %q (want sgd, adam, adamw, adafactor or none)", s)
 }
 
 // Impl is the optimizer implementation: torch.optim's foreach and fused
@@ -135,7 +138,7 @@ func ParseOptimizerName(s string) (Optimizer, error) {
 	kind, err := ParseOptimizer(k)
 	switch {
 	case err != nil:
-		return o, fmt.Errorf("unknown optimizer %q (want sgd, adam, adamw, none, or bitsandbytes' adam8bit, adamw8bit, paged_adam8bit, paged_adamw8bit)", s)
+		return o, fmt.Errorf("unknown optimizer %q (want sgd, adam, adamw, adafactor, none, or bitsandbytes' adam8bit, adamw8bit, paged_adam8bit, paged_adamw8bit)", s)
 	case (o.Bits8 || o.Paged) && kind != Adam && kind != AdamW:
 		return o, fmt.Errorf("optimizer %q: batchfit knows bitsandbytes' 8-bit Adam and AdamW (adam8bit, adamw8bit, paged_adam8bit, paged_adamw8bit)", s)
 	case o.Paged && !o.Bits8:

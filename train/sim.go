@@ -25,6 +25,7 @@ type value struct {
 }
 
 type paramState struct {
+	shape   graph.Shape
 	st      *storage
 	dt      graph.DType
 	numel   int64
@@ -236,7 +237,7 @@ func New(g *graph.Graph, s Setup) (*Simulator, error) {
 		t := g.Tensor(id)
 		sim.site = sim.tr.Site(t.Name)
 		n := t.Shape.Numel()
-		ps := &paramState{dt: pdt, numel: n}
+		ps := &paramState{dt: pdt, numel: n, shape: t.Shape}
 		ps.st = sim.alloc(n*pdt.Size(), trace.Parameter)
 		ps.st.refs = 1
 		sim.params = append(sim.params, ps)

@@ -133,6 +133,8 @@ func setupLine(res *predict.Result) string {
 	switch {
 	case s.Optimizer.Bits8:
 		opt = s.Optimizer.Name() + " (bitsandbytes)"
+	case s.Optimizer.Kind == train.Adafactor:
+		opt += " (transformers)"
 	case s.Optimizer.Kind != "none":
 		opt += " (" + string(s.Optimizer.Impl) + ")"
 	}

@@ -310,6 +310,12 @@ func (j *jobFlags) requestFor(src predict.Source) (predict.Request, error) {
 	if on.Bits8 && n > 0 {
 		return r, usagef("--foreach, --fused and --forloop are torch.optim's; bitsandbytes' %s has one implementation", on.Name())
 	}
+	if opt == train.Adafactor {
+		if n > 0 {
+			return r, usagef("--foreach, --fused and --forloop are torch.optim's; transformers' Adafactor loops over the parameters")
+		}
+		impl = train.ForLoop
+	}
 	r.Setup = train.Setup{Precision: prec, Optimizer: train.Optimizer{Kind: opt, Momentum: j.momentum, Impl: impl, WeightDecay: wd, Bits8: on.Bits8, Paged: on.Paged},
 		Accumulate: j.accumulate, Checkpoint: ck, Attention: att, Steps: j.steps, EmptyCache: j.emptyCache, Profile: prof}
 	conf := j.allocConf
