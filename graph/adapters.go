@@ -37,8 +37,10 @@ func matches(name, target string) bool {
 	return name == target || strings.HasSuffix(name, "."+target)
 }
 
-// frozen reports whether the parameter at path (module.param) is frozen.
-func (a *Adapters) frozen(path string) bool {
+// frozen reports whether the parameter at path (module.param) is frozen,
+// noting which --freeze names matched.
+func (b *Builder) frozen(path string) bool {
+	a := b.Adapters
 	if a == nil {
 		return false
 	}
@@ -49,13 +51,18 @@ func (a *Adapters) frozen(path string) bool {
 	if i := strings.LastIndex(path, "."); i >= 0 {
 		module = path[:i]
 	}
+	hit := false
 	for _, f := range a.Freeze {
 		// a module and every module inside it
-		if matches(module, f) || strings.HasPrefix(module+".", f+".") || strings.Contains("."+module+".", "."+f+".") {
-			return true
+		if strings.HasPrefix(module+".", f+".") || strings.Contains("."+module+".", "."+f+".") {
+			if b.freezeHits == nil {
+				b.freezeHits = map[string]bool{}
+			}
+			b.freezeHits[f] = true
+			hit = true
 		}
 	}
-	return false
+	return hit
 }
 
 // loraTarget reports whether the Linear at path gets an adapter.

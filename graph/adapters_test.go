@@ -103,6 +103,13 @@ func TestFreeze(t *testing.T) {
 	if got := strings.Join(frozen, " "); got != "model.embed.weight model.layers.0.mlp.weight" {
 		t.Errorf("frozen %s", got)
 	}
+	// a name that freezes nothing is a typo, not a choice
+	b = NewBuilder("t")
+	b.Adapters = &Adapters{Freeze: []string{"embed", "layerz"}}
+	withLoss(b, b.Linear("model.embed", b.Input("x", Shape{3, 6}, F32), 6, false))
+	if _, err := b.Graph(); err == nil || !strings.Contains(err.Error(), "--freeze layerz names no module") {
+		t.Errorf("typo: %v", err)
+	}
 	for _, a := range []*Adapters{{Rank: -1}, {Rank: 4}, {Rank: 4, Targets: []string{"q"}, Dropout: 1}} {
 		if a.Check() == nil {
 			t.Errorf("%+v: no error", a)

@@ -32,8 +32,10 @@ type Builder struct {
 	inLoRA   bool
 	loraHits map[string]bool
 	// linearNames are the Linear layers' own names, for an error that
-	// lists what LoRA could target.
+	// lists what LoRA could target; freezeHits the --freeze names that
+	// matched a parameter.
 	linearNames map[string]bool
+	freezeHits  map[string]bool
 }
 
 // NewBuilder starts an empty graph.
@@ -56,6 +58,17 @@ func (b *Builder) Fail(format string, args ...any) {
 func (b *Builder) Graph() (*Graph, error) {
 	if b.err != nil {
 		return nil, fmt.Errorf("building %s: %w", b.g.Name, b.err)
+	}
+	if a := b.Adapters; a != nil && a.Rank == 0 {
+		var miss []string
+		for _, f := range a.Freeze {
+			if !b.freezeHits[f] {
+				miss = append(miss, f)
+			}
+		}
+		if len(miss) > 0 {
+			return nil, fmt.Errorf("building %s: --freeze %s names no module of the model", b.g.Name, strings.Join(miss, ", "))
+		}
 	}
 	if a := b.Adapters; a != nil && a.Rank > 0 {
 		if miss := b.unmatchedTargets(); len(miss) > 0 {
@@ -196,7 +209,7 @@ func (b *Builder) Param(name string, s Shape) TensorID {
 	}
 	path := b.path(name)
 	// an adapter's own parameters train; the rest may be frozen
-	rg := b.inLoRA || !b.Adapters.frozen(path)
+	rg := b.inLoRA || !b.frozen(path)
 	return b.newTensor(path, s.Clone(), b.ParamDT, Parameter, None, rg, true)
 }
 

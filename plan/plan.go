@@ -460,22 +460,26 @@ func (pl *planner) impls() []train.Impl {
 // staticBytes is what parameters, gradients and optimizer state need
 // together: all three are alive during every optimizer step after the
 // first, so no plan of this precision fits below it.
-func (pl *planner) staticBytes(p train.Precision, params int64) int64 {
+// Frozen parameters have neither gradient nor state, so only the
+// trainable ones count beyond the parameters themselves; 8-bit states and
+// Adafactor's factored ones are counted as nothing (a lower bound).
+func (pl *planner) staticBytes(p train.Precision, params, trainable int64) int64 {
 	e := p.ParamDType().Size()
 	o := pl.o.Base.Setup.Optimizer
-	copies := int64(2) // parameters and gradients
-	switch o.Kind {
-	case train.Adam, train.AdamW:
+	copies := int64(1) // gradients
+	switch {
+	case o.Bits8 || o.Kind == train.Adafactor:
+	case o.Kind == train.Adam || o.Kind == train.AdamW:
 		copies += 2
 		if o.AMSGrad {
 			copies++
 		}
-	case train.SGD:
+	case o.Kind == train.SGD:
 		if o.Momentum > 0 {
 			copies++
 		}
 	}
-	return copies * e * params
+	return e*params + copies*e*trainable
 }
 
 func (pl *planner) run() error {
@@ -484,6 +488,12 @@ func (pl *planner) run() error {
 		return err
 	}
 	params := g0.ParamCount()
+	var trainable int64
+	for _, id := range g0.Params() {
+		if g0.Tensor(id).RequiresGrad {
+			trainable += g0.Tensor(id).Shape.Numel()
+		}
+	}
 	// The current setup first: the reference every plan is compared with.
 	base, err := pl.evaluate(pl.base)
 	if err != nil {
@@ -492,7 +502,7 @@ func (pl *planner) run() error {
 	pl.ans.Base = base
 	var combos []*combo
 	for _, p := range pl.precisions() {
-		if need := pl.staticBytes(p, params); need > pl.capLeft {
+		if need := pl.staticBytes(p, params, trainable); need > pl.capLeft {
 			for _, ck := range pl.checkpoints(g0) {
 				for _, im := range pl.impls() {
 					pl.ans.Pruned = append(pl.ans.Pruned, Pruned{p, ck, im, fmt.Sprintf("parameters, gradients and optimizer state alone need %s", alloc.FormatSize(need))})

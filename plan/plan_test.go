@@ -23,6 +23,7 @@ func (s blocks) DefaultSeq() int64  { return 0 }
 func (s blocks) Dims() []models.Dim { return nil }
 func (s blocks) Build(c models.Config) (*graph.Graph, error) {
 	b := graph.NewBuilder("blocks")
+	b.Adapters = c.Adapters
 	x := b.Input("x", graph.Shape{c.Batch, s.width}, graph.F32)
 	y := b.Target("y", graph.Shape{c.Batch}, graph.I64)
 	for i := 0; i < s.layers; i++ {
@@ -242,4 +243,40 @@ func plansOf(a *Answer) []string {
 		out = append(out, p.Candidate.String())
 	}
 	return out
+}
+
+// The static bound counts gradients and optimizer state for trainable
+// parameters only: a job whose full fine-tuning state alone overflows the
+// device still gets plans when it is LoRA, and no combination is ruled out
+// for state it does not have.
+func TestFrozenParametersInTheBound(t *testing.T) {
+	// 8 blocks of 4096×4096: 537 MB of parameters, 2.1 GB with
+	// gradients and Adam's two states
+	src := blocks{layers: 8, width: 4096}
+	s := train.Setup{Precision: train.FP32, Optimizer: train.Optimizer{Kind: train.Adam, Impl: train.Foreach}, Accumulate: 1, Steps: 2}
+	r := request(src, 8, s, 0)
+	r.Config.Adapters = &graph.Adapters{Rank: 8, Alpha: 16, Targets: []string{"fc"}}
+	need := needOf(t, src, 8, s) // full fine-tuning
+	lora := func() int64 {
+		q := r
+		q.GPU = device(1 << 50)
+		res, err := predict.Run(q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res.DeviceTotal
+	}()
+	if lora >= need {
+		t.Fatalf("LoRA needs %d, full fine-tuning %d", lora, need)
+	}
+	// between the two: parameters + gradients + Adam state of every
+	// parameter (4 copies) would not fit, LoRA's does
+	r.GPU = device((lora + need) / 2)
+	ans, err := Run(Options{Base: r, Levers: []Lever{Accumulate}, Objective: Throughput, Top: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ans.Best) == 0 {
+		t.Fatalf("no plan for LoRA on a device of %d (it needs %d)", r.GPU.Capacity, lora)
+	}
 }

@@ -18,6 +18,9 @@ const (
 	// KindStart is the recorder's first report, once the script imports
 	// torch.
 	KindStart = "start"
+	// KindDevice names the GPU once CUDA is up (the recorder never starts
+	// CUDA itself).
+	KindDevice = "device"
 	// KindStep follows every optimizer step.
 	KindStep = "step"
 	// KindOOM is an out-of-memory error that ended the program.

@@ -57,13 +57,16 @@ func TestSummarize(t *testing.T) {
 	recs := []Record{
 		{Kind: KindRun},
 		{Kind: KindStart, Torch: "2.5.1", CUDA: &yes, Device: "NVIDIA H100 80GB HBM3", DeviceTotal: i(80 << 30), Capability: "9.0"},
-		{Kind: KindStep, Optimizer: 0, Step: 1, Batch: i(16), MicroBatches: 4, Time: 10, MaxAllocated: i(5 << 30), MaxReserved: i(6 << 30),
+		// the first step ran a larger batch (a batch-size search), the
+		// third folded a skipped step's passes into its own
+		{Kind: KindStep, Optimizer: 0, Step: 1, Batch: i(64), MicroBatches: 4, Time: 10, MaxAllocated: i(5 << 30), MaxReserved: i(6 << 30),
 			Reserved: i(6 << 30), DeviceFree: i(73 << 30), DeviceTotal: i(80 << 30), NumAllocRetries: i(0)},
 		{Kind: KindStep, Optimizer: 1, Step: 1, Time: 10.5, MaxAllocated: i(7 << 30), MaxReserved: i(8 << 30)},
-		{Kind: KindStep, Optimizer: 0, Step: 2, Time: 11, MaxAllocated: i(7 << 30), MaxReserved: i(8 << 30), NumAllocRetries: i(2)},
-		{Kind: KindStep, Optimizer: 0, Step: 3, Time: 13},
-		{Kind: KindStep, Optimizer: 0, Step: 4, Time: 14},
-		{Kind: KindStep, Optimizer: 0, Step: 5, Time: 15.5},
+		{Kind: KindStep, Optimizer: 0, Step: 2, Batch: i(16), MicroBatches: 4, Time: 11, MaxAllocated: i(7 << 30), MaxReserved: i(8 << 30), NumAllocRetries: i(2)},
+		{Kind: KindStep, Optimizer: 0, Step: 3, Batch: i(16), MicroBatches: 8, Time: 13},
+		{Kind: KindStep, Optimizer: 0, Step: 4, Batch: i(16), MicroBatches: 4, Time: 14},
+		// a reading that skipped step 5: 3 s over two steps
+		{Kind: KindStep, Optimizer: 0, Step: 6, Batch: i(16), MicroBatches: 4, Time: 17},
 		{Kind: KindWarning, Message: "recorder: something"},
 		{Kind: KindExit, Code: new(int)},
 	}
@@ -78,8 +81,8 @@ func TestSummarize(t *testing.T) {
 	if s.Outside == nil || *s.Outside != 1<<30 {
 		t.Errorf("outside %v", s.Outside)
 	}
-	// optimizer 0 stepped at 10, 11, 13, 14, 15.5: the intervals after the
-	// first are 2, 1, 1.5, whose median is 1.5
+	// optimizer 0 stepped at 10, 11, 13, 14 and (step 6) 17: the
+	// intervals per step after the first are 2, 1, 1.5, whose median is 1.5
 	if s.StepSeconds != 1.5 {
 		t.Errorf("step time %g, want 1.5", s.StepSeconds)
 	}

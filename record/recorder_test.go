@@ -181,3 +181,46 @@ func TestRecorderExits(t *testing.T) {
 		t.Errorf("a missing command: %v", err)
 	}
 }
+
+// The recorder survives what libraries and training loops do around it:
+// a find_spec probe before the import, checkpointed blocks whose forward
+// reruns in backward, a model called with keywords alone, and a child
+// process that must not write into this run's reports.
+func TestRecorderAroundLibraries(t *testing.T) {
+	for _, c := range []struct {
+		script       string
+		steps, micro int
+		batch        int64
+		class        string
+	}{
+		{"probe.py", 2, 1, 5, "SGD"},
+		{"ckpt.py", 3, 1, 6, "SGD"},
+		{"kwargs.py", 2, 1, 7, "AdamW"},
+		{"child.py", 1, 1, 2, "SGD"},
+	} {
+		res, _, errs := runScript(t, nil, c.script)
+		if res.Code != 0 {
+			t.Errorf("%s: exit %d: %s", c.script, res.Code, errs)
+			continue
+		}
+		st := steps(res.Records)
+		if len(st) != c.steps {
+			t.Errorf("%s: %d steps recorded, want %d", c.script, len(st), c.steps)
+			continue
+		}
+		for _, s := range st {
+			if s.MicroBatches != c.micro || s.Batch == nil || *s.Batch != c.batch || s.OptimizerClass != c.class {
+				t.Errorf("%s: step %+v, want %d micro-batch of %d", c.script, s, c.micro, c.batch)
+			}
+		}
+		starts := 0
+		for _, r := range res.Records {
+			if r.Kind == KindStart {
+				starts++
+			}
+		}
+		if starts != 1 {
+			t.Errorf("%s: %d start records", c.script, starts)
+		}
+	}
+}

@@ -147,8 +147,13 @@ wait:
 	select {
 	case <-done:
 	case <-time.After(drainTimeout):
+		// a process the child left holds the pipe: stop listening, which
+		// is not a malformed report
 		pr.Close()
 		<-done
+		if errors.Is(res.ReadError, os.ErrClosed) {
+			res.ReadError = nil
+		}
 	}
 	var ee *exec.ExitError
 	if werr != nil && !errors.As(werr, &ee) {

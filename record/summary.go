@@ -61,28 +61,42 @@ func maxp(p **int64, v *int64) {
 func Summarize(recs []Record) Summary {
 	var s Summary
 	opts := map[int]bool{}
-	var times []float64
+	var times []timed
+	var batches, micros []int64
 	for i := range recs {
 		r := &recs[i]
 		switch r.Kind {
 		case KindStart:
 			s.Started = true
-			s.Torch, s.Device, s.Capability = r.Torch, r.Device, r.Capability
+			s.Torch = r.Torch
 			s.CUDA = r.CUDA != nil && *r.CUDA
+			if r.Device != "" { // recordings made before the device had a record of its own
+				s.Device, s.Capability = r.Device, r.Capability
+				if r.DeviceTotal != nil {
+					s.DeviceTotal = *r.DeviceTotal
+				}
+			}
+		case KindDevice:
+			s.CUDA = true
+			s.Device, s.Capability = r.Device, r.Capability
 			if r.DeviceTotal != nil {
 				s.DeviceTotal = *r.DeviceTotal
 			}
 		case KindStep, KindOOM:
 			if r.Kind == KindStep {
 				if s.Steps == 0 {
-					s.Batch = r.Batch
-					s.MicroBatches = r.MicroBatches
 					s.Optimizer, s.OptimizerSettings = r.OptimizerClass, r.OptimizerSettings
 				}
 				s.Steps++
 				opts[r.Optimizer] = true
-				if r.Optimizer == 0 && r.Time > 0 {
-					times = append(times, r.Time)
+				if r.Optimizer == 0 {
+					if r.Batch != nil {
+						batches = append(batches, *r.Batch)
+					}
+					micros = append(micros, int64(r.MicroBatches))
+					if r.Time > 0 {
+						times = append(times, timed{r.Time, r.Step})
+					}
 				}
 			} else {
 				s.OOM = r
@@ -107,16 +121,56 @@ func Summarize(recs []Record) Summary {
 		}
 	}
 	s.Optimizers = len(opts)
+	// The batch and the forward passes a step are the most common over the
+	// first optimizer's steps: a step GradScaler skipped folds its passes
+	// into the next, a batch-size search starts larger.
+	if b, ok := mode(batches); ok {
+		s.Batch = &b
+	}
+	if m, ok := mode(micros); ok {
+		s.MicroBatches = int(m)
+	}
+	if s.Steps == 0 && s.OOM != nil {
+		// out of memory before the first step: what the forward passes showed
+		s.Batch, s.MicroBatches = s.OOM.Batch, s.OOM.MicroBatches
+	}
 	if len(times) >= 3 {
+		// per step, between reports after the first (a reading of watch
+		// may skip steps: the time is shared among those it skipped)
 		var d []float64
 		for i := 2; i < len(times); i++ {
-			d = append(d, times[i]-times[i-1])
+			if n := times[i].step - times[i-1].step; n > 0 {
+				d = append(d, (times[i].t-times[i-1].t)/float64(n))
+			}
 		}
-		sort.Float64s(d)
-		s.StepSeconds = d[len(d)/2]
-		if len(d)%2 == 0 {
-			s.StepSeconds = (d[len(d)/2-1] + d[len(d)/2]) / 2
+		if len(d) > 0 {
+			sort.Float64s(d)
+			s.StepSeconds = d[len(d)/2]
+			if len(d)%2 == 0 {
+				s.StepSeconds = (d[len(d)/2-1] + d[len(d)/2]) / 2
+			}
 		}
 	}
 	return s
+}
+
+type timed struct {
+	t    float64
+	step int
+}
+
+// mode is the most frequent value, the first seen on a tie.
+func mode(xs []int64) (int64, bool) {
+	if len(xs) == 0 {
+		return 0, false
+	}
+	count := map[int64]int{}
+	best := xs[0]
+	for _, x := range xs {
+		count[x]++
+		if count[x] > count[best] {
+			best = x
+		}
+	}
+	return best, true
 }

@@ -142,8 +142,14 @@ func TestStepReference(t *testing.T) {
 			if math.Abs(rel) > 0.001 {
 				t.Errorf("%s step %d: peak %d bytes, PyTorch %d (%+.3f%%, limit 0.1%%)", id, s, got.Peak, want.Peak, 100*rel)
 			}
+			// The phase must be PyTorch's, unless PyTorch's own peak in the
+			// simulated peak's phase is within 64 bytes of its overall peak:
+			// a tie that the 8-byte Python scalars autograd keeps on the
+			// host (a CPU run's, not simulated) can break either way.
 			if got.PeakPhase.String() != want.PeakPhase {
-				t.Errorf("%s step %d: peak in %s, PyTorch's in %s (%s)", id, s, got.PeakPhase, want.PeakPhase, want.PeakOp)
+				if w, ok := want.Phases[got.PeakPhase.String()]; !ok || want.Peak-w.Peak > 64 {
+					t.Errorf("%s step %d: peak in %s, PyTorch's in %s (%s)", id, s, got.PeakPhase, want.PeakPhase, want.PeakOp)
+				}
 			}
 			for _, ph := range []trace.Phase{trace.Forward, trace.Backward, trace.OptimizerStep, trace.ZeroGrad} {
 				w, ok := want.Phases[ph.String()]

@@ -65,6 +65,7 @@ type jobFlags struct {
 	loraAlpha     float64
 	loraDropout   float64
 	freeze        string
+	amsgrad       bool
 }
 
 func (j *jobFlags) register(fs *flag.FlagSet, batchDefault string) {
@@ -82,6 +83,7 @@ func (j *jobFlags) register(fs *flag.FlagSet, batchDefault string) {
 	fs.BoolVar(&j.foreach, "foreach", false, "use the foreach optimizer implementation")
 	fs.BoolVar(&j.fused, "fused", false, "use the fused optimizer implementation")
 	fs.BoolVar(&j.forloop, "forloop", false, "use the per-parameter for-loop implementation")
+	fs.BoolVar(&j.amsgrad, "amsgrad", false, "Adam's AMSGrad variant (one more state)")
 	fs.IntVar(&j.accumulate, "accumulate", 1, "micro-batches per optimizer step (gradient accumulation)")
 	fs.BoolVar(&j.checkpointing, "checkpointing", false, "activation checkpointing of every block (non-reentrant); the same as --checkpoint full")
 	fs.StringVar(&j.checkpoint, "checkpoint", "none", "activation checkpointing: none, full (every block), every-K (every K-th block), attention (each attention core), or every-K+attention")
@@ -307,6 +309,9 @@ func (j *jobFlags) requestFor(src predict.Source) (predict.Request, error) {
 		}
 		ck = train.FullCheckpoint
 	}
+	if j.amsgrad && opt != train.Adam && opt != train.AdamW {
+		return r, usagef("--amsgrad is Adam's and AdamW's")
+	}
 	if on.Bits8 && n > 0 {
 		return r, usagef("--foreach, --fused and --forloop are torch.optim's; bitsandbytes' %s has one implementation", on.Name())
 	}
@@ -316,7 +321,7 @@ func (j *jobFlags) requestFor(src predict.Source) (predict.Request, error) {
 		}
 		impl = train.ForLoop
 	}
-	r.Setup = train.Setup{Precision: prec, Optimizer: train.Optimizer{Kind: opt, Momentum: j.momentum, Impl: impl, WeightDecay: wd, Bits8: on.Bits8, Paged: on.Paged},
+	r.Setup = train.Setup{Precision: prec, Optimizer: train.Optimizer{Kind: opt, Momentum: j.momentum, Impl: impl, WeightDecay: wd, Bits8: on.Bits8, Paged: on.Paged, AMSGrad: j.amsgrad},
 		Accumulate: j.accumulate, Checkpoint: ck, Attention: att, Steps: j.steps, EmptyCache: j.emptyCache, Profile: prof}
 	conf := j.allocConf
 	if conf == "" && !j.web() {

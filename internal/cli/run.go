@@ -6,12 +6,14 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -414,15 +416,23 @@ func runRequest(j *jobFlags, set map[string]bool, s record.Summary) (predict.Req
 	return r, nil
 }
 
+// runOptimizers are the optimizer classes batchfit simulates, by the name
+// a run reports, with the --optimizer that stands for each.
+var runOptimizers = map[string]string{"SGD": "sgd", "Adam": "adam", "AdamW": "adamw", "Adafactor": "adafactor",
+	"Adam8bit": "adam8bit", "AdamW8bit": "adamw8bit", "PagedAdam8bit": "paged_adam8bit", "PagedAdamW8bit": "paged_adamw8bit"}
+
 // runOptimizer sets the job's optimizer to the run's first one where
 // batchfit simulates its class, with its momentum, weight decay and
 // implementation unless the flags give them.
 func runOptimizer(j *jobFlags, set map[string]bool, s record.Summary) {
-	kind, ok := map[string]string{"SGD": "sgd", "Adam": "adam", "AdamW": "adamw"}[s.Optimizer]
+	kind, ok := runOptimizers[s.Optimizer]
 	if !ok {
 		return
 	}
 	j.optimizer = kind
+	if v, ok := s.OptimizerSettings["amsgrad"].(bool); ok && v {
+		j.amsgrad = true
+	}
 	num := func(k string) (float64, bool) {
 		v, ok := s.OptimizerSettings[k].(float64)
 		return v, ok
@@ -459,6 +469,9 @@ func writeRunPrediction(w io.Writer, j *jobFlags, set map[string]bool, s record.
 		return err
 	}
 	fmt.Fprintf(w, "\nbatchfit's prediction (%s):\n", setupLine(res))
+	if _, known := runOptimizers[s.Optimizer]; s.Optimizer != "" && !set["optimizer"] && !known {
+		fmt.Fprintf(w, "  (the run's optimizer is %s, which batchfit does not simulate: the prediction uses --optimizer %s)\n", s.Optimizer, j.optimizer)
+	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "  \tpredicted\tmeasured\terror\t")
 	row := func(name string, pred int64, meas *int64) {
@@ -582,14 +595,37 @@ type RunState struct {
 	Last    *record.Record `json:"last,omitempty"`
 }
 
-// runsDir is where runs publish their state; tests move it.
-var runsDir = func() string { return filepath.Join(os.TempDir(), "batchfit-runs") }
+// runsDir is where runs publish their state: a directory of this user's
+// alone (another user on a shared machine cannot plant files in it or
+// redirect writes); tests move it.
+var runsDir = func() string {
+	return filepath.Join(os.TempDir(), "batchfit-runs-"+strconv.Itoa(os.Getuid()))
+}
+
+// ownDir makes dir (mode 0700) or accepts it only if it is a directory of
+// this user's that no one else may write.
+func ownDir(dir string) bool {
+	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+		return false
+	}
+	st, err := os.Lstat(dir)
+	if err != nil || !st.IsDir() || st.Mode().Perm()&0o022 != 0 {
+		return false
+	}
+	if sys, ok := st.Sys().(*syscall.Stat_t); ok && int(sys.Uid) != os.Getuid() {
+		return false
+	}
+	return true
+}
 
 func (g *runRegistry) update(r *record.Record) {
 	switch r.Kind {
 	case record.KindStart:
+		if g.start != nil {
+			return // a second interpreter's start; the first one's file stays
+		}
 		g.start = r
-		if err := os.MkdirAll(runsDir(), 0o755); err != nil {
+		if !ownDir(runsDir()) {
 			return
 		}
 		g.path = filepath.Join(runsDir(), strconv.Itoa(r.PID)+".json")
@@ -605,9 +641,15 @@ func (g *runRegistry) update(r *record.Record) {
 	if err != nil {
 		return
 	}
-	tmp := g.path + ".tmp"
-	if os.WriteFile(tmp, b, 0o644) == nil {
-		os.Rename(tmp, g.path)
+	f, err := os.CreateTemp(filepath.Dir(g.path), ".state-*")
+	if err != nil {
+		return
+	}
+	_, werr := f.Write(b)
+	if cerr := f.Close(); werr == nil && cerr == nil {
+		os.Rename(f.Name(), g.path)
+	} else {
+		os.Remove(f.Name())
 	}
 }
 

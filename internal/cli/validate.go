@@ -61,6 +61,7 @@ func compareWatch(e *env, path string) ([]validation.Comparison, error) {
 	type proc struct {
 		recs []record.Record
 		seq  int
+		oom  bool
 	}
 	procs := map[int]*proc{}
 	var order []int
@@ -84,7 +85,12 @@ func compareWatch(e *env, path string) ([]validation.Comparison, error) {
 					procs[p.PID] = pr
 					order = append(order, p.PID)
 				}
-				if py := p.PyTorch; py != nil && py.Seq > pr.seq {
+				switch py := p.PyTorch; {
+				case py == nil:
+				case py.Kind == record.KindOOM && !pr.oom:
+					pr.recs = append(pr.recs, *py)
+					pr.oom = true
+				case py.Kind == record.KindStep && py.Seq > pr.seq:
 					pr.recs = append(pr.recs, *py)
 					pr.seq = py.Seq
 				}

@@ -32,10 +32,16 @@ except Exception as e:  # the shadowed file's own error, reported as Python woul
 
 sys.modules.setdefault("batchfit_recorder", sys.modules[__name__])
 
-_fd = os.environ.get("BATCHFIT_RECORD_FD")
+# The pipe is this process's alone: the variables leave the environment
+# so that a child (os.system, a launcher's workers) does not write into
+# whatever its own fd 3 is, and the descriptor is closed on exec.
+_fd = os.environ.pop("BATCHFIT_RECORD_FD", None)
+_snapshot_path = os.environ.pop("BATCHFIT_SNAPSHOT", None)
+_snapshot_entries = int(os.environ.pop("BATCHFIT_SNAPSHOT_ENTRIES", "100000"))
 _out = None
 _pid = os.getpid()
-_state = {"seq": 0, "forwards": 0, "batch": None, "depth": 0, "optimizers": {}, "failed": False, "oom_sent": False}
+_state = {"seq": 0, "forwards": 0, "batch": None, "depth": 0, "optimizers": {}, "failed": False, "oom_sent": False,
+          "backward": 0, "want_batch": False, "device_sent": False}
 
 
 def _send(rec):
@@ -56,9 +62,25 @@ def _fail(where, e):
         _send({"kind": "warning", "message": "recorder: %s: %s: %s" % (where, type(e).__name__, e)})
 
 
+def _device(torch):
+    # Read once CUDA is up, never to start it: importing torch must not
+    # create a context (a forked worker could not use CUDA after it, and
+    # CUDA_VISIBLE_DEVICES set after the import would be ignored).
+    cuda = torch.cuda
+    if _state["device_sent"] or not (cuda.is_available() and cuda.is_initialized()):
+        return
+    _state["device_sent"] = True
+    try:
+        p = cuda.get_device_properties(cuda.current_device())
+        _send({"kind": "device", "device": p.name, "device_total": p.total_memory, "capability": "%d.%d" % (p.major, p.minor)})
+    except Exception as e:
+        _fail("reading the device", e)
+
+
 def _memory(torch):
     m = {}
     cuda = getattr(torch, "cuda", None)
+    _device(torch)
     if cuda is not None and cuda.is_available() and cuda.is_initialized():
         m["allocated"] = cuda.memory_allocated()
         m["max_allocated"] = cuda.max_memory_allocated()
@@ -90,6 +112,7 @@ def _after_step(opt):
         st["optimizers"][key] = {"index": len(st["optimizers"]), "steps": 0}
     o = st["optimizers"][key]
     o["steps"] += 1
+    st["depth"] = 0  # a forward that raised never left; this one did
     rec = {"kind": "step", "seq": st["seq"], "optimizer": o["index"], "optimizer_class": type(opt).__name__,
            "step": o["steps"], "micro_batches": st["forwards"]}
     if first:
@@ -148,28 +171,46 @@ def _install(torch):
     if _fd is None or _out is not None:
         return
     try:
-        _out = os.fdopen(int(_fd), "w", buffering=1)
+        fd = int(_fd)
+        os.set_inheritable(fd, False)
+        _out = os.fdopen(fd, "w", buffering=1)
     except Exception:
         return
     hello = {"kind": "start", "pid": _pid, "torch": torch.__version__, "python": sys.version.split()[0],
              "cuda": bool(torch.cuda.is_available())}
-    try:
-        if torch.cuda.is_available():
-            p = torch.cuda.get_device_properties(torch.cuda.current_device())
-            hello.update({"device": p.name, "device_total": p.total_memory, "capability": "%d.%d" % (p.major, p.minor)})
-    except Exception as e:
-        _fail("reading the device", e)
-    snap = os.environ.get("BATCHFIT_SNAPSHOT")
-    if snap and torch.cuda.is_available():
-        try:
-            try:
-                torch.cuda.memory._record_memory_history(enabled="all", max_entries=int(os.environ.get("BATCHFIT_SNAPSHOT_ENTRIES", "100000")))
-            except TypeError:  # PyTorch 2.0's signature
-                torch.cuda.memory._record_memory_history(True, trace_alloc_max_entries=int(os.environ.get("BATCHFIT_SNAPSHOT_ENTRIES", "100000")))
-            hello["recording_history"] = True
-        except Exception as e:
-            _fail("recording the allocator's history", e)
+    if _snapshot_path and torch.cuda.is_available():
+        # The allocator's history from the moment CUDA starts: wrap the
+        # lazy initialisation rather than start CUDA here.
+        lazy = torch.cuda._lazy_init
+
+        def lazy_init_and_record():
+            lazy()
+            if not _state.get("history"):
+                _state["history"] = True
+                try:
+                    try:
+                        torch.cuda.memory._record_memory_history(enabled="all", max_entries=_snapshot_entries)
+                    except TypeError:  # PyTorch 2.0's signature
+                        torch.cuda.memory._record_memory_history(True, trace_alloc_max_entries=_snapshot_entries)
+                except Exception as e:
+                    _fail("recording the allocator's history", e)
+
+        torch.cuda._lazy_init = lazy_init_and_record
+        hello["recording_history"] = True
     _send(hello)
+
+    # backward passes under way: forwards run inside one (a checkpoint's
+    # recomputation) are not micro-batches
+    ag_backward = torch.autograd.backward
+
+    def backward(*args, **kwargs):
+        _state["backward"] += 1
+        try:
+            return ag_backward(*args, **kwargs)
+        finally:
+            _state["backward"] -= 1
+
+    torch.autograd.backward = backward
 
     # every optimizer class, present and future: PyTorch 2's global hook
     # where it exists, otherwise the class's step wrapped once
@@ -208,14 +249,22 @@ def _install(torch):
         def pre(module, args):
             st = _state
             st["depth"] += 1
-            if st["depth"] == 1 and torch.is_grad_enabled():
-                try:
-                    b = _first_dim(args, {})
-                except Exception:
-                    b = None
+            if st["backward"] > 0 or not torch.is_grad_enabled():
+                return
+            try:
+                b = _first_dim(args, {})
+            except Exception:
+                b = None
+            if st["depth"] == 1:
                 st["forwards"] += 1
+                # a model called with keywords alone (model(**batch)) shows
+                # its batch to the first submodule given a tensor
+                st["want_batch"] = b is None
                 if b is not None:
                     st["batch"] = b
+            elif st["want_batch"] and b is not None:
+                st["want_batch"] = False
+                st["batch"] = b
 
         def post_fwd(module, args, out):
             _state["depth"] = max(0, _state["depth"] - 1)
@@ -248,9 +297,11 @@ def _report_exception(torch, e):
         seen.add(id(e))
         if _is_oom(torch, e) and not _state["oom_sent"]:
             _state["oom_sent"] = True
-            rec = {"kind": "oom", "message": str(e)}
+            rec = {"kind": "oom", "message": str(e), "micro_batches": _state["forwards"]}
+            if _state["batch"] is not None:
+                rec["batch"] = _state["batch"]
             rec.update(_memory(torch))
-            snap = os.environ.get("BATCHFIT_SNAPSHOT")
+            snap = _snapshot_path
             if snap and torch.cuda.is_available():
                 try:
                     torch.cuda.memory._dump_snapshot(snap)
@@ -264,19 +315,30 @@ def _report_exception(torch, e):
 
 class _TorchFinder:
     # Installs the hooks right after the script's first `import torch`,
-    # so that scripts that never import it pay nothing.
+    # so that scripts that never import it pay nothing. It stays until torch
+    # has run: a library that only asks whether torch exists
+    # (importlib.util.find_spec, as transformers does) must not use it up.
+    def __init__(self):
+        self.looking = False
+
     def find_spec(self, name, path=None, target=None):
-        if name != "torch":
+        if name != "torch" or self.looking:
             return None
-        sys.meta_path.remove(self)
         import importlib.util
-        spec = importlib.util.find_spec("torch")
+        self.looking = True
+        try:
+            spec = importlib.util.find_spec("torch")
+        finally:
+            self.looking = False
         if spec is None or spec.loader is None:
             return spec
         loader = spec.loader
         exec_module = loader.exec_module
+        finder = self
 
         def exec_and_hook(module):
+            if finder in sys.meta_path:
+                sys.meta_path.remove(finder)
             exec_module(module)
             try:
                 _install(module)
