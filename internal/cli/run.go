@@ -8,6 +8,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -44,7 +45,11 @@ and with --snapshot replays the memory snapshot the recorder dumped.
 Examples:
   batchfit run -- python train.py --epochs 1
   batchfit run --model resnet50 --precision bf16-mixed --out run.jsonl -- python train.py
-  batchfit run --snapshot -- torchrun --nproc-per-node 1 train.py
+  batchfit run --snapshot -- python train.py
+
+The recorder reports from the Python process the command starts (or the
+first one, through a shell). Processes that one starts do not report: a
+launcher's workers (torchrun) are not recorded.
   batchfit validate run.jsonl      # the recording as a measured case
 `
 
@@ -120,11 +125,17 @@ func runRun(e *env, args []string) error {
 			}
 		}})
 	if err != nil {
-		return cannotStart{err}
+		var ee *exec.Error
+		if errors.As(err, &ee) {
+			return cannotStart{err} // the shell's 127: no such command
+		}
+		return err
 	}
 	live.finish()
 	if w != nil {
-		w.Write(&res.Records[len(res.Records)-1])
+		if err := w.Write(&res.Records[len(res.Records)-1]); err != nil {
+			fmt.Fprintf(stderr, "batchfit: writing %s: %v (the recording is incomplete)\n", *out, err)
+		}
 	}
 	s := record.Summarize(res.Records)
 	fmt.Fprintln(stderr)
@@ -327,7 +338,7 @@ func writeRunSummary(w io.Writer, s record.Summary, res *record.Result) {
 		how = fmt.Sprintf("killed by signal %d, %s (status %d)", res.Code-128, res.Signal, res.Code)
 	}
 	if !s.Started {
-		fmt.Fprintf(w, "batchfit: the command ended (%s) without importing torch: nothing was recorded\n", how)
+		fmt.Fprintf(w, "batchfit: the command ended (%s) and no Python process it started imported torch: nothing was recorded\n", how)
 		return
 	}
 	fmt.Fprintf(w, "batchfit: %d optimizer steps recorded", s.Steps)
