@@ -158,6 +158,9 @@ MODELS = {
     "vgg16": (tv("vgg16"), (3, 224, 224), 1000, VISION_BATCHES),
     "vit_b_16": (tv("vit_b_16"), (3, 224, 224), 1000, VISION_BATCHES),
 }
+# The models above that are not torchvision's (the ONNX exporter and the
+# whole-step reference build these themselves).
+NOT_TORCHVISION = ("mlp", "mlp-L1-H256", "mlp-L8-H512", "simpleconv", "lora-mlp-r8", "lora-mlp-r16-dropout")
 # Per-storage detail (torch-cpu-saved.json) only for the models above; the
 # rest of the torchvision zoo gets the summary figures.
 DETAIL_MODELS = set(MODELS)

@@ -86,7 +86,7 @@ OUT_FILE = "torch-cpu-step.json"
 STEPS = 2  # step 0 creates the optimizer state; step 1 is the steady state
 PHASES = ("forward", "backward", "optimizer", "zero_grad")
 OPTIMIZERS = ("sgd_momentum", "adam", "adam_foreach")
-SMALL = ("mlp", "mlp-L1-H256", "mlp-L8-H512", "simpleconv", "lora-mlp-r8", "lora-mlp-r16-dropout")
+SMALL = ("mlp", "mlp-L1-H256", "mlp-L8-H512", "simpleconv", "lora-mlp-r8", "lora-mlp-r16-dropout")  # reference.NOT_TORCHVISION
 SMALL_BATCHES = (1, 8, 32)
 # torchvision: SGD at batches 1 and 2, Adam (the optimizer step's rules do not depend on the
 # batch) at batch 2.

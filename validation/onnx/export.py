@@ -168,7 +168,7 @@ ZOO_IMAGE_OVERRIDE = {n: 224 for n in ("vgg11", "vgg13", "vgg16", "vgg19",
 
 
 def zoo_names():
-    return [n for n in reference.MODELS if n not in ("mlp", "mlp-L1-H256", "mlp-L8-H512", "simpleconv")]
+    return [n for n in reference.MODELS if n not in reference.NOT_TORCHVISION]
 
 
 def export_zoo(name):
