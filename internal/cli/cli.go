@@ -26,7 +26,7 @@ Commands:
   gpus       the GPU catalog
   oom        explain a CUDA out-of-memory message
   snapshot   replay a torch.cuda.memory._dump_snapshot pickle
-  validate   compare predictions with measurements from validation/measure.py
+  validate   compare predictions with measurements (measure.py, run and watch recordings)
   serve      a local web page with the same answers, charts and a JSON API
   run        run a training command and record its memory step by step
   watch      every GPU and process, as nvidia-smi shows them, with PyTorch's figures
