@@ -159,3 +159,23 @@ func TestAdafactorState(t *testing.T) {
 		t.Error("adafactor is not a known optimizer")
 	}
 }
+
+// FuzzParseOptimizerName: any name gives an optimizer batchfit simulates
+// or an error naming the known ones, never a panic.
+func FuzzParseOptimizerName(f *testing.F) {
+	for _, s := range []string{"adamw", "paged_adamw8bit", "Adam_8bit", "paged", "8bit", ""} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		o, err := ParseOptimizerName(s)
+		if err != nil {
+			if !strings.Contains(err.Error(), "adam") {
+				t.Fatalf("error without the known names: %v", err)
+			}
+			return
+		}
+		if (o.Bits8 || o.Paged) && o.Kind != Adam && o.Kind != AdamW || o.Paged && !o.Bits8 {
+			t.Fatalf("%q gave %+v", s, o)
+		}
+	})
+}

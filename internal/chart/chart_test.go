@@ -3,6 +3,7 @@ package chart
 import (
 	"bytes"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -38,21 +39,21 @@ func TestRoundTrip(t *testing.T) {
 	if d.Title != `Memory <of> "a & b"` {
 		t.Errorf("title %q", d.Title)
 	}
-	if got := d.Axes["x"].Ticks; !equal(got, []float64{1, 2, 4}) {
+	if got := d.Axes["x"].Ticks; !slices.Equal(got, []float64{1, 2, 4}) {
 		t.Errorf("x ticks %v, want the powers of two 1 2 4", got)
 	}
 	// A value axis starts at zero and ends at a round number at or above
 	// the data: the 8 GiB rule × 1.04 is 8.32 GiB, a fifth of it rounds up
 	// to 2 GiB steps, so 0 to 10 GiB.
 	y := d.Axes["y"]
-	if !equal(y.Ticks, []float64{0, 2 << 30, 4 << 30, 6 << 30, 8 << 30, 10 << 30}) || y.TickLabels[1] != "2 GiB" {
+	if !slices.Equal(y.Ticks, []float64{0, 2 << 30, 4 << 30, 6 << 30, 8 << 30, 10 << 30}) || y.TickLabels[1] != "2 GiB" {
 		t.Errorf("y ticks %v %v", y.Ticks, y.TickLabels)
 	}
 	if y2 := d.Axes["y2"]; y2.Label != "step time" || !strings.HasSuffix(y2.TickLabels[1], " ms") {
 		t.Errorf("y2 %+v", y2)
 	}
 	pa := d.Lines["peak allocated"]
-	if pa.Axis != "left" || pa.Count != 3 || !equalPts(pa.Points, []Point{{1, 1 << 30}, {2, 2 << 30}, {4, 5 << 30}}) {
+	if pa.Axis != "left" || pa.Count != 3 || !slices.Equal(pa.Points, []Point{{1, 1 << 30}, {2, 2 << 30}, {4, 5 << 30}}) {
 		t.Errorf("peak allocated %+v", pa)
 	}
 	if st := d.Lines["step time"]; st.Axis != "right" || st.Points[2] != (Point{4, 0.04}) {
@@ -190,30 +191,6 @@ func TestDeterministic(t *testing.T) {
 	}
 }
 
-func equal(a, b []float64) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
-}
-
-func equalPts(a, b []Point) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
-}
-
 func BenchmarkRender(b *testing.B) {
 	c := &Chart{Title: "bench", X: Axis{Label: "event"}, Y: Axis{Label: "memory", Unit: Bytes}}
 	for k := 0; k < 10; k++ {
@@ -245,11 +222,11 @@ func FuzzInspect(f *testing.F) {
 // a logarithmic axis with no power of two inside ticks its ends.
 func TestSinglePoint(t *testing.T) {
 	s := newScale(Axis{}, 64, 64, 0, 100, false)
-	if !equal(s.ticks, []float64{63, 64, 65}) || s.at(64) != 50 {
+	if !slices.Equal(s.ticks, []float64{63, 64, 65}) || s.at(64) != 50 {
 		t.Errorf("ticks %v, 64 at %g", s.ticks, s.at(64))
 	}
 	l := newScale(Axis{Log2: true}, 5, 7, 0, 100, false)
-	if !equal(l.ticks, []float64{5, 7}) {
+	if !slices.Equal(l.ticks, []float64{5, 7}) {
 		t.Errorf("log ticks %v", l.ticks)
 	}
 	// ticks are multiples of the step, not sums of steps

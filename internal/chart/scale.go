@@ -129,7 +129,7 @@ func (s *scale) label(v float64) string {
 	var out string
 	switch {
 	case x == math.Trunc(x) && math.Abs(x) >= 1e4 && s.axis.Unit == Plain:
-		out = groupThousands(int64(x))
+		out = Commas(int64(x))
 	case x == math.Trunc(x):
 		out = strconv.FormatInt(int64(x), 10)
 	default:
@@ -138,7 +138,9 @@ func (s *scale) label(v float64) string {
 	return out + s.suffix
 }
 
-func groupThousands(n int64) string {
+// Commas prints n with a comma between groups of three digits, as every
+// figure batchfit shows is printed.
+func Commas(n int64) string {
 	s := strconv.FormatInt(n, 10)
 	neg := strings.HasPrefix(s, "-")
 	s = strings.TrimPrefix(s, "-")

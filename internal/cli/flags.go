@@ -114,8 +114,8 @@ func (j *jobFlags) adapters() (*graph.Adapters, error) {
 		return out
 	}
 	if j.lora == 0 && j.freeze == "" {
-		if j.loraTargets != "" || j.loraDropout != 0 {
-			return nil, usagef("--lora-targets and --lora-dropout need --lora R")
+		if j.loraTargets != "" || j.loraDropout != 0 || j.loraAlpha != 8 {
+			return nil, usagef("--lora-targets, --lora-alpha and --lora-dropout need --lora R")
 		}
 		return nil, nil
 	}
