@@ -68,7 +68,7 @@ func newMicro(sim *Simulator, g *graph.Graph) *micro {
 			m.bidx[i] = b
 			dt := g.Tensors[i].DType
 			if dt.IsFloat() {
-				dt = sim.s.Precision.ParamDType()
+				dt = sim.modelDType()
 			}
 			m.val[i] = value{st: sim.buffers[b], dt: dt}
 			b++
@@ -115,7 +115,7 @@ func (m *micro) loadBatch() {
 		dt := t.DType
 		if dt.IsFloat() && t.Role == graph.Input {
 			// The *-true precisions feed the model inputs in its dtype.
-			dt = sim.s.Precision.ParamDType()
+			dt = sim.modelDType()
 		}
 		st := sim.alloc(t.Shape.Numel()*dt.Size(), trace.Batch)
 		st.refs = 1
@@ -144,9 +144,21 @@ func (m *micro) release(t graph.TensorID) {
 func (m *micro) forward() {
 	sim := m.sim
 	sim.phase = trace.Forward
+	units := sim.units != nil
+	if units {
+		// the root unit's pre-forward gathers its own parameters first
+		m.gather(int32(len(sim.units) - 1))
+	}
 	for i := range m.g.Ops {
 		r := m.plan.region[i]
 		inCkpt := m.ckpt && r >= 0
+		u := m.g.Ops[i].Block
+		if units && u >= 0 && m.plan.unitFirst[u] == int32(i) {
+			m.gather(u)
+			if m.prefetches(false) {
+				m.gather(u + 1)
+			}
+		}
 		if inCkpt && m.blockFirst[r] == i {
 			m.keepBlockInputs(r)
 		}
@@ -154,6 +166,9 @@ func (m *micro) forward() {
 		m.runOp(i)
 		if sim.err != nil {
 			return
+		}
+		if units && u >= 0 && m.plan.unitLast[u] == int32(i) && m.reshardAfterForward(u) {
+			m.reshard(u)
 		}
 	}
 	// The loss stays referenced by the training loop until the next
@@ -273,9 +288,22 @@ func (m *micro) backward() {
 	seed.refs = 2
 	m.grads[loss], m.gradDT[loss] = seed, m.val[loss].dt
 	defer sim.unref(seed)
+	units := sim.units != nil
+	if ipg := m.zeroBackward(); ipg != nil {
+		defer sim.unref(ipg)
+	}
 	for i := len(m.g.Ops) - 1; i >= 0; i-- {
 		op := &m.g.Ops[i]
 		r := m.plan.region[i]
+		u := op.Block
+		if units && u >= 0 && m.plan.unitLast[u] == int32(i) {
+			// the unit's pre-backward hook
+			m.gather(u)
+			if m.prefetches(true) && u > 0 {
+				m.gather(u - 1)
+			}
+			sim.site = m.plan.sites[i]
+		}
 		if m.ckpt && r >= 0 && !m.recomputed[r] {
 			m.recompute(r)
 		}
@@ -301,9 +329,19 @@ func (m *micro) backward() {
 			}
 			m.blockInputs[r] = nil
 		}
+		if units && u >= 0 && m.plan.unitFirst[u] == int32(i) {
+			// the unit's post-backward hook
+			m.reduce(u)
+			m.reshard(u)
+		}
 		if sim.err != nil {
 			return
 		}
+	}
+	if units {
+		root := int32(len(sim.units) - 1)
+		m.reduce(root)
+		m.reshard(root)
 	}
 	// Gradients that reached tensors with no producer (inputs that require
 	// grad) are dropped with the graph.
@@ -442,6 +480,9 @@ func (m *micro) arrive(p int32, st *storage, viaCast, same, clone bool) {
 	g := ps.pending
 	shared := ps.pendingShared || ps.pendingClone
 	ps.pending, ps.arrived, ps.pendingShared, ps.pendingClone = nil, 0, false, false
+	if sim.s.Parallel.On() && m.gradDone(p, g) {
+		return
+	}
 	if ps.grad == nil {
 		if shared {
 			// clone_obey_contract: .grad is a copy of the parameter's

@@ -44,14 +44,38 @@ func (sim *Simulator) optimizerStep() {
 	}
 	first := sim.stepsDone == 0
 	foreach := o.Impl == Foreach
+	par := sim.s.Parallel
+	if par.Offload && (par.IsFSDP() || par.IsZeRO()) {
+		// the step runs on the host (FSDP's CPU offload, DeepSpeed's
+		// CPU Adam): its state is host memory
+		if first {
+			sim.onHost = true
+			sim.makeState(first)
+			sim.onHost = false
+		}
+		for _, st := range unscale {
+			sim.free(st)
+		}
+		return
+	}
+	if par.IsZeRO() && len(sim.trained) > 0 && o.Kind != NoOptimizer {
+		// DeepSpeed's step: the partition's gradients flattened and cast
+		// to the master weights' dtype (single_grad_partition), set as
+		// their .grad for the step and dropped after it
+		flat := sim.trained[0]
+		var low *storage
+		if par.Strategy == ZeRO1 {
+			low = sim.alloc(flat.local*sim.params[0].dt.Size(), trace.Transient)
+		}
+		g32 := sim.alloc(flat.local*flat.odt.Size(), trace.Transient)
+		if low != nil {
+			sim.free(low)
+		}
+		defer sim.free(g32)
+	}
+	sim.makeState(first)
 	switch o.Kind {
 	case SGD:
-		if o.Momentum > 0 && first {
-			// momentum_buffer = torch.clone(grad).detach()
-			for _, ps := range sim.trained {
-				sim.newState(ps, ps.numel*ps.dt.Size())
-			}
-		}
 		extra := 0
 		if o.WeightDecay != 0 {
 			extra++ // grad = grad.add(param, alpha=weight_decay)
@@ -64,27 +88,9 @@ func (sim *Simulator) optimizerStep() {
 		}
 	case Adam, AdamW:
 		if o.Bits8 {
-			if first {
-				sim.bnbState()
-			}
 			// optimizer_update_8bit_blockwise: one fused kernel a
 			// parameter, in place, with no temporaries
 			break
-		}
-		if first {
-			for _, ps := range sim.trained {
-				if o.Impl == Fused || sim.s.CPU {
-					// step: a 0-d float32 tensor, on the device for
-					// fused (and capturable); otherwise on the host,
-					// which is the device in a CPU run.
-					sim.newState(ps, 4)
-				}
-				sim.newState(ps, ps.numel*ps.dt.Size()) // exp_avg
-				sim.newState(ps, ps.numel*ps.dt.Size()) // exp_avg_sq
-				if o.AMSGrad {
-					sim.newState(ps, ps.numel*ps.dt.Size())
-				}
-			}
 		}
 		switch {
 		case o.Impl == Fused:
@@ -113,6 +119,52 @@ func (sim *Simulator) optimizerStep() {
 	}
 }
 
+// makeState creates the optimizer's state at the first step (_init_group:
+// zeros_like per parameter, or clone for SGD's momentum), and ZeRO's
+// float32 master partition before it.
+func (sim *Simulator) makeState(first bool) {
+	if !first {
+		return
+	}
+	o := sim.s.Optimizer
+	if sim.s.Parallel.IsZeRO() && o.Kind != NoOptimizer {
+		if _, amp := sim.s.Precision.Autocast(); amp {
+			for _, ps := range sim.trained {
+				sim.newState(ps, ps.local*ps.odt.Size())
+			}
+		}
+	}
+	switch o.Kind {
+	case SGD:
+		if o.Momentum > 0 {
+			// momentum_buffer = torch.clone(grad).detach()
+			for _, ps := range sim.trained {
+				sim.newState(ps, ps.local*ps.odt.Size())
+			}
+		}
+	case Adam, AdamW:
+		if o.Bits8 {
+			sim.bnbState()
+			return
+		}
+		for _, ps := range sim.trained {
+			if o.Impl == Fused || sim.s.CPU {
+				// step: a 0-d float32 tensor, on the device for
+				// fused (and capturable); otherwise on the host,
+				// which is the device in a CPU run.
+				sim.newState(ps, 4)
+			}
+			sim.newState(ps, ps.local*ps.odt.Size()) // exp_avg
+			sim.newState(ps, ps.local*ps.odt.Size()) // exp_avg_sq
+			if o.AMSGrad {
+				sim.newState(ps, ps.local*ps.odt.Size())
+			}
+		}
+	case Adafactor:
+		// made one parameter at a time inside its loop (adafactor)
+	}
+}
+
 // adafactor is transformers' Adafactor.step with its defaults (beta1=None:
 // no first moment), one parameter at a time. State, made at the first
 // step: for a parameter of two or more dimensions the factored second
@@ -127,12 +179,13 @@ func (sim *Simulator) optimizerStep() {
 // then param.add_(-update), whose negation is one more n-sized tensor.
 func (sim *Simulator) adafactor(first bool) {
 	for _, ps := range sim.trained {
-		n := ps.numel
-		factored := len(ps.shape) >= 2
+		sh := ps.optShape()
+		n := ps.local
+		factored := len(sh) >= 2
 		var rows, cols int64
 		if factored {
-			rows = n / ps.shape[len(ps.shape)-1]
-			cols = n / ps.shape[len(ps.shape)-2]
+			rows = n / sh[len(sh)-1]
+			cols = n / sh[len(sh)-2]
 		}
 		if first {
 			if factored {
@@ -144,7 +197,7 @@ func (sim *Simulator) adafactor(first bool) {
 			sim.newState(ps, 4) // RMS
 		}
 		var grad32, p32 *storage
-		if ps.dt != graph.F32 {
+		if ps.odt != graph.F32 {
 			grad32 = sim.alloc(4*n, trace.Transient)
 			p32 = sim.alloc(4*n, trace.Transient)
 		}
@@ -225,7 +278,7 @@ func (sim *Simulator) bnbState() {
 	const minBits8, blocksize, pagedMin = 4096, 2048, 100000
 	qmaps := false
 	for _, ps := range sim.trained {
-		n := ps.numel
+		n := ps.local
 		if n < minBits8 {
 			sim.newState(ps, 4*n)
 			sim.newState(ps, 4*n)
@@ -250,6 +303,10 @@ func (sim *Simulator) bnbState() {
 }
 
 func (sim *Simulator) newState(ps *paramState, bytes int64) {
+	if sim.onHost {
+		sim.sum.OffloadedBytes += bytes
+		return
+	}
 	st := sim.alloc(bytes, trace.OptimizerState)
 	st.refs = 1
 	ps.state = append(ps.state, st)
@@ -266,7 +323,7 @@ func (sim *Simulator) optimizerTemps(k int, foreach bool) {
 		var ts []*storage
 		for i := 0; i < k; i++ {
 			for _, ps := range sim.trained {
-				ts = append(ts, sim.alloc(ps.numel*ps.dt.Size(), trace.Transient))
+				ts = append(ts, sim.alloc(ps.local*ps.odt.Size(), trace.Transient))
 			}
 		}
 		for _, st := range ts {
@@ -277,7 +334,7 @@ func (sim *Simulator) optimizerTemps(k int, foreach bool) {
 	for _, ps := range sim.trained {
 		var ts []*storage
 		for i := 0; i < k; i++ {
-			ts = append(ts, sim.alloc(ps.numel*ps.dt.Size(), trace.Transient))
+			ts = append(ts, sim.alloc(ps.local*ps.odt.Size(), trace.Transient))
 		}
 		for _, st := range ts {
 			sim.free(st)
@@ -290,6 +347,13 @@ func (sim *Simulator) optimizerTemps(k int, foreach bool) {
 func (sim *Simulator) zeroGrad() {
 	sim.phase = trace.ZeroGrad
 	sim.site = sim.tr.Site("optimizer.zero_grad")
+	for u := range sim.units {
+		un := &sim.units[u]
+		if un.flatGrad != nil && sim.s.Profile.ZeroGradSetToNone {
+			sim.unref(un.flatGrad)
+			un.flatGrad = nil
+		}
+	}
 	for _, ps := range sim.params {
 		if ps.grad == nil {
 			continue

@@ -278,11 +278,15 @@ type Setup struct {
 	ComputeMajor int
 	// EmptyCache calls torch.cuda.empty_cache() after every step.
 	EmptyCache bool
+	// Parallel spreads the step over data-parallel ranks (DDP, FSDP,
+	// ZeRO); the zero value is one GPU.
+	Parallel Parallel
 	Profile    *profile.Profile
 }
 
 // Normalize fills defaults and checks values.
 func (s Setup) Normalize() (Setup, error) {
+	var err error
 	if s.Precision == "" {
 		s.Precision = FP32
 	}
@@ -329,6 +333,12 @@ func (s Setup) Normalize() (Setup, error) {
 	case ForLoop, Foreach, Fused:
 	default:
 		return s, fmt.Errorf("unknown optimizer implementation %q (want forloop, foreach or fused)", s.Optimizer.Impl)
+	}
+	if s.Parallel, err = s.Parallel.normalize(); err != nil {
+		return s, err
+	}
+	if s.Parallel.On() && s.CPU {
+		return s, fmt.Errorf("the CPU cross-check runs on one device, not %s", s.Parallel)
 	}
 	if s.Optimizer.Impl == Fused && s.Optimizer.Kind == SGD && s.Optimizer.Momentum == 0 {
 		// fused SGD exists (2.3+) and, like foreach without momentum, is in place.

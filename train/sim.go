@@ -25,10 +25,23 @@ type value struct {
 }
 
 type paramState struct {
-	shape   graph.Shape
-	st      *storage
-	dt      graph.DType
-	numel   int64
+	shape graph.Shape
+	st    *storage
+	// dt and numel are the parameter as the ops see it (its dtype in the
+	// forward, its whole size); local, sdt and odt are what this rank
+	// keeps of it, in which dtype, and the dtype the optimizer steps (all
+	// equal to numel and dt on one GPU). unit is its FSDP unit or ZeRO-3
+	// fetch group (-1: never gathered).
+	dt       graph.DType
+	numel    int64
+	local    int64
+	sdt, odt graph.DType
+	unit     int32
+	// lshape is the shape of what this rank keeps (the optimizer's view)
+	lshape graph.Shape
+	// ugrad is the unsharded gradient waiting for the unit's
+	// reduce-scatter (sharded gradients only).
+	ugrad *storage
 	grad    *storage // .grad, nil when unset
 	state   []*storage
 	pending *storage // gradient waiting in AccumulateGrad's input buffer
@@ -77,6 +90,17 @@ type Simulator struct {
 	// on the heap per op.
 	ctx  fwdCtx
 	bctx bwdCtx
+	// units are the FSDP units or ZeRO-3 fetch groups (parallel.go);
+	// stream is the stream new allocations are made on.
+	units  []unit
+	stream int32
+	// gradBuckets are DDP's buckets and ZeRO's reduction buffers, which
+	// gradients are copied into.
+	gradBuckets []*storage
+	// gradPartition is ZeRO-2/3's reduced gradient partition.
+	gradPartition *storage
+	// onHost: optimizer state is being made in host memory (offload)
+	onHost bool
 	// collecting keeps every storage allocated (in collected) while the
 	// template of a repetition and the micro-batch before it are simulated.
 	collecting  bool
@@ -148,6 +172,12 @@ type Summary struct {
 	BuffersBytes        int64
 	GradientsBytes      int64
 	OptimizerStateBytes int64
+	// GradBucketBytes are DDP's gradient buckets and ZeRO-3's reduction
+	// bucket, made once.
+	GradBucketBytes int64
+	// OffloadedBytes are parameters, gradients and optimizer state a
+	// sharded strategy keeps in host memory (CPU offload).
+	OffloadedBytes int64
 	// PagedOptimizerStateBytes are a paged optimizer's states in CUDA
 	// unified memory: on the device while used, but outside PyTorch's
 	// allocator, and paged out to the host rather than failing.
@@ -230,16 +260,29 @@ func New(g *graph.Graph, s Setup) (*Simulator, error) {
 	}
 	sim.tr.Reserve(int((int64(len(g.Tensors)+len(g.Ops))*per/2*int64(s.Steps*s.Accumulate) + 64)))
 	sim.low, sim.amp = s.Precision.Autocast()
+	if s.Parallel.IsZeRO() {
+		// DeepSpeed's fp16 and bf16 modes cast the module; nothing runs
+		// under autocast
+		sim.amp = false
+	}
 	sim.tr.Label = g.Name
 	sim.phase = trace.Setup
 	pdt := s.Precision.ParamDType()
+	cdt, odt := sim.parallelDTypes()
 	for _, id := range g.Params() {
 		t := g.Tensor(id)
 		sim.site = sim.tr.Site(t.Name)
 		n := t.Shape.Numel()
-		ps := &paramState{dt: pdt, numel: n, shape: t.Shape}
-		ps.st = sim.alloc(n*pdt.Size(), trace.Parameter)
-		ps.st.refs = 1
+		ps := &paramState{dt: cdt, numel: n, shape: t.Shape, local: n, sdt: pdt, odt: odt, unit: -1}
+		if s.Parallel.IsZeRO() {
+			// the module itself is cast to the half dtype
+			ps.sdt = cdt
+		}
+		if !s.Parallel.On() {
+			ps.st = sim.alloc(n*pdt.Size(), trace.Parameter)
+			ps.st.refs = 1
+			sim.sum.ParametersBytes += n * pdt.Size()
+		}
 		sim.params = append(sim.params, ps)
 		if t.RequiresGrad {
 			sim.sum.TrainableParamCount += n
@@ -249,7 +292,9 @@ func New(g *graph.Graph, s Setup) (*Simulator, error) {
 			sim.trained = append(sim.trained, ps)
 		}
 		sim.sum.ParamCount += n
-		sim.sum.ParametersBytes += n * pdt.Size()
+	}
+	if s.Parallel.On() {
+		sim.setupParallel(g)
 	}
 	for i := range g.Tensors {
 		t := &g.Tensors[i]
@@ -260,12 +305,15 @@ func New(g *graph.Graph, s Setup) (*Simulator, error) {
 		dt := t.DType
 		if dt.IsFloat() {
 			// model.to(dtype) converts floating buffers too.
-			dt = pdt
+			dt = sim.modelDType()
 		}
 		st := sim.alloc(t.Shape.Numel()*dt.Size(), trace.Buffer)
 		st.refs = 1
 		sim.buffers = append(sim.buffers, st)
 		sim.sum.BuffersBytes += st.bytes
+	}
+	if s.Parallel.On() {
+		sim.setupReducer()
 	}
 	return sim, nil
 }
@@ -317,7 +365,7 @@ func (sim *Simulator) alloc(bytes int64, cat trace.Category) *storage {
 	sim.sum.PeakRequested = max(sim.sum.PeakRequested, sim.live)
 	sim.sum.PhasePeakRequested[sim.phase] = max(sim.sum.PhasePeakRequested[sim.phase], sim.live)
 	sim.tr.Add(trace.Event{Action: trace.Alloc, Category: cat, Phase: sim.phase,
-		Step: sim.step, Site: sim.site, ID: st.id, Size: bytes})
+		Stream: sim.stream, Step: sim.step, Site: sim.site, ID: st.id, Size: bytes})
 	return st
 }
 
@@ -414,6 +462,9 @@ type plan struct {
 	sites []int32
 	rules []rule
 	known []bool // whether the op's kind has a rule
+	// unitFirst and unitLast are each block's first and last op, in
+	// forward order (the hooks of sharded strategies run there).
+	unitFirst, unitLast []int32
 	// region is the checkpointed region each op belongs to, or -1;
 	// regions counts them. A region is a contiguous run of ops.
 	region  []int32
@@ -433,6 +484,21 @@ func (sim *Simulator) planFor(g *graph.Graph) *plan {
 		p.rules[i], p.known[i] = rules[g.Ops[i].Kind]
 	}
 	p.region, p.regions = Regions(g, sim.s.Checkpoint)
+	if sim.units != nil {
+		p.unitFirst = make([]int32, len(g.Blocks))
+		p.unitLast = make([]int32, len(g.Blocks))
+		for i := range p.unitFirst {
+			p.unitFirst[i] = -1
+		}
+		for i := range g.Ops {
+			if b := g.Ops[i].Block; b >= 0 {
+				if p.unitFirst[b] < 0 {
+					p.unitFirst[b] = int32(i)
+				}
+				p.unitLast[b] = int32(i)
+			}
+		}
+	}
 	sim.plans[g] = p
 	return p
 }
@@ -483,4 +549,23 @@ func Regions(g *graph.Graph, c Checkpoint) ([]int32, int32) {
 		region[i] = r
 	}
 	return region, n
+}
+
+// modelDType is the dtype the module itself was cast to: the precision's
+// parameter dtype, or the half dtype of DeepSpeed's fp16 and bf16 modes.
+// Floating buffers and inputs follow it.
+func (sim *Simulator) modelDType() graph.DType {
+	if low, amp := sim.s.Precision.Autocast(); amp && sim.s.Parallel.IsZeRO() {
+		return low
+	}
+	return sim.s.Precision.ParamDType()
+}
+
+// optShape is the shape the optimizer sees: the parameter's own, or its
+// shard's.
+func (ps *paramState) optShape() graph.Shape {
+	if ps.lshape != nil {
+		return ps.lshape
+	}
+	return ps.shape
 }

@@ -1,0 +1,762 @@
+package train
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/batchfit/batchfit/graph"
+	"github.com/batchfit/batchfit/trace"
+)
+
+// Strategy is how the data-parallel ranks hold the model.
+type Strategy string
+
+const (
+	// Single is one GPU.
+	Single Strategy = "single"
+	// DDP is torch.nn.parallel.DistributedDataParallel: every rank holds
+	// the whole model, and the reducer's gradient buckets beside it.
+	DDP Strategy = "ddp"
+	// FSDP is torch.distributed.fsdp.FullyShardedDataParallel: each
+	// wrapped unit's parameters as one flat parameter, sharded.
+	FSDP Strategy = "fsdp"
+	// FSDP2 is fully_shard: every parameter sharded on dim 0.
+	FSDP2 Strategy = "fsdp2"
+	// ZeRO1, ZeRO2 and ZeRO3 are DeepSpeed's ZeRO stages: the optimizer
+	// state, then the gradients, then the parameters partitioned.
+	ZeRO1 Strategy = "zero1"
+	ZeRO2 Strategy = "zero2"
+	ZeRO3 Strategy = "zero3"
+)
+
+// Strategies lists the strategy names ParseStrategy knows.
+var Strategies = []Strategy{Single, DDP, FSDP, FSDP2, ZeRO1, ZeRO2, ZeRO3}
+
+// ParseStrategy reads a strategy name, case-insensitively, with the
+// spellings the libraries use.
+func ParseStrategy(s string) (Strategy, error) {
+	k := strings.NewReplacer("_", "", "-", "", " ", "").Replace(strings.ToLower(strings.TrimSpace(s)))
+	switch k {
+	case "", "single", "none", "1gpu":
+		return Single, nil
+	case "ddp", "distributeddataparallel":
+		return DDP, nil
+	case "fsdp", "fsdp1", "fullyshardeddataparallel":
+		return FSDP, nil
+	case "fsdp2", "fullyshard":
+		return FSDP2, nil
+	case "zero1", "zerostage1", "deepspeed1", "deepspeedstage1":
+		return ZeRO1, nil
+	case "zero2", "zerostage2", "deepspeed2", "deepspeedstage2":
+		return ZeRO2, nil
+	case "zero3", "zerostage3", "deepspeed3", "deepspeedstage3":
+		return ZeRO3, nil
+	}
+	return "", fmt.Errorf("unknown strategy %q (want %s)", s, strategyList())
+}
+
+func strategyList() string {
+	names := make([]string, len(Strategies))
+	for i, s := range Strategies {
+		names[i] = string(s)
+	}
+	return strings.Join(names, ", ")
+}
+
+// Sharding is FSDP's ShardingStrategy (and FSDP2's equivalents).
+type Sharding string
+
+const (
+	// FullShard shards parameters, gradients and optimizer state, and
+	// frees each unit's gathered parameters after its forward.
+	FullShard Sharding = "full"
+	// ShardGradOp keeps the gathered parameters from forward until the
+	// unit's backward (FSDP2: reshard_after_forward=False).
+	ShardGradOp Sharding = "grad-op"
+	// HybridShard shards within a node and replicates across nodes.
+	HybridShard Sharding = "hybrid"
+	// NoShard replicates everything, as DDP does.
+	NoShard Sharding = "none"
+)
+
+// ParseSharding reads FSDP's ShardingStrategy names.
+func ParseSharding(s string) (Sharding, error) {
+	switch strings.NewReplacer("_", "-", " ", "-").Replace(strings.ToLower(strings.TrimSpace(s))) {
+	case "", "full", "full-shard":
+		return FullShard, nil
+	case "grad-op", "shard-grad-op", "no-reshard":
+		return ShardGradOp, nil
+	case "hybrid", "hybrid-shard":
+		return HybridShard, nil
+	case "none", "no-shard":
+		return NoShard, nil
+	}
+	return "", fmt.Errorf("unknown sharding %q (want full, grad-op, hybrid or none)", s)
+}
+
+// Parallel says how the step is spread over data-parallel ranks. The
+// prediction is for one rank; the batch is the rank's own.
+type Parallel struct {
+	Strategy Strategy
+	// GPUs is the data-parallel world size.
+	GPUs int
+	// NodeGPUs is the ranks of one node: HYBRID_SHARD shards within
+	// them (default 8).
+	NodeGPUs int
+	// Sharding is FSDP's sharding strategy (FSDP and FSDP2 only).
+	Sharding Sharding
+	// Offload is FSDP's CPUOffload(offload_params=True) (parameters,
+	// gradients and the optimizer step on the host) or ZeRO's
+	// offload_optimizer (master weights, optimizer state and gradient
+	// partition on the host).
+	Offload bool
+	// OffloadParams is ZeRO-3's offload_param.
+	OffloadParams bool
+	// BucketMB is DDP's bucket_cap_mb (default 25).
+	BucketMB float64
+	// BucketView is DDP's gradient_as_bucket_view.
+	BucketView bool
+	// ReduceBucket is ZeRO's reduce_bucket_size in elements (default
+	// 5e8).
+	ReduceBucket int64
+	// PrefetchBucket is ZeRO-3's stage3_prefetch_bucket_size in
+	// elements (default 5e7); 0 turns prefetching off.
+	PrefetchBucket int64
+	// Persist is ZeRO-3's stage3_param_persistence_threshold in elements
+	// (default 1e5): smaller parameters are not partitioned.
+	Persist int64
+}
+
+// DeepSpeed's defaults (deepspeed/runtime/zero/config.py).
+const (
+	zeroReduceBucket   = 500_000_000
+	zeroPrefetchBucket = 50_000_000
+	zeroPersist        = 100_000
+)
+
+// DDP's defaults (torch/nn/parallel/distributed.py): bucket_cap_mb=25 and
+// a first bucket of dist._DEFAULT_FIRST_BUCKET_BYTES (1 MiB), so that the
+// first allreduce starts early.
+const (
+	ddpBucketMB         = 25
+	ddpFirstBucketBytes = 1 << 20
+)
+
+// On reports whether more than one GPU, or a sharding wrapper on one, is
+// simulated.
+func (p Parallel) On() bool { return p.Strategy != Single && p.Strategy != "" }
+
+// IsZeRO reports a DeepSpeed stage.
+func (p Parallel) IsZeRO() bool {
+	return p.Strategy == ZeRO1 || p.Strategy == ZeRO2 || p.Strategy == ZeRO3
+}
+
+// IsFSDP reports FSDP or FSDP2.
+func (p Parallel) IsFSDP() bool { return p.Strategy == FSDP || p.Strategy == FSDP2 }
+
+// ShardRanks is the number of ranks the state is sharded over: the world
+// for a full shard, one node for HYBRID_SHARD, 1 when nothing is sharded.
+func (p Parallel) ShardRanks() int {
+	switch {
+	case p.IsFSDP() && p.Sharding == NoShard, p.Strategy == DDP, !p.On():
+		return 1
+	case p.IsFSDP() && p.Sharding == HybridShard:
+		return min(p.GPUs, p.NodeGPUs)
+	}
+	return p.GPUs
+}
+
+// shardsParams reports that parameters are gathered unit by unit.
+func (p Parallel) shardsParams() bool {
+	return p.IsFSDP() && p.Sharding != NoShard || p.Strategy == ZeRO3
+}
+
+// shardsGrads reports that gradients are reduce-scattered to a partition.
+func (p Parallel) shardsGrads() bool {
+	return p.IsFSDP() && p.Sharding != NoShard || p.Strategy == ZeRO2 || p.Strategy == ZeRO3
+}
+
+// String is the strategy as the command line takes it.
+func (p Parallel) String() string {
+	if !p.On() {
+		return "1 GPU"
+	}
+	s := fmt.Sprintf("%s on %d GPUs", p.Strategy, p.GPUs)
+	if p.IsFSDP() && p.Sharding != FullShard {
+		s += ", sharding " + string(p.Sharding)
+	}
+	if p.Offload {
+		s += ", offload"
+	}
+	if p.OffloadParams {
+		s += ", parameter offload"
+	}
+	return s
+}
+
+func (p Parallel) normalize() (Parallel, error) {
+	if p.Strategy == "" {
+		p.Strategy = Single
+		if p.GPUs > 1 {
+			p.Strategy = DDP
+		}
+	}
+	if _, err := ParseStrategy(string(p.Strategy)); err != nil {
+		return p, err
+	}
+	if p.GPUs == 0 {
+		p.GPUs = 1
+	}
+	if p.GPUs < 1 || p.GPUs > 1<<16 {
+		return p, fmt.Errorf("gpus must be between 1 and 65536, got %d", p.GPUs)
+	}
+	if p.Strategy == Single && p.GPUs > 1 {
+		return p, fmt.Errorf("strategy single runs on one GPU, got %d GPUs", p.GPUs)
+	}
+	if p.NodeGPUs == 0 {
+		p.NodeGPUs = 8
+	}
+	if p.NodeGPUs < 1 {
+		return p, fmt.Errorf("GPUs per node must be at least 1, got %d", p.NodeGPUs)
+	}
+	if p.Sharding == "" {
+		p.Sharding = FullShard
+	}
+	if _, err := ParseSharding(string(p.Sharding)); err != nil {
+		return p, err
+	}
+	if !p.IsFSDP() && p.Sharding != FullShard {
+		return p, fmt.Errorf("sharding %s is FSDP's; strategy %s does not take it", p.Sharding, p.Strategy)
+	}
+	if p.Strategy == FSDP2 && p.Sharding == NoShard {
+		return p, fmt.Errorf("fully_shard always shards: use ddp for no sharding")
+	}
+	if p.Strategy == FSDP && p.GPUs == 1 {
+		// FullyShardedDataParallel switches a world of one to NO_SHARD
+		// (_init_process_group_state warns that it does).
+		p.Sharding = NoShard
+	}
+	if p.Offload && !(p.IsFSDP() || p.IsZeRO()) {
+		return p, fmt.Errorf("offload is FSDP's CPUOffload or ZeRO's offload_optimizer; strategy %s has neither", p.Strategy)
+	}
+	if p.OffloadParams && p.Strategy != ZeRO3 {
+		return p, fmt.Errorf("parameter offload needs zero3")
+	}
+	if p.BucketMB == 0 {
+		p.BucketMB = ddpBucketMB
+	}
+	if p.BucketMB < 0 || p.BucketMB > 1<<20 {
+		return p, fmt.Errorf("bucket size must be between 0 and 1048576 MB, got %g", p.BucketMB)
+	}
+	if p.BucketView && p.Strategy != DDP {
+		return p, fmt.Errorf("gradient_as_bucket_view is DDP's; strategy %s does not take it", p.Strategy)
+	}
+	if p.ReduceBucket == 0 {
+		p.ReduceBucket = zeroReduceBucket
+	}
+	if p.PrefetchBucket == 0 {
+		p.PrefetchBucket = zeroPrefetchBucket
+	}
+	if p.Persist == 0 {
+		p.Persist = zeroPersist
+	}
+	if p.ReduceBucket < 0 || p.PrefetchBucket < 0 || p.Persist < 0 {
+		return p, fmt.Errorf("ZeRO bucket sizes and thresholds must not be negative")
+	}
+	return p, nil
+}
+
+// shardElems is how many of n elements (a tensor of shape sh) one rank
+// keeps when sharded over r ranks: FSDP2 chunks dim 0 (torch.chunk, padded
+// to ceil(dim0/r) rows on every rank); FSDP1 and ZeRO split the flat
+// parameter evenly after padding it to a multiple of r, which per tensor is
+// at most ceil(n/r).
+func shardElems(sh graph.Shape, r int, perDim0 bool) int64 {
+	n := sh.Numel()
+	if r <= 1 {
+		return n
+	}
+	if perDim0 && len(sh) > 0 && sh[0] > 0 {
+		rows := (sh[0] + int64(r) - 1) / int64(r)
+		return rows * (n / sh[0])
+	}
+	return (n + int64(r) - 1) / int64(r)
+}
+
+// unit is an FSDP unit or a ZeRO-3 fetch group: the parameters of one
+// block (what an auto-wrap policy on the layer class wraps), or, for the
+// last unit, the root's own (embeddings, final norm, head).
+type unit struct {
+	params []int32
+	// full is the elements the unit all-gathers: each rank's shard times
+	// the ranks (the padded flat parameter).
+	full int64
+	// local is the elements this rank keeps of it.
+	local int64
+	// flat holds FSDP1's flat shard, its sharded gradient, and the
+	// gathered flat parameter.
+	flat, flatGrad, gathered *storage
+	// each holds FSDP2's and ZeRO-3's gathered parameters, one per
+	// parameter.
+	each      []*storage
+	isGather  bool
+	unreduced bool // unsharded gradients wait for the reduce-scatter
+}
+
+// Streams the sharded strategies allocate on: the caching allocator keeps
+// a pool per stream, and FSDP and DeepSpeed gather and reduce on streams of
+// their own (FSDP1's _unshard_stream and _post_backward_stream, FSDP2's
+// all-gather and reduce-scatter streams, ZeRO-3's allgather stream).
+const (
+	computeStream = 0
+	gatherStream  = 1
+	reduceStream  = 2
+)
+
+// setupParallel lays the parameters out per rank: the whole model for DDP
+// and ZeRO 1 and 2, one shard per unit for FSDP, per parameter for FSDP2
+// and ZeRO-3. It runs instead of the plain model.to(device).
+func (sim *Simulator) setupParallel(g *graph.Graph) {
+	p := sim.s.Parallel
+	r := p.ShardRanks()
+	unitOf := paramUnits(g)
+	nunits := len(g.Blocks) + 1
+	sim.units = make([]unit, nunits)
+	ids := g.Params()
+	perDim0 := p.Strategy == FSDP2
+	for i, id := range ids {
+		ps := sim.params[i]
+		u := unitOf[id]
+		ps.unit = u
+		if !p.shardsParams() {
+			continue
+		}
+		if p.Strategy == ZeRO3 && ps.numel <= p.Persist {
+			// stage3_param_persistence_threshold: kept whole, never
+			// gathered
+			ps.unit = -1
+			continue
+		}
+		ps.local = shardElems(ps.shape, r, perDim0)
+		ps.lshape = graph.Shape{ps.local}
+		if perDim0 && len(ps.shape) > 0 && ps.numel > 0 {
+			ps.lshape = append(graph.Shape{ps.local / (ps.numel / max(ps.shape[0], 1))}, ps.shape[1:]...)
+		}
+		un := &sim.units[u]
+		un.params = append(un.params, int32(i))
+		un.local += ps.local
+	}
+	for u := range sim.units {
+		un := &sim.units[u]
+		un.full = un.local * int64(r)
+	}
+	if !p.shardsParams() {
+		sim.units = nil
+	}
+	var flat int64 // ZeRO's flattened trainable parameters
+	for i, id := range ids {
+		ps := sim.params[i]
+		t := g.Tensor(id)
+		sim.site = sim.tr.Site(t.Name)
+		if p.Strategy == FSDP && ps.unit >= 0 && sim.units[ps.unit].isGathered() {
+			continue // one flat shard per unit, below
+		}
+		if p.IsZeRO() && t.RequiresGrad && !(p.Strategy == ZeRO3 && ps.unit < 0) {
+			// DeepSpeed flattens each parameter group's (partitions of
+			// the) parameters into one contiguous buffer
+			// (bit16_groups_flat; stage 3's fp16_partitioned_groups_flat)
+			flat += ps.local
+			continue
+		}
+		if sim.offloadsParams() && ps.unit >= 0 {
+			sim.sum.OffloadedBytes += ps.local * ps.sdt.Size()
+			continue
+		}
+		ps.st = sim.alloc(ps.local*ps.sdt.Size(), trace.Parameter)
+		ps.st.refs = 1
+		sim.sum.ParametersBytes += ps.st.bytes
+	}
+	if p.Strategy == FSDP {
+		for u := range sim.units {
+			un := &sim.units[u]
+			if !un.isGathered() {
+				continue
+			}
+			sim.site = sim.tr.Site(sim.unitName(g, u) + ".flat_param")
+			bytes := un.local * sim.params[un.params[0]].sdt.Size()
+			if sim.offloadsParams() {
+				sim.sum.OffloadedBytes += bytes
+				continue
+			}
+			un.flat = sim.alloc(bytes, trace.Parameter)
+			un.flat.refs = 1
+			sim.sum.ParametersBytes += bytes
+			for _, pi := range un.params {
+				sim.params[pi].st = un.flat
+			}
+		}
+	}
+	if flat > 0 {
+		sim.site = sim.tr.Site("zero.flat_params")
+		cdt := sim.trained[0].sdt
+		if sim.offloadsParams() {
+			sim.sum.OffloadedBytes += flat * cdt.Size()
+		} else {
+			st := sim.alloc(flat*cdt.Size(), trace.Parameter)
+			st.refs = 1
+			sim.sum.ParametersBytes += st.bytes
+			for _, ps := range sim.trained {
+				if ps.st == nil {
+					ps.st = st
+				}
+			}
+		}
+	}
+	for _, ps := range sim.params {
+		if ps.st == nil {
+			// on the host: the ops' values need a storage that nothing
+			// frees
+			ps.st = &storage{id: -1, refs: 1 << 30}
+		}
+	}
+	if p.IsZeRO() && len(sim.trained) > 0 {
+		// The optimizer steps one flat fp32 partition per parameter
+		// group (single_partition_of_fp32_groups): ceil(Ψ/N) elements.
+		var n int64
+		for _, ps := range sim.trained {
+			n += ps.numel
+		}
+		n = (n + int64(p.GPUs) - 1) / int64(p.GPUs)
+		if p.GPUs == 1 {
+			n = 0
+			for _, ps := range sim.trained {
+				n += ps.numel
+			}
+		}
+		odt := sim.trained[0].odt
+		sim.trained = []*paramState{{shape: graph.Shape{n}, numel: n, local: n, dt: odt, sdt: odt, odt: odt, unit: -1}}
+	}
+}
+
+func (un *unit) isGathered() bool { return len(un.params) > 0 }
+
+func (sim *Simulator) unitName(g *graph.Graph, u int) string {
+	if u < len(g.Blocks) {
+		return g.Blocks[u]
+	}
+	return "root"
+}
+
+// offloadsParams: the parameter shards live on the host.
+func (sim *Simulator) offloadsParams() bool {
+	p := sim.s.Parallel
+	return p.IsFSDP() && p.Offload || p.OffloadParams
+}
+
+// paramUnits assigns each parameter to the block whose ops use it, or to
+// the root (the last unit) when it is used outside blocks or by more than
+// one block (a tied embedding).
+func paramUnits(g *graph.Graph) map[graph.TensorID]int32 {
+	root := int32(len(g.Blocks))
+	units := map[graph.TensorID]int32{}
+	use := func(t graph.TensorID, blk int32) {
+		if t == graph.None || g.Tensors[t].Role != graph.Parameter {
+			return
+		}
+		if blk < 0 {
+			blk = root
+		}
+		if old, ok := units[t]; ok && old != blk {
+			blk = root
+		}
+		units[t] = blk
+	}
+	for i := range g.Ops {
+		op := &g.Ops[i]
+		use(op.Weight, op.Block)
+		use(op.Bias, op.Block)
+		for _, t := range op.Inputs {
+			use(t, op.Block)
+		}
+	}
+	for _, id := range g.Params() {
+		if _, ok := units[id]; !ok {
+			units[id] = root
+		}
+	}
+	return units
+}
+
+// parallelDTypes gives the dtype the ops see the parameters in and the
+// dtype the optimizer steps them in. FSDP's MixedPrecision(param_dtype=low)
+// gathers the parameters in the low dtype and keeps the shards in float32;
+// DeepSpeed's fp16/bf16 modes cast the module itself to the half dtype and
+// keep float32 master weights in the optimizer's partition (the
+// "2Ψ + 2Ψ + 12Ψ/N" of the ZeRO paper).
+func (sim *Simulator) parallelDTypes() (compute, opt graph.DType) {
+	pdt := sim.s.Precision.ParamDType()
+	p := sim.s.Parallel
+	if low, amp := sim.s.Precision.Autocast(); amp && (p.IsFSDP() || p.IsZeRO()) {
+		return low, graph.F32
+	}
+	return pdt, pdt
+}
+
+// setupReducer makes DDP's reducer buckets at construction: the trainable
+// parameters in reverse registration order, grouped by dtype, cut into
+// buckets of bucket_cap_mb (the first of 1 MiB) — a bucket closes once it
+// reaches its cap (compute_bucket_assignment_by_size) — each one flat
+// tensor of its parameters' gradients (Reducer::initialize_buckets).
+func (sim *Simulator) setupReducer() {
+	p := sim.s.Parallel
+	if p.Strategy == ZeRO3 && len(sim.trained) > 0 {
+		// stage 3 makes its reduction bucket once, at construction
+		// (__ipg_bucket_flat_buffer)
+		sim.site = sim.tr.Site("zero.ipg_buffer")
+		st := sim.alloc(p.ReduceBucket*sim.params[0].dt.Size(), trace.Transient)
+		st.refs = 1
+		sim.gradBuckets = append(sim.gradBuckets, st)
+		sim.sum.GradBucketBytes += st.bytes
+	}
+	if p.Strategy != DDP {
+		return
+	}
+	sim.site = sim.tr.Site("ddp.reducer")
+	limit := int64(ddpFirstBucketBytes)
+	var size int64
+	flush := func() {
+		if size == 0 {
+			return
+		}
+		st := sim.alloc(size, trace.Gradient)
+		st.refs = 1
+		sim.gradBuckets = append(sim.gradBuckets, st)
+		sim.sum.GradBucketBytes += size
+		size = 0
+		limit = int64(p.BucketMB * (1 << 20))
+	}
+	for i := len(sim.trained) - 1; i >= 0; i-- {
+		ps := sim.trained[i]
+		size += ps.numel * ps.dt.Size()
+		if size >= limit {
+			flush()
+		}
+	}
+	flush()
+}
+
+// unitSite names a unit's events.
+func (m *micro) unitSite(u int32, what string) {
+	m.sim.site = m.sim.tr.Site(m.sim.unitName(m.g, int(u)) + "." + what)
+}
+
+// gather all-gathers unit u's parameters before its forward or backward:
+// FSDP1's FlatParamHandle.unshard (a low-precision copy of the shard under
+// MixedPrecision, then the padded flat parameter), FSDP2's
+// foreach_all_gather (one flat output, copied out into a tensor per
+// parameter, then freed), ZeRO-3's coalesced all-gather (one flat buffer
+// the parameters view). With offload the shard is first copied to the
+// device.
+func (m *micro) gather(u int32) {
+	sim := m.sim
+	if u < 0 || int(u) >= len(sim.units) {
+		return
+	}
+	un := &sim.units[u]
+	if un.isGather || len(un.params) == 0 {
+		return
+	}
+	un.isGather = true
+	prev, prevSite := sim.stream, sim.site
+	sim.stream = gatherStream
+	m.unitSite(u, "all_gather")
+	first := sim.params[un.params[0]]
+	cdt, sdt := first.dt, first.sdt
+	var staged []*storage
+	if sim.offloadsParams() {
+		staged = append(staged, sim.alloc(un.local*sdt.Size(), trace.Transient))
+	}
+	switch sim.s.Parallel.Strategy {
+	case FSDP:
+		if cdt != sdt {
+			staged = append(staged, sim.alloc(un.local*cdt.Size(), trace.Transient))
+		}
+		un.gathered = sim.alloc(un.full*cdt.Size(), trace.Parameter)
+	case FSDP2:
+		out := sim.alloc(un.full*cdt.Size(), trace.Transient)
+		for _, st := range staged {
+			sim.free(st)
+		}
+		staged = staged[:0]
+		un.each = un.each[:0]
+		for _, pi := range un.params {
+			ps := sim.params[pi]
+			un.each = append(un.each, sim.alloc(ps.numel*cdt.Size(), trace.Parameter))
+		}
+		sim.free(out)
+	default:
+		un.gathered = sim.alloc(un.full*cdt.Size(), trace.Parameter)
+	}
+	for _, st := range staged {
+		sim.free(st)
+	}
+	sim.stream, sim.site = prev, prevSite
+}
+
+// reshard frees unit u's gathered parameters (FSDP's _reshard, ZeRO-3's
+// release): autograd's references to them do not keep the memory, which
+// FSDP frees by resizing the storage to zero.
+func (m *micro) reshard(u int32) {
+	sim := m.sim
+	if u < 0 || int(u) >= len(sim.units) {
+		return
+	}
+	un := &sim.units[u]
+	if !un.isGather {
+		return
+	}
+	un.isGather = false
+	if un.gathered != nil {
+		sim.free(un.gathered)
+		un.gathered = nil
+	}
+	for _, st := range un.each {
+		sim.free(st)
+	}
+	un.each = un.each[:0]
+}
+
+// reshardAfterForward: FULL_SHARD and HYBRID_SHARD free a unit's
+// parameters after its forward, except the root's, which backward needs at
+// once (FSDP2 sets the root's reshard_after_forward to False; FSDP1 does
+// not reshard the root either). ZeRO-3 releases every fetched module.
+func (m *micro) reshardAfterForward(u int32) bool {
+	p := m.sim.s.Parallel
+	if int(u) == len(m.sim.units)-1 {
+		return false
+	}
+	return p.Strategy == ZeRO3 || p.IsFSDP() && (p.Sharding == FullShard || p.Sharding == HybridShard)
+}
+
+// prefetches: FSDP's default BackwardPrefetch.BACKWARD_PRE gathers the
+// next unit of backward before the current one computes; ZeRO-3 prefetches
+// up to stage3_prefetch_bucket_size elements ahead in both passes, counted
+// here as the whole next unit.
+func (m *micro) prefetches(backward bool) bool {
+	p := m.sim.s.Parallel
+	if p.Strategy == ZeRO3 {
+		return p.PrefetchBucket > 0
+	}
+	return backward && p.IsFSDP()
+}
+
+// reduce reduce-scatters unit u's gradients after its backward and keeps
+// this rank's shard, in the shards' dtype, as its sharded gradient (added
+// to the one already there under accumulation). FSDP1: the views'
+// gradients are written into one flat unsharded gradient, reduce-scattered
+// into a new padded shard on the post-backward stream, which is cast to
+// the parameter dtype (_cast_grad_to_param_dtype); FSDP2: the gradients
+// are copied into one flat reduce-scatter input (chunk_cat), reduced into
+// a flat output, and cast per parameter.
+func (m *micro) reduce(u int32) {
+	sim := m.sim
+	un := &sim.units[u]
+	if !un.unreduced {
+		return
+	}
+	un.unreduced = false
+	prev := sim.stream
+	m.unitSite(u, "reduce_scatter")
+	first := sim.params[un.params[0]]
+	cdt, sdt := first.dt, first.sdt
+	in := sim.alloc(un.full*cdt.Size(), trace.Transient)
+	for _, pi := range un.params {
+		ps := sim.params[pi]
+		if ps.ugrad != nil {
+			sim.unref(ps.ugrad)
+			ps.ugrad = nil
+		}
+	}
+	sim.stream = reduceStream
+	out := sim.alloc(un.local*cdt.Size(), trace.Transient)
+	sim.free(in)
+	if cdt != sdt {
+		up := sim.alloc(un.local*sdt.Size(), trace.Transient)
+		sim.free(out)
+		out = up
+	}
+	if sim.s.Parallel.Offload {
+		// the shard goes to the host (offload_params) and the device
+		// copy with it
+		sim.free(out)
+	} else if un.flatGrad == nil {
+		out.refs = 1
+		un.flatGrad = out
+		sim.sum.GradientsBytes += out.bytes
+	} else {
+		sim.free(out) // added into the sharded gradient in place
+	}
+	sim.stream = prev
+}
+
+// zeroBackward is DeepSpeed ZeRO-1/2's backward(): with
+// contiguous_gradients (the default) it allocates the reduction bucket of
+// reduce_bucket_size elements in the gradients' dtype before running
+// autograd, and releases it in the epilogue.
+func (m *micro) zeroBackward() *storage {
+	sim := m.sim
+	p := sim.s.Parallel
+	if (p.Strategy != ZeRO1 && p.Strategy != ZeRO2) || len(sim.trained) == 0 {
+		return nil
+	}
+	sim.site = sim.tr.Site("zero.ipg_buffer")
+	st := sim.alloc(p.ReduceBucket*sim.params[0].dt.Size(), trace.Transient)
+	st.refs = 1
+	return st
+}
+
+// gradDone is a parameter's gradient complete in AccumulateGrad under a
+// strategy that takes it away: held for the unit's reduce-scatter (FSDP),
+// copied into the reduction bucket and released (ZeRO-2/3, whose reduced
+// partition lives in one buffer made at the first reduction), copied into
+// DDP's bucket view (gradient_as_bucket_view: .grad becomes the view).
+// It reports false when the gradient stays in .grad as on one GPU.
+func (m *micro) gradDone(p int32, g *storage) bool {
+	sim := m.sim
+	par := sim.s.Parallel
+	ps := sim.params[p]
+	switch {
+	case sim.units != nil && par.IsFSDP() && ps.unit >= 0 && len(sim.units[ps.unit].params) > 0:
+		if ps.ugrad == nil {
+			ps.ugrad = g
+		} else {
+			sim.unref(g)
+		}
+		sim.units[ps.unit].unreduced = true
+		return true
+	case par.Strategy == ZeRO2 || par.Strategy == ZeRO3:
+		sim.unref(g)
+		if sim.gradPartition == nil {
+			var n int64
+			for _, t := range sim.trained {
+				n += t.local
+			}
+			prev := sim.site
+			sim.site = sim.tr.Site("zero.grads_in_partition")
+			if par.Offload {
+				sim.sum.OffloadedBytes += n * ps.dt.Size()
+				sim.gradPartition = &storage{id: -1, refs: 1 << 30}
+			} else {
+				sim.gradPartition = sim.alloc(n*ps.dt.Size(), trace.Gradient)
+				sim.gradPartition.refs = 1
+				sim.sum.GradientsBytes += sim.gradPartition.bytes
+			}
+			sim.site = prev
+		}
+		return true
+	case par.Strategy == DDP && par.BucketView:
+		sim.unref(g)
+		return true
+	}
+	return false
+}
