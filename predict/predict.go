@@ -190,7 +190,8 @@ func Run(r Request) (*Result, error) {
 	} else {
 		tr.Release()
 	}
-	if r.GPU.Rates.Known() {
+	// The step-time model knows no communication: it answers for one GPU.
+	if r.GPU.Rates.Known() && !res.Setup.Parallel.On() {
 		est, err := cost.Step(cost.Input{Graph: g0, Ops: res.Summary.Ops, Setup: res.Setup, Rates: r.GPU.Rates,
 			Seq: r.Config.Seq, Batch: sched[0]})
 		if err != nil {

@@ -144,6 +144,7 @@ func (m *micro) release(t graph.TensorID) {
 func (m *micro) forward() {
 	sim := m.sim
 	sim.phase = trace.Forward
+	sim.rebuildBuckets()
 	units := sim.units != nil
 	if units {
 		// the root unit's pre-forward gathers its own parameters first
@@ -342,6 +343,12 @@ func (m *micro) backward() {
 		root := int32(len(sim.units) - 1)
 		m.reduce(root)
 		m.reshard(root)
+		for _, st := range []*storage{sim.heldGather, sim.heldReduce} {
+			if st != nil {
+				sim.free(st)
+			}
+		}
+		sim.heldGather, sim.heldReduce = nil, nil
 	}
 	// Gradients that reached tensors with no producer (inputs that require
 	// grad) are dropped with the graph.

@@ -63,15 +63,25 @@ func (sim *Simulator) optimizerStep() {
 		// to the master weights' dtype (single_grad_partition), set as
 		// their .grad for the step and dropped after it
 		flat := sim.trained[0]
-		var low *storage
-		if par.Strategy == ZeRO1 {
-			low = sim.alloc(flat.local*sim.params[0].dt.Size(), trace.Transient)
+		switch {
+		case par.Strategy == ZeRO3:
+			// stage 3 keeps its float32 gradient buffer (of the
+			// largest sub-group, sub_group_size 1e9 elements)
+			if sim.zeroGrad32 == nil {
+				sim.zeroGrad32 = sim.alloc(min(flat.local, 1_000_000_000)*flat.odt.Size(), trace.Gradient)
+				sim.zeroGrad32.refs = 1
+			}
+		default:
+			var low *storage
+			if par.Strategy == ZeRO1 {
+				low = sim.alloc(flat.local*sim.params[0].dt.Size(), trace.Transient)
+			}
+			g32 := sim.alloc(flat.local*flat.odt.Size(), trace.Transient)
+			if low != nil {
+				sim.free(low)
+			}
+			defer sim.free(g32)
 		}
-		g32 := sim.alloc(flat.local*flat.odt.Size(), trace.Transient)
-		if low != nil {
-			sim.free(low)
-		}
-		defer sim.free(g32)
 	}
 	sim.makeState(first)
 	switch o.Kind {

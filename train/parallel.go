@@ -125,6 +125,9 @@ type Parallel struct {
 	// Persist is ZeRO-3's stage3_param_persistence_threshold in elements
 	// (default 1e5): smaller parameters are not partitioned.
 	Persist int64
+	// MaxReuse is ZeRO-3's stage3_max_reuse_distance in elements
+	// (default 1e9).
+	MaxReuse int64
 }
 
 // DeepSpeed's defaults (deepspeed/runtime/zero/config.py).
@@ -132,6 +135,7 @@ const (
 	zeroReduceBucket   = 500_000_000
 	zeroPrefetchBucket = 50_000_000
 	zeroPersist        = 100_000
+	zeroMaxReuse       = 1_000_000_000
 )
 
 // DDP's defaults (torch/nn/parallel/distributed.py): bucket_cap_mb=25 and
@@ -254,13 +258,19 @@ func (p Parallel) normalize() (Parallel, error) {
 	if p.ReduceBucket == 0 {
 		p.ReduceBucket = zeroReduceBucket
 	}
-	if p.PrefetchBucket == 0 {
+	switch {
+	case p.PrefetchBucket == 0:
 		p.PrefetchBucket = zeroPrefetchBucket
+	case p.PrefetchBucket == -1:
+		p.PrefetchBucket = 0 // turned off
 	}
 	if p.Persist == 0 {
 		p.Persist = zeroPersist
 	}
-	if p.ReduceBucket < 0 || p.PrefetchBucket < 0 || p.Persist < 0 {
+	if p.MaxReuse == 0 {
+		p.MaxReuse = zeroMaxReuse
+	}
+	if p.ReduceBucket < 0 || p.PrefetchBucket < 0 && p.PrefetchBucket != -1 || p.Persist < 0 || p.MaxReuse < 0 {
 		return p, fmt.Errorf("ZeRO bucket sizes and thresholds must not be negative")
 	}
 	return p, nil
@@ -358,7 +368,7 @@ func (sim *Simulator) setupParallel(g *graph.Graph) {
 		ps := sim.params[i]
 		t := g.Tensor(id)
 		sim.site = sim.tr.Site(t.Name)
-		if p.Strategy == FSDP && ps.unit >= 0 && sim.units[ps.unit].isGathered() {
+		if p.Strategy == FSDP && sim.units != nil && ps.unit >= 0 && sim.units[ps.unit].isGathered() {
 			continue // one flat shard per unit, below
 		}
 		if p.IsZeRO() && t.RequiresGrad && !(p.Strategy == ZeRO3 && ps.unit < 0) {
@@ -521,7 +531,40 @@ func (sim *Simulator) setupReducer() {
 	if p.Strategy != DDP {
 		return
 	}
+	// Without find_unused_parameters or a static graph, DDP starts with
+	// one bucket of every gradient (bucket_size_limits = [sys.maxsize])
+	// and rebuilds the buckets in the second iteration's forward.
 	sim.site = sim.tr.Site("ddp.reducer")
+	var all int64
+	for _, ps := range sim.trained {
+		all += ps.numel * ps.dt.Size()
+	}
+	if all > 0 {
+		st := sim.alloc(all, trace.Gradient)
+		st.refs = 1
+		sim.gradBuckets = append(sim.gradBuckets, st)
+		sim.sum.GradBucketBytes = all
+	}
+}
+
+// rebuildBuckets is Reducer::rebuild_buckets at the second iteration's
+// forward: the old buckets are cleared first, then the new ones made in the
+// order the gradients became ready (reverse registration order here), cut
+// at 1 MiB for the first (_DEFAULT_FIRST_BUCKET_BYTES) and bucket_cap_mb
+// after it; a bucket closes once it reaches its cap
+// (compute_bucket_assignment_by_size). The total does not change.
+func (sim *Simulator) rebuildBuckets() {
+	p := sim.s.Parallel
+	if p.Strategy != DDP || sim.stepsDone != 1 || sim.rebuilt || len(sim.gradBuckets) == 0 {
+		return
+	}
+	sim.rebuilt = true
+	prev := sim.site
+	sim.site = sim.tr.Site("ddp.reducer")
+	for _, st := range sim.gradBuckets {
+		sim.unref(st)
+	}
+	sim.gradBuckets = sim.gradBuckets[:0]
 	limit := int64(ddpFirstBucketBytes)
 	var size int64
 	flush := func() {
@@ -531,7 +574,6 @@ func (sim *Simulator) setupReducer() {
 		st := sim.alloc(size, trace.Gradient)
 		st.refs = 1
 		sim.gradBuckets = append(sim.gradBuckets, st)
-		sim.sum.GradBucketBytes += size
 		size = 0
 		limit = int64(p.BucketMB * (1 << 20))
 	}
@@ -543,6 +585,7 @@ func (sim *Simulator) setupReducer() {
 		}
 	}
 	flush()
+	sim.site = prev
 }
 
 // unitSite names a unit's events.
@@ -583,6 +626,12 @@ func (m *micro) gather(u int32) {
 		}
 		un.gathered = sim.alloc(un.full*cdt.Size(), trace.Parameter)
 	case FSDP2:
+		if cdt != sdt && !sim.offloadsParams() {
+			// _get_param_all_gather_inputs: the shards cast into one
+			// flat copy-in buffer first
+			staged = append(staged, sim.alloc(un.local*cdt.Size(), trace.Transient))
+		}
+		// one flat output per group; this rank's input is a narrow of it
 		out := sim.alloc(un.full*cdt.Size(), trace.Transient)
 		for _, st := range staged {
 			sim.free(st)
@@ -593,7 +642,18 @@ func (m *micro) gather(u int32) {
 			ps := sim.params[pi]
 			un.each = append(un.each, sim.alloc(ps.numel*cdt.Size(), trace.Parameter))
 		}
-		sim.free(out)
+		// wait_for_unshard: in forward the flat output is kept until
+		// the next group's copy-out (all_gather_state), in backward
+		// freed at once
+		if sim.heldGather != nil {
+			sim.free(sim.heldGather)
+			sim.heldGather = nil
+		}
+		if sim.phase == trace.Forward {
+			sim.heldGather = out
+		} else {
+			sim.free(out)
+		}
 	default:
 		un.gathered = sim.alloc(un.full*cdt.Size(), trace.Parameter)
 	}
@@ -635,7 +695,18 @@ func (m *micro) reshardAfterForward(u int32) bool {
 	if int(u) == len(m.sim.units)-1 {
 		return false
 	}
-	return p.Strategy == ZeRO3 || p.IsFSDP() && (p.Sharding == FullShard || p.Sharding == HybridShard)
+	if p.Strategy == ZeRO3 {
+		// The coordinator releases a module's parameters unless the
+		// trace says they are used again within
+		// stage3_max_reuse_distance elements of fetches: a block is
+		// fetched again in backward after the blocks behind it, twice.
+		var dist int64
+		for v := int(u) + 1; v < len(m.sim.units)-1; v++ {
+			dist += 2 * m.sim.units[v].full
+		}
+		return dist > p.MaxReuse
+	}
+	return p.IsFSDP() && (p.Sharding == FullShard || p.Sharding == HybridShard)
 }
 
 // prefetches: FSDP's default BackwardPrefetch.BACKWARD_PRE gathers the
@@ -679,7 +750,16 @@ func (m *micro) reduce(u int32) {
 	}
 	sim.stream = reduceStream
 	out := sim.alloc(un.local*cdt.Size(), trace.Transient)
-	sim.free(in)
+	if sim.s.Parallel.Strategy == FSDP2 {
+		// the previous group's reduce-scatter input lives until this
+		// group's post_backward waits on it (reduce_scatter_state)
+		if sim.heldReduce != nil {
+			sim.free(sim.heldReduce)
+		}
+		sim.heldReduce = in
+	} else {
+		sim.free(in)
+	}
 	if cdt != sdt {
 		up := sim.alloc(un.local*sdt.Size(), trace.Transient)
 		sim.free(out)
@@ -692,7 +772,9 @@ func (m *micro) reduce(u int32) {
 	} else if un.flatGrad == nil {
 		out.refs = 1
 		un.flatGrad = out
-		sim.sum.GradientsBytes += out.bytes
+		if sim.stepsDone == 0 {
+			sim.sum.GradientsBytes += out.bytes
+		}
 	} else {
 		sim.free(out) // added into the sharded gradient in place
 	}

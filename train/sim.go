@@ -99,6 +99,11 @@ type Simulator struct {
 	gradBuckets []*storage
 	// gradPartition is ZeRO-2/3's reduced gradient partition.
 	gradPartition *storage
+	// heldGather and heldReduce are FSDP2's all-gather output and
+	// reduce-scatter input kept for the next group.
+	heldGather, heldReduce *storage
+	rebuilt                bool // DDP's buckets were rebuilt
+	zeroGrad32             *storage
 	// onHost: optimizer state is being made in host memory (offload)
 	onHost bool
 	// collecting keeps every storage allocated (in collected) while the

@@ -161,6 +161,9 @@ func setupLine(res *predict.Result) string {
 	case s.Checkpoint.On():
 		parts = append(parts, "checkpointing "+s.Checkpoint.String())
 	}
+	if s.Parallel.On() {
+		parts = append(parts, s.Parallel.String()+" (one rank)")
+	}
 	parts = append(parts, "PyTorch "+s.Profile.Version+"+ rules", res.GPU.Name)
 	return strings.Join(parts, " · ")
 }
@@ -177,6 +180,16 @@ func writeEstimate(w io.Writer, res *predict.Result, batches []int64) {
 	fmt.Fprintf(tw, "parameters\t%s\t%s params\t\n", fmtBytes(sum.ParametersBytes), commas(sum.ParamCount))
 	fmt.Fprintf(tw, "gradients\t%s\t\t\n", fmtBytes(sum.GradientsBytes))
 	fmt.Fprintf(tw, "optimizer state\t%s\t\t\n", fmtBytes(sum.OptimizerStateBytes))
+	if sum.GradBucketBytes > 0 {
+		what := "(DDP's reducer: the gradients are copied in and reduced there)"
+		if res.Setup.Parallel.IsZeRO() {
+			what = "(ZeRO-3's reduction bucket, reduce_bucket_size elements)"
+		}
+		fmt.Fprintf(tw, "gradient buckets\t%s\t%s\t\n", fmtBytes(sum.GradBucketBytes), what)
+	}
+	if sum.OffloadedBytes > 0 {
+		fmt.Fprintf(tw, "offloaded to the host\t%s\t(CPU memory: not on the GPU)\t\n", fmtBytes(sum.OffloadedBytes))
+	}
 	if sum.PagedOptimizerStateBytes > 0 {
 		fmt.Fprintf(tw, "paged optimizer state\t%s\t(CUDA unified memory, outside PyTorch's allocator: paged to the host when the device is full)\t\n", fmtBytes(sum.PagedOptimizerStateBytes))
 	}
@@ -192,6 +205,10 @@ func writeEstimate(w io.Writer, res *predict.Result, batches []int64) {
 	if a := res.Config.Adapters; a != nil && a.Rank > 0 && (res.Setup.Precision == train.True16 || res.Setup.Precision == train.TrueBF16) {
 		// never under-predict silently
 		fmt.Fprintln(w, "note: PEFT 0.12 and later keep LoRA adapters in float32 on a half-precision base and cast their input to float32 (autocast_adapter_dtype); batchfit builds them in the base's dtype, so expect somewhat more memory than shown")
+	}
+	if res.Setup.Parallel.On() {
+		// never under-predict silently
+		fmt.Fprintln(w, "note: NCCL's communication buffers are allocated outside PyTorch's allocator and are not in these figures; nvidia-smi shows them on top of the device total")
 	}
 	if sum.TrainableParamCount != sum.ParamCount {
 		// PEFT's print_trainable_parameters, figure for figure

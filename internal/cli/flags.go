@@ -66,6 +66,17 @@ type jobFlags struct {
 	loraDropout   float64
 	freeze        string
 	amsgrad       bool
+	// data parallelism
+	gpus          int
+	strategy      string
+	sharding      string
+	nodeGPUs      int
+	offload       bool
+	offloadParams bool
+	bucketMB      float64
+	bucketView    bool
+	reduceBucket  float64
+	prefetch      float64
 }
 
 func (j *jobFlags) register(fs *flag.FlagSet, batchDefault string) {
@@ -99,6 +110,64 @@ func (j *jobFlags) register(fs *flag.FlagSet, batchDefault string) {
 	fs.Float64Var(&j.loraAlpha, "lora-alpha", 8, "LoRA's alpha (scaling = alpha / r)")
 	fs.Float64Var(&j.loraDropout, "lora-dropout", 0, "LoRA's dropout on the adapters' input (PEFT's lora_dropout)")
 	fs.StringVar(&j.freeze, "freeze", "", "freeze the parameters of these modules (names or name endings, comma-separated; a module freezes all inside it)")
+	fs.IntVar(&j.gpus, "gpus", 1, "data-parallel GPUs; the prediction is one rank's, --batch its own micro-batch")
+	fs.StringVar(&j.strategy, "strategy", "", "how the ranks hold the model: "+strategyNames()+" (default: single on 1 GPU, ddp on more)")
+	fs.StringVar(&j.sharding, "sharding", "full", "FSDP's sharding strategy: full, grad-op (FSDP2: reshard_after_forward=False), hybrid or none")
+	fs.IntVar(&j.nodeGPUs, "node-gpus", 8, "GPUs per node (hybrid sharding shards within a node)")
+	fs.BoolVar(&j.offload, "offload", false, "FSDP's CPU offload of parameters, gradients and the step, or ZeRO's offload_optimizer")
+	fs.BoolVar(&j.offloadParams, "offload-params", false, "ZeRO-3's offload_param")
+	fs.Float64Var(&j.bucketMB, "bucket-mb", 25, "DDP's bucket_cap_mb")
+	fs.BoolVar(&j.bucketView, "bucket-view", false, "DDP's gradient_as_bucket_view")
+	fs.Float64Var(&j.reduceBucket, "reduce-bucket", 5e8, "ZeRO's reduce_bucket_size (elements)")
+	fs.Float64Var(&j.prefetch, "prefetch-bucket", 5e7, "ZeRO-3's stage3_prefetch_bucket_size (elements; 0: no prefetch)")
+}
+
+func strategyNames() string {
+	var names []string
+	for _, s := range train.Strategies {
+		names = append(names, string(s))
+	}
+	return strings.Join(names, ", ")
+}
+
+// parallel reads the data-parallel flags.
+func (j *jobFlags) parallel() (train.Parallel, error) {
+	var p train.Parallel
+	strat, err := train.ParseStrategy(j.strategy)
+	if err != nil {
+		return p, usagef("--strategy: %v", err)
+	}
+	if j.strategy == "" && j.gpus > 1 {
+		strat = train.DDP
+	}
+	sh, err := train.ParseSharding(j.sharding)
+	if err != nil {
+		return p, usagef("--sharding: %v", err)
+	}
+	if sh != train.FullShard && strat != train.FSDP && strat != train.FSDP2 {
+		return p, usagef("--sharding is FSDP's; --strategy %s does not take it", strat)
+	}
+	for _, f := range []struct {
+		name string
+		v    float64
+	}{{"--bucket-mb", j.bucketMB}, {"--reduce-bucket", j.reduceBucket}, {"--prefetch-bucket", j.prefetch}} {
+		if f.v < 0 || f.v > 1e15 || f.v != f.v {
+			return p, usagef("%s must be between 0 and 1e15, got %g", f.name, f.v)
+		}
+	}
+	if j.bucketMB == 0 {
+		return p, usagef("--bucket-mb must be positive")
+	}
+	p = train.Parallel{Strategy: strat, GPUs: j.gpus, NodeGPUs: j.nodeGPUs, Sharding: sh, Offload: j.offload,
+		OffloadParams: j.offloadParams, BucketMB: j.bucketMB, BucketView: j.bucketView,
+		ReduceBucket: int64(j.reduceBucket), PrefetchBucket: int64(j.prefetch)}
+	if j.prefetch == 0 {
+		p.PrefetchBucket = -1
+	}
+	if _, err := (train.Setup{Parallel: p}).Normalize(); err != nil {
+		return p, usageError{err}
+	}
+	return p, nil
 }
 
 // adapters are the fine-tuning flags as graph.Adapters (nil: train every
@@ -321,8 +390,12 @@ func (j *jobFlags) requestFor(src predict.Source) (predict.Request, error) {
 		}
 		impl = train.ForLoop
 	}
+	par, err := j.parallel()
+	if err != nil {
+		return r, err
+	}
 	r.Setup = train.Setup{Precision: prec, Optimizer: train.Optimizer{Kind: opt, Momentum: j.momentum, Impl: impl, WeightDecay: wd, Bits8: on.Bits8, Paged: on.Paged, AMSGrad: j.amsgrad},
-		Accumulate: j.accumulate, Checkpoint: ck, Attention: att, Steps: j.steps, EmptyCache: j.emptyCache, Profile: prof}
+		Accumulate: j.accumulate, Checkpoint: ck, Attention: att, Steps: j.steps, EmptyCache: j.emptyCache, Profile: prof, Parallel: par}
 	conf := j.allocConf
 	if conf == "" && !j.web() {
 		conf = os.Getenv("PYTORCH_CUDA_ALLOC_CONF")

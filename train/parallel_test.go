@@ -1,0 +1,308 @@
+package train
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/batchfit/batchfit/graph"
+	"github.com/batchfit/batchfit/trace"
+)
+
+// The seed MLP's parameters, as PyTorch registers them: per layer a
+// weight [out, in] and a bias [out].
+var mlpShapes = []graph.Shape{
+	{1024, 784}, {1024},
+	{1024, 1024}, {1024},
+	{1024, 1024}, {1024},
+	{1024, 1024}, {1024},
+	{10, 1024}, {10},
+}
+
+func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
+
+// Per-rank static figures of the seed MLP on 4 ranks, fp32 Adam (two
+// states), worked out from each library's layout:
+//
+//	Ψ = 3,962,890 elements.
+//	DDP: everything whole, plus buckets holding every gradient once.
+//	FSDP1: a flat parameter per unit, each tensor's share ceil(n/4).
+//	FSDP2: dim-0 chunks: ceil(rows/4)·cols per weight, ceil(out/4) per bias.
+//	ZeRO-1: parameters and gradients whole, the optimizer's flat fp32
+//	partition ceil(Ψ/4) with its two states.
+//	ZeRO-2: and the reduced gradient partition, ceil(Ψ/4).
+//	ZeRO-3: and the parameters partitioned, except the tensors under the
+//	persistence threshold (1e5 elements: the biases), kept whole.
+func TestParallelStaticFigures(t *testing.T) {
+	const n = 4
+	var psi, fsdp1, fsdp2, zero3 int64
+	for _, sh := range mlpShapes {
+		e := sh.Numel()
+		psi += e
+		fsdp1 += ceilDiv(e, n)
+		fsdp2 += ceilDiv(sh[0], n) * (e / sh[0])
+		if e > 100_000 {
+			zero3 += ceilDiv(e, n)
+		} else {
+			zero3 += e
+		}
+	}
+	if psi != 3_962_890 {
+		t.Fatalf("Ψ = %d", psi)
+	}
+	part := ceilDiv(psi, n)
+	cases := []struct {
+		strat                 Strategy
+		params, grads, states int64
+		buckets               int64
+	}{
+		{DDP, 4 * psi, 4 * psi, 8 * psi, 4 * psi},
+		{FSDP, 4 * fsdp1, 4 * fsdp1, 8 * fsdp1, 0},
+		{FSDP2, 4 * fsdp2, 4 * fsdp2, 8 * fsdp2, 0},
+		{ZeRO1, 4 * psi, 4 * psi, 8 * part, 0},
+		{ZeRO2, 4 * psi, 4 * part, 8 * part, 0},
+		{ZeRO3, 4 * zero3, 4 * part, 8 * part, 4 * zeroReduceBucket},
+	}
+	for _, c := range cases {
+		t.Run(string(c.strat), func(t *testing.T) {
+			g := mlp(t, 32, 784, 1024, 4, 10)
+			_, sum, err := Simulate(g, Setup{Optimizer: Optimizer{Kind: Adam, Impl: Foreach}, Parallel: Parallel{Strategy: c.strat, GPUs: n}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if sum.ParametersBytes != c.params {
+				t.Errorf("parameters %d, want %d", sum.ParametersBytes, c.params)
+			}
+			if sum.GradientsBytes != c.grads {
+				t.Errorf("gradients %d, want %d", sum.GradientsBytes, c.grads)
+			}
+			if sum.OptimizerStateBytes != c.states {
+				t.Errorf("optimizer state %d, want %d", sum.OptimizerStateBytes, c.states)
+			}
+			if sum.GradBucketBytes != c.buckets {
+				t.Errorf("gradient buckets %d, want %d", sum.GradBucketBytes, c.buckets)
+			}
+		})
+	}
+}
+
+// ZeRO's mixed precision is the paper's 2Ψ + 2Ψ + KΨ/N with K = 12 (the
+// float32 master weights and Adam's two states): bf16 module, bf16
+// gradients, and 12 bytes an element of the partition.
+func TestZeROMixedPrecisionFormula(t *testing.T) {
+	const n = 8
+	psi := int64(3_962_890)
+	part := ceilDiv(psi, n)
+	for _, c := range []struct {
+		strat         Strategy
+		params, grads int64
+	}{
+		{ZeRO1, 2 * psi, 2 * psi},
+		{ZeRO2, 2 * psi, 2 * part},
+	} {
+		g := mlp(t, 32, 784, 1024, 4, 10)
+		_, sum, err := Simulate(g, Setup{Precision: MixedBF16, Optimizer: Optimizer{Kind: AdamW, Impl: Foreach}, Parallel: Parallel{Strategy: c.strat, GPUs: n}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sum.ParametersBytes != c.params || sum.GradientsBytes != c.grads || sum.OptimizerStateBytes != 12*part {
+			t.Errorf("%s: parameters %d, gradients %d, state %d; want %d, %d, %d", c.strat,
+				sum.ParametersBytes, sum.GradientsBytes, sum.OptimizerStateBytes, c.params, c.grads, 12*part)
+		}
+	}
+}
+
+// Shards times ranks cover the unsharded state, with less than one
+// element of padding per tensor and rank.
+func TestShardsCoverTheModel(t *testing.T) {
+	for _, n := range []int{1, 2, 3, 7, 8, 64} {
+		for _, strat := range []Strategy{FSDP, FSDP2, ZeRO3} {
+			g := mlp(t, 8, 784, 1024, 4, 10)
+			sim, err := New(g, Setup{Optimizer: Optimizer{Kind: SGD}, Parallel: Parallel{Strategy: strat, GPUs: n, Persist: 1}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var whole, shards int64
+			for _, ps := range sim.params {
+				whole += ps.numel
+				shards += ps.local * int64(n)
+			}
+			if n == 1 && strat == FSDP {
+				// a world of one runs NO_SHARD
+				if shards != whole {
+					t.Errorf("%s on 1: %d, want %d", strat, shards, whole)
+				}
+				continue
+			}
+			slack := int64(len(sim.params)) * int64(n) * 1024 // FSDP2 pads whole rows of at most 1024 elements
+			if shards < whole || shards >= whole+slack {
+				t.Errorf("%s on %d ranks: shards·N = %d for %d elements", strat, n, shards, whole)
+			}
+		}
+	}
+}
+
+// allGathers lists the sizes of the all-gather outputs and the most bytes
+// gathered at once, in forward and in backward.
+func allGathers(tr *trace.Trace) (sizes []int64, most [trace.NumPhases]int64) {
+	live := map[int64]int64{}
+	var cur int64
+	for _, e := range tr.Events {
+		switch e.Action {
+		case trace.Alloc:
+			if strings.HasSuffix(tr.SiteName(e.Site), ".all_gather") && e.Category == trace.Parameter {
+				live[e.ID] = e.Size
+				cur += e.Size
+				sizes = append(sizes, e.Size)
+				most[e.Phase] = max(most[e.Phase], cur)
+			}
+		case trace.Free:
+			if sz, ok := live[e.ID]; ok {
+				cur -= sz
+				delete(live, e.ID)
+			}
+		}
+	}
+	return sizes, most
+}
+
+// FSDP1 FULL_SHARD on the MLP: each block is a unit, the head is the
+// root's. The largest all-gather is the largest unit padded to the ranks;
+// forward holds the root and one block; backward the root, the block
+// being differentiated and the one BACKWARD_PRE prefetched.
+func TestFSDPGatherBuffers(t *testing.T) {
+	const n = 4
+	g := mlp(t, 16, 784, 1024, 4, 10)
+	tr, _, err := Simulate(g, Setup{Optimizer: Optimizer{Kind: SGD}, Parallel: Parallel{Strategy: FSDP, GPUs: n}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	unit := func(out, in int64) int64 { return 4 * n * (ceilDiv(out*in, n) + ceilDiv(out, n)) }
+	big, first, root := unit(1024, 1024), unit(1024, 784), unit(10, 1024)
+	sizes, most := allGathers(tr)
+	var largest int64
+	for _, s := range sizes {
+		largest = max(largest, s)
+	}
+	if largest != big {
+		t.Errorf("largest all-gather %d, want the largest unit %d", largest, big)
+	}
+	if want := root + big; most[trace.Forward] != want {
+		t.Errorf("forward gathers at most %d, want root + one block = %d", most[trace.Forward], want)
+	}
+	if want := root + 2*big; most[trace.Backward] != want {
+		t.Errorf("backward gathers at most %d, want root + two blocks = %d", most[trace.Backward], want)
+	}
+	_ = first
+	// SHARD_GRAD_OP keeps every unit from forward to its backward.
+	tr, _, err = Simulate(g, Setup{Optimizer: Optimizer{Kind: SGD}, Parallel: Parallel{Strategy: FSDP, GPUs: n, Sharding: ShardGradOp}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, most = allGathers(tr)
+	if want := root + first + 3*big; most[trace.Forward] != want {
+		t.Errorf("grad-op forward gathers at most %d, want all units %d", most[trace.Forward], want)
+	}
+}
+
+// DDP's buckets: one of every gradient at construction, rebuilt in the
+// second iteration in reverse registration order — the first closes once
+// it reaches 1 MiB: head.bias 40 B + head.weight 40,960 B + layer 3's bias
+// 4,096 B + weight 4,194,304 B = 4,239,400 B; the rest, 11,612,160 B, is
+// under 25 MiB and makes the second.
+func TestDDPBuckets(t *testing.T) {
+	g := mlp(t, 16, 784, 1024, 4, 10)
+	tr, _, err := Simulate(g, Setup{Optimizer: Optimizer{Kind: SGD}, Parallel: Parallel{Strategy: DDP, GPUs: 2}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got [][]int64
+	step := int32(-1)
+	for _, e := range tr.Events {
+		if e.Action == trace.Alloc && tr.SiteName(e.Site) == "ddp.reducer" {
+			if e.Step != step || len(got) == 0 {
+				got = append(got, nil)
+				step = e.Step
+			}
+			got[len(got)-1] = append(got[len(got)-1], e.Size)
+		}
+	}
+	all := int64(4 * 3_962_890)
+	want := [][]int64{{all}, {4_239_400, all - 4_239_400}}
+	if len(got) != 2 || len(got[0]) != 1 || got[0][0] != want[0][0] || len(got[1]) != 2 || got[1][0] != want[1][0] || got[1][1] != want[1][1] {
+		t.Errorf("buckets %v, want %v", got, want)
+	}
+	// gradient_as_bucket_view: .grad is the bucket's view, so no
+	// gradient outlives backward beside the buckets
+	_, sum, err := Simulate(g, Setup{Optimizer: Optimizer{Kind: SGD}, Parallel: Parallel{Strategy: DDP, GPUs: 2, BucketView: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum.GradientsBytes != 0 || sum.GradBucketBytes != all {
+		t.Errorf("bucket view: gradients %d and buckets %d, want 0 and %d", sum.GradientsBytes, sum.GradBucketBytes, all)
+	}
+}
+
+// The strategies change nothing about activations: the saved bytes of a
+// step equal one GPU's.
+func TestParallelActivationsUnchanged(t *testing.T) {
+	g := mlp(t, 16, 784, 1024, 4, 10)
+	_, one, err := Simulate(g, Setup{Optimizer: Optimizer{Kind: SGD}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []Strategy{DDP, FSDP, FSDP2, ZeRO1, ZeRO2, ZeRO3} {
+		_, sum, err := Simulate(g, Setup{Optimizer: Optimizer{Kind: SGD}, Parallel: Parallel{Strategy: s, GPUs: 4}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sum.ActivationsBytes != one.ActivationsBytes {
+			t.Errorf("%s: activations %d, one GPU %d", s, sum.ActivationsBytes, one.ActivationsBytes)
+		}
+	}
+}
+
+// Offload leaves the sharded state on the host and counts it there.
+func TestOffload(t *testing.T) {
+	g := mlp(t, 16, 784, 1024, 4, 10)
+	_, sum, err := Simulate(g, Setup{Optimizer: Optimizer{Kind: Adam}, Parallel: Parallel{Strategy: FSDP, GPUs: 4, Offload: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var shard int64
+	for _, sh := range mlpShapes {
+		shard += ceilDiv(sh.Numel(), 4)
+	}
+	if sum.ParametersBytes != 0 || sum.GradientsBytes != 0 || sum.OptimizerStateBytes != 0 {
+		t.Errorf("on the device: parameters %d, gradients %d, state %d; want none", sum.ParametersBytes, sum.GradientsBytes, sum.OptimizerStateBytes)
+	}
+	// host: the fp32 shards and Adam's two states (gradients are copied
+	// to the host as they are reduced, not counted again)
+	if want := 4*shard + 8*shard; sum.OffloadedBytes != want {
+		t.Errorf("offloaded %d, want %d", sum.OffloadedBytes, want)
+	}
+}
+
+func TestParallelErrors(t *testing.T) {
+	for _, c := range []struct {
+		p    Parallel
+		want string
+	}{
+		{Parallel{Strategy: "fsdp3"}, "unknown strategy"},
+		{Parallel{Strategy: Single, GPUs: 2}, "one GPU"},
+		{Parallel{Strategy: DDP, GPUs: -1}, "gpus must be"},
+		{Parallel{Strategy: DDP, Sharding: ShardGradOp}, "FSDP's"},
+		{Parallel{Strategy: FSDP2, Sharding: NoShard}, "always shards"},
+		{Parallel{Strategy: DDP, Offload: true}, "offload"},
+		{Parallel{Strategy: ZeRO2, OffloadParams: true}, "zero3"},
+		{Parallel{Strategy: FSDP, BucketView: true}, "DDP's"},
+		{Parallel{Strategy: DDP, BucketMB: -1}, "bucket size"},
+	} {
+		_, err := (Setup{Parallel: c.p}).Normalize()
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%+v: error %v, want %q", c.p, err, c.want)
+		}
+	}
+	if _, err := ParseStrategy("DeepSpeed_Stage_3"); err != nil {
+		t.Error(err)
+	}
+}
