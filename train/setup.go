@@ -281,7 +281,7 @@ type Setup struct {
 	// Parallel spreads the step over data-parallel ranks (DDP, FSDP,
 	// ZeRO); the zero value is one GPU.
 	Parallel Parallel
-	Profile    *profile.Profile
+	Profile  *profile.Profile
 }
 
 // Normalize fills defaults and checks values.

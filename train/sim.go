@@ -41,7 +41,7 @@ type paramState struct {
 	lshape graph.Shape
 	// ugrad is the unsharded gradient waiting for the unit's
 	// reduce-scatter (sharded gradients only).
-	ugrad *storage
+	ugrad   *storage
 	grad    *storage // .grad, nil when unset
 	state   []*storage
 	pending *storage // gradient waiting in AccumulateGrad's input buffer
