@@ -153,6 +153,10 @@ type Answer struct {
 	// Margin is the headroom the plans were held to.
 	Margin      int64
 	GlobalBatch int64
+	// Untimed: no step times (data parallelism, whose communication the
+	// step-time model does not know); the plans are ranked by the fewest
+	// changes.
+	Untimed bool
 }
 
 // combo is a candidate without its accumulation.
@@ -224,6 +228,12 @@ func Run(o Options) (*Answer, error) {
 		return nil, err
 	}
 	o.Base.Setup = s
+	untimed := s.Parallel.On()
+	if untimed {
+		// the step-time model knows no communication: rank by the
+		// fewest changes instead
+		o.Objective = FewestChanges
+	}
 	if o.Base.Config.Batch <= 0 {
 		return nil, fmt.Errorf("batch size must be positive, got %d", o.Base.Config.Batch)
 	}
@@ -237,7 +247,7 @@ func Run(o Options) (*Answer, error) {
 		o.Base.Config.Seq = o.Base.Source.DefaultSeq()
 	}
 	pl := &planner{o: o, graphs: map[int64]*graph.Graph{}, runs: map[train.Precision][]train.OpRun{}, runsOn: map[train.Precision]*graph.Graph{},
-		ans: &Answer{Margin: o.Margin, GlobalBatch: o.GlobalBatch}, allow: map[Lever]bool{}, src: o.Base.Source,
+		ans: &Answer{Margin: o.Margin, GlobalBatch: o.GlobalBatch, Untimed: untimed}, allow: map[Lever]bool{}, src: o.Base.Source,
 		seen: map[Candidate]*Plan{}, dead: map[deadKey]int{}, aligned: map[alignKey][]train.OpRun{}}
 	levers := o.Levers
 	if len(levers) == 0 {
@@ -359,6 +369,9 @@ func (pl *planner) noteNeed(need int64, c Candidate) {
 // timeOf predicts the step time of a candidate without simulating its
 // memory: the op records of its precision are the same at every batch.
 func (pl *planner) timeOf(c Candidate) (float64, error) {
+	if pl.ans.Untimed {
+		return 0, nil
+	}
 	runs, ok := pl.runs[c.Precision]
 	if !ok {
 		return 0, fmt.Errorf("internal: no op records for %s", c.Precision)
@@ -479,7 +492,17 @@ func (pl *planner) staticBytes(p train.Precision, params, trainable int64) int64
 			copies++
 		}
 	}
-	return e*params + copies*e*trainable
+	need := e*params + copies*e*trainable
+	// Sharded over data-parallel ranks, a rank holds at least its share
+	// of each (DDP and ZeRO 1 and 2 hold more: still a lower bound); with
+	// the step offloaded, nothing of it need stay on the device.
+	if par := pl.o.Base.Setup.Parallel; par.On() {
+		if par.Offload || par.OffloadParams {
+			return 0
+		}
+		need /= int64(max(par.GPUs, 1))
+	}
+	return need
 }
 
 func (pl *planner) run() error {

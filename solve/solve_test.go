@@ -162,6 +162,28 @@ func BenchmarkMaxBatchLlama3_70B(b *testing.B) {
 	}
 }
 
+// BenchmarkMaxBatchLlama3_70BFSDP is the same model sharded for real:
+// FSDP FULL_SHARD over 8 H100s with the step on the host (CPU offload),
+// bf16, checkpointing every block, at seq 4096 — the per-rank prediction
+// each probe of the search makes (target: the single-GPU targets, under a
+// second on one core).
+func BenchmarkMaxBatchLlama3_70BFSDP(b *testing.B) {
+	r := request(b, "Llama-3-70B", "h100-80gb")
+	r.Config.Seq = 4096
+	r.Setup.Precision = train.TrueBF16
+	r.Setup.Checkpoint = train.FullCheckpoint
+	r.Setup.Parallel = train.Parallel{Strategy: train.FSDP, GPUs: 8, Offload: true}
+	for i := 0; i < b.N; i++ {
+		ans, err := MaxBatch(r, 0)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if ans.Max < 1 {
+			b.Fatal("nothing fits")
+		}
+	}
+}
+
 // maxbatch answers for every zoo member: a batch that fits with the next
 // one not fitting, or nothing fits (70B-class models on one 80 GB GPU).
 // Sequence models run at a short sequence to keep the test fast.

@@ -299,7 +299,7 @@ func writePlan(w io.Writer, r predict.Request, o plan.Options, ans *plan.Answer)
 	fmt.Fprintln(w)
 	if len(ans.Best) > 0 {
 		title := "plans that fit, fastest first"
-		if o.Objective == plan.FewestChanges {
+		if o.Objective == plan.FewestChanges || ans.Untimed {
 			title = "smallest changes that fit"
 		}
 		fmt.Fprintln(w, title+":")
@@ -307,6 +307,10 @@ func writePlan(w io.Writer, r predict.Request, o plan.Options, ans *plan.Answer)
 	}
 	fmt.Fprintf(w, "\n%s simulated; %s ruled out without simulation (--json lists every one)\n",
 		plural(len(ans.Evaluated), "plan"), plural(len(ans.Pruned), "combination"))
+	if ans.Untimed {
+		fmt.Fprintln(w, "step times are not predicted under data parallelism (the model knows no communication); the plans are ranked by the fewest changes")
+		return
+	}
 	fmt.Fprintln(w, "step times are a roofline bound from the GPU's datasheet rates: use them to rank plans (docs/accuracy.md)")
 }
 
@@ -325,7 +329,7 @@ func writePlanTable(w io.Writer, ans *plan.Answer, plans []*plan.Plan) {
 			exp = "yes"
 		}
 		line := fmt.Sprintf("  %d\t%d × %d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t", i+1, p.MicroBatch, p.Accumulate, p.Precision, p.Checkpoint, p.Impl, exp,
-			fmtBytes(res.Timeline.PeakReserved), fmtBytes(res.DeviceTotal), fmtSeconds(p.Seconds), fmtRate(p.Throughput()))
+			fmtBytes(res.Timeline.PeakReserved), fmtBytes(res.DeviceTotal), secondsOrDash(p.Seconds), rateOrDash(p.Throughput()))
 		if seq {
 			line += fmtRate(res.Time.TokensPerSecond()) + "\t"
 		}
@@ -379,4 +383,19 @@ func plural(n int, word string) string {
 		return "1 " + word
 	}
 	return fmt.Sprintf("%d %ss", n, word)
+}
+
+// secondsOrDash prints a step time, or "-" where none is predicted.
+func secondsOrDash(s float64) string {
+	if s <= 0 {
+		return "-"
+	}
+	return fmtSeconds(s)
+}
+
+func rateOrDash(r float64) string {
+	if r <= 0 {
+		return "-"
+	}
+	return fmtRate(r)
 }
