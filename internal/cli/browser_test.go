@@ -277,6 +277,46 @@ func TestBrowserPredict(t *testing.T) {
 	if tp != "589,824 of 125,029,632" {
 		t.Errorf("trainable parameters with LoRA shown as %q", tp)
 	}
+
+	// FSDP over 8 GPUs from the form: the page shows one rank's
+	// parameters, as the API computes them.
+	err = chromedp.Do(ctx,
+		chromedp.SetValue(chromedp.CSS("#lora"), "0"),
+		chromedp.SetValue(chromedp.CSS("#strategy"), "fsdp"),
+		chromedp.SetValue(chromedp.CSS("#gpus"), "8"),
+		chromedp.Evaluate[chromedp.Void](`document.querySelector("#gpus").dispatchEvent(new Event("input", {bubbles: true}))`),
+		chromedp.WaitVisible(chromedp.CSS(`#results[data-state="ready"][data-request*='"strategy":"fsdp"'][data-request*='"gpus":"8"']`)),
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	shown, err := chromedp.Run(ctx, chromedp.AttributeValue(chromedp.CSS(`[data-field="parameters_bytes"]`), "data-bytes"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	reqJSON, err := chromedp.Run(ctx, chromedp.AttributeValue(chromedp.CSS("#results"), "data-request"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sent map[string]string
+	if err := json.Unmarshal([]byte(reqJSON.Value), &sent); err != nil {
+		t.Fatalf("data-request %q: %v", reqJSON.Value, err)
+	}
+	args := []string{"estimate", "--json"}
+	for k, v := range sent {
+		args = append(args, "--"+k+"="+v)
+	}
+	out, errs, code := run(args...)
+	if code != 0 {
+		t.Fatalf("estimate: %s", errs)
+	}
+	var want EstimateJSON
+	if err := json.Unmarshal([]byte(out), &want); err != nil {
+		t.Fatal(err)
+	}
+	if shown.Value != strconv.FormatInt(want.ParametersBytes, 10) || want.Strategy != "fsdp" {
+		t.Errorf("FSDP parameters shown %s, the command line says %d", shown.Value, want.ParametersBytes)
+	}
 }
 
 func TestBrowserUploads(t *testing.T) {

@@ -133,6 +133,9 @@ func strategyNames() string {
 // parallel reads the data-parallel flags.
 func (j *jobFlags) parallel() (train.Parallel, error) {
 	var p train.Parallel
+	if j.gpus < 1 {
+		return p, usagef("--gpus must be at least 1, got %d", j.gpus)
+	}
 	strat, err := train.ParseStrategy(j.strategy)
 	if err != nil {
 		return p, usagef("--strategy: %v", err)

@@ -128,6 +128,8 @@ function jobFields() {
     f.lora = $("#lora").value;
     f["lora-targets"] = $("#lora-targets").value;
   }
+  if (Number($("#gpus").value) > 1) f.gpus = $("#gpus").value;
+  if ($("#strategy").value) f.strategy = $("#strategy").value;
   if (!uploaded) f.model = $("#model").value;
   return f;
 }

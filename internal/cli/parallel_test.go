@@ -1,0 +1,50 @@
+package cli
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+// One rank of FSDP over 8 GPUs holds an eighth of each of the seed MLP's
+// tensors (ceil(n/8) elements of the flat parameter), in float32: 784·1024
+// and 3·1024·1024 weights, four 1024 biases, a 10×1024 head and its 10
+// biases (ceil(10/8) = 2) — 495,364 elements, 1,981,456 bytes.
+func TestEstimateFSDPJSON(t *testing.T) {
+	out, errs, code := run("estimate", "mlp", "--batch", "32", "--gpus", "8", "--strategy", "fsdp", "--optimizer", "sgd", "--json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	var got EstimateJSON
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatal(err)
+	}
+	shard := int64(784*1024/8 + 3*1024*1024/8 + 4*1024/8 + 10*1024/8 + 2)
+	if got.Strategy != "fsdp" || got.GPUs != 8 || got.Sharding != "full" || got.ParametersBytes != 4*shard {
+		t.Errorf("strategy %q on %d, sharding %q, parameters %d; want fsdp on 8, full, %d", got.Strategy, got.GPUs, got.Sharding, got.ParametersBytes, 4*shard)
+	}
+	if got.Time != nil {
+		t.Error("a step time under data parallelism, whose communication is not modelled")
+	}
+}
+
+func TestParallelFlagErrors(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--strategy", "fdsp"}, "unknown strategy"},
+		{[]string{"--strategy", "ddp", "--sharding", "grad-op"}, "FSDP's"},
+		{[]string{"--gpus", "0"}, "--gpus must be"},
+		{[]string{"--strategy", "single", "--gpus", "4"}, "one GPU"},
+		{[]string{"--strategy", "ddp", "--offload"}, "offload"},
+		{[]string{"--strategy", "zero2", "--offload-params"}, "zero3"},
+		{[]string{"--reduce-bucket", "-1", "--strategy", "zero2"}, "--reduce-bucket"},
+		{[]string{"--bucket-mb", "0"}, "--bucket-mb"},
+	} {
+		_, errs, code := run(append([]string{"estimate", "mlp"}, c.args...)...)
+		if code != 2 || !strings.Contains(errs, c.want) {
+			t.Errorf("%v: exit %d, %q; want 2 and %q", c.args, code, errs, c.want)
+		}
+	}
+}
