@@ -192,6 +192,28 @@ func (b *Builder) Input(name string, s Shape, dt DType) TensorID {
 	return id
 }
 
+// Received declares a floating input that requires grad: activations a
+// pipeline stage receives from the previous one, whose gradient backward
+// computes and sends back. Its dtype is the model's at run time.
+func (b *Builder) Received(name string, s Shape) TensorID {
+	if b.err != nil {
+		return None
+	}
+	id := b.newTensor(name, s.Clone(), b.ParamDT, Input, None, true, true)
+	b.g.Inputs = append(b.g.Inputs, id)
+	return id
+}
+
+// Output makes x the tensor backward starts from, in place of a loss: a
+// pipeline stage's output, whose gradient arrives from the next stage (the
+// seed of backward is a tensor of x's shape).
+func (b *Builder) Output(name string, x TensorID) {
+	if b.err != nil || !b.ok(x) {
+		return
+	}
+	b.g.Loss = x
+}
+
 // Target declares a target tensor of the loss.
 func (b *Builder) Target(name string, s Shape, dt DType) TensorID {
 	if b.err != nil {

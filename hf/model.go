@@ -135,6 +135,10 @@ func (m *Model) Build(c models.Config) (*graph.Graph, error) {
 	return models.BuildTransformer(m.name, m.Config.Transformer, c)
 }
 
+// ModelParallel reports that the model can be split for tensor and
+// pipeline parallelism (models.BuildTransformer checks the architecture).
+func (m *Model) ModelParallel() bool { return true }
+
 // DefaultSeq is the sequence length used when none is given (see Open).
 func (m *Model) DefaultSeq() int64 { return m.Config.DefaultSeq }
 

@@ -22,6 +22,61 @@ type Config struct {
 	// Adapters freeze parameters and add LoRA adapters (nil: full
 	// training); builders pass them to their graph.Builder.
 	Adapters *graph.Adapters
+	// TP is the tensor-parallel degree: the graph is one rank's share of
+	// Megatron-style column and row splits (0 or 1: none). SP adds
+	// sequence parallelism to it.
+	TP int64
+	SP bool
+	// PP is the number of pipeline stages and Stage this graph's (0 ≤
+	// Stage < PP); StageLayers, when given, is each stage's number of
+	// layers (an uneven split), otherwise the layers are split evenly with
+	// the remainder on the first stages.
+	PP, Stage   int64
+	StageLayers []int64
+}
+
+// StageRange is the layers [lo, hi) of stage s of a model of n layers
+// split over pp stages: StageLayers when given, otherwise evenly, the
+// first n mod pp stages taking one more.
+func (c Config) StageRange(n int64) (lo, hi int64, err error) {
+	pp := max(c.PP, 1)
+	if c.Stage < 0 || c.Stage >= pp {
+		return 0, 0, fmt.Errorf("stage %d is outside 0…%d", c.Stage, pp-1)
+	}
+	if len(c.StageLayers) > 0 {
+		if int64(len(c.StageLayers)) != pp {
+			return 0, 0, fmt.Errorf("%d stage sizes given for %d stages", len(c.StageLayers), pp)
+		}
+		var sum int64
+		for i, l := range c.StageLayers {
+			if l < 0 {
+				return 0, 0, fmt.Errorf("stage %d has %d layers", i, l)
+			}
+			if int64(i) < c.Stage {
+				lo += l
+			}
+			sum += l
+		}
+		if sum != n {
+			return 0, 0, fmt.Errorf("the stage sizes add up to %d layers, the model has %d", sum, n)
+		}
+		return lo, lo + c.StageLayers[c.Stage], nil
+	}
+	if pp > n {
+		return 0, 0, fmt.Errorf("%d pipeline stages for %d layers", pp, n)
+	}
+	per, rem := n/pp, n%pp
+	for s := int64(0); s < c.Stage; s++ {
+		lo += per
+		if s < rem {
+			lo++
+		}
+	}
+	hi = lo + per
+	if c.Stage < rem {
+		hi++
+	}
+	return lo, hi, nil
 }
 
 // Dim names a dimension a solver may vary.

@@ -201,7 +201,23 @@ func BuildTransformer(name string, tc TransformerConfig, c Config) (*graph.Graph
 	if err := tc.check(arch, c); err != nil {
 		return nil, fmt.Errorf("building %s: %w", name, err)
 	}
-	t := &hfBuilder{b: graph.NewBuilder(name), tc: tc, B: c.Batch, L: c.Seq, dt: tc.DType, eagerMask: graph.None}
+	t := &hfBuilder{b: graph.NewBuilder(name), tc: tc, B: c.Batch, L: c.Seq, dt: tc.DType, eagerMask: graph.None, hi: tc.Layers, first: true, last: true}
+	if c.TP > 1 || c.PP > 1 {
+		if !tensorParallelArchs[tc.Arch] {
+			return nil, fmt.Errorf("building %s: tensor and pipeline parallelism are built for the Llama family (llama, mistral, qwen2, gemma, phi3), not model_type %s", name, tc.Arch)
+		}
+	}
+	if c.TP > 1 {
+		if t.tc, err = tc.tensorParallel(c.TP); err != nil {
+			return nil, fmt.Errorf("building %s: %w", name, err)
+		}
+	}
+	if c.PP > 1 {
+		if t.lo, t.hi, err = c.StageRange(tc.Layers); err != nil {
+			return nil, fmt.Errorf("building %s: %w", name, err)
+		}
+		t.first, t.last = c.Stage == 0, c.Stage == c.PP-1
+	}
 	t.b.ParamDT = tc.DType
 	t.b.Adapters = c.Adapters
 	arch.build(t)
@@ -409,6 +425,41 @@ type hfBuilder struct {
 	// eagerMask is the additive mask the eager attention path adds to the
 	// scores (None when there is none).
 	eagerMask graph.TensorID
+	// lo and hi are the layers this pipeline stage builds; first and last
+	// say whether it embeds the tokens and computes the loss.
+	lo, hi      int64
+	first, last bool
+}
+
+// tensorParallelArchs are the architectures whose builder splits by
+// heads, kv heads, intermediate size and vocabulary alone.
+var tensorParallelArchs = map[string]bool{"llama": true, "mistral": true, "qwen2": true, "gemma": true, "phi3": true}
+
+// tensorParallel is one rank's share of Megatron-LM's tensor parallelism
+// of degree t: the query, key, value, gate and up projections are
+// column-parallel (their output features split t ways: heads/t, kv
+// heads/t, intermediate/t), the output and down projections row-parallel
+// (their input features split, their outputs whole after an in-place
+// all-reduce), the embedding and the head vocabulary-parallel (vocab/t
+// rows; the loss over the rank's vocabulary slice), the norms replicated.
+// Head size and hidden size stay. A vocabulary not divisible by t is
+// padded up to the next multiple, as Megatron pads it.
+func (tc TransformerConfig) tensorParallel(t int64) (TransformerConfig, error) {
+	kv := tc.kvHeads()
+	switch {
+	case tc.Heads%t != 0:
+		return tc, fmt.Errorf("tensor parallelism %d does not divide %d attention heads", t, tc.Heads)
+	case kv%t != 0:
+		return tc, fmt.Errorf("tensor parallelism %d does not divide %d key/value heads (Megatron splits the query groups)", t, kv)
+	case tc.intermediate()%t != 0:
+		return tc, fmt.Errorf("tensor parallelism %d does not divide the intermediate size %d", t, tc.intermediate())
+	}
+	tc.HeadDim = tc.headDim()
+	tc.Intermediate = tc.intermediate() / t
+	tc.Heads /= t
+	tc.KVHeads = kv / t
+	tc.VocabSize = (tc.VocabSize + t - 1) / t
+	return tc, nil
 }
 
 // hfLinear is an nn.Linear's parameters, created in module registration

@@ -31,13 +31,26 @@ import "github.com/batchfit/batchfit/graph"
 // rule of the step simulator must reproduce these.
 func (t *hfBuilder) llama() {
 	b, tc := t.b, t.tc
-	ids := b.Input("input_ids", graph.Shape{t.B, t.L}, graph.I64)
-	labels := b.Target("labels", graph.Shape{t.B, t.L}, graph.I64)
+	var ids, labels graph.TensorID
+	if t.first {
+		ids = b.Input("input_ids", graph.Shape{t.B, t.L}, graph.I64)
+	} else {
+		// a later pipeline stage starts from the hidden states it
+		// receives, which require grad (their gradient is sent back)
+		ids = b.Received("hidden_states", graph.Shape{t.B, t.L, tc.Hidden})
+	}
+	if t.last {
+		labels = b.Target("labels", graph.Shape{t.B, t.L}, graph.I64)
+	}
 	rot := tc.headDim()
 	var embed, h graph.TensorID
+	embed = graph.None
 	b.Scope("model", func() {
-		embed = t.embedding("embed_tokens", tc.VocabSize, tc.Hidden)
-		h = b.EmbeddingWith("embed_tokens", ids, embed)
+		h = ids
+		if t.first {
+			embed = t.embedding("embed_tokens", tc.VocabSize, tc.Hidden)
+			h = b.EmbeddingWith("embed_tokens", ids, embed)
+		}
 		// LlamaRotaryEmbedding: inv_freq [D/2] float32 buffer
 		// (persistent=False); cos and sin are computed per forward under
 		// no_grad in float32 and returned .to(x.dtype).
@@ -49,17 +62,26 @@ func (t *hfBuilder) llama() {
 			// finfo.min), a [B, 1, L, L] tensor in the model's dtype.
 			t.eagerMask = t.hfConst("causal_mask", h, graph.Shape{t.B, 1, t.L, t.L}, t.dt)
 		}
-		if tc.Arch == "gemma" {
+		if tc.Arch == "gemma" && t.first {
 			// hidden_states * torch.tensor(hidden_size**0.5, dtype)
 			h = b.Scale("normalizer", h)
 		}
-		for i := int64(0); i < tc.Layers; i++ {
+		for i := t.lo; i < t.hi; i++ {
 			b.Block("layers."+itoa(i), func() { h = t.llamaLayer(h, cos, sin) })
 		}
-		h = b.RMSNorm("norm", h)
+		if t.last {
+			h = b.RMSNorm("norm", h)
+		}
 	})
+	if !t.last {
+		// the stage's output is sent on; its gradient comes back
+		b.Output("send", h)
+		return
+	}
 	head := embed
-	if !tc.TieEmbeddings {
+	if !tc.TieEmbeddings || !t.first {
+		// a last stage without the embedding keeps its own copy of a
+		// tied head (Megatron's shared embedding, synced by all-reduce)
 		head = b.Param("lm_head.weight", graph.Shape{tc.VocabSize, tc.Hidden})
 	}
 	t.causalLMLoss(t.lmHead("lm_head", h, head, graph.None), labels)

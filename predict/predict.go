@@ -34,8 +34,13 @@ func (z Zoo) Build(c models.Config) (*graph.Graph, error) {
 	}
 	return z.M.Build(c)
 }
-func (z Zoo) DefaultSeq() int64  { return z.M.DefaultSeq }
-func (z Zoo) Dims() []models.Dim { return z.M.Dims }
+func (z Zoo) DefaultSeq() int64 { return z.M.DefaultSeq }
+
+// ModelParallel reports that the zoo entry's builder splits for tensor
+// and pipeline parallelism (the transformers family; the builder checks
+// the architecture).
+func (z Zoo) ModelParallel() bool { return z.M.Family == "transformers" }
+func (z Zoo) Dims() []models.Dim  { return z.M.Dims }
 
 // Request is one prediction.
 type Request struct {
@@ -92,6 +97,9 @@ type Result struct {
 	// Note is what the source says about itself (a checkpoint's stored
 	// dtype and parameter count), when it has a Note method.
 	Note string
+	// Stages are every pipeline stage's figures when the request named
+	// no stage; the Result is then the stage that fits worst.
+	Stages []StageResult
 	// Time is the predicted time of one optimizer step (of the first
 	// step's batch size in a schedule); nil when the GPU's rates are not
 	// known.
@@ -103,6 +111,15 @@ func Run(r Request) (*Result, error) {
 	if r.Source == nil {
 		return nil, fmt.Errorf("no model given")
 	}
+	if r.Config.TP > 1 || r.Config.PP > 1 {
+		mp, ok := r.Source.(interface{ ModelParallel() bool })
+		if !ok || !mp.ModelParallel() {
+			return nil, fmt.Errorf("%s: tensor and pipeline parallelism are built for Hugging Face decoder models of the Llama family", r.Source.Name())
+		}
+	}
+	if r.Config.PP > 1 && r.Config.Stage < 0 {
+		return runStages(r)
+	}
 	if r.Config.Batch <= 0 && len(r.Schedule) == 0 {
 		return nil, fmt.Errorf("batch size must be positive, got %d", r.Config.Batch)
 	}
@@ -113,6 +130,9 @@ func Run(r Request) (*Result, error) {
 	}
 	if r.Config.Seq == 0 {
 		r.Config.Seq = r.Source.DefaultSeq()
+	}
+	if r.Config.PP > 1 {
+		r.Setup.Stages, r.Setup.Stage = int(r.Config.PP), int(r.Config.Stage)
 	}
 	setup, err := r.Setup.Normalize()
 	if err != nil {
@@ -221,4 +241,39 @@ func (r *Result) Headroom() int64 {
 		return r.GPU.Capacity - r.Context - r.Timeline.OOM.Reserved - r.Timeline.OOM.AllocSize
 	}
 	return r.GPU.Capacity - r.DeviceTotal
+}
+
+// StageResult is one pipeline stage's answer.
+type StageResult struct {
+	Stage                       int64
+	Params                      int64
+	PeakAllocated, PeakReserved int64
+	DeviceTotal                 int64
+	Fits                        bool
+}
+
+// runStages predicts every stage of a pipeline and answers with the one
+// that fits worst: the first that does not fit, or the one with the
+// largest device total.
+func runStages(r Request) (*Result, error) {
+	var worst *Result
+	var stages []StageResult
+	for s := int64(0); s < r.Config.PP; s++ {
+		q := r
+		q.Config.Stage = s
+		res, err := Run(q)
+		if err != nil {
+			return nil, fmt.Errorf("stage %d: %w", s, err)
+		}
+		stages = append(stages, StageResult{Stage: s, Params: res.Summary.ParamCount, PeakAllocated: res.Timeline.PeakAllocated,
+			PeakReserved: res.Timeline.PeakReserved, DeviceTotal: res.DeviceTotal, Fits: res.Fits})
+		switch {
+		case worst == nil,
+			worst.Fits && !res.Fits,
+			worst.Fits == res.Fits && res.DeviceTotal > worst.DeviceTotal:
+			worst = res
+		}
+	}
+	worst.Stages = stages
+	return worst, nil
 }

@@ -40,6 +40,11 @@ type micro struct {
 	// the first step only); run is the op being run.
 	ops []OpRun
 	run OpRun
+	// pipelined: a pipeline stage's micro-batch, which keeps its batch
+	// (and, on the last stage, its loss) until its own backward
+	pipelined bool
+	batch     []*storage
+	out       *storage
 }
 
 type inputCast struct {
@@ -125,6 +130,10 @@ func (m *micro) loadBatch() {
 			sim.sum.BatchDataBytes += st.bytes
 		}
 	}
+	if m.pipelined {
+		m.batch = batch
+		return
+	}
 	for _, st := range sim.batch {
 		sim.unref(st)
 	}
@@ -171,6 +180,16 @@ func (m *micro) forward() {
 		if units && u >= 0 && m.plan.unitLast[u] == int32(i) && m.reshardAfterForward(u) {
 			m.reshard(u)
 		}
+	}
+	if m.pipelined {
+		// the schedule keeps the loss until this micro-batch's
+		// backward; an output is sent and deallocated at once
+		if m.g.Tensor(m.g.Loss).Shape.Numel() == 1 {
+			m.out = m.val[m.g.Loss].st
+		} else {
+			sim.unref(m.val[m.g.Loss].st)
+		}
+		return
 	}
 	// The loss stays referenced by the training loop until the next
 	// iteration rebinds it.
@@ -279,7 +298,7 @@ func (m *micro) backward() {
 		return
 	}
 	sim.site = sim.tr.Site("loss.backward")
-	if sim.s.Precision == Mixed16 {
+	if sim.s.Precision == Mixed16 && m.g.Tensor(loss).Shape.Numel() == 1 {
 		m.scaleLoss()
 	}
 	// torch.autograd.backward seeds the graph with ones_like(loss), made

@@ -306,3 +306,58 @@ func TestParallelErrors(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// stageMLP is one pipeline stage of an MLP: it receives [B, H] hidden
+// states, runs Linear(H, H) and ReLU, and sends the result on.
+func stageMLP(t testing.TB, batch, h int64) *graph.Graph {
+	b := graph.NewBuilder("stage")
+	x := b.Received("hidden", graph.Shape{batch, h})
+	b.Block("layer", func() {
+		x = b.Linear("linear", x, h, true)
+		x = b.Act(graph.ReLU, "relu", x, false)
+	})
+	b.Output("send", x)
+	g, err := b.Graph()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
+// 1F1B keeps p−s micro-batches in flight on stage s: each holds what it
+// received (kept by the Linear for its weight's gradient) and the ReLU's
+// output (saved by the ReLU, so not freed when sent), B·H·4 bytes each.
+// With 8 micro-batches over 4 stages, stage 0 peaks at 4 of them, stage 3
+// at 1; at the peak the forward in progress also holds its Linear's output
+// until the ReLU has made its own (one more B·H·4).
+func TestPipelineInFlight(t *testing.T) {
+	const B, H, p, m = 16, 256, 4, 8
+	one := int64(B * H * 4)
+	for s := 0; s < p; s++ {
+		g := stageMLP(t, B, H)
+		tr, _, err := Simulate(g, Setup{Optimizer: Optimizer{Kind: SGD}, Accumulate: m, Stages: p, Stage: s})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var cur, most int64
+		live := map[int64]trace.Event{}
+		for _, e := range tr.Events {
+			switch e.Action {
+			case trace.Alloc:
+				live[e.ID] = e
+				if e.Category == trace.Activation || e.Category == trace.Batch {
+					cur += e.Size
+					most = max(most, cur)
+				}
+			case trace.Free:
+				if a := live[e.ID]; a.Category == trace.Activation || a.Category == trace.Batch {
+					cur -= a.Size
+				}
+				delete(live, e.ID)
+			}
+		}
+		if want := int64(p-s)*2*one + one; most != want {
+			t.Errorf("stage %d: at most %d bytes of received inputs and activations, want %d micro-batches' worth (%d)", s, most, p-s, want)
+		}
+	}
+}

@@ -281,7 +281,11 @@ type Setup struct {
 	// Parallel spreads the step over data-parallel ranks (DDP, FSDP,
 	// ZeRO); the zero value is one GPU.
 	Parallel Parallel
-	Profile  *profile.Profile
+	// Stages and Stage place the graph in a pipeline of Stages stages
+	// run with the 1F1B schedule; Accumulate is then the number of
+	// micro-batches of a step (0 or 1 stages: no pipeline).
+	Stages, Stage int
+	Profile       *profile.Profile
 }
 
 // Normalize fills defaults and checks values.
@@ -336,6 +340,9 @@ func (s Setup) Normalize() (Setup, error) {
 	}
 	if s.Parallel, err = s.Parallel.normalize(); err != nil {
 		return s, err
+	}
+	if s.Stages < 0 || s.Stages > 1<<12 || s.Stages > 1 && (s.Stage < 0 || s.Stage >= s.Stages) {
+		return s, fmt.Errorf("pipeline stage %d of %d: want 0 ≤ stage < stages ≤ 4096", s.Stage, s.Stages)
 	}
 	if s.Parallel.On() && s.CPU {
 		return s, fmt.Errorf("the CPU cross-check runs on one device, not %s", s.Parallel)

@@ -419,6 +419,10 @@ func (sim *Simulator) Step(g *graph.Graph) error {
 	if err := sim.checkParams(g); err != nil {
 		return err
 	}
+	if sim.s.Stages > 1 {
+		sim.pipelineStep(g)
+		return sim.endStep()
+	}
 	var evAt, idAt [5]int64
 	for m := 0; m < sim.s.Accumulate; m++ {
 		if m < len(evAt) {
@@ -448,6 +452,14 @@ func (sim *Simulator) Step(g *graph.Graph) error {
 		}
 	}
 	sim.collecting, sim.collected = false, sim.collected[:0]
+	return sim.endStep()
+}
+
+// endStep is the optimizer step and zero_grad that close a step.
+func (sim *Simulator) endStep() error {
+	if sim.err != nil {
+		return sim.err
+	}
 	sim.ctx, sim.bctx = fwdCtx{}, bwdCtx{} // drop the last op's micro-batch state
 	sim.optimizerStep()
 	sim.zeroGrad()
@@ -573,4 +585,59 @@ func (ps *paramState) optShape() graph.Shape {
 		return ps.lshape
 	}
 	return ps.shape
+}
+
+// pipelineStep runs one step of a pipeline stage with the 1F1B schedule
+// (Megatron-LM's forward_backward_pipelining_without_interleaving): stage
+// s of p runs min(p−s−1, m) warm-up forwards, then alternates one forward
+// and one backward, then drains the backwards, so at most p−s
+// micro-batches are in flight. Each keeps what it received (and, on the
+// first stage, its batch) until its backward; a stage's output is freed
+// once sent (deallocate_output_tensor) unless autograd saved it, and the
+// gradient received for it is the seed of its backward.
+func (sim *Simulator) pipelineStep(g *graph.Graph) {
+	n := sim.s.Accumulate
+	warm := min(sim.s.Stages-sim.s.Stage-1, n)
+	var inflight []*micro
+	done := 0
+	fwd := func() {
+		mb := newMicro(sim, g)
+		mb.pipelined = true
+		first := sim.stepsDone == 0 && done == 0 && len(inflight) == 0
+		if first {
+			mb.ops = make([]OpRun, len(g.Ops))
+			sim.sum.Ops = mb.ops
+		}
+		mb.loadBatch()
+		mb.forward()
+		if first {
+			mb.measureSaved()
+		}
+		mb.exitAutocast()
+		inflight = append(inflight, mb)
+	}
+	bwd := func() {
+		mb := inflight[0]
+		inflight = inflight[1:]
+		mb.backward()
+		for _, st := range mb.batch {
+			sim.unref(st)
+		}
+		mb.batch = nil
+		if mb.out != nil {
+			sim.unref(mb.out)
+			mb.out = nil
+		}
+		done++
+	}
+	for i := 0; i < warm && sim.err == nil; i++ {
+		fwd()
+	}
+	for i := warm; i < n && sim.err == nil; i++ {
+		fwd()
+		bwd()
+	}
+	for len(inflight) > 0 && sim.err == nil {
+		bwd()
+	}
 }

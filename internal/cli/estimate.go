@@ -161,6 +161,12 @@ func setupLine(res *predict.Result) string {
 	case s.Checkpoint.On():
 		parts = append(parts, "checkpointing "+s.Checkpoint.String())
 	}
+	if c := res.Config; c.TP > 1 {
+		parts = append(parts, fmt.Sprintf("tensor parallel %d", c.TP))
+	}
+	if c := res.Config; c.PP > 1 {
+		parts = append(parts, fmt.Sprintf("pipeline stage %d of %d (1F1B, %d micro-batches)", c.Stage, c.PP, s.Accumulate))
+	}
 	if s.Parallel.On() {
 		parts = append(parts, s.Parallel.String()+" (one rank)")
 	}
@@ -206,7 +212,21 @@ func writeEstimate(w io.Writer, res *predict.Result, batches []int64) {
 		// never under-predict silently
 		fmt.Fprintln(w, "note: PEFT 0.12 and later keep LoRA adapters in float32 on a half-precision base and cast their input to float32 (autocast_adapter_dtype); batchfit builds them in the base's dtype, so expect somewhat more memory than shown")
 	}
-	if res.Setup.Parallel.On() {
+	if len(res.Stages) > 0 {
+		fmt.Fprintln(w)
+		fmt.Fprintln(w, "every pipeline stage (the breakdown is the one that fits worst):")
+		st := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(st, "  stage	parameters	peak allocated	peak reserved	device total	fits	")
+		for _, s := range res.Stages {
+			fits := "yes"
+			if !s.Fits {
+				fits = "no"
+			}
+			fmt.Fprintf(st, "  %d	%s	%s	%s	%s	%s	\n", s.Stage, commas(s.Params), fmtBytes(s.PeakAllocated), fmtBytes(s.PeakReserved), fmtBytes(s.DeviceTotal), fits)
+		}
+		st.Flush()
+	}
+	if res.Setup.Parallel.On() || res.Config.TP > 1 || res.Config.PP > 1 {
 		// never under-predict silently
 		fmt.Fprintln(w, "note: NCCL's communication buffers are allocated outside PyTorch's allocator and are not in these figures; nvidia-smi shows them on top of the device total")
 	}

@@ -77,6 +77,11 @@ type jobFlags struct {
 	bucketView    bool
 	reduceBucket  float64
 	prefetch      float64
+	// model parallelism
+	tp          int64
+	pp          int64
+	stage       int64
+	stageLayers string
 }
 
 func (j *jobFlags) register(fs *flag.FlagSet, batchDefault string) {
@@ -120,6 +125,42 @@ func (j *jobFlags) register(fs *flag.FlagSet, batchDefault string) {
 	fs.BoolVar(&j.bucketView, "bucket-view", false, "DDP's gradient_as_bucket_view")
 	fs.Float64Var(&j.reduceBucket, "reduce-bucket", 5e8, "ZeRO's reduce_bucket_size (elements)")
 	fs.Float64Var(&j.prefetch, "prefetch-bucket", 5e7, "ZeRO-3's stage3_prefetch_bucket_size (elements; 0: no prefetch)")
+	fs.Int64Var(&j.tp, "tp", 1, "tensor parallelism (Megatron's column and row splits; Llama-family models)")
+	fs.Int64Var(&j.pp, "pp", 1, "pipeline stages (1F1B; --accumulate is the micro-batches of a step)")
+	fs.Int64Var(&j.stage, "stage", -1, "the pipeline stage to predict (default: every stage, answering with the one that fits worst)")
+	fs.StringVar(&j.stageLayers, "stage-layers", "", "each stage's number of layers, comma-separated (an uneven split; default: even)")
+}
+
+// modelParallel reads --tp, --pp, --stage and --stage-layers into c.
+func (j *jobFlags) modelParallel(c *models.Config) error {
+	switch {
+	case j.tp < 1 || j.tp > 1<<10:
+		return usagef("--tp must be between 1 and 1024, got %d", j.tp)
+	case j.pp < 1 || j.pp > 1<<10:
+		return usagef("--pp must be between 1 and 1024, got %d", j.pp)
+	case j.pp == 1 && (j.stage > 0 || j.stageLayers != ""):
+		return usagef("--stage and --stage-layers need --pp")
+	case j.stage >= j.pp || j.stage < -1:
+		return usagef("--stage %d: the stages are 0 to %d", j.stage, j.pp-1)
+	}
+	c.TP, c.PP, c.Stage = j.tp, j.pp, j.stage
+	if j.pp == 1 {
+		c.Stage = 0
+	}
+	for _, f := range strings.Split(j.stageLayers, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		n, err := strconv.ParseInt(f, 10, 64)
+		if err != nil || n < 0 || n > 1<<20 {
+			return usagef("--stage-layers: %q is not a number of layers", f)
+		}
+		c.StageLayers = append(c.StageLayers, n)
+	}
+	if len(c.StageLayers) > 0 && int64(len(c.StageLayers)) != j.pp {
+		return usagef("--stage-layers gives %d stages, --pp %d", len(c.StageLayers), j.pp)
+	}
+	return nil
 }
 
 func strategyNames() string {
@@ -314,6 +355,9 @@ func (j *jobFlags) requestFor(src predict.Source) (predict.Request, error) {
 		return r, err
 	}
 	r.Config = models.Config{Seq: j.seq, Layers: j.layers, Hidden: j.hidden, Image: j.image, Adapters: ad}
+	if err := j.modelParallel(&r.Config); err != nil {
+		return r, err
+	}
 	g, err := gpu.Lookup(j.gpu)
 	if err != nil {
 		return r, usageError{err}

@@ -40,10 +40,16 @@ type EstimateJSON struct {
 	PagedOptimizerStateBytes int64 `json:"paged_optimizer_state_bytes,omitempty"`
 	// Strategy, GPUs and Sharding describe data parallelism; the figures
 	// are one rank's.
-	Strategy           string           `json:"strategy,omitempty"`
-	GPUs               int              `json:"gpus,omitempty"`
-	Sharding           string           `json:"sharding,omitempty"`
-	GradBucketBytes    int64            `json:"grad_bucket_bytes,omitempty"`
+	Strategy        string `json:"strategy,omitempty"`
+	GPUs            int    `json:"gpus,omitempty"`
+	Sharding        string `json:"sharding,omitempty"`
+	GradBucketBytes int64  `json:"grad_bucket_bytes,omitempty"`
+	TP              int64  `json:"tp,omitempty"`
+	PP              int64  `json:"pp,omitempty"`
+	Stage           int64  `json:"stage,omitempty"`
+	// Stages are every pipeline stage's figures (when no stage was
+	// named, the rest of the answer is the stage that fits worst).
+	Stages             []StageJSON      `json:"stages,omitempty"`
 	OffloadedHostBytes int64            `json:"offloaded_host_bytes,omitempty"`
 	ActivationsBytes   int64            `json:"activations_bytes"`
 	AutocastCacheBytes int64            `json:"autocast_cache_bytes"`
@@ -120,6 +126,13 @@ func estimateJSON(res *predict.Result, batches []int64) EstimateJSON {
 	for _, c := range trace.Categories() {
 		out.AtPeak[c.String()] = tl.AtPeak[c]
 	}
+	if c := res.Config; c.TP > 1 || c.PP > 1 {
+		out.TP, out.PP, out.Stage = c.TP, c.PP, c.Stage
+		for _, st := range res.Stages {
+			out.Stages = append(out.Stages, StageJSON{Stage: st.Stage, ParamCount: st.Params, PeakAllocatedBytes: st.PeakAllocated,
+				PeakReservedBytes: st.PeakReserved, DeviceTotalBytes: st.DeviceTotal, Fits: st.Fits})
+		}
+	}
 	if p := res.Setup.Parallel; p.On() {
 		out.Strategy, out.GPUs, out.GradBucketBytes, out.OffloadedHostBytes = string(p.Strategy), p.GPUs, s.GradBucketBytes, s.OffloadedBytes
 		if p.IsFSDP() {
@@ -140,4 +153,14 @@ func estimateJSON(res *predict.Result, batches []int64) EstimateJSON {
 		}
 	}
 	return out
+}
+
+// StageJSON is one pipeline stage's figures.
+type StageJSON struct {
+	Stage              int64 `json:"stage"`
+	ParamCount         int64 `json:"param_count"`
+	PeakAllocatedBytes int64 `json:"peak_allocated_bytes"`
+	PeakReservedBytes  int64 `json:"peak_reserved_bytes"`
+	DeviceTotalBytes   int64 `json:"device_total_bytes"`
+	Fits               bool  `json:"fits"`
 }

@@ -48,3 +48,31 @@ func TestParallelFlagErrors(t *testing.T) {
 		}
 	}
 }
+
+// Without --stage, a pipeline answers with every stage and the breakdown
+// of the one that fits worst: with 1F1B the first stage holds the most
+// micro-batches in flight.
+func TestEstimatePipelineStages(t *testing.T) {
+	out, errs, code := run("estimate", "Llama-3.2-1B", "--batch", "1", "--seq", "256", "--pp", "4", "--tp", "2", "--accumulate", "8", "--json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	var got EstimateJSON
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Stages) != 4 || got.PP != 4 || got.TP != 2 {
+		t.Fatalf("stages %d, pp %d, tp %d", len(got.Stages), got.PP, got.TP)
+	}
+	for _, s := range got.Stages {
+		if s.DeviceTotalBytes > got.DeviceTotalBytes {
+			t.Errorf("stage %d needs %d, more than the answer's %d", s.Stage, s.DeviceTotalBytes, got.DeviceTotalBytes)
+		}
+	}
+	if _, errs, code := run("estimate", "resnet50", "--pp", "2"); code == 0 || !strings.Contains(errs, "Llama family") {
+		t.Errorf("resnet50 split into stages: exit %d, %q", code, errs)
+	}
+	if _, errs, code := run("estimate", "Llama-3.2-1B", "--stage", "1"); code != 2 || !strings.Contains(errs, "need --pp") {
+		t.Errorf("--stage without --pp: exit %d, %q", code, errs)
+	}
+}
