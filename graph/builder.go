@@ -204,6 +204,41 @@ func (b *Builder) Received(name string, s Shape) TensorID {
 	return id
 }
 
+// AllGather gathers x along dim from t sequence-parallel ranks.
+func (b *Builder) AllGather(name string, x TensorID, dim int, t int64) TensorID {
+	return b.collective(AllGather, name, x, dim, t)
+}
+
+// ReduceScatter sums x over t sequence-parallel ranks and keeps this
+// rank's 1/t of dim.
+func (b *Builder) ReduceScatter(name string, x TensorID, dim int, t int64) TensorID {
+	return b.collective(ReduceScatter, name, x, dim, t)
+}
+
+func (b *Builder) collective(k Kind, name string, x TensorID, dim int, t int64) TensorID {
+	if !b.ok(x) {
+		return None
+	}
+	s := b.Shape(x).Clone()
+	if dim < 0 {
+		dim += len(s)
+	}
+	if dim < 0 || dim >= len(s) || t < 1 {
+		b.Fail("%s %s: dim %d of %v over %d ranks", k, b.path(name), dim, s, t)
+		return None
+	}
+	if k == AllGather {
+		s[dim] *= t
+	} else {
+		if s[dim]%t != 0 {
+			b.Fail("%s %s: %d is not divisible by %d ranks", k, b.path(name), s[dim], t)
+			return None
+		}
+		s[dim] /= t
+	}
+	return b.op(k, name, []TensorID{x}, None, None, s, b.DTypeOf(x), None, true, Attr{Dim: dim, Groups: t})
+}
+
 // Output makes x the tensor backward starts from, in place of a loss: a
 // pipeline stage's output, whose gradient arrives from the next stage (the
 // seed of backward is a tensor of x's shape).

@@ -50,6 +50,15 @@ const (
 	Roll       Kind = "roll"            // torch.roll over one or more dims: a new tensor
 	Slice      Kind = "slice"           // x[start:end:step] along one dim: a view
 	Index      Kind = "index"           // src[idx] with an integer index tensor (advanced indexing along dim 0)
+	// AllGather and ReduceScatter are sequence parallelism's collectives
+	// (Megatron-LM's gather_from_sequence_parallel_region and
+	// reduce_scatter_to_sequence_parallel_region) along Attr.Dim: a new
+	// tensor Attr.Groups times larger, or smaller. Their backward is the
+	// other one. A Linear that saves an all-gathered input keeps the shard
+	// instead and gathers it again in its backward, as Megatron's
+	// LinearWithGradAccumulationAndAsyncCommunication does.
+	AllGather     Kind = "all_gather"
+	ReduceScatter Kind = "reduce_scatter"
 	// Release is a Python function returning: its local variables (and
 	// its arguments) let go of the tensors they held. It reads those
 	// tensors, so they live until it runs, and makes nothing.
@@ -61,5 +70,5 @@ func Kinds() []Kind {
 	return []Kind{Linear, MatMul, Conv2d, BatchNorm, LayerNorm, RMSNorm, ReLU, GELU, GELUTanh, NewGELU, SiLU, Sigmoid, Tanh,
 		Hardswish, Hardsigmoid, Softmax, LogSoftmax, Dropout, MaxPool2d, AvgPool2d, AdaptiveAvgPool2d, Mean, View,
 		Contiguous, Cast, Add, Mul, Cat, Embedding, Attention, CrossEntropy, MSELoss,
-		Hardtanh, Rand, Full, Compare, MaskedFill, Pad, Roll, Slice, Index, Release}
+		Hardtanh, Rand, Full, Compare, MaskedFill, Pad, Roll, Slice, Index, Release, AllGather, ReduceScatter}
 }

@@ -212,6 +212,15 @@ func BuildTransformer(name string, tc TransformerConfig, c Config) (*graph.Graph
 			return nil, fmt.Errorf("building %s: %w", name, err)
 		}
 	}
+	if c.SP {
+		if c.TP <= 1 {
+			return nil, fmt.Errorf("building %s: sequence parallelism splits the sequence over the tensor-parallel ranks: it needs tensor parallelism", name)
+		}
+		if c.Seq%c.TP != 0 {
+			return nil, fmt.Errorf("building %s: sequence parallelism needs the sequence length %d to be a multiple of the tensor parallelism %d", name, c.Seq, c.TP)
+		}
+		t.sp = c.TP
+	}
 	if c.PP > 1 {
 		if t.lo, t.hi, err = c.StageRange(tc.Layers); err != nil {
 			return nil, fmt.Errorf("building %s: %w", name, err)
@@ -429,6 +438,27 @@ type hfBuilder struct {
 	// say whether it embeds the tokens and computes the loss.
 	lo, hi      int64
 	first, last bool
+	// sp is the sequence-parallel degree (0: none): norms, dropouts and
+	// residuals run on L/sp positions, gathered before the
+	// column-parallel projections and reduce-scattered after the
+	// row-parallel ones.
+	sp int64
+}
+
+// gather and scatter are sequence parallelism's collectives along the
+// sequence, or nothing without it.
+func (t *hfBuilder) gather(name string, x graph.TensorID) graph.TensorID {
+	if t.sp <= 1 {
+		return x
+	}
+	return t.b.AllGather(name, x, 1, t.sp)
+}
+
+func (t *hfBuilder) scatter(name string, x graph.TensorID) graph.TensorID {
+	if t.sp <= 1 {
+		return x
+	}
+	return t.b.ReduceScatter(name, x, 1, t.sp)
 }
 
 // tensorParallelArchs are the architectures whose builder splits by

@@ -37,7 +37,7 @@ func (t *hfBuilder) llama() {
 	} else {
 		// a later pipeline stage starts from the hidden states it
 		// receives, which require grad (their gradient is sent back)
-		ids = b.Received("hidden_states", graph.Shape{t.B, t.L, tc.Hidden})
+		ids = b.Received("hidden_states", graph.Shape{t.B, t.L / max(t.sp, 1), tc.Hidden})
 	}
 	if t.last {
 		labels = b.Target("labels", graph.Shape{t.B, t.L}, graph.I64)
@@ -50,6 +50,9 @@ func (t *hfBuilder) llama() {
 		if t.first {
 			embed = t.embedding("embed_tokens", tc.VocabSize, tc.Hidden)
 			h = b.EmbeddingWith("embed_tokens", ids, embed)
+			// the vocabulary-parallel embedding's partial sums are
+			// reduce-scattered into the sequence-parallel region
+			h = t.scatter("embed_tokens.scatter", h)
 		}
 		// LlamaRotaryEmbedding: inv_freq [D/2] float32 buffer
 		// (persistent=False); cos and sin are computed per forward under
@@ -70,7 +73,7 @@ func (t *hfBuilder) llama() {
 			b.Block("layers."+itoa(i), func() { h = t.llamaLayer(h, cos, sin) })
 		}
 		if t.last {
-			h = b.RMSNorm("norm", h)
+			h = t.gather("norm.gather", b.RMSNorm("norm", h))
 		}
 	})
 	if !t.last {
@@ -118,7 +121,7 @@ func (t *hfBuilder) llamaLayer(x, cos, sin graph.TensorID) graph.TensorID {
 		down = t.linear("down_proj", I, E, tc.MLPBias)
 	})
 
-	n := b.RMSNorm("input_layernorm", x)
+	n := t.gather("input_layernorm.gather", b.RMSNorm("input_layernorm", x))
 	var a graph.TensorID
 	b.Scope("self_attn", func() {
 		var qs, ks, vs graph.TensorID
@@ -137,13 +140,13 @@ func (t *hfBuilder) llamaLayer(x, cos, sin graph.TensorID) graph.TensorID {
 			eager: eagerOpts{scale: true, mask: t.eagerMask, upcast: true}})
 		// attn_output.reshape(B, L, -1).contiguous(): a view.
 		out = b.Reshape("reshape", out, t.B, t.L, H*D)
-		a = t.apply("o_proj", out, o)
+		a = t.scatter("o_proj.scatter", t.apply("o_proj", out, o))
 	})
 	if phi3 {
 		a = b.Dropout("resid_attn_dropout", a, tc.DropoutP, false)
 	}
 	h := b.Add("add", x, a) // residual + hidden_states
-	n = b.RMSNorm("post_attention_layernorm", h)
+	n = t.gather("post_attention_layernorm.gather", b.RMSNorm("post_attention_layernorm", h))
 	var m graph.TensorID
 	b.Scope("mlp", func() {
 		if phi3 {
@@ -152,13 +155,13 @@ func (t *hfBuilder) llamaLayer(x, cos, sin graph.TensorID) graph.TensorID {
 			g := b.Narrow("chunk_gate", gu, -1, I)
 			u := b.Narrow("chunk_up", gu, -1, I)
 			g = t.act("activation_fn", g)
-			m = t.apply("down_proj", b.Mul("mul", u, g), down)
+			m = t.scatter("down_proj.scatter", t.apply("down_proj", b.Mul("mul", u, g), down))
 			return
 		}
 		// down_proj(act_fn(gate_proj(x)) * up_proj(x))
 		g := t.act("act_fn", t.apply("gate_proj", n, gate))
 		u := t.apply("up_proj", n, up)
-		m = t.apply("down_proj", b.Mul("mul", g, u), down)
+		m = t.scatter("down_proj.scatter", t.apply("down_proj", b.Mul("mul", g, u), down))
 	})
 	if phi3 {
 		m = b.Dropout("resid_mlp_dropout", m, tc.DropoutP, false)

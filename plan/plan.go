@@ -228,7 +228,7 @@ func Run(o Options) (*Answer, error) {
 		return nil, err
 	}
 	o.Base.Setup = s
-	untimed := s.Parallel.On()
+	untimed := s.Parallel.On() || o.Base.Config.TP > 1 || o.Base.Config.PP > 1
 	if untimed {
 		// the step-time model knows no communication: rank by the
 		// fewest changes instead

@@ -211,7 +211,7 @@ func Run(r Request) (*Result, error) {
 		tr.Release()
 	}
 	// The step-time model knows no communication: it answers for one GPU.
-	if r.GPU.Rates.Known() && !res.Setup.Parallel.On() {
+	if r.GPU.Rates.Known() && !res.Setup.Parallel.On() && r.Config.TP <= 1 && r.Config.PP <= 1 {
 		est, err := cost.Step(cost.Input{Graph: g0, Ops: res.Summary.Ops, Setup: res.Setup, Rates: r.GPU.Rates,
 			Seq: r.Config.Seq, Batch: sched[0]})
 		if err != nil {

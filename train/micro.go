@@ -45,6 +45,10 @@ type micro struct {
 	pipelined bool
 	batch     []*storage
 	out       *storage
+	// gathered maps an all-gathered tensor to the shard it came from;
+	// regather is, per op, the bytes its backward gathers again.
+	gathered map[*storage]*storage
+	regather []int64
 }
 
 type inputCast struct {
@@ -61,6 +65,12 @@ func newMicro(sim *Simulator, g *graph.Graph) *micro {
 		grads: make([]*storage, n), gradDT: make([]graph.DType, n),
 		plan: sim.planFor(g)}
 	m.ckpt = m.plan.regions > 0
+	for i := range g.Ops {
+		if g.Ops[i].Kind == graph.AllGather {
+			m.regather = make([]int64, len(g.Ops))
+			break
+		}
+	}
 	p, b := int32(0), int32(0)
 	for i := range g.Tensors {
 		m.pidx[i], m.bidx[i] = -1, -1
@@ -147,7 +157,14 @@ func (m *micro) release(t graph.TensorID) {
 	if r != graph.Activation {
 		return
 	}
-	m.sim.unref(m.val[t].st)
+	st := m.val[t].st
+	if shard, ok := m.gathered[st]; ok {
+		// the gathered tensor's last reader is done: the all-gather's
+		// hold on its shard ends (a Linear that saved the shard keeps it)
+		delete(m.gathered, st)
+		m.sim.unref(shard)
+	}
+	m.sim.unref(st)
 }
 
 func (m *micro) forward() {

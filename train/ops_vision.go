@@ -70,6 +70,18 @@ func addVisionRules() {
 	// The end of a Python function: its inputs were the tensors its
 	// locals kept; reading them was the point.
 	rules[graph.Release] = rule{}
+	// Sequence parallelism's collectives write new tensors and save
+	// nothing; each one's backward is the other, a new tensor of the
+	// input's size. A gathered tensor is remembered so that a Linear
+	// saving it keeps the shard (fwdCtx.save).
+	rules[graph.AllGather] = rule{fwd: func(c *fwdCtx) {
+		if c.m.gathered == nil {
+			c.m.gathered = map[*storage]*storage{}
+		}
+		c.m.gathered[c.out.st] = c.in[0].st
+		c.m.sim.ref(c.in[0].st)
+	}, bwd: func(c *bwdCtx) { c.gradIn(0) }}
+	rules[graph.ReduceScatter] = rule{bwd: func(c *bwdCtx) { c.gradIn(0) }}
 	rules[graph.Index] = rule{fwd: func(c *fwdCtx) {
 		c.save(c.in[1])
 	}, bwd: gradInput}

@@ -361,3 +361,43 @@ func TestPipelineInFlight(t *testing.T) {
 		}
 	}
 }
+
+// Sequence parallelism, Megatron's way: a Linear fed by an all-gather
+// keeps the shard it was given ([B, L/2, H], not the gathered [B, L, H])
+// and gathers it again in its backward, a transient of the gathered size.
+func TestSequenceParallelSavesTheShard(t *testing.T) {
+	const B, L, H, tp = 3, 64, 128, 2
+	b := graph.NewBuilder("sp")
+	x := b.Input("x", graph.Shape{B, L / tp, H}, graph.F32)
+	y := b.Target("y", graph.Shape{B, L / tp, H}, graph.F32)
+	h := b.Linear("pre", x, H, false)
+	h = b.AllGather("gather", h, 1, tp)
+	h = b.Linear("col", h, H, false)
+	h = b.ReduceScatter("scatter", h, 1, tp)
+	b.MSELoss("loss", h, y)
+	g, err := b.Graph()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, sum, err := Simulate(g, Setup{Optimizer: Optimizer{Kind: SGD}, Steps: 1, CPU: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	shard, whole := int64(B*L/tp*H*4), int64(B*L*H*4)
+	for _, s := range sum.SavedByOp {
+		if s.Op == "col" && s.Bytes != shard {
+			t.Errorf("col saves %d bytes, want the shard's %d", s.Bytes, shard)
+		}
+	}
+	// col's backward allocates two tensors of the gathered size: its
+	// input gathered again, and its input's gradient
+	n := 0
+	for _, e := range tr.Events {
+		if e.Action == trace.Alloc && e.Phase == trace.Backward && tr.SiteName(e.Site) == "col" && e.Size == whole {
+			n++
+		}
+	}
+	if n != 2 {
+		t.Errorf("col's backward allocates %d tensors of %d bytes, want 2 (the input gathered again and its gradient)", n, whole)
+	}
+}

@@ -27,6 +27,12 @@ func (c *fwdCtx) save(v value) {
 	if !c.saving || v.st == nil {
 		return
 	}
+	if shard, ok := c.m.gathered[v.st]; ok {
+		// Megatron's sequence-parallel Linear keeps the shard it was
+		// given and gathers it again in backward
+		c.m.regather[c.i] += v.st.bytes
+		v.st = shard
+	}
 	for _, s := range c.m.nodes[c.i] {
 		if s == v.st {
 			return
@@ -107,6 +113,9 @@ func (m *micro) runOp(i int) {
 	*c = fwdCtx{m: m, op: op, i: i, in: sim.inBuf[:len(op.Inputs)], locals: sim.localBuf[:0]}
 	m.run = OpRun{}
 	m.casts[i] = m.casts[i][:0]
+	if m.regather != nil {
+		m.regather[i] = 0
+	}
 	for j, t := range op.Inputs {
 		if p := m.pidx[t]; p >= 0 && !recomputing && m.g.Tensors[t].RequiresGrad {
 			// A parameter used as an operand (a class token expanded, a
@@ -441,7 +450,14 @@ func (m *micro) backwardOp(i int) {
 	r := &m.plan.rules[i]
 	c := &m.sim.bctx
 	*c = bwdCtx{m: m, op: op, i: i, gout: m.grads[op.Output], gdt: m.gradDT[op.Output], out: c.out[:0]}
+	var again *storage
+	if m.regather != nil && m.regather[i] > 0 {
+		again = m.sim.alloc(m.regather[i], trace.Transient)
+	}
 	if r.bwd != nil {
 		r.bwd(c)
+	}
+	if again != nil {
+		m.sim.free(again)
 	}
 }

@@ -79,6 +79,7 @@ type jobFlags struct {
 	prefetch      float64
 	// model parallelism
 	tp          int64
+	sp          bool
 	pp          int64
 	stage       int64
 	stageLayers string
@@ -126,6 +127,7 @@ func (j *jobFlags) register(fs *flag.FlagSet, batchDefault string) {
 	fs.Float64Var(&j.reduceBucket, "reduce-bucket", 5e8, "ZeRO's reduce_bucket_size (elements)")
 	fs.Float64Var(&j.prefetch, "prefetch-bucket", 5e7, "ZeRO-3's stage3_prefetch_bucket_size (elements; 0: no prefetch)")
 	fs.Int64Var(&j.tp, "tp", 1, "tensor parallelism (Megatron's column and row splits; Llama-family models)")
+	fs.BoolVar(&j.sp, "sp", false, "sequence parallelism over the tensor-parallel ranks (Megatron's; needs --tp)")
 	fs.Int64Var(&j.pp, "pp", 1, "pipeline stages (1F1B; --accumulate is the micro-batches of a step)")
 	fs.Int64Var(&j.stage, "stage", -1, "the pipeline stage to predict (default: every stage, answering with the one that fits worst)")
 	fs.StringVar(&j.stageLayers, "stage-layers", "", "each stage's number of layers, comma-separated (an uneven split; default: even)")
@@ -143,7 +145,10 @@ func (j *jobFlags) modelParallel(c *models.Config) error {
 	case j.stage >= j.pp || j.stage < -1:
 		return usagef("--stage %d: the stages are 0 to %d", j.stage, j.pp-1)
 	}
-	c.TP, c.PP, c.Stage = j.tp, j.pp, j.stage
+	if j.sp && j.tp == 1 {
+		return usagef("--sp splits the sequence over the tensor-parallel ranks: it needs --tp")
+	}
+	c.TP, c.SP, c.PP, c.Stage = j.tp, j.sp, j.pp, j.stage
 	if j.pp == 1 {
 		c.Stage = 0
 	}
