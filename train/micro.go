@@ -158,9 +158,10 @@ func (m *micro) release(t graph.TensorID) {
 		return
 	}
 	st := m.val[t].st
-	if shard, ok := m.gathered[st]; ok {
-		// the gathered tensor's last reader is done: the all-gather's
-		// hold on its shard ends (a Linear that saved the shard keeps it)
+	if shard, ok := m.gathered[st]; ok && st.refs == 1 {
+		// the gathered tensor's last holder (it, or the last view of
+		// it) is done: the all-gather's hold on its shard ends (a Linear
+		// that saved the shard keeps it)
 		delete(m.gathered, st)
 		m.sim.unref(shard)
 	}

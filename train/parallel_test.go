@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/batchfit/batchfit/graph"
+	"github.com/batchfit/batchfit/models"
 	"github.com/batchfit/batchfit/trace"
 )
 
@@ -399,5 +400,43 @@ func TestSequenceParallelSavesTheShard(t *testing.T) {
 	}
 	if n != 2 {
 		t.Errorf("col's backward allocates %d tensors of %d bytes, want 2 (the input gathered again and its gradient)", n, whole)
+	}
+}
+
+// Korthikanti et al. (2022): with tensor and sequence parallelism of
+// degree t every activation a layer keeps is divided by t. Op by op, a
+// Llama's saved bytes on one of 4 ranks are a quarter of the unsplit
+// model's — except the rotary tables, which cover the whole sequence the
+// attention sees, and the loss's per-position figures, which every rank of
+// a vocabulary-parallel loss holds whole.
+func TestSequenceParallelDividesActivations(t *testing.T) {
+	m, err := models.Lookup("Llama-3.2-1B")
+	if err != nil {
+		t.Fatal(err)
+	}
+	saved := func(c models.Config) map[string]int64 {
+		g, err := m.Build(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, sum, err := Simulate(g, Setup{Precision: TrueBF16, Optimizer: Optimizer{Kind: SGD}, Steps: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]int64{}
+		for _, s := range sum.SavedByOp {
+			out[s.Op] += s.Bytes
+		}
+		return out
+	}
+	whole := saved(models.Config{Batch: 2, Seq: 512, Layers: 2})
+	split := saved(models.Config{Batch: 2, Seq: 512, Layers: 2, TP: 4, SP: true})
+	for op, b := range whole {
+		if strings.Contains(op, "_mul_cos") || strings.Contains(op, "_mul_sin") || op == "loss.cross_entropy" {
+			continue
+		}
+		if split[op]*4 != b {
+			t.Errorf("%s saves %d bytes on one of 4 ranks, %d on one GPU", op, split[op], b)
+		}
 	}
 }
