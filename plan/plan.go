@@ -24,10 +24,14 @@ const (
 	Checkpoint Lever = "checkpoint" // none, attention cores, every 2nd block, every block
 	Optimizer  Lever = "optimizer"  // for-loop, foreach or fused implementation
 	Allocator  Lever = "allocator"  // expandable_segments:True
+	// Sharding is the data-parallel strategy over the job's --gpus: ddp,
+	// ZeRO 1 and 2, FSDP's grad-op and full sharding, full sharding with
+	// CPU offload.
+	Sharding Lever = "sharding"
 )
 
 // Levers lists every lever.
-func Levers() []Lever { return []Lever{Accumulate, Precision, Checkpoint, Optimizer, Allocator} }
+func Levers() []Lever { return []Lever{Accumulate, Precision, Checkpoint, Optimizer, Allocator, Sharding} }
 
 // ParseLevers reads a comma-separated list of lever names.
 func ParseLevers(s string) ([]Lever, error) {
@@ -104,6 +108,9 @@ type Candidate struct {
 	Expandable bool
 	Accumulate int
 	MicroBatch int64
+	// Parallel is the data-parallel strategy (the job's own unless the
+	// sharding lever moves it).
+	Parallel train.Parallel
 }
 
 // Plan is a candidate with what is known of it.
@@ -133,6 +140,7 @@ type Pruned struct {
 	Checkpoint train.Checkpoint
 	Impl       train.Impl
 	Reason     string
+	Parallel   train.Parallel
 }
 
 // Answer is the planner's answer.
@@ -161,6 +169,7 @@ type Answer struct {
 
 // combo is a candidate without its accumulation.
 type combo struct {
+	par   train.Parallel
 	p     train.Precision
 	ck    train.Checkpoint
 	impl  train.Impl
@@ -199,8 +208,9 @@ type alignKey struct {
 }
 
 type deadKey struct {
-	p  train.Precision
-	ck train.Checkpoint
+	p   train.Precision
+	ck  train.Checkpoint
+	par train.Parallel
 }
 
 // Run plans.
@@ -280,7 +290,7 @@ func (pl *planner) accumulations() error {
 		return fmt.Errorf("the global batch %d is not a multiple of the current accumulation %d: give the current setup as a micro-batch and accumulation whose product it is", n, a0)
 	}
 	pl.base = Candidate{Precision: o.Base.Setup.Precision, Checkpoint: o.Base.Setup.Checkpoint, Impl: o.Base.Setup.Optimizer.Impl,
-		Expandable: o.Base.Alloc.ExpandableSegments, Accumulate: a0, MicroBatch: n / int64(a0)}
+		Expandable: o.Base.Alloc.ExpandableSegments, Accumulate: a0, MicroBatch: n / int64(a0), Parallel: o.Base.Setup.Parallel}
 	pl.baseAC = o.Base.Alloc
 	if !pl.allow[Accumulate] {
 		if n/int64(a0) < o.MinMicroBatch {
@@ -306,6 +316,12 @@ func (pl *planner) graph(micro int64) (*graph.Graph, error) {
 	}
 	c := pl.o.Base.Config
 	c.Batch = micro
+	if c.PP > 1 && c.Stage < 0 {
+		// the first stage stands for the pipeline in the op records and
+		// the static bound (every stage's own is at least as large as
+		// the first's, or the worst is)
+		c.Stage = 0
+	}
 	g, err := pl.src.Build(c)
 	if err != nil {
 		return nil, err
@@ -324,6 +340,7 @@ func (pl *planner) request(c Candidate) predict.Request {
 	s.Checkpoint = c.Checkpoint
 	s.Optimizer.Impl = c.Impl
 	s.Accumulate = c.Accumulate
+	s.Parallel = c.Parallel
 	r.Setup = s
 	r.Alloc = pl.baseAC
 	r.Alloc.ExpandableSegments = c.Expandable
@@ -476,14 +493,20 @@ func (pl *planner) impls() []train.Impl {
 // Frozen parameters have neither gradient nor state, so only the
 // trainable ones count beyond the parameters themselves; 8-bit states and
 // Adafactor's factored ones are counted as nothing (a lower bound).
-func (pl *planner) staticBytes(p train.Precision, params, trainable int64) int64 {
-	e := p.ParamDType().Size()
+func (pl *planner) staticBytes(p train.Precision, par train.Parallel, params, trainable int64) int64 {
+	pe := p.ParamDType().Size()
+	se := pe // the optimizer state's dtype
+	var master int64
+	if low, amp := p.Autocast(); amp && par.IsZeRO() {
+		// DeepSpeed's half module, float32 master weights and state
+		pe, se, master = low.Size(), 4, 4
+	}
 	o := pl.o.Base.Setup.Optimizer
-	copies := int64(1) // gradients
+	var copies int64
 	switch {
 	case o.Bits8 || o.Kind == train.Adafactor:
 	case o.Kind == train.Adam || o.Kind == train.AdamW:
-		copies += 2
+		copies = 2
 		if o.AMSGrad {
 			copies++
 		}
@@ -492,17 +515,46 @@ func (pl *planner) staticBytes(p train.Precision, params, trainable int64) int64
 			copies++
 		}
 	}
-	need := e*params + copies*e*trainable
-	// Sharded over data-parallel ranks, a rank holds at least its share
-	// of each (DDP and ZeRO 1 and 2 hold more: still a lower bound); with
-	// the step offloaded, nothing of it need stay on the device.
-	if par := pl.o.Base.Setup.Parallel; par.On() {
-		if par.Offload || par.OffloadParams {
-			return 0
-		}
-		need /= int64(max(par.GPUs, 1))
+	P, G, S := pe*params, pe*trainable, (copies*se+master)*trainable
+	if o.Kind == train.NoOptimizer {
+		S = 0
 	}
-	return need
+	// A rank holds at least its share of what its strategy shards; with
+	// the step offloaded, nothing of it need stay on the device.
+	if par.Offload || par.OffloadParams {
+		return 0
+	}
+	r := int64(max(par.ShardRanks(), 1))
+	switch {
+	case !par.On() || par.Strategy == train.DDP || par.IsFSDP() && par.Sharding == train.NoShard:
+		return P + G + S
+	case par.Strategy == train.ZeRO1:
+		return P + G + S/r
+	case par.Strategy == train.ZeRO2:
+		return P + (G+S)/r
+	}
+	return (P + G + S) / r
+}
+
+// strategies lists the data-parallel strategies the sharding lever may
+// try: the job's own first, then DDP, ZeRO 1 and 2, FSDP's grad-op and
+// full sharding, and full sharding with CPU offload, over the job's GPUs.
+func (pl *planner) strategies() []train.Parallel {
+	base := pl.base.Parallel
+	if !pl.allow[Sharding] || base.GPUs <= 1 {
+		return []train.Parallel{base}
+	}
+	out := []train.Parallel{base}
+	for _, c := range []train.Parallel{{Strategy: train.DDP}, {Strategy: train.ZeRO1}, {Strategy: train.ZeRO2},
+		{Strategy: train.FSDP, Sharding: train.ShardGradOp}, {Strategy: train.FSDP}, {Strategy: train.FSDP, Offload: true}} {
+		c.GPUs, c.NodeGPUs = base.GPUs, base.NodeGPUs
+		n, err := (train.Setup{Parallel: c}).Normalize()
+		if err != nil || slices.Contains(out, n.Parallel) {
+			continue
+		}
+		out = append(out, n.Parallel)
+	}
+	return out
 }
 
 func (pl *planner) run() error {
@@ -524,43 +576,46 @@ func (pl *planner) run() error {
 	}
 	pl.ans.Base = base
 	var combos []*combo
-	for _, p := range pl.precisions() {
-		if need := pl.staticBytes(p, params, trainable); need > pl.capLeft {
+	for _, par := range pl.strategies() {
+		for _, p := range pl.precisions() {
+			if need := pl.staticBytes(p, par, params, trainable); need > pl.capLeft {
+				for _, ck := range pl.checkpoints(g0) {
+					for _, im := range pl.impls() {
+						pl.ans.Pruned = append(pl.ans.Pruned, Pruned{p, ck, im, fmt.Sprintf("parameters, gradients and optimizer state alone need %s", alloc.FormatSize(need)), par})
+					}
+				}
+				total := need + (pl.o.Base.GPU.Capacity - pl.capLeft)
+				if pl.ans.Need == 0 || total < pl.ans.Need {
+					pl.ans.Need = total
+					pl.ans.NeedFrom = fmt.Sprintf("%s: parameters, gradients and optimizer state %s, the CUDA context and the margin", strategyPrefix(par)+string(p), alloc.FormatSize(need))
+				}
+				continue
+			}
+			if _, ok := pl.runs[p]; !ok {
+				// the op records of this precision come from its most
+				// frugal point, a useful probe in itself
+				c := pl.base
+				c.Precision = p
+				c.Parallel = par
+				c.Accumulate = pl.accs[len(pl.accs)-1]
+				c.MicroBatch = pl.accsMicro(len(pl.accs) - 1)
+				if _, err := pl.evaluate(c); err != nil {
+					return err
+				}
+			}
 			for _, ck := range pl.checkpoints(g0) {
 				for _, im := range pl.impls() {
-					pl.ans.Pruned = append(pl.ans.Pruned, Pruned{p, ck, im, fmt.Sprintf("parameters, gradients and optimizer state alone need %s", alloc.FormatSize(need))})
-				}
-			}
-			total := need + (pl.o.Base.GPU.Capacity - pl.capLeft)
-			if pl.ans.Need == 0 || total < pl.ans.Need {
-				pl.ans.Need = total
-				pl.ans.NeedFrom = fmt.Sprintf("%s: parameters, gradients and optimizer state %s, the CUDA context and the margin", p, alloc.FormatSize(need))
-			}
-			continue
-		}
-		if _, ok := pl.runs[p]; !ok {
-			// the op records of this precision come from its most
-			// frugal point, a useful probe in itself
-			c := pl.base
-			c.Precision = p
-			c.Accumulate = pl.accs[len(pl.accs)-1]
-			c.MicroBatch = pl.accsMicro(len(pl.accs) - 1)
-			if _, err := pl.evaluate(c); err != nil {
-				return err
-			}
-		}
-		for _, ck := range pl.checkpoints(g0) {
-			for _, im := range pl.impls() {
-				cb := &combo{p: p, ck: ck, impl: im}
-				for i := range pl.accs {
-					t, err := pl.timeOf(pl.cand(cb, i, false))
-					if err != nil {
-						return err
+					cb := &combo{par: par, p: p, ck: ck, impl: im}
+					for i := range pl.accs {
+						t, err := pl.timeOf(pl.cand(cb, i, false))
+						if err != nil {
+							return err
+						}
+						cb.times = append(cb.times, t)
 					}
-					cb.times = append(cb.times, t)
+					cb.changes = btoi(p != pl.base.Precision) + btoi(ck != pl.base.Checkpoint) + btoi(im != pl.base.Impl) + btoi(par != pl.base.Parallel)
+					combos = append(combos, cb)
 				}
-				cb.changes = btoi(p != pl.base.Precision) + btoi(ck != pl.base.Checkpoint) + btoi(im != pl.base.Impl)
-				combos = append(combos, cb)
 			}
 		}
 	}
@@ -573,7 +628,7 @@ func (pl *planner) run() error {
 	sort.SliceStable(combos, func(i, j int) bool { return less(key(combos[i]), key(combos[j])) })
 	for _, cb := range combos {
 		if len(pl.ans.Best) >= pl.o.Top && !less(key(cb), pl.planKey(pl.ans.Best[pl.o.Top-1])) {
-			pl.ans.Pruned = append(pl.ans.Pruned, Pruned{cb.p, cb.ck, cb.impl, "slower than the plans shown even at its largest micro-batch"})
+			pl.ans.Pruned = append(pl.ans.Pruned, Pruned{cb.p, cb.ck, cb.impl, "slower than the plans shown even at its largest micro-batch", cb.par})
 			continue
 		}
 		if err := pl.search(cb); err != nil {
@@ -608,13 +663,13 @@ func (pl *planner) accsMicro(i int) int64 { return pl.o.GlobalBatch / int64(pl.a
 
 func (pl *planner) cand(cb *combo, i int, expandable bool) Candidate {
 	return Candidate{Precision: cb.p, Checkpoint: cb.ck, Impl: cb.impl, Expandable: expandable,
-		Accumulate: pl.accs[i], MicroBatch: pl.accsMicro(i)}
+		Accumulate: pl.accs[i], MicroBatch: pl.accsMicro(i), Parallel: cb.par}
 }
 
 // probe predicts the combination at accumulation index i, unless an
 // earlier prediction already showed it cannot fit (then it returns nil).
 func (pl *planner) probe(cb *combo, i int, expandable bool) (*Plan, error) {
-	k := deadKey{cb.p, cb.ck}
+	k := deadKey{cb.p, cb.ck, cb.par}
 	if d, ok := pl.dead[k]; ok && i <= d {
 		return nil, nil
 	}
@@ -697,8 +752,8 @@ func (pl *planner) search(cb *combo) error {
 	}
 	if p == nil {
 		pl.ans.Pruned = append(pl.ans.Pruned, Pruned{cb.p, cb.ck, cb.impl, fmt.Sprintf(
-			"with %s and checkpointing %s the forward and backward passes alone need more than the device at a micro-batch of %d",
-			cb.p, cb.ck, pl.accsMicro(hi))})
+			"with %s%s and checkpointing %s the forward and backward passes alone need more than the device at a micro-batch of %d",
+			strategyPrefix(cb.par), cb.p, cb.ck, pl.accsMicro(hi)), cb.par})
 		return nil
 	}
 	if !p.Fits {
@@ -835,12 +890,41 @@ func (pl *planner) changes(c Candidate) []string {
 	if c.Expandable != b.Expandable {
 		out = append(out, fmt.Sprintf("expandable_segments %v → %v", b.Expandable, c.Expandable))
 	}
+	if c.Parallel != b.Parallel {
+		out = append(out, fmt.Sprintf("strategy %s → %s", StrategyName(b.Parallel), StrategyName(c.Parallel)))
+	}
 	return out
+}
+
+// StrategyName is a data-parallel strategy in a few words: ddp, zero2,
+// fsdp (grad-op), fsdp+offload.
+func StrategyName(p train.Parallel) string {
+	if !p.On() {
+		return "single"
+	}
+	s := string(p.Strategy)
+	if p.IsFSDP() && p.Sharding != train.FullShard {
+		s += " (" + string(p.Sharding) + ")"
+	}
+	if p.Offload {
+		s += "+offload"
+	}
+	if p.OffloadParams {
+		s += "+param-offload"
+	}
+	return s
+}
+
+func strategyPrefix(p train.Parallel) string {
+	if !p.On() {
+		return ""
+	}
+	return StrategyName(p) + ", "
 }
 
 // describe names a candidate in one line.
 func describe(c Candidate) string {
-	s := fmt.Sprintf("micro-batch %d × %d, %s, checkpointing %s, optimizer %s", c.MicroBatch, c.Accumulate, c.Precision, c.Checkpoint, c.Impl)
+	s := fmt.Sprintf("micro-batch %d × %d, %s%s, checkpointing %s, optimizer %s", c.MicroBatch, c.Accumulate, strategyPrefix(c.Parallel), c.Precision, c.Checkpoint, c.Impl)
 	if c.Expandable {
 		s += ", expandable segments"
 	}

@@ -58,6 +58,7 @@ type PlanEntryJSON struct {
 	Checkpoint         string           `json:"checkpoint"`
 	OptimizerImpl      string           `json:"optimizer_impl"`
 	ExpandableSegments bool             `json:"expandable_segments"`
+	Strategy           string           `json:"strategy,omitempty"`
 	Fits               bool             `json:"fits"`
 	Changes            []string         `json:"changes"`
 	PeakAllocatedBytes int64            `json:"peak_allocated_bytes"`
@@ -79,6 +80,7 @@ type PrunedJSON struct {
 	Checkpoint    string `json:"checkpoint"`
 	OptimizerImpl string `json:"optimizer_impl"`
 	Reason        string `json:"reason"`
+	Strategy      string `json:"strategy,omitempty"`
 }
 
 // planFlags are plan's own flags, shared with estimate's suggestions.
@@ -95,7 +97,7 @@ type planFlags struct {
 
 func (p *planFlags) register(fs *flag.FlagSet) {
 	fs.Int64Var(&p.global, "global-batch", 0, "samples per optimizer step every plan keeps (default: --batch × --accumulate)")
-	fs.StringVar(&p.levers, "levers", "accumulate,precision,checkpoint,optimizer,allocator", "the levers plans may move")
+	fs.StringVar(&p.levers, "levers", "accumulate,precision,checkpoint,optimizer,allocator,sharding", "the levers plans may move (sharding: the data-parallel strategy over --gpus)")
 	fs.BoolVar(&p.fixedPrecision, "fixed-precision", false, "keep the precision (the same as leaving precision out of --levers)")
 	fs.BoolVar(&p.noCheckpointing, "no-checkpointing", false, "no plan may use activation checkpointing")
 	fs.IntVar(&p.maxAccumulate, "max-accumulate", 64, "largest gradient accumulation a plan may use")
@@ -218,7 +220,7 @@ func nothingFits(r predict.Request, ans *plan.Answer) error {
 }
 
 func planEntry(ans *plan.Answer, p *plan.Plan) PlanEntryJSON {
-	e := PlanEntryJSON{MicroBatch: p.MicroBatch, Accumulate: p.Accumulate, Precision: string(p.Precision), Checkpoint: p.Checkpoint.String(),
+	e := PlanEntryJSON{Strategy: strategyOf(p.Parallel), MicroBatch: p.MicroBatch, Accumulate: p.Accumulate, Precision: string(p.Precision), Checkpoint: p.Checkpoint.String(),
 		OptimizerImpl: string(p.Impl), ExpandableSegments: p.Expandable, Fits: p.Fits, Changes: p.Changes, StepSeconds: p.Seconds,
 		SamplesPerSecond: p.Throughput()}
 	if e.Changes == nil {
@@ -266,7 +268,7 @@ func planJSON(r predict.Request, o plan.Options, ans *plan.Answer) PlanJSON {
 		out.Evaluated = append(out.Evaluated, planEntry(ans, p))
 	}
 	for _, p := range ans.Pruned {
-		out.Pruned = append(out.Pruned, PrunedJSON{string(p.Precision), p.Checkpoint.String(), string(p.Impl), p.Reason})
+		out.Pruned = append(out.Pruned, PrunedJSON{string(p.Precision), p.Checkpoint.String(), string(p.Impl), p.Reason, strategyOf(p.Parallel)})
 	}
 	return out
 }
@@ -317,7 +319,11 @@ func writePlan(w io.Writer, r predict.Request, o plan.Options, ans *plan.Answer)
 func writePlanTable(w io.Writer, ans *plan.Answer, plans []*plan.Plan) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	seq := ans.Base.Result != nil && ans.Base.Result.Time != nil && ans.Base.Result.Time.Tokens > 0
+	par := ans.Base.Parallel.On()
 	hdr := "  #\tmicro × acc\tprecision\tcheckpointing\toptimizer\texpandable\tpeak reserved\tdevice total\tstep time\tsamples/s\t"
+	if par {
+		hdr = "  #\tstrategy" + strings.TrimPrefix(hdr, "  #")
+	}
 	if seq {
 		hdr += "tokens/s\t"
 	}
@@ -330,6 +336,9 @@ func writePlanTable(w io.Writer, ans *plan.Answer, plans []*plan.Plan) {
 		}
 		line := fmt.Sprintf("  %d\t%d × %d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t", i+1, p.MicroBatch, p.Accumulate, p.Precision, p.Checkpoint, p.Impl, exp,
 			fmtBytes(res.Timeline.PeakReserved), fmtBytes(res.DeviceTotal), secondsOrDash(p.Seconds), rateOrDash(p.Throughput()))
+		if par {
+			line = fmt.Sprintf("  %d\t%s", i+1, plan.StrategyName(p.Parallel)) + strings.TrimPrefix(line, fmt.Sprintf("  %d", i+1))
+		}
 		if seq {
 			line += fmtRate(res.Time.TokensPerSecond()) + "\t"
 		}
@@ -398,4 +407,12 @@ func rateOrDash(r float64) string {
 		return "-"
 	}
 	return fmtRate(r)
+}
+
+// strategyOf names a plan's strategy for JSON ("" on one GPU).
+func strategyOf(p train.Parallel) string {
+	if !p.On() {
+		return ""
+	}
+	return plan.StrategyName(p)
 }
