@@ -29,6 +29,9 @@ type Builder struct {
 	// Adapters, when set, freeze parameters and add LoRA adapters to the
 	// Linear layers they name (see Adapters).
 	Adapters *Adapters
+	// Quant, when set, stores the weights of the Linear layers built from
+	// now on in a quantized format (see Quant).
+	Quant    *Quant
 	inLoRA   bool
 	loraHits map[string]bool
 	// linearNames are the Linear layers' own names, for an error that
@@ -262,6 +265,7 @@ func (b *Builder) Linear(name string, x TensorID, out int64, bias bool) TensorID
 		bb = b.Param("bias", Shape{out})
 	}
 	b.Pop()
+	b.quantize(name, w)
 	l, adapted := b.LoRAParams(name, s[len(s)-1], out)
 	y := b.LinearWith(name, x, w, bb)
 	if adapted {

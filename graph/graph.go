@@ -133,6 +133,10 @@ type Tensor struct {
 	// RequiresGrad follows PyTorch: parameters require grad, the input batch
 	// does not, an op's output does when any differentiable input does.
 	RequiresGrad bool
+	// Quant is the stored format of a quantized Linear weight (nil for
+	// every other tensor): the parameter's bytes on the device are
+	// Quant.Pieces, not Shape × DType.
+	Quant *Quant
 }
 
 // Bytes is the size of the tensor's own elements.

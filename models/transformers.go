@@ -204,6 +204,7 @@ func BuildTransformer(name string, tc TransformerConfig, c Config) (*graph.Graph
 	t := &hfBuilder{b: graph.NewBuilder(name), tc: tc, B: c.Batch, L: c.Seq, dt: tc.DType, eagerMask: graph.None}
 	t.b.ParamDT = tc.DType
 	t.b.Adapters = c.Adapters
+	t.b.Quant = c.Quant
 	arch.build(t)
 	return t.b.Graph()
 }
@@ -431,6 +432,7 @@ func (t *hfBuilder) linear(name string, in, out int64, bias bool) hfLinear {
 		l.bias = b.Param("bias", graph.Shape{out})
 	}
 	b.Pop()
+	b.QuantizeLinear(name, l.w)
 	l.lora, l.adapted = b.LoRAParams(name, in, out)
 	return l
 }

@@ -107,6 +107,7 @@ func (m *micro) runOp(i int) {
 	*c = fwdCtx{m: m, op: op, i: i, in: sim.inBuf[:len(op.Inputs)], locals: sim.localBuf[:0]}
 	m.run = OpRun{}
 	m.casts[i] = m.casts[i][:0]
+	policy := m.castOf(i, r)
 	for j, t := range op.Inputs {
 		if p := m.pidx[t]; p >= 0 && !recomputing && m.g.Tensors[t].RequiresGrad {
 			// A parameter used as an operand (a class token expanded, a
@@ -118,7 +119,7 @@ func (m *micro) runOp(i int) {
 			sim.fail("op %s: input %s has no value (internal ordering error)", op.Name, m.g.Tensors[t].Name)
 			return
 		}
-		if to, cast := m.autocastTo(r.cast, v.dt); cast {
+		if to, cast := m.autocastTo(policy, v.dt); cast {
 			n := m.g.Tensors[t].Shape.Numel()
 			st := c.local(n*to.Size(), trace.Transient)
 			m.casts[i] = append(m.casts[i], inputCast{input: j, from: v.dt})

@@ -37,6 +37,9 @@ type paramState struct {
 	// pendingClone: pending's layout is not the parameter's
 	pendingClone bool
 	arrived      int32
+	// quant holds a quantized weight's other device tensors (absmax,
+	// codes, scales): st is its packed codes.
+	quant []*storage
 	// cast node (autocast weight cache) input buffer
 	castPending *storage
 	castArrived int32
@@ -62,16 +65,18 @@ type Simulator struct {
 	loss    *storage
 	// cuBLAS workspaces, one per thread (forward, autograd device thread).
 	wsForward, wsBackward bool
-	scaler                []*storage
-	sum                   Summary
-	err                   error
-	stepsDone             int
-	gradsAlive            bool
-	slab                  []storage
-	live                  int64 // requested bytes of the live storages
-	plans                 map[*graph.Graph]*plan
-	inBuf                 []value
-	localBuf              []*storage
+	// dynamicMap: bitsandbytes' cached dynamic map is on the device
+	dynamicMap bool
+	scaler     []*storage
+	sum        Summary
+	err        error
+	stepsDone  int
+	gradsAlive bool
+	slab       []storage
+	live       int64 // requested bytes of the live storages
+	plans      map[*graph.Graph]*plan
+	inBuf      []value
+	localBuf   []*storage
 	// One context of each kind serves every op (an op's rules do not
 	// nest): the rules take them by pointer, which would otherwise put one
 	// on the heap per op.
@@ -152,6 +157,11 @@ type Summary struct {
 	// unified memory: on the device while used, but outside PyTorch's
 	// allocator, and paged out to the host rather than failing.
 	PagedOptimizerStateBytes int64
+	// QuantizedParamCount counts the elements of the quantized weights
+	// (their logical [out, in] size) and QuantizedBytes what they store
+	// on the device, all pieces (part of ParametersBytes).
+	QuantizedParamCount int64
+	QuantizedBytes      int64
 	// ActivationsBytes is what autograd holds saved at the end of the
 	// first forward pass, counted once per storage, excluding parameters,
 	// buffers, autocast's parameter copies and the batch.
@@ -238,8 +248,13 @@ func New(g *graph.Graph, s Setup) (*Simulator, error) {
 		sim.site = sim.tr.Site(t.Name)
 		n := t.Shape.Numel()
 		ps := &paramState{dt: pdt, numel: n, shape: t.Shape}
-		ps.st = sim.alloc(n*pdt.Size(), trace.Parameter)
-		ps.st.refs = 1
+		if t.Quant != nil {
+			sim.loadQuantized(ps, t)
+		} else {
+			ps.st = sim.alloc(n*pdt.Size(), trace.Parameter)
+			ps.st.refs = 1
+			sim.sum.ParametersBytes += n * pdt.Size()
+		}
 		sim.params = append(sim.params, ps)
 		if t.RequiresGrad {
 			sim.sum.TrainableParamCount += n
@@ -249,7 +264,6 @@ func New(g *graph.Graph, s Setup) (*Simulator, error) {
 			sim.trained = append(sim.trained, ps)
 		}
 		sim.sum.ParamCount += n
-		sim.sum.ParametersBytes += n * pdt.Size()
 	}
 	for i := range g.Tensors {
 		t := &g.Tensors[i]
