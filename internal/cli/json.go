@@ -37,23 +37,27 @@ type EstimateJSON struct {
 	OptimizerStateBytes int64  `json:"optimizer_state_bytes"`
 	// PagedOptimizerStateBytes are a paged optimizer's states in unified
 	// memory, outside PyTorch's allocator.
-	PagedOptimizerStateBytes int64            `json:"paged_optimizer_state_bytes,omitempty"`
-	ActivationsBytes         int64            `json:"activations_bytes"`
-	AutocastCacheBytes       int64            `json:"autocast_cache_bytes"`
-	BatchDataBytes           int64            `json:"batch_data_bytes"`
-	WorkspaceBytes           int64            `json:"workspace_bytes"`
-	AtPeak                   map[string]int64 `json:"at_peak_bytes"`
-	PeakAllocatedBytes       int64            `json:"peak_allocated_bytes"`
-	PeakReservedBytes        int64            `json:"peak_reserved_bytes"`
-	ContextBytes             int64            `json:"cuda_context_bytes"`
-	DeviceTotalBytes         int64            `json:"device_total_bytes"`
-	GPUCapacityBytes         int64            `json:"gpu_capacity_bytes"`
-	HeadroomBytes            int64            `json:"headroom_bytes"`
-	Fits                     bool             `json:"fits"`
-	DecidedBy                string           `json:"decided_by"`
-	OOM                      string           `json:"oom_message,omitempty"`
-	Steps                    []StepJSON       `json:"steps,omitempty"`
-	Time                     *TimeJSON        `json:"time,omitempty"`
+	PagedOptimizerStateBytes int64 `json:"paged_optimizer_state_bytes,omitempty"`
+	// Quantization describes the quantized Linear weights' format and
+	// QuantizedBytes what they store (part of parameters_bytes).
+	Quantization       string           `json:"quantization,omitempty"`
+	QuantizedBytes     int64            `json:"quantized_bytes,omitempty"`
+	ActivationsBytes   int64            `json:"activations_bytes"`
+	AutocastCacheBytes int64            `json:"autocast_cache_bytes"`
+	BatchDataBytes     int64            `json:"batch_data_bytes"`
+	WorkspaceBytes     int64            `json:"workspace_bytes"`
+	AtPeak             map[string]int64 `json:"at_peak_bytes"`
+	PeakAllocatedBytes int64            `json:"peak_allocated_bytes"`
+	PeakReservedBytes  int64            `json:"peak_reserved_bytes"`
+	ContextBytes       int64            `json:"cuda_context_bytes"`
+	DeviceTotalBytes   int64            `json:"device_total_bytes"`
+	GPUCapacityBytes   int64            `json:"gpu_capacity_bytes"`
+	HeadroomBytes      int64            `json:"headroom_bytes"`
+	Fits               bool             `json:"fits"`
+	DecidedBy          string           `json:"decided_by"`
+	OOM                string           `json:"oom_message,omitempty"`
+	Steps              []StepJSON       `json:"steps,omitempty"`
+	Time               *TimeJSON        `json:"time,omitempty"`
 	// Suggestions are the smallest changes that fit, for a job that does
 	// not.
 	Suggestions []PlanEntryJSON `json:"suggestions,omitempty"`
@@ -112,6 +116,9 @@ func estimateJSON(res *predict.Result, batches []int64) EstimateJSON {
 		DeviceTotalBytes: res.DeviceTotal, GPUCapacityBytes: res.GPU.Capacity, HeadroomBytes: res.Headroom(), Fits: res.Fits, DecidedBy: res.Decider}
 	for _, c := range trace.Categories() {
 		out.AtPeak[c.String()] = tl.AtPeak[c]
+	}
+	if q := res.Config.Quant; q != nil {
+		out.Quantization, out.QuantizedBytes = q.String(), s.QuantizedBytes
 	}
 	if tl.OOM != nil {
 		out.OOM = tl.OOM.Error()
