@@ -121,3 +121,23 @@ func TestBuilderQuantizes(t *testing.T) {
 		}
 	}
 }
+
+// ParseQuantFormat never panics, and a name it accepts prints back as
+// itself in lower case.
+func FuzzParseQuantFormat(f *testing.F) {
+	for _, s := range []string{"nf4", "FP4", " int8 ", "gptq", "awq", "none", "", "nf"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		q, err := ParseQuantFormat(s)
+		if err != nil {
+			if q != NoQuant {
+				t.Errorf("%q: error %v with format %v", s, err, q)
+			}
+			return
+		}
+		if q == NoQuant || q.String() != strings.ToLower(strings.TrimSpace(s)) {
+			t.Errorf("%q parsed as %v", s, q)
+		}
+	})
+}
