@@ -128,6 +128,11 @@ func (b *Builder) LoRAParams(name string, in, out int64) (LoRA, bool) {
 // base) to its output, as peft's Linear.forward does.
 func (b *Builder) ApplyLoRA(name string, x, base TensorID, l LoRA) TensorID {
 	a := b.Adapters
+	if b.quant4[b.path(name)] {
+		// peft.tuners.lora.bnb.Linear4bit.forward: "for 4bit, we need to
+		// defensively clone" the base layer's result before adding
+		base = b.Clone(name+".clone", base)
+	}
 	b.inLoRA = true
 	defer func() { b.inLoRA = false }()
 	b.Push(name)

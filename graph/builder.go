@@ -31,7 +31,9 @@ type Builder struct {
 	Adapters *Adapters
 	// Quant, when set, stores the weights of the Linear layers built from
 	// now on in a quantized format (see Quant).
-	Quant    *Quant
+	Quant *Quant
+	// quant4 are the Linear layers (by path) whose weights are 4-bit.
+	quant4   map[string]bool
 	inLoRA   bool
 	loraHits map[string]bool
 	// linearNames are the Linear layers' own names, for an error that
@@ -767,6 +769,15 @@ func (b *Builder) Contiguous(name string, x TensorID) TensorID {
 	}
 	if b.contig[x] {
 		return x
+	}
+	return b.op(Contiguous, name, []TensorID{x}, None, None, b.Shape(x).Clone(), b.DTypeOf(x), None, true, Attr{})
+}
+
+// Clone is x.clone(): always a copy (a Contiguous op on a contiguous
+// tensor), whose backward passes the gradient through.
+func (b *Builder) Clone(name string, x TensorID) TensorID {
+	if !b.ok(x) {
+		return None
 	}
 	return b.op(Contiguous, name, []TensorID{x}, None, None, b.Shape(x).Clone(), b.DTypeOf(x), None, true, Attr{})
 }

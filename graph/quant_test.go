@@ -120,6 +120,17 @@ func TestBuilderQuantizes(t *testing.T) {
 			t.Errorf("%s quantized = %v, want %v", n, quant[n], q)
 		}
 	}
+	// PEFT's Linear4bit clones the 4-bit base layer's result before
+	// adding the adapter's: one copy of fc's [4, 16] output
+	var clones int
+	for _, op := range g.Ops {
+		if op.Name == "fc.clone" && op.Kind == Contiguous && g.Tensors[op.Output].Shape.Numel() == 64 {
+			clones++
+		}
+	}
+	if clones != 1 {
+		t.Errorf("%d clones of fc's output, want 1", clones)
+	}
 }
 
 // ParseQuantFormat never panics, and a name it accepts prints back as
