@@ -154,6 +154,30 @@ func TestOpenQuantizedCheckpoint(t *testing.T) {
 	}
 }
 
+// Sharded, the same checkpoint gives the same figures, and a wrong piece
+// is named with the shard holding it.
+func TestOpenQuantizedSharded(t *testing.T) {
+	ts := bnb4Tensors()
+	third := len(ts) / 3
+	m, err := Open(shardedDir(t, with(tinyLlama(), "quantization_config", bnb4Config), ts[:third], ts[third:2*third], ts[2*third:]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := int64(53304 + 1400 + 65536 + 640); len(m.Checkpoint.Files) != 3 || m.StoredBytes != want {
+		t.Errorf("%d files, %d bytes; want 3 and %d", len(m.Checkpoint.Files), m.StoredBytes, want)
+	}
+	last := ts[len(ts)-1-6] // a layer-1 down_proj piece, in the third shard
+	for i := range ts {
+		if ts[i].name == last.name {
+			ts[i].shape = append([]int64{2}, ts[i].shape...)
+		}
+	}
+	_, err = Open(shardedDir(t, with(tinyLlama(), "quantization_config", bnb4Config), ts[:third], ts[third:2*third], ts[2*third:]))
+	if err == nil || !strings.Contains(err.Error(), "model-00003-of-00003.safetensors: "+last.name+" holds") {
+		t.Errorf("error %v, want one naming %s in the third shard", err, last.name)
+	}
+}
+
 func TestOpenQuantizedDisagrees(t *testing.T) {
 	// double quantization stores a uint8 absmax: a float32 one is 4·64
 	// bytes where the format has 64
