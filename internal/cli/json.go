@@ -41,7 +41,7 @@ type EstimateJSON struct {
 	// Quantization describes the quantized Linear weights' format and
 	// QuantizedBytes what they store (part of parameters_bytes).
 	Quantization       string           `json:"quantization,omitempty"`
-	QuantizedBytes     int64            `json:"quantized_bytes,omitempty"`
+	QuantizedBytes     int64            `json:"quantized_bytes"`
 	ActivationsBytes   int64            `json:"activations_bytes"`
 	AutocastCacheBytes int64            `json:"autocast_cache_bytes"`
 	BatchDataBytes     int64            `json:"batch_data_bytes"`

@@ -128,6 +128,11 @@ function jobFields() {
     f.lora = $("#lora").value;
     f["lora-targets"] = $("#lora-targets").value;
   }
+  if ($("#quant").value) {
+    const [q, dq] = $("#quant").value.split("+");
+    f.quant = q;
+    if (dq) f["double-quant"] = "true";
+  }
   if (!uploaded) f.model = $("#model").value;
   return f;
 }
