@@ -32,10 +32,11 @@ type Builder struct {
 	// Quant, when set, stores the weights of the Linear layers built from
 	// now on in a quantized format (see Quant).
 	Quant *Quant
-	// quant4 are the Linear layers (by path) whose weights are 4-bit.
-	quant4   map[string]bool
-	inLoRA   bool
-	loraHits map[string]bool
+	// quantized are the Linear layers (by path) whose weights are stored
+	// quantized, with their format.
+	quantized map[string]QuantFormat
+	inLoRA    bool
+	loraHits  map[string]bool
 	// linearNames are the Linear layers' own names, for an error that
 	// lists what LoRA could target; freezeHits the --freeze names that
 	// matched a parameter.
@@ -791,7 +792,16 @@ func (b *Builder) Cast(name string, x TensorID, dt DType) TensorID {
 	// may be half at run time, and then .to(float32) is a real copy (the
 	// simulator aliases it when the run-time dtypes agree, as PyTorch
 	// returns self).
-	return b.op(Cast, name, []TensorID{x}, None, None, b.Shape(x).Clone(), dt, None, true, Attr{})
+	return b.CastAs(name, x, dt, CastToDType)
+}
+
+// CastAs is a cast whose target the simulation decides (see CastTarget);
+// dt is the graph's dtype for the result.
+func (b *Builder) CastAs(name string, x TensorID, dt DType, to CastTarget) TensorID {
+	if !b.ok(x) {
+		return None
+	}
+	return b.op(Cast, name, []TensorID{x}, None, None, b.Shape(x).Clone(), dt, None, true, Attr{CastTo: to})
 }
 
 // Broadcast returns the broadcast shape of a and c.

@@ -247,12 +247,10 @@ func (b *Builder) quantize(name string, w TensorID) {
 	t := &b.g.Tensors[w]
 	t.Quant = q
 	t.RequiresGrad = false
-	if q.Format == NF4 || q.Format == FP4 {
-		if b.quant4 == nil {
-			b.quant4 = map[string]bool{}
-		}
-		b.quant4[b.path(name)] = true
+	if b.quantized == nil {
+		b.quantized = map[string]QuantFormat{}
 	}
+	b.quantized[b.path(name)] = q.Format
 }
 
 // QuantizeLinear marks the weight w of the Linear name as quantized when

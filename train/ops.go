@@ -201,7 +201,7 @@ func init() {
 		graph.Contiguous: {bwd: func(c *bwdCtx) { c.passIn(0) }},
 		// .to(dtype): ToCopyBackward0 allocates the gradient in the source
 		// dtype.
-		graph.Cast: {out: func(m *micro, c *fwdCtx) graph.DType { return m.g.Tensors[c.op.Output].DType },
+		graph.Cast: {out: castOut,
 			alias: func(m *micro, c *fwdCtx, out graph.DType) bool { return c.in[0].dt == out },
 			bwd: func(c *bwdCtx) {
 				if c.inDT(0) == c.m.val[c.op.Output].dt {

@@ -296,3 +296,21 @@ func quantLinearBackward(c *bwdCtx, q *graph.Quant) {
 	sim.unref(gk)
 	c.route(0, ga, kd)
 }
+
+// castOut is a cast's target: the output's dtype, or for PEFT's casts
+// around a quantized layer's adapter nothing under autocast (the input
+// itself) and otherwise float32 or the model's parameter dtype.
+func castOut(m *micro, c *fwdCtx) graph.DType {
+	switch c.op.Attr.CastTo {
+	case graph.CastToDTypeOutsideAutocast:
+		if m.sim.amp {
+			return c.in[0].dt
+		}
+	case graph.CastToModelOutsideAutocast:
+		if m.sim.amp {
+			return c.in[0].dt
+		}
+		return m.sim.s.Precision.ParamDType()
+	}
+	return m.g.Tensors[c.op.Output].DType
+}

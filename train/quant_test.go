@@ -31,9 +31,15 @@ func quantGraph(t *testing.T, rows int64, q graph.Quant) *graph.Graph {
 // transients lists the sizes of the transient allocations made at op
 // site in phase, in order.
 func transients(tr *trace.Trace, phase trace.Phase, site string) []int64 {
+	return allocs(tr, phase, site, trace.Transient)
+}
+
+// allocs lists the sizes of the allocations of category cat made at op
+// site in phase, in order.
+func allocs(tr *trace.Trace, phase trace.Phase, site string, cat trace.Category) []int64 {
 	var out []int64
 	for _, e := range tr.Events {
-		if e.Action == trace.Alloc && e.Phase == phase && e.Category == trace.Transient && e.Site >= 0 && tr.Sites[e.Site] == site {
+		if e.Action == trace.Alloc && e.Phase == phase && e.Category == cat && e.Site >= 0 && tr.Sites[e.Site] == site {
 			out = append(out, e.Size)
 		}
 	}
@@ -61,7 +67,11 @@ func has(sizes []int64, n int64) bool {
 //   - backward: only fc2's input needs a gradient (fc1's input is the
 //     batch), so only fc2 dequantizes again (8192 B).
 //   - gradients and Adam state: the adapters alone, 2·128 + 64·2 + 2·64 +
-//     64·2 = 640 elements: 1280 B of bf16 gradients, 2560 B of state.
+//     64·2 = 640 elements, float32 as PEFT keeps them on a quantized
+//     base: 2560 B of gradients, 5120 B of state.
+//   - PEFT's casts outside autocast: fc2's adapter gets x [8, 64] as
+//     float32 (2048 B) and its output goes back to bf16 (1024 B); the
+//     4-bit base result is cloned (1024 B).
 func TestQLoRANF4(t *testing.T) {
 	q := graph.Quant{Format: graph.NF4, BlockSize: 64, DoubleQuant: true, Compute: graph.BF16}
 	g := quantGraph(t, 8, q)
@@ -75,8 +85,14 @@ func TestQLoRANF4(t *testing.T) {
 	if sum.QuantizedBytes != 5320+3208 || sum.QuantizedParamCount != 8192+4096 {
 		t.Errorf("quantized %d bytes of %d elements, want 8528 of 12288", sum.QuantizedBytes, sum.QuantizedParamCount)
 	}
-	if sum.GradientsBytes != 1280 || sum.OptimizerStateBytes != 2560 || sum.TrainableParamCount != 640 {
-		t.Errorf("trainable %d, gradients %d, state %d; want 640, 1280, 2560", sum.TrainableParamCount, sum.GradientsBytes, sum.OptimizerStateBytes)
+	if sum.GradientsBytes != 2560 || sum.OptimizerStateBytes != 5120 || sum.TrainableParamCount != 640 {
+		t.Errorf("trainable %d, gradients %d, state %d; want 640, 2560, 5120", sum.TrainableParamCount, sum.GradientsBytes, sum.OptimizerStateBytes)
+	}
+	for site, want := range map[string]int64{"fc2.cast_input": 2048, "fc2.cast_output": 1024, "fc2.clone": 1024} {
+		// one in each of the two steps
+		if got := allocs(tr, trace.Forward, site, trace.Activation); len(got) != 2 || got[0] != want || got[1] != want {
+			t.Errorf("%s: forward allocations %v, want [%d %d]", site, got, want, want)
+		}
 	}
 	// loading: the bf16 weight lands whole (16384 B), then the float32
 	// absmax (512 B) and _absmax - offset (512 B) are temporaries

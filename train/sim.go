@@ -247,13 +247,17 @@ func New(g *graph.Graph, s Setup) (*Simulator, error) {
 		t := g.Tensor(id)
 		sim.site = sim.tr.Site(t.Name)
 		n := t.Shape.Numel()
-		ps := &paramState{dt: pdt, numel: n, shape: t.Shape}
+		dt := pdt
+		if t.KeepDType {
+			dt = t.DType
+		}
+		ps := &paramState{dt: dt, numel: n, shape: t.Shape}
 		if t.Quant != nil {
 			sim.loadQuantized(ps, t)
 		} else {
-			ps.st = sim.alloc(n*pdt.Size(), trace.Parameter)
+			ps.st = sim.alloc(n*dt.Size(), trace.Parameter)
 			ps.st.refs = 1
-			sim.sum.ParametersBytes += n * pdt.Size()
+			sim.sum.ParametersBytes += n * dt.Size()
 		}
 		sim.params = append(sim.params, ps)
 		if t.RequiresGrad {

@@ -196,7 +196,7 @@ func writeEstimate(w io.Writer, res *predict.Result, batches []int64) {
 		fmt.Fprintf(tw, "cuBLAS workspace\t%s\t\t\n", fmtBytes(sum.WorkspaceBytes))
 	}
 	tw.Flush()
-	if a := res.Config.Adapters; a != nil && a.Rank > 0 && (res.Setup.Precision == train.True16 || res.Setup.Precision == train.TrueBF16) {
+	if a := res.Config.Adapters; a != nil && a.Rank > 0 && res.Config.Quant == nil && (res.Setup.Precision == train.True16 || res.Setup.Precision == train.TrueBF16) {
 		// never under-predict silently
 		fmt.Fprintln(w, "note: PEFT 0.12 and later keep LoRA adapters in float32 on a half-precision base and cast their input to float32 (autocast_adapter_dtype); batchfit builds them in the base's dtype, so expect somewhat more memory than shown")
 	}
