@@ -188,7 +188,7 @@ func (q *Quant) Pieces(out, in int64) []QuantPiece {
 	case Int8:
 		return []QuantPiece{{"weight", I8, n}, {"SCB", F32, out}}
 	case GPTQ, AWQ:
-		g := q.groups(in)
+		g := q.Groups(in)
 		packedOut := ceilDiv(out*q.Bits, 32)
 		if q.Format == AWQ {
 			return []QuantPiece{{"qweight", I32, in * packedOut}, {"qzeros", I32, g * packedOut}, {"scales", F16, g * out}}
@@ -199,7 +199,9 @@ func (q *Quant) Pieces(out, in int64) []QuantPiece {
 	return nil
 }
 
-func (q *Quant) groups(in int64) int64 {
+// Groups is the number of groups of input features sharing a scale and
+// zero (GPTQ, AWQ).
+func (q *Quant) Groups(in int64) int64 {
 	if q.GroupSize <= 0 {
 		return 1
 	}

@@ -11,13 +11,18 @@ import (
 // 64) → head Linear(64 → 10) → cross-entropy, with fc1 and fc2 quantized
 // in q's format and LoRA (r = 2) on both; head stays unquantized.
 func quantGraph(t *testing.T, rows int64, q graph.Quant) *graph.Graph {
+	return quantGraphOf(t, graph.Shape{rows}, q)
+}
+
+// quantGraphOf is quantGraph on x [lead..., 128].
+func quantGraphOf(t *testing.T, lead graph.Shape, q graph.Quant) *graph.Graph {
 	t.Helper()
 	b := graph.NewBuilder("q")
 	q.Skip = []string{"head"}
 	b.Quant = &q
 	b.Adapters = &graph.Adapters{Rank: 2, Alpha: 4, Targets: []string{"fc1", "fc2"}}
-	x := b.Input("x", graph.Shape{rows, 128}, graph.F32)
-	y := b.Target("y", graph.Shape{rows}, graph.I64)
+	x := b.Input("x", append(lead.Clone(), 128), graph.F32)
+	y := b.Target("y", lead.Clone(), graph.I64)
 	h := b.Linear("fc1", x, 64, true)
 	h = b.Linear("fc2", h, 64, true)
 	b.CrossEntropy("loss", b.Linear("head", h, 10, true), y)
@@ -189,5 +194,62 @@ func TestQuantInt8(t *testing.T) {
 	}
 	if got, want := transients(tr, trace.Backward, "fc2"), []int64{8192, 256, 1024}; !equal(got, want) {
 		t.Errorf("fc2 backward transients %v, want %v", got, want)
+	}
+}
+
+// auto-gptq's torch path under 16-true, fc2 [64, 64] (n = 4096) with group
+// 64 (one group) on x [8, 64]: the zeros unpacked (int32 1·64·4 = 256 B,
+// int8 64 B), the codes (int32 4096·4 = 16384 B, int8 4096 B twice), the
+// int64 g_idx for each gather (64·8 = 512 B), scales[g_idx] (8192 B),
+// zeros[g_idx] (4096 B), the difference (4096 B) and the float16 weight
+// (8192 B), which matmul saves for x's gradient: fc2's saved bytes are
+// 8192. fc1's input is the batch, so nothing is saved there. Backward:
+// grad_x = grad @ weights.T, 8·64·2 = 1024 B.
+func TestQuantGPTQ(t *testing.T) {
+	q := graph.Quant{Format: graph.GPTQ, Bits: 4, GroupSize: 64, Compute: graph.F16, Prequantized: true}
+	tr, sum, err := Simulate(quantGraph(t, 8, q), Setup{Precision: True16, Steps: 1, Optimizer: Optimizer{Kind: Adam}, Profile: mustProfile(t, "")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := transients(tr, trace.Forward, "fc2"), []int64{256, 64, 16384, 4096, 4096, 512, 8192, 512, 4096, 4096, 8192}; !equal(got, want) {
+		t.Errorf("fc2 forward transients %v, want %v", got, want)
+	}
+	if got, want := transients(tr, trace.Backward, "fc2"), []int64{1024}; !equal(got, want) {
+		t.Errorf("fc2 backward transients %v, want %v", got, want)
+	}
+	saved := map[string]int64{}
+	for _, o := range sum.SavedByOp {
+		saved[o.Op] = o.Bytes
+	}
+	if saved["fc2"] != 8192 || saved["fc1"] != 0 {
+		t.Errorf("saved by fc1 %d, fc2 %d; want 0 and 8192", saved["fc1"], saved["fc2"])
+	}
+}
+
+// autoawq's WQLinearMMFunction on x [2, 8, 64] for fc2 [64, 64]: 2·8 = 16
+// < 1024, so forward takes the fused kernel (no dequantized weight);
+// backward dequantizes (4096·2 = 8192 B), repeats it for the batch of 2
+// (16384 B) and makes grad_input (16·64·2 = 2048 B). Under bf16-true,
+// forward copies x to float16 (2048 B, saved) and the float16 result
+// (2048 B) is a temporary beside the bf16 output.
+func TestQuantAWQ(t *testing.T) {
+	q := graph.Quant{Format: graph.AWQ, Bits: 4, GroupSize: 64, Compute: graph.F16, Prequantized: true}
+	g := quantGraphOf(t, graph.Shape{2, 8}, q)
+	tr, _, err := Simulate(g, Setup{Precision: True16, Steps: 1, Optimizer: Optimizer{Kind: Adam}, Profile: mustProfile(t, "")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := transients(tr, trace.Forward, "fc2"); len(got) != 0 {
+		t.Errorf("fc2 forward transients %v, want none", got)
+	}
+	if got, want := transients(tr, trace.Backward, "fc2"), []int64{8192, 16384, 2048}; !equal(got, want) {
+		t.Errorf("fc2 backward transients %v, want %v", got, want)
+	}
+	tr, _, err = Simulate(g, Setup{Precision: TrueBF16, Steps: 1, Optimizer: Optimizer{Kind: Adam}, Profile: mustProfile(t, "")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := transients(tr, trace.Forward, "fc2"), []int64{2048, 2048}; !equal(got, want) {
+		t.Errorf("bf16-true: fc2 forward transients %v, want %v", got, want)
 	}
 }

@@ -15,6 +15,9 @@ type fwdCtx struct {
 	out    value
 	saving bool
 	locals []*storage
+	// held is a kernel temporary made before the output that the op's
+	// node may save (auto-gptq's dequantized weight).
+	held *storage
 }
 
 func (c *fwdCtx) shape(j int) graph.Shape { return c.m.g.Tensors[c.op.Inputs[j]].Shape }

@@ -354,8 +354,10 @@ func quantNotes(q *graph.Quant) []string {
 		out = append(out, "each 4-bit weight is dequantized whole for every forward and backward use, as bitsandbytes 0.49's MatMul4Bit does; 0.50's fused gemm_4bit skips that copy for some shapes, so expect at most this much")
 	case graph.Int8:
 		out = append(out, "LLM.int8's outlier columns (llm_int8_threshold) depend on the data and are not modelled: each adds a float16 slice of the input and of the weight")
-	case graph.GPTQ, graph.AWQ:
-		out = append(out, q.Format.String()+" weights are modelled as dequantized whole to float16 for each forward and backward use (the torch reference kernels); exllama, marlin and fused kernels use less")
+	case graph.GPTQ:
+		out = append(out, "gptq follows auto-gptq's torch path (exllama off, as for fine-tuning): the float16 weight is rebuilt in each forward and saved for backward; gptqmodel's and marlin's kernels may hold less")
+	case graph.AWQ:
+		out = append(out, "awq follows autoawq 0.2.9's WQLinearMMFunction: the weight is dequantized in backward and repeated per sample of the batch")
 	}
 	if q.Compute != graph.F32 {
 		out = append(out, "PEFT's prepare_model_for_kbit_training casts the unquantized parameters to float32 and turns on gradient checkpointing; batchfit keeps them in the precision's dtype: use --precision bf16-mixed and --checkpoint full to follow it")
