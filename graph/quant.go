@@ -79,6 +79,11 @@ type Quant struct {
 	// (bnb_4bit_compute_dtype; float16 for GPTQ and AWQ, whose scales are
 	// float16).
 	Compute DType
+	// ComputeFollowsPrecision: the compute dtype is the precision's
+	// (the autocast dtype under mixed precision, else the parameters'),
+	// whatever precision the job is simulated in; Compute holds it for the
+	// precision the job was given.
+	ComputeFollowsPrecision bool
 	// Prequantized: the checkpoint stores the quantized tensors, which
 	// load as they are; otherwise each weight is loaded in the model's
 	// dtype and quantized on the device (Params4bit._quantize,

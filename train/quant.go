@@ -219,8 +219,8 @@ func quantLinearPre(c *fwdCtx) {
 		return
 	}
 	xd := c.in[0].dt
-	if !sim.amp && xd != q.Compute {
-		c.castInput(q.Compute)
+	if cd := sim.computeDType(q); !sim.amp && xd != cd {
+		c.castInput(cd)
 	}
 	kd := c.in[0].dt
 	orig := c.m.val[c.op.Inputs[0]].dt
@@ -387,7 +387,7 @@ func quantLinearBackward(c *bwdCtx, q *graph.Quant) {
 		c.route(0, ga, ad)
 		return
 	}
-	kd := q.Compute
+	kd := sim.computeDType(q)
 	if sim.amp && q.Format != graph.AWQ {
 		kd = sim.low
 	}
@@ -436,4 +436,18 @@ func castOut(m *micro, c *fwdCtx) graph.DType {
 		return m.sim.s.Precision.ParamDType()
 	}
 	return m.g.Tensors[c.op.Output].DType
+}
+
+// computeDType is the dtype a quantized layer computes in outside
+// autocast: bnb_4bit_compute_dtype, or the precision's own when it
+// follows the precision (the command line's default, which a plan's
+// change of precision changes too).
+func (sim *Simulator) computeDType(q *graph.Quant) graph.DType {
+	if !q.ComputeFollowsPrecision {
+		return q.Compute
+	}
+	if low, amp := sim.s.Precision.Autocast(); amp {
+		return low
+	}
+	return sim.s.Precision.ParamDType()
 }

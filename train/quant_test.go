@@ -253,3 +253,19 @@ func TestQuantAWQ(t *testing.T) {
 		t.Errorf("bf16-true: fc2 forward transients %v, want %v", got, want)
 	}
 }
+
+// A compute dtype that follows the precision (the command line's default)
+// is the precision's in whatever precision the job is simulated (a plan
+// changes it): under bf16-true fc2 computes in bfloat16 although Compute
+// says float32, so its forward has only the dequantized bf16 weight (4096
+// · 2 = 8192 B) and no float32 copies.
+func TestQuantComputeFollowsPrecision(t *testing.T) {
+	q := graph.Quant{Format: graph.NF4, BlockSize: 64, Compute: graph.F32, ComputeFollowsPrecision: true}
+	tr, _, err := Simulate(quantGraph(t, 8, q), Setup{Precision: TrueBF16, Steps: 1, Optimizer: Optimizer{Kind: Adam}, Profile: mustProfile(t, "")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := transients(tr, trace.Forward, "fc2"), []int64{8192}; !equal(got, want) {
+		t.Errorf("fc2 forward transients %v, want %v", got, want)
+	}
+}

@@ -132,19 +132,19 @@ func (j *jobFlags) quantization(prec train.Precision) (*graph.Quant, error) {
 		return nil, usagef("--double-quant, --quant-compute and --quant-blocksize are the 4-bit formats' (nf4, fp4), not int8's")
 	}
 	low, amp := prec.Autocast()
-	q := &graph.Quant{Format: f, Bits: 4, BlockSize: j.quantBlock, DoubleQuant: j.doubleQuant, Compute: prec.ParamDType()}
+	q := &graph.Quant{Format: f, Bits: 4, BlockSize: j.quantBlock, DoubleQuant: j.doubleQuant, Compute: prec.ParamDType(), ComputeFollowsPrecision: true}
 	if amp {
 		q.Compute = low
 	}
 	if f == graph.Int8 {
-		q.Bits, q.BlockSize, q.Compute = 8, 0, graph.F16
+		q.Bits, q.BlockSize, q.Compute, q.ComputeFollowsPrecision = 8, 0, graph.F16, false
 	}
 	if j.quantCompute != "" {
 		d, err := graph.ParseDType(j.quantCompute)
 		if err != nil || !d.IsFloat() || d == graph.F64 || d == graph.F8E4M3 || d == graph.F8E5M2 {
 			return nil, usagef("--quant-compute %q: want bf16, fp16 or fp32", j.quantCompute)
 		}
-		q.Compute = d
+		q.Compute, q.ComputeFollowsPrecision = d, false
 	}
 	if err := q.Check(); err != nil {
 		return nil, usagef("--quant: %v", err)
