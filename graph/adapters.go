@@ -121,6 +121,16 @@ func (b *Builder) LoRAParams(name string, in, out int64) (LoRA, bool) {
 	b.Push(name)
 	l := LoRA{A: b.Param("lora_A.weight", Shape{r, in}), B: b.Param("lora_B.weight", Shape{out, r})}
 	b.Pop()
+	if _, ok := b.quantized[b.path(name)]; ok && b.err == nil {
+		// nn.Linear makes them float32, and PEFT's
+		// _move_adapter_to_device_of_base_layer casts an adapter to the
+		// base layer's dtype only when that is floating: on a quantized
+		// base they stay float32 (and get_peft_model's
+		// autocast_adapter_dtype keeps half ones float32 too)
+		for _, id := range []TensorID{l.A, l.B} {
+			b.g.Tensors[id].DType, b.g.Tensors[id].KeepDType = F32, true
+		}
+	}
 	return l, true
 }
 
@@ -128,16 +138,31 @@ func (b *Builder) LoRAParams(name string, in, out int64) (LoRA, bool) {
 // base) to its output, as peft's Linear.forward does.
 func (b *Builder) ApplyLoRA(name string, x, base TensorID, l LoRA) TensorID {
 	a := b.Adapters
+	qf, quantized := b.quantized[b.path(name)]
+	if qf == NF4 || qf == FP4 {
+		// peft.tuners.lora.bnb.Linear4bit.forward: "for 4bit, we need to
+		// defensively clone" the base layer's result before adding
+		base = b.Clone(name+".clone", base)
+	}
 	b.inLoRA = true
 	defer func() { b.inLoRA = false }()
 	b.Push(name)
 	h := x
+	if quantized {
+		// PEFT's quantized LoRA layers, outside autocast: x =
+		// self._cast_input_dtype(x, lora_A.weight.dtype), float32
+		h = b.CastAs("cast_input", h, F32, CastToDTypeOutsideAutocast)
+	}
 	if a.Dropout > 0 {
-		h = b.Dropout("lora_dropout", x, a.Dropout, false)
+		h = b.Dropout("lora_dropout", h, a.Dropout, false)
 	}
 	u := b.LinearWith("lora_A", h, l.A, None)
 	v := b.LinearWith("lora_B", u, l.B, None)
 	v = b.Scale("scaling", v)
+	if quantized {
+		// output = output.to(expected_dtype), the base result's dtype
+		v = b.CastAs("cast_output", v, F32, CastToModelOutsideAutocast)
+	}
 	b.Pop()
 	return b.Add(name+".lora_add", base, v)
 }

@@ -29,8 +29,14 @@ type Builder struct {
 	// Adapters, when set, freeze parameters and add LoRA adapters to the
 	// Linear layers they name (see Adapters).
 	Adapters *Adapters
-	inLoRA   bool
-	loraHits map[string]bool
+	// Quant, when set, stores the weights of the Linear layers built from
+	// now on in a quantized format (see Quant).
+	Quant *Quant
+	// quantized are the Linear layers (by path) whose weights are stored
+	// quantized, with their format.
+	quantized map[string]QuantFormat
+	inLoRA    bool
+	loraHits  map[string]bool
 	// linearNames are the Linear layers' own names, for an error that
 	// lists what LoRA could target; freezeHits the --freeze names that
 	// matched a parameter.
@@ -319,6 +325,7 @@ func (b *Builder) Linear(name string, x TensorID, out int64, bias bool) TensorID
 		bb = b.Param("bias", Shape{out})
 	}
 	b.Pop()
+	b.quantize(name, w)
 	l, adapted := b.LoRAParams(name, s[len(s)-1], out)
 	y := b.LinearWith(name, x, w, bb)
 	if adapted {
@@ -824,6 +831,15 @@ func (b *Builder) Contiguous(name string, x TensorID) TensorID {
 	return b.op(Contiguous, name, []TensorID{x}, None, None, b.Shape(x).Clone(), b.DTypeOf(x), None, true, Attr{})
 }
 
+// Clone is x.clone(): always a copy (a Contiguous op on a contiguous
+// tensor), whose backward passes the gradient through.
+func (b *Builder) Clone(name string, x TensorID) TensorID {
+	if !b.ok(x) {
+		return None
+	}
+	return b.op(Contiguous, name, []TensorID{x}, None, None, b.Shape(x).Clone(), b.DTypeOf(x), None, true, Attr{})
+}
+
 // Cast is x.to(dtype).
 func (b *Builder) Cast(name string, x TensorID, dt DType) TensorID {
 	if !b.ok(x) {
@@ -833,7 +849,16 @@ func (b *Builder) Cast(name string, x TensorID, dt DType) TensorID {
 	// may be half at run time, and then .to(float32) is a real copy (the
 	// simulator aliases it when the run-time dtypes agree, as PyTorch
 	// returns self).
-	return b.op(Cast, name, []TensorID{x}, None, None, b.Shape(x).Clone(), dt, None, true, Attr{})
+	return b.CastAs(name, x, dt, CastToDType)
+}
+
+// CastAs is a cast whose target the simulation decides (see CastTarget);
+// dt is the graph's dtype for the result.
+func (b *Builder) CastAs(name string, x TensorID, dt DType, to CastTarget) TensorID {
+	if !b.ok(x) {
+		return None
+	}
+	return b.op(Cast, name, []TensorID{x}, None, None, b.Shape(x).Clone(), dt, None, true, Attr{CastTo: to})
 }
 
 // Broadcast returns the broadcast shape of a and c.

@@ -133,6 +133,13 @@ type Tensor struct {
 	// RequiresGrad follows PyTorch: parameters require grad, the input batch
 	// does not, an op's output does when any differentiable input does.
 	RequiresGrad bool
+	// Quant is the stored format of a quantized Linear weight (nil for
+	// every other tensor): the parameter's bytes on the device are
+	// Quant.Pieces, not Shape × DType.
+	Quant *Quant
+	// KeepDType marks a parameter that keeps DType whatever the
+	// precision: PEFT's float32 LoRA weights on a quantized base.
+	KeepDType bool
 }
 
 // Bytes is the size of the tensor's own elements.
@@ -168,7 +175,26 @@ type Attr struct {
 	// Count is the number of dims a roll shifts (each beyond the first is
 	// one more intermediate copy: roll_common rolls one dim at a time).
 	Count int
+	// CastTo is a cast's target (the output's DType unless it says
+	// otherwise).
+	CastTo CastTarget
 }
+
+// CastTarget is the dtype a Cast converts to.
+type CastTarget uint8
+
+const (
+	// CastToDType: the output tensor's DType.
+	CastToDType CastTarget = iota
+	// CastToDTypeOutsideAutocast: the output's DType, but nothing under
+	// autocast (PEFT's `if not torch.is_autocast_enabled(): x =
+	// x.to(lora_A.weight.dtype)`).
+	CastToDTypeOutsideAutocast
+	// CastToModelOutsideAutocast: the model's parameter dtype, but nothing
+	// under autocast (PEFT's `output.to(expected_dtype)`, the base
+	// layer's result dtype).
+	CastToModelOutsideAutocast
+)
 
 // PadMode is F.pad's mode.
 type PadMode uint8

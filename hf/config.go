@@ -46,10 +46,10 @@ type Config struct {
 	// checkpoint's storage type, "" when absent. It is not the training
 	// dtype; Transformer.DType stays float32.
 	TorchDType string
-	// Quantized is set when the config has a quantization_config: the
-	// stored tensors are packed and their element counts are not
-	// parameter counts.
-	Quantized bool
+	// Quant is the stored format of the Linear weights its
+	// quantization_config describes (nil without one): the stored tensors
+	// are packed and their element counts are not parameter counts.
+	Quant *graph.Quant
 	// Transformer is the architecture, ready for models.BuildTransformer.
 	Transformer models.TransformerConfig
 	// DefaultSeq is the sequence length used when none is given (see
@@ -124,12 +124,12 @@ func ParseConfig(data []byte, name string) (*Config, error) {
 			f.fail(key, "%v", err)
 		}
 	}
-	c.Quantized = f.has("quantization_config")
+	c.Quant = parseQuant(f)
 	if f.err != nil {
 		return nil, f.err
 	}
-	if c.Quantized {
-		c.Notes = append(c.Notes, "quantization_config: the checkpoint stores quantized tensors; the graph is the unquantized model")
+	if c.Quant != nil {
+		c.Notes = append(c.Notes, "quantization_config: the Linear weights are stored as "+c.Quant.String())
 	}
 	c.DefaultSeq = fam.defaultSeq(c.Transformer)
 	g, err := models.BuildTransformer(c.name(), c.Transformer, models.Config{Batch: 1, Seq: c.DefaultSeq})

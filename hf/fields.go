@@ -23,6 +23,9 @@ type fields struct {
 	file string
 	m    map[string]json.RawMessage
 	err  error
+	// prefix names the object the fields sit in ("quantization_config.")
+	// in errors.
+	prefix string
 }
 
 // required marks an integer field without a default.
@@ -30,7 +33,7 @@ const required = -1
 
 func (f *fields) fail(field, format string, args ...any) {
 	if f.err == nil {
-		f.err = &FieldError{File: f.file, Field: field, Msg: fmt.Sprintf(format, args...)}
+		f.err = &FieldError{File: f.file, Field: f.prefix + field, Msg: fmt.Sprintf(format, args...)}
 	}
 }
 

@@ -30,6 +30,10 @@ type Model struct {
 	// ParamCount is the number of parameters of the graph: of the class
 	// batchfit builds, tied weights once.
 	ParamCount int64
+	// StoredBytes is what the checkpoint's tensors hold, all files
+	// (quantized pieces and bitsandbytes' quant_state included); 0
+	// without weights.
+	StoredBytes int64
 
 	name string
 }
@@ -61,8 +65,11 @@ type Exclusion struct {
 // their headers are read (never the data) and the elements they hold,
 // less the tensors Tally documents as not parameters, must equal the
 // graph's parameter count; a disagreement is an error naming both. A
-// config.json path reads the config alone. Quantized checkpoints
-// (quantization_config) are read but not counted.
+// config.json path reads the config alone. A quantized checkpoint
+// (quantization_config) is not counted in elements, which packed tensors
+// do not give: instead every piece its format stores for a quantized
+// Linear must be there with the bytes the format gives it (see
+// graph.Quant.Pieces).
 //
 // The model's default sequence length is the zoo's for a config with a
 // zoo entry's exact parameters (Llama-3-8B's 8192, for Llama-3.1-8B too),
@@ -109,7 +116,19 @@ func OpenFS(fsys fs.FS, path string) (*Model, error) {
 	}
 	m.Tally = cfg.Count(m.Checkpoint)
 	m.StoredDType = dominant(m.Tally.Bytes)
-	if cfg.Quantized {
+	for _, h := range m.Checkpoint.Files {
+		for _, t := range h.Tensors {
+			m.StoredBytes += t.Bytes()
+		}
+	}
+	if cfg.Quant != nil {
+		g, err := m.Build(models.Config{Batch: 1})
+		if err != nil {
+			return nil, err
+		}
+		if err := checkQuantized(g, m.Checkpoint); err != nil {
+			return nil, err
+		}
 		return m, nil
 	}
 	if m.Tally.Params != m.ParamCount {
@@ -131,6 +150,9 @@ func (m *Model) Name() string { return m.name }
 func (m *Model) Build(c models.Config) (*graph.Graph, error) {
 	if c.Seq == 0 {
 		c.Seq = m.DefaultSeq()
+	}
+	if c.Quant == nil {
+		c.Quant = m.Config.Quant
 	}
 	return models.BuildTransformer(m.name, m.Config.Transformer, c)
 }

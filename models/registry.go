@@ -22,6 +22,10 @@ type Config struct {
 	// Adapters freeze parameters and add LoRA adapters (nil: full
 	// training); builders pass them to their graph.Builder.
 	Adapters *graph.Adapters
+	// Quant stores the Linear layers' weights quantized (nil: as
+	// parameters of the precision's dtype); builders pass it to their
+	// graph.Builder.
+	Quant *graph.Quant
 	// TP is the tensor-parallel degree: the graph is one rank's share of
 	// Megatron-style column and row splits (0 or 1: none). SP adds
 	// sequence parallelism to it.

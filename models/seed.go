@@ -13,7 +13,7 @@ func init() {
 		Description: "Linear 784→H, ReLU, (L−1)× [Linear H→H, ReLU], Linear H→10 (default L=4, H=1024)",
 		Dims:        []Dim{DimLayers, DimHidden},
 		Build: func(c Config) (*graph.Graph, error) {
-			return mlpWith(c.Adapters, c.Batch, orDefault(c.Layers, 4), orDefault(c.Hidden, 1024))
+			return mlpWith(c.Adapters, c.Quant, c.Batch, orDefault(c.Layers, 4), orDefault(c.Hidden, 1024))
 		},
 	})
 	Register(Model{
@@ -28,12 +28,13 @@ func init() {
 // MLP builds nn.Sequential(Flatten, Linear(784, H), ReLU, [Linear(H, H),
 // ReLU]×(L−1), Linear(H, 10)) with a cross-entropy loss over 10 classes.
 func MLP(batch, layers, hidden int64) (*graph.Graph, error) {
-	return mlpWith(nil, batch, layers, hidden)
+	return mlpWith(nil, nil, batch, layers, hidden)
 }
 
-func mlpWith(a *graph.Adapters, batch, layers, hidden int64) (*graph.Graph, error) {
+func mlpWith(a *graph.Adapters, q *graph.Quant, batch, layers, hidden int64) (*graph.Graph, error) {
 	b := graph.NewBuilder("mlp")
 	b.Adapters = a
+	b.Quant = q
 	if layers < 1 || hidden < 1 {
 		b.Fail("mlp needs at least one hidden layer of at least one unit, got L=%d H=%d", layers, hidden)
 	}

@@ -19,6 +19,7 @@ func tvStart(name string, c Config) (b *graph.Builder, x, y graph.TensorID, imag
 	image = orDefault(c.Image, tvDefaultImage)
 	b = graph.NewBuilder(name)
 	b.Adapters = c.Adapters
+	b.Quant = c.Quant
 	x = b.Input("x", graph.Shape{c.Batch, 3, image, image}, graph.F32)
 	y = b.Target("y", graph.Shape{c.Batch}, graph.I64)
 	return b, x, y, image

@@ -229,6 +229,7 @@ func BuildTransformer(name string, tc TransformerConfig, c Config) (*graph.Graph
 	}
 	t.b.ParamDT = tc.DType
 	t.b.Adapters = c.Adapters
+	t.b.Quant = c.Quant
 	arch.build(t)
 	return t.b.Graph()
 }
@@ -512,6 +513,7 @@ func (t *hfBuilder) linear(name string, in, out int64, bias bool) hfLinear {
 		l.bias = b.Param("bias", graph.Shape{out})
 	}
 	b.Pop()
+	b.QuantizeLinear(name, l.w)
 	l.lora, l.adapted = b.LoRAParams(name, in, out)
 	return l
 }

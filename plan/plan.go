@@ -31,7 +31,9 @@ const (
 )
 
 // Levers lists every lever.
-func Levers() []Lever { return []Lever{Accumulate, Precision, Checkpoint, Optimizer, Allocator, Sharding} }
+func Levers() []Lever {
+	return []Lever{Accumulate, Precision, Checkpoint, Optimizer, Allocator, Sharding}
+}
 
 // ParseLevers reads a comma-separated list of lever names.
 func ParseLevers(s string) ([]Lever, error) {

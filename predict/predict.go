@@ -167,6 +167,9 @@ func Run(r Request) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	if q := r.Config.Quant; q != nil && !quantized(g0) {
+		return nil, fmt.Errorf("%s: no Linear weight of this model is stored %s (the source does not build quantized layers, or every Linear is skipped)", r.Source.Name(), q.Format)
+	}
 	sim, err := train.New(g0, setup)
 	if err != nil {
 		return nil, err
@@ -276,4 +279,14 @@ func runStages(r Request) (*Result, error) {
 	}
 	worst.Stages = stages
 	return worst, nil
+}
+
+// quantized reports whether any parameter of g is stored quantized.
+func quantized(g *graph.Graph) bool {
+	for i := range g.Tensors {
+		if g.Tensors[i].Quant != nil {
+			return true
+		}
+	}
+	return false
 }

@@ -39,7 +39,14 @@ func init() {
 		// F.linear → addmm(bias, x, W.t()) (or matmul on a 2-D view of a
 		// contiguous N-D input): addmm saves mat1 = x when W requires grad
 		// and mat2 = W.t() (a view of W or of its autocast copy) when x does.
-		graph.Linear: {cast: castLower, fwd: func(c *fwdCtx) {
+		//
+		// A quantized weight (graph.Quant) runs bitsandbytes' or GPTQ's
+		// layer instead: see quant.go.
+		graph.Linear: {cast: castLower, pre: quantLinearPre, out: linearOut, fwd: func(c *fwdCtx) {
+			if q := quantOf(c.m.g, c.op); q != nil {
+				quantLinearForward(c, q)
+				return
+			}
 			c.gemm()
 			if c.m.g.Tensors[c.op.Weight].RequiresGrad {
 				c.save(c.in[0])
@@ -51,6 +58,10 @@ func init() {
 				c.m.sim.temp(n, trace.Workspace)
 			}
 		}, bwd: func(c *bwdCtx) {
+			if q := quantOf(c.m.g, c.op); q != nil {
+				quantLinearBackward(c, q)
+				return
+			}
 			c.gemm()
 			if linearBiasApart(c) {
 				// AddBackward0 of output.add_(bias) runs first: the bias
@@ -190,7 +201,7 @@ func init() {
 		graph.Contiguous: {bwd: func(c *bwdCtx) { c.passIn(0) }},
 		// .to(dtype): ToCopyBackward0 allocates the gradient in the source
 		// dtype.
-		graph.Cast: {out: func(m *micro, c *fwdCtx) graph.DType { return m.g.Tensors[c.op.Output].DType },
+		graph.Cast: {out: castOut,
 			alias: func(m *micro, c *fwdCtx, out graph.DType) bool { return c.in[0].dt == out },
 			bwd: func(c *bwdCtx) {
 				if c.inDT(0) == c.m.val[c.op.Output].dt {

@@ -338,7 +338,7 @@ func (sim *Simulator) setupParallel(g *graph.Graph) {
 		ps := sim.params[i]
 		u := unitOf[id]
 		ps.unit = u
-		if !p.shardsParams() {
+		if !p.shardsParams() || g.Tensor(id).Quant != nil {
 			continue
 		}
 		if p.Strategy == ZeRO3 && ps.numel <= p.Persist {
@@ -368,6 +368,9 @@ func (sim *Simulator) setupParallel(g *graph.Graph) {
 		ps := sim.params[i]
 		t := g.Tensor(id)
 		sim.site = sim.tr.Site(t.Name)
+		if t.Quant != nil {
+			continue // loaded as its stored pieces (loadQuantized)
+		}
 		if p.Strategy == FSDP && sim.units != nil && ps.unit >= 0 && sim.units[ps.unit].isGathered() {
 			continue // one flat shard per unit, below
 		}

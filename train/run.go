@@ -15,6 +15,9 @@ type fwdCtx struct {
 	out    value
 	saving bool
 	locals []*storage
+	// held is a kernel temporary made before the output that the op's
+	// node may save (auto-gptq's dequantized weight).
+	held *storage
 }
 
 func (c *fwdCtx) shape(j int) graph.Shape { return c.m.g.Tensors[c.op.Inputs[j]].Shape }
@@ -116,6 +119,7 @@ func (m *micro) runOp(i int) {
 	if m.regather != nil {
 		m.regather[i] = 0
 	}
+	policy := m.castOf(i, r)
 	for j, t := range op.Inputs {
 		if p := m.pidx[t]; p >= 0 && !recomputing && m.g.Tensors[t].RequiresGrad {
 			// A parameter used as an operand (a class token expanded, a
@@ -127,7 +131,7 @@ func (m *micro) runOp(i int) {
 			sim.fail("op %s: input %s has no value (internal ordering error)", op.Name, m.g.Tensors[t].Name)
 			return
 		}
-		if to, cast := m.autocastTo(r.cast, v.dt); cast {
+		if to, cast := m.autocastTo(policy, v.dt); cast {
 			n := m.g.Tensors[t].Shape.Numel()
 			st := c.local(n*to.Size(), trace.Transient)
 			m.casts[i] = append(m.casts[i], inputCast{input: j, from: v.dt})

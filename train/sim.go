@@ -50,6 +50,9 @@ type paramState struct {
 	// pendingClone: pending's layout is not the parameter's
 	pendingClone bool
 	arrived      int32
+	// quant holds a quantized weight's other device tensors (absmax,
+	// codes, scales): st is its packed codes.
+	quant []*storage
 	// cast node (autocast weight cache) input buffer
 	castPending *storage
 	castArrived int32
@@ -75,16 +78,18 @@ type Simulator struct {
 	loss    *storage
 	// cuBLAS workspaces, one per thread (forward, autograd device thread).
 	wsForward, wsBackward bool
-	scaler                []*storage
-	sum                   Summary
-	err                   error
-	stepsDone             int
-	gradsAlive            bool
-	slab                  []storage
-	live                  int64 // requested bytes of the live storages
-	plans                 map[*graph.Graph]*plan
-	inBuf                 []value
-	localBuf              []*storage
+	// dynamicMap: bitsandbytes' cached dynamic map is on the device
+	dynamicMap bool
+	scaler     []*storage
+	sum        Summary
+	err        error
+	stepsDone  int
+	gradsAlive bool
+	slab       []storage
+	live       int64 // requested bytes of the live storages
+	plans      map[*graph.Graph]*plan
+	inBuf      []value
+	localBuf   []*storage
 	// One context of each kind serves every op (an op's rules do not
 	// nest): the rules take them by pointer, which would otherwise put one
 	// on the heap per op.
@@ -187,6 +192,11 @@ type Summary struct {
 	// unified memory: on the device while used, but outside PyTorch's
 	// allocator, and paged out to the host rather than failing.
 	PagedOptimizerStateBytes int64
+	// QuantizedParamCount counts the elements of the quantized weights
+	// (their logical [out, in] size) and QuantizedBytes what they store
+	// on the device, all pieces (part of ParametersBytes).
+	QuantizedParamCount int64
+	QuantizedBytes      int64
 	// ActivationsBytes is what autograd holds saved at the end of the
 	// first forward pass, counted once per storage, excluding parameters,
 	// buffers, autocast's parameter copies and the batch.
@@ -278,15 +288,27 @@ func New(g *graph.Graph, s Setup) (*Simulator, error) {
 		t := g.Tensor(id)
 		sim.site = sim.tr.Site(t.Name)
 		n := t.Shape.Numel()
-		ps := &paramState{dt: cdt, numel: n, shape: t.Shape, local: n, sdt: pdt, odt: odt, unit: -1}
-		if s.Parallel.IsZeRO() {
-			// the module itself is cast to the half dtype
-			ps.sdt = cdt
+		dt := cdt
+		if t.KeepDType {
+			dt = t.DType
 		}
-		if !s.Parallel.On() {
-			ps.st = sim.alloc(n*pdt.Size(), trace.Parameter)
+		ps := &paramState{dt: dt, numel: n, shape: t.Shape, local: n, sdt: pdt, odt: odt, unit: -1}
+		if t.KeepDType || s.Parallel.IsZeRO() {
+			// a parameter that keeps its own dtype; or DeepSpeed's
+			// module cast to the half dtype
+			ps.sdt = dt
+		}
+		if t.KeepDType {
+			ps.odt = dt
+		}
+		switch {
+		case t.Quant != nil:
+			sim.loadQuantized(ps, t)
+			ps.sdt, ps.odt = ps.dt, ps.dt
+		case !s.Parallel.On():
+			ps.st = sim.alloc(n*ps.sdt.Size(), trace.Parameter)
 			ps.st.refs = 1
-			sim.sum.ParametersBytes += n * pdt.Size()
+			sim.sum.ParametersBytes += n * ps.sdt.Size()
 		}
 		sim.params = append(sim.params, ps)
 		if t.RequiresGrad {
@@ -299,6 +321,12 @@ func New(g *graph.Graph, s Setup) (*Simulator, error) {
 		sim.sum.ParamCount += n
 	}
 	if s.Parallel.On() {
+		if s.Parallel.Strategy != DDP && sim.sum.QuantizedBytes > 0 {
+			// FSDP-QLoRA shards the packed codes as a float storage
+			// (bnb_4bit_quant_storage); DeepSpeed partitions them too:
+			// neither layout is modelled
+			return nil, fmt.Errorf("quantized weights under %s are not modelled: use ddp, or one GPU", s.Parallel.Strategy)
+		}
 		sim.setupParallel(g)
 	}
 	for i := range g.Tensors {

@@ -278,9 +278,33 @@ func TestBrowserPredict(t *testing.T) {
 		t.Errorf("trainable parameters with LoRA shown as %q", tp)
 	}
 
+	// QLoRA from the form: GPT-2's 48 Conv1D weights (7,077,888 elements a
+	// layer, 84,934,656 in all) in NF4 with double quantization store n/2 =
+	// 42,467,328 bytes of codes and n/64 = 1,327,104 uint8 absmax; each
+	// weight adds 64 (code) + 4 (offset) + 1024 (nested code) bytes and a
+	// float32 nested absmax per 256 blocks (c_attn 108, attn c_proj 36,
+	// c_fc and mlp c_proj 144 each: 1,728 bytes a layer), 73,152 bytes
+	// for the 12 layers: 43,867,584 bytes.
+	err = chromedp.Do(ctx,
+		chromedp.SetValue(chromedp.CSS("#quant"), "nf4+dq"),
+		chromedp.Evaluate[chromedp.Void](`document.querySelector("#quant").dispatchEvent(new Event("change", {bubbles: true}))`),
+		chromedp.WaitVisible(chromedp.CSS(`#results[data-state="ready"][data-request*='"quant":"nf4"']`)),
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	qb, err := chromedp.Run(ctx, chromedp.AttributeValue(chromedp.CSS(`[data-field="quantized_bytes"]`), "data-bytes"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if qb.Value != "43867584" {
+		t.Errorf("quantized bytes shown as %q, want 43867584", qb.Value)
+	}
+
 	// FSDP over 8 GPUs from the form: the page shows one rank's
 	// parameters, as the API computes them.
 	err = chromedp.Do(ctx,
+		chromedp.SetValue(chromedp.CSS("#quant"), ""),
 		chromedp.SetValue(chromedp.CSS("#lora"), "0"),
 		chromedp.SetValue(chromedp.CSS("#strategy"), "fsdp"),
 		chromedp.SetValue(chromedp.CSS("#gpus"), "8"),

@@ -37,6 +37,8 @@ func TestGolden(t *testing.T) {
 		{"plan_gpt2", []string{"plan", "gpt2", "--seq", "1024", "--gpu", "a10g", "--global-batch", "64", "--batch", "64", "--top", "3"}},
 		{"estimate_suggestions", []string{"estimate", "gpt2", "--seq", "1024", "--batch", "32", "--gpu", "a10g"}},
 		{"maxbatch_throughput", []string{"maxbatch", "resnet18", "--gpu", "t4", "--precision", "16-mixed", "--objective", "throughput"}},
+		{"estimate_qlora", []string{"estimate", "Llama-3.2-1B", "--quant", "nf4", "--double-quant", "--lora", "16", "--lora-targets", "q_proj,k_proj,v_proj,o_proj",
+			"--precision", "bf16-true", "--batch", "2", "--seq", "512", "--gpu", "t4"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

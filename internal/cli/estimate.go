@@ -9,6 +9,7 @@ import (
 
 	"github.com/batchfit/batchfit/alloc"
 	"github.com/batchfit/batchfit/cost"
+	"github.com/batchfit/batchfit/graph"
 	"github.com/batchfit/batchfit/internal/chart"
 	"github.com/batchfit/batchfit/plan"
 	"github.com/batchfit/batchfit/predict"
@@ -147,6 +148,9 @@ func setupLine(res *predict.Result) string {
 	if s.Accumulate > 1 {
 		parts = append(parts, fmt.Sprintf("accumulate %d", s.Accumulate))
 	}
+	if q := res.Config.Quant; q != nil {
+		parts = append(parts, "quantized "+q.String())
+	}
 	if a := res.Config.Adapters; a != nil {
 		if a.Rank > 0 {
 			parts = append(parts, fmt.Sprintf("LoRA r=%d on %s", a.Rank, strings.Join(a.Targets, ",")))
@@ -184,6 +188,9 @@ func writeEstimate(w io.Writer, res *predict.Result, batches []int64) {
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "parameters\t%s\t%s params\t\n", fmtBytes(sum.ParametersBytes), commas(sum.ParamCount))
+	if sum.QuantizedBytes > 0 {
+		fmt.Fprintf(tw, "  quantized Linear weights\t%s\t%s params, with their constants\t\n", fmtBytes(sum.QuantizedBytes), commas(sum.QuantizedParamCount))
+	}
 	fmt.Fprintf(tw, "gradients\t%s\t\t\n", fmtBytes(sum.GradientsBytes))
 	fmt.Fprintf(tw, "optimizer state\t%s\t\t\n", fmtBytes(sum.OptimizerStateBytes))
 	if sum.GradBucketBytes > 0 {
@@ -208,7 +215,7 @@ func writeEstimate(w io.Writer, res *predict.Result, batches []int64) {
 		fmt.Fprintf(tw, "cuBLAS workspace\t%s\t\t\n", fmtBytes(sum.WorkspaceBytes))
 	}
 	tw.Flush()
-	if a := res.Config.Adapters; a != nil && a.Rank > 0 && (res.Setup.Precision == train.True16 || res.Setup.Precision == train.TrueBF16) {
+	if a := res.Config.Adapters; a != nil && a.Rank > 0 && res.Config.Quant == nil && (res.Setup.Precision == train.True16 || res.Setup.Precision == train.TrueBF16) {
 		// never under-predict silently
 		fmt.Fprintln(w, "note: PEFT 0.12 and later keep LoRA adapters in float32 on a half-precision base and cast their input to float32 (autocast_adapter_dtype); batchfit builds them in the base's dtype, so expect somewhat more memory than shown")
 	}
@@ -229,6 +236,9 @@ func writeEstimate(w io.Writer, res *predict.Result, batches []int64) {
 	if res.Setup.Parallel.On() || res.Config.TP > 1 || res.Config.PP > 1 {
 		// never under-predict silently
 		fmt.Fprintln(w, "note: NCCL's communication buffers are allocated outside PyTorch's allocator and are not in these figures; nvidia-smi shows them on top of the device total")
+	}
+	for _, n := range quantNotes(res.Config.Quant) {
+		fmt.Fprintln(w, "note: "+n)
 	}
 	if sum.TrainableParamCount != sum.ParamCount {
 		// PEFT's print_trainable_parameters, figure for figure
@@ -365,6 +375,29 @@ func explainSchedule(steps []alloc.StepStats, batches []int64, emptyCache bool) 
 			out = append(out, fmt.Sprintf("step %d (batch %d): reserved grew from %s to %s although the batch shrank: cached blocks did not match the new sizes (best fit per size class), so new segments were allocated.",
 				i+1, batches[i], fmtBytes(prev.EndReserved), fmtBytes(cur.PeakReserved)))
 		}
+	}
+	return out
+}
+
+// quantNotes are the uncertain rules of a quantized prediction, said where
+// the figure may be off (see docs/accuracy.md).
+func quantNotes(q *graph.Quant) []string {
+	if q == nil {
+		return nil
+	}
+	var out []string
+	switch q.Format {
+	case graph.NF4, graph.FP4:
+		out = append(out, "each 4-bit weight is dequantized whole for every forward and backward use, as bitsandbytes 0.49's MatMul4Bit does; 0.50's fused gemm_4bit skips that copy for some shapes, so expect at most this much")
+	case graph.Int8:
+		out = append(out, "LLM.int8's outlier columns (llm_int8_threshold) depend on the data and are not modelled: each adds a float16 slice of the input and of the weight")
+	case graph.GPTQ:
+		out = append(out, "gptq follows auto-gptq's torch path (exllama off, as for fine-tuning): the float16 weight is rebuilt in each forward and saved for backward; gptqmodel's and marlin's kernels may hold less")
+	case graph.AWQ:
+		out = append(out, "awq follows autoawq 0.2.9's WQLinearMMFunction: the weight is dequantized in backward and repeated per sample of the batch")
+	}
+	if q.Compute != graph.F32 {
+		out = append(out, "PEFT's prepare_model_for_kbit_training casts the unquantized parameters to float32 and turns on gradient checkpointing; batchfit keeps them in the precision's dtype: use --precision bf16-mixed and --checkpoint full to follow it")
 	}
 	return out
 }

@@ -78,11 +78,15 @@ type jobFlags struct {
 	reduceBucket  float64
 	prefetch      float64
 	// model parallelism
-	tp          int64
-	sp          bool
-	pp          int64
-	stage       int64
-	stageLayers string
+	tp           int64
+	sp           bool
+	pp           int64
+	stage        int64
+	stageLayers  string
+	quant        string
+	doubleQuant  bool
+	quantCompute string
+	quantBlock   int64
 }
 
 func (j *jobFlags) register(fs *flag.FlagSet, batchDefault string) {
@@ -131,6 +135,10 @@ func (j *jobFlags) register(fs *flag.FlagSet, batchDefault string) {
 	fs.Int64Var(&j.pp, "pp", 1, "pipeline stages (1F1B; --accumulate is the micro-batches of a step)")
 	fs.Int64Var(&j.stage, "stage", -1, "the pipeline stage to predict (default: every stage, answering with the one that fits worst)")
 	fs.StringVar(&j.stageLayers, "stage-layers", "", "each stage's number of layers, comma-separated (an uneven split; default: even)")
+	fs.StringVar(&j.quant, "quant", "", "store the base model's Linear weights quantized by bitsandbytes: nf4, fp4 (QLoRA's 4-bit) or int8 (LLM.int8); needs --lora")
+	fs.BoolVar(&j.doubleQuant, "double-quant", false, "4-bit double quantization of the absmax constants (bnb_4bit_use_double_quant)")
+	fs.StringVar(&j.quantCompute, "quant-compute", "", "dtype a 4-bit weight is dequantized to (bnb_4bit_compute_dtype): bf16, fp16 or fp32 (default: the precision's compute dtype)")
+	fs.Int64Var(&j.quantBlock, "quant-blocksize", 64, "4-bit quantization block: one absmax per this many elements (bitsandbytes' default 64)")
 }
 
 // modelParallel reads --tp, --pp, --stage and --stage-layers into c.
@@ -217,6 +225,49 @@ func (j *jobFlags) parallel() (train.Parallel, error) {
 		return p, usageError{err}
 	}
 	return p, nil
+}
+
+// quantization is --quant and its companions as a graph.Quant (nil: no
+// --quant). The compute dtype defaults to the precision's: bf16 for
+// bf16-mixed and bf16-true, fp16 for 16-mixed and 16-true, fp32 for
+// 32-true (BitsAndBytesConfig's own default is float32: say --quant-compute
+// fp32 for it).
+func (j *jobFlags) quantization(prec train.Precision) (*graph.Quant, error) {
+	if j.quant == "" {
+		if j.doubleQuant || j.quantCompute != "" || j.quantBlock != 64 {
+			return nil, usagef("--double-quant, --quant-compute and --quant-blocksize need --quant nf4 or fp4")
+		}
+		return nil, nil
+	}
+	f, err := graph.ParseQuantFormat(j.quant)
+	if err != nil {
+		return nil, usagef("--quant: %v", err)
+	}
+	if f != graph.NF4 && f != graph.FP4 && f != graph.Int8 {
+		return nil, usagef("--quant %s: GPTQ and AWQ weights come from a checkpoint's quantization_config; give its model directory or config.json", f)
+	}
+	if f == graph.Int8 && (j.doubleQuant || j.quantCompute != "" || j.quantBlock != 64) {
+		return nil, usagef("--double-quant, --quant-compute and --quant-blocksize are the 4-bit formats' (nf4, fp4), not int8's")
+	}
+	low, amp := prec.Autocast()
+	q := &graph.Quant{Format: f, Bits: 4, BlockSize: j.quantBlock, DoubleQuant: j.doubleQuant, Compute: prec.ParamDType(), ComputeFollowsPrecision: true}
+	if amp {
+		q.Compute = low
+	}
+	if f == graph.Int8 {
+		q.Bits, q.BlockSize, q.Compute, q.ComputeFollowsPrecision = 8, 0, graph.F16, false
+	}
+	if j.quantCompute != "" {
+		d, err := graph.ParseDType(j.quantCompute)
+		if err != nil || !d.IsFloat() || d == graph.F64 || d == graph.F8E4M3 || d == graph.F8E5M2 {
+			return nil, usagef("--quant-compute %q: want bf16, fp16 or fp32", j.quantCompute)
+		}
+		q.Compute, q.ComputeFollowsPrecision = d, false
+	}
+	if err := q.Check(); err != nil {
+		return nil, usagef("--quant: %v", err)
+	}
+	return q, nil
 }
 
 // adapters are the fine-tuning flags as graph.Adapters (nil: train every
@@ -363,6 +414,26 @@ func (j *jobFlags) requestFor(src predict.Source) (predict.Request, error) {
 	if err := j.modelParallel(&r.Config); err != nil {
 		return r, err
 	}
+	prec, err := train.ParsePrecision(j.precision)
+	if err != nil {
+		return r, usageError{err}
+	}
+	q, err := j.quantization(prec)
+	if err != nil {
+		return r, err
+	}
+	if sq := sourceQuant(src); sq != nil {
+		if q != nil {
+			return r, usagef("%s stores %s weights (its quantization_config): drop --quant", src.Name(), sq)
+		}
+		q = sq
+	}
+	if q != nil && (ad == nil || ad.Rank == 0) {
+		// transformers' Trainer: "You cannot perform fine-tuning on purely
+		// quantized models. Please attach trainable adapters"
+		return r, usagef("quantized weights (%s) are never trained: fine-tune with adapters on top (--lora R --lora-targets ...), as transformers' Trainer requires", q.Format)
+	}
+	r.Config.Quant = q
 	g, err := gpu.Lookup(j.gpu)
 	if err != nil {
 		return r, usageError{err}
@@ -375,10 +446,6 @@ func (j *jobFlags) requestFor(src predict.Source) (predict.Request, error) {
 			return r, usagef("--context: %v", err)
 		}
 		r.Context = n
-	}
-	prec, err := train.ParsePrecision(j.precision)
-	if err != nil {
-		return r, usageError{err}
 	}
 	on, err := train.ParseOptimizerName(j.optimizer)
 	if err != nil {

@@ -49,8 +49,12 @@ type EstimateJSON struct {
 	Stage           int64  `json:"stage,omitempty"`
 	// Stages are every pipeline stage's figures (when no stage was
 	// named, the rest of the answer is the stage that fits worst).
-	Stages             []StageJSON      `json:"stages,omitempty"`
-	OffloadedHostBytes int64            `json:"offloaded_host_bytes,omitempty"`
+	Stages             []StageJSON `json:"stages,omitempty"`
+	OffloadedHostBytes int64       `json:"offloaded_host_bytes,omitempty"`
+	// Quantization describes the quantized Linear weights' format and
+	// QuantizedBytes what they store (part of parameters_bytes).
+	Quantization       string           `json:"quantization,omitempty"`
+	QuantizedBytes     int64            `json:"quantized_bytes"`
 	ActivationsBytes   int64            `json:"activations_bytes"`
 	AutocastCacheBytes int64            `json:"autocast_cache_bytes"`
 	BatchDataBytes     int64            `json:"batch_data_bytes"`
@@ -138,6 +142,9 @@ func estimateJSON(res *predict.Result, batches []int64) EstimateJSON {
 		if p.IsFSDP() {
 			out.Sharding = string(p.Sharding)
 		}
+	}
+	if q := res.Config.Quant; q != nil {
+		out.Quantization, out.QuantizedBytes = q.String(), s.QuantizedBytes
 	}
 	if tl.OOM != nil {
 		out.OOM = tl.OOM.Error()

@@ -97,3 +97,12 @@ func (s specSource) Dims() []models.Dim {
 	}
 	return ds
 }
+
+// sourceQuant is the quantized format a source stores its weights in (a
+// Hugging Face checkpoint's quantization_config), nil for the others.
+func sourceQuant(src predict.Source) *graph.Quant {
+	if m, ok := src.(*hf.Model); ok && m.Config.Quant != nil {
+		return m.Config.Quant
+	}
+	return nil
+}

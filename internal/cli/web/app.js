@@ -130,6 +130,11 @@ function jobFields() {
   }
   if (Number($("#gpus").value) > 1) f.gpus = $("#gpus").value;
   if ($("#strategy").value) f.strategy = $("#strategy").value;
+  if ($("#quant").value) {
+    const [q, dq] = $("#quant").value.split("+");
+    f.quant = q;
+    if (dq) f["double-quant"] = "true";
+  }
   if (!uploaded) f.model = $("#model").value;
   return f;
 }

@@ -1,0 +1,453 @@
+package train
+
+import (
+	"github.com/batchfit/batchfit/graph"
+	"github.com/batchfit/batchfit/trace"
+)
+
+// Quantized Linear weights (graph.Quant). The rules follow bitsandbytes
+// 0.49 (bitsandbytes/functional.py quantize_4bit / dequantize_4bit /
+// quantize_blockwise, nn/modules.py Params4bit._quantize, Int8Params,
+// Linear4bit.forward, autograd/_functions.py MatMul4Bit, MatMul8bitLt,
+// matmul_4bit, backends/cuda/ops.py) and auto-gptq's / autoawq's
+// QuantLinear layouts (graph.Quant.Pieces).
+
+// dynamicMapBytes is bitsandbytes' create_dynamic_map(): 256 float32
+// values, cached once per process in name2qmap["dynamic"] on the device
+// the first time quantize_blockwise runs without a code.
+const dynamicMapBytes = 256 * 4
+
+// loadQuantized allocates a quantized weight as loading the model leaves
+// it. A weight quantized on load (from_pretrained with a
+// BitsAndBytesConfig) first lands on the device whole in the model's
+// dtype (Params4bit._quantize: self.data.contiguous().to(device);
+// Int8Params._quantize: .to(device, dtype=torch.float16)) and is freed
+// once quantized; a pre-quantized checkpoint's tensors load as they are.
+func (sim *Simulator) loadQuantized(ps *paramState, t *graph.Tensor) {
+	q := t.Quant
+	out, in := t.Shape[0], t.Shape[len(t.Shape)-1]
+	n := out * in
+	ps.dt = graph.U8
+	if q.Format == graph.Int8 {
+		ps.dt = graph.I8
+	}
+	keep := func(bytes int64) *storage {
+		st := sim.alloc(bytes, trace.Parameter)
+		st.refs = 1
+		sim.sum.ParametersBytes += bytes
+		sim.sum.QuantizedBytes += bytes
+		if ps.st == nil {
+			ps.st = st
+		} else {
+			ps.quant = append(ps.quant, st)
+		}
+		return st
+	}
+	sim.sum.QuantizedParamCount += n
+	onLoad := !q.Prequantized && (q.Format == graph.NF4 || q.Format == graph.FP4 || q.Format == graph.Int8)
+	if !onLoad {
+		for _, p := range q.Pieces(out, in) {
+			keep(p.Bytes())
+		}
+		return
+	}
+	ldt := sim.s.Precision.ParamDType()
+	if q.Format == graph.Int8 {
+		ldt = graph.F16
+	}
+	w := sim.alloc(n*ldt.Size(), trace.Transient)
+	switch q.Format {
+	case graph.Int8:
+		// int8_vectorwise_quant: row_stats (SCB) before out_row (CB)
+		scb := keep(out * 4)
+		cb := sim.alloc(n, trace.Parameter)
+		cb.refs = 1
+		sim.sum.ParametersBytes += n
+		sim.sum.QuantizedBytes += n
+		ps.st, ps.quant = cb, []*storage{scb}
+	default:
+		blocks := (n + q.BlockSize - 1) / q.BlockSize
+		// the quantize_4bit op allocates absmax before the packed codes;
+		// with double quantization that float32 absmax is a temporary
+		var absmax *storage
+		if q.DoubleQuant {
+			absmax = sim.alloc(blocks*4, trace.Transient)
+		}
+		if !q.DoubleQuant {
+			absmax = sim.alloc(blocks*4, trace.Parameter)
+			absmax.refs = 1
+		}
+		packed := keep((n + 1) / 2)
+		if !q.DoubleQuant {
+			sim.sum.ParametersBytes += blocks * 4
+			sim.sum.QuantizedBytes += blocks * 4
+			ps.quant = append(ps.quant, absmax)
+			keep(16 * 4) // get_4bit_type's code, made for every call
+			break
+		}
+		_ = packed
+		keep(16 * 4)                                // code
+		keep(4)                                     // offset = _absmax.mean()
+		tmp := sim.alloc(blocks*4, trace.Transient) // _absmax - offset
+		if !sim.dynamicMap {
+			sim.dynamicMap = true
+			st := sim.alloc(dynamicMapBytes, trace.Parameter)
+			st.refs = 1
+			sim.sum.ParametersBytes += dynamicMapBytes
+		}
+		keep(((blocks + 255) / 256) * 4) // state2.absmax (quantize_blockwise: absmax first)
+		keep(blocks)                     // the uint8 absmax codes
+		keep(dynamicMapBytes)            // state2.code: code.to(device, copy=True)
+		sim.free(tmp)
+		sim.free(absmax)
+	}
+	sim.free(w)
+}
+
+// quantOf is the stored format of the op's weight, nil when it is not
+// quantized.
+func quantOf(g *graph.Graph, op *graph.Op) *graph.Quant {
+	if op.Kind != graph.Linear || op.Weight == graph.None {
+		return nil
+	}
+	return g.Tensors[op.Weight].Quant
+}
+
+// castOf is the autocast policy of op i: bitsandbytes' MatMul8bitLt is a
+// custom autograd Function without custom_fwd, so autocast leaves its
+// input alone, and autoawq's layer casts x to float16 itself (x.half());
+// the 4-bit path ends in F.linear and auto-gptq's in torch.matmul, which
+// autocast casts.
+func (m *micro) castOf(i int, r *rule) castPolicy {
+	if q := quantOf(m.g, &m.g.Ops[i]); q != nil && (q.Format == graph.Int8 || q.Format == graph.AWQ) {
+		return castNone
+	}
+	return r.cast
+}
+
+// linearOut: Linear4bit.forward returns matmul_4bit(...).to(inp_dtype),
+// the dtype x had before its cast to the compute dtype (and GPTQ's and
+// AWQ's layers do the same); an ordinary Linear's output has its
+// operand's dtype.
+func linearOut(m *micro, c *fwdCtx) graph.DType {
+	if q := quantOf(m.g, c.op); q != nil && q.Format != graph.Int8 {
+		return m.val[c.op.Inputs[0]].dt
+	}
+	return c.in[0].dt
+}
+
+// dequant allocates dequantize_4bit(B, quant_state).to(kd) as MatMul4Bit
+// makes it: with double quantization the absmax first
+// (dequantize_blockwise into a float32 vector, freed when
+// dequantize_4bit returns), then the whole weight in QuantState.dtype,
+// then its copy in the matmul's dtype when that differs (the first copy
+// freed once .to() returns). It returns the weight the matmul reads; the
+// caller frees it.
+func (sim *Simulator) dequant(q *graph.Quant, out, in int64, kd graph.DType) *storage {
+	n := out * in
+	var absmax *storage
+	if q.DoubleQuant {
+		absmax = sim.alloc((n+q.BlockSize-1)/q.BlockSize*4, trace.Transient)
+	}
+	// QuantState.dtype: the dtype the weight had when it was quantized,
+	// the model's dtype when loading
+	od := sim.s.Precision.ParamDType()
+	w := sim.alloc(n*od.Size(), trace.Transient)
+	w.refs = 1
+	if absmax != nil {
+		sim.free(absmax)
+	}
+	if od != kd {
+		wk := sim.alloc(n*kd.Size(), trace.Transient)
+		wk.refs = 1
+		sim.unref(w)
+		w = wk
+	}
+	return w
+}
+
+// quantLinearPre runs a quantized Linear's kernel before its output is
+// allocated (rule.pre).
+//
+// 4-bit: Linear4bit.forward casts x to the compute dtype (a copy when it
+// differs; under autocast F.linear then casts to the autocast dtype,
+// which runOp has done); MatMul4Bit.forward dequantizes the whole weight
+// (dequant) and runs F.linear, whose result is in the kernel's dtype;
+// when that is not x's dtype the layer's .to(inp_dtype) is the op's
+// output and the kernel's result a temporary. MatMul4Bit saves only the
+// quantized weight (ctx.tensors = (None, B)), which persists: no
+// activation. matmul_4bit skips MatMul4Bit for one row that needs no
+// gradient (gemv_4bit: no dequantized copy) when the row's length is a
+// multiple of the block size.
+//
+// Int8: MatMul8bitLt.forward quantizes A (A.to(float16) when A is not,
+// freed after int8_vectorwise_quant; CA int8 and SCA float32 per row),
+// runs int8_scaled_mm (an int32 product, then the dequantized output in
+// A's dtype) and saves A itself for backward. Outlier columns
+// (llm_int8_threshold) are data-dependent: none are modelled.
+//
+// GPTQ and AWQ: gptqForward and awqForward.
+func quantLinearPre(c *fwdCtx) {
+	q := quantOf(c.m.g, c.op)
+	if q == nil {
+		return
+	}
+	sim := c.m.sim
+	wt := c.m.g.Tensors[c.op.Weight].Shape
+	out, in := wt[0], wt[1]
+	rows := c.numel(0) / in
+	if q.Format == graph.Int8 {
+		var a16 *storage
+		if c.in[0].dt != graph.F16 {
+			a16 = c.local(rows*in*2, trace.Transient)
+		}
+		c.local(rows*4, trace.Transient)  // SCA
+		c.local(rows*in, trace.Transient) // CA
+		if a16 != nil {
+			c.drop(a16)
+		}
+		c.gemm()
+		c.local(rows*out*4, trace.Transient) // the int32 product
+		return
+	}
+	switch q.Format {
+	case graph.GPTQ:
+		gptqForward(c, q, out, in, rows)
+		return
+	case graph.AWQ:
+		awqForward(c, out, in, rows)
+		return
+	}
+	xd := c.in[0].dt
+	if cd := sim.computeDType(q); !sim.amp && xd != cd {
+		c.castInput(cd)
+	}
+	kd := c.in[0].dt
+	orig := c.m.val[c.op.Inputs[0]].dt
+	if rows == 1 && !c.requiresGrad(0) && in%q.BlockSize == 0 {
+		if kd != orig {
+			c.local(out*kd.Size(), trace.Transient)
+		}
+		return
+	}
+	c.gemm()
+	w := sim.dequant(q, out, in, kd)
+	c.locals = append(c.locals, w)
+	if kd != orig {
+		c.local(rows*out*kd.Size(), trace.Transient)
+		c.drop(w)
+	}
+}
+
+// castInput copies operand 0 to dt for the kernel (a cast the layer makes
+// itself, outside autocast), recorded so that its gradient goes back
+// through ToCopyBackward.
+func (c *fwdCtx) castInput(dt graph.DType) {
+	st := c.local(c.numel(0)*dt.Size(), trace.Transient)
+	c.m.casts[c.i] = append(c.m.casts[c.i], inputCast{input: 0, from: c.in[0].dt})
+	c.in[0] = value{st: st, dt: dt}
+}
+
+// gptqKernelSwitch is auto-gptq's QuantLinear kernel_switch_threshold
+// (128): from that many rows on, forward rebuilds the weight with torch
+// ops instead of the vecquant kernel.
+const gptqKernelSwitch = 128
+
+// gptqForward is auto-gptq's QuantLinear (qlinear_cuda) forward on the
+// torch path, the one that has a gradient (PEFT fine-tuning is run with
+// the exllama kernels off, as transformers' GPTQ guide recommends): the
+// zeros unpacked (an int32 shift of [groups, out], then int8), the codes
+// unpacked (torch.bitwise_right_shift of the expanded qweight: int32, n
+// elements, then .to(int8) and bitwise_and, n bytes each), then weights
+// = scales[g_idx.long()] * (weight - zeros[g_idx.long()]): an int64 index
+// of in elements for each gather, the float16 gather of scales (n·2), the
+// int8 gather of zeros and the int8 difference (n each), the float16
+// product (n·2), which torch.matmul(x, weights) saves for x's gradient:
+// the whole dequantized weight stays until backward. Under autocast the
+// matmul casts it (and x) to the autocast dtype, and that copy is what is
+// saved. Fewer rows than the switch take the vecquant kernel, which has no
+// gradient; the torch path is modelled always (more memory).
+func gptqForward(c *fwdCtx, q *graph.Quant, out, in, rows int64) {
+	n := out * in
+	g := q.Groups(in)
+	if !c.m.sim.amp && c.in[0].dt != graph.F16 {
+		c.castInput(graph.F16)
+	}
+	kd := c.in[0].dt
+	z32 := c.local(g*out*4, trace.Transient)
+	zeros := c.local(g*out, trace.Transient)
+	c.drop(z32)
+	w32 := c.local(n*4, trace.Transient)
+	w8 := c.local(n, trace.Transient)
+	c.drop(w32)
+	codes := c.local(n, trace.Transient)
+	c.drop(w8)
+	idx := c.local(in*8, trace.Transient)
+	sg := c.local(n*2, trace.Transient)
+	c.drop(idx)
+	idx = c.local(in*8, trace.Transient)
+	zg := c.local(n, trace.Transient)
+	c.drop(idx)
+	diff := c.local(n, trace.Transient)
+	c.drop(zg)
+	weights := c.local(n*2, trace.Transient)
+	c.drop(sg)
+	c.drop(diff)
+	c.drop(codes)
+	c.drop(zeros)
+	if kd != graph.F16 {
+		wk := c.local(n*kd.Size(), trace.Transient)
+		c.drop(weights)
+		weights = wk
+	}
+	c.gemm()
+	c.held = weights
+	orig := c.m.val[c.op.Inputs[0]].dt
+	if kd != orig {
+		c.local(rows*out*kd.Size(), trace.Transient)
+	}
+}
+
+// awqForward is autoawq's WQLinear_GEMM in training mode (0.2.9,
+// WQLinearMMFunction): x.half() (a copy unless x is float16), which the
+// function saves (ctx.save_for_backward(x, ...)); when x.shape[0] ·
+// x.shape[1] >= 1024 the whole weight dequantized to float16 and
+// torch.matmul, otherwise the fused gemm_forward_cuda; the float16 result
+// goes back to x's dtype (out.to(input_dtype)).
+func awqForward(c *fwdCtx, out, in, rows int64) {
+	if c.in[0].dt != graph.F16 {
+		c.castInput(graph.F16)
+	}
+	c.gemm()
+	s := c.shape(0)
+	if len(s) >= 2 && s[0]*s[1] >= 1024 {
+		c.held = c.local(out*in*2, trace.Transient)
+	}
+	if c.m.val[c.op.Inputs[0]].dt != graph.F16 {
+		c.local(rows*out*2, trace.Transient)
+		if c.held != nil {
+			c.drop(c.held)
+		}
+	}
+	c.held = nil
+}
+
+// quantLinearForward registers what a quantized Linear's node saves.
+func quantLinearForward(c *fwdCtx, q *graph.Quant) {
+	switch q.Format {
+	case graph.Int8, graph.AWQ:
+		// MatMul8bitLt saves A; WQLinearMMFunction saves its float16 x
+		if c.requiresGrad(0) {
+			c.save(c.in[0])
+		}
+		return
+	case graph.GPTQ:
+		// torch.matmul(x, weights) saves the dequantized weight
+		if c.requiresGrad(0) {
+			c.save(value{st: c.held})
+		}
+		c.held = nil
+		return
+	}
+	if c.requiresGrad(0) {
+		c.save(c.w)
+	}
+}
+
+// quantLinearBackward is the gradient of x through a quantized Linear
+// (the weight is frozen; a bias, frozen under LoRA, gets its gradient as
+// an ordinary Linear's does).
+//
+// 4-bit: the output's ToCopyBackward gives the gradient in the kernel's
+// dtype (a copy when it differs from x's), then MatMul4Bit.backward
+// computes grad_A = grad_output @ dequantize_4bit(B).to(grad_output.dtype):
+// the whole weight dequantized again. The gradient then goes back through
+// x's casts. GPTQ: the saved weight serves (see gptqForward). AWQ: see
+// the case below.
+//
+// Int8: MatMul8bitLt.backward: CB = state.CB.to(A.dtype,
+// copy=True).mul_(SCB.unsqueeze(1).mul(1/127)) (a whole weight in A's
+// dtype and a per-row temporary), grad_A = grad_output @ CB.
+func quantLinearBackward(c *bwdCtx, q *graph.Quant) {
+	c.gradParam(c.op.Bias)
+	if !c.needs(0) {
+		return
+	}
+	sim := c.m.sim
+	wt := c.m.g.Tensors[c.op.Weight].Shape
+	out, in := wt[0], wt[1]
+	rows := c.numel(0) / in
+	c.gemm()
+	if q.Format == graph.Int8 {
+		ad := c.m.val[c.op.Inputs[0]].dt
+		cb := c.alloc(out * in * ad.Size())
+		c.temp(out * 4)
+		ga := c.alloc(rows * in * ad.Size())
+		sim.unref(cb)
+		c.route(0, ga, ad)
+		return
+	}
+	kd := sim.computeDType(q)
+	if sim.amp && q.Format != graph.AWQ {
+		kd = sim.low
+	}
+	var gk *storage
+	if kd != c.gdt {
+		gk = c.alloc(rows * out * kd.Size())
+	}
+	var w, rep *storage
+	switch q.Format {
+	case graph.GPTQ:
+		// MmBackward0: grad_output @ weights.T with the saved weight
+	case graph.AWQ:
+		// WQLinearMMFunction.backward: the weight dequantized to float16,
+		// then grad_output.bmm(weights.transpose(0, 1).unsqueeze(0).repeat(
+		// batch_size, 1, 1)): one copy of the weight per sample (a 2-D
+		// input is one batch)
+		w = c.alloc(out * in * 2)
+		batch := int64(1)
+		if s := c.m.g.Tensors[c.op.Inputs[0]].Shape; len(s) >= 3 {
+			batch = s[0]
+		}
+		rep = c.alloc(batch * out * in * 2)
+	default:
+		w = sim.dequant(q, out, in, kd)
+	}
+	ga := c.alloc(rows * in * kd.Size())
+	sim.unref(rep)
+	sim.unref(w)
+	sim.unref(gk)
+	c.route(0, ga, kd)
+}
+
+// castOut is a cast's target: the output's dtype, or for PEFT's casts
+// around a quantized layer's adapter nothing under autocast (the input
+// itself) and otherwise float32 or the model's parameter dtype.
+func castOut(m *micro, c *fwdCtx) graph.DType {
+	switch c.op.Attr.CastTo {
+	case graph.CastToDTypeOutsideAutocast:
+		if m.sim.amp {
+			return c.in[0].dt
+		}
+	case graph.CastToModelOutsideAutocast:
+		if m.sim.amp {
+			return c.in[0].dt
+		}
+		return m.sim.s.Precision.ParamDType()
+	}
+	return m.g.Tensors[c.op.Output].DType
+}
+
+// computeDType is the dtype a quantized layer computes in outside
+// autocast: bnb_4bit_compute_dtype, or the precision's own when it
+// follows the precision (the command line's default, which a plan's
+// change of precision changes too).
+func (sim *Simulator) computeDType(q *graph.Quant) graph.DType {
+	if !q.ComputeFollowsPrecision {
+		return q.Compute
+	}
+	if low, amp := sim.s.Precision.Autocast(); amp {
+		return low
+	}
+	return sim.s.Precision.ParamDType()
+}
