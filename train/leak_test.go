@@ -124,3 +124,106 @@ func TestNothingLeaksQuantized(t *testing.T) {
 		}
 	}
 }
+
+// The same holds one rank of every data-parallel strategy, and the
+// parameters left at the end are the rank's own (no gathered unit
+// outlives its backward).
+func TestNothingLeaksParallel(t *testing.T) {
+	var setups []leakSetup
+	for _, p := range []Parallel{{Strategy: DDP, GPUs: 4}, {Strategy: DDP, GPUs: 4, BucketView: true},
+		{Strategy: FSDP, GPUs: 4}, {Strategy: FSDP, GPUs: 4, Sharding: ShardGradOp}, {Strategy: FSDP, GPUs: 16, Sharding: HybridShard},
+		{Strategy: FSDP, GPUs: 4, Offload: true}, {Strategy: FSDP2, GPUs: 4}, {Strategy: ZeRO1, GPUs: 4},
+		{Strategy: ZeRO2, GPUs: 4}, {Strategy: ZeRO3, GPUs: 4}, {Strategy: ZeRO3, GPUs: 4, Offload: true, OffloadParams: true}} {
+		name := string(p.Strategy)
+		if p.Sharding != "" {
+			name += "-" + string(p.Sharding)
+		}
+		if p.Offload {
+			name += "-offload"
+		}
+		if p.BucketView {
+			name += "-view"
+		}
+		setups = append(setups,
+			leakSetup{name + "/bf16-mixed+checkpointing+accumulate", Setup{Steps: 3, Precision: MixedBF16, Checkpoint: FullCheckpoint, Accumulate: 2, Parallel: p}},
+			leakSetup{name + "/fp32", Setup{Steps: 2, Parallel: p, Optimizer: Optimizer{Kind: AdamW, Impl: ForLoop}}})
+	}
+	for _, name := range []string{"mlp", "resnet18", "gpt2", "Llama-3.2-1B", "bert-base-uncased", "t5-small", "vit_b_16"} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			m, err := models.Lookup(name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			g, _, err := models.Build(m.Name, m.Small(2, 16))
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkNoLeaks(t, g, setups)
+			for _, su := range setups {
+				tr, sum, err := Simulate(g, su.s)
+				if err != nil {
+					t.Fatal(err)
+				}
+				live := map[int64]trace.Event{}
+				for _, e := range tr.Events {
+					switch e.Action {
+					case trace.Alloc:
+						live[e.ID] = e
+					case trace.Free:
+						delete(live, e.ID)
+					}
+				}
+				var params int64
+				for _, e := range live {
+					if e.Category == trace.Parameter {
+						params += e.Size
+					}
+				}
+				if params != sum.ParametersBytes {
+					t.Errorf("%s: %d bytes of parameters live at the end, the rank's own are %d", su.name, params, sum.ParametersBytes)
+				}
+			}
+		})
+	}
+}
+
+// A pipeline stage leaves nothing behind either: every in-flight
+// micro-batch's activations, what it received and its loss are released.
+func TestNothingLeaksPipeline(t *testing.T) {
+	m, err := models.Lookup("Llama-3.2-1B")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for stage := int64(0); stage < 3; stage++ {
+		cfg := m.Small(2, 16)
+		cfg.Layers, cfg.PP, cfg.Stage, cfg.TP, cfg.SP = 3, 3, stage, 2, true
+		g, err := m.Build(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := Setup{Steps: 2, Precision: MixedBF16, Accumulate: 5, Stages: 3, Stage: int(stage), Checkpoint: FullCheckpoint}
+		tr, _, err := Simulate(g, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := tr.Validate(); err != nil {
+			t.Fatal(err)
+		}
+		live := map[int64]trace.Event{}
+		for _, e := range tr.Events {
+			switch e.Action {
+			case trace.Alloc:
+				live[e.ID] = e
+			case trace.Free:
+				delete(live, e.ID)
+			}
+		}
+		for _, e := range live {
+			switch e.Category {
+			case trace.Activation, trace.Transient, trace.CastCache, trace.Batch:
+				t.Errorf("stage %d: %s of %d bytes from %s still live at the end", stage, e.Category, e.Size, tr.SiteName(e.Site))
+			}
+		}
+	}
+}

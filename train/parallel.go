@@ -526,7 +526,7 @@ func (sim *Simulator) setupReducer() {
 		// stage 3 makes its reduction bucket once, at construction
 		// (__ipg_bucket_flat_buffer)
 		sim.site = sim.tr.Site("zero.ipg_buffer")
-		st := sim.alloc(p.ReduceBucket*sim.params[0].dt.Size(), trace.Transient)
+		st := sim.alloc(p.ReduceBucket*sim.params[0].dt.Size(), trace.Gradient)
 		st.refs = 1
 		sim.gradBuckets = append(sim.gradBuckets, st)
 		sim.sum.GradBucketBytes += st.bytes

@@ -230,7 +230,9 @@ func (m *micro) runOp(i int) {
 			m.release(t)
 		}
 	}
-	if m.remaining[out] == 0 && out != m.g.Loss {
+	if m.remaining[out] == 0 && (out != m.g.Loss || recomputing) {
+		// (a pipeline stage's output is recomputed with its checkpointed
+		// block: the first one is gone, sent, and nothing reads this one)
 		// Nothing reads the output: it is freed at once, and with it the
 		// node, unless it is a recomputed block output whose gradient is
 		// already on its way.
