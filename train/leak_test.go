@@ -165,15 +165,7 @@ func TestNothingLeaksParallel(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				live := map[int64]trace.Event{}
-				for _, e := range tr.Events {
-					switch e.Action {
-					case trace.Alloc:
-						live[e.ID] = e
-					case trace.Free:
-						delete(live, e.ID)
-					}
-				}
+				live := liveAtEnd(tr)
 				var params int64
 				for _, e := range live {
 					if e.Category == trace.Parameter {
@@ -210,15 +202,7 @@ func TestNothingLeaksPipeline(t *testing.T) {
 		if err := tr.Validate(); err != nil {
 			t.Fatal(err)
 		}
-		live := map[int64]trace.Event{}
-		for _, e := range tr.Events {
-			switch e.Action {
-			case trace.Alloc:
-				live[e.ID] = e
-			case trace.Free:
-				delete(live, e.ID)
-			}
-		}
+		live := liveAtEnd(tr)
 		for _, e := range live {
 			switch e.Category {
 			case trace.Activation, trace.Transient, trace.CastCache, trace.Batch:
@@ -226,4 +210,18 @@ func TestNothingLeaksPipeline(t *testing.T) {
 			}
 		}
 	}
+}
+
+// liveAtEnd is the allocations a trace leaves live, by id.
+func liveAtEnd(tr *trace.Trace) map[int64]trace.Event {
+	live := map[int64]trace.Event{}
+	for _, e := range tr.Events {
+		switch e.Action {
+		case trace.Alloc:
+			live[e.ID] = e
+		case trace.Free:
+			delete(live, e.ID)
+		}
+	}
+	return live
 }

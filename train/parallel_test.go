@@ -440,3 +440,23 @@ func TestSequenceParallelDividesActivations(t *testing.T) {
 		}
 	}
 }
+
+// Strategy and sharding names never panic, and what they accept reads
+// back as itself.
+func FuzzParseStrategy(f *testing.F) {
+	for _, s := range []string{"fsdp", "ZeRO-3", "deepspeed_stage_2", "", "grad-op", "HYBRID_SHARD", "fully_shard"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		if st, err := ParseStrategy(s); err == nil {
+			if back, err := ParseStrategy(string(st)); err != nil || back != st {
+				t.Errorf("%q → %q → %q, %v", s, st, back, err)
+			}
+		}
+		if sh, err := ParseSharding(s); err == nil {
+			if back, err := ParseSharding(string(sh)); err != nil || back != sh {
+				t.Errorf("%q → %q → %q, %v", s, sh, back, err)
+			}
+		}
+	})
+}

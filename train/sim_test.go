@@ -151,16 +151,7 @@ func TestZeroGradProfile(t *testing.T) {
 		t.Fatal(err)
 	}
 	var gradLive int64
-	live := map[int64]trace.Event{}
-	for _, e := range tr.Events {
-		switch e.Action {
-		case trace.Alloc:
-			live[e.ID] = e
-		case trace.Free:
-			delete(live, e.ID)
-		}
-	}
-	for _, e := range live {
+	for _, e := range liveAtEnd(tr) {
 		if e.Category == trace.Gradient {
 			gradLive += e.Size
 		}
