@@ -743,7 +743,20 @@ func (m *micro) reduce(u int32) {
 	m.unitSite(u, "reduce_scatter")
 	first := sim.params[un.params[0]]
 	cdt, sdt := first.dt, first.sdt
-	in := sim.alloc(un.full*cdt.Size(), trace.Transient)
+	full, local := un.full, un.local
+	if sim.s.Parallel.Strategy == FSDP2 {
+		// foreach_reduce takes the parameters that have a gradient
+		// (frozen ones have none); FSDP1's flat gradient covers the
+		// whole flat parameter
+		full, local = 0, 0
+		for _, pi := range un.params {
+			if ps := sim.params[pi]; ps.ugrad != nil {
+				full += ps.local * int64(sim.s.Parallel.ShardRanks())
+				local += ps.local
+			}
+		}
+	}
+	in := sim.alloc(full*cdt.Size(), trace.Transient)
 	for _, pi := range un.params {
 		ps := sim.params[pi]
 		if ps.ugrad != nil {
@@ -752,7 +765,7 @@ func (m *micro) reduce(u int32) {
 		}
 	}
 	sim.stream = reduceStream
-	out := sim.alloc(un.local*cdt.Size(), trace.Transient)
+	out := sim.alloc(local*cdt.Size(), trace.Transient)
 	if sim.s.Parallel.Strategy == FSDP2 {
 		// the previous group's reduce-scatter input lives until this
 		// group's post_backward waits on it (reduce_scatter_state)
@@ -764,7 +777,7 @@ func (m *micro) reduce(u int32) {
 		sim.free(in)
 	}
 	if cdt != sdt {
-		up := sim.alloc(un.local*sdt.Size(), trace.Transient)
+		up := sim.alloc(local*sdt.Size(), trace.Transient)
 		sim.free(out)
 		out = up
 	}
