@@ -309,7 +309,7 @@ type unit struct {
 	// each holds FSDP2's and ZeRO-3's gathered parameters, one per
 	// parameter.
 	each      []*storage
-	isGather  bool
+	gatheredNow  bool
 	unreduced bool // unsharded gradients wait for the reduce-scatter
 }
 
@@ -371,7 +371,7 @@ func (sim *Simulator) setupParallel(g *graph.Graph) {
 		if t.Quant != nil {
 			continue // loaded as its stored pieces (loadQuantized)
 		}
-		if p.Strategy == FSDP && sim.units != nil && ps.unit >= 0 && sim.units[ps.unit].isGathered() {
+		if p.Strategy == FSDP && sim.units != nil && ps.unit >= 0 && sim.units[ps.unit].sharded() {
 			continue // one flat shard per unit, below
 		}
 		if p.IsZeRO() && t.RequiresGrad && !(p.Strategy == ZeRO3 && ps.unit < 0) {
@@ -392,7 +392,7 @@ func (sim *Simulator) setupParallel(g *graph.Graph) {
 	if p.Strategy == FSDP {
 		for u := range sim.units {
 			un := &sim.units[u]
-			if !un.isGathered() {
+			if !un.sharded() {
 				continue
 			}
 			sim.site = sim.tr.Site(sim.unitName(g, u) + ".flat_param")
@@ -451,7 +451,8 @@ func (sim *Simulator) setupParallel(g *graph.Graph) {
 	}
 }
 
-func (un *unit) isGathered() bool { return len(un.params) > 0 }
+// sharded reports that the unit holds sharded parameters.
+func (un *unit) sharded() bool { return len(un.params) > 0 }
 
 func (sim *Simulator) unitName(g *graph.Graph, u int) string {
 	if u < len(g.Blocks) {
@@ -609,10 +610,10 @@ func (m *micro) gather(u int32) {
 		return
 	}
 	un := &sim.units[u]
-	if un.isGather || len(un.params) == 0 {
+	if un.gatheredNow || len(un.params) == 0 {
 		return
 	}
-	un.isGather = true
+	un.gatheredNow = true
 	prev, prevSite := sim.stream, sim.site
 	sim.stream = gatherStream
 	m.unitSite(u, "all_gather")
@@ -675,10 +676,10 @@ func (m *micro) reshard(u int32) {
 		return
 	}
 	un := &sim.units[u]
-	if !un.isGather {
+	if !un.gatheredNow {
 		return
 	}
-	un.isGather = false
+	un.gatheredNow = false
 	if un.gathered != nil {
 		sim.free(un.gathered)
 		un.gathered = nil
