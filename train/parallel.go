@@ -308,9 +308,9 @@ type unit struct {
 	flat, flatGrad, gathered *storage
 	// each holds FSDP2's and ZeRO-3's gathered parameters, one per
 	// parameter.
-	each      []*storage
-	gatheredNow  bool
-	unreduced bool // unsharded gradients wait for the reduce-scatter
+	each        []*storage
+	gatheredNow bool
+	unreduced   bool // unsharded gradients wait for the reduce-scatter
 }
 
 // Streams the sharded strategies allocate on: the caching allocator keeps
