@@ -236,6 +236,9 @@ func writeEstimate(w io.Writer, res *predict.Result, batches []int64) {
 	if res.Setup.Parallel.On() || res.Config.TP > 1 || res.Config.PP > 1 {
 		// never under-predict silently
 		fmt.Fprintln(w, "note: NCCL's communication buffers are allocated outside PyTorch's allocator and are not in these figures; nvidia-smi shows them on top of the device total")
+		if res.Setup.Parallel.On() && res.Setup.Parallel.Strategy != train.DDP {
+			fmt.Fprintln(w, "note: a block freed while a collective on another stream still reads it is taken as free at once (record_stream delays that): reserved memory may run somewhat higher")
+		}
 	}
 	for _, n := range quantNotes(res.Config.Quant) {
 		fmt.Fprintln(w, "note: "+n)
