@@ -156,7 +156,7 @@ type Attr struct {
 	// native_layer_norm works on input.contiguous(), a temporary copy (it
 	// still saves the input argument itself); and a linear whose N-D input
 	// was not contiguous, so that F.linear took the matmul path (its input
-	// is matmul's copy).
+	// is matmul's copy). On a cast it is .to(copy=True): always a copy.
 	InputCopy bool
 	// ChannelsLast marks a convolution whose input is in channels-last
 	// layout while its weight is not (ConvNeXt's downsampling after a
@@ -168,6 +168,12 @@ type Attr struct {
 	// Count is the number of dims a roll shifts (each beyond the first is
 	// one more intermediate copy: roll_common rolls one dim at a time).
 	Count int
+	// Slot is the cache tensor a KVCache op updates (2·layer for keys,
+	// 2·layer+1 for values); Static marks a preallocated cache written in
+	// place. Inplace on a KVCache op says the first update of a dynamic
+	// cache keeps key_states itself rather than a copy.
+	Slot   int
+	Static bool
 }
 
 // PadMode is F.pad's mode.

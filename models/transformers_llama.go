@@ -32,7 +32,10 @@ import "github.com/batchfit/batchfit/graph"
 func (t *hfBuilder) llama() {
 	b, tc := t.b, t.tc
 	ids := b.Input("input_ids", graph.Shape{t.B, t.L}, graph.I64)
-	labels := b.Target("labels", graph.Shape{t.B, t.L}, graph.I64)
+	labels := graph.None
+	if t.dec == nil {
+		labels = b.Target("labels", graph.Shape{t.B, t.L}, graph.I64)
+	}
 	rot := tc.headDim()
 	var embed, h graph.TensorID
 	b.Scope("model", func() {
@@ -47,13 +50,14 @@ func (t *hfBuilder) llama() {
 		if tc.AttnImpl == "eager" {
 			// create_causal_mask for eager: torch.where(bool mask, 0,
 			// finfo.min), a [B, 1, L, L] tensor in the model's dtype.
-			t.eagerMask = t.hfConst("causal_mask", h, graph.Shape{t.B, 1, t.L, t.L}, t.dt)
+			t.eagerMask = t.hfConst("causal_mask", h, graph.Shape{t.B, 1, t.L, t.kvLen()}, t.dt)
 		}
 		if tc.Arch == "gemma" {
 			// hidden_states * torch.tensor(hidden_size**0.5, dtype)
 			h = b.Scale("normalizer", h)
 		}
 		for i := int64(0); i < tc.Layers; i++ {
+			t.layer = int(i)
 			b.Block("layers."+itoa(i), func() { h = t.llamaLayer(h, cos, sin) })
 		}
 		h = b.RMSNorm("norm", h)
@@ -62,7 +66,16 @@ func (t *hfBuilder) llama() {
 	if !tc.TieEmbeddings {
 		head = b.Param("lm_head.weight", graph.Shape{tc.VocabSize, tc.Hidden})
 	}
-	t.causalLMLoss(t.lmHead("lm_head", h, head, graph.None), labels)
+	logits := t.lmHead("lm_head", h, head, graph.None)
+	if t.dec != nil {
+		if t.tc.version() < 4046 {
+			// logits = logits.float() (4.45: the last position's only)
+			logits = b.Cast("float", logits, graph.F32)
+		}
+		t.nextTokenLogits(logits)
+		return
+	}
+	t.causalLMLoss(logits, labels)
 }
 
 // llamaLayer is LlamaDecoderLayer (and its Mistral, Qwen2, Gemma, Phi3
@@ -111,7 +124,10 @@ func (t *hfBuilder) llamaLayer(x, cos, sin graph.TensorID) graph.TensorID {
 			vs = t.headsView("v_proj", t.apply("v_proj", n, v), KV, D)
 		}
 		qs, ks = t.rope(qs, ks, cos, sin, D)
-		out := t.attention(qs, ks, vs, attnOpts{causal: true, p: tc.AttnDropoutP, gqa: true, contiguousLegacy: true,
+		ks, vs = t.cacheUpdate(ks, vs)
+		// sdpa_attention_forward: is_causal only when more than one query
+		// position (a decode step's single query sees the whole cache)
+		out := t.attention(qs, ks, vs, attnOpts{causal: t.dec == nil || t.L > 1, p: tc.AttnDropoutP, gqa: true, contiguousLegacy: true,
 			eager: eagerOpts{scale: true, mask: t.eagerMask, upcast: true}})
 		// attn_output.reshape(B, L, -1).contiguous(): a view.
 		out = b.Reshape("reshape", out, t.B, t.L, H*D)

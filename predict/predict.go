@@ -59,6 +59,10 @@ type Request struct {
 	// large model runs to megabytes and a search makes many results, so
 	// by default the events are recycled once replayed.
 	KeepTrace bool
+	// Infer, when set, predicts inference (eval or generate) instead of
+	// training: the optimizer, accumulation and checkpointing of Setup
+	// play no part.
+	Infer *Inference
 }
 
 // PeakAt says where in the training step the allocated peak was reached.
@@ -94,8 +98,12 @@ type Result struct {
 	Note string
 	// Time is the predicted time of one optimizer step (of the first
 	// step's batch size in a schedule); nil when the GPU's rates are not
-	// known.
+	// known, and for inference.
 	Time *cost.Estimate
+	// Infer is the inference that was predicted (nil: training), and
+	// Generation its cache figures when it generated.
+	Infer      *Inference
+	Generation *train.GenerationSummary
 }
 
 // Run answers a Request.
@@ -122,43 +130,19 @@ func Run(r Request) (*Result, error) {
 	if setup.ComputeMajor == 0 {
 		setup.ComputeMajor = 9
 	}
-	sched := r.Schedule
-	if len(sched) == 0 {
-		sched = make([]int64, setup.Steps)
-		for i := range sched {
-			sched[i] = r.Config.Batch
-		}
+	if r.Infer != nil && len(r.Schedule) > 1 {
+		return nil, fmt.Errorf("a batch-size schedule is for training; inference takes one batch size")
 	}
-	graphs := map[int64]*graph.Graph{}
-	build := func(b int64) (*graph.Graph, error) {
-		if g, ok := graphs[b]; ok {
-			return g, nil
-		}
-		c := r.Config
-		c.Batch = b
-		g, err := r.Source.Build(c)
-		if err != nil {
-			return nil, err
-		}
-		graphs[b] = g
-		return g, nil
+	var sim *train.Simulator
+	var g0 *graph.Graph
+	var gen *train.GenerationSummary
+	if r.Infer != nil {
+		sim, g0, gen, err = simulateInference(r, setup)
+	} else {
+		sim, g0, err = simulateTraining(r, setup)
 	}
-	g0, err := build(sched[0])
 	if err != nil {
 		return nil, err
-	}
-	sim, err := train.New(g0, setup)
-	if err != nil {
-		return nil, err
-	}
-	for _, b := range sched {
-		g, err := build(b)
-		if err != nil {
-			return nil, err
-		}
-		if err := sim.Step(g); err != nil {
-			return nil, err
-		}
 	}
 	ctx := r.GPU.ContextSize
 	if r.Context >= 0 {
@@ -190,9 +174,10 @@ func Run(r Request) (*Result, error) {
 	} else {
 		tr.Release()
 	}
-	if r.GPU.Rates.Known() {
+	res.Infer, res.Generation = r.Infer, gen
+	if r.GPU.Rates.Known() && r.Infer == nil {
 		est, err := cost.Step(cost.Input{Graph: g0, Ops: res.Summary.Ops, Setup: res.Setup, Rates: r.GPU.Rates,
-			Seq: r.Config.Seq, Batch: sched[0]})
+			Seq: r.Config.Seq, Batch: g0BatchOf(r)})
 		if err != nil {
 			return nil, err
 		}
@@ -220,4 +205,56 @@ func (r *Result) Headroom() int64 {
 		return r.GPU.Capacity - r.Context - r.Timeline.OOM.Reserved - r.Timeline.OOM.AllocSize
 	}
 	return r.GPU.Capacity - r.DeviceTotal
+}
+
+// g0BatchOf is the batch size of the first step.
+func g0BatchOf(r Request) int64 {
+	if len(r.Schedule) > 0 {
+		return r.Schedule[0]
+	}
+	return r.Config.Batch
+}
+
+// simulateTraining runs the optimizer steps of the schedule (or Steps
+// steps of Config.Batch).
+func simulateTraining(r Request, setup train.Setup) (*train.Simulator, *graph.Graph, error) {
+	sched := r.Schedule
+	if len(sched) == 0 {
+		sched = make([]int64, setup.Steps)
+		for i := range sched {
+			sched[i] = r.Config.Batch
+		}
+	}
+	graphs := map[int64]*graph.Graph{}
+	build := func(b int64) (*graph.Graph, error) {
+		if g, ok := graphs[b]; ok {
+			return g, nil
+		}
+		c := r.Config
+		c.Batch = b
+		g, err := r.Source.Build(c)
+		if err != nil {
+			return nil, err
+		}
+		graphs[b] = g
+		return g, nil
+	}
+	g0, err := build(sched[0])
+	if err != nil {
+		return nil, nil, err
+	}
+	sim, err := train.New(g0, setup)
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, b := range sched {
+		g, err := build(b)
+		if err != nil {
+			return nil, nil, err
+		}
+		if err := sim.Step(g); err != nil {
+			return nil, nil, err
+		}
+	}
+	return sim, g0, nil
 }

@@ -51,13 +51,14 @@ const (
 	Batch      // input batch and targets
 	Workspace  // library workspaces (cuBLAS, cuDNN)
 	CastCache  // autocast's low-precision copies of parameters
+	KVCache    // a generation's key/value cache
 	numCategories
 )
 
 // NumCategories is the number of categories, for arrays indexed by Category.
 const NumCategories = int(numCategories)
 
-var categoryNames = [...]string{"other", "parameters", "buffers", "gradients", "optimizer_state", "activations", "transient", "batch_data", "workspace", "autocast_cache"}
+var categoryNames = [...]string{"other", "parameters", "buffers", "gradients", "optimizer_state", "activations", "transient", "batch_data", "workspace", "autocast_cache", "kv_cache"}
 
 func (c Category) String() string {
 	if int(c) < len(categoryNames) {

@@ -82,6 +82,10 @@ type Simulator struct {
 	collecting  bool
 	collected   []*storage
 	collectedAt int // where the template's storages begin in collected
+	// inference: forward passes under torch.no_grad() with the model in
+	// eval mode, and the key/value cache they keep (infer.go).
+	noGrad bool
+	cache  []*storage
 }
 
 // repeatMicroBatches turns on the repetition of steady micro-batches

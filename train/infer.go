@@ -1,0 +1,284 @@
+package train
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/batchfit/batchfit/graph"
+	"github.com/batchfit/batchfit/trace"
+)
+
+// Inference runs the same forward rules as training with the model in
+// eval mode under torch.no_grad():
+//
+//	model.eval()
+//	with torch.no_grad():                 # and autocast, for the mixed precisions
+//	    out = model(x)
+//
+// Nothing is saved for backward (no autograd node exists), so every tensor
+// is freed at its last use; dropout returns its input and batch norm uses
+// its running statistics; autocast does not cache its parameter casts
+// (cached_cast in aten/src/ATen/autocast_mode.cpp caches only when
+// GradMode::is_enabled() and the argument is a leaf that requires grad),
+// so every use of a weight makes a fresh low-precision copy that lives as
+// long as the op. There are no gradients, no optimizer state, no backward.
+
+// NewInference starts an inference simulation: the parameters and buffers
+// of g are allocated as for training (model.to(device)).
+func NewInference(g *graph.Graph, s Setup) (*Simulator, error) {
+	sim, err := New(g, s)
+	if err != nil {
+		return nil, err
+	}
+	sim.noGrad = true
+	return sim, nil
+}
+
+// Forward simulates one forward pass of g under no_grad: the batch is
+// copied to the device (the previous one is released after), and the
+// output (the graph's loss, or its Output) stays referenced by the caller
+// until the next forward replaces it, as a loop variable does.
+func (sim *Simulator) Forward(g *graph.Graph) error {
+	if !sim.noGrad {
+		return fmt.Errorf("internal: Forward on a training simulation")
+	}
+	if err := sim.checkParams(g); err != nil {
+		return err
+	}
+	mb := newMicro(sim, g)
+	if sim.stepsDone == 0 {
+		mb.ops = make([]OpRun, len(g.Ops))
+		sim.sum.Ops = mb.ops
+	}
+	mb.loadBatch()
+	mb.forward()
+	mb.exitAutocast()
+	sim.ctx = fwdCtx{}
+	sim.tr.Add(trace.Event{Action: trace.StepEnd, Step: sim.step, Site: -1})
+	sim.step++
+	sim.stepsDone++
+	return sim.err
+}
+
+// Generation says how transformers' generate() runs: Prompt tokens of
+// prefill, then one token at a time until NewTokens are generated, with
+// Beams beams (num_beams) and a dynamic or static cache.
+type Generation struct {
+	Prompt, NewTokens int64
+	// Batch is the number of prompts; generate() runs Batch·Beams rows.
+	Batch int64
+	Beams int64
+	// Static is cache_implementation="static": StaticCache.
+	Static bool
+}
+
+// Forwards is the number of forward passes generate() makes: the prefill,
+// which yields the first new token, then one decode step for each further
+// token (the last token's keys and values never enter the cache).
+func (gen Generation) Forwards() int64 { return gen.NewTokens }
+
+// CacheLen is the number of positions the cache holds after the last
+// forward: the prompt and every generated token but the last.
+func (gen Generation) CacheLen() int64 { return gen.Prompt + gen.NewTokens - 1 }
+
+// MaxLen is generation_config.max_length, the prompt and the new tokens:
+// the max_cache_len a StaticCache is made with.
+func (gen Generation) MaxLen() int64 { return gen.Prompt + gen.NewTokens }
+
+// Rows is the batch the model runs: generate() expands input_ids to
+// batch·num_beams rows (_expand_inputs_for_generation) before the prefill.
+func (gen Generation) Rows() int64 { return gen.Batch * max(gen.Beams, 1) }
+
+// Check reports a generation that cannot run.
+func (gen Generation) Check() error {
+	switch {
+	case gen.Prompt <= 0:
+		return fmt.Errorf("the prompt must have at least one token, got %d", gen.Prompt)
+	case gen.NewTokens <= 0:
+		return fmt.Errorf("at least one new token must be generated, got %d", gen.NewTokens)
+	case gen.Batch <= 0:
+		return fmt.Errorf("batch size must be positive, got %d", gen.Batch)
+	case gen.Beams < 0:
+		return fmt.Errorf("beams must be positive, got %d", gen.Beams)
+	}
+	return nil
+}
+
+// GenerationSummary holds the cache figures of a generation.
+type GenerationSummary struct {
+	// CacheBytes is what the key/value cache holds after the last forward
+	// (a static cache: its whole preallocation).
+	CacheBytes int64
+	// PrefillCacheBytes is what it holds after the prefill.
+	PrefillCacheBytes int64
+	// CacheTensors counts the cache's tensors (keys and values per layer).
+	CacheTensors int
+	// PeakPrefill is the largest live sum (requested bytes) up to the end
+	// of the prefill; PeakRequested in the Summary covers the decode too.
+	PeakPrefill int64
+}
+
+// Generate simulates generate(): an optional static cache preallocated
+// from prefill's cache ops, the prefill forward of prefill, and a decode
+// forward of step(past) for each further token, past being the positions
+// in the cache before it. With beams, every decode step is followed by
+// the cache's reorder (Cache.reorder_cache: index_select per layer, a new
+// tensor for keys and then for values, the old one released).
+func Generate(prefill *graph.Graph, step func(past int64) (*graph.Graph, error), s Setup, gen Generation) (*Simulator, GenerationSummary, error) {
+	var gs GenerationSummary
+	if err := gen.Check(); err != nil {
+		return nil, gs, err
+	}
+	sim, err := NewInference(prefill, s)
+	if err != nil {
+		return nil, gs, err
+	}
+	slots := 0
+	for _, op := range prefill.Ops {
+		if op.Kind == graph.KVCache {
+			slots = max(slots, op.Attr.Slot+1)
+		}
+	}
+	if slots == 0 {
+		return nil, gs, fmt.Errorf("%s has no key/value cache to generate with", prefill.Name)
+	}
+	sim.cache = make([]*storage, slots)
+	if gen.Static {
+		// StaticCache allocates (batch·beams, kv_heads, max_cache_len,
+		// head_dim) for keys and values of every layer before the prefill
+		// runs (the releases that allocate lazily, at a layer's first
+		// update, reach the same total by the end of the prefill: this
+		// errs towards more memory while the prefill runs).
+		sim.phase = trace.Setup
+		for _, op := range prefill.Ops {
+			if op.Kind != graph.KVCache || sim.cache[op.Attr.Slot] != nil {
+				continue
+			}
+			t := prefill.Tensor(op.Output)
+			sim.site = sim.tr.Site(op.Name)
+			st := sim.alloc(t.Shape.Numel()*sim.dtypeOf(t).Size(), trace.KVCache)
+			st.refs = 1
+			sim.cache[op.Attr.Slot] = st
+		}
+	}
+	if err := sim.Forward(prefill); err != nil {
+		return nil, gs, err
+	}
+	// Every decode step makes about as many events as the prefill (the
+	// same ops, smaller): room for all of them at once spares regrowing
+	// a list of millions.
+	per := len(sim.tr.Events)
+	sim.tr.Events = slices.Grow(sim.tr.Events, per*int(gen.Forwards()-1))
+	gs.PeakPrefill = sim.sum.PeakRequested
+	gs.PrefillCacheBytes = sim.cacheBytes()
+	for k := int64(1); k < gen.Forwards(); k++ {
+		g, err := step(gen.Prompt + k - 1)
+		if err != nil {
+			return nil, gs, err
+		}
+		if err := sim.Forward(g); err != nil {
+			return nil, gs, err
+		}
+		if gen.Beams > 1 {
+			sim.reorderCache()
+		}
+	}
+	gs.CacheBytes = sim.cacheBytes()
+	for _, st := range sim.cache {
+		if st != nil {
+			gs.CacheTensors++
+		}
+	}
+	return sim, gs, sim.err
+}
+
+// dtypeOf is a graph tensor's dtype in this setup: model.to(dtype)
+// converts the floating ones, and a StaticCache is made in the model's
+// dtype (its dtype argument), autocast or not.
+func (sim *Simulator) dtypeOf(t *graph.Tensor) graph.DType {
+	if t.DType.IsFloat() {
+		return sim.s.Precision.ParamDType()
+	}
+	return t.DType
+}
+
+func (sim *Simulator) cacheBytes() int64 {
+	var n int64
+	for _, st := range sim.cache {
+		if st != nil {
+			n += st.bytes
+		}
+	}
+	return n
+}
+
+// reorderCache is beam search's cache.reorder_cache(beam_idx): each
+// layer's keys, then its values, become key.index_select(0, beam_idx), a
+// new tensor, and the old one goes when the list slot is rebound.
+func (sim *Simulator) reorderCache() {
+	sim.site = sim.tr.Site("reorder_cache")
+	sim.phase = trace.Forward
+	for i, old := range sim.cache {
+		if old == nil {
+			continue
+		}
+		st := sim.alloc(old.bytes, trace.KVCache)
+		st.refs = 1
+		sim.cache[i] = st
+		sim.unref(old)
+	}
+}
+
+// kvCacheForward is the cache update's rule. A dynamic cache's update is
+// torch.cat([cache, key_states], dim=-2): the new, longer tensor (runOp
+// allocated it) is what the cache holds from now on, and the old one goes
+// when the cache's slot is rebound, after the new one exists. Its first
+// update keeps key_states itself where the release appends it to a list
+// (Attr.Inplace; the alias rule), and concatenates onto an empty tensor
+// (a copy) where DynamicLayer.lazy_initialization starts from
+// torch.tensor([]). A static cache's update is index_copy_ into its
+// preallocated tensor, which it returns (the storage rule).
+func kvCacheForward(c *fwdCtx) {
+	sim := c.m.sim
+	slot := c.op.Attr.Slot
+	if slot < 0 || slot >= len(sim.cache) {
+		sim.fail("op %s: cache slot %d outside the cache of %d tensors", c.op.Name, slot, len(sim.cache))
+		return
+	}
+	if c.op.Attr.Static {
+		return
+	}
+	old := sim.cache[slot]
+	if old == c.out.st {
+		return
+	}
+	sim.ref(c.out.st)
+	sim.cache[slot] = c.out.st
+	sim.unref(old)
+}
+
+func kvCacheStorage(c *fwdCtx) *storage {
+	sim := c.m.sim
+	slot := c.op.Attr.Slot
+	if !c.op.Attr.Static || slot < 0 || slot >= len(sim.cache) {
+		return nil
+	}
+	return sim.cache[slot]
+}
+
+func kvCacheKeepsInput(m *micro, c *fwdCtx, out graph.DType) bool {
+	slot := c.op.Attr.Slot
+	return !c.op.Attr.Static && c.op.Attr.Inplace && slot >= 0 && slot < len(m.sim.cache) && m.sim.cache[slot] == nil
+}
+
+func kvCacheRule() rule {
+	return rule{fwd: kvCacheForward, storage: kvCacheStorage, alias: kvCacheKeepsInput, cache: true,
+		// a static cache is in the model's dtype, whatever key_states' is
+		// (index_copy_ converts); a dynamic one is made from key_states
+		out: func(m *micro, c *fwdCtx) graph.DType {
+			if c.op.Attr.Static {
+				return m.sim.dtypeOf(m.g.Tensor(c.op.Output))
+			}
+			return c.in[0].dt
+		}}
+}
