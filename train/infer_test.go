@@ -1,0 +1,143 @@
+package train
+
+import (
+	"testing"
+
+	"github.com/batchfit/batchfit/graph"
+	"github.com/batchfit/batchfit/trace"
+)
+
+func evalRun(t *testing.T, g *graph.Graph, s Setup, forwards int) (*Simulator, *trace.Trace) {
+	t.Helper()
+	sim, err := NewInference(g, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range forwards {
+		if err := sim.Forward(g); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tr := sim.Trace()
+	if err := tr.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	return sim, tr
+}
+
+// An MLP (16 → 32, ReLU, 32 → 8, cross-entropy) in eval mode under
+// no_grad, batch 4, float32 on the CPU, worked out by hand. Parameters
+// 16·32+32 + 32·8+8 = 808 floats, 3232 B; batch x 256 B and y 32 B.
+//
+//	forward 1: 3520 + linear 512 = 4032, + relu 512 = 4544 (the peak so
+//	far), the linear's output freed at its last use (nothing saves it) →
+//	4032, + head 128 → 4160, relu's output freed → 3648, the 0-d loss +4,
+//	log_softmax +128 and total_weight +4 (freed with the op) → 3656,
+//	logits freed → 3524: parameters, batch and loss.
+//	forward 2: the new batch lands (+288) before the old is released, then
+//	the same with the old loss still held: the relu peak is 4544 + 4 = 4548.
+func TestEvalHandWorked(t *testing.T) {
+	g := mlp(t, 4, 16, 32, 1, 8)
+	sim, tr := evalRun(t, g, Setup{CPU: true, Profile: mustProfile(t, "2.5")}, 2)
+	sum := sim.Summary()
+	if sum.PeakRequested != 4548 {
+		t.Errorf("peak %d, want 4548", sum.PeakRequested)
+	}
+	if sum.ActivationsBytes != 0 || sum.GradientsBytes != 0 || sum.OptimizerStateBytes != 0 {
+		t.Errorf("saved %d, gradients %d, optimizer state %d: want nothing under no_grad", sum.ActivationsBytes, sum.GradientsBytes, sum.OptimizerStateBytes)
+	}
+	live := map[int64]int64{}
+	for _, e := range tr.Events {
+		switch e.Action {
+		case trace.Alloc:
+			live[e.ID] = e.Size
+			if e.Category == trace.Gradient || e.Category == trace.OptimizerState || e.Phase == trace.Backward {
+				t.Errorf("event %+v: no backward or optimizer in eval", e)
+			}
+		case trace.Free:
+			delete(live, e.ID)
+		}
+	}
+	var n int64
+	for _, b := range live {
+		n += b
+	}
+	if n != 3524 {
+		t.Errorf("%d bytes alive at the end, want 3524 (parameters, batch, loss)", n)
+	}
+}
+
+// Under no_grad autocast does not cache its parameter casts (cached_cast's
+// can_try_cache wants GradMode::is_enabled()): each forward makes fresh
+// float16 copies of every weight and bias — W1 16·32·2 = 1024 B, b1 64 B,
+// W2 32·8·2 = 512 B, b2 16 B — that die with their op; in training the
+// first forward puts them in the cache once.
+func TestEvalAutocastCopiesEveryUse(t *testing.T) {
+	g := mlp(t, 4, 16, 32, 1, 8)
+	_, tr := evalRun(t, g, Setup{Precision: Mixed16, Profile: mustProfile(t, "2.5")}, 2)
+	count := map[int64]int{}
+	for _, e := range tr.Events {
+		if e.Action != trace.Alloc {
+			continue
+		}
+		if e.Category == trace.CastCache {
+			t.Errorf("autocast cache entry of %d bytes under no_grad", e.Size)
+		}
+		if e.Category == trace.Transient {
+			count[e.Size]++
+		}
+	}
+	for _, size := range []int64{1024, 64, 512, 16} {
+		if count[size] != 2 {
+			t.Errorf("%d transient copies of %d bytes, want 2 (one a forward)", count[size], size)
+		}
+	}
+	trained, _, err := Simulate(g, Setup{Precision: Mixed16, Profile: mustProfile(t, "2.5"), Steps: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, e := range trained.Events {
+		if e.Action == trace.Alloc && e.Category == trace.CastCache {
+			n++
+		}
+	}
+	if n != 4 {
+		t.Errorf("training made %d cached copies, want 4", n)
+	}
+}
+
+// model.eval(): dropout returns its input, so nothing is allocated at it,
+// where training allocates its output and its mask.
+func TestEvalDropoutIsIdentity(t *testing.T) {
+	b := graph.NewBuilder("dropout-mlp")
+	x := b.Input("x", graph.Shape{4, 16}, graph.F32)
+	y := b.Target("y", graph.Shape{4}, graph.I64)
+	h := b.Act(graph.ReLU, "relu", b.Linear("linear", x, 32, true), false)
+	h = b.Dropout("dropout", h, 0.1, false)
+	b.CrossEntropy("loss", b.Linear("head", h, 8, true), y)
+	g, err := b.Graph()
+	if err != nil {
+		t.Fatal(err)
+	}
+	allocsAt := func(tr *trace.Trace) int {
+		n := 0
+		for _, e := range tr.Events {
+			if e.Action == trace.Alloc && e.Phase == trace.Forward && tr.SiteName(e.Site) == "dropout" {
+				n++
+			}
+		}
+		return n
+	}
+	_, tr := evalRun(t, g, Setup{Profile: mustProfile(t, "2.5")}, 1)
+	if n := allocsAt(tr); n != 0 {
+		t.Errorf("eval: %d allocations at the dropout, want none", n)
+	}
+	trained, _, err := Simulate(g, Setup{Profile: mustProfile(t, "2.5"), Steps: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := allocsAt(trained); n != 2 {
+		t.Errorf("training: %d allocations at the dropout, want 2 in forward (output and mask)", n)
+	}
+}
