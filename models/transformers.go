@@ -767,9 +767,7 @@ func (t *hfBuilder) cacheUpdate(k, v graph.TensorID) (graph.TensorID, graph.Tens
 func (t *hfBuilder) nextTokenLogits(logits graph.TensorID) {
 	b := t.b
 	b.Scope("generate", func() {
-		s := b.Shape(logits)
-		last := b.Narrow("last_position", logits, 1, 1)
-		last = b.Reshape("squeeze", last, s[0], s[2])
+		last := b.Select("last_position", logits, 1) // logits[:, -1, :], a view
 		out := b.CastCopy("next_token_logits", last, graph.F32)
 		if t.dec.LogSoftmax {
 			out = b.Softmax("log_softmax", out, -1, true)
