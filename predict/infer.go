@@ -66,6 +66,10 @@ func simulateInference(r Request, setup train.Setup) (*train.Simulator, *graph.G
 		}
 		return sim, g, nil, nil
 	case ModeGenerate:
+		noCache := fmt.Errorf("generate: %s has no key/value cache: generation is modelled for Hugging Face decoders (llama, mistral, qwen2, gemma, phi3)", r.Source.Name())
+		if r.Source.DefaultSeq() == 0 && r.Config.Seq <= 0 {
+			return nil, nil, nil, noCache // no sequence: an image model
+		}
 		gen := r.Infer.Generation(r.Config)
 		if err := gen.Check(); err != nil {
 			return nil, nil, nil, err
@@ -82,7 +86,7 @@ func simulateInference(r Request, setup train.Setup) (*train.Simulator, *graph.G
 			return nil, nil, nil, fmt.Errorf("generate: %w", err)
 		}
 		if !slices.ContainsFunc(prefill.Ops, func(op graph.Op) bool { return op.Kind == graph.KVCache }) {
-			return nil, nil, nil, fmt.Errorf("generate: %s has no key/value cache: generation is modelled for Hugging Face decoders (llama, mistral, qwen2, gemma, phi3)", r.Source.Name())
+			return nil, nil, nil, noCache
 		}
 		steps := &decodeGraphs{src: r.Source, c: c, first: gen.Prompt}
 		sim, gs, err := train.Generate(prefill, steps.at, setup, gen)

@@ -46,23 +46,12 @@ func TestEvalHandWorked(t *testing.T) {
 	if sum.ActivationsBytes != 0 || sum.GradientsBytes != 0 || sum.OptimizerStateBytes != 0 {
 		t.Errorf("saved %d, gradients %d, optimizer state %d: want nothing under no_grad", sum.ActivationsBytes, sum.GradientsBytes, sum.OptimizerStateBytes)
 	}
-	live := map[int64]int64{}
 	for _, e := range tr.Events {
-		switch e.Action {
-		case trace.Alloc:
-			live[e.ID] = e.Size
-			if e.Category == trace.Gradient || e.Category == trace.OptimizerState || e.Phase == trace.Backward {
-				t.Errorf("event %+v: no backward or optimizer in eval", e)
-			}
-		case trace.Free:
-			delete(live, e.ID)
+		if e.Action == trace.Alloc && (e.Category == trace.Gradient || e.Category == trace.OptimizerState || e.Phase == trace.Backward) {
+			t.Errorf("event %+v: no backward or optimizer in eval", e)
 		}
 	}
-	var n int64
-	for _, b := range live {
-		n += b
-	}
-	if n != 3524 {
+	if n := liveAtEnd(tr); n != 3524 {
 		t.Errorf("%d bytes alive at the end, want 3524 (parameters, batch, loss)", n)
 	}
 }

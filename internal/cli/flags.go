@@ -71,6 +71,8 @@ type jobFlags struct {
 	newTokens     int64
 	cache         string
 	beams         int64
+	// inference: the command answers for --mode eval and generate too
+	inferOK bool
 }
 
 func (j *jobFlags) register(fs *flag.FlagSet, batchDefault string) {
@@ -409,6 +411,9 @@ func (j *jobFlags) inference() (*predict.Inference, error) {
 	}
 	if mode == predict.ModeTrain {
 		return nil, nil
+	}
+	if !j.inferOK {
+		return nil, usagef("--mode %s is for estimate, sweep and maxbatch", mode)
 	}
 	if j.accumulate != 1 || j.checkpointing || j.checkpoint != "none" {
 		return nil, usagef("--accumulate and activation checkpointing are for training, not --mode %s", mode)

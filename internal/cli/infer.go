@@ -63,7 +63,11 @@ func generationFigures(res *predict.Result) *GenerationJSON {
 func inferenceLine(res *predict.Result) []string {
 	in := res.Infer
 	if in.Mode != predict.ModeGenerate {
-		return []string{fmt.Sprintf("batch %d", res.Config.Batch), "seq " + fmt.Sprint(res.Config.Seq), "eval under no_grad"}
+		parts := []string{fmt.Sprintf("batch %d", res.Config.Batch)}
+		if res.Config.Seq > 0 {
+			parts = append(parts, fmt.Sprintf("seq %d", res.Config.Seq))
+		}
+		return append(parts, "eval under no_grad")
 	}
 	gen := in.Generation(res.Config)
 	parts := []string{fmt.Sprintf("batch %d", gen.Batch), fmt.Sprintf("generate: prompt %d + %d new tokens", gen.Prompt, gen.NewTokens)}
