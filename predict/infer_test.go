@@ -185,10 +185,11 @@ func TestStaticCachePreallocates(t *testing.T) {
 	if got := sizes(setup, trace.Alloc); !slices.Equal(got, []int64{1536, 1536, 1536, 1536}) {
 		t.Errorf("preallocated %v, want 4 tensors of 1536 bytes", got)
 	}
-	// beam search reorders the cache after each decode step (2 of them):
-	// index_select makes a new tensor per cache tensor, the old one goes
+	// beam search reorders the cache after each forward (3 of them, the
+	// prefill's too): index_select makes a new tensor per cache tensor,
+	// the old one goes
 	var want []string
-	for range 2 {
+	for range 3 {
 		for range 4 {
 			want = append(want, "alloc 1536", "free 1536")
 		}

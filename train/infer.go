@@ -39,6 +39,16 @@ func NewInference(g *graph.Graph, s Setup) (*Simulator, error) {
 // output (the graph's loss, or its Output) stays referenced by the caller
 // until the next forward replaces it, as a loop variable does.
 func (sim *Simulator) Forward(g *graph.Graph) error {
+	if err := sim.forwardOnly(g); err != nil {
+		return err
+	}
+	sim.endStep()
+	return sim.err
+}
+
+// forwardOnly is Forward without the end of its step (generate() does
+// more in the same iteration).
+func (sim *Simulator) forwardOnly(g *graph.Graph) error {
 	if !sim.noGrad {
 		return fmt.Errorf("internal: Forward on a training simulation")
 	}
@@ -54,9 +64,26 @@ func (sim *Simulator) Forward(g *graph.Graph) error {
 	mb.forward()
 	mb.exitAutocast()
 	sim.ctx = fwdCtx{}
+	return sim.err
+}
+
+func (sim *Simulator) endStep() {
 	sim.tr.Add(trace.Event{Action: trace.StepEnd, Step: sim.step, Site: -1})
 	sim.step++
 	sim.stepsDone++
+}
+
+// iteration is one iteration of generate()'s loop: the forward, then with
+// beams the cache's reorder for the beams picked from its logits (every
+// iteration, the prefill's and the last one's too).
+func (sim *Simulator) iteration(g *graph.Graph, gen Generation) error {
+	if err := sim.forwardOnly(g); err != nil {
+		return err
+	}
+	if gen.Beams > 1 {
+		sim.reorderCache()
+	}
+	sim.endStep()
 	return sim.err
 }
 
@@ -121,9 +148,10 @@ type GenerationSummary struct {
 // Generate simulates generate(): an optional static cache preallocated
 // from prefill's cache ops, the prefill forward of prefill, and a decode
 // forward of step(past) for each further token, past being the positions
-// in the cache before it. With beams, every decode step is followed by
-// the cache's reorder (Cache.reorder_cache: index_select per layer, a new
-// tensor for keys and then for values, the old one released).
+// in the cache before it. With beams, every forward is followed by the
+// cache's reorder (_beam_search: cache.reorder_cache(beam_idx), which is
+// index_select per layer, a new tensor for keys and then for values, the
+// old one released when its slot is rebound).
 func Generate(prefill *graph.Graph, step func(past int64) (*graph.Graph, error), s Setup, gen Generation) (*Simulator, GenerationSummary, error) {
 	var gs GenerationSummary
 	if err := gen.Check(); err != nil {
@@ -161,7 +189,7 @@ func Generate(prefill *graph.Graph, step func(past int64) (*graph.Graph, error),
 			sim.cache[op.Attr.Slot] = st
 		}
 	}
-	if err := sim.Forward(prefill); err != nil {
+	if err := sim.iteration(prefill, gen); err != nil {
 		return nil, gs, err
 	}
 	// Every decode step makes about as many events as the prefill (the
@@ -176,11 +204,8 @@ func Generate(prefill *graph.Graph, step func(past int64) (*graph.Graph, error),
 		if err != nil {
 			return nil, gs, err
 		}
-		if err := sim.Forward(g); err != nil {
+		if err := sim.iteration(g, gen); err != nil {
 			return nil, gs, err
-		}
-		if gen.Beams > 1 {
-			sim.reorderCache()
 		}
 	}
 	gs.CacheBytes = sim.cacheBytes()
