@@ -1,6 +1,7 @@
 package predict
 
 import (
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -266,5 +267,37 @@ func TestGenerateRefusals(t *testing.T) {
 				t.Errorf("error %v, want one containing %q", err, c.want)
 			}
 		})
+	}
+}
+
+// With autocast around generate() the weight-cast cache is made in the
+// prefill and kept to the end: the toy's 2 × 7 Linear weights and the LM
+// head (the embedding and the norms are not on the lower-precision list)
+// are cast once, each to half its float32 size, and freed after the last
+// forward.
+func TestGenerateKeepsAutocastCopies(t *testing.T) {
+	res := generate(t, toyLlama(""), train.MixedBF16, 1, 4, 3, 1, false)
+	// q 32·32, k and v 32·16, o 32·32, gate and up 32·64, down 64·32; head 32·64
+	want := map[int64]int{32 * 32 * 2: 4, 32 * 16 * 2: 4, 32 * 64 * 2: 7}
+	got := map[int64]int{}
+	lastEnd, freedAfter := -1, 0
+	for i, e := range res.Trace.Events {
+		switch {
+		case e.Action == trace.StepEnd:
+			lastEnd = i
+		case e.Category == trace.CastCache && e.Action == trace.Alloc:
+			if e.Step != 0 {
+				t.Errorf("a weight copy made in forward %d, want all in the prefill", e.Step)
+			}
+			got[e.Size]++
+		}
+	}
+	for _, e := range res.Trace.Events[lastEnd+1:] {
+		if e.Category == trace.CastCache && e.Action == trace.Free {
+			freedAfter++
+		}
+	}
+	if !maps.Equal(got, want) || freedAfter != 15 {
+		t.Errorf("copies by size %v (want %v), %d freed after the last forward (want 15)", got, want, freedAfter)
 	}
 }

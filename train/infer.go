@@ -17,11 +17,16 @@ import (
 //
 // Nothing is saved for backward (no autograd node exists), so every tensor
 // is freed at its last use; dropout returns its input and batch norm uses
-// its running statistics; autocast does not cache its parameter casts
-// (cached_cast in aten/src/ATen/autocast_mode.cpp caches only when
-// GradMode::is_enabled() and the argument is a leaf that requires grad),
-// so every use of a weight makes a fresh low-precision copy that lives as
-// long as the op. There are no gradients, no optimizer state, no backward.
+// its running statistics. Autocast still caches its parameter casts:
+// cached_cast (aten/src/ATen/autocast_mode.cpp) asks whether the argument
+// is a float32 leaf that requires grad — the tensor's flag, which
+// no_grad leaves set on parameters — not whether grad mode is on (its
+// source says so: "When caching in no_grad() context, we still need
+// grad_fn on the cached tensor"); only torch.inference_mode() turns the
+// cache off, in the releases with that fix. The copies live until the
+// autocast region ends: after each forward of an eval loop, after the
+// whole generation when autocast encloses generate(). There are no
+// gradients, no optimizer state, no backward.
 
 // NewInference starts an inference simulation: the parameters and buffers
 // of g are allocated as for training (model.to(device)).
@@ -60,9 +65,16 @@ func (sim *Simulator) forwardOnly(g *graph.Graph) error {
 		mb.ops = make([]OpRun, len(g.Ops))
 		sim.sum.Ops = mb.ops
 	}
+	if sim.casts != nil {
+		mb.castCache, mb.castOrder = sim.casts, sim.castOrder
+	}
 	mb.loadBatch()
 	mb.forward()
-	mb.exitAutocast()
+	if sim.casts != nil {
+		sim.casts, sim.castOrder = mb.castCache, mb.castOrder
+	} else {
+		mb.exitAutocast()
+	}
 	sim.ctx = fwdCtx{}
 	return sim.err
 }
@@ -189,6 +201,9 @@ func Generate(prefill *graph.Graph, step func(past int64) (*graph.Graph, error),
 			sim.cache[op.Attr.Slot] = st
 		}
 	}
+	// one autocast region around generate(): its weight copies are made
+	// in the prefill and kept to the end
+	sim.casts = map[int32]*storage{}
 	if err := sim.iteration(prefill, gen); err != nil {
 		return nil, gs, err
 	}
@@ -208,6 +223,10 @@ func Generate(prefill *graph.Graph, step func(past int64) (*graph.Graph, error),
 			return nil, gs, err
 		}
 	}
+	for _, p := range sim.castOrder {
+		sim.unref(sim.casts[p]) // the autocast region ends
+	}
+	sim.casts, sim.castOrder = nil, nil
 	gs.CacheBytes = sim.cacheBytes()
 	for _, st := range sim.cache {
 		if st != nil {

@@ -142,9 +142,7 @@ func (m *micro) runOp(i int) {
 		v := m.val[t]
 		p := m.pidx[t]
 		if to, cast := m.autocastTo(r.cast, v.dt); cast && p >= 0 {
-			// cached_cast's can_try_cache also wants grad mode on: under
-			// no_grad every use makes a fresh copy.
-			if m.g.Tensors[t].RequiresGrad && !sim.noGrad {
+			if m.g.Tensors[t].RequiresGrad {
 				v = value{st: m.castParam(p, to), dt: to}
 				m.wCast[i] = true
 			} else {

@@ -86,6 +86,10 @@ type Simulator struct {
 	// eval mode, and the key/value cache they keep (infer.go).
 	noGrad bool
 	cache  []*storage
+	// casts holds autocast's weight-cast cache between forwards that run
+	// in one autocast region (generate() inside torch.autocast).
+	casts     map[int32]*storage
+	castOrder []int32
 }
 
 // repeatMicroBatches turns on the repetition of steady micro-batches
