@@ -134,13 +134,15 @@ type Trace struct {
 // (from 1) has every id at or above Base-Delta raised by k·Delta: the
 // template allocates ids from Base on and may free ids of the run before
 // it (from Base-Delta on), which each copy takes from the copy before. Ids
-// below Base-Delta are the same in every copy. Repeats are in order of
-// Start and do not overlap.
+// below Base-Delta are the same in every copy. Copy k also has its Step
+// raised by k·Steps (a template that is one step of its own). Repeats are
+// in order of Start and do not overlap.
 type Repeat struct {
 	Start, End int
 	Times      int
 	Base       int64
 	Delta      int64
+	Steps      int32
 }
 
 // Copy returns event j of the template as copy k has it.
@@ -148,6 +150,7 @@ func (r *Repeat) Copy(e Event, k int) Event {
 	if e.ID >= r.Base-r.Delta {
 		e.ID += int64(k) * r.Delta
 	}
+	e.Step += int32(k) * r.Steps
 	return e
 }
 

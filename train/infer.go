@@ -210,12 +210,35 @@ func Generate(prefill *graph.Graph, step func(past int64) (*graph.Graph, error),
 	// Every decode step makes about as many events as the prefill (the
 	// same ops, smaller): room for all of them at once spares regrowing
 	// a list of millions.
-	per := len(sim.tr.Events)
-	sim.tr.Events = slices.Grow(sim.tr.Events, per*int(gen.Forwards()-1))
+	// A static cache's steps are kept once (below): a few suffice.
+	per, steps := len(sim.tr.Events), int(gen.Forwards()-1)
+	if gen.Static {
+		steps = min(steps, 5)
+	}
+	sim.tr.Events = slices.Grow(sim.tr.Events, per*steps)
 	gs.PeakPrefill = sim.sum.PeakRequested
 	gs.PrefillCacheBytes = sim.cacheBytes()
-	for k := int64(1); k < gen.Forwards(); k++ {
-		g, err := step(gen.Prompt + k - 1)
+	// A static cache's decode steps run one graph on the same storages:
+	// from the third on they make the same events, one step higher each,
+	// and the rest are kept once, as a repetition, the way steady
+	// micro-batches are (repeatMicro). A dynamic cache grows every step:
+	// each is simulated.
+	decodes := gen.Forwards() - 1
+	var evAt, idAt [5]int64
+	for m := int64(0); m < decodes; m++ {
+		if m < int64(len(evAt)) {
+			evAt[m], idAt[m] = int64(len(sim.tr.Events)), sim.next
+		}
+		if m == 4 && gen.Static && repeatMicroBatches && sim.repeatRuns(evAt, idAt, int(decodes-4), 1) {
+			sim.step += int32(decodes - 4)
+			sim.stepsDone += int(decodes - 4)
+			break
+		}
+		sim.collecting = gen.Static && (m == 2 || m == 3)
+		if m == 3 {
+			sim.collectedAt = len(sim.collected)
+		}
+		g, err := step(gen.Prompt + m)
 		if err != nil {
 			return nil, gs, err
 		}
@@ -223,6 +246,7 @@ func Generate(prefill *graph.Graph, step func(past int64) (*graph.Graph, error),
 			return nil, gs, err
 		}
 	}
+	sim.collecting, sim.collected = false, sim.collected[:0]
 	for _, p := range sim.castOrder {
 		sim.unref(sim.casts[p]) // the autocast region ends
 	}

@@ -1,9 +1,12 @@
 package train
 
 import (
+	"slices"
 	"testing"
 
+	"github.com/batchfit/batchfit/alloc"
 	"github.com/batchfit/batchfit/graph"
+	"github.com/batchfit/batchfit/models"
 	"github.com/batchfit/batchfit/trace"
 )
 
@@ -122,5 +125,59 @@ func TestEvalDropoutIsIdentity(t *testing.T) {
 	}
 	if n := allocsAt(trained); n != 2 {
 		t.Errorf("training: %d allocations at the dropout, want 2 in forward (output and mask)", n)
+	}
+}
+
+// A static cache's decode steps kept once as a repetition are the steps
+// simulated one by one: the same events once written out, and the same
+// replay, step by step, whether the allocator skips the copies or not.
+func TestStaticDecodeRepeats(t *testing.T) {
+	tc := models.TransformerConfig{Arch: "llama", VocabSize: 64, Hidden: 32, Layers: 2, Heads: 4, KVHeads: 2, HeadDim: 8,
+		Intermediate: 64, Activation: "silu"}
+	for _, beams := range []int64{1, 3} {
+		gen := Generation{Prompt: 5, NewTokens: 12, Batch: 2, Beams: beams, Static: true}
+		build := func(seq, past int64) (*graph.Graph, error) {
+			return models.BuildTransformer("toy", tc, models.Config{Batch: gen.Rows(), Seq: seq,
+				Decode: &models.Decode{Past: past, StaticLen: gen.MaxLen(), LogSoftmax: beams > 1}})
+		}
+		run := func(repeat bool) (*trace.Trace, *alloc.Timeline) {
+			defer func(old bool) { repeatMicroBatches = old }(repeatMicroBatches)
+			repeatMicroBatches = repeat
+			prefill, err := build(gen.Prompt, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sim, _, err := Generate(prefill, func(past int64) (*graph.Graph, error) { return build(1, past) },
+				Setup{Precision: MixedBF16, Profile: mustProfile(t, "2.5")}, gen)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tr := sim.CompactTrace()
+			if repeat && len(tr.Repeats) != 1 {
+				t.Fatalf("beams %d: %d repetitions, want 1", beams, len(tr.Repeats))
+			}
+			tl, err := alloc.Replay(tr, alloc.Config{}, alloc.Device{Capacity: 1 << 40, Total: 1 << 40}, alloc.ReplayOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			// with beams the reorder's copies move the cache from place
+			// to place, and the state may not come back: then the copies
+			// are replayed (and must still agree)
+			if repeat && beams == 1 && tl.Skipped == 0 {
+				t.Errorf("beams %d: the replay skipped nothing", beams)
+			}
+			return sim.Trace(), tl
+		}
+		tr1, tl1 := run(false)
+		tr2, tl2 := run(true)
+		if !slices.Equal(tr1.Events, tr2.Events) {
+			t.Errorf("beams %d: the repeated trace differs from the simulated one", beams)
+		}
+		// a step for each forward, and a partial one: the end of the
+		// autocast region frees the weight copies
+		if len(tl1.Steps) != int(gen.Forwards())+1 || !slices.Equal(tl1.Steps, tl2.Steps) || tl1.PeakAllocated != tl2.PeakAllocated ||
+			tl1.PeakReserved != tl2.PeakReserved || tl1.PeakAllocatedEvent != tl2.PeakAllocatedEvent {
+			t.Errorf("beams %d: replays differ:\n%+v\n%+v", beams, tl1.Steps, tl2.Steps)
+		}
 	}
 }

@@ -108,6 +108,12 @@ var repeatMicroBatches = true
 // once, as a trace.Repeat. evAt and idAt are the event index and next id
 // at the start of micro-batches 0 to 4.
 func (sim *Simulator) repeatMicro(evAt, idAt [5]int64, times int) bool {
+	return sim.repeatRuns(evAt, idAt, times, 0)
+}
+
+// repeatRuns is repeatMicro for runs that are steps of their own as well:
+// each run's events carry a Step steps higher than the run before.
+func (sim *Simulator) repeatRuns(evAt, idAt [5]int64, times int, steps int32) bool {
 	if times <= 0 {
 		return false
 	}
@@ -122,6 +128,7 @@ func (sim *Simulator) repeatMicro(evAt, idAt [5]int64, times int) bool {
 		if a.ID >= idAt[1] {
 			a.ID += delta
 		}
+		a.Step += steps
 		if a != b {
 			return false
 		}
@@ -135,7 +142,7 @@ func (sim *Simulator) repeatMicro(evAt, idAt [5]int64, times int) bool {
 		}
 	}
 	base := idAt[3]
-	sim.tr.Repeats = append(sim.tr.Repeats, trace.Repeat{Start: int(evAt[3]), End: int(evAt[4]), Times: times, Base: base, Delta: delta})
+	sim.tr.Repeats = append(sim.tr.Repeats, trace.Repeat{Start: int(evAt[3]), End: int(evAt[4]), Times: times, Base: base, Delta: delta, Steps: steps})
 	shift := int64(times) * delta
 	sim.next += shift
 	for _, st := range sim.collected[sim.collectedAt:] {

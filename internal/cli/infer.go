@@ -5,6 +5,7 @@ import (
 	"io"
 	"text/tabwriter"
 
+	"github.com/batchfit/batchfit/alloc"
 	"github.com/batchfit/batchfit/predict"
 )
 
@@ -47,7 +48,12 @@ func generationFigures(res *predict.Result) *GenerationJSON {
 	if n := gen.NewTokens - 1; n > 0 {
 		out.KVCacheBytesPerToken = (gs.CacheBytes - gs.PrefillCacheBytes) / n
 	}
-	steps := res.Timeline.Steps
+	var steps []alloc.StepStats // one a forward (not the end of an autocast region after them)
+	for _, st := range res.Timeline.Steps {
+		if !st.Partial {
+			steps = append(steps, st)
+		}
+	}
 	if len(steps) > 0 {
 		out.PrefillPeakAllocatedBytes, out.PrefillPeakReservedBytes = steps[0].PeakAllocated, steps[0].PeakReserved
 	}
