@@ -103,6 +103,9 @@ func Replay(t *trace.Trace, cfg Config, dev Device, opts ReplayOptions) (*Timeli
 	// counters never come back.
 	skipping := !opts.Record && opts.Observe == nil && !rp.a.gcOn
 	var seen stateLog
+	// copied holds the copy being replayed: one variable for all, since
+	// event's argument escapes (an observer receives it)
+	var copied trace.Event
 	ri := 0
 	for i := range t.Events {
 		var r *trace.Repeat
@@ -131,7 +134,9 @@ func Replay(t *trace.Trace, cfg Config, dev Device, opts ReplayOptions) (*Timeli
 				ends++
 			}
 		}
-		looking := skipping && (ends == 0 || t.Events[r.End-1].Action == trace.StepEnd)
+		// Runs whose sizes grow never repeat what came before, whatever
+		// the state: they are replayed one by one.
+		looking := skipping && r.Grow == nil && (ends == 0 || t.Events[r.End-1].Action == trace.StepEnd)
 		for k := 1; k <= r.Times; {
 			// the boundary before run k (the template is run 0)
 			if looking && k <= maxBoundaries {
@@ -152,8 +157,8 @@ func Replay(t *trace.Trace, cfg Config, dev Device, opts ReplayOptions) (*Timeli
 				}
 			}
 			for j := r.Start; j < r.End; j++ {
-				e := r.Copy(t.Events[j], k)
-				if done, err := rp.event(&e); done || err != nil {
+				copied = r.CopyOf(t.Events, j, k)
+				if done, err := rp.event(&copied); done || err != nil {
 					return rp.result(err)
 				}
 			}

@@ -20,7 +20,7 @@ func BenchmarkGenerate8B(b *testing.B) {
 		name   string
 		tokens int64
 		static bool
-	}{{"dynamic-256", 256, false}, {"dynamic-2048", 2048, false}, {"static-2048", 2048, true}, {"static-8192", 8192, true}} {
+	}{{"dynamic-256", 256, false}, {"dynamic-2048", 2048, false}, {"dynamic-4096", 4096, false}, {"static-2048", 2048, true}, {"static-8192", 8192, true}} {
 		b.Run(c.name, func(b *testing.B) {
 			for range b.N {
 				_, err := Run(Request{Source: Zoo{M: m}, Config: models.Config{Batch: 8, Seq: 512}, GPU: g, Context: -1,

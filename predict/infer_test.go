@@ -53,10 +53,13 @@ func TestGenerationCacheFormula(t *testing.T) {
 		prefill, end          int64
 	}{
 		// dynamic: the prompt after the prefill, prompt + tokens - 1 at the end
-		{"dynamic fp32", train.FP32, 3, 5, 4, 1, false, 64 * 5 * 3 * 4, 64 * 8 * 3 * 4},               // 3840, 6144
-		{"dynamic bf16", train.TrueBF16, 3, 5, 4, 1, false, 64 * 5 * 3 * 2, 64 * 8 * 3 * 2},           // 1920, 3072
-		{"dynamic one token", train.FP32, 2, 7, 1, 1, false, 64 * 7 * 2 * 4, 64 * 7 * 2 * 4},          // 3584: no decode step
-		{"dynamic 2 beams", train.FP32, 3, 5, 4, 2, false, 64 * 5 * 6 * 4, 64 * 8 * 6 * 4},            // rows = 3·2
+		{"dynamic fp32", train.FP32, 3, 5, 4, 1, false, 64 * 5 * 3 * 4, 64 * 8 * 3 * 4},      // 3840, 6144
+		{"dynamic bf16", train.TrueBF16, 3, 5, 4, 1, false, 64 * 5 * 3 * 2, 64 * 8 * 3 * 2},  // 1920, 3072
+		{"dynamic one token", train.FP32, 2, 7, 1, 1, false, 64 * 7 * 2 * 4, 64 * 7 * 2 * 4}, // 3584: no decode step
+		{"dynamic 2 beams", train.FP32, 3, 5, 4, 2, false, 64 * 5 * 6 * 4, 64 * 8 * 6 * 4},   // rows = 3·2
+		// past the sixth decode step the steps are extrapolated
+		{"dynamic 40 tokens", train.FP32, 2, 5, 40, 1, false, 64 * 5 * 2 * 4, 64 * 44 * 2 * 4},
+		{"dynamic 40 tokens 3 beams bf16", train.TrueBF16, 1, 3, 40, 3, false, 64 * 3 * 3 * 2, 64 * 42 * 3 * 2},
 		{"static fp32", train.FP32, 3, 5, 4, 1, true, 64 * 9 * 3 * 4, 64 * 9 * 3 * 4},                 // max_length 9 from the start
 		{"static bf16 2 beams", train.TrueBF16, 1, 16, 16, 2, true, 64 * 32 * 2 * 2, 64 * 32 * 2 * 2}, // 8192
 		// under autocast the parameters stay float32: a static cache is in

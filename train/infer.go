@@ -210,32 +210,40 @@ func Generate(prefill *graph.Graph, step func(past int64) (*graph.Graph, error),
 	// Every decode step makes about as many events as the prefill (the
 	// same ops, smaller): room for all of them at once spares regrowing
 	// a list of millions.
-	// A static cache's steps are kept once (below): a few suffice.
-	per, steps := len(sim.tr.Events), int(gen.Forwards()-1)
-	if gen.Static {
-		steps = min(steps, 5)
-	}
-	sim.tr.Events = slices.Grow(sim.tr.Events, per*steps)
+	// The steps after the sixth are kept as a repetition (below): room
+	// for six.
+	sim.tr.Events = slices.Grow(sim.tr.Events, len(sim.tr.Events)*int(min(gen.Forwards()-1, 6)))
 	gs.PeakPrefill = sim.sum.PeakRequested
 	gs.PrefillCacheBytes = sim.cacheBytes()
 	// A static cache's decode steps run one graph on the same storages:
 	// from the third on they make the same events, one step higher each,
 	// and the rest are kept once, as a repetition, the way steady
-	// micro-batches are (repeatMicro). A dynamic cache grows every step:
-	// each is simulated.
+	// micro-batches are (repeatMicro). A dynamic cache's steps grow: from
+	// the third on each makes the events of the one before with every
+	// size that follows the cache grown by the same amount, and once three
+	// steps show it the rest are kept as a repetition whose sizes grow
+	// (extrapolate) rather than simulated op by op; the allocator replays
+	// each of them.
 	decodes := gen.Forwards() - 1
-	var evAt, idAt [5]int64
+	var evAt, idAt [6]int64
 	for m := int64(0); m < decodes; m++ {
 		if m < int64(len(evAt)) {
 			evAt[m], idAt[m] = int64(len(sim.tr.Events)), sim.next
 		}
-		if m == 4 && gen.Static && repeatMicroBatches && sim.repeatRuns(evAt, idAt, int(decodes-4), 1) {
+		if m == 4 && gen.Static && repeatMicroBatches && sim.repeatRuns([5]int64(evAt[:5]), [5]int64(idAt[:5]), int(decodes-4), 1) {
 			sim.step += int32(decodes - 4)
 			sim.stepsDone += int(decodes - 4)
 			break
 		}
-		sim.collecting = gen.Static && (m == 2 || m == 3)
-		if m == 3 {
+		if m == 5 && !gen.Static && repeatMicroBatches && sim.extrapolate(evAt, idAt, decodes-5) {
+			break
+		}
+		first := int64(2) // the runs whose storages are followed
+		if !gen.Static {
+			first = 3
+		}
+		sim.collecting = m == first || m == first+1
+		if m == first+1 {
 			sim.collectedAt = len(sim.collected)
 		}
 		g, err := step(gen.Prompt + m)
@@ -349,4 +357,107 @@ func kvCacheRule() rule {
 			}
 			return c.in[0].dt
 		}}
+}
+
+// extrapolate adds copies more decode steps of a dynamic cache from the
+// three simulated last (runs 2, 3 and 4; evAt and idAt are the event index
+// and next id at the start of runs 0 to 5), as a trace.Repeat of run 4
+// whose sizes grow. It holds when the runs are alike: the same events, ids
+// moved on by the same delta a run, a run freeing only what it or the run
+// before allocated, nothing of run 3 left alive, and each allocation's
+// size changing by the same amount from run 2 to 3 as from 3 to 4. That
+// is so while every size the op rules give is affine in the cache length
+// (the cache's tensors, the scores, an eager mask); a rule that rounded a
+// size of the key length would break it, and these three runs might not
+// show it. Copy c is run 4 with its ids moved on c·delta, its steps c and
+// its sizes c times their change; the storages still alive take the last
+// copy's ids and sizes, and the live-bytes peaks are followed through the
+// copies. It reports false, changing nothing, when the runs are not alike.
+func (sim *Simulator) extrapolate(evAt, idAt [6]int64, copies int64) bool {
+	ev := sim.tr.Events
+	e2, e3, e4 := ev[evAt[2]:evAt[3]], ev[evAt[3]:evAt[4]], ev[evAt[4]:evAt[5]]
+	delta := idAt[5] - idAt[4]
+	if copies <= 0 || delta <= 0 || len(e2) != len(e3) || len(e3) != len(e4) || idAt[4]-idAt[3] != delta || idAt[3]-idAt[2] != delta ||
+		int64(len(ev)) != evAt[5] {
+		return false
+	}
+	// like says run y repeats run x (whose ids start at from) but for the
+	// sizes, and sets d to the sizes' changes
+	like := func(x, y []trace.Event, from int64, d []int64) bool {
+		for i := range x {
+			a, b := x[i], y[i]
+			if a.ID >= from {
+				a.ID += delta
+			}
+			a.Step++
+			d[i] = b.Size - a.Size
+			a.Size = b.Size
+			if a != b {
+				return false
+			}
+		}
+		return true
+	}
+	d, d2 := make([]int64, len(e4)), make([]int64, len(e4))
+	if !like(e2, e3, idAt[1], d2) || !like(e3, e4, idAt[2], d) || !slices.Equal(d, d2) {
+		return false
+	}
+	at3, at4 := map[int64]int{}, map[int64]int{}
+	for i := range e4 {
+		if e3[i].Action == trace.Alloc {
+			at3[e3[i].ID] = i
+		}
+		if e4[i].Action == trace.Alloc {
+			at4[e4[i].ID] = i
+		}
+	}
+	for _, e := range e4 {
+		if e.Action != trace.Free {
+			continue
+		}
+		if _, ok := at4[e.ID]; ok {
+			continue
+		}
+		if _, ok := at3[e.ID]; !ok {
+			return false // frees something older: a copy would free it again
+		}
+	}
+	for _, st := range sim.collected[:sim.collectedAt] {
+		if st.refs > 0 {
+			return false // run 3 left something alive: the copies would too
+		}
+	}
+	// the live bytes through the copies, for the peaks
+	live, peak, phase := sim.live, sim.sum.PeakRequested, sim.sum.PhasePeakRequested
+	for c := int64(1); c <= copies; c++ {
+		for i, e := range e4 {
+			switch e.Action {
+			case trace.Alloc:
+				live += e.Size + c*d[i]
+				peak = max(peak, live)
+				phase[e.Phase] = max(phase[e.Phase], live)
+			case trace.Free:
+				if j, ok := at4[e.ID]; ok {
+					live -= e4[j].Size + c*d[j]
+				} else {
+					j := at3[e.ID]
+					live -= e4[j].Size + (c-1)*d[j]
+				}
+			}
+		}
+	}
+	sim.tr.Repeats = append(sim.tr.Repeats, trace.Repeat{Start: int(evAt[4]), End: int(evAt[5]), Times: int(copies),
+		Base: idAt[4], Delta: delta, Steps: 1, Grow: d})
+	for _, st := range sim.collected[sim.collectedAt:] {
+		if st.refs > 0 {
+			st.bytes += copies * d[at4[st.id]]
+			st.id += copies * delta
+		}
+	}
+	sim.next += copies * delta
+	sim.live, sim.sum.PeakRequested, sim.sum.PhasePeakRequested = live, peak, phase
+	sim.step += int32(copies)
+	sim.stepsDone += int(copies)
+	sim.extrapolated += copies
+	return true
 }

@@ -136,22 +136,8 @@ func TestStaticDecodeRepeats(t *testing.T) {
 		Intermediate: 64, Activation: "silu"}
 	for _, beams := range []int64{1, 3} {
 		gen := Generation{Prompt: 5, NewTokens: 12, Batch: 2, Beams: beams, Static: true}
-		build := func(seq, past int64) (*graph.Graph, error) {
-			return models.BuildTransformer("toy", tc, models.Config{Batch: gen.Rows(), Seq: seq,
-				Decode: &models.Decode{Past: past, StaticLen: gen.MaxLen(), LogSoftmax: beams > 1}})
-		}
 		run := func(repeat bool) (*trace.Trace, *alloc.Timeline) {
-			defer func(old bool) { repeatMicroBatches = old }(repeatMicroBatches)
-			repeatMicroBatches = repeat
-			prefill, err := build(gen.Prompt, 0)
-			if err != nil {
-				t.Fatal(err)
-			}
-			sim, _, err := Generate(prefill, func(past int64) (*graph.Graph, error) { return build(1, past) },
-				Setup{Precision: MixedBF16, Profile: mustProfile(t, "2.5")}, gen)
-			if err != nil {
-				t.Fatal(err)
-			}
+			sim, _ := generateToy(t, tc, gen, MixedBF16, repeat)
 			tr := sim.CompactTrace()
 			if repeat && len(tr.Repeats) != 1 {
 				t.Fatalf("beams %d: %d repetitions, want 1", beams, len(tr.Repeats))
@@ -180,4 +166,91 @@ func TestStaticDecodeRepeats(t *testing.T) {
 			t.Errorf("beams %d: replays differ:\n%+v\n%+v", beams, tl1.Steps, tl2.Steps)
 		}
 	}
+}
+
+// A dynamic cache's decode steps extrapolated as a growing repetition are the steps
+// simulated one by one: the same events, the same live-bytes peaks, the
+// same cache at the end — across precisions, beams, the eager path (its
+// mask grows too) and releases whose prefill differs.
+func TestDynamicDecodeExtrapolates(t *testing.T) {
+	cases := []struct {
+		name    string
+		prec    Precision
+		beams   int64
+		eager   bool
+		version string
+	}{
+		{"fp32", FP32, 1, false, ""},
+		{"bf16-mixed 3 beams", MixedBF16, 3, false, ""},
+		{"bf16-true eager", TrueBF16, 1, true, ""},
+		{"4.44 beams", FP32, 2, false, "4.44"},
+		{"4.53 eager 2 beams", MixedBF16, 2, true, "4.53"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			tc := models.TransformerConfig{Arch: "llama", VocabSize: 64, Hidden: 32, Layers: 2, Heads: 4, KVHeads: 2, HeadDim: 8,
+				Intermediate: 64, Activation: "silu", Version: c.version}
+			if c.eager {
+				tc.AttnImpl = "eager"
+			}
+			gen := Generation{Prompt: 5, NewTokens: 14, Batch: 2, Beams: c.beams}
+			full, gs1 := generateToy(t, tc, gen, c.prec, false)
+			fast, gs2 := generateToy(t, tc, gen, c.prec, true)
+			if fast.extrapolated != gen.NewTokens-1-5 {
+				t.Fatalf("%d steps extrapolated, want %d", fast.extrapolated, gen.NewTokens-1-5)
+			}
+			// the replay of the repetition (its copies made one by one)
+			// against the replay of the simulated steps
+			dev := alloc.Device{Capacity: 1 << 40, Total: 1 << 40}
+			tl1, err := alloc.Replay(full.CompactTrace(), alloc.Config{}, dev, alloc.ReplayOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			tl2, err := alloc.Replay(fast.CompactTrace(), alloc.Config{}, dev, alloc.ReplayOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(fast.CompactTrace().Repeats) != 1 || !slices.Equal(tl1.Steps, tl2.Steps) || tl1.PeakAllocated != tl2.PeakAllocated ||
+				tl1.PeakReserved != tl2.PeakReserved || tl1.PeakAllocatedEvent != tl2.PeakAllocatedEvent || tl1.AtPeak != tl2.AtPeak {
+				t.Errorf("replays differ: peaks %d/%d and %d/%d", tl1.PeakAllocated, tl2.PeakAllocated, tl1.PeakReserved, tl2.PeakReserved)
+			}
+			if !slices.Equal(full.Trace().Events, fast.Trace().Events) {
+				t.Error("the written-out steps differ from the simulated ones")
+			}
+			if full.Summary().PeakRequested != fast.Summary().PeakRequested || full.Summary().PhasePeakRequested != fast.Summary().PhasePeakRequested ||
+				gs1 != gs2 || full.live != fast.live || full.next != fast.next {
+				t.Errorf("peak %d / %d, phases %v / %v, cache %+v / %+v, live %d / %d, next id %d / %d",
+					full.Summary().PeakRequested, fast.Summary().PeakRequested, full.Summary().PhasePeakRequested, fast.Summary().PhasePeakRequested,
+					gs1, gs2, full.live, fast.live, full.next, fast.next)
+			}
+			if err := fast.Trace().Validate(); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+}
+
+// generateToy runs Generate on a llama-style config built by the Hugging
+// Face builder, with the repetition of decode steps on or off.
+func generateToy(t *testing.T, tc models.TransformerConfig, gen Generation, prec Precision, repeat bool) (*Simulator, GenerationSummary) {
+	t.Helper()
+	defer func(old bool) { repeatMicroBatches = old }(repeatMicroBatches)
+	repeatMicroBatches = repeat
+	build := func(seq, past int64) (*graph.Graph, error) {
+		d := &models.Decode{Past: past, LogSoftmax: gen.Beams > 1}
+		if gen.Static {
+			d.StaticLen = gen.MaxLen()
+		}
+		return models.BuildTransformer("toy", tc, models.Config{Batch: gen.Rows(), Seq: seq, Decode: d})
+	}
+	prefill, err := build(gen.Prompt, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sim, gs, err := Generate(prefill, func(past int64) (*graph.Graph, error) { return build(1, past) },
+		Setup{Precision: prec, Profile: mustProfile(t, "2.5")}, gen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sim, gs
 }

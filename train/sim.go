@@ -90,6 +90,8 @@ type Simulator struct {
 	// in one autocast region (generate() inside torch.autocast).
 	casts     map[int32]*storage
 	castOrder []int32
+	// extrapolated counts the decode steps written out by extrapolate
+	extrapolated int64
 }
 
 // repeatMicroBatches turns on the repetition of steady micro-batches
