@@ -106,7 +106,7 @@ func (j *jobFlags) register(fs *flag.FlagSet, batchDefault string) {
 	fs.Float64Var(&j.loraAlpha, "lora-alpha", 8, "LoRA's alpha (scaling = alpha / r)")
 	fs.Float64Var(&j.loraDropout, "lora-dropout", 0, "LoRA's dropout on the adapters' input (PEFT's lora_dropout)")
 	fs.StringVar(&j.mode, "mode", "train", "train (a training step), eval (forward under torch.no_grad in eval mode) or generate (transformers' generate with a key/value cache)")
-	fs.Int64Var(&j.prompt, "prompt", 0, "generate: prompt length in tokens (the same as --seq)")
+	fs.Int64Var(&j.prompt, "prompt", 0, "generate: prompt length in tokens (the same as --seq; default the model's sequence length)")
 	fs.Int64Var(&j.newTokens, "new-tokens", 0, "generate: tokens to generate (max_new_tokens)")
 	fs.StringVar(&j.cache, "cache", "dynamic", "generate: the key/value cache, dynamic (DynamicCache, grown by torch.cat) or static (StaticCache, preallocated)")
 	fs.Int64Var(&j.beams, "beams", 1, "generate: beam width (num_beams)")
