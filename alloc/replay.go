@@ -103,6 +103,9 @@ func Replay(t *trace.Trace, cfg Config, dev Device, opts ReplayOptions) (*Timeli
 	// counters never come back.
 	skipping := !opts.Record && opts.Observe == nil && !rp.a.gcOn
 	var seen stateLog
+	// copied holds the copy being replayed: one variable for all, since
+	// event's argument escapes (an observer receives it)
+	var copied trace.Event
 	ri := 0
 	for i := range t.Events {
 		var r *trace.Repeat
@@ -121,7 +124,19 @@ func Replay(t *trace.Trace, cfg Config, dev Device, opts ReplayOptions) (*Timeli
 		}
 		ri++
 		n := r.End - r.Start
-		looking := skipping
+		// Steps that end inside the template: the skipped runs close the
+		// same steps as the runs they repeat, which is only so when the
+		// template ends with its last StepEnd (no step is left open at a
+		// boundary); otherwise the runs are replayed one by one.
+		ends := 0
+		for _, e := range t.Events[r.Start:r.End] {
+			if e.Action == trace.StepEnd {
+				ends++
+			}
+		}
+		// Runs whose sizes grow never repeat what came before, whatever
+		// the state: they are replayed one by one.
+		looking := skipping && r.Grow == nil && (ends == 0 || t.Events[r.End-1].Action == trace.StepEnd)
 		for k := 1; k <= r.Times; {
 			// the boundary before run k (the template is run 0)
 			if looking && k <= maxBoundaries {
@@ -132,6 +147,7 @@ func Replay(t *trace.Trace, cfg Config, dev Device, opts ReplayOptions) (*Timeli
 					m := (r.Times + 1 - k) / period * period
 					if m > 0 {
 						rp.a.skip(seen.counts[p], int64(m/period), r.Base+int64(k-1)*r.Delta, int64(m)*r.Delta)
+						rp.skipSteps(ends*period, m/period, period*n)
 						rp.v += m * n
 						rp.tl.Skipped += m * n
 						k += m
@@ -141,8 +157,8 @@ func Replay(t *trace.Trace, cfg Config, dev Device, opts ReplayOptions) (*Timeli
 				}
 			}
 			for j := r.Start; j < r.End; j++ {
-				e := r.Copy(t.Events[j], k)
-				if done, err := rp.event(&e); done || err != nil {
+				copied = r.CopyOf(t.Events, j, k)
+				if done, err := rp.event(&copied); done || err != nil {
 					return rp.result(err)
 				}
 			}
@@ -241,6 +257,22 @@ func (rp *replayer) event(e *trace.Event) (done bool, err error) {
 		rp.open = false
 	}
 	return false, nil
+}
+
+// skipSteps appends the steps of times skipped periods: each repeats the
+// last per steps closed, its events moved on by span a period.
+func (rp *replayer) skipSteps(per, times, span int) {
+	if per == 0 {
+		return
+	}
+	last := rp.tl.Steps[len(rp.tl.Steps)-per:]
+	for t := 1; t <= times; t++ {
+		for _, st := range last {
+			st.Step = len(rp.tl.Steps)
+			st.EndEvent += t * span
+			rp.tl.Steps = append(rp.tl.Steps, st)
+		}
+	}
 }
 
 // maxBoundaries is how many runs of a repetition are replayed while

@@ -245,16 +245,6 @@ func (b *Builder) collective(k Kind, name string, x TensorID, dim int, t int64) 
 	return b.op(k, name, []TensorID{x}, None, None, s, b.DTypeOf(x), None, true, Attr{Dim: dim, Groups: t})
 }
 
-// Output makes x the tensor backward starts from, in place of a loss: a
-// pipeline stage's output, whose gradient arrives from the next stage (the
-// seed of backward is a tensor of x's shape).
-func (b *Builder) Output(name string, x TensorID) {
-	if b.err != nil || !b.ok(x) {
-		return
-	}
-	b.g.Loss = x
-}
-
 // Target declares a target tensor of the loss.
 func (b *Builder) Target(name string, s Shape, dt DType) TensorID {
 	if b.err != nil {
@@ -861,6 +851,15 @@ func (b *Builder) CastAs(name string, x TensorID, dt DType, to CastTarget) Tenso
 	return b.op(Cast, name, []TensorID{x}, None, None, b.Shape(x).Clone(), dt, None, true, Attr{CastTo: to})
 }
 
+// CastCopy is x.to(dtype, copy=True): a new tensor even when x already
+// has dtype.
+func (b *Builder) CastCopy(name string, x TensorID, dt DType) TensorID {
+	if !b.ok(x) {
+		return None
+	}
+	return b.op(Cast, name, []TensorID{x}, None, None, b.Shape(x).Clone(), dt, None, true, Attr{InputCopy: true})
+}
+
 // Broadcast returns the broadcast shape of a and c.
 func Broadcast(a, c Shape) (Shape, bool) {
 	n := len(a)
@@ -1080,4 +1079,36 @@ func (b *Builder) MSELoss(name string, pred, target TensorID) TensorID {
 	out := b.op(MSELoss, name, []TensorID{pred, target}, None, None, Shape{}, F32, None, true, Attr{})
 	b.g.Loss = out
 	return out
+}
+
+// KVCache is one layer's cache update for keys or values x [B, Hkv, L, D]
+// (cache_utils: DynamicCache.update, StaticCache.update): it returns the
+// layer's whole cache, [B, Hkv, total, D]. A dynamic cache makes it with
+// torch.cat (a new tensor; keepFirst says its first update keeps x itself,
+// as the releases before the DynamicLayer refactor did); a static cache
+// writes x in place into its preallocated tensor. slot names the cache
+// tensor across forwards.
+func (b *Builder) KVCache(name string, x TensorID, slot int, total int64, static, keepFirst bool) TensorID {
+	if !b.ok(x) {
+		return None
+	}
+	s := b.Shape(x)
+	if len(s) != 4 || total < s[2] {
+		b.Fail("%s: cache of %v with %d positions (want [B, Hkv, L, D] and at least L)", b.path(name), s, total)
+		return None
+	}
+	os := Shape{s[0], s[1], total, s[3]}
+	return b.op(KVCache, name, []TensorID{x}, None, None, os, b.DTypeOf(x), None, true,
+		Attr{Slot: slot, Static: static, Inplace: keepFirst})
+}
+
+// Output marks x as what the caller keeps from the forward pass for graphs
+// without a loss, in the loss's part: the logits a generation loop reads,
+// alive until the next forward replaces it; or a pipeline stage's output,
+// which backward starts from (its gradient, received from the next stage,
+// is the seed: a tensor of x's shape).
+func (b *Builder) Output(x TensorID) {
+	if b.ok(x) {
+		b.g.Loss = x
+	}
 }

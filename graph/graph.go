@@ -163,7 +163,7 @@ type Attr struct {
 	// native_layer_norm works on input.contiguous(), a temporary copy (it
 	// still saves the input argument itself); and a linear whose N-D input
 	// was not contiguous, so that F.linear took the matmul path (its input
-	// is matmul's copy).
+	// is matmul's copy). On a cast it is .to(copy=True): always a copy.
 	InputCopy bool
 	// ChannelsLast marks a convolution whose input is in channels-last
 	// layout while its weight is not (ConvNeXt's downsampling after a
@@ -178,6 +178,12 @@ type Attr struct {
 	// CastTo is a cast's target (the output's DType unless it says
 	// otherwise).
 	CastTo CastTarget
+	// Slot is the cache tensor a KVCache op updates (2·layer for keys,
+	// 2·layer+1 for values); Static marks a preallocated cache written in
+	// place. Inplace on a KVCache op says the first update of a dynamic
+	// cache keeps key_states itself rather than a copy.
+	Slot   int
+	Static bool
 }
 
 // CastTarget is the dtype a Cast converts to.

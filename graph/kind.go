@@ -63,6 +63,10 @@ const (
 	// its arguments) let go of the tensors they held. It reads those
 	// tensors, so they live until it runs, and makes nothing.
 	Release Kind = "release"
+	// KVCache is a Hugging Face cache layer's update(key_states, ...) for
+	// one layer's keys or values: it returns the whole cache of that layer
+	// (Attr.Slot names it, Attr.Static says a preallocated StaticCache).
+	KVCache Kind = "kv_cache"
 )
 
 // Kinds lists every op kind.
@@ -70,5 +74,5 @@ func Kinds() []Kind {
 	return []Kind{Linear, MatMul, Conv2d, BatchNorm, LayerNorm, RMSNorm, ReLU, GELU, GELUTanh, NewGELU, SiLU, Sigmoid, Tanh,
 		Hardswish, Hardsigmoid, Softmax, LogSoftmax, Dropout, MaxPool2d, AvgPool2d, AdaptiveAvgPool2d, Mean, View,
 		Contiguous, Cast, Add, Mul, Cat, Embedding, Attention, CrossEntropy, MSELoss,
-		Hardtanh, Rand, Full, Compare, MaskedFill, Pad, Roll, Slice, Index, Release, AllGather, ReduceScatter}
+		Hardtanh, Rand, Full, Compare, MaskedFill, Pad, Roll, Slice, Index, Release, AllGather, ReduceScatter, KVCache}
 }

@@ -37,6 +37,20 @@ type Config struct {
 	// the remainder on the first stages.
 	PP, Stage   int64
 	StageLayers []int64
+	// Decode, when set, asks a decoder language model for one forward of
+	// transformers' generate() instead of a training step: Seq tokens
+	// (the prompt, or 1) for Batch rows, with a key/value cache.
+	Decode *Decode
+}
+
+// Decode describes one forward pass of generate().
+type Decode struct {
+	// Past is the number of positions in the cache before this forward.
+	Past int64
+	// StaticLen is a StaticCache's max_cache_len; 0 means a DynamicCache.
+	StaticLen int64
+	// LogSoftmax: beam search takes log_softmax of the next-token logits.
+	LogSoftmax bool
 }
 
 // StageRange is the layers [lo, hi) of stage s of a model of n layers

@@ -201,7 +201,15 @@ func BuildTransformer(name string, tc TransformerConfig, c Config) (*graph.Graph
 	if err := tc.check(arch, c); err != nil {
 		return nil, fmt.Errorf("building %s: %w", name, err)
 	}
-	t := &hfBuilder{b: graph.NewBuilder(name), tc: tc, B: c.Batch, L: c.Seq, dt: tc.DType, eagerMask: graph.None, hi: tc.Layers, first: true, last: true}
+	if c.Decode != nil {
+		if err := tc.checkDecode(c); err != nil {
+			return nil, fmt.Errorf("building %s: %w", name, err)
+		}
+	}
+	if c.Decode != nil && (c.TP > 1 || c.PP > 1) {
+		return nil, fmt.Errorf("building %s: generation with tensor or pipeline parallelism is not modelled", name)
+	}
+	t := &hfBuilder{b: graph.NewBuilder(name), tc: tc, B: c.Batch, L: c.Seq, dt: tc.DType, eagerMask: graph.None, hi: tc.Layers, first: true, last: true, dec: c.Decode}
 	if c.TP > 1 || c.PP > 1 {
 		if !tensorParallelArchs[tc.Arch] {
 			return nil, fmt.Errorf("building %s: tensor and pipeline parallelism are built for the Llama family (llama, mistral, qwen2, gemma, phi3), not model_type %s", name, tc.Arch)
@@ -444,6 +452,10 @@ type hfBuilder struct {
 	// column-parallel projections and reduce-scattered after the
 	// row-parallel ones.
 	sp int64
+	// dec is one forward of generate() (nil: a training step); layer is
+	// the index of the decoder layer being built.
+	dec   *Decode
+	layer int
 }
 
 // gather and scatter are sequence parallelism's collectives along the
@@ -786,9 +798,83 @@ func (t *hfBuilder) repeatKV(name string, x graph.TensorID, heads int64) graph.T
 }
 
 // lmHead is logits = lm_head(hidden_states[:, slice(-logits_to_keep, None), :])
-// with logits_to_keep = 0: the slice is a full-length view.
+// with logits_to_keep = 0: the slice is a full-length view. generate()
+// passes logits_to_keep=1 (num_logits_to_keep from 4.45) to the models
+// that take it, so that only the last position's logits are made.
 func (t *hfBuilder) lmHead(name string, h graph.TensorID, w, bias graph.TensorID) graph.TensorID {
 	b := t.b
-	h = b.Narrow("logits_to_keep", h, 1, t.L)
+	keep := t.L
+	if t.dec != nil && t.tc.version() >= 4045 {
+		keep = 1
+	}
+	h = b.Narrow("logits_to_keep", h, 1, keep)
 	return b.LinearWith(name, h, w, bias)
+}
+
+// kvLen is the key/value length attention sees: the sequence in training;
+// in generate() the cache after this forward's update (the past and the
+// new tokens), or a static cache's whole max_cache_len (StaticCache.update
+// returns its preallocated tensors, unused positions masked).
+func (t *hfBuilder) kvLen() int64 {
+	switch {
+	case t.dec == nil:
+		return t.L
+	case t.dec.StaticLen > 0:
+		return t.dec.StaticLen
+	}
+	return t.dec.Past + t.L
+}
+
+// cacheUpdate is past_key_values.update(key_states, value_states,
+// layer_idx) on the keys and values [B, Hkv, L, D] of the current layer
+// (identity in training). DynamicCache.update kept the first key_states
+// itself (appended to its key_cache list) until the cache layers of 4.54;
+// DynamicLayer.lazy_initialization starts from torch.tensor([]) and every
+// update, the first too, is a torch.cat: a copy.
+func (t *hfBuilder) cacheUpdate(k, v graph.TensorID) (graph.TensorID, graph.TensorID) {
+	if t.dec == nil {
+		return k, v
+	}
+	b := t.b
+	static := t.dec.StaticLen > 0
+	keep := t.tc.version() < 4054
+	k = b.KVCache("past_key_values.keys", k, 2*t.layer, t.kvLen(), static, keep)
+	v = b.KVCache("past_key_values.values", v, 2*t.layer+1, t.kvLen(), static, keep)
+	return k, v
+}
+
+// nextTokenLogits is what generate() does with the logits [B, K, V] of a
+// forward: next_token_logits = outputs.logits[:, -1, :].to(copy=True,
+// dtype=torch.float32) (generation/utils.py, _sample and _beam_search: a
+// float32 copy of the last position, whatever the logits' dtype), then,
+// for beam search, log_softmax over the vocabulary (float32). Greedy and
+// sampling pick from it with argmax / softmax + multinomial, tensors of
+// [B, V] at most; the output stands for them.
+func (t *hfBuilder) nextTokenLogits(logits graph.TensorID) {
+	b := t.b
+	b.Scope("generate", func() {
+		last := b.Select("last_position", logits, 1) // logits[:, -1, :], a view
+		out := b.CastCopy("next_token_logits", last, graph.F32)
+		if t.dec.LogSoftmax {
+			out = b.Softmax("log_softmax", out, -1, true)
+		}
+		b.Output(out)
+	})
+}
+
+// checkDecode says whether generate() can be built for the model.
+func (tc TransformerConfig) checkDecode(c Config) error {
+	switch tc.Arch {
+	case "llama", "mistral", "qwen2", "gemma", "phi3":
+	default:
+		return fmt.Errorf("generation is modelled for the llama-style decoders (llama, mistral, qwen2, gemma, phi3), not %s", tc.Arch)
+	}
+	d := c.Decode
+	switch {
+	case d.Past < 0:
+		return fmt.Errorf("cache length must not be negative, got %d", d.Past)
+	case d.StaticLen > 0 && d.StaticLen < d.Past+c.Seq:
+		return fmt.Errorf("static cache of %d positions cannot hold %d", d.StaticLen, d.Past+c.Seq)
+	}
+	return nil
 }

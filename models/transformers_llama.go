@@ -31,7 +31,7 @@ import "github.com/batchfit/batchfit/graph"
 // rule of the step simulator must reproduce these.
 func (t *hfBuilder) llama() {
 	b, tc := t.b, t.tc
-	var ids, labels graph.TensorID
+	ids, labels := graph.None, graph.None
 	if t.first {
 		ids = b.Input("input_ids", graph.Shape{t.B, t.L}, graph.I64)
 	} else {
@@ -39,7 +39,7 @@ func (t *hfBuilder) llama() {
 		// receives, which require grad (their gradient is sent back)
 		ids = b.Received("hidden_states", graph.Shape{t.B, t.L / max(t.sp, 1), tc.Hidden})
 	}
-	if t.last {
+	if t.last && t.dec == nil {
 		labels = b.Target("labels", graph.Shape{t.B, t.L}, graph.I64)
 	}
 	rot := tc.headDim()
@@ -63,13 +63,14 @@ func (t *hfBuilder) llama() {
 		if tc.AttnImpl == "eager" {
 			// create_causal_mask for eager: torch.where(bool mask, 0,
 			// finfo.min), a [B, 1, L, L] tensor in the model's dtype.
-			t.eagerMask = t.hfConst("causal_mask", h, graph.Shape{t.B, 1, t.L, t.L}, t.dt)
+			t.eagerMask = t.hfConst("causal_mask", h, graph.Shape{t.B, 1, t.L, t.kvLen()}, t.dt)
 		}
 		if tc.Arch == "gemma" && t.first {
 			// hidden_states * torch.tensor(hidden_size**0.5, dtype)
 			h = b.Scale("normalizer", h)
 		}
 		for i := t.lo; i < t.hi; i++ {
+			t.layer = int(i)
 			b.Block("layers."+itoa(i), func() { h = t.llamaLayer(h, cos, sin) })
 		}
 		if t.last {
@@ -78,7 +79,7 @@ func (t *hfBuilder) llama() {
 	})
 	if !t.last {
 		// the stage's output is sent on; its gradient comes back
-		b.Output("send", h)
+		b.Output(h)
 		return
 	}
 	head := embed
@@ -87,7 +88,16 @@ func (t *hfBuilder) llama() {
 		// tied head (Megatron's shared embedding, synced by all-reduce)
 		head = b.Param("lm_head.weight", graph.Shape{tc.VocabSize, tc.Hidden})
 	}
-	t.causalLMLoss(t.lmHead("lm_head", h, head, graph.None), labels)
+	logits := t.lmHead("lm_head", h, head, graph.None)
+	if t.dec != nil {
+		if t.tc.version() < 4046 {
+			// logits = logits.float() (4.45: the last position's only)
+			logits = b.Cast("float", logits, graph.F32)
+		}
+		t.nextTokenLogits(logits)
+		return
+	}
+	t.causalLMLoss(logits, labels)
 }
 
 // llamaLayer is LlamaDecoderLayer (and its Mistral, Qwen2, Gemma, Phi3
@@ -136,7 +146,10 @@ func (t *hfBuilder) llamaLayer(x, cos, sin graph.TensorID) graph.TensorID {
 			vs = t.headsView("v_proj", t.apply("v_proj", n, v), KV, D)
 		}
 		qs, ks = t.rope(qs, ks, cos, sin, D)
-		out := t.attention(qs, ks, vs, attnOpts{causal: true, p: tc.AttnDropoutP, gqa: true, contiguousLegacy: true,
+		ks, vs = t.cacheUpdate(ks, vs)
+		// sdpa_attention_forward: is_causal only when more than one query
+		// position (a decode step's single query sees the whole cache)
+		out := t.attention(qs, ks, vs, attnOpts{causal: t.dec == nil || t.L > 1, p: tc.AttnDropoutP, gqa: true, contiguousLegacy: true,
 			eager: eagerOpts{scale: true, mask: t.eagerMask, upcast: true}})
 		// attn_output.reshape(B, L, -1).contiguous(): a view.
 		out = b.Reshape("reshape", out, t.B, t.L, H*D)

@@ -64,6 +64,10 @@ type Request struct {
 	// large model runs to megabytes and a search makes many results, so
 	// by default the events are recycled once replayed.
 	KeepTrace bool
+	// Infer, when set, predicts inference (eval or generate) instead of
+	// training: the optimizer, accumulation and checkpointing of Setup
+	// play no part.
+	Infer *Inference
 }
 
 // PeakAt says where in the training step the allocated peak was reached.
@@ -102,8 +106,12 @@ type Result struct {
 	Stages []StageResult
 	// Time is the predicted time of one optimizer step (of the first
 	// step's batch size in a schedule); nil when the GPU's rates are not
-	// known.
+	// known, and for inference.
 	Time *cost.Estimate
+	// Infer is the inference that was predicted (nil: training), and
+	// Generation its cache figures when it generated.
+	Infer      *Inference
+	Generation *train.GenerationSummary
 }
 
 // Run answers a Request.
@@ -142,46 +150,25 @@ func Run(r Request) (*Result, error) {
 	if setup.ComputeMajor == 0 {
 		setup.ComputeMajor = 9
 	}
-	sched := r.Schedule
-	if len(sched) == 0 {
-		sched = make([]int64, setup.Steps)
-		for i := range sched {
-			sched[i] = r.Config.Batch
-		}
+	if r.Infer != nil && (setup.Parallel.On() || r.Config.TP > 1 || r.Config.PP > 1) {
+		return nil, fmt.Errorf("inference is predicted on one GPU: data, tensor and pipeline parallelism are for training here")
 	}
-	graphs := map[int64]*graph.Graph{}
-	build := func(b int64) (*graph.Graph, error) {
-		if g, ok := graphs[b]; ok {
-			return g, nil
-		}
-		c := r.Config
-		c.Batch = b
-		g, err := r.Source.Build(c)
-		if err != nil {
-			return nil, err
-		}
-		graphs[b] = g
-		return g, nil
+	if r.Infer != nil && len(r.Schedule) > 1 {
+		return nil, fmt.Errorf("a batch-size schedule is for training; inference takes one batch size")
 	}
-	g0, err := build(sched[0])
+	var sim *train.Simulator
+	var g0 *graph.Graph
+	var gen *train.GenerationSummary
+	if r.Infer != nil {
+		sim, g0, gen, err = simulateInference(r, setup)
+	} else {
+		sim, g0, err = simulateTraining(r, setup)
+	}
 	if err != nil {
 		return nil, err
 	}
 	if q := r.Config.Quant; q != nil && !quantized(g0) {
 		return nil, fmt.Errorf("%s: no Linear weight of this model is stored %s (the source does not build quantized layers, or every Linear is skipped)", r.Source.Name(), q.Format)
-	}
-	sim, err := train.New(g0, setup)
-	if err != nil {
-		return nil, err
-	}
-	for _, b := range sched {
-		g, err := build(b)
-		if err != nil {
-			return nil, err
-		}
-		if err := sim.Step(g); err != nil {
-			return nil, err
-		}
 	}
 	ctx := r.GPU.ContextSize
 	if r.Context >= 0 {
@@ -213,10 +200,12 @@ func Run(r Request) (*Result, error) {
 	} else {
 		tr.Release()
 	}
-	// The step-time model knows no communication: it answers for one GPU.
-	if r.GPU.Rates.Known() && !res.Setup.Parallel.On() && r.Config.TP <= 1 && r.Config.PP <= 1 {
+	res.Infer, res.Generation = r.Infer, gen
+	// The step-time model knows no communication: it answers for one GPU,
+	// and for training.
+	if r.GPU.Rates.Known() && r.Infer == nil && !res.Setup.Parallel.On() && r.Config.TP <= 1 && r.Config.PP <= 1 {
 		est, err := cost.Step(cost.Input{Graph: g0, Ops: res.Summary.Ops, Setup: res.Setup, Rates: r.GPU.Rates,
-			Seq: r.Config.Seq, Batch: sched[0]})
+			Seq: r.Config.Seq, Batch: g0BatchOf(r)})
 		if err != nil {
 			return nil, err
 		}
@@ -289,4 +278,56 @@ func quantized(g *graph.Graph) bool {
 		}
 	}
 	return false
+}
+
+// g0BatchOf is the batch size of the first step.
+func g0BatchOf(r Request) int64 {
+	if len(r.Schedule) > 0 {
+		return r.Schedule[0]
+	}
+	return r.Config.Batch
+}
+
+// simulateTraining runs the optimizer steps of the schedule (or Steps
+// steps of Config.Batch).
+func simulateTraining(r Request, setup train.Setup) (*train.Simulator, *graph.Graph, error) {
+	sched := r.Schedule
+	if len(sched) == 0 {
+		sched = make([]int64, setup.Steps)
+		for i := range sched {
+			sched[i] = r.Config.Batch
+		}
+	}
+	graphs := map[int64]*graph.Graph{}
+	build := func(b int64) (*graph.Graph, error) {
+		if g, ok := graphs[b]; ok {
+			return g, nil
+		}
+		c := r.Config
+		c.Batch = b
+		g, err := r.Source.Build(c)
+		if err != nil {
+			return nil, err
+		}
+		graphs[b] = g
+		return g, nil
+	}
+	g0, err := build(sched[0])
+	if err != nil {
+		return nil, nil, err
+	}
+	sim, err := train.New(g0, setup)
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, b := range sched {
+		g, err := build(b)
+		if err != nil {
+			return nil, nil, err
+		}
+		if err := sim.Step(g); err != nil {
+			return nil, nil, err
+		}
+	}
+	return sim, g0, nil
 }

@@ -51,13 +51,14 @@ const (
 	Batch      // input batch and targets
 	Workspace  // library workspaces (cuBLAS, cuDNN)
 	CastCache  // autocast's low-precision copies of parameters
+	KVCache    // a generation's key/value cache
 	numCategories
 )
 
 // NumCategories is the number of categories, for arrays indexed by Category.
 const NumCategories = int(numCategories)
 
-var categoryNames = [...]string{"other", "parameters", "buffers", "gradients", "optimizer_state", "activations", "transient", "batch_data", "workspace", "autocast_cache"}
+var categoryNames = [...]string{"other", "parameters", "buffers", "gradients", "optimizer_state", "activations", "transient", "batch_data", "workspace", "autocast_cache", "kv_cache"}
 
 func (c Category) String() string {
 	if int(c) < len(categoryNames) {
@@ -133,19 +134,35 @@ type Trace struct {
 // (from 1) has every id at or above Base-Delta raised by k·Delta: the
 // template allocates ids from Base on and may free ids of the run before
 // it (from Base-Delta on), which each copy takes from the copy before. Ids
-// below Base-Delta are the same in every copy. Repeats are in order of
-// Start and do not overlap.
+// below Base-Delta are the same in every copy. Copy k also has its Step
+// raised by k·Steps (a template that is one step of its own), and, when
+// Grow is set, the Size of its allocation j (from Start) raised by
+// k·Grow[j]: runs alike but for sizes that grow a run (a growing cache).
+// Repeats are in order of Start and do not overlap.
 type Repeat struct {
 	Start, End int
 	Times      int
 	Base       int64
 	Delta      int64
+	Steps      int32
+	Grow       []int64
 }
 
 // Copy returns event j of the template as copy k has it.
 func (r *Repeat) Copy(e Event, k int) Event {
 	if e.ID >= r.Base-r.Delta {
 		e.ID += int64(k) * r.Delta
+	}
+	e.Step += int32(k) * r.Steps
+	return e
+}
+
+// CopyOf returns the template's event j (an index in events) as copy k
+// has it, sizes included.
+func (r *Repeat) CopyOf(events []Event, j, k int) Event {
+	e := r.Copy(events[j], k)
+	if r.Grow != nil && e.Action == Alloc {
+		e.Size += int64(k) * r.Grow[j-r.Start]
 	}
 	return e
 }
@@ -170,7 +187,7 @@ func (t *Trace) At(i int) Event {
 			break
 		}
 		if i < first+r.Times*n {
-			return r.Copy(t.Events[r.Start+(i-first)%n], (i-first)/n+1)
+			return r.CopyOf(t.Events, r.Start+(i-first)%n, (i-first)/n+1)
 		}
 		off += r.Times * n
 	}
@@ -188,8 +205,8 @@ func (t *Trace) Expand() {
 		r := &t.Repeats[k]
 		out = append(out, t.Events[pos:r.End]...)
 		for c := 1; c <= r.Times; c++ {
-			for _, e := range t.Events[r.Start:r.End] {
-				out = append(out, r.Copy(e, c))
+			for j := r.Start; j < r.End; j++ {
+				out = append(out, r.CopyOf(t.Events, j, c))
 			}
 		}
 		pos = r.End

@@ -35,3 +35,29 @@ func TestRepeat(t *testing.T) {
 		t.Errorf("Expand: %+v, repeats %v", tr.Events, tr.Repeats)
 	}
 }
+
+// A repetition whose sizes grow, a step of its own each copy: a template
+// (step 1) allocating 100 bytes growing by 8 a copy (id 20), freeing the
+// run before's (19), allocating 4 bytes that do not grow (id 21), and
+// ending its step. Copy k allocates 100+8k and is step 1+k.
+func TestRepeatGrow(t *testing.T) {
+	tr := &Trace{Events: []Event{
+		{Action: Alloc, Step: 0, ID: 19, Size: 92}, {Action: StepEnd, Step: 0},
+		{Action: Alloc, Step: 1, ID: 20, Size: 100}, {Action: Free, Step: 1, ID: 19}, {Action: Alloc, Step: 1, ID: 21, Size: 4}, {Action: StepEnd, Step: 1},
+	}, Repeats: []Repeat{{Start: 2, End: 6, Times: 2, Base: 20, Delta: 2, Steps: 1, Grow: []int64{8, 0, 0, 0}}}}
+	want := []Event{
+		{Action: Alloc, Step: 0, ID: 19, Size: 92}, {Action: StepEnd, Step: 0},
+		{Action: Alloc, Step: 1, ID: 20, Size: 100}, {Action: Free, Step: 1, ID: 19}, {Action: Alloc, Step: 1, ID: 21, Size: 4}, {Action: StepEnd, Step: 1},
+		{Action: Alloc, Step: 2, ID: 22, Size: 108}, {Action: Free, Step: 2, ID: 21}, {Action: Alloc, Step: 2, ID: 23, Size: 4}, {Action: StepEnd, Step: 2},
+		{Action: Alloc, Step: 3, ID: 24, Size: 116}, {Action: Free, Step: 3, ID: 23}, {Action: Alloc, Step: 3, ID: 25, Size: 4}, {Action: StepEnd, Step: 3},
+	}
+	for i, w := range want {
+		if got := tr.At(i); got != w {
+			t.Errorf("At(%d) = %+v, want %+v", i, got, w)
+		}
+	}
+	tr.Expand()
+	if !slices.Equal(tr.Events, want) {
+		t.Errorf("Expand: %+v", tr.Events)
+	}
+}

@@ -110,7 +110,9 @@ func mathAttentionForward(c *fwdCtx, b, h, l, s int64, eager bool) {
 	c.save(value{st: probs})
 	c.drop(scores)
 	a := probs
-	if pp := c.op.Attr.P; pp > 0 {
+	// In eval mode Hugging Face's attention passes dropout=0.0 and
+	// nn.MultiheadAttention dropout_p=0.0: no mask.
+	if pp := c.op.Attr.P; pp > 0 && !m.sim.noGrad {
 		if m.sim.s.CPU {
 			c.saveNew(ns * pdt.Size())
 		} else {

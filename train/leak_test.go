@@ -165,7 +165,7 @@ func TestNothingLeaksParallel(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				live := liveAtEnd(tr)
+				live := liveEvents(tr)
 				var params int64
 				for _, e := range live {
 					if e.Category == trace.Parameter {
@@ -202,7 +202,7 @@ func TestNothingLeaksPipeline(t *testing.T) {
 		if err := tr.Validate(); err != nil {
 			t.Fatal(err)
 		}
-		live := liveAtEnd(tr)
+		live := liveEvents(tr)
 		for _, e := range live {
 			switch e.Category {
 			case trace.Activation, trace.Transient, trace.CastCache, trace.Batch:
@@ -212,8 +212,8 @@ func TestNothingLeaksPipeline(t *testing.T) {
 	}
 }
 
-// liveAtEnd is the allocations a trace leaves live, by id.
-func liveAtEnd(tr *trace.Trace) map[int64]trace.Event {
+// liveEvents is the allocations a trace leaves live, by id.
+func liveEvents(tr *trace.Trace) map[int64]trace.Event {
 	live := map[int64]trace.Event{}
 	for _, e := range tr.Events {
 		switch e.Action {

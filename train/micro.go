@@ -190,7 +190,7 @@ func (m *micro) forward() {
 		if inCkpt && m.blockFirst[r] == i {
 			m.keepBlockInputs(r)
 		}
-		m.saving = !inCkpt
+		m.saving = !inCkpt && !sim.noGrad
 		m.runOp(i)
 		if sim.err != nil {
 			return

@@ -30,6 +30,11 @@ type rule struct {
 	// before its result (im2col columns, per-group pieces). Its locals are
 	// released when the op returns, after the output exists.
 	pre func(c *fwdCtx)
+	// storage returns the storage the output is written into when it
+	// exists already (a preallocated cache), or nil.
+	storage func(c *fwdCtx) *storage
+	// cache: a new output is the key/value cache's (trace.KVCache).
+	cache bool
 }
 
 var rules map[graph.Kind]rule
@@ -104,6 +109,11 @@ func init() {
 		// float32 (the cuDNN reserve space is empty without a fused
 		// activation).
 		graph.BatchNorm: {fwd: func(c *fwdCtx) {
+			if c.m.sim.noGrad {
+				// eval mode normalizes with the running statistics:
+				// no batch statistics are computed or kept
+				return
+			}
 			c.save(c.in[0])
 			c.save(c.w)
 			for _, b := range c.op.Buffers[:min(2, len(c.op.Buffers))] {
@@ -171,7 +181,9 @@ func init() {
 		// is in fp32_set_opt_dtype: it computes in float32.
 		graph.Softmax:    {out: fp32UnderAutocast, fwd: saveResult, bwd: gradInput},
 		graph.LogSoftmax: {out: fp32UnderAutocast, fwd: saveResult, bwd: gradInput},
-		graph.Dropout:    {fwd: dropoutForward, bwd: gradInput},
+		// In eval mode F.dropout(training=False) returns its input.
+		graph.Dropout: {fwd: dropoutForward, bwd: gradInput,
+			alias: func(m *micro, c *fwdCtx, out graph.DType) bool { return m.sim.noGrad }},
 		// max_pool2d_with_indices saves self and the int64 indices.
 		graph.MaxPool2d: {fwd: func(c *fwdCtx) {
 			c.save(c.in[0])
@@ -202,7 +214,7 @@ func init() {
 		// .to(dtype): ToCopyBackward0 allocates the gradient in the source
 		// dtype.
 		graph.Cast: {out: castOut,
-			alias: func(m *micro, c *fwdCtx, out graph.DType) bool { return c.in[0].dt == out },
+			alias: func(m *micro, c *fwdCtx, out graph.DType) bool { return c.in[0].dt == out && !c.op.Attr.InputCopy },
 			bwd: func(c *bwdCtx) {
 				if c.inDT(0) == c.m.val[c.op.Output].dt {
 					c.passIn(0)
@@ -274,6 +286,7 @@ func init() {
 	}
 	rules[graph.NewGELU] = rule{fwd: newGELUForward, bwd: newGELUBackward}
 	addVisionRules()
+	rules[graph.KVCache] = kvCacheRule()
 }
 
 // linearBiasApart: F.linear did not take a fused addmm (aten/src/ATen/
@@ -303,6 +316,9 @@ func saveSelf(c *fwdCtx)   { c.save(c.in[0]) }
 // y = F.hardtanh_(x, 0, 6); y.grad_fn._saved_self has its own storage and
 // equals the original x (likewise silu_, hardswish_ and hardsigmoid_).
 func saveSelfOrCopy(c *fwdCtx) {
+	if c.op.Attr.Inplace && c.m.sim.noGrad {
+		return // no node, no copy
+	}
 	if c.op.Attr.Inplace {
 		c.saveNew(c.numel(0) * c.in[0].dt.Size())
 		return
@@ -347,6 +363,9 @@ func promoteInputs(m *micro, c *fwdCtx) graph.DType {
 // in-place variant, _dropout_impl multiplies by a noise tensor of the input
 // dtype, which mul saves.
 func dropoutForward(c *fwdCtx) {
+	if c.m.sim.noGrad {
+		return // eval mode: no mask, no noise (see the alias)
+	}
 	n := c.numel(0)
 	if c.m.sim.s.CPU || c.op.Attr.Inplace {
 		c.saveNew(n * c.in[0].dt.Size())

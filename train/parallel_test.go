@@ -317,7 +317,7 @@ func stageMLP(t testing.TB, batch, h int64) *graph.Graph {
 		x = b.Linear("linear", x, h, true)
 		x = b.Act(graph.ReLU, "relu", x, false)
 	})
-	b.Output("send", x)
+	b.Output(x)
 	g, err := b.Graph()
 	if err != nil {
 		t.Fatal(err)

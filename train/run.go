@@ -203,7 +203,10 @@ func (m *micro) runOp(i int) {
 		m.ops[i] = run
 	}
 	tensor := &m.g.Tensors[out]
-	if r.alias != nil && r.alias(m, c, dt) {
+	if r.storage != nil && r.storage(c) != nil {
+		c.out = value{st: r.storage(c), dt: dt}
+		sim.ref(c.out.st)
+	} else if r.alias != nil && r.alias(m, c, dt) {
 		c.out = value{st: c.in[0].st, dt: dt}
 		sim.ref(c.in[0].st)
 	} else if tensor.View != graph.None {
@@ -211,7 +214,11 @@ func (m *micro) runOp(i int) {
 		c.out = value{st: base.st, dt: dt}
 		sim.ref(base.st)
 	} else {
-		st := sim.alloc(tensor.Shape.Numel()*dt.Size(), trace.Activation)
+		cat := trace.Activation
+		if r.cache {
+			cat = trace.KVCache
+		}
+		st := sim.alloc(tensor.Shape.Numel()*dt.Size(), cat)
 		st.refs = 1
 		c.out = value{st: st, dt: dt}
 	}

@@ -116,6 +116,16 @@ type Simulator struct {
 	collecting  bool
 	collected   []*storage
 	collectedAt int // where the template's storages begin in collected
+	// inference: forward passes under torch.no_grad() with the model in
+	// eval mode, and the key/value cache they keep (infer.go).
+	noGrad bool
+	cache  []*storage
+	// casts holds autocast's weight-cast cache between forwards that run
+	// in one autocast region (generate() inside torch.autocast).
+	casts     map[int32]*storage
+	castOrder []int32
+	// extrapolated counts the decode steps written out by extrapolate
+	extrapolated int64
 }
 
 // repeatMicroBatches turns on the repetition of steady micro-batches
@@ -134,6 +144,12 @@ var repeatMicroBatches = true
 // once, as a trace.Repeat. evAt and idAt are the event index and next id
 // at the start of micro-batches 0 to 4.
 func (sim *Simulator) repeatMicro(evAt, idAt [5]int64, times int) bool {
+	return sim.repeatRuns(evAt, idAt, times, 0)
+}
+
+// repeatRuns is repeatMicro for runs that are steps of their own as well:
+// each run's events carry a Step steps higher than the run before.
+func (sim *Simulator) repeatRuns(evAt, idAt [5]int64, times int, steps int32) bool {
 	if times <= 0 {
 		return false
 	}
@@ -148,6 +164,7 @@ func (sim *Simulator) repeatMicro(evAt, idAt [5]int64, times int) bool {
 		if a.ID >= idAt[1] {
 			a.ID += delta
 		}
+		a.Step += steps
 		if a != b {
 			return false
 		}
@@ -161,7 +178,7 @@ func (sim *Simulator) repeatMicro(evAt, idAt [5]int64, times int) bool {
 		}
 	}
 	base := idAt[3]
-	sim.tr.Repeats = append(sim.tr.Repeats, trace.Repeat{Start: int(evAt[3]), End: int(evAt[4]), Times: times, Base: base, Delta: delta})
+	sim.tr.Repeats = append(sim.tr.Repeats, trace.Repeat{Start: int(evAt[3]), End: int(evAt[4]), Times: times, Base: base, Delta: delta, Steps: steps})
 	shift := int64(times) * delta
 	sim.next += shift
 	for _, st := range sim.collected[sim.collectedAt:] {
@@ -449,7 +466,7 @@ func (sim *Simulator) Step(g *graph.Graph) error {
 	}
 	if sim.s.Stages > 1 {
 		sim.pipelineStep(g)
-		return sim.endStep()
+		return sim.closeStep()
 	}
 	var evAt, idAt [5]int64
 	for m := 0; m < sim.s.Accumulate; m++ {
@@ -480,11 +497,11 @@ func (sim *Simulator) Step(g *graph.Graph) error {
 		}
 	}
 	sim.collecting, sim.collected = false, sim.collected[:0]
-	return sim.endStep()
+	return sim.closeStep()
 }
 
-// endStep is the optimizer step and zero_grad that close a step.
-func (sim *Simulator) endStep() error {
+// closeStep is the optimizer step and zero_grad that close a step.
+func (sim *Simulator) closeStep() error {
 	if sim.err != nil {
 		return sim.err
 	}

@@ -62,6 +62,15 @@ func peakLive(tr *trace.Trace) (int64, [trace.NumCategories]int64) {
 	return peak, at
 }
 
+// liveAtEnd is the requested bytes still allocated after the last event.
+func liveAtEnd(tr *trace.Trace) int64 {
+	var end int64
+	for _, e := range liveEvents(tr) {
+		end += e.Size
+	}
+	return end
+}
+
 // The seed MLP (784 → 4×1024 → 10) at batch 32, worked out by hand:
 //
 //	parameters: 784·1024+1024 + 3·(1024·1024+1024) + 1024·10+10 = 3,962,890
@@ -123,19 +132,7 @@ func TestTinyMLPPeak(t *testing.T) {
 	}
 	// The whole trace frees everything but parameters, the last batch,
 	// the last loss: count what is live at the end.
-	live := map[int64]int64{}
-	for _, e := range tr.Events {
-		switch e.Action {
-		case trace.Alloc:
-			live[e.ID] = e.Size
-		case trace.Free:
-			delete(live, e.ID)
-		}
-	}
-	var end int64
-	for _, n := range live {
-		end += n
-	}
+	end := liveAtEnd(tr)
 	// 232 (params) + 384 (batch) + 4 (loss) = 620: gradients were set to
 	// None by zero_grad.
 	if end != 620 {
@@ -151,7 +148,7 @@ func TestZeroGradProfile(t *testing.T) {
 		t.Fatal(err)
 	}
 	var gradLive int64
-	for _, e := range liveAtEnd(tr) {
+	for _, e := range liveEvents(tr) {
 		if e.Category == trace.Gradient {
 			gradLive += e.Size
 		}

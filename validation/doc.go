@@ -9,6 +9,10 @@
 // through c10's profiled CPU allocator; TestStepReference holds the
 // simulator's live bytes to it: before each step, at its peak and in which
 // phase, and at the peak and end of every phase.
+// generate.py (CPU PyTorch, runs in CI) decodes greedily with a toy
+// decoder and a DynamicCache-style torch.cat cache under no_grad;
+// TestGenerateAgainstTorchCPU holds train.Generate to it, forward by
+// forward and cache update by cache update.
 // measure.py (CUDA PyTorch, runs on a GPU) records peak allocated and
 // reserved memory of real training steps for the accuracy tests.
 package validation

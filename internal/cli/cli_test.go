@@ -101,6 +101,9 @@ func TestEstimateJSON(t *testing.T) {
 
 // Bad input gets a clear message and a non-zero exit, never a panic.
 func TestBadInput(t *testing.T) {
+	gen := func(more ...string) []string {
+		return append([]string{"estimate", "Llama-3.2-1B", "--layers", "2", "--mode", "generate"}, more...)
+	}
 	cases := []struct {
 		args []string
 		code int
@@ -130,6 +133,23 @@ func TestBadInput(t *testing.T) {
 		{[]string{"plan", "Llama-3-70B", "--gpu", "h100-80gb", "--global-batch", "8"}, 1, "several GPUs that shard"},
 		{[]string{"maxbatch", "mlp", "--objective", "speed"}, 2, "want memory or throughput"},
 		{[]string{"maxbatch", "mlp", "--solve", "layers", "--objective", "throughput"}, 2, "answers for the batch"},
+		// inference (--mode)
+		{[]string{"estimate", "mlp", "--new-tokens", "5"}, 2, "--new-tokens is for --mode generate"},
+		{[]string{"estimate", "mlp", "--mode", "eval", "--beams", "2"}, 2, "--beams is for --mode generate"},
+		{[]string{"estimate", "mlp", "--mode", "generat"}, 2, "did you mean generate"},
+		{[]string{"estimate", "mlp", "--mode", "infer"}, 2, "want train, eval or generate"},
+		{gen(), 2, "needs --new-tokens"},
+		{gen("--new-tokens", "4", "--cache", "paged"), 2, "want dynamic or static"},
+		{gen("--new-tokens", "4", "--beams", "0"), 2, "at least 1"},
+		{gen("--new-tokens", "-4"), 2, "needs --new-tokens"},
+		{gen("--new-tokens", "4", "--prompt", "8", "--seq", "16"), 2, "disagree"},
+		{[]string{"estimate", "mlp", "--mode", "eval", "--accumulate", "2"}, 2, "for training"},
+		{[]string{"estimate", "mlp", "--mode", "eval", "--checkpoint", "full"}, 2, "for training"},
+		{[]string{"estimate", "resnet18", "--mode", "generate", "--new-tokens", "4"}, 1, "has no key/value cache"},
+		{[]string{"estimate", "gpt2", "--mode", "generate", "--new-tokens", "4"}, 1, "llama-style decoders"},
+		{[]string{"estimate", "mlp", "--mode", "eval", "--batch", "4,8"}, 1, "inference takes one batch size"},
+		{[]string{"plan", "mlp", "--mode", "eval"}, 2, "for estimate, sweep and maxbatch"},
+		{[]string{"maxbatch", "mlp", "--mode", "eval", "--objective", "throughput"}, 2, "ranks training steps"},
 	}
 	for _, c := range cases {
 		_, errs, code := run(c.args...)

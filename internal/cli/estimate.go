@@ -19,8 +19,8 @@ import (
 
 const estimateUsage = `usage: batchfit estimate MODEL [flags]
 
-Predicts the GPU memory of training MODEL and says whether it fits on the
-GPU. MODEL (or --model) is a zoo name from 'batchfit models', a .yaml layer
+Predicts the GPU memory of training MODEL (or, with --mode, of running it
+in eval mode or generating with it) and says whether it fits on the GPU. MODEL (or --model) is a zoo name from 'batchfit models', a .yaml layer
 spec, a Hugging Face config.json or model directory (config.json and
 safetensors headers), or a .onnx file.
 
@@ -32,6 +32,9 @@ Examples:
   batchfit estimate --model path/to/Llama-3.1-8B/ --batch 4 --seq 4096 --precision bf16-mixed
   batchfit estimate model.onnx --batch 16
   batchfit estimate gpt2 --batch 8 --timeline gpt2.svg    # memory over the step, as a chart
+  batchfit estimate Llama-3-8B --mode generate --prompt 512 --new-tokens 256 --batch 8 --precision bf16-true
+  batchfit estimate Llama-3-8B --mode generate --prompt 512 --new-tokens 256 --batch 8 --cache static --beams 4
+  batchfit estimate resnet50 --mode eval --batch 256      # forward under torch.no_grad()
 `
 
 // timelineBuckets is how many stretches of events a timeline chart draws
@@ -42,7 +45,7 @@ const timelineBuckets = 160
 func runEstimate(e *env, args []string) error {
 	stdout, stderr := e.stdout, e.stderr
 	fs := newFlagSet("estimate", stderr, estimateUsage)
-	j := jobFlags{e: e}
+	j := jobFlags{e: e, inferOK: true}
 	j.register(fs, "32")
 	timeline := fs.String("timeline", "", "write allocated (by what it holds) and reserved memory over the simulated steps to this SVG file")
 	r, batches, err := j.job(fs, "estimate", args)
@@ -71,7 +74,7 @@ func runEstimate(e *env, args []string) error {
 	// margin) and the same samples per optimizer step.
 	var sugg *plan.Answer
 	var suggErr error
-	if len(batches) == 1 && !res.Fits {
+	if len(batches) == 1 && !res.Fits && r.Infer == nil {
 		sugg, suggErr = plan.Run(plan.Options{Base: r, Objective: plan.FewestChanges, Top: 3})
 	}
 	if j.json {
@@ -140,6 +143,11 @@ func setupLine(res *predict.Result) string {
 	case s.Optimizer.Kind != "none":
 		opt += " (" + string(s.Optimizer.Impl) + ")"
 	}
+	if res.Infer != nil {
+		parts := append([]string{res.Model}, inferenceLine(res)...)
+		parts = append(parts, string(s.Precision), "PyTorch "+s.Profile.Version+"+ rules", res.GPU.Name)
+		return strings.Join(parts, " · ")
+	}
 	parts := []string{res.Model, fmt.Sprintf("batch %d", res.Config.Batch)}
 	if res.Config.Seq > 0 {
 		parts = append(parts, fmt.Sprintf("seq %d", res.Config.Seq))
@@ -179,13 +187,52 @@ func setupLine(res *predict.Result) string {
 }
 
 func writeEstimate(w io.Writer, res *predict.Result, batches []int64) {
-	sum := res.Summary
 	tl := res.Timeline
 	fmt.Fprintln(w, setupLine(res))
 	if res.Note != "" {
 		fmt.Fprintln(w, res.Note)
 	}
 	fmt.Fprintln(w)
+	if res.Infer != nil {
+		writeInference(w, res)
+	} else {
+		writeTraining(w, res)
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "at the peak (allocated, by what it holds):")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	for _, c := range trace.Categories() {
+		if n := tl.AtPeak[c]; n > 0 {
+			fmt.Fprintf(tw, "  %s\t%s\t\n", strings.ReplaceAll(c.String(), "_", " "), fmtBytes(n))
+		}
+	}
+	if res.PeakAt != nil {
+		fmt.Fprintf(tw, "  reached in\t%s\t\n", peakWhere(res))
+	}
+	tw.Flush()
+	fmt.Fprintln(w)
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "peak allocated\t%s\t(torch.cuda.max_memory_allocated)\t\n", fmtBytes(tl.PeakAllocated))
+	fmt.Fprintf(tw, "peak reserved\t%s\t(torch.cuda.max_memory_reserved)\t\n", fmtBytes(tl.PeakReserved))
+	fmt.Fprintf(tw, "CUDA context\t%s\t(outside PyTorch's allocator)\t\n", fmtBytes(res.Context))
+	fmt.Fprintf(tw, "device total\t%s\t(what nvidia-smi shows)\t\n", fmtBytes(res.DeviceTotal))
+	fmt.Fprintf(tw, "GPU capacity\t%s\t%s\t\n", fmtBytes(res.GPU.Capacity), res.GPU.Marketing)
+	tw.Flush()
+	fmt.Fprintln(w)
+	if res.Fits {
+		fmt.Fprintf(w, "fits: yes, %s of headroom — %s\n", fmtBytes(res.Headroom()), res.Decider)
+	} else {
+		fmt.Fprintf(w, "fits: no — %s\n", res.Decider)
+	}
+	writeTime(w, res)
+	if len(batches) > 1 {
+		writeSchedule(w, res, batches)
+	}
+}
+
+// writeTraining prints the static figures of a training step.
+func writeTraining(w io.Writer, res *predict.Result) {
+	sum := res.Summary
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "parameters\t%s\t%s params\t\n", fmtBytes(sum.ParametersBytes), commas(sum.ParamCount))
 	if sum.QuantizedBytes > 0 {
@@ -247,36 +294,6 @@ func writeEstimate(w io.Writer, res *predict.Result, batches []int64) {
 		// PEFT's print_trainable_parameters, figure for figure
 		fmt.Fprintf(w, "trainable params: %s || all params: %s || trainable%%: %.4f\n", commas(sum.TrainableParamCount), commas(sum.ParamCount),
 			100*float64(sum.TrainableParamCount)/float64(max(sum.ParamCount, 1)))
-	}
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "at the peak (allocated, by what it holds):")
-	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	for _, c := range trace.Categories() {
-		if n := tl.AtPeak[c]; n > 0 {
-			fmt.Fprintf(tw, "  %s\t%s\t\n", strings.ReplaceAll(c.String(), "_", " "), fmtBytes(n))
-		}
-	}
-	if at := res.PeakAt; at != nil {
-		fmt.Fprintf(tw, "  reached in\t%s of step %d, at %s\t\n", at.Phase, at.Step+1, at.Site)
-	}
-	tw.Flush()
-	fmt.Fprintln(w)
-	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(tw, "peak allocated\t%s\t(torch.cuda.max_memory_allocated)\t\n", fmtBytes(tl.PeakAllocated))
-	fmt.Fprintf(tw, "peak reserved\t%s\t(torch.cuda.max_memory_reserved)\t\n", fmtBytes(tl.PeakReserved))
-	fmt.Fprintf(tw, "CUDA context\t%s\t(outside PyTorch's allocator)\t\n", fmtBytes(res.Context))
-	fmt.Fprintf(tw, "device total\t%s\t(what nvidia-smi shows)\t\n", fmtBytes(res.DeviceTotal))
-	fmt.Fprintf(tw, "GPU capacity\t%s\t%s\t\n", fmtBytes(res.GPU.Capacity), res.GPU.Marketing)
-	tw.Flush()
-	fmt.Fprintln(w)
-	if res.Fits {
-		fmt.Fprintf(w, "fits: yes, %s of headroom — %s\n", fmtBytes(res.Headroom()), res.Decider)
-	} else {
-		fmt.Fprintf(w, "fits: no — %s\n", res.Decider)
-	}
-	writeTime(w, res)
-	if len(batches) > 1 {
-		writeSchedule(w, res, batches)
 	}
 }
 

@@ -87,6 +87,13 @@ type jobFlags struct {
 	doubleQuant  bool
 	quantCompute string
 	quantBlock   int64
+	mode         string
+	prompt       int64
+	newTokens    int64
+	cache        string
+	beams        int64
+	// inference: the command answers for --mode eval and generate too
+	inferOK bool
 }
 
 func (j *jobFlags) register(fs *flag.FlagSet, batchDefault string) {
@@ -119,6 +126,11 @@ func (j *jobFlags) register(fs *flag.FlagSet, batchDefault string) {
 	fs.StringVar(&j.loraTargets, "lora-targets", "", "Linear layers that get adapters, as PEFT's target_modules: names or name endings, comma-separated (q_proj,v_proj)")
 	fs.Float64Var(&j.loraAlpha, "lora-alpha", 8, "LoRA's alpha (scaling = alpha / r)")
 	fs.Float64Var(&j.loraDropout, "lora-dropout", 0, "LoRA's dropout on the adapters' input (PEFT's lora_dropout)")
+	fs.StringVar(&j.mode, "mode", "train", "train (a training step), eval (forward under torch.no_grad in eval mode) or generate (transformers' generate with a key/value cache)")
+	fs.Int64Var(&j.prompt, "prompt", 0, "generate: prompt length in tokens (the same as --seq; default the model's sequence length)")
+	fs.Int64Var(&j.newTokens, "new-tokens", 0, "generate: tokens to generate (max_new_tokens)")
+	fs.StringVar(&j.cache, "cache", "dynamic", "generate: the key/value cache, dynamic (DynamicCache, grown by torch.cat) or static (StaticCache, preallocated)")
+	fs.Int64Var(&j.beams, "beams", 1, "generate: beam width (num_beams)")
 	fs.StringVar(&j.freeze, "freeze", "", "freeze the parameters of these modules (names or name endings, comma-separated; a module freezes all inside it)")
 	fs.IntVar(&j.gpus, "gpus", 1, "data-parallel GPUs; the prediction is one rank's, --batch its own micro-batch")
 	fs.StringVar(&j.strategy, "strategy", "", "how the ranks hold the model: "+strategyNames()+" (default: single on 1 GPU, ddp on more)")
@@ -434,6 +446,12 @@ func (j *jobFlags) requestFor(src predict.Source) (predict.Request, error) {
 		return r, usagef("quantized weights (%s) are never trained: fine-tune with adapters on top (--lora R --lora-targets ...), as transformers' Trainer requires", q.Format)
 	}
 	r.Config.Quant = q
+	if r.Infer, err = j.inference(); err != nil {
+		return r, err
+	}
+	if j.prompt > 0 {
+		r.Config.Seq = j.prompt
+	}
 	g, err := gpu.Lookup(j.gpu)
 	if err != nil {
 		return r, usageError{err}
@@ -563,4 +581,56 @@ func (j *jobFlags) job(fs *flag.FlagSet, cmd string, args []string) (predict.Req
 	}
 	r.Config.Batch = batches[0]
 	return r, batches, nil
+}
+
+// inference reads --mode and the generation flags (nil: training).
+func (j *jobFlags) inference() (*predict.Inference, error) {
+	mode, err := predict.ParseMode(j.mode)
+	if err != nil {
+		if near := models.Nearest(j.mode, []string{"train", "eval", "generate"}, 1); len(near) > 0 {
+			return nil, usagef("--mode: %v; did you mean %s?", err, near[0])
+		}
+		return nil, usagef("--mode: %v", err)
+	}
+	gen := mode == predict.ModeGenerate
+	for _, f := range []struct {
+		name string
+		set  bool
+	}{{"--prompt", j.prompt != 0}, {"--new-tokens", j.newTokens != 0}, {"--cache", j.cache != "dynamic"}, {"--beams", j.beams != 1}} {
+		if f.set && !gen {
+			return nil, usagef("%s is for --mode generate", f.name)
+		}
+	}
+	if mode == predict.ModeTrain {
+		return nil, nil
+	}
+	if !j.inferOK {
+		return nil, usagef("--mode %s is for estimate, sweep and maxbatch", mode)
+	}
+	if j.accumulate != 1 || j.checkpointing || j.checkpoint != "none" {
+		return nil, usagef("--accumulate and activation checkpointing are for training, not --mode %s", mode)
+	}
+	in := &predict.Inference{Mode: mode}
+	if !gen {
+		return in, nil
+	}
+	switch {
+	case j.prompt < 0:
+		return nil, usagef("--prompt must be positive, got %d", j.prompt)
+	case j.prompt > 0 && j.seq > 0 && j.prompt != j.seq:
+		return nil, usagef("--prompt %d and --seq %d disagree: the prompt is the sequence", j.prompt, j.seq)
+	case j.newTokens <= 0:
+		return nil, usagef("--mode generate needs --new-tokens, a positive number of tokens to generate")
+	case j.beams < 1:
+		return nil, usagef("--beams must be at least 1, got %d", j.beams)
+	}
+	switch j.cache {
+	case "dynamic":
+	case "static":
+		in.Static = true
+	default:
+		return nil, usagef("--cache %q: want dynamic or static", j.cache)
+	}
+	in.NewTokens, in.Beams = j.newTokens, j.beams
+	return in, nil
 }

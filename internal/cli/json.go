@@ -71,6 +71,10 @@ type EstimateJSON struct {
 	OOM                string           `json:"oom_message,omitempty"`
 	Steps              []StepJSON       `json:"steps,omitempty"`
 	Time               *TimeJSON        `json:"time,omitempty"`
+	// Mode is eval or generate for inference (absent for training), and
+	// Generation a generation's cache figures.
+	Mode       string          `json:"mode,omitempty"`
+	Generation *GenerationJSON `json:"generation,omitempty"`
 	// Suggestions are the smallest changes that fit, for a job that does
 	// not.
 	Suggestions []PlanEntryJSON `json:"suggestions,omitempty"`
@@ -128,6 +132,9 @@ func estimateJSON(res *predict.Result, batches []int64) EstimateJSON {
 		PeakAllocatedBytes: tl.PeakAllocated, PeakReservedBytes: tl.PeakReserved, ContextBytes: res.Context,
 		DeviceTotalBytes: res.DeviceTotal, GPUCapacityBytes: res.GPU.Capacity, HeadroomBytes: res.Headroom(), Fits: res.Fits, DecidedBy: res.Decider}
 	for _, c := range trace.Categories() {
+		if c == trace.KVCache && tl.AtPeak[c] == 0 && res.Generation == nil {
+			continue // only a generation has a cache: training's keys stay as they were
+		}
 		out.AtPeak[c.String()] = tl.AtPeak[c]
 	}
 	if c := res.Config; c.TP > 1 || c.PP > 1 {
@@ -150,6 +157,10 @@ func estimateJSON(res *predict.Result, batches []int64) EstimateJSON {
 		out.OOM = tl.OOM.Error()
 	}
 	out.Time = timeJSON(res)
+	if res.Infer != nil {
+		out.Mode = string(res.Infer.Mode)
+		out.Generation = generationFigures(res)
+	}
 	if len(batches) > 1 {
 		for i, st := range tl.Steps {
 			if i >= len(batches) {

@@ -21,6 +21,8 @@ Examples:
   batchfit maxbatch gpt2 --seq 1024 --precision bf16-mixed --gpu a100-80gb
   batchfit maxbatch mlp --solve layers --batch 32 --gpu 16GB   # how deep can the MLP be?
   batchfit maxbatch resnet50 --gpu a10g --precision bf16-mixed --objective throughput
+  batchfit maxbatch Llama-3-8B --mode generate --prompt 512 --new-tokens 256 --precision bf16-true
+  batchfit maxbatch Llama-3-8B --mode generate --new-tokens 256 --batch 8 --solve seq --precision bf16-true   # longest prompt
 `
 
 // MaxBatchJSON is the stable JSON form of a search.
@@ -63,7 +65,7 @@ var dimWords = map[models.Dim]string{models.DimBatch: "batch", models.DimLayers:
 func runMaxBatch(e *env, args []string) error {
 	stdout, stderr := e.stdout, e.stderr
 	fs := newFlagSet("maxbatch", stderr, maxbatchUsage)
-	j := jobFlags{e: e}
+	j := jobFlags{e: e, inferOK: true}
 	j.register(fs, "1")
 	dim := fs.String("solve", "batch", "dimension to maximize: batch, layers, hidden or seq")
 	limit := fs.Int64("limit", solve.DefaultLimit, "largest value to try")
@@ -83,6 +85,9 @@ func runMaxBatch(e *env, args []string) error {
 	}
 	if *objective != "memory" && *objective != "throughput" {
 		return usagef("--objective %q: want memory or throughput", *objective)
+	}
+	if *objective == "throughput" && r.Infer != nil {
+		return usagef("--objective throughput ranks training steps; it does not answer for --mode %s", r.Infer.Mode)
 	}
 	if *objective == "throughput" && d != models.DimBatch {
 		return usagef("--objective throughput answers for the batch, not --solve %s", d)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"text/tabwriter"
 
+	"github.com/batchfit/batchfit/predict"
 	"github.com/batchfit/batchfit/solve"
 )
 
@@ -23,7 +24,7 @@ Examples:
 func runSweep(e *env, args []string) error {
 	stdout, stderr := e.stdout, e.stderr
 	fs := newFlagSet("sweep", stderr, sweepUsage)
-	j := jobFlags{e: e}
+	j := jobFlags{e: e, inferOK: true}
 	j.register(fs, "1:256")
 	asCSV := fs.Bool("csv", false, "print CSV")
 	svg := fs.String("svg", "", "also write the chart of memory (and step time) over batch size to this SVG file")
@@ -69,7 +70,15 @@ func runSweep(e *env, args []string) error {
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
 	timed := pts[0].Result.Time != nil
 	tok := timed && pts[0].Result.Time.Tokens > 0
-	hdr := "batch\tsaved activations\tpeak allocated\tpeak reserved\tdevice total\tfits\t"
+	// the second column: what grows with the batch besides the
+	// transients (autograd's saved tensors; a generation's cache)
+	second := "saved activations"
+	held := func(r *predict.Result) int64 { return r.Summary.ActivationsBytes }
+	if pts[0].Result.Generation != nil {
+		second = "KV cache"
+		held = func(r *predict.Result) int64 { return r.Generation.CacheBytes }
+	}
+	hdr := "batch\t" + second + "\tpeak allocated\tpeak reserved\tdevice total\tfits\t"
 	if timed {
 		hdr += "step time\tsamples/s\t"
 		if tok {
@@ -83,7 +92,7 @@ func runSweep(e *env, args []string) error {
 		if !r.Fits {
 			fits = "no"
 		}
-		line := fmt.Sprintf("%d\t%s\t%s\t%s\t%s\t%s\t", p.Value, fmtBytes(r.Summary.ActivationsBytes), fmtBytes(r.Timeline.PeakAllocated),
+		line := fmt.Sprintf("%d\t%s\t%s\t%s\t%s\t%s\t", p.Value, fmtBytes(held(r)), fmtBytes(r.Timeline.PeakAllocated),
 			fmtBytes(r.Timeline.PeakReserved), fmtBytes(r.DeviceTotal), fits)
 		if timed {
 			line += fmt.Sprintf("%s\t%s\t", fmtSeconds(r.Time.Seconds), fmtRate(r.Time.SamplesPerSecond()))
