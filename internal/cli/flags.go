@@ -147,7 +147,7 @@ func (j *jobFlags) register(fs *flag.FlagSet, batchDefault string) {
 	fs.Int64Var(&j.pp, "pp", 1, "pipeline stages (1F1B; --accumulate is the micro-batches of a step)")
 	fs.Int64Var(&j.stage, "stage", -1, "the pipeline stage to predict (default: every stage, answering with the one that fits worst)")
 	fs.StringVar(&j.stageLayers, "stage-layers", "", "each stage's number of layers, comma-separated (an uneven split; default: even)")
-	fs.StringVar(&j.quant, "quant", "", "store the base model's Linear weights quantized by bitsandbytes: nf4, fp4 (QLoRA's 4-bit) or int8 (LLM.int8); needs --lora")
+	fs.StringVar(&j.quant, "quant", "", "store the base model's Linear weights quantized by bitsandbytes: nf4, fp4 (QLoRA's 4-bit) or int8 (LLM.int8); training needs --lora")
 	fs.BoolVar(&j.doubleQuant, "double-quant", false, "4-bit double quantization of the absmax constants (bnb_4bit_use_double_quant)")
 	fs.StringVar(&j.quantCompute, "quant-compute", "", "dtype a 4-bit weight is dequantized to (bnb_4bit_compute_dtype): bf16, fp16 or fp32 (default: the precision's compute dtype)")
 	fs.Int64Var(&j.quantBlock, "quant-blocksize", 64, "4-bit quantization block: one absmax per this many elements (bitsandbytes' default 64)")
@@ -440,15 +440,15 @@ func (j *jobFlags) requestFor(src predict.Source) (predict.Request, error) {
 		}
 		q = sq
 	}
-	if q != nil && (ad == nil || ad.Rank == 0) {
-		// transformers' Trainer: "You cannot perform fine-tuning on purely
-		// quantized models. Please attach trainable adapters"
-		return r, usagef("quantized weights (%s) are never trained: fine-tune with adapters on top (--lora R --lora-targets ...), as transformers' Trainer requires", q.Format)
-	}
-	r.Config.Quant = q
 	if r.Infer, err = j.inference(); err != nil {
 		return r, err
 	}
+	if q != nil && (ad == nil || ad.Rank == 0) && r.Infer == nil {
+		// transformers' Trainer: "You cannot perform fine-tuning on purely
+		// quantized models. Please attach trainable adapters"
+		return r, usagef("quantized weights (%s) are never trained: fine-tune with adapters on top (--lora R --lora-targets ...), as transformers' Trainer requires, or predict inference (--mode eval or generate)", q.Format)
+	}
+	r.Config.Quant = q
 	if j.prompt > 0 {
 		r.Config.Seq = j.prompt
 	}
