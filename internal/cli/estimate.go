@@ -285,6 +285,7 @@ func writeTraining(w io.Writer, res *predict.Result) {
 		fmt.Fprintln(w, "note: NCCL's communication buffers are allocated outside PyTorch's allocator and are not in these figures; nvidia-smi shows them on top of the device total")
 		if res.Setup.Parallel.On() && res.Setup.Parallel.Strategy != train.DDP {
 			fmt.Fprintln(w, "note: a block freed while a collective on another stream still reads it is taken as free at once (record_stream delays that): reserved memory may run somewhat higher")
+			fmt.Fprintln(w, "note: this is the sharded training step; a model built or loaded whole on each GPU before it is sharded (model.cuda() before wrapping, a full state dict loaded on the device) needs its whole parameters there first, which is not counted")
 		}
 	}
 	for _, n := range quantNotes(res.Config.Quant) {
@@ -408,7 +409,7 @@ func quantNotes(q *graph.Quant) []string {
 	var out []string
 	switch q.Format {
 	case graph.NF4, graph.FP4:
-		out = append(out, "each 4-bit weight is dequantized whole for every forward and backward use, as bitsandbytes 0.49's MatMul4Bit does; 0.50's fused gemm_4bit skips that copy for some shapes, so expect at most this much")
+		out = append(out, "each 4-bit weight is dequantized whole for every forward and backward use, as bitsandbytes 0.49's MatMul4Bit does; 0.50's fused gemm_4bit skips that copy for some shapes (less), while older releases such as 0.41 also keep every quantized layer's input for backward (more: up to the inputs of the quantized Linears)")
 	case graph.Int8:
 		out = append(out, "LLM.int8's outlier columns (llm_int8_threshold) depend on the data and are not modelled: each adds a float16 slice of the input and of the weight")
 	case graph.GPTQ:
