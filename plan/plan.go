@@ -28,11 +28,15 @@ const (
 	// ZeRO 1 and 2, FSDP's grad-op and full sharding, full sharding with
 	// CPU offload.
 	Sharding Lever = "sharding"
+	// Tensor is Megatron-style tensor parallelism with sequence
+	// parallelism, 2, 4 or 8 ranks a layer (Llama-family models): each
+	// multiplies the GPUs the job takes.
+	Tensor Lever = "tensor"
 )
 
 // Levers lists every lever.
 func Levers() []Lever {
-	return []Lever{Accumulate, Precision, Checkpoint, Optimizer, Allocator, Sharding}
+	return []Lever{Accumulate, Precision, Checkpoint, Optimizer, Allocator, Sharding, Tensor}
 }
 
 // ParseLevers reads a comma-separated list of lever names.
@@ -113,6 +117,9 @@ type Candidate struct {
 	// Parallel is the data-parallel strategy (the job's own unless the
 	// sharding lever moves it).
 	Parallel train.Parallel
+	// TP and SP are the tensor and sequence parallelism.
+	TP int64
+	SP bool
 }
 
 // Plan is a candidate with what is known of it.
@@ -172,6 +179,7 @@ type Answer struct {
 // combo is a candidate without its accumulation.
 type combo struct {
 	par   train.Parallel
+	tp    tensorOpt
 	p     train.Precision
 	ck    train.Checkpoint
 	impl  train.Impl
@@ -213,6 +221,14 @@ type deadKey struct {
 	p   train.Precision
 	ck  train.Checkpoint
 	par train.Parallel
+	tp  tensorOpt
+}
+
+// tensorOpt is a degree of tensor parallelism, with or without sequence
+// parallelism.
+type tensorOpt struct {
+	tp int64
+	sp bool
 }
 
 // Run plans.
@@ -292,7 +308,8 @@ func (pl *planner) accumulations() error {
 		return fmt.Errorf("the global batch %d is not a multiple of the current accumulation %d: give the current setup as a micro-batch and accumulation whose product it is", n, a0)
 	}
 	pl.base = Candidate{Precision: o.Base.Setup.Precision, Checkpoint: o.Base.Setup.Checkpoint, Impl: o.Base.Setup.Optimizer.Impl,
-		Expandable: o.Base.Alloc.ExpandableSegments, Accumulate: a0, MicroBatch: n / int64(a0), Parallel: o.Base.Setup.Parallel}
+		Expandable: o.Base.Alloc.ExpandableSegments, Accumulate: a0, MicroBatch: n / int64(a0), Parallel: o.Base.Setup.Parallel,
+		TP: max(o.Base.Config.TP, 1), SP: o.Base.Config.SP}
 	pl.baseAC = o.Base.Alloc
 	if !pl.allow[Accumulate] {
 		if n/int64(a0) < o.MinMicroBatch {
@@ -344,6 +361,7 @@ func (pl *planner) request(c Candidate) predict.Request {
 	s.Accumulate = c.Accumulate
 	s.Parallel = c.Parallel
 	r.Setup = s
+	r.Config.TP, r.Config.SP = c.TP, c.SP
 	r.Alloc = pl.baseAC
 	r.Alloc.ExpandableSegments = c.Expandable
 	return r
@@ -495,7 +513,11 @@ func (pl *planner) impls() []train.Impl {
 // Frozen parameters have neither gradient nor state, so only the
 // trainable ones count beyond the parameters themselves; 8-bit states and
 // Adafactor's factored ones are counted as nothing (a lower bound).
-func (pl *planner) staticBytes(p train.Precision, par train.Parallel, params, trainable int64) int64 {
+func (pl *planner) staticBytes(p train.Precision, par train.Parallel, tp tensorOpt, params, trainable int64) int64 {
+	// tensor parallelism splits the layers' parameters (the norms are
+	// replicated, which only adds): a rank holds at least 1/tp
+	params /= max(tp.tp, 1)
+	trainable /= max(tp.tp, 1)
 	pe := p.ParamDType().Size()
 	se := pe // the optimizer state's dtype
 	var master int64
@@ -538,6 +560,36 @@ func (pl *planner) staticBytes(p train.Precision, par train.Parallel, params, tr
 	return (P + G + S) / r
 }
 
+// tensors lists the tensor parallelism the tensor lever may try: the
+// job's own, then 2, 4 and 8 ranks with sequence parallelism, for a job
+// that already runs on more than one GPU and a model that splits (the
+// lever does not turn a one-GPU job into a multi-GPU one).
+func (pl *planner) tensors() []tensorOpt {
+	base := tensorOpt{pl.base.TP, pl.base.SP}
+	multi := pl.base.Parallel.GPUs > 1 || pl.base.TP > 1 || pl.o.Base.Config.PP > 1
+	mp, ok := pl.src.(interface{ ModelParallel() bool })
+	if !pl.allow[Tensor] || !multi || !ok || !mp.ModelParallel() {
+		return []tensorOpt{base}
+	}
+	out := []tensorOpt{base}
+	for _, t := range []int64{2, 4, 8} {
+		o := tensorOpt{t, pl.o.Base.Config.Seq%t == 0}
+		if o == base {
+			continue
+		}
+		c := pl.o.Base.Config
+		c.Batch, c.TP, c.SP = 1, o.tp, o.sp
+		if c.PP > 1 && c.Stage < 0 {
+			c.Stage = 0
+		}
+		if _, err := pl.src.Build(c); err != nil {
+			continue // the heads or the MLP do not split t ways
+		}
+		out = append(out, o)
+	}
+	return out
+}
+
 // strategies lists the data-parallel strategies the sharding lever may
 // try: the job's own first, then DDP, ZeRO 1 and 2, FSDP's grad-op and
 // full sharding, and full sharding with CPU offload, over the job's GPUs.
@@ -578,45 +630,49 @@ func (pl *planner) run() error {
 	}
 	pl.ans.Base = base
 	var combos []*combo
-	for _, par := range pl.strategies() {
-		for _, p := range pl.precisions() {
-			if need := pl.staticBytes(p, par, params, trainable); need > pl.capLeft {
+	for _, tp := range pl.tensors() {
+		for _, par := range pl.strategies() {
+			for _, p := range pl.precisions() {
+				if need := pl.staticBytes(p, par, tp, params, trainable); need > pl.capLeft {
+					for _, ck := range pl.checkpoints(g0) {
+						for _, im := range pl.impls() {
+							pl.ans.Pruned = append(pl.ans.Pruned, Pruned{p, ck, im, fmt.Sprintf("parameters, gradients and optimizer state alone need %s", alloc.FormatSize(need)), par})
+						}
+					}
+					total := need + (pl.o.Base.GPU.Capacity - pl.capLeft)
+					if pl.ans.Need == 0 || total < pl.ans.Need {
+						pl.ans.Need = total
+						pl.ans.NeedFrom = fmt.Sprintf("%s: parameters, gradients and optimizer state %s, the CUDA context and the margin", strategyPrefix(par)+string(p), alloc.FormatSize(need))
+					}
+					continue
+				}
+				if _, ok := pl.runs[p]; !ok {
+					// the op records of this precision come from its most
+					// frugal point, a useful probe in itself
+					c := pl.base
+					c.Precision = p
+					c.Parallel = par
+					c.TP, c.SP = tp.tp, tp.sp
+					c.Accumulate = pl.accs[len(pl.accs)-1]
+					c.MicroBatch = pl.accsMicro(len(pl.accs) - 1)
+					if _, err := pl.evaluate(c); err != nil {
+						return err
+					}
+				}
 				for _, ck := range pl.checkpoints(g0) {
 					for _, im := range pl.impls() {
-						pl.ans.Pruned = append(pl.ans.Pruned, Pruned{p, ck, im, fmt.Sprintf("parameters, gradients and optimizer state alone need %s", alloc.FormatSize(need)), par})
-					}
-				}
-				total := need + (pl.o.Base.GPU.Capacity - pl.capLeft)
-				if pl.ans.Need == 0 || total < pl.ans.Need {
-					pl.ans.Need = total
-					pl.ans.NeedFrom = fmt.Sprintf("%s: parameters, gradients and optimizer state %s, the CUDA context and the margin", strategyPrefix(par)+string(p), alloc.FormatSize(need))
-				}
-				continue
-			}
-			if _, ok := pl.runs[p]; !ok {
-				// the op records of this precision come from its most
-				// frugal point, a useful probe in itself
-				c := pl.base
-				c.Precision = p
-				c.Parallel = par
-				c.Accumulate = pl.accs[len(pl.accs)-1]
-				c.MicroBatch = pl.accsMicro(len(pl.accs) - 1)
-				if _, err := pl.evaluate(c); err != nil {
-					return err
-				}
-			}
-			for _, ck := range pl.checkpoints(g0) {
-				for _, im := range pl.impls() {
-					cb := &combo{par: par, p: p, ck: ck, impl: im}
-					for i := range pl.accs {
-						t, err := pl.timeOf(pl.cand(cb, i, false))
-						if err != nil {
-							return err
+						cb := &combo{par: par, tp: tp, p: p, ck: ck, impl: im}
+						for i := range pl.accs {
+							t, err := pl.timeOf(pl.cand(cb, i, false))
+							if err != nil {
+								return err
+							}
+							cb.times = append(cb.times, t)
 						}
-						cb.times = append(cb.times, t)
+						cb.changes = btoi(p != pl.base.Precision) + btoi(ck != pl.base.Checkpoint) + btoi(im != pl.base.Impl) + btoi(par != pl.base.Parallel) +
+							btoi(tp.tp != pl.base.TP || tp.sp != pl.base.SP)
+						combos = append(combos, cb)
 					}
-					cb.changes = btoi(p != pl.base.Precision) + btoi(ck != pl.base.Checkpoint) + btoi(im != pl.base.Impl) + btoi(par != pl.base.Parallel)
-					combos = append(combos, cb)
 				}
 			}
 		}
@@ -665,13 +721,13 @@ func (pl *planner) accsMicro(i int) int64 { return pl.o.GlobalBatch / int64(pl.a
 
 func (pl *planner) cand(cb *combo, i int, expandable bool) Candidate {
 	return Candidate{Precision: cb.p, Checkpoint: cb.ck, Impl: cb.impl, Expandable: expandable,
-		Accumulate: pl.accs[i], MicroBatch: pl.accsMicro(i), Parallel: cb.par}
+		Accumulate: pl.accs[i], MicroBatch: pl.accsMicro(i), Parallel: cb.par, TP: cb.tp.tp, SP: cb.tp.sp}
 }
 
 // probe predicts the combination at accumulation index i, unless an
 // earlier prediction already showed it cannot fit (then it returns nil).
 func (pl *planner) probe(cb *combo, i int, expandable bool) (*Plan, error) {
-	k := deadKey{cb.p, cb.ck, cb.par}
+	k := deadKey{cb.p, cb.ck, cb.par, cb.tp}
 	if d, ok := pl.dead[k]; ok && i <= d {
 		return nil, nil
 	}
@@ -895,6 +951,16 @@ func (pl *planner) changes(c Candidate) []string {
 	if c.Parallel != b.Parallel {
 		out = append(out, fmt.Sprintf("strategy %s → %s", StrategyName(b.Parallel), StrategyName(c.Parallel)))
 	}
+	if c.TP != b.TP || c.SP != b.SP {
+		s := fmt.Sprintf("tensor parallel %d → %d", b.TP, c.TP)
+		if c.SP {
+			s += " with sequence parallelism"
+		}
+		if c.TP > b.TP && c.TP%b.TP == 0 {
+			s += fmt.Sprintf(" (%d× the GPUs)", c.TP/b.TP)
+		}
+		out = append(out, s)
+	}
 	return out
 }
 
@@ -917,6 +983,19 @@ func StrategyName(p train.Parallel) string {
 	return s
 }
 
+// Layout names a candidate's GPU layout: its data-parallel strategy and
+// its tensor parallelism ("fsdp, tp 4+sp").
+func Layout(c Candidate) string {
+	s := StrategyName(c.Parallel)
+	if c.TP > 1 {
+		s += fmt.Sprintf(", tp %d", c.TP)
+		if c.SP {
+			s += "+sp"
+		}
+	}
+	return s
+}
+
 func strategyPrefix(p train.Parallel) string {
 	if !p.On() {
 		return ""
@@ -927,6 +1006,12 @@ func strategyPrefix(p train.Parallel) string {
 // describe names a candidate in one line.
 func describe(c Candidate) string {
 	s := fmt.Sprintf("micro-batch %d × %d, %s%s, checkpointing %s, optimizer %s", c.MicroBatch, c.Accumulate, strategyPrefix(c.Parallel), c.Precision, c.Checkpoint, c.Impl)
+	if c.TP > 1 {
+		s += fmt.Sprintf(", tensor parallel %d", c.TP)
+		if c.SP {
+			s += "+sp"
+		}
+	}
 	if c.Expandable {
 		s += ", expandable segments"
 	}

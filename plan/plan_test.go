@@ -280,3 +280,64 @@ func TestFrozenParametersInTheBound(t *testing.T) {
 		t.Fatalf("no plan for LoRA on a device of %d (it needs %d)", r.GPU.Capacity, lora)
 	}
 }
+
+// On 8 GPUs, the sharding lever finds what DDP cannot: the device holds
+// an eighth of a wide stack's parameters, gradients and Adam state (16
+// bytes an element) but not all of them. Every plan that fits shards,
+// and the tensor lever offers nothing for a model that does not split.
+func TestShardingLever(t *testing.T) {
+	src := blocks{layers: 8, width: 2048}
+	psi := int64(8*(2048*2048+2048) + 2048*10 + 10)
+	base := train.Setup{Optimizer: train.Optimizer{Kind: train.Adam, Impl: train.Foreach}, Parallel: train.Parallel{Strategy: train.DDP, GPUs: 8}}
+	ans, err := Run(Options{Base: request(src, 64, base, 8*psi), Levers: []Lever{Sharding, Accumulate}, Top: 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ans.Base.Fits || len(ans.Best) == 0 || !ans.Untimed {
+		t.Fatalf("base fits %v, %d plans, untimed %v: want DDP not to fit, sharded plans, no step times", ans.Base.Fits, len(ans.Best), ans.Untimed)
+	}
+	for _, p := range ans.Best {
+		if p.Parallel.Strategy == train.DDP || p.Parallel.Strategy == train.ZeRO1 {
+			t.Errorf("%s fits with %s, which keeps the whole parameters and gradients", describe(p.Candidate), p.Parallel.Strategy)
+		}
+		if p.TP > 1 {
+			t.Errorf("%s: tensor parallelism for a model that does not split", describe(p.Candidate))
+		}
+		if !strings.Contains(strings.Join(p.Changes, "; "), "strategy ddp →") {
+			t.Errorf("%s: changes %v do not name the strategy", describe(p.Candidate), p.Changes)
+		}
+	}
+}
+
+// The tensor lever splits a Llama across ranks where the job already runs
+// on several GPUs, and only there.
+func TestTensorLever(t *testing.T) {
+	m, err := models.Lookup("Llama-3.2-1B")
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := predict.Zoo{M: m}
+	s := train.Setup{Precision: train.TrueBF16, Optimizer: train.Optimizer{Kind: train.AdamW, Impl: train.Foreach}}
+	r := request(src, 4, s, 12<<30)
+	r.Config.Seq = 1024
+	one, err := Run(Options{Base: r, Levers: []Lever{Tensor}})
+	if err == nil {
+		for _, p := range append(one.Best, one.Evaluated...) {
+			if p.TP > 1 {
+				t.Errorf("one GPU: a plan with tensor parallelism %d", p.TP)
+			}
+		}
+	}
+	r.Setup.Parallel = train.Parallel{Strategy: train.DDP, GPUs: 2}
+	two, err := Run(Options{Base: r, Levers: []Lever{Tensor}, Top: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, p := range two.Best {
+		found = found || p.TP > 1 && p.SP
+	}
+	if two.Base.Fits || !found {
+		t.Errorf("2 GPUs, 12 GiB: base fits %v, a tensor-parallel plan %v; want it not to fit and tensor parallelism to", two.Base.Fits, found)
+	}
+}

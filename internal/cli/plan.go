@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -59,6 +60,8 @@ type PlanEntryJSON struct {
 	OptimizerImpl      string           `json:"optimizer_impl"`
 	ExpandableSegments bool             `json:"expandable_segments"`
 	Strategy           string           `json:"strategy,omitempty"`
+	TP                 int64            `json:"tp,omitempty"`
+	SP                 bool             `json:"sp,omitempty"`
 	Fits               bool             `json:"fits"`
 	Changes            []string         `json:"changes"`
 	PeakAllocatedBytes int64            `json:"peak_allocated_bytes"`
@@ -97,7 +100,7 @@ type planFlags struct {
 
 func (p *planFlags) register(fs *flag.FlagSet) {
 	fs.Int64Var(&p.global, "global-batch", 0, "samples per optimizer step every plan keeps (default: --batch × --accumulate)")
-	fs.StringVar(&p.levers, "levers", "accumulate,precision,checkpoint,optimizer,allocator,sharding", "the levers plans may move (sharding: the data-parallel strategy over --gpus)")
+	fs.StringVar(&p.levers, "levers", "accumulate,precision,checkpoint,optimizer,allocator,sharding,tensor", "the levers plans may move (sharding: the data-parallel strategy over --gpus; tensor: tensor parallelism, for a job on several GPUs)")
 	fs.BoolVar(&p.fixedPrecision, "fixed-precision", false, "keep the precision (the same as leaving precision out of --levers)")
 	fs.BoolVar(&p.noCheckpointing, "no-checkpointing", false, "no plan may use activation checkpointing")
 	fs.IntVar(&p.maxAccumulate, "max-accumulate", 64, "largest gradient accumulation a plan may use")
@@ -220,7 +223,7 @@ func nothingFits(r predict.Request, ans *plan.Answer) error {
 }
 
 func planEntry(ans *plan.Answer, p *plan.Plan) PlanEntryJSON {
-	e := PlanEntryJSON{Strategy: strategyOf(p.Parallel), MicroBatch: p.MicroBatch, Accumulate: p.Accumulate, Precision: string(p.Precision), Checkpoint: p.Checkpoint.String(),
+	e := PlanEntryJSON{Strategy: strategyOf(p.Parallel), SP: p.SP, MicroBatch: p.MicroBatch, Accumulate: p.Accumulate, Precision: string(p.Precision), Checkpoint: p.Checkpoint.String(),
 		OptimizerImpl: string(p.Impl), ExpandableSegments: p.Expandable, Fits: p.Fits, Changes: p.Changes, StepSeconds: p.Seconds,
 		SamplesPerSecond: p.Throughput()}
 	if e.Changes == nil {
@@ -244,6 +247,9 @@ func planEntry(ans *plan.Answer, p *plan.Plan) PlanEntryJSON {
 				e.SavingsBytes[s.What] = s.Bytes
 			}
 		}
+	}
+	if p.TP > 1 {
+		e.TP = p.TP
 	}
 	return e
 }
@@ -319,7 +325,7 @@ func writePlan(w io.Writer, r predict.Request, o plan.Options, ans *plan.Answer)
 func writePlanTable(w io.Writer, ans *plan.Answer, plans []*plan.Plan) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	seq := ans.Base.Result != nil && ans.Base.Result.Time != nil && ans.Base.Result.Time.Tokens > 0
-	par := ans.Base.Parallel.On()
+	par := ans.Base.Parallel.On() || ans.Base.TP > 1 || slices.ContainsFunc(plans, func(p *plan.Plan) bool { return p.TP > 1 })
 	hdr := "  #\tmicro × acc\tprecision\tcheckpointing\toptimizer\texpandable\tpeak reserved\tdevice total\tstep time\tsamples/s\t"
 	if par {
 		hdr = "  #\tstrategy" + strings.TrimPrefix(hdr, "  #")
@@ -337,7 +343,7 @@ func writePlanTable(w io.Writer, ans *plan.Answer, plans []*plan.Plan) {
 		line := fmt.Sprintf("  %d\t%d × %d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t", i+1, p.MicroBatch, p.Accumulate, p.Precision, p.Checkpoint, p.Impl, exp,
 			fmtBytes(res.Timeline.PeakReserved), fmtBytes(res.DeviceTotal), secondsOrDash(p.Seconds), rateOrDash(p.Throughput()))
 		if par {
-			line = fmt.Sprintf("  %d\t%s", i+1, plan.StrategyName(p.Parallel)) + strings.TrimPrefix(line, fmt.Sprintf("  %d", i+1))
+			line = fmt.Sprintf("  %d\t%s", i+1, plan.Layout(p.Candidate)) + strings.TrimPrefix(line, fmt.Sprintf("  %d", i+1))
 		}
 		if seq {
 			line += fmtRate(res.Time.TokensPerSecond()) + "\t"
