@@ -32,11 +32,15 @@ const (
 	// parallelism, 2, 4 or 8 ranks a layer (Llama-family models): each
 	// multiplies the GPUs the job takes.
 	Tensor Lever = "tensor"
+	// Pipeline is pipeline parallelism of 2 or 4 stages (1F1B over the
+	// accumulation's micro-batches; Llama-family models): each multiplies
+	// the GPUs the job takes.
+	Pipeline Lever = "pipeline"
 )
 
 // Levers lists every lever.
 func Levers() []Lever {
-	return []Lever{Accumulate, Precision, Checkpoint, Optimizer, Allocator, Sharding, Tensor}
+	return []Lever{Accumulate, Precision, Checkpoint, Optimizer, Allocator, Sharding, Tensor, Pipeline}
 }
 
 // ParseLevers reads a comma-separated list of lever names.
@@ -117,9 +121,11 @@ type Candidate struct {
 	// Parallel is the data-parallel strategy (the job's own unless the
 	// sharding lever moves it).
 	Parallel train.Parallel
-	// TP and SP are the tensor and sequence parallelism.
+	// TP and SP are the tensor and sequence parallelism, PP the pipeline
+	// stages.
 	TP int64
 	SP bool
+	PP int64
 }
 
 // Plan is a candidate with what is known of it.
@@ -229,6 +235,7 @@ type deadKey struct {
 type tensorOpt struct {
 	tp int64
 	sp bool
+	pp int64
 }
 
 // Run plans.
@@ -309,7 +316,7 @@ func (pl *planner) accumulations() error {
 	}
 	pl.base = Candidate{Precision: o.Base.Setup.Precision, Checkpoint: o.Base.Setup.Checkpoint, Impl: o.Base.Setup.Optimizer.Impl,
 		Expandable: o.Base.Alloc.ExpandableSegments, Accumulate: a0, MicroBatch: n / int64(a0), Parallel: o.Base.Setup.Parallel,
-		TP: max(o.Base.Config.TP, 1), SP: o.Base.Config.SP}
+		TP: max(o.Base.Config.TP, 1), SP: o.Base.Config.SP, PP: max(o.Base.Config.PP, 1)}
 	pl.baseAC = o.Base.Alloc
 	if !pl.allow[Accumulate] {
 		if n/int64(a0) < o.MinMicroBatch {
@@ -362,6 +369,10 @@ func (pl *planner) request(c Candidate) predict.Request {
 	s.Parallel = c.Parallel
 	r.Setup = s
 	r.Config.TP, r.Config.SP = c.TP, c.SP
+	if c.PP != max(pl.o.Base.Config.PP, 1) {
+		// a new pipeline: even stages, every one predicted
+		r.Config.PP, r.Config.Stage, r.Config.StageLayers = c.PP, -1, nil
+	}
 	r.Alloc = pl.baseAC
 	r.Alloc.ExpandableSegments = c.Expandable
 	return r
@@ -516,8 +527,8 @@ func (pl *planner) impls() []train.Impl {
 func (pl *planner) staticBytes(p train.Precision, par train.Parallel, tp tensorOpt, params, trainable int64) int64 {
 	// tensor parallelism splits the layers' parameters (the norms are
 	// replicated, which only adds): a rank holds at least 1/tp
-	params /= max(tp.tp, 1)
-	trainable /= max(tp.tp, 1)
+	params /= max(tp.tp, 1) * max(tp.pp, 1)
+	trainable /= max(tp.tp, 1) * max(tp.pp, 1)
 	pe := p.ParamDType().Size()
 	se := pe // the optimizer state's dtype
 	var master int64
@@ -565,27 +576,48 @@ func (pl *planner) staticBytes(p train.Precision, par train.Parallel, tp tensorO
 // that already runs on more than one GPU and a model that splits (the
 // lever does not turn a one-GPU job into a multi-GPU one).
 func (pl *planner) tensors() []tensorOpt {
-	base := tensorOpt{pl.base.TP, pl.base.SP}
-	multi := pl.base.Parallel.GPUs > 1 || pl.base.TP > 1 || pl.o.Base.Config.PP > 1
+	base := tensorOpt{pl.base.TP, pl.base.SP, pl.base.PP}
+	multi := pl.base.Parallel.GPUs > 1 || pl.base.TP > 1 || pl.base.PP > 1
 	mp, ok := pl.src.(interface{ ModelParallel() bool })
-	if !pl.allow[Tensor] || !multi || !ok || !mp.ModelParallel() {
+	if !multi || !ok || !mp.ModelParallel() {
 		return []tensorOpt{base}
 	}
-	out := []tensorOpt{base}
-	for _, t := range []int64{2, 4, 8} {
-		o := tensorOpt{t, pl.o.Base.Config.Seq%t == 0}
-		if o == base {
-			continue
-		}
+	builds := func(o tensorOpt) bool {
 		c := pl.o.Base.Config
 		c.Batch, c.TP, c.SP = 1, o.tp, o.sp
-		if c.PP > 1 && c.Stage < 0 {
+		if o.pp != max(c.PP, 1) {
+			c.PP, c.StageLayers = o.pp, nil
+		}
+		if c.PP > 1 {
 			c.Stage = 0
 		}
-		if _, err := pl.src.Build(c); err != nil {
-			continue // the heads or the MLP do not split t ways
+		_, err := pl.src.Build(c)
+		return err == nil // the heads, the MLP or the layers do not split
+	}
+	tps := []tensorOpt{{base.tp, base.sp, 0}}
+	if pl.allow[Tensor] {
+		for _, t := range []int64{2, 4, 8} {
+			if t != base.tp {
+				tps = append(tps, tensorOpt{t, pl.o.Base.Config.Seq%t == 0, 0})
+			}
 		}
-		out = append(out, o)
+	}
+	pps := []int64{base.pp}
+	if pl.allow[Pipeline] {
+		for _, n := range []int64{2, 4} {
+			if n != base.pp {
+				pps = append(pps, n)
+			}
+		}
+	}
+	out := []tensorOpt{base}
+	for _, pp := range pps {
+		for _, t := range tps {
+			o := tensorOpt{t.tp, t.sp, pp}
+			if o != base && builds(o) {
+				out = append(out, o)
+			}
+		}
 	}
 	return out
 }
@@ -652,7 +684,7 @@ func (pl *planner) run() error {
 					c := pl.base
 					c.Precision = p
 					c.Parallel = par
-					c.TP, c.SP = tp.tp, tp.sp
+					c.TP, c.SP, c.PP = tp.tp, tp.sp, tp.pp
 					c.Accumulate = pl.accs[len(pl.accs)-1]
 					c.MicroBatch = pl.accsMicro(len(pl.accs) - 1)
 					if _, err := pl.evaluate(c); err != nil {
@@ -670,7 +702,7 @@ func (pl *planner) run() error {
 							cb.times = append(cb.times, t)
 						}
 						cb.changes = btoi(p != pl.base.Precision) + btoi(ck != pl.base.Checkpoint) + btoi(im != pl.base.Impl) + btoi(par != pl.base.Parallel) +
-							btoi(tp.tp != pl.base.TP || tp.sp != pl.base.SP)
+							btoi(tp.tp != pl.base.TP || tp.sp != pl.base.SP) + btoi(tp.pp != pl.base.PP)
 						combos = append(combos, cb)
 					}
 				}
@@ -721,7 +753,7 @@ func (pl *planner) accsMicro(i int) int64 { return pl.o.GlobalBatch / int64(pl.a
 
 func (pl *planner) cand(cb *combo, i int, expandable bool) Candidate {
 	return Candidate{Precision: cb.p, Checkpoint: cb.ck, Impl: cb.impl, Expandable: expandable,
-		Accumulate: pl.accs[i], MicroBatch: pl.accsMicro(i), Parallel: cb.par, TP: cb.tp.tp, SP: cb.tp.sp}
+		Accumulate: pl.accs[i], MicroBatch: pl.accsMicro(i), Parallel: cb.par, TP: cb.tp.tp, SP: cb.tp.sp, PP: cb.tp.pp}
 }
 
 // probe predicts the combination at accumulation index i, unless an
@@ -951,6 +983,13 @@ func (pl *planner) changes(c Candidate) []string {
 	if c.Parallel != b.Parallel {
 		out = append(out, fmt.Sprintf("strategy %s → %s", StrategyName(b.Parallel), StrategyName(c.Parallel)))
 	}
+	if c.PP != b.PP {
+		s := fmt.Sprintf("pipeline stages %d → %d (1F1B over the %d micro-batches", b.PP, c.PP, c.Accumulate)
+		if c.PP > b.PP && c.PP%b.PP == 0 {
+			s += fmt.Sprintf("; %d× the GPUs", c.PP/b.PP)
+		}
+		out = append(out, s+")")
+	}
 	if c.TP != b.TP || c.SP != b.SP {
 		s := fmt.Sprintf("tensor parallel %d → %d", b.TP, c.TP)
 		if c.SP {
@@ -993,6 +1032,9 @@ func Layout(c Candidate) string {
 			s += "+sp"
 		}
 	}
+	if c.PP > 1 {
+		s += fmt.Sprintf(", pp %d", c.PP)
+	}
 	return s
 }
 
@@ -1011,6 +1053,9 @@ func describe(c Candidate) string {
 		if c.SP {
 			s += "+sp"
 		}
+	}
+	if c.PP > 1 {
+		s += fmt.Sprintf(", %d pipeline stages", c.PP)
 	}
 	if c.Expandable {
 		s += ", expandable segments"

@@ -341,3 +341,32 @@ func TestTensorLever(t *testing.T) {
 		t.Errorf("2 GPUs, 12 GiB: base fits %v, a tensor-parallel plan %v; want it not to fit and tensor parallelism to", two.Base.Fits, found)
 	}
 }
+
+// The pipeline lever splits the layers into stages, the accumulation's
+// micro-batches running 1F1B, where the job is already on several GPUs.
+func TestPipelineLever(t *testing.T) {
+	m, err := models.Lookup("Llama-3.2-1B")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := train.Setup{Precision: train.TrueBF16, Optimizer: train.Optimizer{Kind: train.AdamW, Impl: train.Foreach}, Checkpoint: train.FullCheckpoint,
+		Parallel: train.Parallel{Strategy: train.DDP, GPUs: 2}}
+	r := request(predict.Zoo{M: m}, 8, s, 12<<30)
+	r.Config.Seq = 1024
+	ans, err := Run(Options{Base: r, Levers: []Lever{Pipeline, Accumulate}, Top: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, p := range ans.Best {
+		if p.PP > 1 {
+			found = true
+			if len(p.Result.Stages) != int(p.PP) {
+				t.Errorf("%s: %d stages predicted", describe(p.Candidate), len(p.Result.Stages))
+			}
+		}
+	}
+	if ans.Base.Fits || !found {
+		t.Errorf("base fits %v, a pipelined plan %v: want it not to fit, and a pipeline to", ans.Base.Fits, found)
+	}
+}

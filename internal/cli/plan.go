@@ -62,6 +62,7 @@ type PlanEntryJSON struct {
 	Strategy           string           `json:"strategy,omitempty"`
 	TP                 int64            `json:"tp,omitempty"`
 	SP                 bool             `json:"sp,omitempty"`
+	PP                 int64            `json:"pp,omitempty"`
 	Fits               bool             `json:"fits"`
 	Changes            []string         `json:"changes"`
 	PeakAllocatedBytes int64            `json:"peak_allocated_bytes"`
@@ -100,7 +101,7 @@ type planFlags struct {
 
 func (p *planFlags) register(fs *flag.FlagSet) {
 	fs.Int64Var(&p.global, "global-batch", 0, "samples per optimizer step every plan keeps (default: --batch × --accumulate)")
-	fs.StringVar(&p.levers, "levers", "accumulate,precision,checkpoint,optimizer,allocator,sharding,tensor", "the levers plans may move (sharding: the data-parallel strategy over --gpus; tensor: tensor parallelism, for a job on several GPUs)")
+	fs.StringVar(&p.levers, "levers", "accumulate,precision,checkpoint,optimizer,allocator,sharding,tensor,pipeline", "the levers plans may move (sharding: the data-parallel strategy over --gpus; tensor and pipeline: tensor parallelism and pipeline stages, for a job on several GPUs)")
 	fs.BoolVar(&p.fixedPrecision, "fixed-precision", false, "keep the precision (the same as leaving precision out of --levers)")
 	fs.BoolVar(&p.noCheckpointing, "no-checkpointing", false, "no plan may use activation checkpointing")
 	fs.IntVar(&p.maxAccumulate, "max-accumulate", 64, "largest gradient accumulation a plan may use")
@@ -251,6 +252,9 @@ func planEntry(ans *plan.Answer, p *plan.Plan) PlanEntryJSON {
 	if p.TP > 1 {
 		e.TP = p.TP
 	}
+	if p.PP > 1 {
+		e.PP = p.PP
+	}
 	return e
 }
 
@@ -325,7 +329,7 @@ func writePlan(w io.Writer, r predict.Request, o plan.Options, ans *plan.Answer)
 func writePlanTable(w io.Writer, ans *plan.Answer, plans []*plan.Plan) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	seq := ans.Base.Result != nil && ans.Base.Result.Time != nil && ans.Base.Result.Time.Tokens > 0
-	par := ans.Base.Parallel.On() || ans.Base.TP > 1 || slices.ContainsFunc(plans, func(p *plan.Plan) bool { return p.TP > 1 })
+	par := ans.Base.Parallel.On() || ans.Base.TP > 1 || ans.Base.PP > 1 || slices.ContainsFunc(plans, func(p *plan.Plan) bool { return p.TP > 1 || p.PP > 1 })
 	hdr := "  #\tmicro × acc\tprecision\tcheckpointing\toptimizer\texpandable\tpeak reserved\tdevice total\tstep time\tsamples/s\t"
 	if par {
 		hdr = "  #\tstrategy" + strings.TrimPrefix(hdr, "  #")
