@@ -76,3 +76,18 @@ func TestEstimatePipelineStages(t *testing.T) {
 		t.Errorf("--stage without --pp: exit %d, %q", code, errs)
 	}
 }
+
+// The parallelism flags never panic: any spelling ends in an answer, a
+// failure or a usage error.
+func FuzzParallelFlags(f *testing.F) {
+	f.Add("fsdp", "grad-op", "8", "2", "4,4", "1")
+	f.Add("zero3", "full", "3", "1", "", "0")
+	f.Add("", "hybrid", "0", "-1", "x,1", "9")
+	f.Fuzz(func(t *testing.T, strategy, sharding, gpus, tp, layers, stage string) {
+		_, _, code := run("estimate", "Llama-3.2-1B", "--seq", "16", "--layers", "2", "--batch", "1", "--steps", "1",
+			"--strategy="+strategy, "--sharding="+sharding, "--gpus="+gpus, "--tp="+tp, "--pp=2", "--stage-layers="+layers, "--stage="+stage)
+		if code < 0 || code > 2 {
+			t.Errorf("exit %d", code)
+		}
+	})
+}
