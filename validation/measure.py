@@ -62,7 +62,9 @@ DEFAULT_CASES = os.path.join(HERE, "cases.json")
 SCHEMA = "batchfit-measure/1"
 
 MODELS = ("mlp", "mlp-L1-H256", "mlp-L8-H512", "simpleconv",
-          "resnet18", "resnet50", "vgg16", "vit_b_16", "gpt2")
+          "resnet18", "resnet50", "vgg16", "vit_b_16", "gpt2",
+          # reference.py's LoRA MLPs (peft's Linear in plain PyTorch): frozen base, adapters
+          "lora-mlp-r8", "lora-mlp-r16-dropout")
 PRECISIONS = ("fp32", "amp_bf16", "amp_fp16", "bf16")
 OPTIMIZERS = ("sgd", "sgd_momentum", "adam", "adamw")
 ATTN_IMPLS = ("eager", "sdpa")

@@ -10,6 +10,7 @@ import (
 
 	"github.com/batchfit/batchfit/alloc"
 	"github.com/batchfit/batchfit/gpu"
+	"github.com/batchfit/batchfit/graph"
 	"github.com/batchfit/batchfit/models"
 	"github.com/batchfit/batchfit/predict"
 	"github.com/batchfit/batchfit/profile"
@@ -130,13 +131,8 @@ func Request(r MeasuredResult, env *Environment) (predict.Request, error) {
 	if env == nil || env.TotalMemory <= 0 {
 		return q, fmt.Errorf("case %s: no GPU environment recorded", r.ID)
 	}
-	name, cfg := c.Model, models.Config{Batch: c.Batch, Seq: c.SeqLen}
-	switch c.Model {
-	case "mlp-L1-H256":
-		name, cfg.Layers, cfg.Hidden = "mlp", 1, 256
-	case "mlp-L8-H512":
-		name, cfg.Layers, cfg.Hidden = "mlp", 8, 512
-	}
+	name, cfg := ZooModel(c.Model, c.Batch)
+	cfg.Seq = c.SeqLen
 	m, err := models.Lookup(name)
 	if err != nil {
 		return q, fmt.Errorf("case %s: %w", r.ID, err)
@@ -374,4 +370,23 @@ func (s Summary) MarshalJSON() ([]byte, error) {
 		MedianAbsErrSeconds   *float64
 		PairsOrdered          *float64
 	}{plain(s), num(s.MedianAbsErrAllocated), num(s.MedianAbsErrReserved), num(s.WorstUnderAllocated), num(s.MedianAbsErrSeconds), num(s.PairsOrdered)})
+}
+
+// ZooModel maps a model of validation/reference.py (which measure.py
+// builds too) to the zoo entry and configuration batchfit predicts it
+// with: the MLP variants by their depth and width, the LoRA MLPs with
+// PEFT's adapters on every hidden Linear (named "linear"; the head is
+// frozen).
+func ZooModel(name string, batch int64) (string, models.Config) {
+	switch name {
+	case "mlp-L1-H256":
+		return "mlp", models.Config{Batch: batch, Layers: 1, Hidden: 256}
+	case "mlp-L8-H512":
+		return "mlp", models.Config{Batch: batch, Layers: 8, Hidden: 512}
+	case "lora-mlp-r8":
+		return "mlp", models.Config{Batch: batch, Adapters: &graph.Adapters{Rank: 8, Alpha: 16, Targets: []string{"linear"}}}
+	case "lora-mlp-r16-dropout":
+		return "mlp", models.Config{Batch: batch, Adapters: &graph.Adapters{Rank: 16, Alpha: 32, Dropout: 0.1, Targets: []string{"linear"}}}
+	}
+	return name, models.Config{Batch: batch}
 }

@@ -7,7 +7,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/batchfit/batchfit/graph"
 	"github.com/batchfit/batchfit/models"
 	"github.com/batchfit/batchfit/profile"
 	"github.com/batchfit/batchfit/train"
@@ -29,20 +28,10 @@ type reference struct {
 	} `json:"models"`
 }
 
-// zooName maps reference entries to zoo builds.
+// build maps reference entries to zoo builds.
 func build(t *testing.T, name string, batch int64) (models.Config, string) {
-	switch name {
-	case "mlp-L1-H256":
-		return models.Config{Batch: batch, Layers: 1, Hidden: 256}, "mlp"
-	case "mlp-L8-H512":
-		return models.Config{Batch: batch, Layers: 8, Hidden: 512}, "mlp"
-	case "lora-mlp-r8":
-		// every hidden Linear is named "linear", the head "head"
-		return models.Config{Batch: batch, Adapters: &graph.Adapters{Rank: 8, Alpha: 16, Targets: []string{"linear"}}}, "mlp"
-	case "lora-mlp-r16-dropout":
-		return models.Config{Batch: batch, Adapters: &graph.Adapters{Rank: 16, Alpha: 32, Dropout: 0.1, Targets: []string{"linear"}}}, "mlp"
-	}
-	return models.Config{Batch: batch}, name
+	zoo, cfg := ZooModel(name, batch)
+	return cfg, zoo
 }
 
 // TestTorchReference compares parameter counts (exactly) and saved
