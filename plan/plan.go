@@ -1024,8 +1024,12 @@ func StrategyName(p train.Parallel) string {
 
 // Layout names a candidate's GPU layout: its data-parallel strategy and
 // its tensor parallelism ("fsdp, tp 4+sp").
-func Layout(c Candidate) string {
-	s := StrategyName(c.Parallel)
+func Layout(c Candidate) string { return StrategyName(c.Parallel) + modelSplit(c) }
+
+// modelSplit is a candidate's tensor and pipeline parallelism, ", tp 4+sp,
+// pp 2", or nothing.
+func modelSplit(c Candidate) string {
+	var s string
 	if c.TP > 1 {
 		s += fmt.Sprintf(", tp %d", c.TP)
 		if c.SP {
@@ -1048,15 +1052,7 @@ func strategyPrefix(p train.Parallel) string {
 // describe names a candidate in one line.
 func describe(c Candidate) string {
 	s := fmt.Sprintf("micro-batch %d × %d, %s%s, checkpointing %s, optimizer %s", c.MicroBatch, c.Accumulate, strategyPrefix(c.Parallel), c.Precision, c.Checkpoint, c.Impl)
-	if c.TP > 1 {
-		s += fmt.Sprintf(", tensor parallel %d", c.TP)
-		if c.SP {
-			s += "+sp"
-		}
-	}
-	if c.PP > 1 {
-		s += fmt.Sprintf(", %d pipeline stages", c.PP)
-	}
+	s += modelSplit(c)
 	if c.Expandable {
 		s += ", expandable segments"
 	}
