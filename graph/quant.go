@@ -89,6 +89,11 @@ type Quant struct {
 	// dtype and quantized on the device (Params4bit._quantize,
 	// Int8Params._quantize).
 	Prequantized bool
+	// KeepsInput: bitsandbytes before 0.43.2, whose MatMul4Bit kept its
+	// input A for backward whenever an input needed a gradient
+	// (ctx.tensors = (A, B)); 0.43.2 keeps only the weight
+	// (bitsandbytes#1270, "delete useless buffered activation").
+	KeepsInput bool
 	// Skip lists Linear modules left unquantized (llm_int8_skip_modules,
 	// modules_to_not_convert), matched like LoRA targets.
 	Skip []string

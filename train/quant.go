@@ -351,6 +351,9 @@ func quantLinearForward(c *fwdCtx, q *graph.Quant) {
 	}
 	if c.requiresGrad(0) {
 		c.save(c.w)
+		if q.KeepsInput {
+			c.save(c.in[0])
+		}
 	}
 }
 

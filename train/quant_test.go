@@ -269,3 +269,22 @@ func TestQuantComputeFollowsPrecision(t *testing.T) {
 		t.Errorf("fc2 forward transients %v, want %v", got, want)
 	}
 }
+
+// bitsandbytes before 0.43.2 kept MatMul4Bit's input A for backward
+// (ctx.tensors = (A, B); bitsandbytes#1270 dropped it). In the QLoRA graph
+// only fc2's input needs a gradient — fc1's is the batch — and nothing
+// else keeps that bf16 [8, 64] tensor (the adapter keeps its float32
+// copy), so the older release saves 8·64·2 = 1024 bytes more.
+func TestQuant4bitKeepsInputBefore0432(t *testing.T) {
+	saved := func(keep bool) int64 {
+		q := graph.Quant{Format: graph.NF4, BlockSize: 64, DoubleQuant: true, Compute: graph.BF16, KeepsInput: keep}
+		_, sum, err := Simulate(quantGraph(t, 8, q), Setup{Precision: TrueBF16, Steps: 1, Optimizer: Optimizer{Kind: Adam}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return sum.ActivationsBytes
+	}
+	if d := saved(true) - saved(false); d != 1024 {
+		t.Errorf("the older release saves %d bytes more, want 1024", d)
+	}
+}

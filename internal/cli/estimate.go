@@ -409,7 +409,11 @@ func quantNotes(q *graph.Quant) []string {
 	var out []string
 	switch q.Format {
 	case graph.NF4, graph.FP4:
-		out = append(out, "each 4-bit weight is dequantized whole for every forward and backward use, as bitsandbytes 0.49's MatMul4Bit does; 0.50's fused gemm_4bit skips that copy for some shapes (less), while older releases such as 0.41 also keep every quantized layer's input for backward (more: up to the inputs of the quantized Linears)")
+		if q.KeepsInput {
+			out = append(out, "each 4-bit weight is dequantized whole for every forward and backward use, and each quantized layer keeps its input for backward, as bitsandbytes before 0.43.2 does")
+			break
+		}
+		out = append(out, "each 4-bit weight is dequantized whole for every forward and backward use, as bitsandbytes 0.49's MatMul4Bit does; 0.50's fused gemm_4bit skips that copy for some shapes (less); releases before 0.43.2 also keep every quantized layer's input for backward: say --bnb-version")
 	case graph.Int8:
 		out = append(out, "LLM.int8's outlier columns (llm_int8_threshold) depend on the data and are not modelled: each adds a float16 slice of the input and of the weight")
 	case graph.GPTQ:

@@ -87,6 +87,7 @@ type jobFlags struct {
 	doubleQuant  bool
 	quantCompute string
 	quantBlock   int64
+	bnbVersion   string
 	mode         string
 	prompt       int64
 	newTokens    int64
@@ -151,6 +152,7 @@ func (j *jobFlags) register(fs *flag.FlagSet, batchDefault string) {
 	fs.BoolVar(&j.doubleQuant, "double-quant", false, "4-bit double quantization of the absmax constants (bnb_4bit_use_double_quant)")
 	fs.StringVar(&j.quantCompute, "quant-compute", "", "dtype a 4-bit weight is dequantized to (bnb_4bit_compute_dtype): bf16, fp16 or fp32 (default: the precision's compute dtype)")
 	fs.Int64Var(&j.quantBlock, "quant-blocksize", 64, "4-bit quantization block: one absmax per this many elements (bitsandbytes' default 64)")
+	fs.StringVar(&j.bnbVersion, "bnb-version", "", "the bitsandbytes release whose 4-bit rules apply (default: current; before 0.43.2 each 4-bit layer also keeps its input for backward)")
 }
 
 // modelParallel reads --tp, --pp, --stage and --stage-layers into c.
@@ -443,6 +445,15 @@ func (j *jobFlags) requestFor(src predict.Source) (predict.Request, error) {
 	if r.Infer, err = j.inference(); err != nil {
 		return r, err
 	}
+	if q != nil && (q.Format == graph.NF4 || q.Format == graph.FP4) {
+		old, err := bnbBefore(j.bnbVersion, 0, 43, 2)
+		if err != nil {
+			return r, err
+		}
+		q.KeepsInput = old
+	} else if j.bnbVersion != "" {
+		return r, usagef("--bnb-version applies to bitsandbytes' 4-bit weights (--quant nf4 or fp4, or such a checkpoint)")
+	}
 	if q != nil && (ad == nil || ad.Rank == 0) && r.Infer == nil {
 		// transformers' Trainer: "You cannot perform fine-tuning on purely
 		// quantized models. Please attach trainable adapters"
@@ -633,4 +644,31 @@ func (j *jobFlags) inference() (*predict.Inference, error) {
 	}
 	in.NewTokens, in.Beams = j.newTokens, j.beams
 	return in, nil
+}
+
+// bnbBefore reports whether the bitsandbytes release v ("0.41.1"; empty:
+// the current one) comes before major.minor.patch.
+func bnbBefore(v string, major, minor, patch int) (bool, error) {
+	if v == "" {
+		return false, nil
+	}
+	var n [3]int
+	parts := strings.Split(strings.TrimPrefix(strings.TrimSpace(v), "v"), ".")
+	if len(parts) < 2 || len(parts) > 3 {
+		return false, usagef("--bnb-version %q: want a release such as 0.41.1", v)
+	}
+	for i, p := range parts {
+		x, err := strconv.Atoi(p)
+		if err != nil || x < 0 || x > 1000 {
+			return false, usagef("--bnb-version %q: want a release such as 0.41.1", v)
+		}
+		n[i] = x
+	}
+	want := [3]int{major, minor, patch}
+	for i := range n {
+		if n[i] != want[i] {
+			return n[i] < want[i], nil
+		}
+	}
+	return false, nil
 }

@@ -87,3 +87,33 @@ func TestQuantFromConfig(t *testing.T) {
 		t.Errorf("no adapters: exit %d, %s", code, errs)
 	}
 }
+
+// --bnb-version picks bitsandbytes' 4-bit rule: before 0.43.2 every
+// quantized layer also keeps its input, so the saved activations grow; the
+// flag is bitsandbytes' 4-bit formats' alone, and a malformed release is a
+// usage error.
+func TestBnbVersion(t *testing.T) {
+	saved := func(extra ...string) int64 {
+		args := append([]string{"estimate", "Llama-3.2-1B", "--seq", "64", "--layers", "2", "--quant", "nf4", "--lora", "4", "--lora-targets", "q_proj,v_proj",
+			"--precision", "bf16-true", "--json"}, extra...)
+		out, errs, code := run(args...)
+		if code != 0 {
+			t.Fatalf("%v: exit %d: %s", extra, code, errs)
+		}
+		var e EstimateJSON
+		if err := json.Unmarshal([]byte(out), &e); err != nil {
+			t.Fatal(err)
+		}
+		return e.ActivationsBytes
+	}
+	now, old, boundary := saved(), saved("--bnb-version", "0.41.1"), saved("--bnb-version", "0.43.2")
+	if old <= now || boundary != now {
+		t.Errorf("saved activations: current %d, 0.41.1 %d, 0.43.2 %d; want 0.41.1 above the others", now, old, boundary)
+	}
+	for _, c := range [][]string{{"--bnb-version", "0.4x"}, {"--bnb-version", "1"}, {"--quant", "int8", "--bnb-version", "0.41.1"}} {
+		args := append([]string{"estimate", "Llama-3.2-1B", "--seq", "64", "--lora", "4", "--lora-targets", "q_proj", "--quant", "nf4"}, c...)
+		if _, errs, code := run(args...); code != 2 || !strings.Contains(errs, "--bnb-version") {
+			t.Errorf("%v: exit %d, %q; want a usage error naming --bnb-version", c, code, errs)
+		}
+	}
+}
