@@ -133,6 +133,10 @@ type Tensor struct {
 	// RequiresGrad follows PyTorch: parameters require grad, the input batch
 	// does not, an op's output does when any differentiable input does.
 	RequiresGrad bool
+	// Untrained marks a frozen parameter that autograd nonetheless treats
+	// as requiring grad: a view of a flat parameter that does (see
+	// UnfreezeMixedUnits). Its gradient is computed; no optimizer holds it.
+	Untrained bool
 	// Quant is the stored format of a quantized Linear weight (nil for
 	// every other tensor): the parameter's bytes on the device are
 	// Quant.Pieces, not Shape × DType.
@@ -341,4 +345,62 @@ func (g *Graph) Validate() error {
 		return fmt.Errorf("graph %s has no loss", g.Name)
 	}
 	return nil
+}
+
+// UnfreezeMixedUnits applies FSDP1's flat parameters to g: with
+// use_orig_params=True a unit (here a block) may hold frozen and trainable
+// parameters together, and then the frozen ones are views of a flat
+// parameter that requires grad, so autograd computes their gradients and
+// the ops save what those gradients need — "the gradient memory usage
+// will be higher than expected (namely, equivalent to not freezing those
+// parameters)", as FullyShardedDataParallel's documentation says. Such
+// parameters become RequiresGrad and Untrained (the optimizer is given the
+// trainable ones only), and the ops' outputs are marked again. It reports
+// how many parameters it changed.
+func (g *Graph) UnfreezeMixedUnits() int {
+	block := map[TensorID]int32{}
+	for i := range g.Ops {
+		op := &g.Ops[i]
+		for _, t := range append([]TensorID{op.Weight, op.Bias}, op.Inputs...) {
+			if t != None && g.Tensors[t].Role == Parameter && op.Block >= 0 {
+				if _, ok := block[t]; !ok {
+					block[t] = op.Block
+				}
+			}
+		}
+	}
+	trainable := map[int32]bool{}
+	for t, b := range block {
+		if g.Tensors[t].RequiresGrad {
+			trainable[b] = true
+		}
+	}
+	n := 0
+	for t, b := range block {
+		tt := &g.Tensors[t]
+		if trainable[b] && !tt.RequiresGrad && tt.Quant == nil && tt.DType.IsFloat() {
+			tt.RequiresGrad, tt.Untrained = true, true
+			n++
+		}
+	}
+	if n == 0 {
+		return 0
+	}
+	for i := range g.Ops {
+		op := &g.Ops[i]
+		if op.Kind == Full || op.Kind == Rand || op.Kind == Compare {
+			continue // made outside autograd
+		}
+		out := &g.Tensors[op.Output]
+		if out.RequiresGrad || !out.DType.IsFloat() {
+			continue
+		}
+		for _, t := range append([]TensorID{op.Weight, op.Bias}, op.Inputs...) {
+			if t != None && g.Tensors[t].RequiresGrad {
+				out.RequiresGrad = true
+				break
+			}
+		}
+	}
+	return n
 }

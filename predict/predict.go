@@ -309,6 +309,11 @@ func simulateTraining(r Request, setup train.Setup) (*train.Simulator, *graph.Gr
 		if err != nil {
 			return nil, err
 		}
+		if setup.Parallel.Strategy == train.FSDP {
+			// FSDP1's flat parameters: a unit mixing frozen and trainable
+			// parameters computes gradients for all of them
+			g.UnfreezeMixedUnits()
+		}
 		graphs[b] = g
 		return g, nil
 	}

@@ -460,3 +460,44 @@ func FuzzParseStrategy(f *testing.F) {
 		}
 	})
 }
+
+// FSDP1 with LoRA: each block's unit holds the frozen base Linear and its
+// trainable adapters, so (use_orig_params=True) the base weights are views
+// of a flat parameter that requires grad — "gradient memory ... equivalent
+// to not freezing those parameters". On 4 ranks the sharded gradients are
+// every block parameter's share, base and adapters, while Adam's state is
+// the adapters' alone; the head, frozen in a unit of its own, stays
+// without gradient. Seed MLP, r = 8: each hidden block holds its Linear
+// (out·in + out) and lora_A [8, in], lora_B [out, 8].
+func TestFSDPMixedUnitsGradients(t *testing.T) {
+	m, err := models.Lookup("mlp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := m.Build(models.Config{Batch: 16, Adapters: &graph.Adapters{Rank: 8, Alpha: 16, Targets: []string{"linear"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := g.UnfreezeMixedUnits(); n != 8 {
+		t.Fatalf("%d parameters unfrozen, want the 4 blocks' weights and biases", n)
+	}
+	_, sum, err := Simulate(g, Setup{Optimizer: Optimizer{Kind: Adam, Impl: Foreach}, Parallel: Parallel{Strategy: FSDP, GPUs: 4}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var grads, lora int64
+	for _, io := range [][2]int64{{784, 1024}, {1024, 1024}, {1024, 1024}, {1024, 1024}} {
+		in, out := io[0], io[1]
+		for _, n := range []int64{out * in, out, 8 * in, out * 8} {
+			grads += ceilDiv(n, 4)
+		}
+		lora += ceilDiv(8*in, 4) + ceilDiv(out*8, 4)
+	}
+	if sum.GradientsBytes != 4*grads || sum.OptimizerStateBytes != 8*lora {
+		t.Errorf("gradients %d and state %d, want %d (every block parameter's share) and %d (the adapters')",
+			sum.GradientsBytes, sum.OptimizerStateBytes, 4*grads, 8*lora)
+	}
+	if want := int64(8*784 + 1024*8 + 3*(8*1024+1024*8)); sum.TrainableParamCount != want {
+		t.Errorf("trainable %d, want the adapters' %d", sum.TrainableParamCount, want)
+	}
+}

@@ -328,7 +328,7 @@ func New(g *graph.Graph, s Setup) (*Simulator, error) {
 			sim.sum.ParametersBytes += n * ps.sdt.Size()
 		}
 		sim.params = append(sim.params, ps)
-		if t.RequiresGrad {
+		if t.RequiresGrad && !t.Untrained {
 			sim.sum.TrainableParamCount += n
 			// a frozen parameter never gets a gradient, so the optimizer
 			// skips it (_init_group keeps the params whose grad is not
