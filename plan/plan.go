@@ -532,7 +532,7 @@ func (pl *planner) staticBytes(p train.Precision, par train.Parallel, tp tensorO
 	pe := p.ParamDType().Size()
 	se := pe // the optimizer state's dtype
 	var master int64
-	if low, amp := p.Autocast(); amp && par.IsZeRO() {
+	if low, _ := p.Autocast(); par.HalfModule(p) {
 		// DeepSpeed's half module, float32 master weights and state
 		pe, se, master = low.Size(), 4, 4
 	}

@@ -137,11 +137,10 @@ func (sim *Simulator) makeState(first bool) {
 		return
 	}
 	o := sim.s.Optimizer
-	if sim.s.Parallel.IsZeRO() && o.Kind != NoOptimizer {
-		if _, amp := sim.s.Precision.Autocast(); amp {
-			for _, ps := range sim.trained {
-				sim.newState(ps, ps.local*ps.odt.Size())
-			}
+	if sim.s.Parallel.HalfModule(sim.s.Precision) && o.Kind != NoOptimizer {
+		// the float32 master weights
+		for _, ps := range sim.trained {
+			sim.newState(ps, ps.local*ps.odt.Size())
 		}
 	}
 	switch o.Kind {

@@ -155,6 +155,16 @@ func (p Parallel) IsZeRO() bool {
 	return p.Strategy == ZeRO1 || p.Strategy == ZeRO2 || p.Strategy == ZeRO3
 }
 
+// HalfModule reports DeepSpeed's fp16 or bf16 mode, which is what a
+// *-mixed precision means under ZeRO: the module itself is cast to the half
+// dtype, nothing runs under autocast, and the optimizer keeps float32
+// master weights in its partition (the ZeRO paper's 2Ψ + 2Ψ + 12Ψ/N for
+// Adam). This is the one place that says so.
+func (p Parallel) HalfModule(prec Precision) bool {
+	_, amp := prec.Autocast()
+	return amp && p.IsZeRO()
+}
+
 // IsFSDP reports FSDP or FSDP2.
 func (p Parallel) IsFSDP() bool { return p.Strategy == FSDP || p.Strategy == FSDP2 }
 
@@ -504,13 +514,12 @@ func paramUnits(g *graph.Graph) map[graph.TensorID]int32 {
 // parallelDTypes gives the dtype the ops see the parameters in and the
 // dtype the optimizer steps them in. FSDP's MixedPrecision(param_dtype=low)
 // gathers the parameters in the low dtype and keeps the shards in float32;
-// DeepSpeed's fp16/bf16 modes cast the module itself to the half dtype and
-// keep float32 master weights in the optimizer's partition (the
-// "2Ψ + 2Ψ + 12Ψ/N" of the ZeRO paper).
+// DeepSpeed's half module (HalfModule) computes in the low dtype and steps
+// float32 master weights.
 func (sim *Simulator) parallelDTypes() (compute, opt graph.DType) {
 	pdt := sim.s.Precision.ParamDType()
 	p := sim.s.Parallel
-	if low, amp := sim.s.Precision.Autocast(); amp && (p.IsFSDP() || p.IsZeRO()) {
+	if low, amp := sim.s.Precision.Autocast(); amp && (p.IsFSDP() || p.HalfModule(sim.s.Precision)) {
 		return low, graph.F32
 	}
 	return pdt, pdt

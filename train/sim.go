@@ -292,9 +292,7 @@ func New(g *graph.Graph, s Setup) (*Simulator, error) {
 	}
 	sim.tr.Reserve(int((int64(len(g.Tensors)+len(g.Ops))*per/2*int64(s.Steps*s.Accumulate) + 64)))
 	sim.low, sim.amp = s.Precision.Autocast()
-	if s.Parallel.IsZeRO() {
-		// DeepSpeed's fp16 and bf16 modes cast the module; nothing runs
-		// under autocast
+	if s.Parallel.HalfModule(s.Precision) {
 		sim.amp = false
 	}
 	sim.tr.Label = g.Name
@@ -617,8 +615,8 @@ func Regions(g *graph.Graph, c Checkpoint) ([]int32, int32) {
 // parameter dtype, or the half dtype of DeepSpeed's fp16 and bf16 modes.
 // Floating buffers and inputs follow it.
 func (sim *Simulator) modelDType() graph.DType {
-	if low, amp := sim.s.Precision.Autocast(); amp && sim.s.Parallel.IsZeRO() {
-		return low
+	if sim.s.Parallel.HalfModule(sim.s.Precision) {
+		return sim.low
 	}
 	return sim.s.Precision.ParamDType()
 }
