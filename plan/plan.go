@@ -263,10 +263,9 @@ func Run(o Options) (*Answer, error) {
 		return nil, err
 	}
 	o.Base.Setup = s
-	untimed := s.Parallel.On() || o.Base.Config.TP > 1 || o.Base.Config.PP > 1
+	untimed := !o.Base.Timed()
 	if untimed {
-		// the step-time model knows no communication: rank by the
-		// fewest changes instead
+		// no step times to rank by: the fewest changes instead
 		o.Objective = FewestChanges
 	}
 	if o.Base.Config.Batch <= 0 {

@@ -114,6 +114,12 @@ type Result struct {
 	Generation *train.GenerationSummary
 }
 
+// Timed reports whether a step time is predicted for r: the step-time
+// model times one GPU's training step, and knows no communication.
+func (r Request) Timed() bool {
+	return r.Infer == nil && !r.Setup.Parallel.On() && r.Config.TP <= 1 && r.Config.PP <= 1
+}
+
 // Run answers a Request.
 func Run(r Request) (*Result, error) {
 	if r.Source == nil {
@@ -201,9 +207,7 @@ func Run(r Request) (*Result, error) {
 		tr.Release()
 	}
 	res.Infer, res.Generation = r.Infer, gen
-	// The step-time model knows no communication: it answers for one GPU,
-	// and for training.
-	if r.GPU.Rates.Known() && r.Infer == nil && !res.Setup.Parallel.On() && r.Config.TP <= 1 && r.Config.PP <= 1 {
+	if r.GPU.Rates.Known() && r.Timed() {
 		est, err := cost.Step(cost.Input{Graph: g0, Ops: res.Summary.Ops, Setup: res.Setup, Rates: r.GPU.Rates,
 			Seq: r.Config.Seq, Batch: g0BatchOf(r)})
 		if err != nil {

@@ -148,7 +148,7 @@ const (
 
 // On reports whether more than one GPU, or a sharding wrapper on one, is
 // simulated.
-func (p Parallel) On() bool { return p.Strategy != Single && p.Strategy != "" }
+func (p Parallel) On() bool { return p.Strategy != Single && (p.Strategy != "" || p.GPUs > 1) }
 
 // IsZeRO reports a DeepSpeed stage.
 func (p Parallel) IsZeRO() bool {
