@@ -980,7 +980,7 @@ func (pl *planner) changes(c Candidate) []string {
 		out = append(out, fmt.Sprintf("expandable_segments %v → %v", b.Expandable, c.Expandable))
 	}
 	if c.Parallel != b.Parallel {
-		out = append(out, fmt.Sprintf("strategy %s → %s", StrategyName(b.Parallel), StrategyName(c.Parallel)))
+		out = append(out, fmt.Sprintf("strategy %s → %s", b.Parallel.Name(), c.Parallel.Name()))
 	}
 	if c.PP != b.PP {
 		s := fmt.Sprintf("pipeline stages %d → %d (1F1B over the %d micro-batches", b.PP, c.PP, c.Accumulate)
@@ -1002,28 +1002,9 @@ func (pl *planner) changes(c Candidate) []string {
 	return out
 }
 
-// StrategyName is a data-parallel strategy in a few words: ddp, zero2,
-// fsdp (grad-op), fsdp+offload.
-func StrategyName(p train.Parallel) string {
-	if !p.On() {
-		return "single"
-	}
-	s := string(p.Strategy)
-	if p.IsFSDP() && p.Sharding != train.FullShard {
-		s += " (" + string(p.Sharding) + ")"
-	}
-	if p.Offload {
-		s += "+offload"
-	}
-	if p.OffloadParams {
-		s += "+param-offload"
-	}
-	return s
-}
-
 // Layout names a candidate's GPU layout: its data-parallel strategy and
 // its tensor parallelism ("fsdp, tp 4+sp").
-func Layout(c Candidate) string { return StrategyName(c.Parallel) + modelSplit(c) }
+func Layout(c Candidate) string { return c.Parallel.Name() + modelSplit(c) }
 
 // modelSplit is a candidate's tensor and pipeline parallelism, ", tp 4+sp,
 // pp 2", or nothing.
@@ -1045,7 +1026,7 @@ func strategyPrefix(p train.Parallel) string {
 	if !p.On() {
 		return ""
 	}
-	return StrategyName(p) + ", "
+	return p.Name() + ", "
 }
 
 // describe names a candidate in one line.

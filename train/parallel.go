@@ -190,22 +190,34 @@ func (p Parallel) shardsGrads() bool {
 	return p.IsFSDP() && p.Sharding != NoShard || p.Strategy == ZeRO2 || p.Strategy == ZeRO3
 }
 
-// String is the strategy as the command line takes it.
+// Name is the strategy in a few words: single, ddp, zero2, fsdp
+// (grad-op), fsdp+offload.
+func (p Parallel) Name() string {
+	if !p.On() {
+		return string(Single)
+	}
+	s := string(p.Strategy)
+	if s == "" {
+		s = string(DDP)
+	}
+	if p.IsFSDP() && p.Sharding != FullShard && p.Sharding != "" {
+		s += " (" + string(p.Sharding) + ")"
+	}
+	if p.Offload {
+		s += "+offload"
+	}
+	if p.OffloadParams {
+		s += "+param-offload"
+	}
+	return s
+}
+
+// String is the strategy and its ranks: "fsdp (grad-op) on 8 GPUs".
 func (p Parallel) String() string {
 	if !p.On() {
 		return "1 GPU"
 	}
-	s := fmt.Sprintf("%s on %d GPUs", p.Strategy, p.GPUs)
-	if p.IsFSDP() && p.Sharding != FullShard {
-		s += ", sharding " + string(p.Sharding)
-	}
-	if p.Offload {
-		s += ", offload"
-	}
-	if p.OffloadParams {
-		s += ", parameter offload"
-	}
-	return s
+	return fmt.Sprintf("%s on %d GPUs", p.Name(), p.GPUs)
 }
 
 func (p Parallel) normalize() (Parallel, error) {

@@ -424,5 +424,5 @@ func strategyOf(p train.Parallel) string {
 	if !p.On() {
 		return ""
 	}
-	return plan.StrategyName(p)
+	return p.Name()
 }
