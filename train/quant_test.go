@@ -1,6 +1,7 @@
 package train
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/batchfit/batchfit/graph"
@@ -155,24 +156,12 @@ func TestQuantComputeFloat32(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := transients(tr, trace.Forward, "fc2"), []int64{2048, 8192, 16384, 2048}; !equal(got, want) {
+	if got, want := transients(tr, trace.Forward, "fc2"), []int64{2048, 8192, 16384, 2048}; !slices.Equal(got, want) {
 		t.Errorf("fc2 forward transients %v, want %v", got, want)
 	}
-	if got, want := transients(tr, trace.Backward, "fc2"), []int64{2048, 8192, 16384, 2048, 1024}; !equal(got, want) {
+	if got, want := transients(tr, trace.Backward, "fc2"), []int64{2048, 8192, 16384, 2048, 1024}; !slices.Equal(got, want) {
 		t.Errorf("fc2 backward transients %v, want %v", got, want)
 	}
-}
-
-func equal(a, b []int64) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // LLM.int8 under 16-true: CB int8 8192 B + SCB 256 B for fc1; forward
@@ -189,10 +178,10 @@ func TestQuantInt8(t *testing.T) {
 	if want := int64(8192 + 256 + 4096 + 256); sum.QuantizedBytes != want {
 		t.Errorf("stored %d B, want %d", sum.QuantizedBytes, want)
 	}
-	if got, want := transients(tr, trace.Forward, "fc2"), []int64{32, 512, 2048}; !equal(got, want) {
+	if got, want := transients(tr, trace.Forward, "fc2"), []int64{32, 512, 2048}; !slices.Equal(got, want) {
 		t.Errorf("fc2 forward transients %v, want %v", got, want)
 	}
-	if got, want := transients(tr, trace.Backward, "fc2"), []int64{8192, 256, 1024}; !equal(got, want) {
+	if got, want := transients(tr, trace.Backward, "fc2"), []int64{8192, 256, 1024}; !slices.Equal(got, want) {
 		t.Errorf("fc2 backward transients %v, want %v", got, want)
 	}
 }
@@ -211,10 +200,10 @@ func TestQuantGPTQ(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := transients(tr, trace.Forward, "fc2"), []int64{256, 64, 16384, 4096, 4096, 512, 8192, 512, 4096, 4096, 8192}; !equal(got, want) {
+	if got, want := transients(tr, trace.Forward, "fc2"), []int64{256, 64, 16384, 4096, 4096, 512, 8192, 512, 4096, 4096, 8192}; !slices.Equal(got, want) {
 		t.Errorf("fc2 forward transients %v, want %v", got, want)
 	}
-	if got, want := transients(tr, trace.Backward, "fc2"), []int64{1024}; !equal(got, want) {
+	if got, want := transients(tr, trace.Backward, "fc2"), []int64{1024}; !slices.Equal(got, want) {
 		t.Errorf("fc2 backward transients %v, want %v", got, want)
 	}
 	saved := map[string]int64{}
@@ -242,14 +231,14 @@ func TestQuantAWQ(t *testing.T) {
 	if got := transients(tr, trace.Forward, "fc2"); len(got) != 0 {
 		t.Errorf("fc2 forward transients %v, want none", got)
 	}
-	if got, want := transients(tr, trace.Backward, "fc2"), []int64{8192, 16384, 2048}; !equal(got, want) {
+	if got, want := transients(tr, trace.Backward, "fc2"), []int64{8192, 16384, 2048}; !slices.Equal(got, want) {
 		t.Errorf("fc2 backward transients %v, want %v", got, want)
 	}
 	tr, _, err = Simulate(g, Setup{Precision: TrueBF16, Steps: 1, Optimizer: Optimizer{Kind: Adam}, Profile: mustProfile(t, "")})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := transients(tr, trace.Forward, "fc2"), []int64{2048, 2048}; !equal(got, want) {
+	if got, want := transients(tr, trace.Forward, "fc2"), []int64{2048, 2048}; !slices.Equal(got, want) {
 		t.Errorf("bf16-true: fc2 forward transients %v, want %v", got, want)
 	}
 }
@@ -265,7 +254,7 @@ func TestQuantComputeFollowsPrecision(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := transients(tr, trace.Forward, "fc2"), []int64{8192}; !equal(got, want) {
+	if got, want := transients(tr, trace.Forward, "fc2"), []int64{8192}; !slices.Equal(got, want) {
 		t.Errorf("fc2 forward transients %v, want %v", got, want)
 	}
 }
