@@ -156,6 +156,15 @@ type Pruned struct {
 	Impl       train.Impl
 	Reason     string
 	Parallel   train.Parallel
+	// TP, SP and PP are the tensor, sequence and pipeline parallelism.
+	TP int64
+	SP bool
+	PP int64
+}
+
+// pruned records a combination ruled out without a search.
+func (pl *planner) pruned(p train.Precision, ck train.Checkpoint, im train.Impl, par train.Parallel, tp tensorOpt, reason string) {
+	pl.ans.Pruned = append(pl.ans.Pruned, Pruned{Precision: p, Checkpoint: ck, Impl: im, Reason: reason, Parallel: par, TP: tp.tp, SP: tp.sp, PP: tp.pp})
 }
 
 // Answer is the planner's answer.
@@ -667,7 +676,7 @@ func (pl *planner) run() error {
 				if need := pl.staticBytes(p, par, tp, params, trainable); need > pl.capLeft {
 					for _, ck := range pl.checkpoints(g0) {
 						for _, im := range pl.impls() {
-							pl.ans.Pruned = append(pl.ans.Pruned, Pruned{p, ck, im, fmt.Sprintf("parameters, gradients and optimizer state alone need %s", alloc.FormatSize(need)), par})
+							pl.pruned(p, ck, im, par, tp, fmt.Sprintf("parameters, gradients and optimizer state alone need %s", alloc.FormatSize(need)))
 						}
 					}
 					total := need + (pl.o.Base.GPU.Capacity - pl.capLeft)
@@ -717,7 +726,7 @@ func (pl *planner) run() error {
 	sort.SliceStable(combos, func(i, j int) bool { return less(key(combos[i]), key(combos[j])) })
 	for _, cb := range combos {
 		if len(pl.ans.Best) >= pl.o.Top && !less(key(cb), pl.planKey(pl.ans.Best[pl.o.Top-1])) {
-			pl.ans.Pruned = append(pl.ans.Pruned, Pruned{cb.p, cb.ck, cb.impl, "slower than the plans shown even at its largest micro-batch", cb.par})
+			pl.pruned(cb.p, cb.ck, cb.impl, cb.par, cb.tp, "slower than the plans shown even at its largest micro-batch")
 			continue
 		}
 		if err := pl.search(cb); err != nil {
@@ -840,9 +849,9 @@ func (pl *planner) search(cb *combo) error {
 		return err
 	}
 	if p == nil {
-		pl.ans.Pruned = append(pl.ans.Pruned, Pruned{cb.p, cb.ck, cb.impl, fmt.Sprintf(
+		pl.pruned(cb.p, cb.ck, cb.impl, cb.par, cb.tp, fmt.Sprintf(
 			"with %s%s and checkpointing %s the forward and backward passes alone need more than the device at a micro-batch of %d",
-			strategyPrefix(cb.par), cb.p, cb.ck, pl.accsMicro(hi)), cb.par})
+			strategyPrefix(cb.par), cb.p, cb.ck, pl.accsMicro(hi)))
 		return nil
 	}
 	if !p.Fits {

@@ -85,6 +85,9 @@ type PrunedJSON struct {
 	OptimizerImpl string `json:"optimizer_impl"`
 	Reason        string `json:"reason"`
 	Strategy      string `json:"strategy,omitempty"`
+	TP            int64  `json:"tp,omitempty"`
+	SP            bool   `json:"sp,omitempty"`
+	PP            int64  `json:"pp,omitempty"`
 }
 
 // planFlags are plan's own flags, shared with estimate's suggestions.
@@ -278,7 +281,14 @@ func planJSON(r predict.Request, o plan.Options, ans *plan.Answer) PlanJSON {
 		out.Evaluated = append(out.Evaluated, planEntry(ans, p))
 	}
 	for _, p := range ans.Pruned {
-		out.Pruned = append(out.Pruned, PrunedJSON{string(p.Precision), p.Checkpoint.String(), string(p.Impl), p.Reason, strategyOf(p.Parallel)})
+		e := PrunedJSON{Precision: string(p.Precision), Checkpoint: p.Checkpoint.String(), OptimizerImpl: string(p.Impl), Reason: p.Reason, Strategy: strategyOf(p.Parallel), SP: p.SP}
+		if p.TP > 1 {
+			e.TP = p.TP
+		}
+		if p.PP > 1 {
+			e.PP = p.PP
+		}
+		out.Pruned = append(out.Pruned, e)
 	}
 	return out
 }
