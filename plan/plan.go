@@ -943,7 +943,9 @@ func (pl *planner) indexOf(a int) int {
 
 // keep adds a fitting plan to the best list.
 func (pl *planner) keep(p *Plan) {
-	if p.Candidate == pl.base && pl.o.Objective == FewestChanges {
+	if p.Candidate == pl.base && pl.o.Objective == FewestChanges && !pl.ans.Untimed {
+		// the changes asked for are changes; a plan ranked by changes
+		// only for want of step times keeps the job as it is when it fits
 		return
 	}
 	for i, q := range pl.ans.Best {

@@ -370,3 +370,18 @@ func TestPipelineLever(t *testing.T) {
 		t.Errorf("base fits %v, a pipelined plan %v: want it not to fit, and a pipeline to", ans.Base.Fits, found)
 	}
 }
+
+// Without step times (data parallelism) the plans are ranked by the fewest
+// changes, and a job that fits as it is comes first, unchanged, rather
+// than "nothing fits".
+func TestUntimedKeepsAFittingJob(t *testing.T) {
+	src := blocks{layers: 2, width: 256}
+	s := train.Setup{Optimizer: train.Optimizer{Kind: train.SGD}, Parallel: train.Parallel{Strategy: train.DDP, GPUs: 4}}
+	ans, err := Run(Options{Base: request(src, 64, s, 1<<40), Top: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !ans.Untimed || !ans.Base.Fits || len(ans.Best) == 0 || ans.Best[0].Candidate != ans.Base.Candidate || len(ans.Best[0].Changes) != 0 {
+		t.Fatalf("untimed %v, base fits %v, %d plans; want the job itself first", ans.Untimed, ans.Base.Fits, len(ans.Best))
+	}
+}
