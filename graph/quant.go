@@ -2,6 +2,7 @@ package graph
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/batchfit/batchfit/suggest"
@@ -269,3 +270,25 @@ func (b *Builder) quantize(name string, w TensorID) {
 // the Builder has a Quant (builders that create a Linear's parameters
 // themselves call it beside LoRAParams).
 func (b *Builder) QuantizeLinear(name string, w TensorID) { b.quantize(name, w) }
+
+// BnbKeepsInput reports whether bitsandbytes release v ("0.41.1"; empty:
+// the current one) keeps MatMul4Bit's input for backward: every release
+// before 0.43.2 does (see Quant.KeepsInput).
+func BnbKeepsInput(v string) (bool, error) {
+	if v == "" {
+		return false, nil
+	}
+	var n [3]int
+	parts := strings.Split(strings.TrimPrefix(strings.TrimSpace(v), "v"), ".")
+	if len(parts) < 2 || len(parts) > 3 {
+		return false, fmt.Errorf("release %q: want one such as 0.41.1", v)
+	}
+	for i, p := range parts {
+		x, err := strconv.Atoi(p)
+		if err != nil || x < 0 || x > 1000 {
+			return false, fmt.Errorf("release %q: want one such as 0.41.1", v)
+		}
+		n[i] = x
+	}
+	return n[0] == 0 && (n[1] < 43 || n[1] == 43 && n[2] < 2), nil
+}

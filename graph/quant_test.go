@@ -152,3 +152,35 @@ func FuzzParseQuantFormat(f *testing.F) {
 		}
 	})
 }
+
+// Releases before 0.43.2 keep MatMul4Bit's input (bitsandbytes#1270).
+func TestBnbKeepsInput(t *testing.T) {
+	for v, want := range map[string]bool{"": false, "0.41.1": true, "0.43.1": true, "v0.43.2": false, "0.43": true, "0.49.2": false, "1.0": false} {
+		if got, err := BnbKeepsInput(v); err != nil || got != want {
+			t.Errorf("%q: %v, %v; want %v", v, got, err, want)
+		}
+	}
+	for _, v := range []string{"0.4x", "1", "0..1", "0.41.1.2", "-1.0"} {
+		if _, err := BnbKeepsInput(v); err == nil {
+			t.Errorf("%q: no error", v)
+		}
+	}
+}
+
+// Release strings never panic, and a release and the same with a "v"
+// before it answer alike.
+func FuzzBnbKeepsInput(f *testing.F) {
+	for _, s := range []string{"0.41.1", "0.43.2", "v0.49", "1", "0..1", " 0.43.1 "} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, v string) {
+		keeps, err := BnbKeepsInput(v)
+		if v == "" || strings.HasPrefix(strings.TrimSpace(v), "v") {
+			return
+		}
+		k2, err2 := BnbKeepsInput("v" + strings.TrimSpace(v))
+		if keeps != k2 || (err == nil) != (err2 == nil) {
+			t.Errorf("%q: %v, %v; with a v: %v, %v", v, keeps, err, k2, err2)
+		}
+	})
+}

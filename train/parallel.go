@@ -132,8 +132,8 @@ type Parallel struct {
 
 // DeepSpeed's defaults (deepspeed/runtime/zero/config.py).
 const (
-	zeroReduceBucket   = 500_000_000
-	zeroPrefetchBucket = 50_000_000
+	ZeROReduceBucket   = 500_000_000
+	ZeROPrefetchBucket = 50_000_000
 	zeroPersist        = 100_000
 	zeroMaxReuse       = 1_000_000_000
 )
@@ -142,7 +142,7 @@ const (
 // a first bucket of dist._DEFAULT_FIRST_BUCKET_BYTES (1 MiB), so that the
 // first allreduce starts early.
 const (
-	ddpBucketMB         = 25
+	DDPBucketMB         = 25
 	ddpFirstBucketBytes = 1 << 20
 )
 
@@ -269,7 +269,7 @@ func (p Parallel) normalize() (Parallel, error) {
 		return p, fmt.Errorf("parameter offload needs zero3")
 	}
 	if p.BucketMB == 0 {
-		p.BucketMB = ddpBucketMB
+		p.BucketMB = DDPBucketMB
 	}
 	if p.BucketMB < 0 || p.BucketMB > 1<<20 {
 		return p, fmt.Errorf("bucket size must be between 0 and 1048576 MB, got %g", p.BucketMB)
@@ -278,11 +278,11 @@ func (p Parallel) normalize() (Parallel, error) {
 		return p, fmt.Errorf("gradient_as_bucket_view is DDP's; strategy %s does not take it", p.Strategy)
 	}
 	if p.ReduceBucket == 0 {
-		p.ReduceBucket = zeroReduceBucket
+		p.ReduceBucket = ZeROReduceBucket
 	}
 	switch {
 	case p.PrefetchBucket == 0:
-		p.PrefetchBucket = zeroPrefetchBucket
+		p.PrefetchBucket = ZeROPrefetchBucket
 	case p.PrefetchBucket == -1:
 		p.PrefetchBucket = 0 // turned off
 	}

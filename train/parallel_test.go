@@ -61,7 +61,7 @@ func TestParallelStaticFigures(t *testing.T) {
 		{FSDP2, 4 * fsdp2, 4 * fsdp2, 8 * fsdp2, 0},
 		{ZeRO1, 4 * psi, 4 * psi, 8 * part, 0},
 		{ZeRO2, 4 * psi, 4 * part, 8 * part, 0},
-		{ZeRO3, 4 * zero3, 4 * part, 8 * part, 4 * zeroReduceBucket},
+		{ZeRO3, 4 * zero3, 4 * part, 8 * part, 4 * ZeROReduceBucket},
 	}
 	for _, c := range cases {
 		t.Run(string(c.strat), func(t *testing.T) {

@@ -139,10 +139,10 @@ func (j *jobFlags) register(fs *flag.FlagSet, batchDefault string) {
 	fs.IntVar(&j.nodeGPUs, "node-gpus", 8, "GPUs per node (hybrid sharding shards within a node)")
 	fs.BoolVar(&j.offload, "offload", false, "FSDP's CPU offload of parameters, gradients and the step, or ZeRO's offload_optimizer")
 	fs.BoolVar(&j.offloadParams, "offload-params", false, "ZeRO-3's offload_param")
-	fs.Float64Var(&j.bucketMB, "bucket-mb", 25, "DDP's bucket_cap_mb")
+	fs.Float64Var(&j.bucketMB, "bucket-mb", train.DDPBucketMB, "DDP's bucket_cap_mb")
 	fs.BoolVar(&j.bucketView, "bucket-view", false, "DDP's gradient_as_bucket_view")
-	fs.Float64Var(&j.reduceBucket, "reduce-bucket", 5e8, "ZeRO's reduce_bucket_size (elements)")
-	fs.Float64Var(&j.prefetch, "prefetch-bucket", 5e7, "ZeRO-3's stage3_prefetch_bucket_size (elements; 0: no prefetch)")
+	fs.Float64Var(&j.reduceBucket, "reduce-bucket", train.ZeROReduceBucket, "ZeRO's reduce_bucket_size (elements)")
+	fs.Float64Var(&j.prefetch, "prefetch-bucket", train.ZeROPrefetchBucket, "ZeRO-3's stage3_prefetch_bucket_size (elements; 0: no prefetch)")
 	fs.Int64Var(&j.tp, "tp", 1, "tensor parallelism (Megatron's column and row splits; Llama-family models)")
 	fs.BoolVar(&j.sp, "sp", false, "sequence parallelism over the tensor-parallel ranks (Megatron's; needs --tp)")
 	fs.Int64Var(&j.pp, "pp", 1, "pipeline stages (1F1B; --accumulate is the micro-batches of a step)")
@@ -446,11 +446,11 @@ func (j *jobFlags) requestFor(src predict.Source) (predict.Request, error) {
 		return r, err
 	}
 	if q != nil && (q.Format == graph.NF4 || q.Format == graph.FP4) {
-		old, err := bnbBefore(j.bnbVersion, 0, 43, 2)
+		keeps, err := graph.BnbKeepsInput(j.bnbVersion)
 		if err != nil {
-			return r, err
+			return r, usagef("--bnb-version: %v", err)
 		}
-		q.KeepsInput = old
+		q.KeepsInput = keeps
 	} else if j.bnbVersion != "" {
 		return r, usagef("--bnb-version applies to bitsandbytes' 4-bit weights (--quant nf4 or fp4, or such a checkpoint)")
 	}
@@ -644,31 +644,4 @@ func (j *jobFlags) inference() (*predict.Inference, error) {
 	}
 	in.NewTokens, in.Beams = j.newTokens, j.beams
 	return in, nil
-}
-
-// bnbBefore reports whether the bitsandbytes release v ("0.41.1"; empty:
-// the current one) comes before major.minor.patch.
-func bnbBefore(v string, major, minor, patch int) (bool, error) {
-	if v == "" {
-		return false, nil
-	}
-	var n [3]int
-	parts := strings.Split(strings.TrimPrefix(strings.TrimSpace(v), "v"), ".")
-	if len(parts) < 2 || len(parts) > 3 {
-		return false, usagef("--bnb-version %q: want a release such as 0.41.1", v)
-	}
-	for i, p := range parts {
-		x, err := strconv.Atoi(p)
-		if err != nil || x < 0 || x > 1000 {
-			return false, usagef("--bnb-version %q: want a release such as 0.41.1", v)
-		}
-		n[i] = x
-	}
-	want := [3]int{major, minor, patch}
-	for i := range n {
-		if n[i] != want[i] {
-			return n[i] < want[i], nil
-		}
-	}
-	return false, nil
 }

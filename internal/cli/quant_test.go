@@ -117,19 +117,3 @@ func TestBnbVersion(t *testing.T) {
 		}
 	}
 }
-
-// Release strings never panic; what parses orders as releases do.
-func FuzzBnbVersion(f *testing.F) {
-	for _, s := range []string{"0.41.1", "0.43.2", "v0.49", "1", "0..1", " 0.43.1 "} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, v string) {
-		before, err := bnbBefore(v, 0, 43, 2)
-		if err != nil || v == "" {
-			return
-		}
-		if after, err := bnbBefore(v, 0, 0, 0); err != nil || (before && after) {
-			t.Errorf("%q: before 0.43.2 %v and before 0.0.0 %v", v, before, after)
-		}
-	})
-}
