@@ -77,6 +77,20 @@ type Profile struct {
 	// picks the peak rate by them.
 	MatmulAllowTF32 bool `json:"matmul_allow_tf32"`
 	CudnnAllowTF32  bool `json:"cudnn_allow_tf32"`
+	// CudnnConvAPI is the cuDNN API convolutions go through: "v7"
+	// (aten/src/ATen/native/cudnn/Conv_v7.cpp, torch 1.13) or "v8"
+	// (Conv_v8.cpp, on by default from 2.0: pytorch pull request 91117;
+	// TORCH_CUDNN_V8_API_DISABLED=1 opts out).
+	CudnnConvAPI string `json:"cudnn_conv_api"`
+	// CudnnBenchmarkEmptyCache says when torch.backends.cudnn.benchmark's
+	// algorithm search empties the caching allocator's cache (see
+	// train/conv_cudnn.go): "during_search" (Conv_v7.cpp findAlgorithms
+	// calls emptyCache while its Workspace still holds the search
+	// workspace, which therefore stays reserved), "after_search"
+	// (Conv_v8.cpp run_single_conv calls emptyCache after
+	// get_plans_from_find has freed it, when
+	// _cudnn_get_conv_benchmark_empty_cache, on by default) or "none".
+	CudnnBenchmarkEmptyCache string `json:"cudnn_benchmark_empty_cache"`
 }
 
 //go:embed profiles.json
@@ -110,6 +124,16 @@ func parse(data []byte) ([]Profile, error) {
 		case "forloop", "foreach":
 		default:
 			return nil, fmt.Errorf("profiles.json: %s: optimizer_default_impl %q", p.Version, p.OptimizerDefaultImpl)
+		}
+		switch p.CudnnConvAPI {
+		case "v7", "v8":
+		default:
+			return nil, fmt.Errorf("profiles.json: %s: cudnn_conv_api %q", p.Version, p.CudnnConvAPI)
+		}
+		switch p.CudnnBenchmarkEmptyCache {
+		case "during_search", "after_search", "none":
+		default:
+			return nil, fmt.Errorf("profiles.json: %s: cudnn_benchmark_empty_cache %q", p.Version, p.CudnnBenchmarkEmptyCache)
 		}
 		switch p.AttentionDefault {
 		case "eager", "sdpa":
