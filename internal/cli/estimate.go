@@ -261,6 +261,9 @@ func writeTraining(w io.Writer, res *predict.Result) {
 	if sum.WorkspaceBytes > 0 {
 		fmt.Fprintf(tw, "cuBLAS workspace\t%s\t\t\n", fmtBytes(sum.WorkspaceBytes))
 	}
+	if sum.ConvWorkspaceBytes > 0 {
+		fmt.Fprintf(tw, "cuDNN workspace\t%s\t(the largest, freed after each convolution: an upper bound)\t\n", fmtBytes(sum.ConvWorkspaceBytes))
+	}
 	tw.Flush()
 	if a := res.Config.Adapters; a != nil && a.Rank > 0 && res.Config.Quant == nil && (res.Setup.Precision == train.True16 || res.Setup.Precision == train.TrueBF16) {
 		// never under-predict silently
@@ -287,6 +290,9 @@ func writeTraining(w io.Writer, res *predict.Result) {
 			fmt.Fprintln(w, "note: a block freed while a collective on another stream still reads it is taken as free at once (record_stream delays that): reserved memory may run somewhat higher")
 			fmt.Fprintln(w, "note: this is the sharded training step; a model built or loaded whole on each GPU before it is sharded (model.cuda() before wrapping, a full state dict loaded on the device) needs its whole parameters there first, which is not counted")
 		}
+	}
+	for _, n := range gpuRuleNotes(res) {
+		fmt.Fprintln(w, "note: "+n)
 	}
 	for _, n := range quantNotes(res.Config.Quant) {
 		fmt.Fprintln(w, "note: "+n)
