@@ -40,6 +40,14 @@ type Profile struct {
 	// "default" to the cuBLAS workspace size allocated through the caching
 	// allocator at a thread's first GEMM.
 	CublasWorkspaceBytes map[string]int64 `json:"cublas_workspace_bytes"`
+	// CublasWorkspaceInAllocator: PyTorch gives each cuBLAS handle a
+	// workspace from the caching allocator (cublasSetWorkspace in
+	// CublasHandlePool.cpp, pytorch pull request 86167, first in 2.0:
+	// issue 95668 finds the 8519680 bytes in memory_allocated on 2.0 and
+	// not on 1.13). Without it cuBLAS allocates the same default pool
+	// itself, outside PyTorch's allocator: on the device, in nvidia-smi's
+	// figure, but in neither memory_allocated nor memory_reserved.
+	CublasWorkspaceInAllocator bool `json:"cublas_workspace_in_allocator"`
 	// CublasWorkspacePerThread: one workspace per (thread, stream), so the
 	// autograd device thread gets its own at its first GEMM in backward.
 	CublasWorkspacePerThread bool `json:"cublas_workspace_per_thread"`

@@ -160,3 +160,37 @@ func TestConvWorkspaceBound(t *testing.T) {
 		}
 	}
 }
+
+// The cuBLAS workspace (CublasHandlePool.cpp): from 2.0 one per thread
+// that runs a GEMM from the caching allocator, at its first GEMM; before,
+// cuBLAS's own pool outside it. On compute capability 8 the size is
+// :4096:2:16:8 = 8519680 bytes, or what CUBLAS_WORKSPACE_CONFIG says.
+// 2.0's cuBLASLt adds 1 MiB (CUDABlas.cpp's default 1024 KiB) around the
+// head's addmm with its bias, the one Lt call here; 2.5's shares the
+// cuBLAS workspace.
+func TestCublasWorkspacePlacement(t *testing.T) {
+	g := convNet(t, 2, 8, 4)
+	for _, c := range []struct {
+		prof, config         string
+		inTrace, library, lt int64
+	}{
+		{"1.13", "", 0, 2 * 8519680, 0},
+		{"2.0", "", 2 * 8519680, 0, 1 << 20},
+		{"2.5", "", 2 * 8519680, 0, 0},
+		{"2.5", ":16:8", 2 * 16 * 1024 * 8, 0, 0},
+	} {
+		tr, sum, err := Simulate(g, Setup{Profile: mustProfile(t, c.prof), Steps: 1, ComputeMajor: 8, CublasWorkspaceConfig: c.config, Optimizer: Optimizer{Kind: SGD}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got int64
+		for i := 0; i < tr.Len(); i++ {
+			if e := tr.At(i); e.Action == trace.Alloc && e.Category == trace.Workspace && !strings.HasPrefix(tr.SiteName(e.Site), "conv") {
+				got += e.Size
+			}
+		}
+		if got != c.inTrace+c.lt || sum.LibraryBytes != c.library || sum.WorkspaceBytes != c.inTrace+c.library {
+			t.Errorf("%s %q: %d in the allocator, %d outside, %d in all; want %d, %d", c.prof, c.config, got, sum.LibraryBytes, sum.WorkspaceBytes, c.inTrace, c.library)
+		}
+	}
+}

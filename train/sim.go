@@ -232,6 +232,10 @@ type Summary struct {
 	// CudnnSearches the benchmark searches run (--cudnn-benchmark).
 	ConvWorkspaceBytes int64
 	CudnnSearches      int
+	// LibraryBytes is device memory libraries allocate outside PyTorch's
+	// allocator that the step itself makes (cuBLAS's own workspaces
+	// before 2.0): in nvidia-smi's figure, not in memory_reserved.
+	LibraryBytes int64
 	// PeakRequested is the largest sum of the unrounded sizes of the live
 	// allocations over the whole trace: what the allocator's
 	// requested_bytes peak would be on a device with room for everything.

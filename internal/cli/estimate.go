@@ -215,6 +215,9 @@ func writeEstimate(w io.Writer, res *predict.Result, batches []int64) {
 	fmt.Fprintf(tw, "peak allocated\t%s\t(torch.cuda.max_memory_allocated)\t\n", fmtBytes(tl.PeakAllocated))
 	fmt.Fprintf(tw, "peak reserved\t%s\t(torch.cuda.max_memory_reserved)\t\n", fmtBytes(tl.PeakReserved))
 	fmt.Fprintf(tw, "CUDA context\t%s\t(outside PyTorch's allocator)\t\n", fmtBytes(res.Context))
+	if res.Libraries > 0 {
+		fmt.Fprintf(tw, "  of which libraries\t%s\t(cuBLAS's own workspaces, outside PyTorch's allocator)\t\n", fmtBytes(res.Libraries))
+	}
 	fmt.Fprintf(tw, "device total\t%s\t(what nvidia-smi shows)\t\n", fmtBytes(res.DeviceTotal))
 	fmt.Fprintf(tw, "GPU capacity\t%s\t%s\t\n", fmtBytes(res.GPU.Capacity), res.GPU.Marketing)
 	tw.Flush()
@@ -259,7 +262,11 @@ func writeTraining(w io.Writer, res *predict.Result) {
 	}
 	fmt.Fprintf(tw, "batch data\t%s\t\t\n", fmtBytes(sum.BatchDataBytes))
 	if sum.WorkspaceBytes > 0 {
-		fmt.Fprintf(tw, "cuBLAS workspace\t%s\t\t\n", fmtBytes(sum.WorkspaceBytes))
+		if sum.LibraryBytes > 0 {
+			fmt.Fprintf(tw, "cuBLAS workspace\t%s\t(cuBLAS's own: outside PyTorch's allocator, in the context line)\t\n", fmtBytes(sum.WorkspaceBytes))
+		} else {
+			fmt.Fprintf(tw, "cuBLAS workspace\t%s\t\t\n", fmtBytes(sum.WorkspaceBytes))
+		}
 	}
 	if sum.ConvWorkspaceBytes > 0 {
 		fmt.Fprintf(tw, "cuDNN workspace\t%s\t(the largest, freed after each convolution: an upper bound)\t\n", fmtBytes(sum.ConvWorkspaceBytes))
