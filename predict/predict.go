@@ -94,8 +94,7 @@ type Result struct {
 	// Libraries included.
 	Context int64
 	// Libraries is what the step makes libraries allocate outside
-	// PyTorch's allocator (train.Summary.LibraryBytes), part of Context
-	// unless the context was given (a measured context holds it).
+	// PyTorch's allocator (train.Summary.LibraryBytes), part of Context.
 	Libraries int64
 	// DeviceTotal is what nvidia-smi would show for the process at the
 	// peak: peak reserved plus the context.
@@ -181,10 +180,14 @@ func Run(r Request) (*Result, error) {
 	if q := r.Config.Quant; q != nil && !quantized(g0) {
 		return nil, fmt.Errorf("%s: no Linear weight of this model is stored %s (the source does not build quantized layers, or every Linear is skipped)", r.Source.Name(), q.Format)
 	}
+	// The libraries' own allocations come on top of the context, given
+	// or not: a context measured before the first GEMM (the usual way,
+	// after a first tiny tensor) lacks them; one measured after the step
+	// counts them twice, the safe side.
 	lib := sim.Summary().LibraryBytes
 	ctx := r.GPU.ContextSize + lib
 	if r.Context >= 0 {
-		ctx, lib = r.Context, 0
+		ctx = r.Context + lib
 	}
 	if ctx >= r.GPU.Capacity {
 		return nil, fmt.Errorf("the CUDA context (%s) leaves nothing of the %s device", alloc.FormatSize(ctx), alloc.FormatSize(r.GPU.Capacity))
