@@ -63,3 +63,20 @@ func TestGPURuleFlags(t *testing.T) {
 		}
 	}
 }
+
+// The web API takes the two flags as fields, and answers as the command
+// line does.
+func TestServeGPURuleFields(t *testing.T) {
+	ts := testServer(t, serveOptions{})
+	want := cli(t, "estimate", "simpleconv", "--batch", "8", "--gpu", "t4", "--cudnn-benchmark", "--cublas-workspace-config", ":16:8", "--json")
+	res, body := postJSON(t, ts.URL+"/api/estimate", map[string]any{"model": "simpleconv", "batch": 8, "gpu": "t4", "cudnn-benchmark": true, "cublas-workspace-config": ":16:8"})
+	if res.StatusCode != 200 {
+		t.Fatalf("%d: %s", res.StatusCode, body)
+	}
+	if string(body) != want {
+		t.Errorf("the API's answer differs from the command line's:\n%s\n---\n%s", body, want)
+	}
+	if !strings.Contains(want, `"cudnn_searches": 5`) {
+		t.Errorf("no searches in %s", want)
+	}
+}
