@@ -96,6 +96,9 @@ type Result struct {
 	// Libraries is what the step makes libraries allocate outside
 	// PyTorch's allocator (train.Summary.LibraryBytes), part of Context.
 	Libraries int64
+	// WorkspaceLowEnd: the figures are those of the step with no cuDNN
+	// workspace, which reserved more than the one with the bound's.
+	WorkspaceLowEnd bool
 	// DeviceTotal is what nvidia-smi would show for the process at the
 	// peak: peak reserved plus the context.
 	DeviceTotal int64
@@ -193,6 +196,41 @@ func Run(r Request) (*Result, error) {
 		return nil, fmt.Errorf("the CUDA context (%s) leaves nothing of the %s device", alloc.FormatSize(ctx), alloc.FormatSize(r.GPU.Capacity))
 	}
 	dev := alloc.Device{Capacity: r.GPU.Capacity - ctx, Total: r.GPU.Capacity}
+	lowEnd := false
+	if sim.Summary().ConvWorkspaceBytes > 0 {
+		// cuDNN's workspaces lie between none and the bound of
+		// train/conv_cudnn.go, and the caching allocator's reserved memory
+		// is not monotone in them (a large transient block changes where
+		// later blocks land): both ends are replayed and the worse one
+		// answers.
+		low := setup
+		low.ConvWorkspaceNone = true
+		var sim2 *train.Simulator
+		var g2 *graph.Graph
+		var gen2 *train.GenerationSummary
+		if r.Infer != nil {
+			sim2, g2, gen2, err = simulateInference(r, low)
+		} else {
+			sim2, g2, err = simulateTraining(r, low)
+		}
+		if err != nil {
+			return nil, err
+		}
+		hi, err := alloc.Replay(sim.CompactTrace(), r.Alloc, dev, alloc.ReplayOptions{})
+		if err != nil {
+			return nil, err
+		}
+		lo, err := alloc.Replay(sim2.CompactTrace(), r.Alloc, dev, alloc.ReplayOptions{})
+		if err != nil {
+			return nil, err
+		}
+		if (lo.OOM != nil && hi.OOM == nil) || (lo.OOM == nil && hi.OOM == nil && lo.PeakReserved > hi.PeakReserved) {
+			sim.CompactTrace().Release()
+			sim, g0, gen, lowEnd = sim2, g2, gen2, true
+		} else {
+			sim2.CompactTrace().Release()
+		}
+	}
 	// A replay reads repeated micro-batches once (and skips their copies
 	// when the allocator's state comes back); a kept or recorded trace is
 	// written out in full.
@@ -205,7 +243,7 @@ func Run(r Request) (*Result, error) {
 		return nil, err
 	}
 	res := &Result{Model: r.Source.Name(), Config: r.Config, Setup: sim.Setup(), GPU: r.GPU, Summary: sim.Summary(),
-		Timeline: tl, Context: ctx, Libraries: lib}
+		Timeline: tl, Context: ctx, Libraries: lib, WorkspaceLowEnd: lowEnd}
 	if i := tl.PeakAllocatedEvent; i >= 0 && i < tr.Len() {
 		e := tr.At(i)
 		res.PeakAt = &PeakAt{Phase: e.Phase, Step: e.Step, Site: tr.SiteName(e.Site)}

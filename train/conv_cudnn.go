@@ -51,37 +51,46 @@ import (
 // output says so).
 
 // convWorkspace is the workspace bound of one cuDNN kernel of a forward
-// convolution with input shape in, output shape out and compute dtype dt,
-// 0 where the convolution does not go to cuDNN or needs no unfolding.
-func convWorkspace(in, out graph.Shape, a graph.Attr, dt graph.DType) int64 {
+// convolution with input shape in, output shape out and compute dtype dt;
+// cudnn is false where the convolution does not go to cuDNN at all.
+func convWorkspace(in, out graph.Shape, a graph.Attr, dt graph.DType) (n int64, cudnn bool) {
 	if len(in) != 4 || len(out) != 4 {
-		return 0
-	}
-	if a.Kernel == [2]int64{1, 1} && a.Stride == [2]int64{1, 1} && a.Padding == [2]int64{} {
-		// The unfolded input of a 1×1, stride-1, unpadded kernel is the
-		// input itself.
-		return 0
+		return 0, false
 	}
 	if g := a.Groups; g > 1 && g == in[1] && !a.ChannelsLast && dt != graph.F16 {
 		// Convolution.cpp use_cudnn_depthwise: a depthwise convolution
 		// goes to cuDNN in channels-last layout or in float16 only;
 		// otherwise the native depthwise kernel (ConvBackend::
 		// CudaDepthwise2d), which takes no workspace, runs it.
-		return 0
+		return 0, false
 	}
-	return in[0] * in[1] * a.Kernel[0] * a.Kernel[1] * out[2] * out[3] * dt.Size()
+	if a.Kernel == [2]int64{1, 1} && a.Stride == [2]int64{1, 1} && a.Padding == [2]int64{} {
+		// The unfolded input of a 1×1, stride-1, unpadded kernel is the
+		// input itself.
+		return 0, true
+	}
+	return in[0] * in[1] * a.Kernel[0] * a.Kernel[1] * out[2] * out[3] * dt.Size(), true
 }
 
 // cudnnKernel notes one cuDNN convolution kernel (kind "fwd", "bwd_data"
-// or "bwd_filter") with workspace bound n: the benchmark search the first
-// time its configuration is seen, then the kernel's own workspace, each
+// or "bwd_filter") of the forward convolution in → out: the benchmark
+// search the first time its configuration is seen (for every kernel that
+// goes to cuDNN, a 1×1 one too), then the kernel's own workspace, each
 // allocated and freed around the call.
-func (sim *Simulator) cudnnKernel(kind string, in, out graph.Shape, a graph.Attr, dt graph.DType, n int64) {
-	if sim.s.CPU || n <= 0 {
+//
+// With Setup.ConvWorkspaceNone the kernels and searches take nothing, the
+// other end of the range the heuristic's choice lies in; the figures of
+// the Summary stay the bound's.
+func (sim *Simulator) cudnnKernel(kind string, in, out graph.Shape, a graph.Attr, dt graph.DType) {
+	n, cudnn := convWorkspace(in, out, a, dt)
+	if sim.s.CPU || !cudnn {
 		return
 	}
 	if n > sim.sum.ConvWorkspaceBytes {
 		sim.sum.ConvWorkspaceBytes = n
+	}
+	if sim.s.ConvWorkspaceNone {
+		n = 0
 	}
 	if sim.s.CudnnBenchmark {
 		key := fmt.Sprint(kind, in, out, a.Kernel, a.Stride, a.Padding, a.Dilation, a.Groups, a.ChannelsLast, dt)
@@ -91,16 +100,19 @@ func (sim *Simulator) cudnnKernel(kind string, in, out graph.Shape, a graph.Attr
 			}
 			sim.cudnnSearched[key] = true
 			sim.sum.CudnnSearches++
-			ws := sim.alloc(n, trace.Workspace)
+			var ws *storage
+			if n > 0 {
+				ws = sim.alloc(n, trace.Workspace)
+			}
 			switch sim.s.Profile.CudnnBenchmarkEmptyCache {
 			case "during_search":
 				sim.EmptyCache()
-				sim.free(ws)
+				sim.freeIf(ws)
 			case "after_search":
-				sim.free(ws)
+				sim.freeIf(ws)
 				sim.EmptyCache()
 			default:
-				sim.free(ws)
+				sim.freeIf(ws)
 			}
 		}
 	}
@@ -112,9 +124,13 @@ func convCUDAForward(c *fwdCtx) {
 	if c.m.sim.s.CPU {
 		return
 	}
-	in, out := c.shape(0), c.outShape()
-	dt := c.in[0].dt
-	c.m.sim.cudnnKernel("fwd", in, out, c.op.Attr, dt, convWorkspace(in, out, c.op.Attr, dt))
+	c.m.sim.cudnnKernel("fwd", c.shape(0), c.outShape(), c.op.Attr, c.in[0].dt)
+}
+
+func (sim *Simulator) freeIf(st *storage) {
+	if st != nil {
+		sim.free(st)
+	}
 }
 
 // convCUDABackward is cudnn_convolution_backward (ConvShared.cpp): the
@@ -126,14 +142,13 @@ func convCUDABackward(c *bwdCtx) {
 	in := m.g.Tensors[c.op.Inputs[0]].Shape
 	out := m.g.Tensors[c.op.Output].Shape
 	dt := c.inDT(0)
-	n := convWorkspace(in, out, c.op.Attr, dt)
 	if c.needs(0) {
 		c.gradIn(0)
-		m.sim.cudnnKernel("bwd_data", in, out, c.op.Attr, dt, n)
+		m.sim.cudnnKernel("bwd_data", in, out, c.op.Attr, dt)
 	}
 	if w := c.op.Weight; w != graph.None && m.g.Tensors[w].RequiresGrad && m.pidx[w] >= 0 {
 		c.gradParam(w)
-		m.sim.cudnnKernel("bwd_filter", in, out, c.op.Attr, dt, n)
+		m.sim.cudnnKernel("bwd_filter", in, out, c.op.Attr, dt)
 	}
 	c.gradParam(c.op.Bias)
 }

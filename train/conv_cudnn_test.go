@@ -72,6 +72,16 @@ func TestCudnnWorkspaceHeuristic(t *testing.T) {
 	if sum.ConvWorkspaceBytes != 13824 || sum.CudnnSearches != 0 {
 		t.Errorf("largest workspace %d, searches %d; want 13824, 0", sum.ConvWorkspaceBytes, sum.CudnnSearches)
 	}
+	// The lower end of the range: no workspace, the same bound reported,
+	// the searches and their empty_cache calls kept.
+	tr, sum, err = Simulate(g, Setup{Profile: mustProfile(t, "2.5"), Steps: 1, ConvWorkspaceNone: true, CudnnBenchmark: true, Optimizer: Optimizer{Kind: SGD}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := convEvents(tr)
+	if len(got) != 8 || got[0] != "empty_cache" || sum.ConvWorkspaceBytes != 13824 || sum.CudnnSearches != 8 {
+		t.Errorf("no workspace: events %v, bound %d, searches %d; want 8 empty_cache calls alone, 13824, 8", got, sum.ConvWorkspaceBytes, sum.CudnnSearches)
+	}
 	// The CPU runs no cuDNN.
 	tr, _, err = Simulate(g, Setup{CPU: true, Profile: mustProfile(t, "2.5"), Steps: 1, Optimizer: Optimizer{Kind: SGD}})
 	if err != nil {
@@ -82,9 +92,10 @@ func TestCudnnWorkspaceHeuristic(t *testing.T) {
 	}
 }
 
-// With torch.backends.cudnn.benchmark each of the five kernel
-// configurations (conv1 fwd, conv2 fwd, conv2 data, conv2 filter, conv1
-// filter) is searched once, in the first step only; where the search
+// With torch.backends.cudnn.benchmark each of the eight kernel
+// configurations (conv1 fwd, conv2 fwd, conv3 fwd, conv3 data, conv3
+// filter, conv2 data, conv2 filter, conv1 filter) is searched once, in the
+// first step only; conv3's (1×1) searches allocate nothing. Where the search
 // empties the cache is the release's: Conv_v7.cpp while the search
 // workspace is held (1.13), Conv_v8.cpp after freeing it (2.5), and not
 // at all where 2.0's source was not read (2.0).
@@ -109,11 +120,20 @@ func TestCudnnBenchmarkSearch(t *testing.T) {
 		if !slices.Equal(got[:len(c.first)], c.first) {
 			t.Errorf("%s: step 1 begins %v, want %v", c.prof, got[:len(c.first)], c.first)
 		}
-		if sum.CudnnSearches != 5 {
-			t.Errorf("%s: %d searches, want 5", c.prof, sum.CudnnSearches)
+		if sum.CudnnSearches != 8 {
+			t.Errorf("%s: %d searches, want 8", c.prof, sum.CudnnSearches)
 		}
-		// Step 1: five kernels with a search each (two allocations),
-		// step 2: five kernels alone.
+		empties := 0
+		for _, s := range got {
+			if s == "empty_cache" {
+				empties++
+			}
+		}
+		if want := map[string]int{"1.13": 8, "2.0": 0, "2.5": 8}[c.prof]; empties != want {
+			t.Errorf("%s: %d empty_cache calls, want %d", c.prof, empties, want)
+		}
+		// Step 1: five kernels with a workspace and a search each (two
+		// allocations), step 2: the five kernels alone.
 		allocs := 0
 		for _, s := range got {
 			if strings.HasPrefix(s, "conv") {
@@ -140,23 +160,24 @@ func TestConvWorkspaceBound(t *testing.T) {
 	in, out := graph.Shape{4, 16, 10, 10}, graph.Shape{4, 16, 10, 10}
 	half := graph.Shape{4, 16, 5, 5}
 	for _, c := range []struct {
-		name string
-		a    graph.Attr
-		out  graph.Shape
-		dt   graph.DType
-		want int64
+		name  string
+		a     graph.Attr
+		out   graph.Shape
+		dt    graph.DType
+		want  int64
+		cudnn bool
 	}{
-		{"3x3", k3, out, graph.F32, 4 * 16 * 9 * 100 * 4},
-		{"3x3 half", k3, out, graph.F16, 4 * 16 * 9 * 100 * 2},
-		{"depthwise f32", dw, out, graph.F32, 0},
-		{"depthwise bf16", dw, out, graph.BF16, 0},
-		{"depthwise f16", dw, out, graph.F16, 4 * 16 * 9 * 100 * 2},
-		{"depthwise channels-last", dwCL, out, graph.F32, 4 * 16 * 9 * 100 * 4},
-		{"1x1", k1, out, graph.F32, 0},
-		{"1x1 stride 2", k1s2, half, graph.F32, 4 * 16 * 25 * 4},
+		{"3x3", k3, out, graph.F32, 4 * 16 * 9 * 100 * 4, true},
+		{"3x3 half", k3, out, graph.F16, 4 * 16 * 9 * 100 * 2, true},
+		{"depthwise f32", dw, out, graph.F32, 0, false},
+		{"depthwise bf16", dw, out, graph.BF16, 0, false},
+		{"depthwise f16", dw, out, graph.F16, 4 * 16 * 9 * 100 * 2, true},
+		{"depthwise channels-last", dwCL, out, graph.F32, 4 * 16 * 9 * 100 * 4, true},
+		{"1x1", k1, out, graph.F32, 0, true},
+		{"1x1 stride 2", k1s2, half, graph.F32, 4 * 16 * 25 * 4, true},
 	} {
-		if got := convWorkspace(in, c.out, c.a, c.dt); got != c.want {
-			t.Errorf("%s: %d, want %d", c.name, got, c.want)
+		if got, cudnn := convWorkspace(in, c.out, c.a, c.dt); got != c.want || cudnn != c.cudnn {
+			t.Errorf("%s: %d, cuDNN %v; want %d, %v", c.name, got, cudnn, c.want, c.cudnn)
 		}
 	}
 }

@@ -15,6 +15,9 @@ func gpuRuleNotes(res *predict.Result) []string {
 	if sum.ConvWorkspaceBytes > 0 {
 		out = append(out, fmt.Sprintf("cuDNN convolution workspaces are taken at an upper bound, the explicit-GEMM algorithm's unfolded input (the largest here %s), because the algorithm cuDNN's heuristic picks is not known without the GPU: it usually needs less; FFT algorithms, seldom picked, can need more", fmtBytes(sum.ConvWorkspaceBytes)))
 	}
+	if res.WorkspaceLowEnd {
+		out = append(out, "the figures are those of the step with no cuDNN workspace at all, the other end of the range, which reserved more than the step with the bound's: the caching allocator's reserved memory is not monotone in a transient block's size")
+	}
 	if sum.CudnnSearches > 0 {
 		n := fmt.Sprintf("--cudnn-benchmark: %d cuDNN algorithm searches in the first step, each taken at the same bound; a search may use up to the largest free block (CUDACachingAllocator::cacheInfo), so the first step's peak reserved can be higher than shown, though a search alone never runs out of memory", sum.CudnnSearches)
 		switch s.Profile.CudnnBenchmarkEmptyCache {
