@@ -99,6 +99,13 @@ type Profile struct {
 	// get_plans_from_find has freed it, when
 	// _cudnn_get_conv_benchmark_empty_cache, on by default) or "none".
 	CudnnBenchmarkEmptyCache string `json:"cudnn_benchmark_empty_cache"`
+	// CudaModuleLoading is how the release's CUDA builds load kernels,
+	// which sets the CUDA context's size (gpu.GPU.ContextSize assumes
+	// lazy): "lazy" (every build's runtime is CUDA 11.7 or later, and
+	// PyTorch sets CUDA_MODULE_LOADING=LAZY when the user has not, pull
+	// request 86509) or "lazy_from_cuda_11_7" (1.13, also built for CUDA
+	// 11.6, which loads every kernel at start-up).
+	CudaModuleLoading string `json:"cuda_module_loading"`
 }
 
 //go:embed profiles.json
@@ -137,6 +144,11 @@ func parse(data []byte) ([]Profile, error) {
 		case "v7", "v8":
 		default:
 			return nil, fmt.Errorf("profiles.json: %s: cudnn_conv_api %q", p.Version, p.CudnnConvAPI)
+		}
+		switch p.CudaModuleLoading {
+		case "lazy", "lazy_from_cuda_11_7":
+		default:
+			return nil, fmt.Errorf("profiles.json: %s: cuda_module_loading %q", p.Version, p.CudaModuleLoading)
 		}
 		switch p.CudnnBenchmarkEmptyCache {
 		case "during_search", "after_search", "none":

@@ -30,6 +30,9 @@ func gpuRuleNotes(res *predict.Result) []string {
 		}
 		out = append(out, n)
 	}
+	if s.Profile.CudaModuleLoading == "lazy_from_cuda_11_7" && res.Context == res.GPU.ContextSize+res.Libraries {
+		out = append(out, fmt.Sprintf("the CUDA context (%s) assumes lazy kernel loading, which PyTorch %s's CUDA 11.7 build has; its CUDA 11.6 build loads every kernel at start-up, over 1 GiB by public measurements (docs/accuracy.md §3.1): give --context then", fmtBytes(res.GPU.ContextSize), s.Profile.Version))
+	}
 	if c := s.CublasWorkspaceConfig; c != "" {
 		if _, ok, _ := profile.ParseCublasWorkspaceConfig(c); !ok {
 			out = append(out, fmt.Sprintf("CUBLAS_WORKSPACE_CONFIG %q has no :SIZE:COUNT pair: PyTorch warns and keeps the default cuBLAS workspace, %s", c, fmtBytes(s.Profile.CublasWorkspace(res.GPU.Major))))

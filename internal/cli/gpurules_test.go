@@ -57,7 +57,7 @@ func TestGPURuleFlags(t *testing.T) {
 	}
 	// The text output says what the rules cannot know.
 	out, _, _ := run("estimate", "simpleconv", "--batch", "8", "--gpu", "t4", "--torch", "1.13", "--cudnn-benchmark", "--cublas-workspace-config", "abc")
-	for _, want := range []string{"cuDNN workspace", "upper bound", "5 cuDNN algorithm searches", "Conv_v7.cpp", `CUBLAS_WORKSPACE_CONFIG "abc" has no :SIZE:COUNT pair`} {
+	for _, want := range []string{"cuDNN workspace", "upper bound", "5 cuDNN algorithm searches", "Conv_v7.cpp", `CUBLAS_WORKSPACE_CONFIG "abc" has no :SIZE:COUNT pair`, "CUDA 11.6 build", "of which libraries"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("text output lacks %q:\n%s", want, out)
 		}
