@@ -36,6 +36,9 @@ func (z Zoo) Build(c models.Config) (*graph.Graph, error) {
 }
 func (z Zoo) DefaultSeq() int64 { return z.M.DefaultSeq }
 
+// Note is the zoo entry's note (models.Model.Note).
+func (z Zoo) Note() string { return z.M.Note }
+
 // ModelParallel reports that the zoo entry's builder splits for tensor
 // and pipeline parallelism (the transformers family; the builder checks
 // the architecture).
