@@ -69,6 +69,9 @@ type Conversion struct {
 	// segments, and its live blocks with the IDs the trace frees them by.
 	// Streams are numbered as in Trace.
 	Initial []alloc.Segment
+	// InitialSites are the sites (Trace.Sites indexes) of Initial's live
+	// blocks, by ID.
+	InitialSites map[int64]int32
 	// StartReserved is the bytes of Initial's segments: what PyTorch had
 	// reserved at the first recorded entry.
 	StartReserved int64
@@ -295,6 +298,10 @@ func (s *Snapshot) convert(device int, cfg *alloc.Config) (*Conversion, error) {
 				}
 				seg.Blocks = append(seg.Blocks, alloc.Block{Address: b.addr, Size: b.size, Requested: b.requested, Allocated: true, ID: nextID})
 				ids[b.addr] = nextID
+				if c.InitialSites == nil {
+					c.InitialSites = make(map[int64]int32)
+				}
+				c.InitialSites[nextID] = site(b.site)
 				if b.requestedBefore {
 					pendingAtStart[b.addr] = true
 				}

@@ -27,21 +27,31 @@ Examples:
 
 // SnapshotJSON is the stable JSON form of a snapshot replay.
 type SnapshotJSON struct {
-	File                  string     `json:"file"`
-	Events                int        `json:"events"`
-	AllocConf             string     `json:"alloc_conf"`
-	PeakAllocatedBytes    int64      `json:"peak_allocated_bytes"`
-	PeakReservedBytes     int64      `json:"peak_reserved_bytes"`
-	MaxFragmentationBytes int64      `json:"max_reserved_unallocated_bytes"`
-	RecordedSegmentAllocs int        `json:"recorded_segment_allocs"`
-	ReplaySegmentAllocs   int64      `json:"replay_segment_allocs"`
-	RecordedReservedBytes int64      `json:"recorded_reserved_bytes"`
-	ReplayReservedBytes   int64      `json:"replay_reserved_bytes"`
-	WhatIfConf            string     `json:"what_if_alloc_conf"`
-	WhatIfReservedBytes   int64      `json:"what_if_peak_reserved_bytes"`
-	TopSites              []SiteJSON `json:"top_sites"`
-	Fragmentation         []FragJSON `json:"fragmentation_over_time"`
-	Warnings              []string   `json:"warnings,omitempty"`
+	File                  string `json:"file"`
+	Events                int    `json:"events"`
+	AllocConf             string `json:"alloc_conf"`
+	PeakAllocatedBytes    int64  `json:"peak_allocated_bytes"`
+	PeakReservedBytes     int64  `json:"peak_reserved_bytes"`
+	MaxFragmentationBytes int64  `json:"max_reserved_unallocated_bytes"`
+	// ReplayFrom is "recorded state" when the replay starts from the
+	// allocator's state rebuilt at the first recorded entry, "empty" when
+	// that state could not be rebuilt (see Warnings).
+	ReplayFrom                string `json:"replay_from"`
+	StartReservedBytes        int64  `json:"recorded_start_reserved_bytes"`
+	StartLiveBlocks           int    `json:"start_live_blocks"`
+	RecordedSegmentAllocs     int    `json:"recorded_segment_allocs"`
+	ReplaySegmentAllocs       int64  `json:"replay_segment_allocs"`
+	RecordedPeakReservedBytes int64  `json:"recorded_peak_reserved_bytes"`
+	RecordedReservedBytes     int64  `json:"recorded_reserved_bytes"`
+	ReplayReservedBytes       int64  `json:"replay_reserved_bytes"`
+	// ReplayAgrees: the same segment allocations, and peak and final
+	// reserved within 0.5 %.
+	ReplayAgrees        bool       `json:"replay_agrees"`
+	WhatIfConf          string     `json:"what_if_alloc_conf"`
+	WhatIfReservedBytes int64      `json:"what_if_peak_reserved_bytes"`
+	TopSites            []SiteJSON `json:"top_sites"`
+	Fragmentation       []FragJSON `json:"fragmentation_over_time"`
+	Warnings            []string   `json:"warnings,omitempty"`
 }
 
 // FragJSON is the allocator state at one point of the replay.
@@ -108,13 +118,21 @@ func runSnapshot(e *env, args []string) error {
 	fmt.Fprintf(tw, "most reserved but unallocated\t%s\t(fragmentation)\n", fmtBytes(out.MaxFragmentationBytes))
 	fmt.Fprintf(tw, "with %s\t%s\tpeak reserved (%s)\n", *whatIf, fmtBytes(wtl.PeakReserved), signed(wtl.PeakReserved-tl.PeakReserved))
 	tw.Flush()
-	fmt.Fprintln(stdout, "\nreplay against the snapshot's own record:")
+	if out.ReplayFrom == replayFromState {
+		fmt.Fprintf(stdout, "\nreplay against the snapshot's own record (from the state rebuilt at the first recorded entry: %s reserved, %d blocks live):\n",
+			fmtBytes(out.StartReservedBytes), out.StartLiveBlocks)
+	} else {
+		fmt.Fprintln(stdout, "\nreplay against the snapshot's own record (from an empty allocator):")
+	}
 	tw = tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "  segments allocated\trecorded %d\treplayed %d\t\n", out.RecordedSegmentAllocs, out.ReplaySegmentAllocs)
+	fmt.Fprintf(tw, "  peak reserved\trecorded %s\treplayed %s\t\n", fmtBytes(out.RecordedPeakReservedBytes), fmtBytes(out.PeakReservedBytes))
 	fmt.Fprintf(tw, "  reserved at the end\trecorded %s\treplayed %s\t\n", fmtBytes(out.RecordedReservedBytes), fmtBytes(out.ReplayReservedBytes))
 	tw.Flush()
-	if out.RecordedSegmentAllocs > 0 && int64(out.RecordedSegmentAllocs) != out.ReplaySegmentAllocs || out.RecordedReservedBytes != out.ReplayReservedBytes {
-		fmt.Fprintln(stdout, "  they disagree: the recording may have started after segments were created (ring buffer), or another allocator setting was in force")
+	if out.ReplayAgrees {
+		fmt.Fprintln(stdout, "  they agree")
+	} else {
+		fmt.Fprintln(stdout, "  they disagree: another allocator setting may have been in force, or the recording is inconsistent (see the warnings)")
 	}
 	if len(out.Fragmentation) > 0 {
 		fmt.Fprintln(stdout, "\nfragmentation over the replay (worst point of each tenth):")
@@ -158,21 +176,29 @@ func (a *snapshotAnalysis) chart() *chart.Chart {
 // recorded allocator settings and with whatIf; with charts it also keeps
 // both replays' state over the events.
 func analyzeSnapshot(snap *snapshot.Snapshot, name string, device int, whatIf string, top int, charts bool) (*snapshotAnalysis, error) {
-	conv, err := snap.Convert(device)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", name, err)
-	}
 	recordedConf := snap.AllocatorSettings.AllocConf
 	cfg, err := alloc.ParseConfig(recordedConf)
 	if err != nil {
 		return nil, fmt.Errorf("%s: the recorded PYTORCH_CUDA_ALLOC_CONF %q: %w", name, recordedConf, err)
+	}
+	// A recording usually starts mid-run (the trace is a ring buffer):
+	// the replay starts from the allocator's state at its first entry.
+	from := replayFromState
+	var fallback string
+	conv, err := snap.ConvertFromState(device, cfg)
+	if err != nil {
+		fallback = fmt.Sprintf("the allocator's state at the first recorded entry could not be rebuilt (%v): replayed from an empty allocator, with the blocks allocated before the recording allocated first", err)
+		from = "empty"
+		if conv, err = snap.Convert(device); err != nil {
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
 	}
 	wcfg, err := alloc.ParseConfig(whatIf)
 	if err != nil {
 		return nil, usagef("--alloc-conf %q: %v", whatIf, err)
 	}
 	an := &snapshotAnalysis{}
-	opts, wopts := alloc.ReplayOptions{Record: true}, alloc.ReplayOptions{}
+	opts, wopts := alloc.ReplayOptions{Record: true, Initial: conv.Initial}, alloc.ReplayOptions{Initial: conv.Initial}
 	if charts {
 		an.rec, an.wrc = newStepRecorder(timelineBuckets), newStepRecorder(timelineBuckets)
 		opts.Observe, wopts.Observe = an.rec.observe, an.wrc.observe
@@ -191,7 +217,10 @@ func analyzeSnapshot(snap *snapshot.Snapshot, name string, device int, whatIf st
 	an.tl, an.wtl = tl, wtl
 	out := SnapshotJSON{File: name, Events: len(conv.Trace.Events), AllocConf: recordedConf, PeakAllocatedBytes: tl.PeakAllocated,
 		PeakReservedBytes: tl.PeakReserved, ReplaySegmentAllocs: tl.Final.NumDeviceAlloc, ReplayReservedBytes: tl.Final.Reserved,
-		WhatIfConf: whatIf, WhatIfReservedBytes: wtl.PeakReserved, Warnings: conv.Warnings}
+		WhatIfConf: whatIf, WhatIfReservedBytes: wtl.PeakReserved, Warnings: conv.Warnings, ReplayFrom: from}
+	if fallback != "" {
+		out.Warnings = append([]string{fallback}, out.Warnings...)
+	}
 	for _, s := range tl.Samples {
 		out.MaxFragmentationBytes = max(out.MaxFragmentationBytes, s.Reserved-s.Allocated)
 	}
@@ -220,7 +249,20 @@ func analyzeSnapshot(snap *snapshot.Snapshot, name string, device int, whatIf st
 			out.RecordedReservedBytes += s.TotalSize
 		}
 	}
-	out.TopSites = sitesAtPeak(conv.Trace, tl.PeakAllocatedEvent, top)
+	var recEnd int64
+	out.StartReservedBytes, out.RecordedPeakReservedBytes, recEnd = conv.RecordedReserved()
+	if from != replayFromState {
+		// Without the starting state, the recording's own peak is only
+		// known relative to it: the snapshot's end is the best bound.
+		out.RecordedPeakReservedBytes = max(out.RecordedPeakReservedBytes-recEnd+out.RecordedReservedBytes, out.RecordedReservedBytes)
+	}
+	for _, g := range conv.Initial {
+		out.StartLiveBlocks += len(g.Blocks)
+	}
+	out.ReplayAgrees = int64(out.RecordedSegmentAllocs) == out.ReplaySegmentAllocs &&
+		within(out.ReplayReservedBytes, out.RecordedReservedBytes, replayTolerance) &&
+		within(out.PeakReservedBytes, out.RecordedPeakReservedBytes, replayTolerance)
+	out.TopSites = sitesAtPeak(conv, tl.PeakAllocatedEvent, top)
 	an.out = out
 	return an, nil
 }
@@ -232,12 +274,32 @@ func signed(n int64) string {
 	return "+" + fmtBytes(n)
 }
 
-// sitesAtPeak sums the requested bytes live at event peak by site.
-func sitesAtPeak(tr *trace.Trace, peak, top int) []SiteJSON {
-	if peak < 0 {
+// replayFromState is SnapshotJSON.ReplayFrom for a replay from the
+// rebuilt state.
+const replayFromState = "recorded state"
+
+// replayTolerance is how far a replay's reserved bytes may be from the
+// recording's and still agree.
+const replayTolerance = 0.005
+
+func within(got, want int64, frac float64) bool {
+	d := float64(got - want)
+	return d <= frac*float64(want) && -d <= frac*float64(want)
+}
+
+// sitesAtPeak sums the requested bytes live at event peak (-1: the
+// starting state) by site.
+func sitesAtPeak(conv *snapshot.Conversion, peak, top int) []SiteJSON {
+	tr := conv.Trace
+	live := map[int64]trace.Event{}
+	for _, g := range conv.Initial {
+		for _, b := range g.Blocks {
+			live[b.ID] = trace.Event{Action: trace.Alloc, ID: b.ID, Size: b.Requested, Site: conv.InitialSites[b.ID]}
+		}
+	}
+	if peak < 0 && len(live) == 0 {
 		return nil
 	}
-	live := map[int64]trace.Event{}
 	for i := 0; i <= peak && i < len(tr.Events); i++ {
 		e := tr.Events[i]
 		switch e.Action {

@@ -78,3 +78,72 @@ func writeSnapshotFixture(t testing.TB) string {
 	}
 	return path
 }
+
+// A recording that starts mid-run: before it, a 20 MiB segment held
+// weights (8 MiB at its start, never touched in the trace) and a 4 MiB
+// activation after them. The trace frees the activation, allocates 6 MiB
+// in its place (split off the 12 MiB free block), cudaMallocs a 40 MiB
+// segment for a 40 MiB tensor, frees it and reuses the segment for 30
+// MiB. PyTorch reserved 20 MiB at the first entry and 60 MiB at the peak
+// and the end, with one segment allocated; a replay from the rebuilt
+// state must say the same. Allocated peaks at 8+6+40 = 54 MiB.
+func TestSnapshotCommandMidRun(t *testing.T) {
+	const mib = int64(1) << 20
+	const a, b = int64(0x7f0000000000), int64(0x7f0040000000)
+	blk := func(addr, size, req int64, state string) map[any]any {
+		return map[any]any{"address": addr, "size": size, "requested_size": req, "state": state, "frames": []any{}}
+	}
+	seg := func(addr, size int64, blocks ...any) map[any]any {
+		return map[any]any{"device": int64(0), "address": addr, "total_size": size, "allocated_size": int64(0), "active_size": int64(0),
+			"requested_size": int64(0), "stream": int64(0), "segment_type": "large", "segment_pool_id": ogórek.Tuple{int64(0), int64(0)},
+			"is_expandable": false, "frames": []any{}, "blocks": blocks}
+	}
+	entry := func(action string, addr, size int64) map[any]any {
+		return map[any]any{"action": action, "addr": addr, "size": size, "stream": int64(0), "time_us": int64(0), "frames": []any{}}
+	}
+	snap := map[any]any{
+		"segments": []any{
+			seg(a, 20*mib, blk(a, 8*mib, 8*mib, "active_allocated"), blk(a+8*mib, 6*mib, 6*mib, "active_allocated"), blk(a+14*mib, 6*mib, 0, "inactive")),
+			seg(b, 40*mib, blk(b, 30*mib, 30*mib, "active_allocated"), blk(b+30*mib, 10*mib, 0, "inactive")),
+		},
+		"device_traces": []any{[]any{
+			entry("free_requested", a+8*mib, 4*mib), entry("free_completed", a+8*mib, 4*mib),
+			entry("alloc", a+8*mib, 6*mib),
+			entry("segment_alloc", b, 40*mib), entry("alloc", b, 40*mib),
+			entry("free_requested", b, 40*mib), entry("free_completed", b, 40*mib),
+			entry("alloc", b, 30*mib),
+		}},
+		"allocator_settings": map[any]any{"PYTORCH_CUDA_ALLOC_CONF": ""},
+	}
+	var buf bytes.Buffer
+	if err := ogórek.NewEncoderWithConfig(&buf, &ogórek.EncoderConfig{Protocol: 4}).Encode(snap); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "midrun.pickle")
+	if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, errs, code := run("snapshot", path, "--json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	var got SnapshotJSON
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.ReplayFrom != "recorded state" || got.StartReservedBytes != 20*mib || got.StartLiveBlocks != 2 {
+		t.Errorf("replay from %q, start reserved %d, %d live blocks; want recorded state, %d, 2", got.ReplayFrom, got.StartReservedBytes, got.StartLiveBlocks, 20*mib)
+	}
+	if got.RecordedSegmentAllocs != 1 || got.ReplaySegmentAllocs != 1 || got.RecordedPeakReservedBytes != 60*mib ||
+		got.PeakReservedBytes != 60*mib || got.ReplayReservedBytes != 60*mib || !got.ReplayAgrees {
+		t.Errorf("segments %d/%d, peak reserved %d/%d, end %d, agrees %v", got.RecordedSegmentAllocs, got.ReplaySegmentAllocs,
+			got.RecordedPeakReservedBytes, got.PeakReservedBytes, got.ReplayReservedBytes, got.ReplayAgrees)
+	}
+	if got.PeakAllocatedBytes != 54*mib {
+		t.Errorf("peak allocated %d, want %d", got.PeakAllocatedBytes, 54*mib)
+	}
+	out, _, _ = run("snapshot", path)
+	if !bytes.Contains([]byte(out), []byte("they agree")) {
+		t.Errorf("text output does not say the replay agrees:\n%s", out)
+	}
+}
