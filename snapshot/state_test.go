@@ -198,3 +198,58 @@ func hexs(n int64) string { return "0x" + itoaBase(n, 16) }
 func itoa(n int64) string { return itoaBase(n, 10) }
 
 func itoaBase(n int64, base int) string { return strconv.FormatInt(n, base) }
+
+// FuzzConvertFromState builds snapshots from arbitrary bytes (segments
+// with blocks, then entries over a few addresses) and checks that
+// ConvertFromState never panics and that what it returns replays.
+func FuzzConvertFromState(f *testing.F) {
+	f.Add([]byte{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15})
+	f.Add([]byte{3, 0, 0, 0, 0, 0, 0, 0, 4, 0, 1, 0, 1, 1, 2, 0})
+	f.Add([]byte{0xff, 6, 2, 2, 0, 5, 2, 2, 0, 0, 2, 4, 0, 1, 3, 4})
+	actions := []string{ActionAlloc, ActionFreeRequested, ActionFreeCompleted, ActionSegmentAlloc,
+		ActionSegmentFree, ActionSegmentMap, ActionSegmentUnmap, ActionOOM}
+	const base = int64(0x7f0000000000)
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if len(data) < 2 || len(data) > 4096 {
+			return
+		}
+		expandable := data[0]&0x80 != 0
+		s := &Snapshot{AllocatorSettings: AllocatorSettings{ExpandableSegments: expandable}}
+		if expandable {
+			s.AllocatorSettings.AllocConf = "expandable_segments:True"
+		}
+		nseg := int(data[0] & 3)
+		data = data[1:]
+		for i := 0; i < nseg && len(data) >= 2; i++ {
+			addr := base + int64(i)*40*mib
+			g := Segment{Address: addr, TotalSize: 20 * mib, SegmentType: "large", IsExpandable: expandable}
+			if data[0]&1 != 0 {
+				g.TotalSize, g.SegmentType = 2*mib, "small"
+			}
+			if n := int64(data[1] & 15); n > 0 {
+				size := n * g.TotalSize / 16 / 512 * 512
+				g.Blocks = append(g.Blocks, blk(addr, size, size-int64(data[0]>>1), StateActiveAllocated))
+			}
+			s.Segments = append(s.Segments, g)
+			data = data[2:]
+		}
+		var entries []TraceEntry
+		for len(data) >= 3 {
+			e := TraceEntry{Action: actions[data[0]&7], Addr: base + int64(data[1]&31)*mib, Size: int64(data[2]) * 256 * 1024, Stream: int64(data[0] >> 7)}
+			entries = append(entries, e)
+			data = data[3:]
+		}
+		s.Traces = [][]TraceEntry{entries}
+		cfg, err := alloc.ParseConfig(s.AllocatorSettings.AllocConf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := s.ConvertFromState(0, cfg)
+		if err != nil {
+			return
+		}
+		if _, err := alloc.Replay(c.Trace, cfg, alloc.Device{}, alloc.ReplayOptions{Initial: c.Initial}); err != nil {
+			t.Fatalf("the converted trace does not replay from its state: %v", err)
+		}
+	})
+}
