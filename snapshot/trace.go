@@ -69,6 +69,10 @@ type Conversion struct {
 	// segments, and its live blocks with the IDs the trace frees them by.
 	// Streams are numbered as in Trace.
 	Initial []alloc.Segment
+	// EntryEvent[i] is the number of Trace events before the one entry i
+	// of the device's recorded trace became (or would have become): the
+	// events of entries[i:] start there.
+	EntryEvent []int
 	// InitialSites are the sites (Trace.Sites indexes) of Initial's live
 	// blocks, by ID.
 	InitialSites map[int64]int32
@@ -333,8 +337,10 @@ func (s *Snapshot) convert(device int, cfg *alloc.Config) (*Conversion, error) {
 	c.PreExisting = len(pres)
 
 	// Pass 2: the events.
+	c.EntryEvent = make([]int, len(entries))
 	for i := range entries {
 		e := &entries[i]
+		c.EntryEvent[i] = len(c.Trace.Events)
 		switch e.Action {
 		case ActionAlloc:
 			if old, ok := ids[e.Addr]; ok {

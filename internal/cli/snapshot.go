@@ -1,12 +1,14 @@
 package cli
 
 import (
+	"flag"
 	"fmt"
 	"sort"
 	"text/tabwriter"
 
 	"github.com/batchfit/batchfit/alloc"
 	"github.com/batchfit/batchfit/internal/chart"
+	"github.com/batchfit/batchfit/predict"
 	"github.com/batchfit/batchfit/snapshot"
 	"github.com/batchfit/batchfit/trace"
 )
@@ -19,8 +21,18 @@ reserved memory, the largest allocation sites at the peak, fragmentation,
 how the replay compares with the segments the snapshot recorded, and what
 another PYTORCH_CUDA_ALLOC_CONF would have reserved.
 
+With --model and estimate's flags (--batch, --seq, --precision,
+--optimizer, ...), it also sets batchfit's prediction of that job beside
+the recording: peak allocated and reserved overall and per phase (forward,
+backward, optimizer; the recording's phases are read from its stack frames,
+or estimated from its allocation pattern without them), and what the
+prediction lacks or adds at the peak, by request size and by the
+recording's allocation sites. The prediction uses the recording's
+PYTORCH_CUDA_ALLOC_CONF.
+
 Examples:
   batchfit snapshot memory.pickle
+  batchfit snapshot memory.pickle --model gpt2 --batch 8 --seq 1024 --optimizer adamw
   batchfit snapshot memory.pickle --alloc-conf expandable_segments:True
   batchfit snapshot memory.pickle --timeline memory.svg
 `
@@ -52,6 +64,9 @@ type SnapshotJSON struct {
 	TopSites            []SiteJSON `json:"top_sites"`
 	Fragmentation       []FragJSON `json:"fragmentation_over_time"`
 	Warnings            []string   `json:"warnings,omitempty"`
+	// Prediction sets batchfit's prediction beside the recording (with
+	// --model).
+	Prediction *SnapshotPredictionJSON `json:"prediction,omitempty"`
 }
 
 // FragJSON is the allocator state at one point of the replay.
@@ -76,6 +91,17 @@ func runSnapshot(e *env, args []string) error {
 	top := fs.Int("top", 10, "allocation sites to list")
 	timeline := fs.String("timeline", "", "write allocated and reserved memory over the replay (and reserved under --alloc-conf) to this SVG file")
 	asJSON := fs.Bool("json", false, "print JSON")
+	// estimate's flags, for --model; the snapshot's own --alloc-conf and
+	// --json keep their meaning (the prediction takes the recorded
+	// allocator configuration).
+	j := jobFlags{e: e}
+	jfs := newFlagSet("snapshot", stderr, snapshotUsage)
+	j.register(jfs, "32")
+	jfs.VisitAll(func(f *flag.Flag) {
+		if fs.Lookup(f.Name) == nil {
+			fs.Var(f.Value, f.Name, f.Usage)
+		}
+	})
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return err
@@ -106,6 +132,13 @@ func runSnapshot(e *env, args []string) error {
 		if err := e.writeChart(*timeline, an.chart()); err != nil {
 			return err
 		}
+	}
+	if j.model != "" {
+		p, err := predictBeside(&j, an, snap, *device, *top)
+		if err != nil {
+			return err
+		}
+		an.out.Prediction = p
 	}
 	out, tl, wtl, recordedConf := an.out, an.tl, an.wtl, an.out.AllocConf
 	if *asJSON {
@@ -154,16 +187,45 @@ func runSnapshot(e *env, args []string) error {
 	for _, w := range out.Warnings {
 		fmt.Fprintf(stdout, "warning: %s\n", w)
 	}
+	if out.Prediction != nil {
+		writePrediction(stdout, out.Prediction)
+	}
 	if *timeline != "" {
 		fmt.Fprintf(stdout, "\ntimeline chart: %s\n", *timeline)
 	}
 	return nil
 }
 
+// predictBeside predicts the job of j's flags with the recording's
+// allocator configuration and compares it with the recording.
+func predictBeside(j *jobFlags, an *snapshotAnalysis, snap *snapshot.Snapshot, device, top int) (*SnapshotPredictionJSON, error) {
+	batches, err := parseBatches(j.batch)
+	if err != nil {
+		return nil, err
+	}
+	r, err := j.request(j.model)
+	if err != nil {
+		return nil, err
+	}
+	r.Config.Batch = batches[0]
+	if len(batches) > 1 {
+		r.Schedule = batches
+	}
+	r.Alloc = an.cfg
+	r.KeepTrace = true
+	res, err := predict.Run(r)
+	if err != nil {
+		return nil, err
+	}
+	return comparePrediction(an, snap, device, an.conv, res, top)
+}
+
 // snapshotAnalysis is a snapshot replayed with its recorded allocator
 // settings and with another, for the command line and the web page.
 type snapshotAnalysis struct {
 	out      SnapshotJSON
+	cfg      alloc.Config // the recorded allocator configuration
+	conv     *snapshot.Conversion
 	tl, wtl  *alloc.Timeline
 	rec, wrc *stepRecorder
 }
@@ -197,7 +259,7 @@ func analyzeSnapshot(snap *snapshot.Snapshot, name string, device int, whatIf st
 	if err != nil {
 		return nil, usagef("--alloc-conf %q: %v", whatIf, err)
 	}
-	an := &snapshotAnalysis{}
+	an := &snapshotAnalysis{cfg: cfg, conv: conv}
 	opts, wopts := alloc.ReplayOptions{Record: true, Initial: conv.Initial}, alloc.ReplayOptions{Initial: conv.Initial}
 	if charts {
 		an.rec, an.wrc = newStepRecorder(timelineBuckets), newStepRecorder(timelineBuckets)

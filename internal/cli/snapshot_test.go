@@ -79,7 +79,7 @@ func writeSnapshotFixture(t testing.TB) string {
 	return path
 }
 
-// A recording that starts mid-run: before it, a 20 MiB segment held
+// writeMidRunFixture writes a recording that starts mid-run: before it, a 20 MiB segment held
 // weights (8 MiB at its start, never touched in the trace) and a 4 MiB
 // activation after them. The trace frees the activation, allocates 6 MiB
 // in its place (split off the 12 MiB free block), cudaMallocs a 40 MiB
@@ -87,7 +87,7 @@ func writeSnapshotFixture(t testing.TB) string {
 // MiB. PyTorch reserved 20 MiB at the first entry and 60 MiB at the peak
 // and the end, with one segment allocated; a replay from the rebuilt
 // state must say the same. Allocated peaks at 8+6+40 = 54 MiB.
-func TestSnapshotCommandMidRun(t *testing.T) {
+func writeMidRunFixture(t *testing.T) string {
 	const mib = int64(1) << 20
 	const a, b = int64(0x7f0000000000), int64(0x7f0040000000)
 	blk := func(addr, size, req int64, state string) map[any]any {
@@ -123,6 +123,14 @@ func TestSnapshotCommandMidRun(t *testing.T) {
 	if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	return path
+}
+
+// TestSnapshotCommandMidRun replays the recording writeMidRunFixture
+// describes.
+func TestSnapshotCommandMidRun(t *testing.T) {
+	const mib = int64(1) << 20
+	path := writeMidRunFixture(t)
 	out, errs, code := run("snapshot", path, "--json")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errs)
@@ -145,5 +153,95 @@ func TestSnapshotCommandMidRun(t *testing.T) {
 	out, _, _ = run("snapshot", path)
 	if !bytes.Contains([]byte(out), []byte("they agree")) {
 		t.Errorf("text output does not say the replay agrees:\n%s", out)
+	}
+}
+
+// TestSnapshotPrediction sets a prediction beside the mid-run recording.
+// The recorded side follows from the fixture (see writeMidRunFixture):
+// allocated after each event is 8, 14, 54, 14, 44 MiB; the highest point,
+// event 2, ends forward. The blocks allocated in the trace and live there
+// are 6 and 40 MiB; backward would end once 95 % of those 46 MiB are
+// freed, which never happens (40 MiB is 87 %), so backward runs to the
+// end and the recording shows no optimizer step. Reserved is 60 MiB from
+// event 2 on, 20 MiB before. At the peak, the live requests are 8 MiB
+// (from before the recording), 6 MiB and 40 MiB: two blocks, 14 MiB, in
+// 1–10 MiB and one, 40 MiB, in 10–100 MiB. The predicted side must be
+// estimate's prediction of the same job (which fits its GPU, so its
+// bounded device changes nothing).
+func TestSnapshotPrediction(t *testing.T) {
+	const mib = int64(1) << 20
+	path := writeMidRunFixture(t)
+	job := []string{"--model", "../../examples/mlp.yaml", "--batch", "4"}
+	out, errs, code := run(append([]string{"snapshot", path, "--json"}, job...)...)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	var got SnapshotJSON
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatal(err)
+	}
+	p := got.Prediction
+	if p == nil {
+		t.Fatal("no prediction in the output")
+	}
+	eout, errs, code := run(append([]string{"estimate", "--json", "--alloc-conf", ""}, job...)...)
+	if code != 0 {
+		t.Fatalf("estimate: exit %d: %s", code, errs)
+	}
+	var est struct {
+		PeakAllocatedBytes int64 `json:"peak_allocated_bytes"`
+		PeakReservedBytes  int64 `json:"peak_reserved_bytes"`
+	}
+	if err := json.Unmarshal([]byte(eout), &est); err != nil {
+		t.Fatal(err)
+	}
+	o := p.Overall
+	if o.RecordedPeakAllocatedBytes != 54*mib || o.RecordedPeakReservedBytes != 60*mib ||
+		o.PredictedPeakAllocatedBytes != est.PeakAllocatedBytes || o.PredictedPeakReservedBytes != est.PeakReservedBytes ||
+		o.AllocatedDiffBytes != est.PeakAllocatedBytes-54*mib {
+		t.Errorf("overall %+v; estimate says %d / %d", o, est.PeakAllocatedBytes, est.PeakReservedBytes)
+	}
+	if p.PhasesFrom != "allocation pattern" {
+		t.Errorf("phases from %q", p.PhasesFrom)
+	}
+	type ph struct {
+		in          bool
+		events      int
+		alloc, resv int64
+	}
+	want := map[string]ph{"forward": {true, 3, 54 * mib, 60 * mib}, "backward": {true, 2, 44 * mib, 60 * mib}, "optimizer": {false, 0, 0, 0}}
+	if len(p.Phases) != 3 {
+		t.Fatalf("phases %+v", p.Phases)
+	}
+	for _, c := range p.Phases {
+		w := want[c.Phase]
+		if c.InRecording != w.in || c.RecordedEvents != w.events || c.RecordedPeakAllocatedBytes != w.alloc || c.RecordedPeakReservedBytes != w.resv {
+			t.Errorf("phase %s: %+v, want %+v", c.Phase, c, w)
+		}
+		if c.PredictedPeakAllocatedBytes <= 0 {
+			t.Errorf("phase %s: no predicted figure", c.Phase)
+		}
+	}
+	classes := map[string][2]int64{"1–10 MiB": {2, 14 * mib}, "10–100 MiB": {1, 40 * mib}}
+	var predicted int64
+	for _, c := range p.SizeClasses {
+		w := classes[c.Class]
+		if int64(c.RecordedBlocks) != w[0] || c.RecordedBytes != w[1] || c.DiffBytes != c.PredictedBytes-c.RecordedBytes {
+			t.Errorf("size class %s: %+v, want %d blocks, %d bytes", c.Class, c, w[0], w[1])
+		}
+		predicted += c.PredictedBytes
+	}
+	var cats int64
+	for _, c := range p.PredictedCategories {
+		cats += c.Bytes
+	}
+	if predicted != cats || predicted == 0 {
+		t.Errorf("the size classes hold %d predicted bytes, the categories %d", predicted, cats)
+	}
+	text, _, _ := run(append([]string{"snapshot", path}, job...)...)
+	for _, s := range []string{"prediction beside the recording", "optimizer  not recorded", "10–100 MiB"} {
+		if !bytes.Contains([]byte(text), []byte(s)) {
+			t.Errorf("text output lacks %q:\n%s", s, text)
+		}
 	}
 }
