@@ -120,12 +120,15 @@ type phaseRange struct{ phase, start, end int }
 // named backward (torch.autograd.backward, Tensor.backward) or with no
 // Python frames (autograd's engine runs CUDA backward on a thread of its
 // own, which has none) is backward's, and the rest forward's. Without
-// frames it reads the allocation pattern of one step: allocated memory
-// climbs through forward as autograd saves activations, so forward ends
-// at the highest allocated point; backward frees the saved activations,
-// so it ends once 95 % of the bytes allocated before the peak and live at
-// it are freed; the optimizer step is the rest.
-func recordingPhases(snap *snapshot.Snapshot, device int, conv *snapshot.Conversion, tl *alloc.Timeline) (ranges []phaseRange, from, how string) {
+// frames it reads the allocation pattern of one step: forward allocates
+// the activations autograd saves and backward frees them, so forward ends
+// where the tensors that the recording both allocates and frees hold the
+// most bytes, and backward once 95 % of those bytes are freed; the
+// optimizer step is the rest. Parameters, gradients and optimizer state
+// are not freed within a step (unless the recording includes
+// zero_grad(set_to_none=True), whose freed gradients can then be taken
+// for activations).
+func recordingPhases(snap *snapshot.Snapshot, device int, conv *snapshot.Conversion) (ranges []phaseRange, from, how string) {
 	n := len(conv.Trace.Events)
 	var entries []snapshot.TraceEntry
 	if device < len(snap.Traces) {
@@ -167,43 +170,72 @@ func recordingPhases(snap *snapshot.Snapshot, device int, conv *snapshot.Convers
 		}
 		return ranges, "stack frames", "allocations under torch/optim/ are the optimizer's; under a frame named backward, or without Python frames (autograd's engine thread), backward's; the rest forward's"
 	}
-	how = "forward runs to the highest allocated point; backward until 95 % of the bytes allocated before it and live at it are freed (the saved activations); the optimizer step is the rest"
-	peak := tl.PeakAllocatedEvent
-	if peak < 0 || n == 0 {
+	how = "forward runs until the most memory is held by tensors that the recording both allocates and frees (autograd's saved activations: forward allocates them, backward frees them); backward until 95 % of those bytes are freed; the optimizer step is the rest"
+	if n == 0 {
 		return nil, "allocation pattern", how
 	}
+	// Blocks allocated and freed within the recording: parameters,
+	// gradients and optimizer state allocated before it or kept after it
+	// do not count.
+	freedLater := map[int64]bool{}
+	allocated := map[int64]bool{}
+	for _, e := range conv.Trace.Events {
+		switch e.Action {
+		case trace.Alloc:
+			allocated[e.ID] = true
+		case trace.Free:
+			if allocated[e.ID] {
+				freedLater[e.ID] = true
+			}
+		}
+	}
+	size := map[int64]int64{}
+	var cur, best int64
+	fwdEnd := -1
+	for i, e := range conv.Trace.Events {
+		switch e.Action {
+		case trace.Alloc:
+			if freedLater[e.ID] {
+				size[e.ID] = e.Size
+				cur += e.Size
+			}
+		case trace.Free:
+			cur -= size[e.ID]
+		}
+		if cur > best {
+			best, fwdEnd = cur, i
+		}
+	}
+	if fwdEnd < 0 {
+		return []phaseRange{{0, 0, n}}, "allocation pattern", how
+	}
 	live := map[int64]int64{}
-	for i := 0; i <= peak; i++ {
+	for i := 0; i <= fwdEnd; i++ {
 		e := conv.Trace.Events[i]
 		switch e.Action {
 		case trace.Alloc:
-			live[e.ID] = e.Size
+			if freedLater[e.ID] {
+				live[e.ID] = e.Size
+			}
 		case trace.Free:
 			delete(live, e.ID)
 		}
 	}
-	var total int64
-	for _, sz := range live {
-		total += sz
-	}
 	bwEnd := n
 	var freed int64
-	for i := peak + 1; i < n; i++ {
+	for i := fwdEnd + 1; i < n; i++ {
 		e := conv.Trace.Events[i]
-		if e.Action != trace.Free {
-			continue
-		}
-		if sz, ok := live[e.ID]; ok {
+		if sz, ok := live[e.ID]; ok && e.Action == trace.Free {
 			freed += sz
-			if freed*100 >= total*95 {
+			if freed*100 >= best*95 {
 				bwEnd = i + 1
 				break
 			}
 		}
 	}
-	ranges = append(ranges, phaseRange{0, 0, peak + 1})
-	if peak+1 < n {
-		ranges = append(ranges, phaseRange{1, peak + 1, bwEnd})
+	ranges = append(ranges, phaseRange{0, 0, fwdEnd + 1})
+	if fwdEnd+1 < n {
+		ranges = append(ranges, phaseRange{1, fwdEnd + 1, bwEnd})
 	}
 	if bwEnd < n {
 		ranges = append(ranges, phaseRange{2, bwEnd, n})
@@ -257,7 +289,7 @@ func comparePrediction(an *snapshotAnalysis, snap *snapshot.Snapshot, device int
 
 	// The recording per phase, from its replay's samples.
 	tl := an.tl
-	ranges, from, how := recordingPhases(snap, device, conv, tl)
+	ranges, from, how := recordingPhases(snap, device, conv)
 	out.PhasesFrom, out.PhasesHow = from, how
 	var ra, rr [3]int64
 	var rn [3]int

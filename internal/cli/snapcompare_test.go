@@ -36,11 +36,7 @@ func TestRecordingPhasesFromFrames(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tl, err := alloc.Replay(conv.Trace, alloc.Config{}, alloc.Device{}, alloc.ReplayOptions{Record: true, Initial: conv.Initial})
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, from, _ := recordingPhases(snap, 0, conv, tl)
+	got, from, _ := recordingPhases(snap, 0, conv)
 	want := []phaseRange{{0, 0, 2}, {1, 2, 6}, {2, 6, 7}}
 	if from != "stack frames" || !reflect.DeepEqual(got, want) {
 		t.Errorf("got %v from %s, want %v from stack frames", got, from, want)

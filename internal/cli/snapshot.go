@@ -94,7 +94,7 @@ func runSnapshot(e *env, args []string) error {
 	// estimate's flags, for --model; the snapshot's own --alloc-conf and
 	// --json keep their meaning (the prediction takes the recorded
 	// allocator configuration).
-	j := jobFlags{e: e}
+	j := jobFlags{e: e, inferOK: true}
 	jfs := newFlagSet("snapshot", stderr, snapshotUsage)
 	j.register(jfs, "32")
 	jfs.VisitAll(func(f *flag.Flag) {

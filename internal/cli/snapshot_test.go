@@ -158,14 +158,14 @@ func TestSnapshotCommandMidRun(t *testing.T) {
 
 // TestSnapshotPrediction sets a prediction beside the mid-run recording.
 // The recorded side follows from the fixture (see writeMidRunFixture):
-// allocated after each event is 8, 14, 54, 14, 44 MiB; the highest point,
-// event 2, ends forward. The blocks allocated in the trace and live there
-// are 6 and 40 MiB; backward would end once 95 % of those 46 MiB are
-// freed, which never happens (40 MiB is 87 %), so backward runs to the
-// end and the recording shows no optimizer step. Reserved is 60 MiB from
-// event 2 on, 20 MiB before. At the peak, the live requests are 8 MiB
-// (from before the recording), 6 MiB and 40 MiB: two blocks, 14 MiB, in
-// 1–10 MiB and one, 40 MiB, in 10–100 MiB. The predicted side must be
+// its events are free X, alloc 6 MiB, alloc 40 MiB, free 40 MiB, alloc 30
+// MiB, with allocated 8, 14, 54, 14, 44 MiB and reserved 20, 20, 60, 60,
+// 60 MiB after each. The only block both allocated and freed in the
+// recording is the 40 MiB one, so forward ends where it is allocated
+// (event 2), backward once it is freed (event 3), and the optimizer step
+// is event 4. At the allocated peak the live requests are 8 MiB (from
+// before the recording), 6 MiB and 40 MiB: two blocks, 14 MiB, in 1–10
+// MiB and one, 40 MiB, in 10–100 MiB. The predicted side must be
 // estimate's prediction of the same job (which fits its GPU, so its
 // bounded device changes nothing).
 func TestSnapshotPrediction(t *testing.T) {
@@ -209,7 +209,7 @@ func TestSnapshotPrediction(t *testing.T) {
 		events      int
 		alloc, resv int64
 	}
-	want := map[string]ph{"forward": {true, 3, 54 * mib, 60 * mib}, "backward": {true, 2, 44 * mib, 60 * mib}, "optimizer": {false, 0, 0, 0}}
+	want := map[string]ph{"forward": {true, 3, 54 * mib, 60 * mib}, "backward": {true, 1, 14 * mib, 60 * mib}, "optimizer": {true, 1, 44 * mib, 60 * mib}}
 	if len(p.Phases) != 3 {
 		t.Fatalf("phases %+v", p.Phases)
 	}
@@ -239,7 +239,7 @@ func TestSnapshotPrediction(t *testing.T) {
 		t.Errorf("the size classes hold %d predicted bytes, the categories %d", predicted, cats)
 	}
 	text, _, _ := run(append([]string{"snapshot", path}, job...)...)
-	for _, s := range []string{"prediction beside the recording", "optimizer  not recorded", "10–100 MiB"} {
+	for _, s := range []string{"prediction beside the recording", "optimizer  44.00 MiB", "10–100 MiB"} {
 		if !bytes.Contains([]byte(text), []byte(s)) {
 			t.Errorf("text output lacks %q:\n%s", s, text)
 		}
