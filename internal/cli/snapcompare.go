@@ -19,8 +19,9 @@ import (
 type SnapshotPredictionJSON struct {
 	Model string `json:"model"`
 	Setup string `json:"setup"`
-	// PhasesFrom says how the recording's phases were found:
-	// "stack frames" or "allocation pattern".
+	// PhasesFrom says how the recording's phases were found: "stack
+	// frames", "allocation pattern", or "job" (an inference job: all
+	// forward).
 	PhasesFrom string `json:"recording_phases_from"`
 	// PhasesHow explains it in a sentence.
 	PhasesHow string `json:"recording_phases_how"`
@@ -290,6 +291,11 @@ func comparePrediction(an *snapshotAnalysis, snap *snapshot.Snapshot, device int
 	// The recording per phase, from its replay's samples.
 	tl := an.tl
 	ranges, from, how := recordingPhases(snap, device, conv)
+	if res.Infer != nil {
+		// Inference has no backward or optimizer step to find.
+		ranges = []phaseRange{{0, 0, len(conv.Trace.Events)}}
+		from, how = "job", "the job predicted is inference, so the whole recording is taken as forward"
+	}
 	out.PhasesFrom, out.PhasesHow = from, how
 	var ra, rr [3]int64
 	var rn [3]int
@@ -469,7 +475,7 @@ func writePrediction(w io.Writer, p *SnapshotPredictionJSON) {
 		row(c)
 	}
 	tw.Flush()
-	fmt.Fprintf(w, "  (the recording's phases from its %s: %s)\n", p.PhasesFrom, p.PhasesHow)
+	fmt.Fprintf(w, "  (the recording's phases, from %s: %s)\n", phasesFromText[p.PhasesFrom], p.PhasesHow)
 
 	fmt.Fprintln(w, "\nlive at each side's peak, by request size (+: the prediction adds, −: it lacks):")
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
@@ -504,10 +510,17 @@ func writePrediction(w io.Writer, p *SnapshotPredictionJSON) {
 	}
 }
 
+var phasesFromText = map[string]string{"stack frames": "its stack frames", "allocation pattern": "its allocation pattern", "job": "the job"}
+
 // signedPct is a difference with its share of base.
 func signedPct(d, base int64) string {
 	if base == 0 {
 		return signed(d)
 	}
-	return fmt.Sprintf("%s (%+.1f %%)", signed(d), 100*float64(d)/float64(base))
+	pct := 100 * float64(d) / float64(base)
+	sign := "+"
+	if d < 0 {
+		sign, pct = "−", -pct
+	}
+	return fmt.Sprintf("%s (%s%.1f %%)", signed(d), sign, pct)
 }
