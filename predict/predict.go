@@ -93,8 +93,12 @@ type Result struct {
 	// PeakAt is where the allocated peak was first reached; nil when
 	// nothing was allocated.
 	PeakAt *PeakAt
-	// Context is the CUDA context and driver memory outside PyTorch.
+	// Context is the CUDA context and driver memory outside PyTorch,
+	// Libraries included.
 	Context int64
+	// Libraries is what the step makes libraries allocate outside
+	// PyTorch's allocator (train.Summary.LibraryBytes), part of Context.
+	Libraries int64
 	// DeviceTotal is what nvidia-smi would show for the process at the
 	// peak: peak reserved plus the context.
 	DeviceTotal int64
@@ -179,9 +183,14 @@ func Run(r Request) (*Result, error) {
 	if q := r.Config.Quant; q != nil && !quantized(g0) {
 		return nil, fmt.Errorf("%s: no Linear weight of this model is stored %s (the source does not build quantized layers, or every Linear is skipped)", r.Source.Name(), q.Format)
 	}
-	ctx := r.GPU.ContextSize
+	// The libraries' own allocations come on top of the context, given
+	// or not: a context measured before the first GEMM (the usual way,
+	// after a first tiny tensor) lacks them; one measured after the step
+	// counts them twice, the safe side.
+	lib := sim.Summary().LibraryBytes
+	ctx := r.GPU.ContextSize + lib
 	if r.Context >= 0 {
-		ctx = r.Context
+		ctx = r.Context + lib
 	}
 	if ctx >= r.GPU.Capacity {
 		return nil, fmt.Errorf("the CUDA context (%s) leaves nothing of the %s device", alloc.FormatSize(ctx), alloc.FormatSize(r.GPU.Capacity))
@@ -199,7 +208,7 @@ func Run(r Request) (*Result, error) {
 		return nil, err
 	}
 	res := &Result{Model: r.Source.Name(), Config: r.Config, Setup: sim.Setup(), GPU: r.GPU, Summary: sim.Summary(),
-		Timeline: tl, Context: ctx}
+		Timeline: tl, Context: ctx, Libraries: lib}
 	if i := tl.PeakAllocatedEvent; i >= 0 && i < tr.Len() {
 		e := tr.At(i)
 		res.PeakAt = &PeakAt{Phase: e.Phase, Step: e.Step, Site: tr.SiteName(e.Site)}

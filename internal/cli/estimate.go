@@ -215,6 +215,9 @@ func writeEstimate(w io.Writer, res *predict.Result, batches []int64) {
 	fmt.Fprintf(tw, "peak allocated\t%s\t(torch.cuda.max_memory_allocated)\t\n", fmtBytes(tl.PeakAllocated))
 	fmt.Fprintf(tw, "peak reserved\t%s\t(torch.cuda.max_memory_reserved)\t\n", fmtBytes(tl.PeakReserved))
 	fmt.Fprintf(tw, "CUDA context\t%s\t(outside PyTorch's allocator)\t\n", fmtBytes(res.Context))
+	if res.Libraries > 0 {
+		fmt.Fprintf(tw, "  of which libraries\t%s\t(cuBLAS's own workspaces, outside PyTorch's allocator)\t\n", fmtBytes(res.Libraries))
+	}
 	fmt.Fprintf(tw, "device total\t%s\t(what nvidia-smi shows)\t\n", fmtBytes(res.DeviceTotal))
 	fmt.Fprintf(tw, "GPU capacity\t%s\t%s\t\n", fmtBytes(res.GPU.Capacity), res.GPU.Marketing)
 	tw.Flush()
@@ -259,7 +262,14 @@ func writeTraining(w io.Writer, res *predict.Result) {
 	}
 	fmt.Fprintf(tw, "batch data\t%s\t\t\n", fmtBytes(sum.BatchDataBytes))
 	if sum.WorkspaceBytes > 0 {
-		fmt.Fprintf(tw, "cuBLAS workspace\t%s\t\t\n", fmtBytes(sum.WorkspaceBytes))
+		if sum.LibraryBytes > 0 {
+			fmt.Fprintf(tw, "cuBLAS workspace\t%s\t(cuBLAS's own: outside PyTorch's allocator, in the context line)\t\n", fmtBytes(sum.WorkspaceBytes))
+		} else {
+			fmt.Fprintf(tw, "cuBLAS workspace\t%s\t\t\n", fmtBytes(sum.WorkspaceBytes))
+		}
+	}
+	if sum.ConvWorkspaceBytes > 0 {
+		fmt.Fprintf(tw, "cuDNN workspace\t%s\t(the largest, freed after each convolution: an upper bound)\t\n", fmtBytes(sum.ConvWorkspaceBytes))
 	}
 	tw.Flush()
 	if a := res.Config.Adapters; a != nil && a.Rank > 0 && res.Config.Quant == nil && (res.Setup.Precision == train.True16 || res.Setup.Precision == train.TrueBF16) {
@@ -287,6 +297,9 @@ func writeTraining(w io.Writer, res *predict.Result) {
 			fmt.Fprintln(w, "note: a block freed while a collective on another stream still reads it is taken as free at once (record_stream delays that): reserved memory may run somewhat higher")
 			fmt.Fprintln(w, "note: this is the sharded training step; a model built or loaded whole on each GPU before it is sharded (model.cuda() before wrapping, a full state dict loaded on the device) needs its whole parameters there first, which is not counted")
 		}
+	}
+	for _, n := range gpuRuleNotes(res) {
+		fmt.Fprintln(w, "note: "+n)
 	}
 	for _, n := range quantNotes(res.Config.Quant) {
 		fmt.Fprintln(w, "note: "+n)

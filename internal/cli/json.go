@@ -53,12 +53,16 @@ type EstimateJSON struct {
 	OffloadedHostBytes int64       `json:"offloaded_host_bytes,omitempty"`
 	// Quantization describes the quantized Linear weights' format and
 	// QuantizedBytes what they store (part of parameters_bytes).
-	Quantization       string           `json:"quantization,omitempty"`
-	QuantizedBytes     int64            `json:"quantized_bytes"`
-	ActivationsBytes   int64            `json:"activations_bytes"`
-	AutocastCacheBytes int64            `json:"autocast_cache_bytes"`
-	BatchDataBytes     int64            `json:"batch_data_bytes"`
-	WorkspaceBytes     int64            `json:"workspace_bytes"`
+	Quantization       string `json:"quantization,omitempty"`
+	QuantizedBytes     int64  `json:"quantized_bytes"`
+	ActivationsBytes   int64  `json:"activations_bytes"`
+	AutocastCacheBytes int64  `json:"autocast_cache_bytes"`
+	BatchDataBytes     int64  `json:"batch_data_bytes"`
+	WorkspaceBytes     int64  `json:"workspace_bytes"`
+	// ConvWorkspaceBytes is the largest cuDNN convolution workspace (an
+	// upper bound) and CudnnSearches the benchmark searches run.
+	ConvWorkspaceBytes int64            `json:"conv_workspace_bytes,omitempty"`
+	CudnnSearches      int              `json:"cudnn_searches,omitempty"`
 	AtPeak             map[string]int64 `json:"at_peak_bytes"`
 	PeakAllocatedBytes int64            `json:"peak_allocated_bytes"`
 	PeakReservedBytes  int64            `json:"peak_reserved_bytes"`
@@ -153,6 +157,7 @@ func estimateJSON(res *predict.Result, batches []int64) EstimateJSON {
 	if q := res.Config.Quant; q != nil {
 		out.Quantization, out.QuantizedBytes = q.String(), s.QuantizedBytes
 	}
+	out.ConvWorkspaceBytes, out.CudnnSearches = s.ConvWorkspaceBytes, s.CudnnSearches
 	if tl.OOM != nil {
 		out.OOM = tl.OOM.Error()
 	}
