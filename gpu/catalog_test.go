@@ -110,3 +110,21 @@ func TestLookupSize(t *testing.T) {
 		t.Errorf("24GB: context %d, want the largest %d", g.ContextSize, contextByFamily["blackwell"])
 	}
 }
+
+// LookupLike never panics; whatever it accepts is a catalog GPU or a size
+// of at least 1 GiB of which PyTorch gets less than nvidia-smi's total.
+func FuzzLookupLike(f *testing.F) {
+	for _, s := range [][2]string{{"24GB", ""}, {"24GB", "l4"}, {"80", ""}, {"h100-80gb", ""}, {"1e3TiB", "t4"}, {"0.99GiB", ""}, {"t4", "l4"}, {"", ""}} {
+		f.Add(s[0], s[1])
+	}
+	f.Fuzz(func(t *testing.T, name, like string) {
+		g, err := LookupLike(name, like)
+		if err != nil {
+			return
+		}
+		custom := strings.HasPrefix(g.Marketing, "custom ")
+		if g.Capacity <= 0 || g.Capacity >= g.SMITotal || (custom && g.SMITotal < MinCustom) {
+			t.Errorf("%q like %q: capacity %d of %d", name, like, g.Capacity, g.SMITotal)
+		}
+	})
+}
