@@ -367,6 +367,9 @@ func (pl *planner) graph(micro int64) (*graph.Graph, error) {
 // request turns a candidate into a prediction request.
 func (pl *planner) request(c Candidate) predict.Request {
 	r := pl.o.Base
+	// the plan runs on the device less the margin, as maxbatch's answer
+	// does (predict.Request.Margin)
+	r.Margin = pl.o.Margin
 	r.Config.Batch = c.MicroBatch
 	r.Schedule = nil
 	s := r.Setup

@@ -53,7 +53,10 @@ type Request struct {
 	GPU    gpu.GPU
 	// Context overrides the GPU's CUDA context size when not negative.
 	Context int64
-	Alloc   alloc.Config
+	// Margin is the headroom, bytes, the job must leave on the device to
+	// count as fitting (see Band.Margin); 0 answers for the bare figure.
+	Margin int64
+	Alloc  alloc.Config
 	// Schedule gives the batch size of each optimizer step (the seed's
 	// 64, 8, 32, 4 experiment); empty means Config.Batch for Setup.Steps
 	// steps.
@@ -102,7 +105,9 @@ type Result struct {
 	// DeviceTotal is what nvidia-smi would show for the process at the
 	// peak: peak reserved plus the context.
 	DeviceTotal int64
-	Fits        bool
+	// Margin is the headroom Fits required (Request.Margin).
+	Margin int64
+	Fits   bool
 	// Decider names the figure that decided Fits.
 	Decider string
 	// Note is what the source says about itself (a checkpoint's stored
@@ -192,10 +197,20 @@ func Run(r Request) (*Result, error) {
 	if r.Context >= 0 {
 		ctx = r.Context + lib
 	}
+	if r.Margin < 0 {
+		return nil, fmt.Errorf("the margin must not be negative, got %d bytes", r.Margin)
+	}
 	if ctx >= r.GPU.Capacity {
 		return nil, fmt.Errorf("the CUDA context (%s) leaves nothing of the %s device", alloc.FormatSize(ctx), alloc.FormatSize(r.GPU.Capacity))
 	}
-	dev := alloc.Device{Capacity: r.GPU.Capacity - ctx, Total: r.GPU.Capacity}
+	if ctx+r.Margin >= r.GPU.Capacity {
+		return nil, fmt.Errorf("the margin of %s and the CUDA context (%s) leave nothing of the %s device", alloc.FormatSize(r.Margin), alloc.FormatSize(ctx), alloc.FormatSize(r.GPU.Capacity))
+	}
+	// With a margin the job runs on a device that much smaller, so that
+	// the caching allocator frees its cache and retries (c10's
+	// release_cached_blocks on a failed cudaMalloc) where it would on a
+	// device whose real figures are the band's worst above the prediction.
+	dev := alloc.Device{Capacity: r.GPU.Capacity - r.Margin - ctx, Total: r.GPU.Capacity - r.Margin}
 	// A replay reads repeated micro-batches once (and skips their copies
 	// when the allocator's state comes back); a kept or recorded trace is
 	// written out in full.
@@ -208,7 +223,7 @@ func Run(r Request) (*Result, error) {
 		return nil, err
 	}
 	res := &Result{Model: r.Source.Name(), Config: r.Config, Setup: sim.Setup(), GPU: r.GPU, Summary: sim.Summary(),
-		Timeline: tl, Context: ctx, Libraries: lib}
+		Timeline: tl, Context: ctx, Libraries: lib, Margin: r.Margin}
 	if i := tl.PeakAllocatedEvent; i >= 0 && i < tr.Len() {
 		e := tr.At(i)
 		res.PeakAt = &PeakAt{Phase: e.Phase, Step: e.Step, Site: tr.SiteName(e.Site)}
@@ -234,10 +249,19 @@ func Run(r Request) (*Result, error) {
 	if tl.OOM != nil {
 		res.Fits = false
 		res.Decider = fmt.Sprintf("the allocator runs out of memory: %s", tl.OOM.Error())
+		if r.Margin > 0 {
+			res.Decider = fmt.Sprintf("the allocator runs out of memory on the %s the margin of %s leaves: %s",
+				alloc.FormatSize(r.GPU.Capacity-r.Margin), alloc.FormatSize(r.Margin), tl.OOM.Error())
+		}
 	} else {
-		res.Fits = res.DeviceTotal <= r.GPU.Capacity
+		res.Fits = res.DeviceTotal <= r.GPU.Capacity-r.Margin
 		res.Decider = fmt.Sprintf("peak reserved %s + CUDA context %s = %s of %s",
 			alloc.FormatSize(tl.PeakReserved), alloc.FormatSize(ctx), alloc.FormatSize(res.DeviceTotal), alloc.FormatSize(r.GPU.Capacity))
+		if r.Margin > 0 {
+			res.Decider = fmt.Sprintf("peak reserved %s + CUDA context %s = %s; the margin of %s leaves %s of %s",
+				alloc.FormatSize(tl.PeakReserved), alloc.FormatSize(ctx), alloc.FormatSize(res.DeviceTotal),
+				alloc.FormatSize(r.Margin), alloc.FormatSize(r.GPU.Capacity-r.Margin), alloc.FormatSize(r.GPU.Capacity))
+		}
 	}
 	return res, nil
 }

@@ -210,7 +210,7 @@ func aim(a int64, ar *predict.Result, b int64, br *predict.Result) (float64, boo
 	if slope <= 0 {
 		return 0, false
 	}
-	return float64(a) + float64(ar.GPU.Capacity-ar.DeviceTotal)/slope, true
+	return float64(a) + float64(ar.GPU.Capacity-ar.Margin-ar.DeviceTotal)/slope, true
 }
 
 func dimList(ds []models.Dim) string {

@@ -39,7 +39,7 @@ func BestThroughput(r predict.Request, ans *Answer) (*Fastest, error) {
 		return nil, fmt.Errorf("no batch fits: nothing to time")
 	}
 	if ans.Fit.Time == nil {
-		return nil, fmt.Errorf("the step time of %s is not known (no peak rates)", r.GPU.Name)
+		return nil, fmt.Errorf("the step time of %s is not known (no peak rates; for a size given as --gpu, --like names the catalog GPU it is)", r.GPU.Name)
 	}
 	from, err := buildAt(r, ans.Max)
 	if err != nil {

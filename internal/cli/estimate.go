@@ -9,6 +9,7 @@ import (
 
 	"github.com/batchfit/batchfit/alloc"
 	"github.com/batchfit/batchfit/cost"
+	"github.com/batchfit/batchfit/gpu"
 	"github.com/batchfit/batchfit/graph"
 	"github.com/batchfit/batchfit/internal/chart"
 	"github.com/batchfit/batchfit/plan"
@@ -219,13 +220,21 @@ func writeEstimate(w io.Writer, res *predict.Result, batches []int64) {
 		fmt.Fprintf(tw, "  of which libraries\t%s\t(cuBLAS's own workspaces, outside PyTorch's allocator)\t\n", fmtBytes(res.Libraries))
 	}
 	fmt.Fprintf(tw, "device total\t%s\t(what nvidia-smi shows)\t\n", fmtBytes(res.DeviceTotal))
-	fmt.Fprintf(tw, "GPU capacity\t%s\t%s\t\n", fmtBytes(res.GPU.Capacity), res.GPU.Marketing)
+	fmt.Fprintf(tw, "GPU capacity\t%s\t%s\t\n", fmtBytes(res.GPU.Capacity), capacityNote(res.GPU))
 	tw.Flush()
 	fmt.Fprintln(w)
 	if res.Fits {
 		fmt.Fprintf(w, "fits: yes, %s of headroom — %s\n", fmtBytes(res.Headroom()), res.Decider)
 	} else {
 		fmt.Fprintf(w, "fits: no — %s\n", res.Decider)
+	}
+	if b := bandJSON(res); tl.OOM == nil {
+		verdict := "fits even then"
+		if !b.FitsWithBand {
+			verdict = "which would not fit"
+		}
+		fmt.Fprintf(w, "band: batchfit's device total has been %s: the real one may reach %s, %s\n",
+			predict.SafetyBand.String(), fmtBytes(b.DeviceTotalHighBytes), verdict)
 	}
 	writeTime(w, res)
 	if len(batches) > 1 {
@@ -312,9 +321,25 @@ func writeTraining(w io.Writer, res *predict.Result) {
 }
 
 // writeTime prints the step-time model's figures.
+// capacityNote says what the capacity is: what PyTorch can use, beside
+// nvidia-smi's total, and whether it was derived.
+func capacityNote(g gpu.GPU) string {
+	s := g.Marketing
+	if g.SMITotal > 0 {
+		s += fmt.Sprintf(": what PyTorch can use; nvidia-smi's total %s", fmtBytes(g.SMITotal))
+	}
+	if g.CapacityDerived {
+		s += ", derived"
+	}
+	return s
+}
+
 func writeTime(w io.Writer, res *predict.Result) {
 	e := res.Time
 	if e == nil {
+		if !res.GPU.Rates.Known() && res.Infer == nil && !res.Setup.Parallel.On() && res.Config.TP <= 1 && res.Config.PP <= 1 {
+			fmt.Fprintf(w, "\nno step time: a size alone says nothing of speed (--like GPU names the catalog GPU it is)\n")
+		}
 		return
 	}
 	fmt.Fprintln(w)

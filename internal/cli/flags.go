@@ -43,6 +43,7 @@ type jobFlags struct {
 	hidden        int64
 	image         int64
 	gpu           string
+	like          string
 	precision     string
 	optimizer     string
 	momentum      float64
@@ -106,7 +107,8 @@ func (j *jobFlags) register(fs *flag.FlagSet, batchDefault string) {
 	fs.Int64Var(&j.layers, "layers", 0, "override the model's depth (models that allow it)")
 	fs.Int64Var(&j.hidden, "hidden", 0, "override the model's width (models that allow it)")
 	fs.Int64Var(&j.image, "image", 0, "image side for vision models (default: the model's, 224 for torchvision)")
-	fs.StringVar(&j.gpu, "gpu", "h100-80gb", "GPU from 'batchfit gpus', or a capacity such as 80GB")
+	fs.StringVar(&j.gpu, "gpu", "h100-80gb", "GPU from 'batchfit gpus', or a size such as 24GB (nvidia-smi's total; no step time unless --like names a GPU)")
+	fs.StringVar(&j.like, "like", "", "with a size for --gpu: the catalog GPU whose speed, compute capability and CUDA context it has")
 	fs.StringVar(&j.precision, "precision", "32-true", "32-true, 16-mixed, bf16-mixed, 16-true or bf16-true")
 	fs.StringVar(&j.optimizer, "optimizer", "adam", "sgd, adam, adamw, adafactor, none, or bitsandbytes' adam8bit, adamw8bit, paged_adam8bit, paged_adamw8bit")
 	fs.Float64Var(&j.momentum, "momentum", 0, "SGD momentum (nonzero keeps a momentum buffer)")
@@ -467,7 +469,7 @@ func (j *jobFlags) requestFor(src predict.Source) (predict.Request, error) {
 	if j.prompt > 0 {
 		r.Config.Seq = j.prompt
 	}
-	g, err := gpu.Lookup(j.gpu)
+	g, err := gpu.LookupLike(j.gpu, j.like)
 	if err != nil {
 		return r, usageError{err}
 	}

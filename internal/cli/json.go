@@ -3,6 +3,7 @@ package cli
 import (
 	"encoding/json"
 	"io"
+	"math"
 
 	"github.com/batchfit/batchfit/cost"
 	"github.com/batchfit/batchfit/predict"
@@ -69,12 +70,19 @@ type EstimateJSON struct {
 	ContextBytes       int64            `json:"cuda_context_bytes"`
 	DeviceTotalBytes   int64            `json:"device_total_bytes"`
 	GPUCapacityBytes   int64            `json:"gpu_capacity_bytes"`
-	HeadroomBytes      int64            `json:"headroom_bytes"`
-	Fits               bool             `json:"fits"`
-	DecidedBy          string           `json:"decided_by"`
-	OOM                string           `json:"oom_message,omitempty"`
-	Steps              []StepJSON       `json:"steps,omitempty"`
-	Time               *TimeJSON        `json:"time,omitempty"`
+	// GPUSMITotalBytes is nvidia-smi's total, beside the capacity PyTorch
+	// can use (gpu_capacity_bytes), which decides the fit.
+	GPUSMITotalBytes int64 `json:"gpu_nvidia_smi_total_bytes,omitempty"`
+	HeadroomBytes    int64 `json:"headroom_bytes"`
+	// MarginBytes is the headroom fits required (maxbatch, plan and
+	// sweep's --margin); absent for the bare figure.
+	MarginBytes int64      `json:"margin_bytes,omitempty"`
+	Band        *BandJSON  `json:"band,omitempty"`
+	Fits        bool       `json:"fits"`
+	DecidedBy   string     `json:"decided_by"`
+	OOM         string     `json:"oom_message,omitempty"`
+	Steps       []StepJSON `json:"steps,omitempty"`
+	Time        *TimeJSON  `json:"time,omitempty"`
 	// Mode is eval or generate for inference (absent for training), and
 	// Generation a generation's cache figures.
 	Mode       string          `json:"mode,omitempty"`
@@ -162,6 +170,10 @@ func estimateJSON(res *predict.Result, batches []int64) EstimateJSON {
 		out.OOM = tl.OOM.Error()
 	}
 	out.Time = timeJSON(res)
+	out.GPUSMITotalBytes, out.MarginBytes = res.GPU.SMITotal, res.Margin
+	if tl.OOM == nil {
+		out.Band = bandJSON(res)
+	}
 	if res.Infer != nil {
 		out.Mode = string(res.Infer.Mode)
 		out.Generation = generationFigures(res)
@@ -176,6 +188,24 @@ func estimateJSON(res *predict.Result, batches []int64) EstimateJSON {
 		}
 	}
 	return out
+}
+
+// BandJSON is the safety band and what it means for this prediction.
+type BandJSON struct {
+	Under  float64 `json:"under"`
+	Over   float64 `json:"over"`
+	Cases  int     `json:"cases"`
+	Source string  `json:"source"`
+	// DeviceTotalHighBytes is the real device total the band allows:
+	// the prediction over 1 − under.
+	DeviceTotalHighBytes int64 `json:"device_total_high_bytes"`
+	FitsWithBand         bool  `json:"fits_with_band"`
+}
+
+func bandJSON(res *predict.Result) *BandJSON {
+	b := predict.SafetyBand
+	high := int64(math.Ceil(float64(res.DeviceTotal) / (1 - b.Under)))
+	return &BandJSON{Under: b.Under, Over: b.Over, Cases: b.Cases, Source: b.Source, DeviceTotalHighBytes: high, FitsWithBand: high <= res.GPU.Capacity}
 }
 
 // StageJSON is one pipeline stage's figures.

@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -109,7 +110,7 @@ func (p *planFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&p.noCheckpointing, "no-checkpointing", false, "no plan may use activation checkpointing")
 	fs.IntVar(&p.maxAccumulate, "max-accumulate", 64, "largest gradient accumulation a plan may use")
 	fs.Int64Var(&p.minMicro, "min-micro-batch", 1, "smallest micro-batch a plan may use")
-	fs.StringVar(&p.margin, "margin", "5%", "headroom a plan must leave: a share of the GPU (5%) or a size (2GiB)")
+	fs.StringVar(&p.margin, "margin", "band", marginHelp)
 	fs.IntVar(&p.top, "top", 5, "number of plans to show")
 }
 
@@ -151,24 +152,48 @@ func (p *planFlags) options(r predict.Request) (plan.Options, error) {
 	return o, nil
 }
 
+// marginHelp is --margin's help, one meaning for maxbatch, plan and sweep.
+var marginHelp = "headroom the answer must leave on the GPU, against under-prediction: band (" + predict.SafetyBand.String() +
+	": the band's worst under-prediction as a share of the GPU), a share of the GPU (10%), a size (2GiB), or 0 for the bare figure"
+
+// parseMargin reads --margin as bytes of headroom on a device of the given
+// capacity. A share x of the GPU is the same as allowing the prediction to
+// fall x short of the real figure (see predict.Band.Margin).
 func parseMargin(s string, capacity int64) (int64, error) {
 	t := strings.TrimSpace(s)
+	if strings.EqualFold(t, "band") {
+		return predict.SafetyBand.Margin(capacity), nil
+	}
 	if strings.HasSuffix(t, "%") {
 		v, err := strconv.ParseFloat(strings.TrimSpace(strings.TrimSuffix(t, "%")), 64)
 		if err != nil || !(v >= 0 && v < 100) {
-			return 0, fmt.Errorf("%q: want a share from 0%% to below 100%%", s)
+			return 0, fmt.Errorf("%q: want band, a share from 0%% to below 100%%, or a size", s)
 		}
-		return int64(v / 100 * float64(capacity)), nil
+		return int64(math.Ceil(v / 100 * float64(capacity))), nil
 	}
 	n, err := gpu.ParseSize(t)
 	if err != nil {
-		return 0, err
+		return 0, fmt.Errorf("%q: want band, a share such as 10%%, or a size such as 2GiB", s)
 	}
 	if n >= capacity {
 		return 0, fmt.Errorf("%q leaves nothing of the %s device", s, fmtBytes(capacity))
 	}
 	return n, nil
 }
+
+// marginLine is the one line that says what margin an answer was held to.
+func marginLine(margin, capacity int64) string {
+	if margin == 0 {
+		return "margin: none (--margin 0): the bare prediction, which has been below the real figure on a GPU (" + predict.SafetyBand.String() + ")"
+	}
+	if margin == predict.SafetyBand.Margin(capacity) {
+		return fmt.Sprintf("margin: %s left free, %s of the GPU: batchfit's device total has been %s; --margin 0 for the bare figure",
+			fmtBytes(margin), pctOf(margin, capacity), predict.SafetyBand.String())
+	}
+	return fmt.Sprintf("margin: %s left free (%s of the GPU, by --margin); the default is the band (%s), 0 the bare figure", fmtBytes(margin), pctOf(margin, capacity), predict.SafetyBand.String())
+}
+
+func pctOf(n, of int64) string { return fmt.Sprintf("%.1f %%", 100*float64(n)/float64(of)) }
 
 func runPlan(e *env, args []string) error {
 	stdout, stderr := e.stdout, e.stderr
@@ -301,6 +326,7 @@ func writePlan(w io.Writer, r predict.Request, o plan.Options, ans *plan.Answer)
 	head = append(head, fmt.Sprintf("global batch %d", ans.GlobalBatch), fmt.Sprintf("%s (%s)", r.GPU.Name, fmtBytes(r.GPU.Capacity)),
 		fmt.Sprintf("margin %s", fmtBytes(ans.Margin)))
 	fmt.Fprintln(w, strings.Join(head, " · "))
+	fmt.Fprintln(w, marginLine(ans.Margin, r.GPU.Capacity))
 	b := ans.Base
 	verdict := "fits"
 	if !b.Fits {
