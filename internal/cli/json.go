@@ -109,15 +109,23 @@ func timeJSON(res *predict.Result) *TimeJSON {
 	return t
 }
 
-// StepJSON is one step of a schedule.
+// StepJSON is one step of a schedule. The end figures are at the step's
+// end, before any empty_cache(); nvidia-smi shows reserved plus the CUDA
+// context. ReleasedBytes is what empty_cache() returned during the step
+// and right after it (the call after the last step included); the
+// after-empty-cache figures are set only when empty_cache() followed it.
 type StepJSON struct {
-	Step               int   `json:"step"`
-	Batch              int64 `json:"batch"`
-	PeakAllocatedBytes int64 `json:"peak_allocated_bytes"`
-	PeakReservedBytes  int64 `json:"peak_reserved_bytes"`
-	EndAllocatedBytes  int64 `json:"end_allocated_bytes"`
-	EndReservedBytes   int64 `json:"end_reserved_bytes"`
-	ReleasedBytes      int64 `json:"released_bytes"`
+	Step                int    `json:"step"`
+	Batch               int64  `json:"batch"`
+	PeakAllocatedBytes  int64  `json:"peak_allocated_bytes"`
+	PeakReservedBytes   int64  `json:"peak_reserved_bytes"`
+	EndAllocatedBytes   int64  `json:"end_allocated_bytes"`
+	EndReservedBytes    int64  `json:"end_reserved_bytes"`
+	EndNvidiaSMIBytes   int64  `json:"end_nvidia_smi_bytes"`
+	EmptyCacheAfter     bool   `json:"empty_cache_after"`
+	ReleasedBytes       int64  `json:"released_bytes"`
+	ReservedAfterBytes  *int64 `json:"reserved_after_empty_cache_bytes,omitempty"`
+	NvidiaSMIAfterBytes *int64 `json:"nvidia_smi_after_empty_cache_bytes,omitempty"`
 }
 
 func estimateJSON(res *predict.Result, batches []int64) EstimateJSON {
@@ -166,8 +174,14 @@ func estimateJSON(res *predict.Result, batches []int64) EstimateJSON {
 			if i >= len(batches) {
 				break
 			}
-			out.Steps = append(out.Steps, StepJSON{Step: i + 1, Batch: batches[i], PeakAllocatedBytes: st.PeakAllocated, PeakReservedBytes: st.PeakReserved,
-				EndAllocatedBytes: st.EndAllocated, EndReservedBytes: st.EndReserved, ReleasedBytes: st.Released})
+			sj := StepJSON{Step: i + 1, Batch: batches[i], PeakAllocatedBytes: st.PeakAllocated, PeakReservedBytes: st.PeakReserved,
+				EndAllocatedBytes: st.EndAllocated, EndReservedBytes: st.EndReserved, EndNvidiaSMIBytes: st.EndReserved + res.Context,
+				EmptyCacheAfter: st.EmptiedAfter, ReleasedBytes: st.Released}
+			if st.EmptiedAfter {
+				after, smi := st.ReservedAfter, st.ReservedAfter+res.Context
+				sj.ReservedAfterBytes, sj.NvidiaSMIAfterBytes = &after, &smi
+			}
+			out.Steps = append(out.Steps, sj)
 		}
 	}
 	return out
