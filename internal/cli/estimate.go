@@ -87,18 +87,22 @@ func runEstimate(e *env, args []string) error {
 		if suggErr != nil {
 			out.SuggestionsError = suggErr.Error()
 		}
-		return writeJSON(stdout, out)
+		if err := writeJSON(stdout, out); err != nil {
+			return err
+		}
+	} else {
+		writeEstimate(stdout, res, batches)
+		if rec != nil {
+			fmt.Fprintf(stdout, "\ntimeline chart: %s\n", *timeline)
+		}
+		if sugg != nil {
+			writeSuggestions(stdout, res, sugg)
+		}
+		if suggErr != nil {
+			fmt.Fprintf(stdout, "\nno suggestions: %v\n", suggErr)
+		}
 	}
-	writeEstimate(stdout, res, batches)
-	if rec != nil {
-		fmt.Fprintf(stdout, "\ntimeline chart: %s\n", *timeline)
-	}
-	if sugg != nil {
-		writeSuggestions(stdout, res, sugg)
-	}
-	if suggErr != nil {
-		fmt.Fprintf(stdout, "\nno suggestions: %v\n", suggErr)
-	}
+	// the same answer ends with the same status in every output mode
 	if len(batches) == 1 && !res.Fits && res.Config.Batch == 1 {
 		return fmt.Errorf("%s does not fit on %s even at batch 1", res.Model, res.GPU.Name)
 	}
