@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bytes"
 	"errors"
 	"flag"
 	"fmt"
@@ -310,12 +311,14 @@ func (j *jobFlags) adapters() (*graph.Adapters, error) {
 }
 
 // parseArgs parses flags that may come before or after the positional
-// arguments, as people type them ("estimate resnet50 --batch 64").
+// arguments, as people type them ("estimate resnet50 --batch 64"). -h
+// prints the command's help; a bad flag is a one-line error that names
+// the nearest flag and points to -h, not the whole help.
 func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
 	var pos []string
 	for {
-		if err := fs.Parse(args); err != nil {
-			return nil, usageError{err}
+		if err := parseQuiet(fs, args); err != nil {
+			return nil, err
 		}
 		rest := fs.Args()
 		if len(rest) == 0 {
@@ -326,12 +329,73 @@ func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
 	}
 }
 
+// parseQuiet runs fs.Parse with the flag package's own printing (the
+// error, then the whole help) held back: the help is printed only when it
+// was asked for.
+func parseQuiet(fs *flag.FlagSet, args []string) error {
+	out := fs.Output()
+	var held bytes.Buffer
+	fs.SetOutput(&held)
+	err := fs.Parse(args)
+	fs.SetOutput(out)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, flag.ErrHelp):
+		out.Write(held.Bytes())
+		return usageError{err}
+	}
+	return usageError{flagError{cmd: fs.Name(), err: err, near: nearFlags(fs, err)}}
+}
+
+// flagError is the flag package's complaint about a flag, with the nearest
+// flags when the name is unknown.
+type flagError struct {
+	cmd  string
+	err  error
+	near []string
+}
+
+func (f flagError) Error() string {
+	msg := f.err.Error()
+	if name, ok := undefinedFlag(f.err); ok {
+		msg = "unknown flag --" + strings.TrimLeft(name, "-")
+	}
+	if len(f.near) > 0 {
+		msg += "; did you mean --" + strings.Join(f.near, " or --") + "?"
+	}
+	return msg + fmt.Sprintf(" (see 'batchfit %s -h')", f.cmd)
+}
+
+func (f flagError) Unwrap() error { return f.err }
+
+// undefinedFlag is the name in the flag package's "flag provided but not
+// defined: -NAME".
+func undefinedFlag(err error) (string, bool) {
+	var fe flagError
+	if errors.As(err, &fe) {
+		err = fe.err
+	}
+	name, ok := strings.CutPrefix(err.Error(), "flag provided but not defined: -")
+	return name, ok && name != "" && !strings.ContainsAny(name, " \n")
+}
+
+func nearFlags(fs *flag.FlagSet, err error) []string {
+	name, ok := undefinedFlag(err)
+	if !ok {
+		return nil
+	}
+	var names []string
+	fs.VisitAll(func(f *flag.Flag) { names = append(names, f.Name) })
+	return models.Nearest(strings.TrimLeft(name, "-"), names, 2)
+}
+
 func newFlagSet(name string, stderr io.Writer, usage string) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprint(stderr, usage)
-		fmt.Fprintln(stderr, "\nFlags:")
+		fmt.Fprint(fs.Output(), usage)
+		fmt.Fprintln(fs.Output(), "\nFlags:")
 		fs.PrintDefaults()
 	}
 	return fs
