@@ -2,17 +2,20 @@ package cli
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/batchfit/batchfit/alloc"
 	"github.com/batchfit/batchfit/gpu"
 	"github.com/batchfit/batchfit/graph"
+	"github.com/batchfit/batchfit/hf"
 	"github.com/batchfit/batchfit/models"
 	"github.com/batchfit/batchfit/predict"
 	"github.com/batchfit/batchfit/profile"
@@ -116,7 +119,7 @@ func (j *jobFlags) register(fs *flag.FlagSet, batchDefault string) {
 	fs.BoolVar(&j.amsgrad, "amsgrad", false, "Adam's AMSGrad variant (one more state)")
 	fs.IntVar(&j.accumulate, "accumulate", 1, "micro-batches per optimizer step (gradient accumulation)")
 	fs.BoolVar(&j.checkpointing, "checkpointing", false, "activation checkpointing of every block (non-reentrant); the same as --checkpoint full")
-	fs.StringVar(&j.checkpoint, "checkpoint", "none", "activation checkpointing: none, full (every block), every-K (every K-th block), attention (each attention core), or every-K+attention")
+	fs.StringVar(&j.checkpoint, "checkpoint", "", "activation checkpointing: none, full (every block), every-K (every K-th block), attention (each attention core), or every-K+attention (default none)")
 	fs.StringVar(&j.attention, "attention", "auto", "attention kernel: auto, eager, flash, efficient or math (sdpa: auto)")
 	fs.StringVar(&j.torch, "torch", "", "PyTorch version whose rules apply (default: current; known profiles: "+strings.Join(profile.Versions(), ", ")+")")
 	fs.IntVar(&j.steps, "steps", 3, "optimizer steps to simulate")
@@ -472,6 +475,49 @@ func (j *jobFlags) request(model string) (predict.Request, error) {
 
 func (j *jobFlags) web() bool { return j.e != nil && j.e.web }
 
+// checkDims refuses --layers, --hidden and --seq for a model that cannot
+// vary them (its Dims): a vision model has no sequence, a torchvision
+// ResNet no depth to override, and taking the flag silently would show
+// a figure for a model that was not built.
+func (j *jobFlags) checkDims(src predict.Source) error {
+	dims := src.Dims()
+	for _, f := range []struct {
+		name, what string
+		n          int64
+		dim        models.Dim
+	}{{"--layers", "its depth", j.layers, models.DimLayers}, {"--hidden", "its width", j.hidden, models.DimHidden}, {"--seq", "its sequence length", j.seq, models.DimSeq}} {
+		if f.n == 0 || slices.Contains(dims, f.dim) || (f.dim == models.DimSeq && f.n == src.DefaultSeq()) {
+			continue
+		}
+		can := []string{"--batch"}
+		for _, d := range dims {
+			can = append(can, "--"+string(d))
+		}
+		what := "cannot vary " + f.what
+		if f.dim == models.DimSeq && src.DefaultSeq() == 0 {
+			what = "has no sequence"
+		}
+		return usagef("%s: %s %s (what it can vary: %s)", f.name, src.Name(), what, strings.Join(can, ", "))
+	}
+	if j.image != 0 && !takesImage(src) {
+		return usagef("--image: %s takes no image (the image side is for torchvision's models and ViTs)", src.Name())
+	}
+	return nil
+}
+
+// takesImage reports whether src builds its input from Config.Image:
+// torchvision's models (models/torchvision.go) and the transformers
+// vision models (ViT), which have no sequence to vary.
+func takesImage(src predict.Source) bool {
+	switch s := src.(type) {
+	case predict.Zoo:
+		return s.M.Family == "torchvision" || (s.M.Family == "transformers" && !slices.Contains(s.M.Dims, models.DimSeq))
+	case *hf.Model:
+		return s.Config.ModelType == "vit"
+	}
+	return false
+}
+
 // requestFor builds a prediction request for src from the flags.
 func (j *jobFlags) requestFor(src predict.Source) (predict.Request, error) {
 	var r predict.Request
@@ -483,6 +529,9 @@ func (j *jobFlags) requestFor(src predict.Source) (predict.Request, error) {
 		if v.n < 0 {
 			return r, usagef("%s must be positive, got %d", v.name, v.n)
 		}
+	}
+	if err := j.checkDims(src); err != nil {
+		return r, err
 	}
 	ad, err := j.adapters()
 	if err != nil {
@@ -580,13 +629,16 @@ func (j *jobFlags) requestFor(src predict.Source) (predict.Request, error) {
 	if j.steps < 1 || j.steps > 1000 {
 		return r, usagef("--steps must be between 1 and 1000, got %d", j.steps)
 	}
-	ck, err := train.ParseCheckpoint(j.checkpoint)
+	ck, err := train.ParseCheckpoint(cmp.Or(j.checkpoint, "none"))
 	if err != nil {
 		return r, usagef("--checkpoint: %v", err)
 	}
 	if j.checkpointing {
 		if ck.On() && ck != train.FullCheckpoint {
 			return r, usagef("--checkpointing (every block) and --checkpoint %s exclude each other", ck)
+		}
+		if j.checkpoint != "" && !ck.On() {
+			return r, usagef("--checkpointing turns checkpointing on and --checkpoint %s turns it off: give one", j.checkpoint)
 		}
 		ck = train.FullCheckpoint
 	}
@@ -682,7 +734,7 @@ func (j *jobFlags) inference() (*predict.Inference, error) {
 	if !j.inferOK {
 		return nil, usagef("--mode %s is for estimate, sweep and maxbatch", mode)
 	}
-	if j.accumulate != 1 || j.checkpointing || j.checkpoint != "none" {
+	if j.accumulate != 1 || j.checkpointing || (j.checkpoint != "" && j.checkpoint != "none") {
 		return nil, usagef("--accumulate and activation checkpointing are for training, not --mode %s", mode)
 	}
 	in := &predict.Inference{Mode: mode}

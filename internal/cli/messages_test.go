@@ -65,3 +65,41 @@ func TestOneLineErrors(t *testing.T) {
 		}
 	}
 }
+
+// A flag the model or command cannot honour is refused in one line, not
+// taken silently (the header then showed what was not built).
+func TestRefusedCombinations(t *testing.T) {
+	cases := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"estimate", "resnet50", "--layers", "5"}, "--layers: resnet50 cannot vary its depth"},
+		{[]string{"estimate", "resnet50", "--hidden", "512"}, "--hidden: resnet50 cannot vary its width"},
+		{[]string{"estimate", "resnet50", "--seq", "77"}, "--seq: resnet50 has no sequence"},
+		{[]string{"sweep", "vit_b_16", "--seq", "77"}, "--seq: vit_b_16 has no sequence"},
+		{[]string{"maxbatch", "testdata/one_linear.yaml", "--layers", "2"}, "cannot vary its depth"},
+		{[]string{"estimate", "gpt2", "--image", "64"}, "--image: gpt2 takes no image"},
+		{[]string{"estimate", "mlp", "--checkpointing", "--checkpoint", "none"}, "--checkpoint none turns it off"},
+		{[]string{"estimate", "mlp", "--checkpointing", "--checkpoint", "off"}, "--checkpoint off turns it off"},
+		{[]string{"sweep", "mlp", "--batch", "1:4", "--csv", "--json"}, "--csv and --json exclude each other"},
+		{[]string{"estimate", "mlp", "--torch", "3.0"}, "no runtime profile for PyTorch 3.0"},
+	}
+	for _, c := range cases {
+		out, errs, code := run(c.args...)
+		if code != 2 || !strings.Contains(errs, c.want) || strings.Count(strings.TrimSpace(errs), "\n") > 0 || out != "" {
+			t.Errorf("%v: exit %d, %q; want exit 2 and one line saying %q", c.args, code, errs, c.want)
+		}
+	}
+	// what the model does take still works
+	for _, args := range [][]string{
+		{"estimate", "mlp", "--layers", "2", "--hidden", "64", "--batch", "2"},
+		{"estimate", "gpt2", "--seq", "128", "--layers", "2", "--batch", "1"},
+		{"estimate", "resnet18", "--image", "64", "--batch", "1"},
+		{"estimate", "mlp", "--checkpointing", "--checkpoint", "full", "--batch", "2"},
+		{"estimate", "mlp", "--torch", "2.9", "--batch", "2"},
+	} {
+		if _, errs, code := run(args...); code != 0 {
+			t.Errorf("%v: exit %d: %s", args, code, errs)
+		}
+	}
+}

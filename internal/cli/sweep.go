@@ -32,6 +32,9 @@ func runSweep(e *env, args []string) error {
 	if err != nil {
 		return err
 	}
+	if j.json && *asCSV {
+		return usagef("--csv and --json exclude each other: give one")
+	}
 	pts, err := solve.Sweep(r, batches)
 	if err != nil {
 		return err
