@@ -203,7 +203,13 @@ func writeEstimate(w io.Writer, res *predict.Result, batches []int64) {
 		writeTraining(w, res)
 	}
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "at the peak (allocated, by what it holds):")
+	if tl.OOM != nil {
+		// the replay stops at the allocation that fails: these figures
+		// are the allocator's there, not the step's peak
+		fmt.Fprintln(w, "when it runs out of memory (allocated, by what it holds; the step stops there):")
+	} else {
+		fmt.Fprintln(w, "at the peak (allocated, by what it holds):")
+	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	for _, c := range trace.Categories() {
 		if n := tl.AtPeak[c]; n > 0 {
@@ -222,6 +228,9 @@ func writeEstimate(w io.Writer, res *predict.Result, batches []int64) {
 	fmt.Fprintf(tw, "device total\t%s\t(what nvidia-smi shows)\t\n", fmtBytes(res.DeviceTotal))
 	fmt.Fprintf(tw, "GPU capacity\t%s\t%s\t\n", fmtBytes(res.GPU.Capacity), res.GPU.Marketing)
 	tw.Flush()
+	if tl.OOM != nil {
+		fmt.Fprintf(w, "out of memory: the figures above are the allocator's at the failure; the step needs at least %s (its requested peak + CUDA context, a lower bound)\n", fmtBytes(plan.Need(res)))
+	}
 	fmt.Fprintln(w)
 	if res.Fits {
 		fmt.Fprintf(w, "fits: yes, %s of headroom — %s\n", fmtBytes(res.Headroom()), res.Decider)

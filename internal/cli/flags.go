@@ -404,6 +404,10 @@ func newFlagSet(name string, stderr io.Writer, usage string) *flag.FlagSet {
 	return fs
 }
 
+// maxBatchSizes bounds the batch sizes one --batch gives: a sweep of more
+// is refused in one line rather than cut short without a word.
+const maxBatchSizes = 4096
+
 // parseBatches reads "64", "64,8,32,4" or a range "1:64" (powers of two)
 // or "8:64:8" (a step).
 func parseBatches(s string) ([]int64, error) {
@@ -427,8 +431,21 @@ func parseBatches(s string) ([]int64, error) {
 		if to < from {
 			return nil, usagef("--batch %q: the range ends before it starts", s)
 		}
-		var out []int64
-		for b := from; b <= to && len(out) < 4096; {
+		// how many sizes, counted before any is made (to-from cannot
+		// overflow: both are positive)
+		n := int64(1)
+		if len(parts) == 3 {
+			n = (to-from)/v[2] + 1
+		} else {
+			for b := from; b <= to/2; b *= 2 {
+				n++
+			}
+		}
+		if n > maxBatchSizes {
+			return nil, usagef("--batch %q gives %s batch sizes, more than %s: take a larger step, or FROM:TO (doubling)", s, commas(n), commas(maxBatchSizes))
+		}
+		out := make([]int64, 0, n)
+		for i, b := int64(0), from; i < n; i++ {
 			out = append(out, b)
 			if len(parts) == 3 {
 				b += v[2]
@@ -437,6 +454,9 @@ func parseBatches(s string) ([]int64, error) {
 			}
 		}
 		return out, nil
+	}
+	if n := strings.Count(s, ",") + 1; n > maxBatchSizes {
+		return nil, usagef("--batch gives %s batch sizes, more than %s", commas(int64(n)), commas(maxBatchSizes))
 	}
 	var out []int64
 	for _, p := range strings.Split(s, ",") {

@@ -5,6 +5,7 @@ import (
 	"io"
 
 	"github.com/batchfit/batchfit/cost"
+	"github.com/batchfit/batchfit/plan"
 	"github.com/batchfit/batchfit/predict"
 	"github.com/batchfit/batchfit/trace"
 )
@@ -69,8 +70,12 @@ type EstimateJSON struct {
 	Fits               bool             `json:"fits"`
 	DecidedBy          string           `json:"decided_by"`
 	OOM                string           `json:"oom_message,omitempty"`
-	Steps              []StepJSON       `json:"steps,omitempty"`
-	Time               *TimeJSON        `json:"time,omitempty"`
+	// NeedsAtLeast is set with OOM: the peak figures above are the
+	// allocator's at the failure; this is what the step needs (its
+	// requested peak plus the context, a lower bound).
+	NeedsAtLeast int64      `json:"needs_at_least_bytes,omitempty"`
+	Steps        []StepJSON `json:"steps,omitempty"`
+	Time         *TimeJSON  `json:"time,omitempty"`
 	// Mode is eval or generate for inference (absent for training), and
 	// Generation a generation's cache figures.
 	Mode       string          `json:"mode,omitempty"`
@@ -163,6 +168,7 @@ func estimateJSON(res *predict.Result, batches []int64) EstimateJSON {
 	}
 	if tl.OOM != nil {
 		out.OOM = tl.OOM.Error()
+		out.NeedsAtLeast = plan.Need(res)
 	}
 	out.Time = timeJSON(res)
 	if res.Infer != nil {
