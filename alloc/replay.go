@@ -46,7 +46,12 @@ type Sample struct {
 }
 
 // StepStats are the figures of one training step: the events after the
-// previous trace.StepEnd up to and including this one.
+// previous trace.StepEnd up to and including this one. A
+// torch.cuda.empty_cache() called between two steps (right after a
+// StepEnd, before the next step's first event) belongs to the step it
+// follows: a training loop calls it at the end of an iteration, so what it
+// releases is that iteration's cache, and the next step starts from what
+// it left.
 type StepStats struct {
 	Step          int   // 0-based index in Timeline.Steps
 	EndEvent      int   // index of the StepEnd event, or of the last event of a partial step
@@ -55,7 +60,14 @@ type StepStats struct {
 	PeakReserved  int64
 	EndAllocated  int64
 	EndReserved   int64
-	Released      int64 // bytes returned to the device by EmptyCache in this step
+	// Released is the bytes returned to the device by empty_cache() calls
+	// during this step and by the one right after its end.
+	Released int64
+	// EmptiedAfter is set when empty_cache() was called right after the
+	// step's end; ReservedAfter is reserved once it returned (allocated
+	// does not change: empty_cache frees no live block).
+	EmptiedAfter  bool
+	ReservedAfter int64
 }
 
 // Timeline is what a replay of a trace yields.
@@ -212,7 +224,9 @@ func (rp *replayer) result(err error) (*Timeline, error) {
 func (rp *replayer) event(e *trace.Event) (done bool, err error) {
 	a, tl, i := rp.a, rp.tl, rp.v
 	rp.v++
-	rp.open = true
+	// an empty_cache() between two steps is the closed step's (StepStats)
+	between := e.Action == trace.EmptyCache && !rp.open && len(tl.Steps) > 0
+	rp.open = !between
 	switch e.Action {
 	case trace.Alloc:
 		if int(e.Category) >= trace.NumCategories {
@@ -251,7 +265,16 @@ func (rp *replayer) event(e *trace.Event) (done bool, err error) {
 		rp.cat[tag] -= size
 		rp.req[tag] -= r
 	case trace.EmptyCache:
-		rp.step.Released += a.EmptyCache()
+		n := a.EmptyCache()
+		if between {
+			last := &tl.Steps[len(tl.Steps)-1]
+			last.Released += n
+			last.EmptiedAfter, last.ReservedAfter = true, a.reserved
+			// the next step starts from what empty_cache left
+			rp.step.PeakReserved = a.reserved
+			break
+		}
+		rp.step.Released += n
 	case trace.StepEnd:
 	default:
 		return false, fmt.Errorf("replaying trace: event %d: unknown action %d", i, uint8(e.Action))

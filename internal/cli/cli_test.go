@@ -8,8 +8,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/batchfit/batchfit/models"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata")
@@ -425,7 +428,10 @@ func TestEveryZooModel(t *testing.T) {
 		m := m
 		t.Run(m.Name, func(t *testing.T) {
 			t.Parallel()
-			args := []string{m.Name, "--seq", "32", "--gpu", "h100-80gb", "--precision", "bf16-mixed", "--steps", "2", "--json"}
+			args := []string{m.Name, "--gpu", "h100-80gb", "--precision", "bf16-mixed", "--steps", "2", "--json"}
+			if zm, err := models.Lookup(m.Name); err == nil && slices.Contains(zm.Dims, models.DimSeq) {
+				args = append(args, "--seq", "32") // a vision model has none: --seq is refused
+			}
 			out, errs, code := run(append([]string{"estimate", "--batch", "2"}, args...)...)
 			if code != 0 {
 				t.Fatalf("estimate: exit %d: %s", code, errs)

@@ -6,6 +6,7 @@ import (
 	"math"
 
 	"github.com/batchfit/batchfit/cost"
+	"github.com/batchfit/batchfit/plan"
 	"github.com/batchfit/batchfit/predict"
 	"github.com/batchfit/batchfit/trace"
 )
@@ -76,13 +77,17 @@ type EstimateJSON struct {
 	HeadroomBytes    int64 `json:"headroom_bytes"`
 	// MarginBytes is the headroom fits required (maxbatch, plan and
 	// sweep's --margin); absent for the bare figure.
-	MarginBytes int64      `json:"margin_bytes,omitempty"`
-	Band        *BandJSON  `json:"band,omitempty"`
-	Fits        bool       `json:"fits"`
-	DecidedBy   string     `json:"decided_by"`
-	OOM         string     `json:"oom_message,omitempty"`
-	Steps       []StepJSON `json:"steps,omitempty"`
-	Time        *TimeJSON  `json:"time,omitempty"`
+	MarginBytes int64     `json:"margin_bytes,omitempty"`
+	Band        *BandJSON `json:"band,omitempty"`
+	Fits        bool      `json:"fits"`
+	DecidedBy   string    `json:"decided_by"`
+	OOM         string    `json:"oom_message,omitempty"`
+	// NeedsAtLeast is set with OOM: the peak figures above are the
+	// allocator's at the failure; this is what the step needs (its
+	// requested peak plus the context, a lower bound).
+	NeedsAtLeast int64      `json:"needs_at_least_bytes,omitempty"`
+	Steps        []StepJSON `json:"steps,omitempty"`
+	Time         *TimeJSON  `json:"time,omitempty"`
 	// Mode is eval or generate for inference (absent for training), and
 	// Generation a generation's cache figures.
 	Mode       string          `json:"mode,omitempty"`
@@ -121,15 +126,23 @@ func timeJSON(res *predict.Result) *TimeJSON {
 	return t
 }
 
-// StepJSON is one step of a schedule.
+// StepJSON is one step of a schedule. The end figures are at the step's
+// end, before any empty_cache(); nvidia-smi shows reserved plus the CUDA
+// context. ReleasedBytes is what empty_cache() returned during the step
+// and right after it (the call after the last step included); the
+// after-empty-cache figures are set only when empty_cache() followed it.
 type StepJSON struct {
-	Step               int   `json:"step"`
-	Batch              int64 `json:"batch"`
-	PeakAllocatedBytes int64 `json:"peak_allocated_bytes"`
-	PeakReservedBytes  int64 `json:"peak_reserved_bytes"`
-	EndAllocatedBytes  int64 `json:"end_allocated_bytes"`
-	EndReservedBytes   int64 `json:"end_reserved_bytes"`
-	ReleasedBytes      int64 `json:"released_bytes"`
+	Step                int    `json:"step"`
+	Batch               int64  `json:"batch"`
+	PeakAllocatedBytes  int64  `json:"peak_allocated_bytes"`
+	PeakReservedBytes   int64  `json:"peak_reserved_bytes"`
+	EndAllocatedBytes   int64  `json:"end_allocated_bytes"`
+	EndReservedBytes    int64  `json:"end_reserved_bytes"`
+	EndNvidiaSMIBytes   int64  `json:"end_nvidia_smi_bytes"`
+	EmptyCacheAfter     bool   `json:"empty_cache_after"`
+	ReleasedBytes       int64  `json:"released_bytes"`
+	ReservedAfterBytes  *int64 `json:"reserved_after_empty_cache_bytes,omitempty"`
+	NvidiaSMIAfterBytes *int64 `json:"nvidia_smi_after_empty_cache_bytes,omitempty"`
 }
 
 func estimateJSON(res *predict.Result, batches []int64) EstimateJSON {
@@ -168,6 +181,7 @@ func estimateJSON(res *predict.Result, batches []int64) EstimateJSON {
 	out.ConvWorkspaceBytes, out.CudnnSearches = s.ConvWorkspaceBytes, s.CudnnSearches
 	if tl.OOM != nil {
 		out.OOM = tl.OOM.Error()
+		out.NeedsAtLeast = plan.Need(res)
 	}
 	out.Time = timeJSON(res)
 	out.GPUSMITotalBytes, out.MarginBytes = res.GPU.SMITotal, res.Margin
@@ -183,8 +197,14 @@ func estimateJSON(res *predict.Result, batches []int64) EstimateJSON {
 			if i >= len(batches) {
 				break
 			}
-			out.Steps = append(out.Steps, StepJSON{Step: i + 1, Batch: batches[i], PeakAllocatedBytes: st.PeakAllocated, PeakReservedBytes: st.PeakReserved,
-				EndAllocatedBytes: st.EndAllocated, EndReservedBytes: st.EndReserved, ReleasedBytes: st.Released})
+			sj := StepJSON{Step: i + 1, Batch: batches[i], PeakAllocatedBytes: st.PeakAllocated, PeakReservedBytes: st.PeakReserved,
+				EndAllocatedBytes: st.EndAllocated, EndReservedBytes: st.EndReserved, EndNvidiaSMIBytes: st.EndReserved + res.Context,
+				EmptyCacheAfter: st.EmptiedAfter, ReleasedBytes: st.Released}
+			if st.EmptiedAfter {
+				after, smi := st.ReservedAfter, st.ReservedAfter+res.Context
+				sj.ReservedAfterBytes, sj.NvidiaSMIAfterBytes = &after, &smi
+			}
+			out.Steps = append(out.Steps, sj)
 		}
 	}
 	return out

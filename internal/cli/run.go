@@ -76,6 +76,11 @@ func runRun(e *env, args []string) error {
 		return usagef("run starts a process: not from the web page")
 	}
 	i := slices.Index(args, "--")
+	if i < 0 && slices.ContainsFunc(args, isHelp) {
+		// run -h: the help, as every command gives it
+		_, err := parseRunFlags(e, args)
+		return err
+	}
 	if i < 0 {
 		return usagef("put -- before the command to run (batchfit run [flags] -- python train.py)")
 	}
@@ -669,3 +674,5 @@ func (g *runRegistry) remove() {
 		os.Remove(g.path)
 	}
 }
+
+func isHelp(a string) bool { return a == "-h" || a == "--h" || a == "-help" || a == "--help" }
