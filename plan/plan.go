@@ -1,6 +1,7 @@
 package plan
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"sort"
@@ -204,6 +205,7 @@ type combo struct {
 }
 
 type planner struct {
+	ctx     context.Context
 	o       Options
 	base    Candidate
 	baseAC  alloc.Config
@@ -247,8 +249,9 @@ type tensorOpt struct {
 	pp int64
 }
 
-// Run plans.
-func Run(o Options) (*Answer, error) {
+// Run plans. It stops with ctx's error when ctx is done, checked before
+// every prediction and timing.
+func Run(ctx context.Context, o Options) (*Answer, error) {
 	if o.Base.Source == nil {
 		return nil, fmt.Errorf("no model given")
 	}
@@ -289,7 +292,7 @@ func Run(o Options) (*Answer, error) {
 	if o.Base.Config.Seq == 0 {
 		o.Base.Config.Seq = o.Base.Source.DefaultSeq()
 	}
-	pl := &planner{o: o, graphs: map[int64]*graph.Graph{}, runs: map[train.Precision][]train.OpRun{}, runsOn: map[train.Precision]*graph.Graph{},
+	pl := &planner{ctx: ctx, o: o, graphs: map[int64]*graph.Graph{}, runs: map[train.Precision][]train.OpRun{}, runsOn: map[train.Precision]*graph.Graph{},
 		ans: &Answer{Margin: o.Margin, GlobalBatch: o.GlobalBatch, Untimed: untimed}, allow: map[Lever]bool{}, src: o.Base.Source,
 		seen: map[Candidate]*Plan{}, dead: map[deadKey]int{}, aligned: map[alignKey][]train.OpRun{}}
 	levers := o.Levers
@@ -299,11 +302,11 @@ func Run(o Options) (*Answer, error) {
 	for _, l := range levers {
 		pl.allow[l] = true
 	}
-	ctx := o.Base.GPU.ContextSize
+	cudaCtx := o.Base.GPU.ContextSize
 	if o.Base.Context >= 0 {
-		ctx = o.Base.Context
+		cudaCtx = o.Base.Context
 	}
-	pl.capLeft = o.Base.GPU.Capacity - ctx - o.Margin
+	pl.capLeft = o.Base.GPU.Capacity - cudaCtx - o.Margin
 	if err := pl.accumulations(); err != nil {
 		return nil, err
 	}
@@ -348,6 +351,9 @@ func (pl *planner) graph(micro int64) (*graph.Graph, error) {
 	if g, ok := pl.graphs[micro]; ok {
 		return g, nil
 	}
+	if err := pl.ctx.Err(); err != nil {
+		return nil, err
+	}
 	c := pl.o.Base.Config
 	c.Batch = micro
 	if c.PP > 1 && c.Stage < 0 {
@@ -391,7 +397,7 @@ func (pl *planner) evaluate(c Candidate) (*Plan, error) {
 	if p, ok := pl.seen[c]; ok {
 		return p, nil
 	}
-	res, err := predict.Run(pl.request(c))
+	res, err := predict.Run(pl.ctx, pl.request(c))
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", describe(c), err)
 	}
@@ -427,6 +433,9 @@ func (pl *planner) noteNeed(need int64, c Candidate) {
 func (pl *planner) timeOf(c Candidate) (float64, error) {
 	if pl.ans.Untimed {
 		return 0, nil
+	}
+	if err := pl.ctx.Err(); err != nil {
+		return 0, err
 	}
 	runs, ok := pl.runs[c.Precision]
 	if !ok {

@@ -1,6 +1,7 @@
 package predict
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/batchfit/batchfit/alloc"
@@ -120,8 +121,12 @@ func (r Request) Timed() bool {
 	return r.Infer == nil && !r.Setup.Parallel.On() && r.Config.TP <= 1 && r.Config.PP <= 1
 }
 
-// Run answers a Request.
-func Run(r Request) (*Result, error) {
+// Run answers a Request. It stops early with ctx's error when ctx is
+// done: the simulation and the replay check it every so often.
+func Run(ctx context.Context, r Request) (*Result, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
 	if r.Source == nil {
 		return nil, fmt.Errorf("no model given")
 	}
@@ -132,7 +137,7 @@ func Run(r Request) (*Result, error) {
 		}
 	}
 	if r.Config.PP > 1 && r.Config.Stage < 0 {
-		return runStages(r)
+		return runStages(ctx, r)
 	}
 	if r.Config.Batch <= 0 && len(r.Schedule) == 0 {
 		return nil, fmt.Errorf("batch size must be positive, got %d", r.Config.Batch)
@@ -166,9 +171,9 @@ func Run(r Request) (*Result, error) {
 	var g0 *graph.Graph
 	var gen *train.GenerationSummary
 	if r.Infer != nil {
-		sim, g0, gen, err = simulateInference(r, setup)
+		sim, g0, gen, err = simulateInference(ctx, r, setup)
 	} else {
-		sim, g0, err = simulateTraining(r, setup)
+		sim, g0, err = simulateTraining(ctx, r, setup)
 	}
 	if err != nil {
 		return nil, err
@@ -176,14 +181,14 @@ func Run(r Request) (*Result, error) {
 	if q := r.Config.Quant; q != nil && !quantized(g0) {
 		return nil, fmt.Errorf("%s: no Linear weight of this model is stored %s (the source does not build quantized layers, or every Linear is skipped)", r.Source.Name(), q.Format)
 	}
-	ctx := r.GPU.ContextSize
+	cudaCtx := r.GPU.ContextSize
 	if r.Context >= 0 {
-		ctx = r.Context
+		cudaCtx = r.Context
 	}
-	if ctx >= r.GPU.Capacity {
-		return nil, fmt.Errorf("the CUDA context (%s) leaves nothing of the %s device", alloc.FormatSize(ctx), alloc.FormatSize(r.GPU.Capacity))
+	if cudaCtx >= r.GPU.Capacity {
+		return nil, fmt.Errorf("the CUDA context (%s) leaves nothing of the %s device", alloc.FormatSize(cudaCtx), alloc.FormatSize(r.GPU.Capacity))
 	}
-	dev := alloc.Device{Capacity: r.GPU.Capacity - ctx, Total: r.GPU.Capacity}
+	dev := alloc.Device{Capacity: r.GPU.Capacity - cudaCtx, Total: r.GPU.Capacity}
 	// A replay reads repeated micro-batches once (and skips their copies
 	// when the allocator's state comes back); a kept or recorded trace is
 	// written out in full.
@@ -191,12 +196,12 @@ func Run(r Request) (*Result, error) {
 	if r.KeepTrace || r.Record || r.Observe != nil {
 		tr = sim.Trace()
 	}
-	tl, err := alloc.Replay(tr, r.Alloc, dev, alloc.ReplayOptions{Record: r.Record, Observe: r.Observe})
+	tl, err := alloc.ReplayContext(ctx, tr, r.Alloc, dev, alloc.ReplayOptions{Record: r.Record, Observe: r.Observe})
 	if err != nil {
 		return nil, err
 	}
 	res := &Result{Model: r.Source.Name(), Config: r.Config, Setup: sim.Setup(), GPU: r.GPU, Summary: sim.Summary(),
-		Timeline: tl, Context: ctx}
+		Timeline: tl, Context: cudaCtx}
 	if i := tl.PeakAllocatedEvent; i >= 0 && i < tr.Len() {
 		e := tr.At(i)
 		res.PeakAt = &PeakAt{Phase: e.Phase, Step: e.Step, Site: tr.SiteName(e.Site)}
@@ -218,14 +223,14 @@ func Run(r Request) (*Result, error) {
 	if n, ok := r.Source.(interface{ Note() string }); ok {
 		res.Note = n.Note()
 	}
-	res.DeviceTotal = tl.PeakReserved + ctx
+	res.DeviceTotal = tl.PeakReserved + cudaCtx
 	if tl.OOM != nil {
 		res.Fits = false
 		res.Decider = fmt.Sprintf("the allocator runs out of memory: %s", tl.OOM.Error())
 	} else {
 		res.Fits = res.DeviceTotal <= r.GPU.Capacity
 		res.Decider = fmt.Sprintf("peak reserved %s + CUDA context %s = %s of %s",
-			alloc.FormatSize(tl.PeakReserved), alloc.FormatSize(ctx), alloc.FormatSize(res.DeviceTotal), alloc.FormatSize(r.GPU.Capacity))
+			alloc.FormatSize(tl.PeakReserved), alloc.FormatSize(cudaCtx), alloc.FormatSize(res.DeviceTotal), alloc.FormatSize(r.GPU.Capacity))
 	}
 	return res, nil
 }
@@ -251,13 +256,13 @@ type StageResult struct {
 // runStages predicts every stage of a pipeline and answers with the one
 // that fits worst: the first that does not fit, or the one with the
 // largest device total.
-func runStages(r Request) (*Result, error) {
+func runStages(ctx context.Context, r Request) (*Result, error) {
 	var worst *Result
 	var stages []StageResult
 	for s := int64(0); s < r.Config.PP; s++ {
 		q := r
 		q.Config.Stage = s
-		res, err := Run(q)
+		res, err := Run(ctx, q)
 		if err != nil {
 			return nil, fmt.Errorf("stage %d: %w", s, err)
 		}
@@ -294,7 +299,7 @@ func g0BatchOf(r Request) int64 {
 
 // simulateTraining runs the optimizer steps of the schedule (or Steps
 // steps of Config.Batch).
-func simulateTraining(r Request, setup train.Setup) (*train.Simulator, *graph.Graph, error) {
+func simulateTraining(ctx context.Context, r Request, setup train.Setup) (*train.Simulator, *graph.Graph, error) {
 	sched := r.Schedule
 	if len(sched) == 0 {
 		sched = make([]int64, setup.Steps)
@@ -334,7 +339,7 @@ func simulateTraining(r Request, setup train.Setup) (*train.Simulator, *graph.Gr
 		if err != nil {
 			return nil, nil, err
 		}
-		if err := sim.Step(g); err != nil {
+		if err := sim.StepContext(ctx, g); err != nil {
 			return nil, nil, err
 		}
 	}

@@ -1,6 +1,7 @@
 package solve
 
 import (
+	"context"
 	"testing"
 
 	"github.com/batchfit/batchfit/alloc"
@@ -45,7 +46,7 @@ func TestMonotoneInBatch(t *testing.T) {
 				r.Config.Seq = 64
 			}
 			r.Setup.Steps = 2
-			pts, err := Sweep(r, []int64{1, 2, 3, 4})
+			pts, err := Sweep(context.Background(), r, []int64{1, 2, 3, 4})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -81,7 +82,7 @@ func TestMaxBatchBoundary(t *testing.T) {
 	for _, c := range cases {
 		r := request(t, c.model, c.gpu)
 		r.Context = 0
-		ans, err := MaxBatch(r, 0)
+		ans, err := MaxBatch(context.Background(), r, 0)
 		if err != nil {
 			t.Fatalf("%s: %v", c.model, err)
 		}
@@ -91,7 +92,7 @@ func TestMaxBatchBoundary(t *testing.T) {
 		for _, b := range []int64{ans.Max, ans.Max + 1} {
 			q := r
 			q.Config.Batch = b
-			res, err := predict.Run(q)
+			res, err := predict.Run(context.Background(), q)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -109,7 +110,7 @@ func TestMaxLayers(t *testing.T) {
 	r := request(t, "mlp", "256MiB")
 	r.Context = 0
 	r.Config.Batch = 32
-	ans, err := MaxDim(r, models.DimLayers, 0)
+	ans, err := MaxDim(context.Background(), r, models.DimLayers, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,7 +124,7 @@ func TestMaxLayers(t *testing.T) {
 	if ans.Max > 64 {
 		t.Errorf("max layers %d is implausibly deep for 256 MiB", ans.Max)
 	}
-	if _, err := MaxDim(request(t, "resnet18", "t4"), models.DimLayers, 0); err == nil {
+	if _, err := MaxDim(context.Background(), request(t, "resnet18", "t4"), models.DimLayers, 0); err == nil {
 		t.Error("resnet18 has no layers dimension, want an error")
 	}
 }
@@ -132,7 +133,7 @@ func BenchmarkMaxBatchGPT2(b *testing.B) {
 	r := request(b, "gpt2", "h100-80gb")
 	r.Config.Seq = 1024
 	for i := 0; i < b.N; i++ {
-		if _, err := MaxBatch(r, 0); err != nil {
+		if _, err := MaxBatch(context.Background(), r, 0); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -141,7 +142,7 @@ func BenchmarkMaxBatchGPT2(b *testing.B) {
 func BenchmarkMaxBatchResNet50(b *testing.B) {
 	r := request(b, "resnet50", "h100-80gb")
 	for i := 0; i < b.N; i++ {
-		if _, err := MaxBatch(r, 0); err != nil {
+		if _, err := MaxBatch(context.Background(), r, 0); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -156,7 +157,7 @@ func BenchmarkMaxBatchLlama3_70B(b *testing.B) {
 	r.Setup.Precision = train.TrueBF16
 	r.Setup.Checkpoint = train.FullCheckpoint
 	for i := 0; i < b.N; i++ {
-		if _, err := MaxBatch(r, 0); err != nil {
+		if _, err := MaxBatch(context.Background(), r, 0); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -174,7 +175,7 @@ func BenchmarkMaxBatchLlama3_70BFSDP(b *testing.B) {
 	r.Setup.Checkpoint = train.FullCheckpoint
 	r.Setup.Parallel = train.Parallel{Strategy: train.FSDP, GPUs: 8, Offload: true}
 	for i := 0; i < b.N; i++ {
-		ans, err := MaxBatch(r, 0)
+		ans, err := MaxBatch(context.Background(), r, 0)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -197,7 +198,7 @@ func TestMaxBatchEveryModel(t *testing.T) {
 				r.Config.Seq = 128
 			}
 			r.Setup.Precision = train.MixedBF16
-			ans, err := MaxBatch(r, 1<<16)
+			ans, err := MaxBatch(context.Background(), r, 1<<16)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -225,7 +226,7 @@ func BenchmarkSweepResNet50(b *testing.B) {
 	r := request(b, "resnet50", "h100-80gb")
 	batches := []int64{1, 2, 4, 8, 16, 32, 64, 128, 256}
 	for i := 0; i < b.N; i++ {
-		if _, err := Sweep(r, batches); err != nil {
+		if _, err := Sweep(context.Background(), r, batches); err != nil {
 			b.Fatal(err)
 		}
 	}

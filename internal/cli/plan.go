@@ -188,7 +188,7 @@ func runPlan(e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	ans, err := plan.Run(o)
+	ans, err := plan.Run(e.context(), o)
 	if err != nil {
 		return err
 	}

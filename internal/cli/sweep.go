@@ -32,7 +32,7 @@ func runSweep(e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	pts, err := solve.Sweep(r, batches)
+	pts, err := solve.Sweep(e.context(), r, batches)
 	if err != nil {
 		return err
 	}
