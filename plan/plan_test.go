@@ -386,3 +386,35 @@ func TestUntimedKeepsAFittingJob(t *testing.T) {
 		t.Fatalf("untimed %v, base fits %v, %d plans; want the job itself first", ans.Untimed, ans.Base.Fits, len(ans.Best))
 	}
 }
+
+// The planner's work is bounded: with a budget of predictions smaller
+// than the search needs, it stops, says so, and has spent no more than
+// the budget beyond the simulations every plan needs (the current setup
+// and one per precision for the op records).
+func TestBudgetStopsTheSearch(t *testing.T) {
+	src := blocks{layers: 4, width: 512}
+	s := train.Setup{Optimizer: train.Optimizer{Kind: train.Adam}}
+	n16, n32 := needOf(t, src, 1024, s), needOf(t, src, 2048, s)
+	o := Options{Base: request(src, 4096, s, n16+(n32-n16)/2), Top: 5}
+	full, err := Run(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if full.Stopped || full.Simulations != len(full.Evaluated) || full.Simulations > DefaultMaxPredictions {
+		t.Fatalf("unbounded: stopped %v after %d simulations of %d plans", full.Stopped, full.Simulations, len(full.Evaluated))
+	}
+	// the current setup and the four precisions' op records: five
+	// simulations before any search
+	const before = 5
+	if full.Simulations <= before+3 {
+		t.Fatalf("the full search took %d simulations: too few to cut", full.Simulations)
+	}
+	o.MaxPredictions = before + 3
+	cut, err := Run(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !cut.Stopped || cut.Simulations > o.MaxPredictions || cut.Simulations < before {
+		t.Errorf("budget %d: stopped %v after %d simulations", o.MaxPredictions, cut.Stopped, cut.Simulations)
+	}
+}

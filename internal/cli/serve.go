@@ -32,6 +32,7 @@ import (
 	"github.com/batchfit/batchfit/hf"
 	"github.com/batchfit/batchfit/models"
 	"github.com/batchfit/batchfit/onnx"
+	"github.com/batchfit/batchfit/plan"
 	"github.com/batchfit/batchfit/predict"
 	"github.com/batchfit/batchfit/snapshot"
 	"github.com/batchfit/batchfit/spec"
@@ -206,7 +207,7 @@ const (
 var webMax = map[string]int64{
 	"steps": 20, "layers": 512, "hidden": 65536, "seq": 131072, "image": 4096,
 	"accumulate": 256, "max-accumulate": 256, "global-batch": 1 << 20, "min-micro-batch": 1 << 20,
-	"limit": 1 << 20, "top": 50, "device": 64, "lora": 4096, "gpus": 1 << 16, "node-gpus": 1 << 16, "tp": 1024, "pp": 64, "stage": 63,
+	"limit": 1 << 20, "top": 50, "max-predictions": plan.DefaultMaxPredictions, "device": 64, "lora": 4096, "gpus": 1 << 16, "node-gpus": 1 << 16, "tp": 1024, "pp": 64, "stage": 63,
 	"prompt": 131072, "new-tokens": 8192, "beams": 64,
 }
 
