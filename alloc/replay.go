@@ -1,6 +1,7 @@
 package alloc
 
 import (
+	"context"
 	"errors"
 	"fmt"
 
@@ -105,6 +106,16 @@ type Timeline struct {
 // trace (a free of a block that is not allocated, an id allocated twice, a
 // negative size, an unknown action or category), naming the event.
 func Replay(t *trace.Trace, cfg Config, dev Device, opts ReplayOptions) (*Timeline, error) {
+	return ReplayContext(context.Background(), t, cfg, dev, opts)
+}
+
+// ctxEvery is how many events a replay runs between checks of its
+// context: a few microseconds of work, so a cancelled replay stops at once
+// and the check costs nothing measurable.
+const ctxEvery = 4096
+
+// ReplayContext is Replay that stops with ctx's error when ctx is done.
+func ReplayContext(ctx context.Context, t *trace.Trace, cfg Config, dev Device, opts ReplayOptions) (*Timeline, error) {
 	if t == nil {
 		return nil, errors.New("replaying trace: nil trace")
 	}
@@ -136,6 +147,11 @@ func Replay(t *trace.Trace, cfg Config, dev Device, opts ReplayOptions) (*Timeli
 	var copied trace.Event
 	ri := 0
 	for i := range t.Events {
+		if i%ctxEvery == 0 {
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
+		}
 		var r *trace.Repeat
 		if ri < len(t.Repeats) {
 			r = &t.Repeats[ri]

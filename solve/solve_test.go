@@ -1,6 +1,7 @@
 package solve
 
 import (
+	"context"
 	"testing"
 
 	"github.com/batchfit/batchfit/alloc"
@@ -45,7 +46,7 @@ func TestMonotoneInBatch(t *testing.T) {
 				r.Config.Seq = 64
 			}
 			r.Setup.Steps = 2
-			pts, err := Sweep(r, []int64{1, 2, 3, 4})
+			pts, err := Sweep(context.Background(), r, []int64{1, 2, 3, 4})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -89,7 +90,7 @@ func TestMaxBatchBoundary(t *testing.T) {
 		if c.band {
 			r.Margin = predict.SafetyBand.Margin(r.GPU.Capacity)
 		}
-		ans, err := MaxBatch(r, 0)
+		ans, err := MaxBatch(context.Background(), r, 0)
 		if err != nil {
 			t.Fatalf("%s: %v", c.model, err)
 		}
@@ -99,7 +100,7 @@ func TestMaxBatchBoundary(t *testing.T) {
 		for _, b := range []int64{ans.Max, ans.Max + 1} {
 			q := r
 			q.Config.Batch = b
-			res, err := predict.Run(q)
+			res, err := predict.Run(context.Background(), q)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -118,7 +119,7 @@ func TestMaxBatchBoundary(t *testing.T) {
 		if c.band {
 			bare := r
 			bare.Margin = 0
-			b, err := MaxBatch(bare, 0)
+			b, err := MaxBatch(context.Background(), bare, 0)
 			if err != nil || b.Max <= ans.Max {
 				t.Errorf("%s on %s: the band's answer %d is not below the bare %d (%v)", c.model, c.gpu, ans.Max, b.Max, err)
 			}
@@ -135,7 +136,7 @@ func TestMaxLayers(t *testing.T) {
 	r.GPU.Capacity = 256 << 20
 	r.Context = 0
 	r.Config.Batch = 32
-	ans, err := MaxDim(r, models.DimLayers, 0)
+	ans, err := MaxDim(context.Background(), r, models.DimLayers, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -149,7 +150,7 @@ func TestMaxLayers(t *testing.T) {
 	if ans.Max > 64 {
 		t.Errorf("max layers %d is implausibly deep for 256 MiB", ans.Max)
 	}
-	if _, err := MaxDim(request(t, "resnet18", "t4"), models.DimLayers, 0); err == nil {
+	if _, err := MaxDim(context.Background(), request(t, "resnet18", "t4"), models.DimLayers, 0); err == nil {
 		t.Error("resnet18 has no layers dimension, want an error")
 	}
 }
@@ -158,7 +159,7 @@ func BenchmarkMaxBatchGPT2(b *testing.B) {
 	r := request(b, "gpt2", "h100-80gb")
 	r.Config.Seq = 1024
 	for i := 0; i < b.N; i++ {
-		if _, err := MaxBatch(r, 0); err != nil {
+		if _, err := MaxBatch(context.Background(), r, 0); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -167,7 +168,7 @@ func BenchmarkMaxBatchGPT2(b *testing.B) {
 func BenchmarkMaxBatchResNet50(b *testing.B) {
 	r := request(b, "resnet50", "h100-80gb")
 	for i := 0; i < b.N; i++ {
-		if _, err := MaxBatch(r, 0); err != nil {
+		if _, err := MaxBatch(context.Background(), r, 0); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -182,7 +183,7 @@ func BenchmarkMaxBatchLlama3_70B(b *testing.B) {
 	r.Setup.Precision = train.TrueBF16
 	r.Setup.Checkpoint = train.FullCheckpoint
 	for i := 0; i < b.N; i++ {
-		if _, err := MaxBatch(r, 0); err != nil {
+		if _, err := MaxBatch(context.Background(), r, 0); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -200,7 +201,7 @@ func BenchmarkMaxBatchLlama3_70BFSDP(b *testing.B) {
 	r.Setup.Checkpoint = train.FullCheckpoint
 	r.Setup.Parallel = train.Parallel{Strategy: train.FSDP, GPUs: 8, Offload: true}
 	for i := 0; i < b.N; i++ {
-		ans, err := MaxBatch(r, 0)
+		ans, err := MaxBatch(context.Background(), r, 0)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -223,7 +224,7 @@ func TestMaxBatchEveryModel(t *testing.T) {
 				r.Config.Seq = 128
 			}
 			r.Setup.Precision = train.MixedBF16
-			ans, err := MaxBatch(r, 1<<16)
+			ans, err := MaxBatch(context.Background(), r, 1<<16)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -251,7 +252,7 @@ func BenchmarkSweepResNet50(b *testing.B) {
 	r := request(b, "resnet50", "h100-80gb")
 	batches := []int64{1, 2, 4, 8, 16, 32, 64, 128, 256}
 	for i := 0; i < b.N; i++ {
-		if _, err := Sweep(r, batches); err != nil {
+		if _, err := Sweep(context.Background(), r, batches); err != nil {
 			b.Fatal(err)
 		}
 	}

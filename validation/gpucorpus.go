@@ -2,6 +2,7 @@ package validation
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -440,7 +441,7 @@ func CompareGPUCorpus(cases []GPUCase) ([]GPUComparison, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%s: field \"args\": %w", c.File, err)
 		}
-		res, err := predict.Run(r)
+		res, err := predict.Run(context.Background(), r)
 		if err != nil {
 			return nil, fmt.Errorf("%s: predicting: %w", c.File, err)
 		}

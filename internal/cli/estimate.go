@@ -61,7 +61,7 @@ func runEstimate(e *env, args []string) error {
 		rec = newStepRecorder(timelineBuckets)
 		r.Observe = rec.observe
 	}
-	res, err := predict.Run(r)
+	res, err := predict.Run(e.context(), r)
 	if err != nil {
 		return err
 	}
@@ -76,7 +76,7 @@ func runEstimate(e *env, args []string) error {
 	var sugg *plan.Answer
 	var suggErr error
 	if len(batches) == 1 && !res.Fits && r.Infer == nil {
-		sugg, suggErr = plan.Run(plan.Options{Base: r, Objective: plan.FewestChanges, Top: 3})
+		sugg, suggErr = plan.Run(e.context(), plan.Options{Base: r, Objective: plan.FewestChanges, Top: 3})
 	}
 	if j.json {
 		out := estimateJSON(res, batches)

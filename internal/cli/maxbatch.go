@@ -98,13 +98,13 @@ func runMaxBatch(e *env, args []string) error {
 	if *objective == "throughput" && d != models.DimBatch {
 		return usagef("--objective throughput answers for the batch, not --solve %s", d)
 	}
-	ans, err := solve.MaxDim(r, d, *limit)
+	ans, err := solve.MaxDim(e.context(), r, d, *limit)
 	if err != nil {
 		return err
 	}
 	var fast *solve.Fastest
 	if *objective == "throughput" && ans.Max > 0 {
-		if fast, err = solve.BestThroughput(r, ans); err != nil {
+		if fast, err = solve.BestThroughput(e.context(), r, ans); err != nil {
 			return err
 		}
 	}

@@ -50,6 +50,11 @@ type PlanJSON struct {
 	NeedFrom    string          `json:"need_from,omitempty"`
 	Predictions int             `json:"predictions"`
 	Levers      []string        `json:"levers"`
+	// Simulations counts the simulations (each pipeline stage one);
+	// Stopped: the search stopped at --max-predictions with combinations
+	// unsearched.
+	Simulations int  `json:"simulations"`
+	Stopped     bool `json:"stopped"`
 }
 
 // PlanEntryJSON is one plan.
@@ -101,6 +106,7 @@ type planFlags struct {
 	minMicro        int64
 	margin          string
 	top             int
+	maxPredictions  int
 }
 
 func (p *planFlags) register(fs *flag.FlagSet) {
@@ -112,12 +118,13 @@ func (p *planFlags) register(fs *flag.FlagSet) {
 	fs.Int64Var(&p.minMicro, "min-micro-batch", 1, "smallest micro-batch a plan may use")
 	fs.StringVar(&p.margin, "margin", "band", marginHelp)
 	fs.IntVar(&p.top, "top", 5, "number of plans to show")
+	fs.IntVar(&p.maxPredictions, "max-predictions", plan.DefaultMaxPredictions, "the most simulations the search runs (each pipeline stage one); past it the plans shown are the best of those tried")
 }
 
 // options turns the flags into planner options around the request.
 func (p *planFlags) options(r predict.Request) (plan.Options, error) {
 	o := plan.Options{Base: r, GlobalBatch: p.global, MaxAccumulate: p.maxAccumulate, MinMicroBatch: p.minMicro,
-		NoCheckpointing: p.noCheckpointing, Top: p.top}
+		NoCheckpointing: p.noCheckpointing, Top: p.top, MaxPredictions: p.maxPredictions}
 	if p.global < 0 {
 		return o, usagef("--global-batch must be positive, got %d", p.global)
 	}
@@ -126,6 +133,9 @@ func (p *planFlags) options(r predict.Request) (plan.Options, error) {
 	}
 	if p.minMicro < 1 {
 		return o, usagef("--min-micro-batch must be at least 1, got %d", p.minMicro)
+	}
+	if p.maxPredictions < 1 {
+		return o, usagef("--max-predictions must be at least 1, got %d", p.maxPredictions)
 	}
 	if p.top < 1 || p.top > 1000 {
 		return o, usagef("--top must be between 1 and 1000, got %d", p.top)
@@ -213,7 +223,7 @@ func runPlan(e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	ans, err := plan.Run(o)
+	ans, err := plan.Run(e.context(), o)
 	if err != nil {
 		return err
 	}
@@ -247,6 +257,9 @@ func nothingFits(r predict.Request, ans *plan.Answer) error {
 			msg += "; no single GPU of the catalog has that much memory"
 		}
 		msg += ", or several GPUs that shard the parameters, gradients and optimizer state"
+	}
+	if ans.Stopped {
+		msg += fmt.Sprintf("; the search stopped after %d simulations with combinations left (--max-predictions, --levers)", ans.Simulations)
 	}
 	return fmt.Errorf("%s", msg)
 }
@@ -289,7 +302,8 @@ func planEntry(ans *plan.Answer, p *plan.Plan) PlanEntryJSON {
 func planJSON(r predict.Request, o plan.Options, ans *plan.Answer) PlanJSON {
 	out := PlanJSON{Model: r.Source.Name(), GPU: r.GPU.Name, GlobalBatch: ans.GlobalBatch, Seq: r.Config.Seq, MarginBytes: ans.Margin,
 		Current: planEntry(ans, ans.Base), Best: []PlanEntryJSON{}, Evaluated: []PlanEntryJSON{}, Pruned: []PrunedJSON{},
-		NeedBytes: ans.Need, NeedFrom: ans.NeedFrom, Predictions: len(ans.Evaluated)}
+		NeedBytes: ans.Need, NeedFrom: ans.NeedFrom, Predictions: len(ans.Evaluated),
+		Simulations: ans.Simulations, Stopped: ans.Stopped}
 	if len(ans.Best) > 0 {
 		out.NeedBytes, out.NeedFrom = 0, ""
 	}
@@ -355,6 +369,10 @@ func writePlan(w io.Writer, r predict.Request, o plan.Options, ans *plan.Answer)
 	}
 	fmt.Fprintf(w, "\n%s simulated; %s ruled out without simulation (--json lists every one)\n",
 		plural(len(ans.Evaluated), "plan"), plural(len(ans.Pruned), "combination"))
+	if ans.Stopped {
+		fmt.Fprintf(w, "the search stopped after %d simulations (--max-predictions %d) with combinations left: the plans shown are the best of those tried; fewer --levers search the rest\n",
+			ans.Simulations, o.MaxPredictions)
+	}
 	if ans.Untimed {
 		fmt.Fprintln(w, "step times are not predicted under data parallelism (the model knows no communication); the plans are ranked by the fewest changes")
 		return

@@ -213,7 +213,7 @@ func predictBeside(j *jobFlags, an *snapshotAnalysis, snap *snapshot.Snapshot, d
 	}
 	r.Alloc = an.cfg
 	r.KeepTrace = true
-	res, err := predict.Run(r)
+	res, err := predict.Run(j.e.context(), r)
 	if err != nil {
 		return nil, err
 	}

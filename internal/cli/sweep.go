@@ -41,7 +41,7 @@ func runSweep(e *env, args []string) error {
 	if r.Margin, err = parseMargin(*margin, r.GPU.Capacity); err != nil {
 		return usagef("--margin: %v", err)
 	}
-	pts, err := solve.Sweep(r, batches)
+	pts, err := solve.Sweep(e.context(), r, batches)
 	if err != nil {
 		return err
 	}
