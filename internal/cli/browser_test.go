@@ -157,6 +157,7 @@ func TestBrowserPredict(t *testing.T) {
 		chromedp.SetValue(chromedp.CSS("#model"), "gpt2"),
 		chromedp.SetValue(chromedp.CSS("#gpu"), "a10g"),
 		chromedp.SetValue(chromedp.CSS("#precision"), "bf16-mixed"),
+		chromedp.SetValue(chromedp.CSS("#optimizer"), "adamw"),
 		chromedp.SetValue(chromedp.CSS("#checkpoint"), "full"),
 		chromedp.Evaluate[chromedp.Void](`document.querySelector("#model").dispatchEvent(new Event("change", {bubbles: true}))`),
 		chromedp.Clear(chromedp.CSS("#batch")),
