@@ -174,6 +174,13 @@ func (m *Model) Dims() []models.Dim {
 	return []models.Dim{models.DimSeq, models.DimLayers, models.DimHidden}
 }
 
+// Range gives the valid values of a dimension (models.TransformerConfig's
+// Range: width in multiples of the head size, the sequence up to a learned
+// position table).
+func (m *Model) Range(d models.Dim, c models.Config) models.Range {
+	return m.Config.Transformer.Range(d, c)
+}
+
 // className is the transformers class the graph follows.
 func (c *Config) className() string {
 	switch c.ModelType {

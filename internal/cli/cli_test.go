@@ -33,6 +33,8 @@ func TestGolden(t *testing.T) {
 		{"estimate_schedule_empty_cache", []string{"estimate", "simpleconv", "--batch", "64,8,32,4", "--gpu", "t4", "--optimizer", "sgd", "--empty-cache"}},
 		{"sweep_simpleconv", []string{"sweep", "simpleconv", "--batch", "1:64", "--gpu", "t4"}},
 		{"maxbatch_mlp_layers", []string{"maxbatch", "mlp", "--solve", "layers", "--batch", "32", "--gpu", "1GiB", "--context", "0"}},
+		{"maxbatch_gpt2_seq", []string{"maxbatch", "gpt2", "--solve", "seq", "--batch", "1", "--gpu", "t4"}},
+		{"maxbatch_gpt2_hidden", []string{"maxbatch", "gpt2", "--solve", "hidden", "--batch", "1", "--seq", "128", "--gpu", "4GiB"}},
 		{"gpus", []string{"gpus"}},
 		{"plan_gpt2", []string{"plan", "gpt2", "--seq", "1024", "--gpu", "a10g", "--global-batch", "64", "--batch", "64", "--top", "3"}},
 		{"estimate_suggestions", []string{"estimate", "gpt2", "--seq", "1024", "--batch", "32", "--gpu", "a10g"}},
