@@ -27,22 +27,22 @@ Examples:
 
 // MaxBatchJSON is the stable JSON form of a search.
 type MaxBatchJSON struct {
-	Model    string        `json:"model"`
-	Solve    string        `json:"solve"`
-	MaxBatch int64         `json:"max_batch,omitempty"`
-	Max      int64         `json:"max"`
-	Limited  bool          `json:"limited"`
+	Model    string `json:"model"`
+	Solve    string `json:"solve"`
+	MaxBatch int64  `json:"max_batch,omitempty"`
+	Max      int64  `json:"max"`
+	Limited  bool   `json:"limited"`
 	// LimitedBy names what in the model set the limit the search reached
 	// (a learned position table), empty for the search's own --limit.
 	LimitedBy string `json:"limited_by,omitempty"`
 	// Step and StepReason: the values tried are multiples of Step (a
 	// transformer's width of its head size).
-	Step       int64  `json:"step,omitempty"`
-	StepReason string `json:"step_reason,omitempty"`
-	Probes   int           `json:"probes"`
-	Tried    []int64       `json:"tried"`
-	AtMax    *EstimateJSON `json:"at_max,omitempty"`
-	AtNext   *EstimateJSON `json:"at_next,omitempty"`
+	Step       int64         `json:"step,omitempty"`
+	StepReason string        `json:"step_reason,omitempty"`
+	Probes     int           `json:"probes"`
+	Tried      []int64       `json:"tried"`
+	AtMax      *EstimateJSON `json:"at_max,omitempty"`
+	AtNext     *EstimateJSON `json:"at_next,omitempty"`
 	// Fastest is the batch with the best predicted throughput
 	// (--objective throughput).
 	Fastest *FastestJSON `json:"fastest,omitempty"`
