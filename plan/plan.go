@@ -530,8 +530,9 @@ func (pl *planner) impls() []train.Impl {
 // together: all three are alive during every optimizer step after the
 // first, so no plan of this precision fits below it.
 // Frozen parameters have neither gradient nor state, so only the
-// trainable ones count beyond the parameters themselves; 8-bit states and
-// Adafactor's factored ones are counted as nothing (a lower bound).
+// trainable ones count beyond the parameters themselves; the state is the
+// optimizer's per-element floor (8-bit states at a byte, paged ones and
+// Adafactor's factored moments at nothing), a lower bound.
 func (pl *planner) staticBytes(p train.Precision, par train.Parallel, tp tensorOpt, params, trainable int64) int64 {
 	// tensor parallelism splits the layers' parameters (the norms are
 	// replicated, which only adds): a rank holds at least 1/tp
@@ -544,22 +545,12 @@ func (pl *planner) staticBytes(p train.Precision, par train.Parallel, tp tensorO
 		// DeepSpeed's half module, float32 master weights and state
 		pe, se, master = low.Size(), 4, 4
 	}
-	o := pl.o.Base.Setup.Optimizer
-	var copies int64
-	switch {
-	case o.Bits8 || o.Kind == train.Adafactor:
-	case o.Kind == train.Adam || o.Kind == train.AdamW:
-		copies = 2
-		if o.AMSGrad {
-			copies++
-		}
-	case o.Kind == train.SGD:
-		if o.Momentum > 0 {
-			copies++
-		}
-	}
-	P, G, S := pe*params, pe*trainable, (copies*se+master)*trainable
-	if o.Kind == train.NoOptimizer {
+	// what the optimizer keeps on the device per element of a large
+	// matrix (train.OptimizerStates, its one table): no parameter keeps
+	// less
+	_, _, state := pl.o.Base.Setup.Optimizer.PerElement(se)
+	P, G, S := pe*params, pe*trainable, (state+master)*trainable
+	if pl.o.Base.Setup.Optimizer.Kind == train.NoOptimizer {
 		S = 0
 	}
 	// A rank holds at least its share of what its strategy shards; with

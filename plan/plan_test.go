@@ -385,3 +385,55 @@ func TestUntimedKeepsAFittingJob(t *testing.T) {
 		t.Fatalf("untimed %v, base fits %v, %d plans; want the job itself first", ans.Untimed, ans.Base.Fits, len(ans.Best))
 	}
 }
+
+// The planner's static bound reads the optimizer's one table
+// (train.OptimizerStates): it equals the simulated parameters, gradients
+// and state where every parameter keeps the same per-element state
+// (torch.optim's, whatever the parameter's size), and stays below them
+// where small or factored parameters keep more (bitsandbytes' float32
+// states under 4096 elements and its block constants, Adafactor's
+// factors).
+func TestStaticBoundReadsTheOptimizerTable(t *testing.T) {
+	src := blocks{layers: 2, width: 256} // 2·(256·256+256) + 256·10+10 elements
+	for _, c := range []struct {
+		o     train.Optimizer
+		p     train.Precision
+		exact bool
+		floor int64 // state bytes per element: the table's, for a large matrix on the device
+	}{
+		{train.Optimizer{Kind: train.SGD}, train.FP32, true, 0},
+		{train.Optimizer{Kind: train.SGD, Momentum: 0.9}, train.FP32, true, 4},
+		{train.Optimizer{Kind: train.Adam}, train.FP32, true, 8},
+		{train.Optimizer{Kind: train.AdamW}, train.TrueBF16, true, 4},
+		{train.Optimizer{Kind: train.Adam, AMSGrad: true}, train.FP32, true, 12},
+		// two uint8 states
+		{train.Optimizer{Kind: train.AdamW, Bits8: true}, train.TrueBF16, false, 2},
+		// paged: in unified memory, not on the device
+		{train.Optimizer{Kind: train.AdamW, Bits8: true, Paged: true}, train.TrueBF16, false, 0},
+		// factored: no per-element state
+		{train.Optimizer{Kind: train.Adafactor}, train.TrueBF16, false, 0},
+	} {
+		s := train.Setup{Precision: c.p, Optimizer: c.o, Steps: 2}
+		r := request(src, 4, s, 1<<50)
+		res, err := predict.Run(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sum := res.Summary
+		sim := sum.ParametersBytes + sum.GradientsBytes + sum.OptimizerStateBytes
+		g, err := src.Build(models.Config{Batch: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := g.ParamCount()
+		pl := &planner{o: Options{Base: r}}
+		bound := pl.staticBytes(c.p, train.Parallel{}, tensorOpt{}, n, n)
+		pe := c.p.ParamDType().Size()
+		if want := 2*pe*n + c.floor*n; bound != want {
+			t.Errorf("%s, %s: static bound %d, want parameters and gradients %d and state %d", c.o.Name(), c.p, bound, 2*pe*n, c.floor*n)
+		}
+		if bound > sim || c.exact && bound != sim {
+			t.Errorf("%s, %s: static bound %d, simulated parameters, gradients and state %d", c.o.Name(), c.p, bound, sim)
+		}
+	}
+}
