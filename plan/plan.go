@@ -92,8 +92,9 @@ type Options struct {
 	// Base is the current job. Its Config.Batch and Setup.Accumulate give
 	// the micro-batch and accumulation the plans are compared with.
 	Base predict.Request
-	// GlobalBatch is the samples per optimizer step every plan keeps
-	// (default Base's micro-batch × accumulation).
+	// GlobalBatch is the samples per optimizer step every plan keeps, over
+	// all data-parallel ranks (default Base's micro-batch × accumulation
+	// × ranks). The current setup must make it.
 	GlobalBatch int64
 	// Levers the plans may move (default all).
 	Levers []Lever
@@ -141,13 +142,18 @@ type Plan struct {
 	Fits bool
 }
 
-// Throughput is samples per second.
+// Throughput is samples per second over all data-parallel ranks.
 func (p *Plan) Throughput() float64 {
 	if p.Seconds <= 0 {
 		return 0
 	}
-	return float64(p.MicroBatch) * float64(p.Accumulate) / p.Seconds
+	return float64(p.MicroBatch) * float64(p.Accumulate) * float64(Ranks(p.Parallel)) / p.Seconds
 }
+
+// Ranks is the number of data-parallel ranks of a strategy: each takes
+// its own micro-batches, so a step's global batch is micro-batch ×
+// accumulation × ranks (DDP, FSDP and ZeRO alike).
+func Ranks(p train.Parallel) int64 { return int64(max(p.GPUs, 1)) }
 
 // Pruned is a combination ruled out without a full search.
 type Pruned struct {
@@ -183,8 +189,11 @@ type Answer struct {
 	Need     int64
 	NeedFrom string
 	// Margin is the headroom the plans were held to.
-	Margin      int64
-	GlobalBatch int64
+	Margin int64
+	// GlobalBatch is the samples of a step over all ranks; RankBatch
+	// one rank's share (micro-batch × accumulation), Ranks the
+	// data-parallel ranks.
+	GlobalBatch, RankBatch, Ranks int64
 	// Untimed: no step times (data parallelism, whose communication the
 	// step-time model does not know); the plans are ranked by the fewest
 	// changes.
@@ -280,17 +289,29 @@ func Run(o Options) (*Answer, error) {
 	if o.Base.Config.Batch <= 0 {
 		return nil, fmt.Errorf("batch size must be positive, got %d", o.Base.Config.Batch)
 	}
+	ranks := Ranks(s.Parallel)
 	if o.GlobalBatch == 0 {
-		o.GlobalBatch = o.Base.Config.Batch * int64(s.Accumulate)
+		o.GlobalBatch = o.Base.Config.Batch * int64(s.Accumulate) * ranks
 	}
 	if o.GlobalBatch <= 0 {
 		return nil, fmt.Errorf("the global batch must be positive, got %d", o.GlobalBatch)
+	}
+	if o.GlobalBatch%ranks != 0 {
+		return nil, fmt.Errorf("the global batch %d does not split evenly over %d data-parallel ranks", o.GlobalBatch, ranks)
+	}
+	if cur := o.Base.Config.Batch * int64(s.Accumulate) * ranks; cur != o.GlobalBatch {
+		on := ""
+		if ranks > 1 {
+			on = fmt.Sprintf(" on each of %d ranks", ranks)
+		}
+		return nil, fmt.Errorf("the current setup, micro-batch %d × accumulation %d%s, makes %d samples a step, not the global batch %d: give the current micro-batch and accumulation that make it",
+			o.Base.Config.Batch, s.Accumulate, on, cur, o.GlobalBatch)
 	}
 	if o.Base.Config.Seq == 0 {
 		o.Base.Config.Seq = o.Base.Source.DefaultSeq()
 	}
 	pl := &planner{o: o, graphs: map[int64]*graph.Graph{}, runs: map[train.Precision][]train.OpRun{}, runsOn: map[train.Precision]*graph.Graph{},
-		ans: &Answer{Margin: o.Margin, GlobalBatch: o.GlobalBatch, Untimed: untimed}, allow: map[Lever]bool{}, src: o.Base.Source,
+		ans: &Answer{Margin: o.Margin, GlobalBatch: o.GlobalBatch, RankBatch: o.GlobalBatch / ranks, Ranks: ranks, Untimed: untimed}, allow: map[Lever]bool{}, src: o.Base.Source,
 		seen: map[Candidate]*Plan{}, dead: map[deadKey]int{}, aligned: map[alignKey][]train.OpRun{}}
 	levers := o.Levers
 	if len(levers) == 0 {
@@ -313,22 +334,20 @@ func Run(o Options) (*Answer, error) {
 	return pl.ans, nil
 }
 
-// accumulations lists the allowed accumulation values: divisors of the
-// global batch leaving a micro-batch of at least the minimum.
+// accumulations lists the allowed accumulation values: divisors of a
+// rank's share of the global batch leaving a micro-batch of at least the
+// minimum.
 func (pl *planner) accumulations() error {
 	o := pl.o
-	n := o.GlobalBatch
+	n := pl.ans.RankBatch
 	a0 := o.Base.Setup.Accumulate
-	if n%int64(a0) != 0 {
-		return fmt.Errorf("the global batch %d is not a multiple of the current accumulation %d: give the current setup as a micro-batch and accumulation whose product it is", n, a0)
-	}
 	pl.base = Candidate{Precision: o.Base.Setup.Precision, Checkpoint: o.Base.Setup.Checkpoint, Impl: o.Base.Setup.Optimizer.Impl,
-		Expandable: o.Base.Alloc.ExpandableSegments, Accumulate: a0, MicroBatch: n / int64(a0), Parallel: o.Base.Setup.Parallel,
+		Expandable: o.Base.Alloc.ExpandableSegments, Accumulate: a0, MicroBatch: o.Base.Config.Batch, Parallel: o.Base.Setup.Parallel,
 		TP: max(o.Base.Config.TP, 1), SP: o.Base.Config.SP, PP: max(o.Base.Config.PP, 1)}
 	pl.baseAC = o.Base.Alloc
 	if !pl.allow[Accumulate] {
 		if n/int64(a0) < o.MinMicroBatch {
-			return fmt.Errorf("the global batch %d with accumulation %d gives micro-batches of %d, below the minimum %d", n, a0, n/int64(a0), o.MinMicroBatch)
+			return fmt.Errorf("the global batch %d with accumulation %d gives micro-batches of %d, below the minimum %d", o.GlobalBatch, a0, n/int64(a0), o.MinMicroBatch)
 		}
 		pl.accs = []int{a0}
 		return nil
@@ -339,7 +358,7 @@ func (pl *planner) accumulations() error {
 		}
 	}
 	if len(pl.accs) == 0 {
-		return fmt.Errorf("no micro-batch of at least %d with at most %d accumulation steps makes a global batch of %d", o.MinMicroBatch, o.MaxAccumulate, n)
+		return fmt.Errorf("no micro-batch of at least %d with at most %d accumulation steps makes a global batch of %d (%d a rank)", o.MinMicroBatch, o.MaxAccumulate, o.GlobalBatch, n)
 	}
 	return nil
 }
@@ -748,7 +767,7 @@ func (pl *planner) planKey(p *Plan) [2]float64 {
 	return [2]float64{0, p.Seconds}
 }
 
-func (pl *planner) accsMicro(i int) int64 { return pl.o.GlobalBatch / int64(pl.accs[i]) }
+func (pl *planner) accsMicro(i int) int64 { return pl.ans.RankBatch / int64(pl.accs[i]) }
 
 func (pl *planner) cand(cb *combo, i int, expandable bool) Candidate {
 	return Candidate{Precision: cb.p, Checkpoint: cb.ck, Impl: cb.impl, Expandable: expandable,

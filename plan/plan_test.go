@@ -219,7 +219,7 @@ func TestBadInput(t *testing.T) {
 	}
 	acc := s
 	acc.Accumulate = 2
-	if _, err := Run(Options{Base: request(src, 8, acc, 1<<40), GlobalBatch: 7}); err == nil || !strings.Contains(err.Error(), "not a multiple") {
+	if _, err := Run(Options{Base: request(src, 8, acc, 1<<40), GlobalBatch: 7}); err == nil || !strings.Contains(err.Error(), "not the global batch 7") {
 		t.Errorf("a global batch of 7 with accumulation 2: %v", err)
 	}
 	if _, err := ParseLevers("accumulate,precisoin"); err == nil || !strings.Contains(err.Error(), `did you mean precision`) {
@@ -435,5 +435,43 @@ func TestStaticBoundReadsTheOptimizerTable(t *testing.T) {
 		if bound > sim || c.exact && bound != sim {
 			t.Errorf("%s, %s: static bound %d, simulated parameters, gradients and state %d", c.o.Name(), c.p, bound, sim)
 		}
+	}
+}
+
+// The current setup is the job as given: its micro-batch (--batch) and
+// accumulation, on every data-parallel rank. The global batch counts the
+// samples of a step over all ranks: micro-batch 8 × accumulation 2 on 4
+// DDP ranks is 64, of which a rank takes 16.
+func TestCurrentSetupAndGlobalBatch(t *testing.T) {
+	src := blocks{layers: 2, width: 256}
+	s := train.Setup{Optimizer: train.Optimizer{Kind: train.SGD}, Accumulate: 2}
+	ans, err := Run(Options{Base: request(src, 8, s, 1<<40), Levers: []Lever{Accumulate}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b := ans.Base; b.MicroBatch != 8 || b.Accumulate != 2 || ans.GlobalBatch != 16 || ans.RankBatch != 16 || ans.Ranks != 1 {
+		t.Errorf("one GPU: current %d × %d, global %d, a rank %d of %d", b.MicroBatch, b.Accumulate, ans.GlobalBatch, ans.RankBatch, ans.Ranks)
+	}
+	ddp := s
+	ddp.Parallel = train.Parallel{Strategy: train.DDP, GPUs: 4}
+	ans, err = Run(Options{Base: request(src, 8, ddp, 1<<40), Levers: []Lever{Accumulate}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b := ans.Base; b.MicroBatch != 8 || b.Accumulate != 2 || ans.GlobalBatch != 64 || ans.RankBatch != 16 || ans.Ranks != 4 {
+		t.Errorf("4 ranks: current %d × %d, global %d, a rank %d of %d", b.MicroBatch, b.Accumulate, ans.GlobalBatch, ans.RankBatch, ans.Ranks)
+	}
+	for _, p := range ans.Best {
+		if p.MicroBatch*int64(p.Accumulate)*4 != 64 {
+			t.Errorf("plan %s does not keep the global batch 64 over 4 ranks", p.Candidate)
+		}
+	}
+	// a global batch the current setup does not make is refused, as one
+	// that does not split over the ranks
+	if _, err := Run(Options{Base: request(src, 8, ddp, 1<<40), GlobalBatch: 128}); err == nil || !strings.Contains(err.Error(), "makes 64 samples a step") {
+		t.Errorf("global 128 from 8 × 2 × 4: %v", err)
+	}
+	if _, err := Run(Options{Base: request(src, 8, ddp, 1<<40), GlobalBatch: 66}); err == nil || !strings.Contains(err.Error(), "4 data-parallel ranks") {
+		t.Errorf("global 66 over 4 ranks: %v", err)
 	}
 }

@@ -466,3 +466,31 @@ func FuzzParseMargin(f *testing.F) {
 		}
 	})
 }
+
+// plan's current setup is the job as given: --batch is its micro-batch,
+// the accumulation what makes --global-batch from it when --accumulate is
+// not given; the global batch counts every rank's samples.
+func TestPlanCurrentSetup(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		code int
+		want []string
+	}{
+		{[]string{"--global-batch", "64", "--batch", "8"}, 0, []string{"global batch 64 ·", "current: micro-batch 8 × 8,"}},
+		{[]string{"--batch", "8", "--gpus", "8"}, 0, []string{"global batch 64 (8 a rank × 8 GPUs)", "current: micro-batch 8 × 1, ddp"}},
+		{[]string{"--global-batch", "64", "--batch", "4", "--gpus", "8"}, 0, []string{"global batch 64 (8 a rank × 8 GPUs)", "current: micro-batch 4 × 2, ddp"}},
+		{[]string{"--global-batch", "60", "--batch", "8"}, 2, []string{"not a multiple of --batch 8"}},
+		{[]string{"--global-batch", "64", "--batch", "8", "--accumulate", "2"}, 1, []string{"makes 16 samples a step, not the global batch 64"}},
+	} {
+		args := append([]string{"plan", "gpt2", "--seq", "256", "--gpu", "a10g", "--top", "1"}, c.args...)
+		out, errs, code := run(args...)
+		if code != c.code {
+			t.Errorf("%v: exit %d, want %d: %s", c.args, code, c.code, errs)
+		}
+		for _, w := range c.want {
+			if !strings.Contains(out+errs, w) {
+				t.Errorf("%v: no %q in\n%s%s", c.args, w, out, errs)
+			}
+		}
+	}
+}

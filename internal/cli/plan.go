@@ -39,6 +39,10 @@ type PlanJSON struct {
 	Model       string          `json:"model"`
 	GPU         string          `json:"gpu"`
 	GlobalBatch int64           `json:"global_batch"`
+	// RankBatch is one data-parallel rank's share of the global batch
+	// (micro-batch × accumulation), Ranks the data-parallel ranks.
+	RankBatch int64 `json:"rank_batch"`
+	Ranks     int64 `json:"ranks"`
 	Seq         int64           `json:"seq,omitempty"`
 	MarginBytes int64           `json:"margin_bytes"`
 	Current     PlanEntryJSON   `json:"current"`
@@ -103,7 +107,7 @@ type planFlags struct {
 }
 
 func (p *planFlags) register(fs *flag.FlagSet) {
-	fs.Int64Var(&p.global, "global-batch", 0, "samples per optimizer step every plan keeps (default: --batch × --accumulate)")
+	fs.Int64Var(&p.global, "global-batch", 0, "samples per optimizer step every plan keeps, over all --gpus (default: --batch × --accumulate × --gpus; without --accumulate, the current accumulation is what makes it from --batch)")
 	fs.StringVar(&p.levers, "levers", "accumulate,precision,checkpoint,optimizer,allocator,sharding,tensor,pipeline", "the levers plans may move (sharding: the data-parallel strategy over --gpus; tensor and pipeline: tensor parallelism and pipeline stages, for a job on several GPUs)")
 	fs.BoolVar(&p.fixedPrecision, "fixed-precision", false, "keep the precision (the same as leaving precision out of --levers)")
 	fs.BoolVar(&p.noCheckpointing, "no-checkpointing", false, "no plan may use activation checkpointing")
@@ -113,8 +117,22 @@ func (p *planFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&p.top, "top", 5, "number of plans to show")
 }
 
-// options turns the flags into planner options around the request.
-func (p *planFlags) options(r predict.Request) (plan.Options, error) {
+// options turns the flags into planner options around the request. When
+// --accumulate was not given, the current accumulation is the one that
+// makes the global batch from the current micro-batch (--batch) on every
+// rank.
+func (p *planFlags) options(r predict.Request, accSet bool) (plan.Options, error) {
+	if ranks := plan.Ranks(r.Setup.Parallel); p.global > 0 && !accSet {
+		per := r.Config.Batch * ranks
+		if p.global%per != 0 {
+			of := fmt.Sprintf("--batch %d", r.Config.Batch)
+			if ranks > 1 {
+				of += fmt.Sprintf(" × %d GPUs", ranks)
+			}
+			return plan.Options{}, usagef("--global-batch %d is not a multiple of %s: give the current micro-batch, and --accumulate if it is not the quotient", p.global, of)
+		}
+		r.Setup.Accumulate = int(p.global / per)
+	}
 	o := plan.Options{Base: r, GlobalBatch: p.global, MaxAccumulate: p.maxAccumulate, MinMicroBatch: p.minMicro,
 		NoCheckpointing: p.noCheckpointing, Top: p.top}
 	if p.global < 0 {
@@ -184,7 +202,9 @@ func runPlan(e *env, args []string) error {
 	if len(batches) != 1 {
 		return usagef("plan takes a single --batch (the current micro-batch)")
 	}
-	o, err := pf.options(r)
+	accSet := false
+	fs.Visit(func(f *flag.Flag) { accSet = accSet || f.Name == "accumulate" })
+	o, err := pf.options(r, accSet)
 	if err != nil {
 		return err
 	}
@@ -262,7 +282,7 @@ func planEntry(ans *plan.Answer, p *plan.Plan) PlanEntryJSON {
 }
 
 func planJSON(r predict.Request, o plan.Options, ans *plan.Answer) PlanJSON {
-	out := PlanJSON{Model: r.Source.Name(), GPU: r.GPU.Name, GlobalBatch: ans.GlobalBatch, Seq: r.Config.Seq, MarginBytes: ans.Margin,
+	out := PlanJSON{Model: r.Source.Name(), GPU: r.GPU.Name, GlobalBatch: ans.GlobalBatch, RankBatch: ans.RankBatch, Ranks: ans.Ranks, Seq: r.Config.Seq, MarginBytes: ans.Margin,
 		Current: planEntry(ans, ans.Base), Best: []PlanEntryJSON{}, Evaluated: []PlanEntryJSON{}, Pruned: []PrunedJSON{},
 		NeedBytes: ans.Need, NeedFrom: ans.NeedFrom, Predictions: len(ans.Evaluated)}
 	if len(ans.Best) > 0 {
@@ -298,7 +318,11 @@ func writePlan(w io.Writer, r predict.Request, o plan.Options, ans *plan.Answer)
 	if ans.Base.Result != nil && ans.Base.Result.Config.Seq > 0 {
 		head = append(head, fmt.Sprintf("seq %d", ans.Base.Result.Config.Seq))
 	}
-	head = append(head, fmt.Sprintf("global batch %d", ans.GlobalBatch), fmt.Sprintf("%s (%s)", r.GPU.Name, fmtBytes(r.GPU.Capacity)),
+	global := fmt.Sprintf("global batch %d", ans.GlobalBatch)
+	if ans.Ranks > 1 {
+		global += fmt.Sprintf(" (%d a rank × %d GPUs)", ans.RankBatch, ans.Ranks)
+	}
+	head = append(head, global, fmt.Sprintf("%s (%s)", r.GPU.Name, fmtBytes(r.GPU.Capacity)),
 		fmt.Sprintf("margin %s", fmtBytes(ans.Margin)))
 	fmt.Fprintln(w, strings.Join(head, " · "))
 	b := ans.Base
