@@ -36,13 +36,13 @@ Examples:
 
 // PlanJSON is the stable JSON form of a plan search.
 type PlanJSON struct {
-	Model       string          `json:"model"`
-	GPU         string          `json:"gpu"`
-	GlobalBatch int64           `json:"global_batch"`
+	Model       string `json:"model"`
+	GPU         string `json:"gpu"`
+	GlobalBatch int64  `json:"global_batch"`
 	// RankBatch is one data-parallel rank's share of the global batch
 	// (micro-batch × accumulation), Ranks the data-parallel ranks.
-	RankBatch int64 `json:"rank_batch"`
-	Ranks     int64 `json:"ranks"`
+	RankBatch   int64           `json:"rank_batch"`
+	Ranks       int64           `json:"ranks"`
 	Seq         int64           `json:"seq,omitempty"`
 	MarginBytes int64           `json:"margin_bytes"`
 	Current     PlanEntryJSON   `json:"current"`
