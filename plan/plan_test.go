@@ -1,6 +1,7 @@
 package plan
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -427,7 +428,7 @@ func TestStaticBoundReadsTheOptimizerTable(t *testing.T) {
 		}
 		n := g.ParamCount()
 		pl := &planner{o: Options{Base: r}}
-		bound := pl.staticBytes(c.p, train.Parallel{}, tensorOpt{}, n, n)
+		bound := pl.staticBytes(c.p, train.Parallel{}, tensorOpt{}, c.o, paramCounts{params: n, trainable: n})
 		pe := c.p.ParamDType().Size()
 		if want := 2*pe*n + c.floor*n; bound != want {
 			t.Errorf("%s, %s: static bound %d, want parameters and gradients %d and state %d", c.o.Name(), c.p, bound, 2*pe*n, c.floor*n)
@@ -473,5 +474,100 @@ func TestCurrentSetupAndGlobalBatch(t *testing.T) {
 	}
 	if _, err := Run(Options{Base: request(src, 8, ddp, 1<<40), GlobalBatch: 66}); err == nil || !strings.Contains(err.Error(), "4 data-parallel ranks") {
 		t.Errorf("global 66 over 4 ranks: %v", err)
+	}
+}
+
+// When nothing that keeps the job's training fits, the optimizer-kind
+// lever offers bitsandbytes' 8-bit Adam: on a stack of 4096² matrices,
+// full Adam keeps 16 bytes an element (weight, gradient, two float32
+// moments), 8-bit Adam 10 and a little (two uint8 states and one float32
+// absmax a 2048-element block each, train.OptimizerStates). A device of
+// 13 bytes an element fits the second alone; the plan says it changes how
+// the model is optimised.
+func TestOptimizerKindLever(t *testing.T) {
+	src := blocks{layers: 4, width: 4096}
+	s := train.Setup{Precision: train.FP32, Optimizer: train.Optimizer{Kind: train.AdamW, Impl: train.Foreach}, Accumulate: 1, Steps: 2}
+	g, err := src.Build(models.Config{Batch: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := g.ParamCount()
+	r := request(src, 4, s, 13*n)
+	ans, err := Run(Options{Base: r, Levers: []Lever{Accumulate, OptimizerKind}, Top: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ans.Best) == 0 {
+		t.Fatalf("no plan on %d bytes for %d elements", r.GPU.Capacity, n)
+	}
+	for _, p := range ans.Best {
+		if p.Optim != "adamw8bit" && p.Optim != "paged_adamw8bit" && p.Optim != "adafactor" || !p.ChangesResults() {
+			t.Errorf("plan %s: want an 8-bit, paged or Adafactor optimizer, marked as changing results", p.Candidate)
+		}
+		if !slices.ContainsFunc(p.Changes, func(c string) bool { return strings.Contains(c, "changes how it is optimised") }) {
+			t.Errorf("plan %s does not say it changes how the model is optimised: %v", p.Candidate, p.Changes)
+		}
+	}
+	// without the lever, nothing fits
+	ans, err = Run(Options{Base: r, Levers: []Lever{Accumulate}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ans.Best) != 0 {
+		t.Errorf("without the optimizer-kind lever: %v", plansOf(ans))
+	}
+}
+
+// LoRA and QLoRA are offered for a transformer (PEFT's default targets
+// for GPT-2, c_attn) and ranked after every plan that trains what the job
+// trains; on a device that holds the full fine-tuning, the plans that
+// change nothing of what is trained come first.
+func TestLoRALeverRanksLast(t *testing.T) {
+	m, err := models.Lookup("gpt2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := train.Setup{Precision: train.FP32, Optimizer: train.Optimizer{Kind: train.AdamW}, Accumulate: 1, Steps: 2}
+	r := request(predict.Zoo{M: m}, 4, s, 1<<50)
+	r.Config.Seq, r.Config.Layers = 64, 2
+	base, err := predict.Run(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// a device that holds the job as it is: every lever may move
+	r.GPU = device(2 * base.DeviceTotal)
+	ans, err := Run(Options{Base: r, Top: 50, Objective: Throughput})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ans.Best) == 0 || ans.Best[0].ChangesResults() {
+		t.Fatalf("plans %v: want one that trains as the job does first", plansOf(ans))
+	}
+	seenChange := false
+	for _, p := range ans.Best {
+		if seenChange && p.resultChanges() == 0 {
+			t.Errorf("plan %s ranks after one that changes what is trained", p.Candidate)
+		}
+		seenChange = seenChange || p.ChangesResults()
+	}
+	// a device below the full fine-tuning's parameters, gradients and
+	// AdamW state (16 bytes a parameter) but above LoRA's: only LoRA or
+	// QLoRA plans fit
+	g, err := r.Source.Build(r.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.GPU = device(12 * g.ParamCount())
+	ans, err = Run(Options{Base: r, Levers: []Lever{Accumulate, LoRA}, Top: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ans.Best) == 0 {
+		t.Fatalf("no LoRA plan on %d bytes", r.GPU.Capacity)
+	}
+	for _, p := range ans.Best {
+		if p.Tune == FullTune || !slices.ContainsFunc(p.Changes, func(c string) bool { return strings.Contains(c, "on c_attn") && strings.Contains(c, "changes what is trained") }) {
+			t.Errorf("plan %s: %v; want LoRA on c_attn, said to change what is trained", p.Candidate, p.Changes)
+		}
 	}
 }

@@ -25,13 +25,19 @@ expandable segments — is predicted (memory through the simulator and the
 allocator, time through the roofline step-time model); the plans that fit
 with the margin are ranked by throughput. The flags that describe the job
 (--batch, --accumulate, --precision, ...) are the current setup, which
-every plan is compared with. MODEL takes every form 'batchfit estimate' does.
+every plan is compared with; --global-batch counts the samples of a step
+over every GPU (--gpus). When nothing that trains the job as it is fits,
+plans may train LoRA or QLoRA adapters instead of every parameter, or swap
+Adam for 8-bit, paged 8-bit or Adafactor states: such plans are marked *,
+since they change what is trained or how, and rank after every plan that
+does not. MODEL takes every form 'batchfit estimate' does.
 
 Examples:
   batchfit plan Llama-3-8B --seq 4096 --gpu h100-80gb --global-batch 32 --precision bf16-mixed
   batchfit plan gpt2 --seq 1024 --gpu a10g --global-batch 64 --batch 64
   batchfit plan resnet50 --gpu t4 --global-batch 256 --fixed-precision --max-accumulate 8
   batchfit plan vit_b_16 --gpu l4 --global-batch 128 --levers accumulate,checkpoint --json
+  batchfit plan Llama-3-8B --seq 2048 --gpu rtx-4090 --global-batch 16 --precision bf16-true --optimizer adamw   # LoRA, QLoRA, 8-bit
 `
 
 // PlanJSON is the stable JSON form of a plan search.
@@ -57,17 +63,24 @@ type PlanJSON struct {
 
 // PlanEntryJSON is one plan.
 type PlanEntryJSON struct {
-	MicroBatch         int64            `json:"micro_batch"`
-	Accumulate         int              `json:"accumulate"`
-	Precision          string           `json:"precision"`
-	Checkpoint         string           `json:"checkpoint"`
-	OptimizerImpl      string           `json:"optimizer_impl"`
-	ExpandableSegments bool             `json:"expandable_segments"`
-	Strategy           string           `json:"strategy,omitempty"`
-	TP                 int64            `json:"tp,omitempty"`
-	SP                 bool             `json:"sp,omitempty"`
-	PP                 int64            `json:"pp,omitempty"`
-	Fits               bool             `json:"fits"`
+	MicroBatch         int64  `json:"micro_batch"`
+	Accumulate         int    `json:"accumulate"`
+	Precision          string `json:"precision"`
+	Checkpoint         string `json:"checkpoint"`
+	OptimizerImpl      string `json:"optimizer_impl"`
+	ExpandableSegments bool   `json:"expandable_segments"`
+	Strategy           string `json:"strategy,omitempty"`
+	TP                 int64  `json:"tp,omitempty"`
+	SP                 bool   `json:"sp,omitempty"`
+	PP                 int64  `json:"pp,omitempty"`
+	Fits               bool   `json:"fits"`
+	// Trains is "lora" or "qlora" for a plan that trains adapters
+	// instead of what the job trains; Optimizer the optimizer a plan
+	// swaps the job's for; ChangesResults marks either (the model the
+	// job produces can differ).
+	Trains             string           `json:"trains,omitempty"`
+	Optimizer          string           `json:"optimizer,omitempty"`
+	ChangesResults     bool             `json:"changes_results"`
 	Changes            []string         `json:"changes"`
 	PeakAllocatedBytes int64            `json:"peak_allocated_bytes"`
 	PeakReservedBytes  int64            `json:"peak_reserved_bytes"`
@@ -88,6 +101,8 @@ type PrunedJSON struct {
 	Checkpoint    string `json:"checkpoint"`
 	OptimizerImpl string `json:"optimizer_impl"`
 	Reason        string `json:"reason"`
+	Trains        string `json:"trains,omitempty"`
+	Optimizer     string `json:"optimizer,omitempty"`
 	Strategy      string `json:"strategy,omitempty"`
 	TP            int64  `json:"tp,omitempty"`
 	SP            bool   `json:"sp,omitempty"`
@@ -108,7 +123,7 @@ type planFlags struct {
 
 func (p *planFlags) register(fs *flag.FlagSet) {
 	fs.Int64Var(&p.global, "global-batch", 0, "samples per optimizer step every plan keeps, over all --gpus (default: --batch × --accumulate × --gpus; without --accumulate, the current accumulation is what makes it from --batch)")
-	fs.StringVar(&p.levers, "levers", "accumulate,precision,checkpoint,optimizer,allocator,sharding,tensor,pipeline", "the levers plans may move (sharding: the data-parallel strategy over --gpus; tensor and pipeline: tensor parallelism and pipeline stages, for a job on several GPUs)")
+	fs.StringVar(&p.levers, "levers", leverList(), "the levers plans may move (sharding: the data-parallel strategy over --gpus; tensor and pipeline: tensor parallelism and pipeline stages, for a job on several GPUs; lora: LoRA or QLoRA adapters instead of training every parameter; optimizer-kind: 8-bit, paged 8-bit or Adafactor instead of Adam — these two change what is trained or how, and rank after every plan that does not)")
 	fs.BoolVar(&p.fixedPrecision, "fixed-precision", false, "keep the precision (the same as leaving precision out of --levers)")
 	fs.BoolVar(&p.noCheckpointing, "no-checkpointing", false, "no plan may use activation checkpointing")
 	fs.IntVar(&p.maxAccumulate, "max-accumulate", 64, "largest gradient accumulation a plan may use")
@@ -167,6 +182,15 @@ func (p *planFlags) options(r predict.Request, accSet bool) (plan.Options, error
 	}
 	o.Margin = m
 	return o, nil
+}
+
+// leverList is every lever, comma-separated.
+func leverList() string {
+	var ls []string
+	for _, l := range plan.Levers() {
+		ls = append(ls, string(l))
+	}
+	return strings.Join(ls, ",")
 }
 
 func parseMargin(s string, capacity int64) (int64, error) {
@@ -249,7 +273,7 @@ func nothingFits(r predict.Request, ans *plan.Answer) error {
 func planEntry(ans *plan.Answer, p *plan.Plan) PlanEntryJSON {
 	e := PlanEntryJSON{Strategy: strategyOf(p.Parallel), SP: p.SP, MicroBatch: p.MicroBatch, Accumulate: p.Accumulate, Precision: string(p.Precision), Checkpoint: p.Checkpoint.String(),
 		OptimizerImpl: string(p.Impl), ExpandableSegments: p.Expandable, Fits: p.Fits, Changes: p.Changes, StepSeconds: p.Seconds,
-		SamplesPerSecond: p.Throughput()}
+		SamplesPerSecond: p.Throughput(), Trains: string(p.Tune), Optimizer: p.Optim, ChangesResults: p.ChangesResults()}
 	if e.Changes == nil {
 		e.Changes = []string{}
 	}
@@ -301,7 +325,8 @@ func planJSON(r predict.Request, o plan.Options, ans *plan.Answer) PlanJSON {
 		out.Evaluated = append(out.Evaluated, planEntry(ans, p))
 	}
 	for _, p := range ans.Pruned {
-		e := PrunedJSON{Precision: string(p.Precision), Checkpoint: p.Checkpoint.String(), OptimizerImpl: string(p.Impl), Reason: p.Reason, Strategy: strategyOf(p.Parallel), SP: p.SP}
+		e := PrunedJSON{Precision: string(p.Precision), Checkpoint: p.Checkpoint.String(), OptimizerImpl: string(p.Impl), Reason: p.Reason, Strategy: strategyOf(p.Parallel), SP: p.SP,
+			Trains: string(p.Tune), Optimizer: p.Optim}
 		if p.TP > 1 {
 			e.TP = p.TP
 		}
@@ -364,7 +389,12 @@ func writePlanTable(w io.Writer, ans *plan.Answer, plans []*plan.Plan) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	seq := ans.Base.Result != nil && ans.Base.Result.Time != nil && ans.Base.Result.Time.Tokens > 0
 	par := ans.Base.Parallel.On() || ans.Base.TP > 1 || ans.Base.PP > 1 || slices.ContainsFunc(plans, func(p *plan.Plan) bool { return p.TP > 1 || p.PP > 1 })
+	tuned := slices.ContainsFunc(plans, func(p *plan.Plan) bool { return p.Tune != plan.FullTune })
+	marked := slices.ContainsFunc(plans, func(p *plan.Plan) bool { return p.ChangesResults() })
 	hdr := "  #\tmicro × acc\tprecision\tcheckpointing\toptimizer\texpandable\tpeak reserved\tdevice total\tstep time\tsamples/s\t"
+	if tuned {
+		hdr = "  #\ttrains" + strings.TrimPrefix(hdr, "  #")
+	}
 	if par {
 		hdr = "  #\tstrategy" + strings.TrimPrefix(hdr, "  #")
 	}
@@ -378,11 +408,23 @@ func writePlanTable(w io.Writer, ans *plan.Answer, plans []*plan.Plan) {
 		if p.Expandable {
 			exp = "yes"
 		}
-		line := fmt.Sprintf("  %d\t%d × %d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t", i+1, p.MicroBatch, p.Accumulate, p.Precision, p.Checkpoint, p.Impl, exp,
-			fmtBytes(res.Timeline.PeakReserved), fmtBytes(res.DeviceTotal), secondsOrDash(p.Seconds), rateOrDash(p.Throughput()))
-		if par {
-			line = fmt.Sprintf("  %d\t%s", i+1, plan.Layout(p.Candidate)) + strings.TrimPrefix(line, fmt.Sprintf("  %d", i+1))
+		opt := string(p.Impl)
+		if p.Optim != "" {
+			opt = p.Optim
 		}
+		num := fmt.Sprint(i + 1)
+		if p.ChangesResults() {
+			num += "*"
+		}
+		line := fmt.Sprintf("\t%d × %d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t", p.MicroBatch, p.Accumulate, p.Precision, p.Checkpoint, opt, exp,
+			fmtBytes(res.Timeline.PeakReserved), fmtBytes(res.DeviceTotal), secondsOrDash(p.Seconds), rateOrDash(p.Throughput()))
+		if tuned {
+			line = "\t" + trainsWord(p.Tune) + line
+		}
+		if par {
+			line = "\t" + plan.Layout(p.Candidate) + line
+		}
+		line = "  " + num + line
 		if seq {
 			line += fmtRate(res.Time.TokensPerSecond()) + "\t"
 		}
@@ -399,6 +441,10 @@ func writePlanTable(w io.Writer, ans *plan.Answer, plans []*plan.Plan) {
 	}
 	if pure {
 		fmt.Fprintln(w, "  (bf16-true and 16-true keep the weights themselves in 16 bits, with no float32 master copy: a numerical change as well as a memory one)")
+	}
+	if marked {
+		fmt.Fprintln(w, "  * changes what is trained (LoRA or QLoRA adapters instead of every parameter) or how it is optimised (8-bit, paged or Adafactor states):")
+		fmt.Fprintln(w, "    the model it trains can differ, unlike accumulation, checkpointing, the allocator or the layout; such plans rank after every plan that changes neither")
 	}
 	for i, p := range plans {
 		fmt.Fprintf(w, "  %d: ", i+1)
@@ -451,6 +497,17 @@ func rateOrDash(r float64) string {
 		return "-"
 	}
 	return fmtRate(r)
+}
+
+// trainsWord names what a plan trains for the table.
+func trainsWord(t plan.Tune) string {
+	switch t {
+	case plan.LoRATune:
+		return "LoRA"
+	case plan.QLoRATune:
+		return "QLoRA"
+	}
+	return "as now"
 }
 
 // strategyOf names a plan's strategy for JSON ("" on one GPU).
