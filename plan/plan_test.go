@@ -566,7 +566,9 @@ func TestLoRALeverRanksLast(t *testing.T) {
 		t.Fatalf("no LoRA plan on %d bytes", r.GPU.Capacity)
 	}
 	for _, p := range ans.Best {
-		if p.Tune == FullTune || !slices.ContainsFunc(p.Changes, func(c string) bool { return strings.Contains(c, "on c_attn") && strings.Contains(c, "changes what is trained") }) {
+		if p.Tune == FullTune || !slices.ContainsFunc(p.Changes, func(c string) bool {
+			return strings.Contains(c, "on c_attn") && strings.Contains(c, "changes what is trained")
+		}) {
 			t.Errorf("plan %s: %v; want LoRA on c_attn, said to change what is trained", p.Candidate, p.Changes)
 		}
 	}
