@@ -45,3 +45,21 @@ func TestParsePrecisionFollowsLightning(t *testing.T) {
 		}
 	}
 }
+
+// Any string either names one of the five precisions or is refused.
+func FuzzParsePrecision(f *testing.F) {
+	for _, s := range []string{"bf16", "16", "32-true", "64", "transformer-engine", "fp16", ""} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		p, err := ParsePrecision(s)
+		if err != nil {
+			return
+		}
+		switch p {
+		case FP32, Mixed16, MixedBF16, True16, TrueBF16:
+		default:
+			t.Fatalf("%q parsed as %q", s, p)
+		}
+	})
+}
