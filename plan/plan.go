@@ -790,11 +790,12 @@ func countParams(g *graph.Graph) paramCounts {
 }
 
 // loraTargets are the target_modules PEFT picks by default for each model
-// family (peft/utils/constants.py, TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING):
-// llama, mistral, qwen2, gemma and opt q_proj and v_proj; gpt2 c_attn;
-// bert and roberta query and value; t5 q and v; gpt_neox query_key_value;
-// phi3 qkv_proj. The first list that names Linear layers of the model is
-// the model's.
+// family (peft/utils/constants.py, TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING,
+// Apache-2.0): llama, mistral, qwen2, gemma and opt q_proj and v_proj; gpt2
+// c_attn; bert and roberta query and value; t5 q and v; gpt_neox
+// query_key_value; codegen qkv_proj, the name of Phi-3's fused projection
+// too, for which PEFT releases of 2024 list nothing (a user names it). The
+// first list that names Linear layers of the model is the model's.
 var loraTargets = [][]string{{"q_proj", "v_proj"}, {"c_attn"}, {"query", "value"}, {"q", "v"}, {"query_key_value"}, {"qkv_proj"}}
 
 // findLoRA sets the adapters the LoRA lever trains: PEFT's LoraConfig
