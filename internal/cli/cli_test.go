@@ -34,6 +34,7 @@ func TestGolden(t *testing.T) {
 		{"sweep_simpleconv", []string{"sweep", "simpleconv", "--batch", "1:64", "--gpu", "t4"}},
 		{"maxbatch_mlp_layers", []string{"maxbatch", "mlp", "--solve", "layers", "--batch", "32", "--gpu", "1GiB", "--context", "0"}},
 		{"maxbatch_gpt2_seq", []string{"maxbatch", "gpt2", "--solve", "seq", "--batch", "1", "--gpu", "t4"}},
+		{"maxbatch_tinygpt_seq", []string{"maxbatch", "../../examples/tinygpt.yaml", "--solve", "seq", "--batch", "1", "--gpu", "t4"}},
 		{"maxbatch_gpt2_hidden", []string{"maxbatch", "gpt2", "--solve", "hidden", "--batch", "1", "--seq", "128", "--gpu", "4GiB"}},
 		{"gpus", []string{"gpus"}},
 		{"plan_gpt2", []string{"plan", "gpt2", "--seq", "1024", "--gpu", "a10g", "--global-batch", "64", "--batch", "64", "--top", "3"}},
