@@ -56,7 +56,7 @@ func runSweep(e *env, args []string) error {
 	case *asCSV:
 		w := csv.NewWriter(stdout)
 		w.Write([]string{"batch", "activations_bytes", "peak_allocated_bytes", "peak_reserved_bytes", "device_total_bytes", "gpu_capacity_bytes", "fits",
-			"step_seconds", "samples_per_second", "tokens_per_second"})
+			"step_seconds", "samples_per_second", "tokens_per_second", "margin_bytes"})
 		for _, p := range pts {
 			r := p.Result
 			var sec, sps, tps float64
@@ -65,7 +65,7 @@ func runSweep(e *env, args []string) error {
 			}
 			w.Write([]string{fmt.Sprint(p.Value), fmt.Sprint(r.Summary.ActivationsBytes), fmt.Sprint(r.Timeline.PeakAllocated),
 				fmt.Sprint(r.Timeline.PeakReserved), fmt.Sprint(r.DeviceTotal), fmt.Sprint(r.GPU.Capacity), fmt.Sprint(r.Fits),
-				fmt.Sprint(sec), fmt.Sprint(sps), fmt.Sprint(tps)})
+				fmt.Sprint(sec), fmt.Sprint(sps), fmt.Sprint(tps), fmt.Sprint(r.Margin)})
 		}
 		w.Flush()
 		return w.Error()
