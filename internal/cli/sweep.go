@@ -13,7 +13,8 @@ import (
 const sweepUsage = `usage: batchfit sweep MODEL --batch LIST|RANGE [flags]
 
 Predicts memory for each batch size: a list (1,2,4,8) or a range,
-FROM:TO doubling (1:256) or FROM:TO:STEP (8:64:8). MODEL takes every form
+FROM:TO doubling (1:256) or FROM:TO:STEP (8:64:8). "fits" is with --margin
+(the safety band by default; 0 for the bare figure). MODEL takes every form
 'batchfit estimate' does.
 
 Examples:
