@@ -14,7 +14,9 @@ const maxbatchUsage = `usage: batchfit maxbatch MODEL [flags]
 Finds the largest batch that fits on the GPU — or, with --solve, the
 largest value of another dimension (layers, hidden, seq) at a fixed batch.
 The answer was simulated and fits; the next value was simulated and does not.
-MODEL takes every form 'batchfit estimate' does.
+It fits with --margin: by default the safety band, so that a real device
+total as far above the prediction as any measured still fits (--margin 0
+for the bare figure). MODEL takes every form 'batchfit estimate' does.
 
 Examples:
   batchfit maxbatch resnet50 --gpu h100-80gb
