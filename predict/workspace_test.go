@@ -1,6 +1,7 @@
 package predict
 
 import (
+	"context"
 	"testing"
 
 	"github.com/batchfit/batchfit/alloc"
@@ -24,7 +25,7 @@ func TestWorkspaceEndsTakeTheWorse(t *testing.T) {
 	}
 	for _, batch := range []int64{32, 64, 128} {
 		req := Request{Source: Zoo{M: m}, Config: models.Config{Batch: batch}, GPU: g, Context: 0}
-		res, err := Run(req)
+		res, err := Run(context.Background(), req)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -35,7 +36,7 @@ func TestWorkspaceEndsTakeTheWorse(t *testing.T) {
 				t.Fatal(err)
 			}
 			setup.ComputeMajor = g.Major
-			sim, _, err := simulateTraining(req, setup)
+			sim, _, err := simulateTraining(context.Background(), req, setup)
 			if err != nil {
 				t.Fatal(err)
 			}

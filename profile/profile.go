@@ -217,6 +217,14 @@ func Lookup(v string) (*Profile, error) {
 	if err != nil {
 		return nil, fmt.Errorf("--torch: %w", err)
 	}
+	// A later minor release takes the newest profile's rules (the setup
+	// line says "2.5+ rules"); a later major release is no release this
+	// table knows: its allocator and autograd may differ in any rule.
+	newest, _ := parseVersion(profiles[len(profiles)-1].Version)
+	if want[0] > newest[0] {
+		return nil, fmt.Errorf("no runtime profile for PyTorch %s: the known releases are %s and later %d.x releases (with %s's rules)",
+			v, strings.Join(Versions(), ", "), newest[0], profiles[len(profiles)-1].Version)
+	}
 	var found *Profile
 	for i := range profiles {
 		pv, _ := parseVersion(profiles[i].Version)

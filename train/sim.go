@@ -1,6 +1,7 @@
 package train
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/batchfit/batchfit/graph"
@@ -472,7 +473,17 @@ func (sim *Simulator) fail(format string, args ...any) {
 // Step simulates one optimizer step: Accumulate micro-batches of forward
 // and backward on g, then the optimizer step and zero_grad.
 func (sim *Simulator) Step(g *graph.Graph) error {
+	return sim.StepContext(context.Background(), g)
+}
+
+// StepContext is Step that stops with ctx's error when ctx is done,
+// checked before each micro-batch (the loop a long accumulation makes
+// long; one micro-batch is bounded by the graph's size).
+func (sim *Simulator) StepContext(ctx context.Context, g *graph.Graph) error {
 	if err := sim.checkParams(g); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
 		return err
 	}
 	if sim.s.Stages > 1 {
@@ -481,6 +492,9 @@ func (sim *Simulator) Step(g *graph.Graph) error {
 	}
 	var evAt, idAt [5]int64
 	for m := 0; m < sim.s.Accumulate; m++ {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
 		if m < len(evAt) {
 			evAt[m], idAt[m] = int64(len(sim.tr.Events)), sim.next
 		}
