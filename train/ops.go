@@ -286,6 +286,7 @@ func init() {
 	}
 	rules[graph.NewGELU] = rule{fwd: newGELUForward, bwd: newGELUBackward}
 	addVisionRules()
+	addReductionRules()
 	rules[graph.KVCache] = kvCacheRule()
 }
 
