@@ -76,3 +76,11 @@ func (b *Builder) Gather(name string, x, index TensorID, dim int) TensorID {
 	}
 	return b.op(Gather, name, []TensorID{x, index}, None, None, is.Clone(), b.DTypeOf(x), None, true, Attr{Dim: d})
 }
+
+// MeanAll is torch.mean(x) without dims: a 0-dim mean of every element.
+func (b *Builder) MeanAll(name string, x TensorID) TensorID {
+	if !b.ok(x) {
+		return None
+	}
+	return b.op(Mean, name, []TensorID{x}, None, None, Shape{}, b.DTypeOf(x), None, true, Attr{All: true})
+}

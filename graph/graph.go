@@ -188,6 +188,10 @@ type Attr struct {
 	// cache keeps key_states itself rather than a copy.
 	Slot   int
 	Static bool
+	// All marks a mean over every element, torch.mean(x) without dims
+	// (MeanBackward0, which keeps only sizes), apart from a mean over
+	// listed dims (MeanBackward1).
+	All bool
 }
 
 // CastTarget is the dtype a Cast converts to.

@@ -170,7 +170,7 @@ func buildCS336(name string, s cs336Size, c Config) (*graph.Graph, error) {
 	b.Release("log_softmax.return", shifted)
 	nll := b.Neg("neg", logp)
 	picked := b.Gather("gather", nll, b.Reshape("targets", targets, B, T, 1), -1)
-	loss := b.Mean("mean", picked, 0, 1, 2)
+	loss := b.MeanAll("mean", picked)
 	b.Pop()
 	b.Output(loss)
 	return b.Graph()
