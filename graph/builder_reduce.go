@@ -84,3 +84,18 @@ func (b *Builder) MeanAll(name string, x TensorID) TensorID {
 	}
 	return b.op(Mean, name, []TensorID{x}, None, None, Shape{}, b.DTypeOf(x), None, true, Attr{All: true})
 }
+
+// LinearEinsum is a bias-free Linear computed as
+// einsum(x, weight, "... d_in, d_out d_in -> ... d_out"): the same
+// memory as F.linear, except under autocast, where the matmul receives a
+// view of the weight and casts it at every use (Attr.WeightView).
+func (b *Builder) LinearEinsum(name string, x TensorID, out int64) TensorID {
+	n := len(b.g.Ops)
+	y := b.Linear(name, x, out, false)
+	for i := n; i < len(b.g.Ops); i++ {
+		if b.g.Ops[i].Kind == Linear {
+			b.g.Ops[i].Attr.WeightView = true
+		}
+	}
+	return y
+}

@@ -69,3 +69,39 @@ func TestReductionOpsErrors(t *testing.T) {
 		}
 	}
 }
+
+// Under autocast a weight that reaches the matmul as a view (an einsum's
+// rearranged operand) is not in autocast's cast cache, which holds only
+// leaves that are not views (cached_cast in aten/src/ATen/autocast_mode.cpp):
+// a model of such Linears ends its forward with no cached copy, while the
+// same model of F.linear holds one float16 copy of each weight, 2·64·64
+// bytes for each of two 64×64 weights.
+func TestLinearEinsumNotCached(t *testing.T) {
+	for _, einsum := range []bool{false, true} {
+		b := graph.NewBuilder("einsum")
+		h := b.Input("x", graph.Shape{4, 64}, graph.F32)
+		for _, name := range []string{"a", "b"} {
+			if einsum {
+				h = b.LinearEinsum(name, h, 64)
+			} else {
+				h = b.Linear(name, h, 64, false)
+			}
+		}
+		b.Output(b.MeanAll("mean", h))
+		g, err := b.Graph()
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, sum, err := Simulate(g, Setup{Precision: Mixed16, Steps: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := int64(2 * 2 * 64 * 64)
+		if einsum {
+			want = 0
+		}
+		if sum.CastCacheBytes != want {
+			t.Errorf("einsum %v: %d bytes of cached casts, want %d", einsum, sum.CastCacheBytes, want)
+		}
+	}
+}
