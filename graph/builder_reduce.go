@@ -92,9 +92,12 @@ func (b *Builder) MeanAll(name string, x TensorID) TensorID {
 func (b *Builder) LinearEinsum(name string, x TensorID, out int64) TensorID {
 	n := len(b.g.Ops)
 	y := b.Linear(name, x, out, false)
+	// the layer's own matmul is the first Linear it adds; LoRA adapters
+	// after it are PEFT's nn.Linear modules
 	for i := n; i < len(b.g.Ops); i++ {
 		if b.g.Ops[i].Kind == Linear {
 			b.g.Ops[i].Attr.WeightView = true
+			break
 		}
 	}
 	return y

@@ -44,8 +44,8 @@ const CS336NoteID = "cs336-adamw"
 // course's optimizer is its own.
 const CS336Note = "note [" + CS336NoteID + "]: the course's own AdamW makes new m and v tensors for each parameter at every step; torch.optim's AdamW (--optimizer adamw --forloop is the nearest) updates them in place, so the optimizer step can take a few sizes of the largest parameter more than shown"
 
-// cs336DefaultSeq is the context length of the assignment's benchmarking
-// script when none is given (its --context_length default).
+// cs336DefaultSeq is the sequence length (context_length) used when none
+// is given.
 const cs336DefaultSeq = 512
 
 const cs336Vocab = 10000
