@@ -9,6 +9,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	ogórek "github.com/kisielk/og-rek"
 )
 
 // TestWriteStripped checks that a stripped snapshot reads back to the same
@@ -116,5 +118,47 @@ func TestReadFileGzipErrors(t *testing.T) {
 	}
 	if _, err := ReadFile(path, Options{MaxBytes: 64}); err == nil || !strings.Contains(err.Error(), "ok.pickle.gz") {
 		t.Errorf("MaxBytes on a gzip file: %v", err)
+	}
+}
+
+// TestDroppedFramesKeepSharedStrings: Python memoizes each string once, so
+// a string first written inside a frame ("" as a frame's filename, "alloc"
+// as a function's name) is read with BINGET wherever it appears later,
+// also outside the frames. Dropping the frames while they stream past must
+// keep those strings: the snapshot read without frames equals the one read
+// with them, frames removed.
+func TestDroppedFramesKeepSharedStrings(t *testing.T) {
+	fr := lst(dict(kv{"filename", ""}, kv{"line", 1}, kv{"name", "alloc"}))
+	v := dict(
+		kv{"segments", lst(dict(
+			kv{"device", 0}, kv{"address", int64(addrA)}, kv{"total_size", 2097152},
+			kv{"allocated_size", 512}, kv{"active_size", 512}, kv{"requested_size", 100},
+			kv{"stream", 0}, kv{"segment_type", "small"}, kv{"segment_pool_id", ogórek.Tuple{0, 0}},
+			kv{"is_expandable", false}, kv{"frames", fr},
+			kv{"blocks", lst(
+				dict(kv{"address", int64(addrA)}, kv{"size", 512}, kv{"requested_size", 100}, kv{"state", "active_allocated"}, kv{"frames", fr}),
+			)},
+		))},
+		kv{"device_traces", lst(lst(
+			dict(kv{"action", "alloc"}, kv{"addr", int64(addrA)}, kv{"size", 100}, kv{"stream", 0}, kv{"time_us", int64(1)}, kv{"frames", fr}),
+		))},
+		kv{"allocator_settings", dict(kv{"PYTORCH_CUDA_ALLOC_CONF", ""}, kv{"expandable_segments", false})},
+	)
+	data := pyPickle(v, 4)
+	with, err := Read(bytes.NewReader(data), Options{Frames: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	without, err := Read(bytes.NewReader(data), Options{})
+	if err != nil {
+		t.Fatalf("without frames: %v", err)
+	}
+	with.DropFrames()
+	if !reflect.DeepEqual(with, without) {
+		diffSnapshots(t, without, with)
+		t.Error("read without frames differs from read with frames, frames removed")
+	}
+	if without.Traces[0][0].Action != ActionAlloc || without.AllocatorSettings.AllocConf != "" {
+		t.Errorf("shared strings: action %q, conf %q", without.Traces[0][0].Action, without.AllocatorSettings.AllocConf)
 	}
 }

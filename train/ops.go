@@ -287,6 +287,7 @@ func init() {
 	}
 	rules[graph.NewGELU] = rule{fwd: newGELUForward, bwd: newGELUBackward}
 	addVisionRules()
+	addReductionRules()
 	rules[graph.KVCache] = kvCacheRule()
 }
 
@@ -469,6 +470,11 @@ func rmsNormForward(c *fwdCtx) {
 	}
 	c.save(x32)
 	sq := c.local(n*4, trace.Activation)
+	if c.m.sim.s.Profile.MeanDimSavesSelf {
+		// variance = h.pow(2).mean(-1, keepdim=True): MeanBackward1 keeps
+		// the squares where mean.dim saves self (profile.MeanDimSavesSelf)
+		c.save(value{st: sq})
+	}
 	mean := c.local(rows*4, trace.Activation)
 	c.drop(sq)
 	ve := c.local(rows*4, trace.Activation)

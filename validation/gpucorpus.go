@@ -100,8 +100,8 @@ type GPUMeasured struct {
 // printed for the case's command line). docs/accuracy.md, section 11,
 // documents each.
 var KnownCauses = map[string]struct{ Print string }{
-	// The CS336 models are built with the Llama modules; the course's
-	// hand-written ops keep more for backward (models/cs336.go).
+	// The CS336 models' own AdamW is predicted as torch.optim's
+	// (models/cs336.go).
 	models.CS336NoteID: {Print: "note [" + models.CS336NoteID + "]"},
 }
 

@@ -244,3 +244,26 @@ func pct(x float64) string {
 	}
 	return fmt.Sprintf("%+.1f %%", 100*x)
 }
+
+// TestKnownCausesPrinted checks that every known cause is a note that
+// 'batchfit estimate' prints, for a command line of the models it
+// concerns.
+func TestKnownCausesPrinted(t *testing.T) {
+	lines := map[string][]string{
+		"cs336-adamw": {"cs336-small", "--batch", "1", "--seq", "16", "--optimizer", "adamw", "--forloop"},
+	}
+	for id, c := range validation.KnownCauses {
+		args, ok := lines[id]
+		if !ok {
+			t.Errorf("known cause %q: no command line to check it on", id)
+			continue
+		}
+		var out, errOut bytes.Buffer
+		if code := cli.Run(append([]string{"estimate"}, args...), &out, &errOut); code != 0 {
+			t.Fatalf("%s: exit %d: %s", id, code, errOut.String())
+		}
+		if !strings.Contains(out.String(), c.Print) {
+			t.Errorf("known cause %q: estimate does not print %q", id, c.Print)
+		}
+	}
+}
