@@ -289,10 +289,20 @@ func (s *Snapshot) convert(device int, cfg *alloc.Config) (*Conversion, error) {
 		c.Warnings = append(c.Warnings, st.warnings...)
 		c.StartReserved = st.reserved()
 		bi := 0
+		type group struct {
+			stream int64
+			small  bool
+		}
+		lowest := map[group]bool{}
 		for _, g := range st.segs {
 			seg := alloc.Segment{Address: g.addr, Size: g.size, Stream: stream(g.stream), Pool: alloc.LargePool, Expandable: g.expandable}
 			if g.small {
 				seg.Pool = alloc.SmallPool
+			}
+			if k := (group{g.stream, g.small}); g.expandable && !lowest[k] {
+				// st.segs is by address: this is the group's lowest range.
+				lowest[k] = true
+				seg.ReservedFrom = st.reservedFrom(entries, g.stream, g.small, g.addr)
 			}
 			for bi < len(st.blks) && st.blks[bi].addr < g.end() {
 				b := st.blks[bi]
