@@ -85,6 +85,12 @@ func (a *Allocator) Restore(segs []Segment) error {
 		// Another segment between this group's ranges would sit inside
 		// its reservation, which cannot be.
 		lo, hi := rs[0].Address, rs[len(rs)-1].Address
+		from := lo
+		for _, r := range rs {
+			if r.ReservedFrom > 0 {
+				from = min(from, r.ReservedFrom)
+			}
+		}
 		var limit int64
 		for _, s := range sorted {
 			if s.Expandable && s.Stream == k.stream && s.Pool == k.pool {
@@ -96,8 +102,11 @@ func (a *Allocator) Restore(segs []Segment) error {
 			if s.Address > hi && (limit == 0 || s.Address < limit) {
 				limit = s.Address
 			}
+			if end := s.Address + s.Size; end > from && end <= lo {
+				from = end // the reservation cannot reach below it
+			}
 		}
-		e, err := a.restoreExpandable(rs, limit)
+		e, err := a.restoreExpandable(rs, from, limit)
 		if err != nil {
 			return err
 		}
@@ -176,19 +185,20 @@ func (a *Allocator) restoreBlocks(p *pool, seg *segment, addr, size int64, block
 }
 
 // restoreExpandable builds one reservation holding the mapped ranges rs of
-// one (stream, pool), sorted by address; limit is the address of the
-// next segment above them (or 0 for none), which the reservation must not
-// reach. It returns the reservation's end.
-func (a *Allocator) restoreExpandable(rs []Segment, limit int64) (int64, error) {
+// one (stream, pool), sorted by address, beginning at the first whole page
+// at or above from; limit is the address of the next segment above them
+// (or 0 for none), which the reservation must not reach. It returns the
+// reservation's end.
+func (a *Allocator) restoreExpandable(rs []Segment, from, limit int64) (int64, error) {
 	p := a.poolFor(rs[0].Stream, rs[0].Pool == SmallPool)
 	page := int64(kLargeBuffer)
 	if p.small {
 		page = kSmallBuffer
 	}
-	base := rs[0].Address
+	base := rs[0].Address - (rs[0].Address-min(from, rs[0].Address))/page*page
 	last := rs[len(rs)-1]
 	for _, r := range rs {
-		if (r.Address-base)%page != 0 || r.Size%page != 0 {
+		if (r.Address-rs[0].Address)%page != 0 || r.Size%page != 0 {
 			return 0, fmt.Errorf("restoring allocator state: expandable range at %#x of %d bytes is not whole %d-byte pages from %#x", r.Address, r.Size, page, base)
 		}
 	}

@@ -86,6 +86,18 @@ func TestReplayFromState(t *testing.T) {
 		events:    []trace.Event{allocOn(3, 25*MiB, 0)},
 		peakAlloc: 75 * MiB, peakRes: 80 * MiB, endAlloc: 75 * MiB, endRes: 80 * MiB, devAllocs: 1,
 		segs: []string{"0:80"},
+	}, {
+		// An expandable range at 40 MiB whose reservation is known to
+		// begin at 0 (ReservedFrom): the unmapped space below it comes
+		// first in address order, so a 20 MiB request maps the page at 0
+		// (find_expandable_block) rather than the one after the range.
+		name: "expandable reservation below the lowest range",
+		cfg:  Config{ExpandableSegments: true},
+		initial: []Segment{{Address: base + 40*MiB, Size: 20 * MiB, Pool: LargePool, Expandable: true, ReservedFrom: base,
+			Blocks: []Block{{Address: base + 40*MiB, Size: 20 * MiB, Requested: 20 * MiB, Allocated: true, ID: 1}}}},
+		events:    []trace.Event{allocOn(2, 20*MiB, 0)},
+		peakAlloc: 40 * MiB, peakRes: 40 * MiB, endAlloc: 40 * MiB, endRes: 40 * MiB, devAllocs: 1,
+		segs: []string{"0:20", "40:20"},
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
 			tl, err := Replay(&trace.Trace{Events: tc.events}, tc.cfg, Device{}, ReplayOptions{Initial: tc.initial, Segments: true})

@@ -13,6 +13,11 @@ const (
 	smallSegment = 2 << 20 // kSmallBuffer: every small-pool segment
 	smallSize    = 1 << 20 // kSmallSize: should_split's large-pool remainder
 	largePage    = 20 << 20
+	// maxReservation bounds how far apart two addresses of one
+	// expandable segment's reservation can be: ExpandableSegment reserves
+	// segment_size * max_handles, 1.125 times the device's memory
+	// (CUDACachingAllocator.cpp), under 1.125 TiB for any GPU so far.
+	maxReservation = 1152 << 30
 )
 
 // rseg is a segment (or an expandable segment's mapped range) in the
@@ -34,6 +39,8 @@ type rblk struct {
 	// replay frees it at free_completed.
 	requestedBefore bool
 	seenRequested   bool
+	// estimated: the size is not recorded (see undoFree).
+	estimated bool
 }
 
 // startState is the allocator's state at the first recorded entry,
@@ -45,6 +52,16 @@ type startState struct {
 	cfg      alloc.Config
 	warnings []string
 	counts   map[string]int
+	// known are addresses whose pool is known, by stream: the snapshot's
+	// segments, and the blocks the trace allocates and frees (the pool
+	// follows from the rounded size), for telling which expandable
+	// segment an unmapped range belonged to.
+	known map[int64][]poolPoint
+}
+
+type poolPoint struct {
+	addr  int64
+	small bool
 }
 
 func (st *startState) warn(kind string) { st.counts[kind]++ }
@@ -91,6 +108,21 @@ func newStartState(s *Snapshot, device int, entries []TraceEntry, cfg alloc.Conf
 	slices.SortFunc(st.segs, func(x, y rseg) int { return cmp.Compare(x.addr, y.addr) })
 	slices.SortFunc(st.blks, func(x, y rblk) int { return cmp.Compare(x.addr, y.addr) })
 	st.mergeRanges()
+	if cfg.ExpandableSegments || slices.ContainsFunc(st.segs, func(g rseg) bool { return g.expandable }) {
+		st.known = map[int64][]poolPoint{}
+		for _, g := range st.segs {
+			st.known[g.stream] = append(st.known[g.stream], poolPoint{g.addr, g.small}, poolPoint{g.end() - 1, g.small})
+		}
+		for i := range entries {
+			switch e := &entries[i]; e.Action {
+			case ActionAlloc, ActionFreeRequested, ActionFreeCompleted:
+				st.known[e.Stream] = append(st.known[e.Stream], poolPoint{e.Addr, cfg.RoundSize(max(e.Size, 1)) <= smallSize})
+			}
+		}
+		for k := range st.known {
+			slices.SortFunc(st.known[k], func(x, y poolPoint) int { return cmp.Compare(x.addr, y.addr) })
+		}
+	}
 
 	for i := len(entries) - 1; i >= 0; i-- {
 		e := &entries[i]
@@ -132,6 +164,7 @@ func newStartState(s *Snapshot, device int, entries []TraceEntry, cfg alloc.Conf
 			st.mergeRanges()
 		}
 	}
+	st.widenLarge()
 	for _, w := range []struct{ kind, msg string }{
 		{"alloc", "%d alloc entr(ies) whose block the later entries and the snapshot's segments do not show: the rebuilt state ignores them"},
 		{"free", "%d free entr(ies) at an address inside a block or outside every segment: the rebuilt state ignores them"},
@@ -168,7 +201,37 @@ func (st *startState) undoFree(e *TraceEntry) {
 	if e.Addr+size > gapEnd || !g.small && !st.cfg.ExpandableSegments && gapEnd-e.Addr-size <= smallSize {
 		size = gapEnd - e.Addr
 	}
-	st.blks = slices.Insert(st.blks, j, rblk{addr: e.Addr, size: size, requested: e.Size, stream: g.stream, site: e.Site})
+	st.blks = slices.Insert(st.blks, j, rblk{addr: e.Addr, size: size, requested: e.Size, stream: g.stream, site: e.Site, estimated: true})
+}
+
+// widenLarge gives an estimated block of the large pool (without
+// expandable segments) the free space after it when that space is 1 MiB
+// or less: such a free block cannot exist there (should_split leaves more
+// than kSmallSize, and every large-pool request is larger), so it was the
+// block's own, not split off when it was allocated. undoFree does the same
+// when the next block is already known; this catches blocks whose
+// neighbour the walk put back after them.
+func (st *startState) widenLarge() {
+	if st.cfg.ExpandableSegments {
+		return
+	}
+	for j := range st.blks {
+		b := &st.blks[j]
+		if !b.estimated {
+			continue
+		}
+		k := st.segAt(b.addr)
+		if k < 0 || st.segs[k].small || st.segs[k].expandable {
+			continue
+		}
+		end := st.segs[k].end()
+		if j+1 < len(st.blks) {
+			end = min(end, st.blks[j+1].addr)
+		}
+		if rem := end - b.addr - b.size; rem > 0 && rem <= smallSize {
+			b.size += rem
+		}
+	}
 }
 
 // dropBlocks removes the blocks in [lo, hi), counting them.
@@ -229,28 +292,34 @@ func (st *startState) mergeRanges() {
 	st.segs = out
 }
 
-// expandableSmall tells which pool an unmapped range belonged to: that of
-// the nearest mapped range of the same stream (each pool's ranges lie in
-// its own reservation), else by size: large-pool pages are 20 MiB.
+// expandableSmall tells which pool an unmapped range belonged to. Small
+// pool pages are 2 MiB and large pool pages 20 MiB, so a range that is
+// not whole 20 MiB is the small pool's. Otherwise each pool of a stream
+// maps into a reservation of its own, far larger than what is mapped in
+// it and filled from its lowest address up (find_expandable_block), so the
+// range belongs with the nearest address of known pool within a
+// reservation's reach; with none, the large pool, whose pages a whole
+// number of 20 MiB is.
 func (st *startState) expandableSmall(e *TraceEntry) bool {
-	best, found := int64(0), false
-	small := false
-	for _, g := range st.segs {
-		if !g.expandable || g.stream != e.Stream {
-			continue
-		}
-		d := g.addr - e.Addr
-		if d < 0 {
-			d = -d
-		}
-		if !found || d < best {
-			best, found, small = d, true, g.small
-		}
+	if e.Size%largePage != 0 {
+		return true
 	}
-	if found {
-		return small
+	pts := st.known[e.Stream]
+	i, _ := slices.BinarySearchFunc(pts, e.Addr, func(p poolPoint, x int64) int { return cmp.Compare(p.addr, x) })
+	below := i > 0 && e.Addr-pts[i-1].addr <= maxReservation
+	above := i < len(pts) && pts[i].addr-e.Addr <= maxReservation
+	switch {
+	case below && above:
+		if e.Addr-pts[i-1].addr < pts[i].addr-e.Addr {
+			return pts[i-1].small
+		}
+		return pts[i].small
+	case below:
+		return pts[i-1].small
+	case above:
+		return pts[i].small
 	}
-	return e.Size%largePage != 0
+	return false
 }
 
 // reserved is the bytes of the segments.
@@ -260,4 +329,41 @@ func (st *startState) reserved() int64 {
 		n += g.size
 	}
 	return n
+}
+
+// reservedFrom returns where the reservation of the expandable range at
+// lowest (the lowest of its stream and pool at the first entry) is known
+// to begin: the page holding the lowest address the trace shows in that
+// reservation, or 0 when none is below lowest. find_expandable_block maps
+// from a reservation's lowest free address up, so pages unmapped below
+// the lowest range at the start are the first a replay may map again.
+func (st *startState) reservedFrom(entries []TraceEntry, stream int64, small bool, lowest int64) int64 {
+	page := int64(largePage)
+	if small {
+		page = smallSegment
+	}
+	var from int64
+	for i := range entries {
+		e := &entries[i]
+		if e.Stream != stream || e.Addr >= lowest || lowest-e.Addr > maxReservation {
+			continue
+		}
+		var sm bool
+		switch e.Action {
+		case ActionAlloc, ActionFreeRequested, ActionFreeCompleted:
+			sm = st.cfg.RoundSize(max(e.Size, 1)) <= smallSize
+		case ActionSegmentMap, ActionSegmentUnmap:
+			sm = st.expandableSmall(e)
+		default:
+			continue
+		}
+		if sm != small {
+			continue
+		}
+		p := lowest - (lowest-e.Addr+page-1)/page*page
+		if from == 0 || p < from {
+			from = p
+		}
+	}
+	return from
 }

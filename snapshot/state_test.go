@@ -148,6 +148,35 @@ func TestConvertFromState(t *testing.T) {
 		// maps one more page; nothing is unmapped (the replay has no
 		// empty_cache): 2 maps.
 		oldAllocs: 2,
+	}, {
+		// A block freed while another stream still uses it
+		// (record_stream): at the start a 20 MiB segment holds X (12 MiB,
+		// stream 0). X's free is requested, then 12 MiB is allocated on
+		// stream 0 before X's free completes, so PyTorch cannot reuse X
+		// and cudaMallocs a 12 MiB segment at b (get_allocation_size: 10
+		// MiB or more is rounded to 2 MiB); then X's free completes.
+		// Replayed with X freed at free_requested, the 12 MiB would fit in
+		// X's place and no segment would be allocated.
+		name: "free completed after an allocation",
+		snap: &Snapshot{
+			Segments: []Segment{
+				{Address: a, TotalSize: 20 * mib, SegmentType: "large", Blocks: []Block{blk(a, 20*mib, 0, StateInactive)}},
+				{Address: b, TotalSize: 12 * mib, SegmentType: "large", Blocks: []Block{
+					blk(b, 12*mib, 12*mib, StateActiveAllocated)}},
+			},
+			Traces: [][]TraceEntry{{
+				ent(ActionFreeRequested, a, 12*mib, 0),
+				ent(ActionSegmentAlloc, b, 12*mib, 0),
+				ent(ActionAlloc, b, 12*mib, 0),
+				ent(ActionFreeCompleted, a, 12*mib, 0),
+			}},
+		},
+		initial: []alloc.Segment{{Address: a, Size: 20 * mib, Pool: alloc.LargePool, Blocks: []alloc.Block{
+			{Address: a, Size: 12 * mib, Requested: 12 * mib, Allocated: true, ID: 1}}}},
+		segAllocs: 1, peak: 32 * mib, end: 32 * mib,
+		// From empty: X takes a new 20 MiB segment and is freed at once;
+		// the 12 MiB request reuses it.
+		oldAllocs: 1,
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := replayFromState(t, tc.snap, 0)

@@ -79,6 +79,10 @@ type Conversion struct {
 	// StartReserved is the bytes of Initial's segments: what PyTorch had
 	// reserved at the first recorded entry.
 	StartReserved int64
+	// Deferred counts, from ConvertFromState, the blocks freed at their
+	// free_completed rather than at free_requested: freed while another
+	// stream still used them, and held by the allocator until then.
+	Deferred int
 	// Released counts the trace.EmptyCache events ConvertFromState put
 	// where the recording shows segments given back (segment_free,
 	// segment_unmap): empty_cache, or a cudaMalloc that failed and made
@@ -289,10 +293,20 @@ func (s *Snapshot) convert(device int, cfg *alloc.Config) (*Conversion, error) {
 		c.Warnings = append(c.Warnings, st.warnings...)
 		c.StartReserved = st.reserved()
 		bi := 0
+		type group struct {
+			stream int64
+			small  bool
+		}
+		lowest := map[group]bool{}
 		for _, g := range st.segs {
 			seg := alloc.Segment{Address: g.addr, Size: g.size, Stream: stream(g.stream), Pool: alloc.LargePool, Expandable: g.expandable}
 			if g.small {
 				seg.Pool = alloc.SmallPool
+			}
+			if k := (group{g.stream, g.small}); g.expandable && !lowest[k] {
+				// st.segs is by address: this is the group's lowest range.
+				lowest[k] = true
+				seg.ReservedFrom = st.reservedFrom(entries, g.stream, g.small, g.addr)
 			}
 			for bi < len(st.blks) && st.blks[bi].addr < g.end() {
 				b := st.blks[bi]
@@ -318,6 +332,38 @@ func (s *Snapshot) convert(device int, cfg *alloc.Config) (*Conversion, error) {
 		}
 		pres = nil
 	}
+	// With the state rebuilt, a block whose free was requested while
+	// another stream still used it (record_stream) is held until its
+	// free_completed, as the caching allocator holds it (free puts it
+	// aside until the streams' events complete, process_events then
+	// frees it): allocations in between cannot reuse it. Frees completed
+	// at once are freed at free_requested, where PyTorch lowers its
+	// allocated bytes.
+	deferred := map[int]bool{}
+	if cfg != nil {
+		open := map[int64]int{}
+		allocsBefore := make([]int, len(entries)+1)
+		for i := range entries {
+			allocsBefore[i+1] = allocsBefore[i]
+			switch e := &entries[i]; e.Action {
+			case ActionAlloc:
+				allocsBefore[i+1]++
+			case ActionFreeRequested:
+				open[e.Addr] = i
+			case ActionFreeCompleted:
+				if r, ok := open[e.Addr]; ok {
+					delete(open, e.Addr)
+					if allocsBefore[i] > allocsBefore[r+1] {
+						deferred[r] = true
+					}
+				}
+			}
+		}
+		for _, r := range open {
+			deferred[r] = true // still pending when the snapshot was taken
+		}
+	}
+	held := map[int64]int64{} // address -> block ID freed at free_completed
 	lastEmpty := false
 	add := func(e trace.Event) {
 		c.Trace.Add(e)
@@ -365,11 +411,24 @@ func (s *Snapshot) convert(device int, cfg *alloc.Config) (*Conversion, error) {
 			} else if id, ok = preByEntry[i]; !ok {
 				continue // a second free of the same block; counted above
 			}
+			if deferred[i] {
+				held[e.Addr] = id
+				c.Deferred++
+				continue
+			}
 			add(trace.Event{
 				Action: trace.Free, Category: trace.Other, Phase: trace.Setup,
 				Stream: stream(e.Stream), Site: site(e.Site), ID: id,
 			})
 		case ActionFreeCompleted:
+			if id, ok := held[e.Addr]; ok {
+				delete(held, e.Addr)
+				add(trace.Event{
+					Action: trace.Free, Category: trace.Other, Phase: trace.Setup,
+					Stream: stream(e.Stream), Site: site(e.Site), ID: id,
+				})
+				break
+			}
 			// A block whose free was requested before the first entry
 			// becomes reusable here.
 			if id, ok := ids[e.Addr]; ok && pendingAtStart[e.Addr] {

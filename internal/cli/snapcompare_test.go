@@ -28,7 +28,8 @@ func TestRecordingPhasesFromFrames(t *testing.T) {
 			{Address: a + 5120, Size: 2<<20 - 5120, State: snapshot.StateInactive}}}},
 		Traces: [][]snapshot.TraceEntry{{
 			e("alloc", a, fwd), e("alloc", a+1024, fwd), e("alloc", a+2048, nil),
-			e("free_requested", a+1024, nil), e("alloc", a+3072, bwd), e("free_requested", a+2048, nil),
+			e("free_requested", a+1024, nil), e("free_completed", a+1024, nil), e("alloc", a+3072, bwd),
+			e("free_requested", a+2048, nil), e("free_completed", a+2048, nil),
 			e("alloc", a+4096, opt),
 		}},
 	}
