@@ -495,6 +495,16 @@ func (pl *planner) request(c Candidate) predict.Request {
 	r.Setup = s
 	r.Config.TP, r.Config.SP = c.TP, c.SP
 	r.Config = pl.tuned(r.Config, c.Tune)
+	if q := r.Config.Quant; c.Tune == QLoRATune && q != nil {
+		// the compute dtype follows the candidate's precision (the
+		// simulator reads it so, ComputeFollowsPrecision); named here too
+		qq := *q
+		qq.Compute = c.Precision.ParamDType()
+		if low, amp := c.Precision.Autocast(); amp {
+			qq.Compute = low
+		}
+		r.Config.Quant = &qq
+	}
 	if c.PP != max(pl.o.Base.Config.PP, 1) {
 		// a new pipeline: even stages, every one predicted
 		r.Config.PP, r.Config.Stage, r.Config.StageLayers = c.PP, -1, nil
