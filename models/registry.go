@@ -118,6 +118,9 @@ type Model struct {
 	// Dims lists the dimensions besides batch that Build honours.
 	Dims  []Dim
 	Build func(Config) (*graph.Graph, error)
+	// Note is printed with every prediction for the model: what its
+	// graph leaves out, when that is known ("" for none).
+	Note string
 	// Range gives the valid values of a dimension at the other sizes of
 	// a Config (nil: every positive value).
 	Range func(Dim, Config) Range

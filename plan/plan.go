@@ -1,6 +1,8 @@
 package plan
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sort"
@@ -133,7 +135,22 @@ type Options struct {
 	// Top is the number of plans to find (default 5).
 	Top       int
 	Objective Objective
+	// MaxPredictions bounds the planner's work: the simulations it runs,
+	// each pipeline stage one (default DefaultMaxPredictions). Past it
+	// the search stops and the answer says so (Answer.Stopped).
+	MaxPredictions int
 }
+
+// DefaultMaxPredictions is the planner's default budget of simulations.
+// The examples of the README take 1 to 160 (an 8-GPU Llama-3-8B plan with
+// every lever, the most); the combinations are searched most promising
+// first, so a search stopped here has tried the likeliest plans. A
+// simulation of a 70B model takes a tenth of a second or more, so the
+// budget keeps a plan within a minute or so.
+const DefaultMaxPredictions = 256
+
+// errBudget stops a search that has spent its predictions.
+var errBudget = errors.New("the planner's budget of predictions is spent")
 
 // Candidate is one combination of the levers.
 type Candidate struct {
@@ -240,6 +257,12 @@ type Answer struct {
 	// step-time model does not know); the plans are ranked by the fewest
 	// changes.
 	Untimed bool
+	// Simulations counts the simulations run (each pipeline stage one);
+	// Stopped reports that the search stopped at Options.MaxPredictions
+	// with combinations left unsearched: the plans are the best of those
+	// tried.
+	Simulations int
+	Stopped     bool
 }
 
 // combo is a candidate without its accumulation.
@@ -257,13 +280,17 @@ type combo struct {
 }
 
 type planner struct {
-	o      Options
-	base   Candidate
-	baseAC alloc.Config
-	accs   []int
-	graphs map[graphKey]*graph.Graph
-	runs   map[recKey][]train.OpRun
-	runsOn map[recKey]*graph.Graph
+	ctx context.Context
+	// searching: the current setup and each precision's op records are
+	// simulated; the searches that follow spend the budget
+	searching bool
+	o         Options
+	base      Candidate
+	baseAC    alloc.Config
+	accs      []int
+	graphs    map[graphKey]*graph.Graph
+	runs      map[recKey][]train.OpRun
+	runsOn    map[recKey]*graph.Graph
 	// lora is the adapters the LoRA lever trains (nil: the lever has
 	// nothing to offer the model)
 	lora    *graph.Adapters
@@ -318,8 +345,9 @@ type tensorOpt struct {
 	pp int64
 }
 
-// Run plans.
-func Run(o Options) (*Answer, error) {
+// Run plans. It stops with ctx's error when ctx is done, checked before
+// every prediction and timing.
+func Run(ctx context.Context, o Options) (*Answer, error) {
 	if o.Base.Source == nil {
 		return nil, fmt.Errorf("no model given")
 	}
@@ -331,6 +359,9 @@ func Run(o Options) (*Answer, error) {
 	}
 	if o.MinMicroBatch <= 0 {
 		o.MinMicroBatch = 1
+	}
+	if o.MaxPredictions <= 0 {
+		o.MaxPredictions = DefaultMaxPredictions
 	}
 	if !o.Base.GPU.Rates.Known() {
 		return nil, fmt.Errorf("plans are ranked by step time, which needs %s's peak rates and memory bandwidth (the catalog GPUs have them)", o.Base.GPU.Name)
@@ -372,7 +403,7 @@ func Run(o Options) (*Answer, error) {
 	if o.Base.Config.Seq == 0 {
 		o.Base.Config.Seq = o.Base.Source.DefaultSeq()
 	}
-	pl := &planner{o: o, graphs: map[graphKey]*graph.Graph{}, runs: map[recKey][]train.OpRun{}, runsOn: map[recKey]*graph.Graph{},
+	pl := &planner{ctx: ctx, o: o, graphs: map[graphKey]*graph.Graph{}, runs: map[recKey][]train.OpRun{}, runsOn: map[recKey]*graph.Graph{},
 		ans: &Answer{Margin: o.Margin, GlobalBatch: o.GlobalBatch, RankBatch: o.GlobalBatch / ranks, Ranks: ranks, Untimed: untimed}, allow: map[Lever]bool{}, src: o.Base.Source,
 		seen: map[Candidate]*Plan{}, dead: map[deadKey]int{}, aligned: map[alignKey][]train.OpRun{}}
 	levers := o.Levers
@@ -382,11 +413,11 @@ func Run(o Options) (*Answer, error) {
 	for _, l := range levers {
 		pl.allow[l] = true
 	}
-	ctx := o.Base.GPU.ContextSize
+	cudaCtx := o.Base.GPU.ContextSize
 	if o.Base.Context >= 0 {
-		ctx = o.Base.Context
+		cudaCtx = o.Base.Context
 	}
-	pl.capLeft = o.Base.GPU.Capacity - ctx - o.Margin
+	pl.capLeft = o.Base.GPU.Capacity - cudaCtx - o.Margin
 	if err := pl.accumulations(); err != nil {
 		return nil, err
 	}
@@ -429,6 +460,9 @@ func (pl *planner) graph(micro int64, tune Tune) (*graph.Graph, error) {
 	k := graphKey{micro, tune}
 	if g, ok := pl.graphs[k]; ok {
 		return g, nil
+	}
+	if err := pl.ctx.Err(); err != nil {
+		return nil, err
 	}
 	c := pl.tuned(pl.o.Base.Config, tune)
 	c.Batch = micro
@@ -484,6 +518,9 @@ func (pl *planner) optimizer(name string, impl train.Impl) train.Optimizer {
 // request turns a candidate into a prediction request.
 func (pl *planner) request(c Candidate) predict.Request {
 	r := pl.o.Base
+	// the plan runs on the device less the margin, as maxbatch's answer
+	// does (predict.Request.Margin)
+	r.Margin = pl.o.Margin
 	r.Config.Batch = c.MicroBatch
 	r.Schedule = nil
 	s := r.Setup
@@ -519,7 +556,16 @@ func (pl *planner) evaluate(c Candidate) (*Plan, error) {
 	if p, ok := pl.seen[c]; ok {
 		return p, nil
 	}
-	res, err := predict.Run(pl.request(c))
+	r := pl.request(c)
+	sims := 1
+	if r.Config.PP > 1 && r.Config.Stage < 0 {
+		sims = int(r.Config.PP) // every stage is simulated
+	}
+	if pl.searching && pl.ans.Simulations+sims > pl.o.MaxPredictions {
+		return nil, errBudget
+	}
+	pl.ans.Simulations += sims
+	res, err := predict.Run(pl.ctx, r)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", describe(c), err)
 	}
@@ -555,6 +601,9 @@ func (pl *planner) noteNeed(need int64, c Candidate) {
 func (pl *planner) timeOf(c Candidate) (float64, error) {
 	if pl.ans.Untimed {
 		return 0, nil
+	}
+	if err := pl.ctx.Err(); err != nil {
+		return 0, err
 	}
 	rk := recKey{c.Precision, c.Tune}
 	runs, ok := pl.runs[rk]
@@ -932,7 +981,7 @@ func (pl *planner) run() error {
 		var ready []*combo
 		for _, cb := range group {
 			if err := pl.prepare(cb); err != nil {
-				if rc == 0 {
+				if rc == 0 || pl.ctx.Err() != nil {
 					return err
 				}
 				// a combination the simulator refuses (a quantized base
@@ -949,13 +998,18 @@ func (pl *planner) run() error {
 			return [3]float64{float64(rc), 0, cb.times[0]}
 		}
 		sort.SliceStable(ready, func(i, j int) bool { return less(key(ready[i]), key(ready[j])) })
+		pl.searching = true
 		for _, cb := range ready {
 			if len(pl.ans.Best) >= pl.o.Top && !less(key(cb), pl.planKey(pl.ans.Best[pl.o.Top-1])) {
 				pl.pruned(cb, "slower than the plans shown even at its largest micro-batch")
 				continue
 			}
 			if err := pl.search(cb); err != nil {
-				if rc == 0 {
+				if errors.Is(err, errBudget) {
+					pl.ans.Stopped = true
+					return nil
+				}
+				if rc == 0 || pl.ctx.Err() != nil {
 					return err
 				}
 				pl.pruned(cb, fmt.Sprintf("not simulated: %v", err))
@@ -967,9 +1021,13 @@ func (pl *planner) run() error {
 
 // prepare times a combination at every accumulation, first simulating its
 // precision's (and training's) most frugal point for the op records when
-// none were kept yet: a useful probe in itself.
+// none were kept yet: a useful probe in itself, and outside the searches'
+// budget, like the current setup.
 func (pl *planner) prepare(cb *combo) error {
 	if _, ok := pl.runs[recKey{cb.p, cb.tune}]; !ok {
+		searching := pl.searching
+		pl.searching = false
+		defer func() { pl.searching = searching }()
 		c := pl.base
 		c.Precision = cb.p
 		c.Parallel = cb.par

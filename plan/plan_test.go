@@ -1,6 +1,7 @@
 package plan
 
 import (
+	"context"
 	"slices"
 	"strings"
 	"testing"
@@ -51,7 +52,7 @@ func request(src predict.Source, batch int64, s train.Setup, capacity int64) pre
 // needOf predicts a setup on an unbounded device: what it needs.
 func needOf(t *testing.T, src predict.Source, batch int64, s train.Setup) int64 {
 	t.Helper()
-	res, err := predict.Run(request(src, batch, s, 1<<50))
+	res, err := predict.Run(context.Background(), request(src, batch, s, 1<<50))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,7 +69,7 @@ func TestOnlyAccumulationFits(t *testing.T) {
 	if n32 <= n16 {
 		t.Fatalf("need at 2048 (%d) not above need at 1024 (%d)", n32, n16)
 	}
-	ans, err := Run(Options{Base: request(src, 4096, s, n16+(n32-n16)/2), Levers: []Lever{Accumulate}})
+	ans, err := Run(context.Background(), Options{Base: request(src, 4096, s, n16+(n32-n16)/2), Levers: []Lever{Accumulate}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,7 +98,7 @@ func TestOnlyBF16Fits(t *testing.T) {
 	if bf >= others {
 		t.Fatalf("bf16-true needs %d, the others at least %d", bf, others)
 	}
-	ans, err := Run(Options{Base: request(src, 8, s, bf+(others-bf)/2), Levers: []Lever{Precision}})
+	ans, err := Run(context.Background(), Options{Base: request(src, 8, s, bf+(others-bf)/2), Levers: []Lever{Precision}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,7 +122,7 @@ func TestEverySecondBlockFastest(t *testing.T) {
 	if !(full < half && half < none) {
 		t.Fatalf("needs: none %d, every 2 %d, full %d", none, half, full)
 	}
-	ans, err := Run(Options{Base: request(src, 4096, s, half+(none-half)/2), Levers: []Lever{Checkpoint}})
+	ans, err := Run(context.Background(), Options{Base: request(src, 4096, s, half+(none-half)/2), Levers: []Lever{Checkpoint}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,7 +140,7 @@ func TestMatchesExhaustiveSearch(t *testing.T) {
 	const global = 256
 	capacity := needOf(t, src, 64, s)
 	o := Options{Base: request(src, global, s, capacity), Top: 3}
-	ans, err := Run(o)
+	ans, err := Run(context.Background(), o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -156,7 +157,7 @@ func TestMatchesExhaustiveSearch(t *testing.T) {
 						q.Precision, q.Checkpoint, q.Optimizer.Impl, q.Accumulate = p, ck, im, int(a)
 						r := request(src, global/a, q, capacity)
 						r.Alloc.ExpandableSegments = exp
-						res, err := predict.Run(r)
+						res, err := predict.Run(context.Background(), r)
 						if err != nil {
 							t.Fatal(err)
 						}
@@ -189,7 +190,7 @@ func TestFewestChanges(t *testing.T) {
 	src := blocks{layers: 4, width: 512}
 	s := train.Setup{Optimizer: train.Optimizer{Kind: train.Adam}}
 	n32, n64 := needOf(t, src, 2048, s), needOf(t, src, 4096, s)
-	ans, err := Run(Options{Base: request(src, 4096, s, n32+(n64-n32)/2), Objective: FewestChanges, Top: 3})
+	ans, err := Run(context.Background(), Options{Base: request(src, 4096, s, n32+(n64-n32)/2), Objective: FewestChanges, Top: 3})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -211,16 +212,16 @@ func TestFewestChanges(t *testing.T) {
 func TestBadInput(t *testing.T) {
 	src := blocks{layers: 2, width: 256}
 	s := train.Setup{Optimizer: train.Optimizer{Kind: train.SGD}}
-	if _, err := Run(Options{Base: request(src, 8, s, 1<<40), GlobalBatch: 8, MinMicroBatch: 16}); err == nil ||
+	if _, err := Run(context.Background(), Options{Base: request(src, 8, s, 1<<40), GlobalBatch: 8, MinMicroBatch: 16}); err == nil ||
 		!strings.Contains(err.Error(), "global batch of 8") {
 		t.Errorf("micro-batch above the global batch: %v", err)
 	}
-	if _, err := Run(Options{Base: request(src, 8, s, 1<<40), GlobalBatch: -4}); err == nil {
+	if _, err := Run(context.Background(), Options{Base: request(src, 8, s, 1<<40), GlobalBatch: -4}); err == nil {
 		t.Error("a negative global batch accepted")
 	}
 	acc := s
 	acc.Accumulate = 2
-	if _, err := Run(Options{Base: request(src, 8, acc, 1<<40), GlobalBatch: 7}); err == nil || !strings.Contains(err.Error(), "not the global batch 7") {
+	if _, err := Run(context.Background(), Options{Base: request(src, 8, acc, 1<<40), GlobalBatch: 7}); err == nil || !strings.Contains(err.Error(), "not the global batch 7") {
 		t.Errorf("a global batch of 7 with accumulation 2: %v", err)
 	}
 	if _, err := ParseLevers("accumulate,precisoin"); err == nil || !strings.Contains(err.Error(), `did you mean precision`) {
@@ -228,7 +229,7 @@ func TestBadInput(t *testing.T) {
 	}
 	// a device smaller than the parameters: nothing fits, and the answer
 	// says how much would be needed
-	ans, err := Run(Options{Base: request(src, 8, s, 64<<10)})
+	ans, err := Run(context.Background(), Options{Base: request(src, 8, s, 64<<10)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -261,7 +262,7 @@ func TestFrozenParametersInTheBound(t *testing.T) {
 	lora := func() int64 {
 		q := r
 		q.GPU = device(1 << 50)
-		res, err := predict.Run(q)
+		res, err := predict.Run(context.Background(), q)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -273,7 +274,7 @@ func TestFrozenParametersInTheBound(t *testing.T) {
 	// between the two: parameters + gradients + Adam state of every
 	// parameter (4 copies) would not fit, LoRA's does
 	r.GPU = device((lora + need) / 2)
-	ans, err := Run(Options{Base: r, Levers: []Lever{Accumulate}, Objective: Throughput, Top: 3})
+	ans, err := Run(context.Background(), Options{Base: r, Levers: []Lever{Accumulate}, Objective: Throughput, Top: 3})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -290,7 +291,7 @@ func TestShardingLever(t *testing.T) {
 	src := blocks{layers: 8, width: 2048}
 	psi := int64(8*(2048*2048+2048) + 2048*10 + 10)
 	base := train.Setup{Optimizer: train.Optimizer{Kind: train.Adam, Impl: train.Foreach}, Parallel: train.Parallel{Strategy: train.DDP, GPUs: 8}}
-	ans, err := Run(Options{Base: request(src, 64, base, 8*psi), Levers: []Lever{Sharding, Accumulate}, Top: 20})
+	ans, err := Run(context.Background(), Options{Base: request(src, 64, base, 8*psi), Levers: []Lever{Sharding, Accumulate}, Top: 20})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -321,7 +322,7 @@ func TestTensorLever(t *testing.T) {
 	s := train.Setup{Precision: train.TrueBF16, Optimizer: train.Optimizer{Kind: train.AdamW, Impl: train.Foreach}}
 	r := request(src, 4, s, 12<<30)
 	r.Config.Seq = 1024
-	one, err := Run(Options{Base: r, Levers: []Lever{Tensor}})
+	one, err := Run(context.Background(), Options{Base: r, Levers: []Lever{Tensor}})
 	if err == nil {
 		for _, p := range append(one.Best, one.Evaluated...) {
 			if p.TP > 1 {
@@ -330,7 +331,7 @@ func TestTensorLever(t *testing.T) {
 		}
 	}
 	r.Setup.Parallel = train.Parallel{Strategy: train.DDP, GPUs: 2}
-	two, err := Run(Options{Base: r, Levers: []Lever{Tensor}, Top: 10})
+	two, err := Run(context.Background(), Options{Base: r, Levers: []Lever{Tensor}, Top: 10})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -354,7 +355,7 @@ func TestPipelineLever(t *testing.T) {
 		Parallel: train.Parallel{Strategy: train.DDP, GPUs: 2}}
 	r := request(predict.Zoo{M: m}, 8, s, 12<<30)
 	r.Config.Seq = 1024
-	ans, err := Run(Options{Base: r, Levers: []Lever{Pipeline, Accumulate}, Top: 10})
+	ans, err := Run(context.Background(), Options{Base: r, Levers: []Lever{Pipeline, Accumulate}, Top: 10})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -378,12 +379,44 @@ func TestPipelineLever(t *testing.T) {
 func TestUntimedKeepsAFittingJob(t *testing.T) {
 	src := blocks{layers: 2, width: 256}
 	s := train.Setup{Optimizer: train.Optimizer{Kind: train.SGD}, Parallel: train.Parallel{Strategy: train.DDP, GPUs: 4}}
-	ans, err := Run(Options{Base: request(src, 64, s, 1<<40), Top: 5})
+	ans, err := Run(context.Background(), Options{Base: request(src, 64, s, 1<<40), Top: 5})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !ans.Untimed || !ans.Base.Fits || len(ans.Best) == 0 || ans.Best[0].Candidate != ans.Base.Candidate || len(ans.Best[0].Changes) != 0 {
 		t.Fatalf("untimed %v, base fits %v, %d plans; want the job itself first", ans.Untimed, ans.Base.Fits, len(ans.Best))
+	}
+}
+
+// The planner's work is bounded: with a budget of predictions smaller
+// than the search needs, it stops, says so, and has spent no more than
+// the budget beyond the simulations every plan needs (the current setup
+// and one per precision for the op records).
+func TestBudgetStopsTheSearch(t *testing.T) {
+	src := blocks{layers: 4, width: 512}
+	s := train.Setup{Optimizer: train.Optimizer{Kind: train.Adam}}
+	n16, n32 := needOf(t, src, 1024, s), needOf(t, src, 2048, s)
+	o := Options{Base: request(src, 4096, s, n16+(n32-n16)/2), Top: 5}
+	full, err := Run(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if full.Stopped || full.Simulations != len(full.Evaluated) || full.Simulations > DefaultMaxPredictions {
+		t.Fatalf("unbounded: stopped %v after %d simulations of %d plans", full.Stopped, full.Simulations, len(full.Evaluated))
+	}
+	// the current setup and the four precisions' op records: five
+	// simulations before any search
+	const before = 5
+	if full.Simulations <= before+3 {
+		t.Fatalf("the full search took %d simulations: too few to cut", full.Simulations)
+	}
+	o.MaxPredictions = before + 3
+	cut, err := Run(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !cut.Stopped || cut.Simulations > o.MaxPredictions || cut.Simulations < before {
+		t.Errorf("budget %d: stopped %v after %d simulations", o.MaxPredictions, cut.Stopped, cut.Simulations)
 	}
 }
 
@@ -416,7 +449,7 @@ func TestStaticBoundReadsTheOptimizerTable(t *testing.T) {
 	} {
 		s := train.Setup{Precision: c.p, Optimizer: c.o, Steps: 2}
 		r := request(src, 4, s, 1<<50)
-		res, err := predict.Run(r)
+		res, err := predict.Run(context.Background(), r)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -446,7 +479,7 @@ func TestStaticBoundReadsTheOptimizerTable(t *testing.T) {
 func TestCurrentSetupAndGlobalBatch(t *testing.T) {
 	src := blocks{layers: 2, width: 256}
 	s := train.Setup{Optimizer: train.Optimizer{Kind: train.SGD}, Accumulate: 2}
-	ans, err := Run(Options{Base: request(src, 8, s, 1<<40), Levers: []Lever{Accumulate}})
+	ans, err := Run(context.Background(), Options{Base: request(src, 8, s, 1<<40), Levers: []Lever{Accumulate}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -455,7 +488,7 @@ func TestCurrentSetupAndGlobalBatch(t *testing.T) {
 	}
 	ddp := s
 	ddp.Parallel = train.Parallel{Strategy: train.DDP, GPUs: 4}
-	ans, err = Run(Options{Base: request(src, 8, ddp, 1<<40), Levers: []Lever{Accumulate}})
+	ans, err = Run(context.Background(), Options{Base: request(src, 8, ddp, 1<<40), Levers: []Lever{Accumulate}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -469,10 +502,10 @@ func TestCurrentSetupAndGlobalBatch(t *testing.T) {
 	}
 	// a global batch the current setup does not make is refused, as one
 	// that does not split over the ranks
-	if _, err := Run(Options{Base: request(src, 8, ddp, 1<<40), GlobalBatch: 128}); err == nil || !strings.Contains(err.Error(), "makes 64 samples a step") {
+	if _, err := Run(context.Background(), Options{Base: request(src, 8, ddp, 1<<40), GlobalBatch: 128}); err == nil || !strings.Contains(err.Error(), "makes 64 samples a step") {
 		t.Errorf("global 128 from 8 × 2 × 4: %v", err)
 	}
-	if _, err := Run(Options{Base: request(src, 8, ddp, 1<<40), GlobalBatch: 66}); err == nil || !strings.Contains(err.Error(), "4 data-parallel ranks") {
+	if _, err := Run(context.Background(), Options{Base: request(src, 8, ddp, 1<<40), GlobalBatch: 66}); err == nil || !strings.Contains(err.Error(), "4 data-parallel ranks") {
 		t.Errorf("global 66 over 4 ranks: %v", err)
 	}
 }
@@ -493,7 +526,7 @@ func TestOptimizerKindLever(t *testing.T) {
 	}
 	n := g.ParamCount()
 	r := request(src, 4, s, 13*n)
-	ans, err := Run(Options{Base: r, Levers: []Lever{Accumulate, OptimizerKind}, Top: 10})
+	ans, err := Run(context.Background(), Options{Base: r, Levers: []Lever{Accumulate, OptimizerKind}, Top: 10})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -509,7 +542,7 @@ func TestOptimizerKindLever(t *testing.T) {
 		}
 	}
 	// without the lever, nothing fits
-	ans, err = Run(Options{Base: r, Levers: []Lever{Accumulate}})
+	ans, err = Run(context.Background(), Options{Base: r, Levers: []Lever{Accumulate}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -530,13 +563,13 @@ func TestLoRALeverRanksLast(t *testing.T) {
 	s := train.Setup{Precision: train.FP32, Optimizer: train.Optimizer{Kind: train.AdamW}, Accumulate: 1, Steps: 2}
 	r := request(predict.Zoo{M: m}, 4, s, 1<<50)
 	r.Config.Seq, r.Config.Layers = 64, 2
-	base, err := predict.Run(r)
+	base, err := predict.Run(context.Background(), r)
 	if err != nil {
 		t.Fatal(err)
 	}
 	// a device that holds the job as it is: every lever may move
 	r.GPU = device(2 * base.DeviceTotal)
-	ans, err := Run(Options{Base: r, Top: 50, Objective: Throughput})
+	ans, err := Run(context.Background(), Options{Base: r, Top: 50, Objective: Throughput})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -558,7 +591,7 @@ func TestLoRALeverRanksLast(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.GPU = device(12 * g.ParamCount())
-	ans, err = Run(Options{Base: r, Levers: []Lever{Accumulate, LoRA}, Top: 5})
+	ans, err = Run(context.Background(), Options{Base: r, Levers: []Lever{Accumulate, LoRA}, Top: 5})
 	if err != nil {
 		t.Fatal(err)
 	}

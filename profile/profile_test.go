@@ -13,7 +13,8 @@ func TestLookup(t *testing.T) {
 			t.Errorf("Lookup(%q) = %v, %v; want %s", c.in, p, err, c.want)
 		}
 	}
-	for _, bad := range []string{"0.4", "two", "1"} {
+	// 3.0 is no release the profiles know: refused, not taken as 2.5
+	for _, bad := range []string{"0.4", "two", "1", "3.0", "10.1"} {
 		if _, err := Lookup(bad); err == nil {
 			t.Errorf("Lookup(%q): want an error", bad)
 		}

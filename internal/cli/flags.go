@@ -1,17 +1,21 @@
 package cli
 
 import (
+	"bytes"
+	"cmp"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/batchfit/batchfit/alloc"
 	"github.com/batchfit/batchfit/gpu"
 	"github.com/batchfit/batchfit/graph"
+	"github.com/batchfit/batchfit/hf"
 	"github.com/batchfit/batchfit/models"
 	"github.com/batchfit/batchfit/predict"
 	"github.com/batchfit/batchfit/profile"
@@ -43,6 +47,7 @@ type jobFlags struct {
 	hidden        int64
 	image         int64
 	gpu           string
+	like          string
 	precision     string
 	optimizer     string
 	momentum      float64
@@ -59,6 +64,8 @@ type jobFlags struct {
 	allocConf     string
 	context       string
 	emptyCache    bool
+	cudnnBench    bool
+	cublasConf    string
 	json          bool
 	lora          int64
 	loraTargets   string
@@ -104,7 +111,8 @@ func (j *jobFlags) register(fs *flag.FlagSet, batchDefault string) {
 	fs.Int64Var(&j.layers, "layers", 0, "override the model's depth (models that allow it)")
 	fs.Int64Var(&j.hidden, "hidden", 0, "override the model's width (models that allow it)")
 	fs.Int64Var(&j.image, "image", 0, "image side for vision models (default: the model's, 224 for torchvision)")
-	fs.StringVar(&j.gpu, "gpu", "h100-80gb", "GPU from 'batchfit gpus', or a capacity such as 80GB")
+	fs.StringVar(&j.gpu, "gpu", "h100-80gb", "GPU from 'batchfit gpus', or a size such as 24GB (nvidia-smi's total; no step time unless --like names a GPU)")
+	fs.StringVar(&j.like, "like", "", "with a size for --gpu: the catalog GPU whose speed, compute capability and CUDA context it has")
 	fs.StringVar(&j.precision, "precision", "32-true", "Lightning's 32-true, 16-mixed, bf16-mixed, 16-true or bf16-true; "+train.PrecisionAliases())
 	fs.StringVar(&j.optimizer, "optimizer", "adam", "sgd, adam, adamw, adafactor, none, or bitsandbytes' adam8bit, adamw8bit, paged_adam8bit, paged_adamw8bit")
 	fs.Float64Var(&j.momentum, "momentum", 0, "SGD momentum (nonzero keeps a momentum buffer)")
@@ -115,13 +123,15 @@ func (j *jobFlags) register(fs *flag.FlagSet, batchDefault string) {
 	fs.BoolVar(&j.amsgrad, "amsgrad", false, "Adam's AMSGrad variant (one more state)")
 	fs.IntVar(&j.accumulate, "accumulate", 1, "micro-batches per optimizer step (gradient accumulation)")
 	fs.BoolVar(&j.checkpointing, "checkpointing", false, "activation checkpointing of every block (non-reentrant); the same as --checkpoint full")
-	fs.StringVar(&j.checkpoint, "checkpoint", "none", "activation checkpointing: none, full (every block), every-K (every K-th block), attention (each attention core), or every-K+attention")
+	fs.StringVar(&j.checkpoint, "checkpoint", "", "activation checkpointing: none, full (every block), every-K (every K-th block), attention (each attention core), or every-K+attention (default none)")
 	fs.StringVar(&j.attention, "attention", "auto", "attention kernel: auto, eager, flash, efficient or math (sdpa: auto)")
 	fs.StringVar(&j.torch, "torch", "", "PyTorch version whose rules apply (default: current; known profiles: "+strings.Join(profile.Versions(), ", ")+")")
 	fs.IntVar(&j.steps, "steps", 3, "optimizer steps to simulate")
 	fs.StringVar(&j.allocConf, "alloc-conf", "", "PYTORCH_CUDA_ALLOC_CONF (default: the environment variable)")
 	fs.StringVar(&j.context, "context", "", "CUDA context size (default: the GPU family's estimate)")
 	fs.BoolVar(&j.emptyCache, "empty-cache", false, "call torch.cuda.empty_cache() after every step")
+	fs.BoolVar(&j.cudnnBench, "cudnn-benchmark", false, "torch.backends.cudnn.benchmark = True: the first step searches cuDNN's convolution algorithms")
+	fs.StringVar(&j.cublasConf, "cublas-workspace-config", "", "CUBLAS_WORKSPACE_CONFIG, e.g. :4096:8 (default: the environment variable)")
 	fs.BoolVar(&j.json, "json", false, "print JSON")
 	fs.Int64Var(&j.lora, "lora", 0, "fine-tune with LoRA adapters of this rank (PEFT's r); every other parameter is frozen")
 	fs.StringVar(&j.loraTargets, "lora-targets", "", "Linear layers that get adapters, as PEFT's target_modules: names or name endings, comma-separated (q_proj,v_proj)")
@@ -310,12 +320,14 @@ func (j *jobFlags) adapters() (*graph.Adapters, error) {
 }
 
 // parseArgs parses flags that may come before or after the positional
-// arguments, as people type them ("estimate resnet50 --batch 64").
+// arguments, as people type them ("estimate resnet50 --batch 64"). -h
+// prints the command's help; a bad flag is a one-line error that names
+// the nearest flag and points to -h, not the whole help.
 func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
 	var pos []string
 	for {
-		if err := fs.Parse(args); err != nil {
-			return nil, usageError{err}
+		if err := parseQuiet(fs, args); err != nil {
+			return nil, err
 		}
 		rest := fs.Args()
 		if len(rest) == 0 {
@@ -326,16 +338,81 @@ func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
 	}
 }
 
+// parseQuiet runs fs.Parse with the flag package's own printing (the
+// error, then the whole help) held back: the help is printed only when it
+// was asked for.
+func parseQuiet(fs *flag.FlagSet, args []string) error {
+	out := fs.Output()
+	var held bytes.Buffer
+	fs.SetOutput(&held)
+	err := fs.Parse(args)
+	fs.SetOutput(out)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, flag.ErrHelp):
+		out.Write(held.Bytes())
+		return usageError{err}
+	}
+	return usageError{flagError{cmd: fs.Name(), err: err, near: nearFlags(fs, err)}}
+}
+
+// flagError is the flag package's complaint about a flag, with the nearest
+// flags when the name is unknown.
+type flagError struct {
+	cmd  string
+	err  error
+	near []string
+}
+
+func (f flagError) Error() string {
+	msg := f.err.Error()
+	if name, ok := undefinedFlag(f.err); ok {
+		msg = "unknown flag --" + strings.TrimLeft(name, "-")
+	}
+	if len(f.near) > 0 {
+		msg += "; did you mean --" + strings.Join(f.near, " or --") + "?"
+	}
+	return msg + fmt.Sprintf(" (see 'batchfit %s -h')", f.cmd)
+}
+
+func (f flagError) Unwrap() error { return f.err }
+
+// undefinedFlag is the name in the flag package's "flag provided but not
+// defined: -NAME".
+func undefinedFlag(err error) (string, bool) {
+	var fe flagError
+	if errors.As(err, &fe) {
+		err = fe.err
+	}
+	name, ok := strings.CutPrefix(err.Error(), "flag provided but not defined: -")
+	return name, ok && name != "" && !strings.ContainsAny(name, " \n")
+}
+
+func nearFlags(fs *flag.FlagSet, err error) []string {
+	name, ok := undefinedFlag(err)
+	if !ok {
+		return nil
+	}
+	var names []string
+	fs.VisitAll(func(f *flag.Flag) { names = append(names, f.Name) })
+	return models.Nearest(strings.TrimLeft(name, "-"), names, 2)
+}
+
 func newFlagSet(name string, stderr io.Writer, usage string) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprint(stderr, usage)
-		fmt.Fprintln(stderr, "\nFlags:")
+		fmt.Fprint(fs.Output(), usage)
+		fmt.Fprintln(fs.Output(), "\nFlags:")
 		fs.PrintDefaults()
 	}
 	return fs
 }
+
+// maxBatchSizes bounds the batch sizes one --batch gives: a sweep of more
+// is refused in one line rather than cut short without a word.
+const maxBatchSizes = 4096
 
 // parseBatches reads "64", "64,8,32,4" or a range "1:64" (powers of two)
 // or "8:64:8" (a step).
@@ -360,8 +437,21 @@ func parseBatches(s string) ([]int64, error) {
 		if to < from {
 			return nil, usagef("--batch %q: the range ends before it starts", s)
 		}
-		var out []int64
-		for b := from; b <= to && len(out) < 4096; {
+		// how many sizes, counted before any is made (to-from cannot
+		// overflow: both are positive)
+		n := int64(1)
+		if len(parts) == 3 {
+			n = (to-from)/v[2] + 1
+		} else {
+			for b := from; b <= to/2; b *= 2 {
+				n++
+			}
+		}
+		if n > maxBatchSizes {
+			return nil, usagef("--batch %q gives %s batch sizes, more than %s: take a larger step, or FROM:TO (doubling)", s, commas(n), commas(maxBatchSizes))
+		}
+		out := make([]int64, 0, n)
+		for i, b := int64(0), from; i < n; i++ {
 			out = append(out, b)
 			if len(parts) == 3 {
 				b += v[2]
@@ -370,6 +460,9 @@ func parseBatches(s string) ([]int64, error) {
 			}
 		}
 		return out, nil
+	}
+	if n := strings.Count(s, ",") + 1; n > maxBatchSizes {
+		return nil, usagef("--batch gives %s batch sizes, more than %s", commas(int64(n)), commas(maxBatchSizes))
 	}
 	var out []int64
 	for _, p := range strings.Split(s, ",") {
@@ -408,6 +501,49 @@ func (j *jobFlags) request(model string) (predict.Request, error) {
 
 func (j *jobFlags) web() bool { return j.e != nil && j.e.web }
 
+// checkDims refuses --layers, --hidden and --seq for a model that cannot
+// vary them (its Dims): a vision model has no sequence, a torchvision
+// ResNet no depth to override, and taking the flag silently would show
+// a figure for a model that was not built.
+func (j *jobFlags) checkDims(src predict.Source) error {
+	dims := src.Dims()
+	for _, f := range []struct {
+		name, what string
+		n          int64
+		dim        models.Dim
+	}{{"--layers", "its depth", j.layers, models.DimLayers}, {"--hidden", "its width", j.hidden, models.DimHidden}, {"--seq", "its sequence length", j.seq, models.DimSeq}} {
+		if f.n == 0 || slices.Contains(dims, f.dim) || (f.dim == models.DimSeq && f.n == src.DefaultSeq()) {
+			continue
+		}
+		can := []string{"--batch"}
+		for _, d := range dims {
+			can = append(can, "--"+string(d))
+		}
+		what := "cannot vary " + f.what
+		if f.dim == models.DimSeq && src.DefaultSeq() == 0 {
+			what = "has no sequence"
+		}
+		return usagef("%s: %s %s (what it can vary: %s)", f.name, src.Name(), what, strings.Join(can, ", "))
+	}
+	if j.image != 0 && !takesImage(src) {
+		return usagef("--image: %s takes no image (the image side is for torchvision's models and ViTs)", src.Name())
+	}
+	return nil
+}
+
+// takesImage reports whether src builds its input from Config.Image:
+// torchvision's models (models/torchvision.go) and the transformers
+// vision models (ViT), which have no sequence to vary.
+func takesImage(src predict.Source) bool {
+	switch s := src.(type) {
+	case predict.Zoo:
+		return s.M.Family == "torchvision" || (s.M.Family == "transformers" && !slices.Contains(s.M.Dims, models.DimSeq))
+	case *hf.Model:
+		return s.Config.ModelType == "vit"
+	}
+	return false
+}
+
 // requestFor builds a prediction request for src from the flags.
 func (j *jobFlags) requestFor(src predict.Source) (predict.Request, error) {
 	var r predict.Request
@@ -419,6 +555,9 @@ func (j *jobFlags) requestFor(src predict.Source) (predict.Request, error) {
 		if v.n < 0 {
 			return r, usagef("%s must be positive, got %d", v.name, v.n)
 		}
+	}
+	if err := j.checkDims(src); err != nil {
+		return r, err
 	}
 	ad, err := j.adapters()
 	if err != nil {
@@ -463,7 +602,7 @@ func (j *jobFlags) requestFor(src predict.Source) (predict.Request, error) {
 	if j.prompt > 0 {
 		r.Config.Seq = j.prompt
 	}
-	g, err := gpu.Lookup(j.gpu)
+	g, err := gpu.LookupLike(j.gpu, j.like)
 	if err != nil {
 		return r, usageError{err}
 	}
@@ -516,13 +655,16 @@ func (j *jobFlags) requestFor(src predict.Source) (predict.Request, error) {
 	if j.steps < 1 || j.steps > 1000 {
 		return r, usagef("--steps must be between 1 and 1000, got %d", j.steps)
 	}
-	ck, err := train.ParseCheckpoint(j.checkpoint)
+	ck, err := train.ParseCheckpoint(cmp.Or(j.checkpoint, "none"))
 	if err != nil {
 		return r, usagef("--checkpoint: %v", err)
 	}
 	if j.checkpointing {
 		if ck.On() && ck != train.FullCheckpoint {
 			return r, usagef("--checkpointing (every block) and --checkpoint %s exclude each other", ck)
+		}
+		if j.checkpoint != "" && !ck.On() {
+			return r, usagef("--checkpointing turns checkpointing on and --checkpoint %s turns it off: give one", j.checkpoint)
 		}
 		ck = train.FullCheckpoint
 	}
@@ -544,6 +686,13 @@ func (j *jobFlags) requestFor(src predict.Source) (predict.Request, error) {
 	}
 	r.Setup = train.Setup{Precision: prec, Optimizer: train.Optimizer{Kind: opt, Momentum: j.momentum, Impl: impl, WeightDecay: wd, Bits8: on.Bits8, Paged: on.Paged, AMSGrad: j.amsgrad},
 		Accumulate: j.accumulate, Checkpoint: ck, Attention: att, Steps: j.steps, EmptyCache: j.emptyCache, Profile: prof, Parallel: par}
+	r.Setup.CudnnBenchmark = j.cudnnBench
+	if r.Setup.CublasWorkspaceConfig = j.cublasConf; j.cublasConf == "" && !j.web() {
+		r.Setup.CublasWorkspaceConfig = os.Getenv("CUBLAS_WORKSPACE_CONFIG")
+	}
+	if _, _, err := profile.ParseCublasWorkspaceConfig(r.Setup.CublasWorkspaceConfig); err != nil {
+		return r, usageError{err}
+	}
 	conf := j.allocConf
 	if conf == "" && !j.web() {
 		conf = os.Getenv("PYTORCH_CUDA_ALLOC_CONF")
@@ -618,7 +767,7 @@ func (j *jobFlags) inference() (*predict.Inference, error) {
 	if !j.inferOK {
 		return nil, usagef("--mode %s is for estimate, sweep and maxbatch", mode)
 	}
-	if j.accumulate != 1 || j.checkpointing || j.checkpoint != "none" {
+	if j.accumulate != 1 || j.checkpointing || (j.checkpoint != "" && j.checkpoint != "none") {
 		return nil, usagef("--accumulate and activation checkpointing are for training, not --mode %s", mode)
 	}
 	in := &predict.Inference{Mode: mode}

@@ -15,7 +15,9 @@ const maxbatchUsage = `usage: batchfit maxbatch MODEL [flags]
 Finds the largest batch that fits on the GPU — or, with --solve, the
 largest value of another dimension (layers, hidden, seq) at a fixed batch.
 The answer was simulated and fits; the next value was simulated and does not.
-MODEL takes every form 'batchfit estimate' does.
+It fits with --margin: by default the safety band, so that a real device
+total as far above the prediction as any measured still fits (--margin 0
+for the bare figure). MODEL takes every form 'batchfit estimate' does.
 
 Examples:
   batchfit maxbatch resnet50 --gpu h100-80gb
@@ -28,11 +30,13 @@ Examples:
 
 // MaxBatchJSON is the stable JSON form of a search.
 type MaxBatchJSON struct {
-	Model    string `json:"model"`
-	Solve    string `json:"solve"`
-	MaxBatch int64  `json:"max_batch,omitempty"`
-	Max      int64  `json:"max"`
-	Limited  bool   `json:"limited"`
+	Model string `json:"model"`
+	Solve string `json:"solve"`
+	// MarginBytes is the headroom every answer left (--margin).
+	MarginBytes int64 `json:"margin_bytes"`
+	MaxBatch    int64 `json:"max_batch,omitempty"`
+	Max         int64 `json:"max"`
+	Limited     bool  `json:"limited"`
 	// LimitedBy names what in the model set the limit the search reached
 	// (a learned position table), empty for the search's own --limit.
 	LimitedBy string `json:"limited_by,omitempty"`
@@ -78,9 +82,13 @@ func runMaxBatch(e *env, args []string) error {
 	dim := fs.String("solve", "batch", "dimension to maximize: batch, layers, hidden or seq")
 	limit := fs.Int64("limit", solve.DefaultLimit, "largest value to try")
 	objective := fs.String("objective", "memory", "memory: the largest batch that fits; throughput: the batch that trains fastest among those that fit")
+	margin := fs.String("margin", "band", marginHelp)
 	r, batches, err := j.job(fs, "maxbatch", args)
 	if err != nil {
 		return err
+	}
+	if r.Margin, err = parseMargin(*margin, r.GPU.Capacity); err != nil {
+		return usagef("--margin: %v", err)
 	}
 	if len(batches) != 1 {
 		return usagef("maxbatch takes a single --batch")
@@ -100,18 +108,18 @@ func runMaxBatch(e *env, args []string) error {
 	if *objective == "throughput" && d != models.DimBatch {
 		return usagef("--objective throughput answers for the batch, not --solve %s", d)
 	}
-	ans, err := solve.MaxDim(r, d, *limit)
+	ans, err := solve.MaxDim(e.context(), r, d, *limit)
 	if err != nil {
 		return err
 	}
 	var fast *solve.Fastest
 	if *objective == "throughput" && ans.Max > 0 {
-		if fast, err = solve.BestThroughput(r, ans); err != nil {
+		if fast, err = solve.BestThroughput(e.context(), r, ans); err != nil {
 			return err
 		}
 	}
 	if j.json {
-		out := MaxBatchJSON{Model: r.Source.Name(), Solve: string(d), Max: ans.Max, Limited: ans.Limited, LimitedBy: ans.Bound, Probes: ans.Probes, Tried: ans.Tried}
+		out := MaxBatchJSON{Model: r.Source.Name(), Solve: string(d), MarginBytes: r.Margin, Max: ans.Max, Limited: ans.Limited, LimitedBy: ans.Bound, Probes: ans.Probes, Tried: ans.Tried}
 		if ans.Range.Step > 1 {
 			out.Step, out.StepReason = ans.Range.Step, ans.Range.StepWhy
 		}
@@ -140,7 +148,11 @@ func runMaxBatch(e *env, args []string) error {
 	} else if ans.Max > 0 {
 		fmt.Fprintln(stdout, setupLine(ans.Fit))
 		fmt.Fprintln(stdout)
-		fmt.Fprintf(stdout, "largest %s that fits: %d", dimWords[d], ans.Max)
+		with := ""
+		if r.Margin > 0 {
+			with = " with the margin"
+		}
+		fmt.Fprintf(stdout, "largest %s that fits%s: %d", dimWords[d], with, ans.Max)
 		if n := plan.Ranks(r.Setup.Parallel); d == models.DimBatch && n > 1 {
 			fmt.Fprintf(stdout, " a rank (%d samples a micro-batch over the %d ranks)", ans.Max*n, n)
 		}
@@ -159,6 +171,7 @@ func runMaxBatch(e *env, args []string) error {
 		if ans.Over != nil {
 			fmt.Fprintf(stdout, "  at %d: does not fit — %s\n", ans.Next, ans.Over.Decider)
 		}
+		fmt.Fprintln(stdout, marginLine(r.Margin, r.GPU.Capacity))
 		if fast != nil {
 			writeFastest(stdout, fast)
 		}
@@ -166,6 +179,10 @@ func runMaxBatch(e *env, args []string) error {
 	if ans.Max == 0 {
 		if !j.json {
 			writeEstimate(stdout, ans.Over, []int64{ans.Over.Config.Batch})
+		}
+		if r.Margin > 0 && ans.Over != nil && ans.Over.Timeline.OOM == nil && ans.Over.DeviceTotal <= r.GPU.Capacity {
+			return fmt.Errorf("%s does not fit on %s even with %s %d with the margin of %s (--margin 0: it fits bare, by %s)",
+				r.Source.Name(), r.GPU.Name, d, ans.Range.Min, fmtBytes(r.Margin), fmtBytes(r.GPU.Capacity-ans.Over.DeviceTotal))
 		}
 		return fmt.Errorf("%s does not fit on %s even with %s %d", r.Source.Name(), r.GPU.Name, d, ans.Range.Min)
 	}

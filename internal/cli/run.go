@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -76,6 +77,11 @@ func runRun(e *env, args []string) error {
 		return usagef("run starts a process: not from the web page")
 	}
 	i := slices.Index(args, "--")
+	if i < 0 && slices.ContainsFunc(args, isHelp) {
+		// run -h: the help, as every command gives it
+		_, err := parseRunFlags(e, args)
+		return err
+	}
 	if i < 0 {
 		return usagef("put -- before the command to run (batchfit run [flags] -- python train.py)")
 	}
@@ -213,7 +219,7 @@ func compareRecording(e *env, path string, recs []record.Record) ([]validation.C
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	res, err := predict.Run(r)
+	res, err := predict.Run(e.context(), r)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
@@ -475,7 +481,7 @@ func writeRunPrediction(w io.Writer, j *jobFlags, set map[string]bool, s record.
 	if err != nil {
 		return err
 	}
-	res, err := predict.Run(r)
+	res, err := predict.Run(context.Background(), r)
 	if err != nil {
 		return err
 	}
@@ -557,7 +563,7 @@ func writeRunOOM(w io.Writer, j *jobFlags, set map[string]bool, s record.Summary
 	r.GPU = gpu.GPU{Name: fmt.Sprintf("GPU %d", msg.DeviceIndex), Marketing: "the GPU of the message", Capacity: msg.Total,
 		Major: r.GPU.Major, ContextSize: max(0, ex.OutsidePyTorch), Rates: r.GPU.Rates}
 	r.Context = -1
-	res, err := predict.Run(r)
+	res, err := predict.Run(context.Background(), r)
 	if err != nil {
 		return
 	}
@@ -568,7 +574,7 @@ func writeRunOOM(w io.Writer, j *jobFlags, set map[string]bool, s record.Summary
 			setupLine(res), fmtBytes(res.DeviceTotal), fmtBytes(msg.Total))
 		return
 	}
-	ans, err := plan.Run(plan.Options{Base: r, Objective: plan.FewestChanges, Top: 3})
+	ans, err := plan.Run(context.Background(), plan.Options{Base: r, Objective: plan.FewestChanges, Top: 3})
 	if err != nil {
 		fmt.Fprintf(w, "\nno suggestions: %v\n", err)
 		return
@@ -669,3 +675,5 @@ func (g *runRegistry) remove() {
 		os.Remove(g.path)
 	}
 }
+
+func isHelp(a string) bool { return a == "-h" || a == "--h" || a == "-help" || a == "--help" }

@@ -1,7 +1,9 @@
 package cli
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -20,6 +22,18 @@ import (
 func resolveSource(arg string) (predict.Source, error) {
 	ext := strings.ToLower(filepath.Ext(arg))
 	info, statErr := os.Stat(arg)
+	if errors.Is(statErr, fs.ErrNotExist) && looksLikePath(arg, ext) {
+		// a path that is not there: say so, not "unknown model" (unless
+		// it is a zoo name after all, such as a Hugging Face id org/name)
+		if m, err := models.Lookup(arg); err == nil && !strings.ContainsAny(arg[:1], `./\~`) {
+			return predict.Zoo{M: m}, nil
+		}
+		msg := fmt.Sprintf("%s: not found (no such file or directory; a model is a zoo name from 'batchfit models' or a .yaml, .onnx, config.json or model directory)", arg)
+		if m, err := models.Lookup(filepath.Base(strings.TrimRight(arg, `/\`))); err == nil && ext == "" {
+			msg += fmt.Sprintf("; did you mean the zoo's %s?", m.Name)
+		}
+		return nil, errors.New(msg)
+	}
 	switch {
 	case ext == ".yaml" || ext == ".yml":
 		s, err := spec.ParseFile(arg)
@@ -49,6 +63,16 @@ func resolveSource(arg string) (predict.Source, error) {
 		return nil, usageError{err}
 	}
 	return predict.Zoo{M: m}, nil
+}
+
+// looksLikePath tells a path from a zoo name: a directory separator, a
+// leading . or ~, or a model file's extension.
+func looksLikePath(arg, ext string) bool {
+	switch ext {
+	case ".yaml", ".yml", ".json", ".onnx":
+		return true
+	}
+	return strings.ContainsAny(arg, `/\`) || strings.HasPrefix(arg, ".") || strings.HasPrefix(arg, "~")
 }
 
 type specSource struct {
