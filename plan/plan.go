@@ -532,6 +532,16 @@ func (pl *planner) request(c Candidate) predict.Request {
 	r.Setup = s
 	r.Config.TP, r.Config.SP = c.TP, c.SP
 	r.Config = pl.tuned(r.Config, c.Tune)
+	if q := r.Config.Quant; c.Tune == QLoRATune && q != nil {
+		// the compute dtype follows the candidate's precision (the
+		// simulator reads it so, ComputeFollowsPrecision); named here too
+		qq := *q
+		qq.Compute = c.Precision.ParamDType()
+		if low, amp := c.Precision.Autocast(); amp {
+			qq.Compute = low
+		}
+		r.Config.Quant = &qq
+	}
 	if c.PP != max(pl.o.Base.Config.PP, 1) {
 		// a new pipeline: even stages, every one predicted
 		r.Config.PP, r.Config.Stage, r.Config.StageLayers = c.PP, -1, nil
@@ -939,36 +949,9 @@ func (pl *planner) run() error {
 							}
 							continue
 						}
-						if _, ok := pl.runs[recKey{p, tune}]; !ok {
-							// the op records of this precision come from its most
-							// frugal point, a useful probe in itself
-							c := pl.base
-							c.Precision = p
-							c.Parallel = par
-							c.TP, c.SP, c.PP = tp.tp, tp.sp, tp.pp
-							c.Tune, c.Optim = tune, optim
-							c.Accumulate = pl.accs[len(pl.accs)-1]
-							c.MicroBatch = pl.accsMicro(len(pl.accs) - 1)
-							if _, err := pl.evaluate(c); err != nil {
-								if !c.ChangesResults() {
-									return err
-								}
-								// a combination the simulator refuses (a
-								// quantized base under a sharding strategy)
-								pl.pruned(&combo{p: p, ck: c.Checkpoint, impl: c.Impl, par: par, tp: tp, tune: tune, optim: optim}, fmt.Sprintf("not simulated: %v", err))
-								continue
-							}
-						}
 						for _, ck := range pl.checkpoints(g0) {
 							for _, im := range pl.impls(optim) {
 								cb := &combo{par: par, tp: tp, p: p, ck: ck, impl: im, tune: tune, optim: optim}
-								for i := range pl.accs {
-									t, err := pl.timeOf(pl.cand(cb, i, false))
-									if err != nil {
-										return err
-									}
-									cb.times = append(cb.times, t)
-								}
 								cb.changes = btoi(p != pl.base.Precision) + btoi(ck != pl.base.Checkpoint) + btoi(im != pl.base.Impl) + btoi(par != pl.base.Parallel) +
 									btoi(tp.tp != pl.base.TP || tp.sp != pl.base.SP) + btoi(tp.pp != pl.base.PP) + btoi(tune != FullTune) + btoi(optim != "")
 								combos = append(combos, cb)
@@ -979,30 +962,89 @@ func (pl *planner) run() error {
 			}
 		}
 	}
-	key := func(cb *combo) [3]float64 {
-		rc := float64(cb.resultChanges())
-		if pl.o.Objective == FewestChanges {
-			return [3]float64{rc, float64(cb.changes), cb.times[0]}
+	// Plans that change what is trained or how it is optimised rank after
+	// those that change less of it, whatever their speed: each group is
+	// timed and searched only while the plans kept leave room for it.
+	for rc := 0; rc <= 2; rc++ {
+		var group []*combo
+		for _, cb := range combos {
+			if cb.resultChanges() == rc {
+				group = append(group, cb)
+			}
 		}
-		return [3]float64{rc, 0, cb.times[0]}
-	}
-	sort.SliceStable(combos, func(i, j int) bool { return less(key(combos[i]), key(combos[j])) })
-	pl.searching = true
-	for _, cb := range combos {
-		if len(pl.ans.Best) >= pl.o.Top && !less(key(cb), pl.planKey(pl.ans.Best[pl.o.Top-1])) {
-			pl.pruned(cb, "slower than the plans shown even at its largest micro-batch")
+		if rc > 0 && len(pl.ans.Best) >= pl.o.Top && pl.ans.Best[pl.o.Top-1].resultChanges() < rc {
+			for _, cb := range group {
+				pl.pruned(cb, "changes what is trained or how it is optimised, and enough plans that change less of it fit")
+			}
 			continue
 		}
-		if err := pl.search(cb); err != nil {
-			if errors.Is(err, errBudget) {
-				pl.ans.Stopped = true
-				return nil
+		var ready []*combo
+		for _, cb := range group {
+			if err := pl.prepare(cb); err != nil {
+				if rc == 0 || pl.ctx.Err() != nil {
+					return err
+				}
+				// a combination the simulator refuses (a quantized base
+				// under a sharding strategy)
+				pl.pruned(cb, fmt.Sprintf("not simulated: %v", err))
+				continue
 			}
-			if !cb.changesResults() || pl.ctx.Err() != nil {
-				return err
-			}
-			pl.pruned(cb, fmt.Sprintf("not simulated: %v", err))
+			ready = append(ready, cb)
 		}
+		key := func(cb *combo) [3]float64 {
+			if pl.o.Objective == FewestChanges {
+				return [3]float64{float64(rc), float64(cb.changes), cb.times[0]}
+			}
+			return [3]float64{float64(rc), 0, cb.times[0]}
+		}
+		sort.SliceStable(ready, func(i, j int) bool { return less(key(ready[i]), key(ready[j])) })
+		pl.searching = true
+		for _, cb := range ready {
+			if len(pl.ans.Best) >= pl.o.Top && !less(key(cb), pl.planKey(pl.ans.Best[pl.o.Top-1])) {
+				pl.pruned(cb, "slower than the plans shown even at its largest micro-batch")
+				continue
+			}
+			if err := pl.search(cb); err != nil {
+				if errors.Is(err, errBudget) {
+					pl.ans.Stopped = true
+					return nil
+				}
+				if rc == 0 || pl.ctx.Err() != nil {
+					return err
+				}
+				pl.pruned(cb, fmt.Sprintf("not simulated: %v", err))
+			}
+		}
+	}
+	return nil
+}
+
+// prepare times a combination at every accumulation, first simulating its
+// precision's (and training's) most frugal point for the op records when
+// none were kept yet: a useful probe in itself, and outside the searches'
+// budget, like the current setup.
+func (pl *planner) prepare(cb *combo) error {
+	if _, ok := pl.runs[recKey{cb.p, cb.tune}]; !ok {
+		searching := pl.searching
+		pl.searching = false
+		defer func() { pl.searching = searching }()
+		c := pl.base
+		c.Precision = cb.p
+		c.Parallel = cb.par
+		c.TP, c.SP, c.PP = cb.tp.tp, cb.tp.sp, cb.tp.pp
+		c.Tune, c.Optim = cb.tune, cb.optim
+		c.Accumulate = pl.accs[len(pl.accs)-1]
+		c.MicroBatch = pl.accsMicro(len(pl.accs) - 1)
+		if _, err := pl.evaluate(c); err != nil {
+			return err
+		}
+	}
+	for i := range pl.accs {
+		t, err := pl.timeOf(pl.cand(cb, i, false))
+		if err != nil {
+			return err
+		}
+		cb.times = append(cb.times, t)
 	}
 	return nil
 }

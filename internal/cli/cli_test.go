@@ -509,3 +509,12 @@ func TestPlanCurrentSetup(t *testing.T) {
 		}
 	}
 }
+
+// On several GPUs the largest batch is a rank's micro-batch, and the
+// answer says so with the samples over all ranks.
+func TestMaxBatchSaysARank(t *testing.T) {
+	out, errs, code := run("maxbatch", "gpt2", "--gpus", "8", "--gpu", "a10g", "--seq", "128", "--limit", "4")
+	if code != 0 || !strings.Contains(out, ": 4 a rank (32 samples a micro-batch over the 8 ranks) (the search limit)") {
+		t.Errorf("exit %d: %s%s", code, out, errs)
+	}
+}

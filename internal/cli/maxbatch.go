@@ -6,6 +6,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/batchfit/batchfit/models"
+	"github.com/batchfit/batchfit/plan"
 	"github.com/batchfit/batchfit/solve"
 )
 
@@ -152,6 +153,9 @@ func runMaxBatch(e *env, args []string) error {
 			with = " with the margin"
 		}
 		fmt.Fprintf(stdout, "largest %s that fits%s: %d", dimWords[d], with, ans.Max)
+		if n := plan.Ranks(r.Setup.Parallel); d == models.DimBatch && n > 1 {
+			fmt.Fprintf(stdout, " a rank (%d samples a micro-batch over the %d ranks)", ans.Max*n, n)
+		}
 		switch {
 		case ans.Limited && ans.Bound != "":
 			fmt.Fprintf(stdout, " — the model's limit, not memory: %s", ans.Bound)
