@@ -1,5 +1,3 @@
-//go:build gpucorpus
-
 package validation_test
 
 import (
