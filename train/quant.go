@@ -51,7 +51,7 @@ func (sim *Simulator) loadQuantized(ps *paramState, t *graph.Tensor) {
 		}
 		return
 	}
-	ldt := sim.s.Precision.ParamDType()
+	ldt := sim.stateDType(q)
 	if q.Format == graph.Int8 {
 		ldt = graph.F16
 	}
@@ -136,6 +136,18 @@ func linearOut(m *micro, c *fwdCtx) graph.DType {
 	return c.in[0].dt
 }
 
+// stateDType is a 4-bit weight's QuantState.dtype, the dtype it had when
+// quantize_4bit ran: the model's dtype as it is loaded, or float16 where
+// the quantizer casts it first (Quant.HalfState: bitsandbytes before
+// 0.43.0, Lightning Fabric's BitsandbytesPrecision). It is also the dtype
+// in which a weight quantized on load lands on the device.
+func (sim *Simulator) stateDType(q *graph.Quant) graph.DType {
+	if q.HalfState {
+		return graph.F16
+	}
+	return sim.s.Precision.ParamDType()
+}
+
 // dequant allocates dequantize_4bit(B, quant_state).to(kd) as MatMul4Bit
 // makes it: with double quantization the absmax first
 // (dequantize_blockwise into a float32 vector, freed when
@@ -149,9 +161,7 @@ func (sim *Simulator) dequant(q *graph.Quant, out, in int64, kd graph.DType) *st
 	if q.DoubleQuant {
 		absmax = sim.alloc((n+q.BlockSize-1)/q.BlockSize*4, trace.Transient)
 	}
-	// QuantState.dtype: the dtype the weight had when it was quantized,
-	// the model's dtype when loading
-	od := sim.s.Precision.ParamDType()
+	od := sim.stateDType(q)
 	w := sim.alloc(n*od.Size(), trace.Transient)
 	w.refs = 1
 	if absmax != nil {

@@ -277,3 +277,47 @@ func TestQuant4bitKeepsInputBefore0432(t *testing.T) {
 		t.Errorf("the older release saves %d bytes more, want 1024", d)
 	}
 }
+
+// A weight quantized from a float16 copy (bitsandbytes before 0.43.0,
+// Lightning Fabric's BitsandbytesPrecision) has QuantState.dtype float16,
+// so under bf16-true each dequantize_4bit gives a float16 weight that
+// .to(A.dtype) copies to bfloat16: for fc2 (n = 4096, no double
+// quantization) 4096·2 = 8192 B in float16, then 8192 B in bfloat16, in
+// forward and again in backward, where the quantizer that keeps the
+// model's dtype makes the bfloat16 one alone. On load the weight lands as
+// the float16 copy: under 32-true fc1 (n = 8192) lands in 16384 B instead
+// of 32768 B.
+func TestQuant4bitHalfState(t *testing.T) {
+	for _, c := range []struct {
+		half     bool
+		prec     Precision
+		fwd, bwd []int64
+		load     int64
+	}{
+		{false, TrueBF16, []int64{8192}, []int64{8192}, 16384},
+		{true, TrueBF16, []int64{8192, 8192}, []int64{8192, 8192}, 16384},
+		{false, FP32, nil, nil, 32768},
+		{true, FP32, nil, nil, 16384},
+	} {
+		q := graph.Quant{Format: graph.NF4, BlockSize: 64, Compute: graph.BF16, HalfState: c.half}
+		tr, _, err := Simulate(quantGraph(t, 8, q), Setup{Precision: c.prec, Steps: 1, Optimizer: Optimizer{Kind: Adam}, Profile: mustProfile(t, "")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.fwd != nil {
+			if got := transients(tr, trace.Forward, "fc2"); !slices.Equal(got, c.fwd) {
+				t.Errorf("half %v: fc2 forward transients %v, want %v", c.half, got, c.fwd)
+			}
+		}
+		if c.bwd != nil {
+			// backward also copies the incoming gradient and makes grad_A;
+			// the dequantized copies come first
+			if got := transients(tr, trace.Backward, "fc2"); len(got) < len(c.bwd) || !slices.Equal(got[:len(c.bwd)], c.bwd) {
+				t.Errorf("half %v: fc2 backward transients %v, want %v first", c.half, got, c.bwd)
+			}
+		}
+		if got := transients(tr, trace.Setup, "fc1.weight"); len(got) == 0 || got[0] != c.load {
+			t.Errorf("half %v %v: fc1 lands as %v, want %d first", c.half, c.prec, got, c.load)
+		}
+	}
+}

@@ -479,6 +479,9 @@ func quantNotes(q *graph.Quant) []string {
 	var out []string
 	switch q.Format {
 	case graph.NF4, graph.FP4:
+		if q.HalfState {
+			out = append(out, "the 4-bit weights were quantized from a float16 copy (bitsandbytes before 0.43.0, or Lightning Fabric's BitsandbytesPrecision): each dequantized copy is float16, then cast to the compute dtype")
+		}
 		if q.KeepsInput {
 			out = append(out, "each 4-bit weight is dequantized whole for every forward and backward use, and each quantized layer keeps its input for backward, as bitsandbytes before 0.43.2 does")
 			break

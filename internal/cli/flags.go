@@ -95,6 +95,8 @@ type jobFlags struct {
 	quantCompute string
 	quantBlock   int64
 	bnbVersion   string
+	quantVia     string
+	loraImpl     string
 	mode         string
 	prompt       int64
 	newTokens    int64
@@ -162,7 +164,9 @@ func (j *jobFlags) register(fs *flag.FlagSet, batchDefault string) {
 	fs.BoolVar(&j.doubleQuant, "double-quant", false, "4-bit double quantization of the absmax constants (bnb_4bit_use_double_quant)")
 	fs.StringVar(&j.quantCompute, "quant-compute", "", "dtype a 4-bit weight is dequantized to (bnb_4bit_compute_dtype): bf16, fp16 or fp32 (default: the precision's compute dtype)")
 	fs.Int64Var(&j.quantBlock, "quant-blocksize", 64, "4-bit quantization block: one absmax per this many elements (bitsandbytes' default 64)")
-	fs.StringVar(&j.bnbVersion, "bnb-version", "", "the bitsandbytes release whose 4-bit rules apply (default: current; before 0.43.2 each 4-bit layer also keeps its input for backward)")
+	fs.StringVar(&j.bnbVersion, "bnb-version", "", "the bitsandbytes release whose 4-bit rules apply (default: current; before 0.43.2 each 4-bit layer also keeps its input for backward, before 0.43.0 dequantizes through float16)")
+	fs.StringVar(&j.quantVia, "quant-via", "transformers", "what replaces the Linear layers with bitsandbytes' (--quant): transformers (BitsAndBytesConfig; lm_head kept) or fabric (Lightning Fabric's BitsandbytesPrecision, LitGPT's --quantize: every Linear, the head too, quantized from a float16 copy)")
+	fs.StringVar(&j.loraImpl, "lora-impl", "peft", "whose LoRA layers: peft, or litgpt (on a quantized base: adapters in the model's dtype, no casts and no clone)")
 }
 
 // modelParallel reads --tp, --pp, --stage and --stage-layers into c.
@@ -257,7 +261,13 @@ func (j *jobFlags) parallel() (train.Parallel, error) {
 // 32-true (BitsAndBytesConfig's own default is float32: say --quant-compute
 // fp32 for it).
 func (j *jobFlags) quantization(prec train.Precision) (*graph.Quant, error) {
+	if j.quantVia != "transformers" && j.quantVia != "fabric" {
+		return nil, usagef("--quant-via %q: want transformers or fabric", j.quantVia)
+	}
 	if j.quant == "" {
+		if j.quantVia != "transformers" {
+			return nil, usagef("--quant-via needs --quant nf4, fp4 or int8")
+		}
 		if j.doubleQuant || j.quantCompute != "" || j.quantBlock != 64 {
 			return nil, usagef("--double-quant, --quant-compute and --quant-blocksize need --quant nf4 or fp4")
 		}
@@ -280,6 +290,13 @@ func (j *jobFlags) quantization(prec train.Precision) (*graph.Quant, error) {
 	}
 	if f == graph.Int8 {
 		q.Bits, q.BlockSize, q.Compute, q.ComputeFollowsPrecision = 8, 0, graph.F16, false
+	}
+	if j.quantVia == "fabric" {
+		// lightning/fabric/plugins/precision/bitsandbytes.py: every
+		// torch.nn.Linear is replaced, and _Linear4bit.quantize /
+		// _Linear8bitLt.quantize cast the weight to float16 first
+		q.Head = true
+		q.HalfState = f != graph.Int8
 	}
 	if j.quantCompute != "" {
 		d, err := graph.ParseDType(j.quantCompute)
@@ -306,13 +323,16 @@ func (j *jobFlags) adapters() (*graph.Adapters, error) {
 		}
 		return out
 	}
+	if j.loraImpl != "peft" && j.loraImpl != "litgpt" {
+		return nil, usagef("--lora-impl %q: want peft or litgpt", j.loraImpl)
+	}
 	if j.lora == 0 && j.freeze == "" {
-		if j.loraTargets != "" || j.loraDropout != 0 || j.loraAlpha != 8 {
-			return nil, usagef("--lora-targets, --lora-alpha and --lora-dropout need --lora R")
+		if j.loraTargets != "" || j.loraDropout != 0 || j.loraAlpha != 8 || j.loraImpl != "peft" {
+			return nil, usagef("--lora-targets, --lora-alpha, --lora-dropout and --lora-impl need --lora R")
 		}
 		return nil, nil
 	}
-	a := &graph.Adapters{Rank: j.lora, Alpha: j.loraAlpha, Dropout: j.loraDropout, Targets: list(j.loraTargets), Freeze: list(j.freeze)}
+	a := &graph.Adapters{Rank: j.lora, Alpha: j.loraAlpha, Dropout: j.loraDropout, Targets: list(j.loraTargets), Freeze: list(j.freeze), LitGPT: j.loraImpl == "litgpt"}
 	if err := a.Check(); err != nil {
 		return nil, usageError{err}
 	}
@@ -590,6 +610,10 @@ func (j *jobFlags) requestFor(src predict.Source) (predict.Request, error) {
 			return r, usagef("--bnb-version: %v", err)
 		}
 		q.KeepsInput = keeps
+		// a pre-quantized checkpoint's QuantState keeps the dtype it
+		// was saved with (QuantState.from_dict)
+		half, _ := graph.BnbHalfState(j.bnbVersion)
+		q.HalfState = q.HalfState || half && !q.Prequantized
 	} else if j.bnbVersion != "" {
 		return r, usagef("--bnb-version applies to bitsandbytes' 4-bit weights (--quant nf4 or fp4, or such a checkpoint)")
 	}
