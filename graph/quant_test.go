@@ -182,6 +182,12 @@ func FuzzBnbKeepsInput(f *testing.F) {
 		if keeps != k2 || (err == nil) != (err2 == nil) {
 			t.Errorf("%q: %v, %v; with a v: %v, %v", v, keeps, err, k2, err2)
 		}
+		// every release that quantizes from float16 (before 0.43.0) also
+		// keeps the input (before 0.43.2), and both read the same strings
+		half, err3 := BnbHalfState(v)
+		if (err == nil) != (err3 == nil) || half && !keeps {
+			t.Errorf("%q: keeps %v, %v; half state %v, %v", v, keeps, err, half, err3)
+		}
 	})
 }
 
