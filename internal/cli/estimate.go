@@ -141,7 +141,7 @@ func setupLine(res *predict.Result) string {
 	s := res.Setup
 	opt := string(s.Optimizer.Kind)
 	switch {
-	case s.Optimizer.Bits8:
+	case s.Optimizer.Bnb():
 		opt = s.Optimizer.Name() + " (bitsandbytes)"
 	case s.Optimizer.Kind == train.Adafactor:
 		opt += " (transformers)"

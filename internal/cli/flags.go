@@ -116,7 +116,7 @@ func (j *jobFlags) register(fs *flag.FlagSet, batchDefault string) {
 	fs.StringVar(&j.gpu, "gpu", "h100-80gb", "GPU from 'batchfit gpus', or a size such as 24GB (nvidia-smi's total; no step time unless --like names a GPU)")
 	fs.StringVar(&j.like, "like", "", "with a size for --gpu: the catalog GPU whose speed, compute capability and CUDA context it has")
 	fs.StringVar(&j.precision, "precision", "32-true", "Lightning's 32-true, 16-mixed, bf16-mixed, 16-true or bf16-true; "+train.PrecisionAliases())
-	fs.StringVar(&j.optimizer, "optimizer", "adam", "sgd, adam, adamw, adafactor, none, or bitsandbytes' adam8bit, adamw8bit, paged_adam8bit, paged_adamw8bit")
+	fs.StringVar(&j.optimizer, "optimizer", "adam", "sgd, adam, adamw, adafactor, none, or bitsandbytes' adam8bit, adamw8bit, paged_adam8bit, paged_adamw8bit, paged_adam, paged_adamw")
 	fs.Float64Var(&j.momentum, "momentum", 0, "SGD momentum (nonzero keeps a momentum buffer)")
 	fs.Float64Var(&j.weightDecay, "weight-decay", -1, "weight decay (default: torch.optim's: 0, AdamW 0.01)")
 	fs.BoolVar(&j.foreach, "foreach", false, "use the foreach optimizer implementation")
@@ -695,7 +695,7 @@ func (j *jobFlags) requestFor(src predict.Source) (predict.Request, error) {
 	if j.amsgrad && opt != train.Adam && opt != train.AdamW {
 		return r, usagef("--amsgrad is Adam's and AdamW's")
 	}
-	if on.Bits8 && n > 0 {
+	if on.Bnb() && n > 0 {
 		return r, usagef("--foreach, --fused and --forloop are torch.optim's; bitsandbytes' %s has one implementation", on.Name())
 	}
 	if opt == train.Adafactor {
