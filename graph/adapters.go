@@ -27,17 +27,19 @@ type Adapters struct {
 	// Freeze lists module names (or prefixes of them, matched the same
 	// way) whose parameters are frozen.
 	Freeze []string
-	// LitGPT: the adapters are LitGPT's (litgpt/lora.py LoRALinear), not
-	// PEFT's. They differ only on a quantized base: lora_A and lora_B are
-	// nn.Parameters made under Fabric's init dtype (the model's), and
-	// forward is pretrained + (dropout(x) @ A.T @ B.T) * scaling on x as
-	// it comes, with no defensive clone and no casts around the adapter.
-	LitGPT bool
+	// Native: the adapters are the training library's own, LitGPT's
+	// (litgpt/lora.py LoRALinear) or torchtune's (torchtune/modules/peft
+	// LoRALinear), not PEFT's. They differ only on a quantized base: the
+	// adapter weights are made in the model's dtype (Fabric's init dtype,
+	// torchtune's set_default_dtype), and forward adds (B(A(dropout(x)))) *
+	// scaling to the base result on x as it comes, with no defensive clone
+	// and no casts around the adapter.
+	Native bool
 }
 
 // peftQuant reports whether PEFT's rules for an adapter on a quantized
 // base layer apply (float32 adapters, casts, the 4-bit clone).
-func (a *Adapters) peftQuant() bool { return a != nil && !a.LitGPT }
+func (a *Adapters) peftQuant() bool { return a != nil && !a.Native }
 
 // Scaling is alpha / r.
 func (a *Adapters) Scaling() float64 { return a.Alpha / float64(a.Rank) }

@@ -112,6 +112,12 @@ type Quant struct {
 	// by convert_module (_convert_layers without ignore_modules), the
 	// head included, as LitGPT's --quantize runs it.
 	Head bool
+	// Torchao: the NF4 weight is torchao's NF4Tensor (to_nf4, linear_nf4),
+	// as torchtune's QLoRA builds it, not bitsandbytes' Params4bit. Its
+	// layout and temporaries follow torchao v0.1 (torchao/dtypes/
+	// nf4tensor.py), which torchtune pinned in April 2024: block 64,
+	// scalers double-quantized per 256, state in bfloat16.
+	Torchao bool
 	// Skip lists Linear modules left unquantized (llm_int8_skip_modules,
 	// modules_to_not_convert), matched like LoRA targets.
 	Skip []string
@@ -203,6 +209,9 @@ func (q *Quant) Pieces(out, in int64) []QuantPiece {
 	switch q.Format {
 	case NF4, FP4:
 		blocks := ceilDiv(n, q.BlockSize)
+		if q.Torchao {
+			return torchaoPieces(n, blocks)
+		}
 		ps := []QuantPiece{{"weight", U8, (n + 1) / 2}}
 		if !q.DoubleQuant {
 			return append(ps, QuantPiece{"weight.absmax", F32, blocks}, QuantPiece{"weight.quant_map", F32, 16})
@@ -225,6 +234,19 @@ func (q *Quant) Pieces(out, in int64) []QuantPiece {
 			{"scales", F16, g * out}, {"g_idx", I32, in}}
 	}
 	return nil
+}
+
+// torchaoPieces are the tensors NF4Tensor.from_tensor (torchao v0.1)
+// keeps, in the order it makes them: the 16-entry bfloat16 nf4 table
+// (torch.tensor(..., device=device)); double_quantize_scalers' mean of the
+// block absmaxes (0-d bfloat16), its quantization_factor, whose [:, 0]
+// view keeps the whole 256 / (2 * scaler_absmax) it is cut from (one
+// bfloat16 per block, as torchao's own comment says: "realizes n_scaler
+// entries"), and the int8 quantized scalers (one per block); then
+// convert_to_norm_float_weight's uint8 codes, two to a byte.
+func torchaoPieces(n, blocks int64) []QuantPiece {
+	return []QuantPiece{{"nf4", BF16, 16}, {"scaler_mean", BF16, 1}, {"quantization_factor", BF16, blocks},
+		{"quantized_scalers", I8, blocks}, {"quantized_data", U8, (n + 1) / 2}}
 }
 
 // Groups is the number of groups of input features sharing a scale and
@@ -250,6 +272,9 @@ func (q *Quant) String() string {
 	switch q.Format {
 	case NF4, FP4:
 		s := fmt.Sprintf("%s (block %d", q.Format, q.BlockSize)
+		if q.Torchao {
+			s = fmt.Sprintf("%s (torchao NF4Tensor, block %d", q.Format, q.BlockSize)
+		}
 		if q.DoubleQuant {
 			s += ", double quantization"
 		}

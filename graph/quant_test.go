@@ -215,7 +215,7 @@ func TestQuantizeHeadAndLitGPTAdapters(t *testing.T) {
 	build := func(head, litgpt bool) *Graph {
 		b := NewBuilder("t")
 		b.Quant = &Quant{Format: NF4, BlockSize: 64, Compute: BF16, Head: head}
-		b.Adapters = &Adapters{Rank: 2, Alpha: 4, Targets: []string{"fc"}, LitGPT: litgpt}
+		b.Adapters = &Adapters{Rank: 2, Alpha: 4, Targets: []string{"fc"}, Native: litgpt}
 		x := b.Input("x", Shape{4, 16}, BF16)
 		y := b.Input("y", Shape{4}, I64)
 		h := b.Linear("fc", x, 16, true)
@@ -261,5 +261,25 @@ func TestQuantizeHeadAndLitGPTAdapters(t *testing.T) {
 		if n != c.peftOps {
 			t.Errorf("litgpt %v: %d of PEFT's clone and casts, want %d", c.litgpt, n, c.peftOps)
 		}
+	}
+}
+
+// torchao v0.1's NF4Tensor for Llama 2 7B's [11008, 4096] MLP weight: n =
+// 45,088,768, b = n/64 = 704,512 absmaxes. Pieces: the nf4 table (16
+// bfloat16: 32 B), scaler_mean (2 B), quantization_factor (the whole
+// 256 / (2·absmax) it is a [:, 0] view of: 2b = 1,409,024 B), the int8
+// scalers (b = 704,512 B) and the codes (n/2 = 22,544,384 B): 24,657,954 B,
+// against bitsandbytes' nf4 with double quantization.
+func TestQuantTorchaoPieces(t *testing.T) {
+	q := Quant{Format: NF4, BlockSize: 64, DoubleQuant: true, Compute: BF16, Torchao: true}
+	var names []string
+	for _, p := range q.Pieces(11008, 4096) {
+		names = append(names, p.Name)
+	}
+	if got := q.StoredBytes(11008, 4096); got != 24_657_954 {
+		t.Errorf("stored %d bytes (%v), want 24,657,954", got, names)
+	}
+	if want := "nf4 scaler_mean quantization_factor quantized_scalers quantized_data"; strings.Join(names, " ") != want {
+		t.Errorf("pieces %v, want %s", names, want)
 	}
 }

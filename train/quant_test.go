@@ -321,3 +321,55 @@ func TestQuant4bitHalfState(t *testing.T) {
 		}
 	}
 }
+
+// torchao v0.1's NF4Tensor as torchtune builds it (Quant.Torchao), on x
+// [8, 256] → fc Linear(256 → 64), quantized, with LoRA, → head (kept):
+// n = 16384, b = n/64 = 256 absmaxes, s = b/256 = 1 scaler block.
+//
+//   - stored: nf4 table 16·2 = 32, scaler_mean 2, quantization_factor
+//     (the whole 256 / (2·absmax) over b) 2b = 512, quantized scalers b =
+//     256, codes n/2 = 8192: 8994 bytes.
+//   - building it (bf16-true): the bf16 weight 2n = 32768; absmax over n
+//     (abs 32768, values 2b = 512, indices 8b = 2048); scalers - mean 512;
+//     absmax over b per 256 (abs 512, values 2, indices 8); 2·absmax 512;
+//     scaler_blocks · factor, round, clamp (512 each); absmax over n again
+//     (32768, 512, 2048); blocks / scales 32768; value - nf4 and its abs
+//     (32n = 524288 each); min's values 2n = 32768 and indices 8n =
+//     131072; the shift and the or of the int64 halves (n/2 int64 each,
+//     4n = 65536).
+//   - each use (fc's forward; its input is the batch, so no backward
+//     dequantization): two uint8 halves (n/2 = 8192) each made int64
+//     (65536), two bf16 look-ups (16384 each), the scalers (2b = 512,
+//     twice), two flattened scaler copies and products (16384 each), the
+//     stacked weight 2n = 32768.
+func TestQuantTorchaoNF4(t *testing.T) {
+	b := graph.NewBuilder("q")
+	b.Quant = &graph.Quant{Format: graph.NF4, BlockSize: 64, DoubleQuant: true, Compute: graph.BF16, Torchao: true, Skip: []string{"head"}}
+	b.Adapters = &graph.Adapters{Rank: 2, Alpha: 4, Targets: []string{"fc"}, Native: true}
+	x := b.Input("x", graph.Shape{8, 256}, graph.F32)
+	y := b.Target("y", graph.Shape{8}, graph.I64)
+	b.CrossEntropy("loss", b.Linear("head", b.Linear("fc", x, 64, false), 10, true), y)
+	g, err := b.Graph()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, sum, err := Simulate(g, Setup{Precision: TrueBF16, Steps: 1, Optimizer: Optimizer{Kind: Adam}, Profile: mustProfile(t, "")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if sum.QuantizedBytes != 8994 {
+		t.Errorf("quantized %d bytes, want 8994", sum.QuantizedBytes)
+	}
+	wantSetup := []int64{32768, 32768, 512, 2048, 512, 512, 2, 8, 512, 512, 512, 512,
+		32768, 512, 2048, 32768, 524288, 524288, 32768, 131072, 65536, 65536}
+	if got := transients(tr, trace.Setup, "fc.weight"); !slices.Equal(got, wantSetup) {
+		t.Errorf("building fc: transients %v, want %v", got, wantSetup)
+	}
+	wantFwd := []int64{8192, 65536, 8192, 65536, 16384, 16384, 512, 512, 16384, 16384, 16384, 16384, 32768}
+	if got := transients(tr, trace.Forward, "fc"); !slices.Equal(got, wantFwd) {
+		t.Errorf("fc forward: transients %v, want %v", got, wantFwd)
+	}
+}

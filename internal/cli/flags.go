@@ -165,8 +165,8 @@ func (j *jobFlags) register(fs *flag.FlagSet, batchDefault string) {
 	fs.StringVar(&j.quantCompute, "quant-compute", "", "dtype a 4-bit weight is dequantized to (bnb_4bit_compute_dtype): bf16, fp16 or fp32 (default: the precision's compute dtype)")
 	fs.Int64Var(&j.quantBlock, "quant-blocksize", 64, "4-bit quantization block: one absmax per this many elements (bitsandbytes' default 64)")
 	fs.StringVar(&j.bnbVersion, "bnb-version", "", "the bitsandbytes release whose 4-bit rules apply (default: current; before 0.43.2 each 4-bit layer also keeps its input for backward, before 0.43.0 dequantizes through float16)")
-	fs.StringVar(&j.quantVia, "quant-via", "transformers", "what replaces the Linear layers with bitsandbytes' (--quant): transformers (BitsAndBytesConfig; lm_head kept) or fabric (Lightning Fabric's BitsandbytesPrecision, LitGPT's --quantize: every Linear, the head too, quantized from a float16 copy)")
-	fs.StringVar(&j.loraImpl, "lora-impl", "peft", "whose LoRA layers: peft, or litgpt (on a quantized base: adapters in the model's dtype, no casts and no clone)")
+	fs.StringVar(&j.quantVia, "quant-via", "transformers", "what quantizes the Linear layers (--quant): transformers (BitsAndBytesConfig; lm_head kept), fabric (Lightning Fabric's BitsandbytesPrecision, LitGPT's --quantize: every Linear, the head too, quantized from a float16 copy) or torchao (torchao's NF4Tensor, torchtune's QLoRA; --quant nf4)")
+	fs.StringVar(&j.loraImpl, "lora-impl", "peft", "whose LoRA layers: peft, or litgpt or torchtune (on a quantized base: adapters in the model's dtype, no casts and no clone)")
 }
 
 // modelParallel reads --tp, --pp, --stage and --stage-layers into c.
@@ -261,8 +261,8 @@ func (j *jobFlags) parallel() (train.Parallel, error) {
 // 32-true (BitsAndBytesConfig's own default is float32: say --quant-compute
 // fp32 for it).
 func (j *jobFlags) quantization(prec train.Precision) (*graph.Quant, error) {
-	if j.quantVia != "transformers" && j.quantVia != "fabric" {
-		return nil, usagef("--quant-via %q: want transformers or fabric", j.quantVia)
+	if j.quantVia != "transformers" && j.quantVia != "fabric" && j.quantVia != "torchao" {
+		return nil, usagef("--quant-via %q: want transformers, fabric or torchao", j.quantVia)
 	}
 	if j.quant == "" {
 		if j.quantVia != "transformers" {
@@ -290,6 +290,14 @@ func (j *jobFlags) quantization(prec train.Precision) (*graph.Quant, error) {
 	}
 	if f == graph.Int8 {
 		q.Bits, q.BlockSize, q.Compute, q.ComputeFollowsPrecision = 8, 0, graph.F16, false
+	}
+	if j.quantVia == "torchao" {
+		// torchtune's QLoRA: torchao's to_nf4 with its defaults (block 64,
+		// scalers double-quantized per 256), nf4 only
+		if f != graph.NF4 || j.quantBlock != 64 || j.quantCompute != "" {
+			return nil, usagef("--quant-via torchao is torchao's NF4Tensor: --quant nf4 with its block of 64 and the input's dtype")
+		}
+		q.Torchao, q.DoubleQuant = true, true
 	}
 	if j.quantVia == "fabric" {
 		// lightning/fabric/plugins/precision/bitsandbytes.py: every
@@ -323,8 +331,8 @@ func (j *jobFlags) adapters() (*graph.Adapters, error) {
 		}
 		return out
 	}
-	if j.loraImpl != "peft" && j.loraImpl != "litgpt" {
-		return nil, usagef("--lora-impl %q: want peft or litgpt", j.loraImpl)
+	if j.loraImpl != "peft" && j.loraImpl != "litgpt" && j.loraImpl != "torchtune" {
+		return nil, usagef("--lora-impl %q: want peft, litgpt or torchtune", j.loraImpl)
 	}
 	if j.lora == 0 && j.freeze == "" {
 		if j.loraTargets != "" || j.loraDropout != 0 || j.loraAlpha != 8 || j.loraImpl != "peft" {
@@ -332,7 +340,7 @@ func (j *jobFlags) adapters() (*graph.Adapters, error) {
 		}
 		return nil, nil
 	}
-	a := &graph.Adapters{Rank: j.lora, Alpha: j.loraAlpha, Dropout: j.loraDropout, Targets: list(j.loraTargets), Freeze: list(j.freeze), LitGPT: j.loraImpl == "litgpt"}
+	a := &graph.Adapters{Rank: j.lora, Alpha: j.loraAlpha, Dropout: j.loraDropout, Targets: list(j.loraTargets), Freeze: list(j.freeze), Native: j.loraImpl != "peft"}
 	if err := a.Check(); err != nil {
 		return nil, usageError{err}
 	}
@@ -604,7 +612,10 @@ func (j *jobFlags) requestFor(src predict.Source) (predict.Request, error) {
 	if r.Infer, err = j.inference(); err != nil {
 		return r, err
 	}
-	if q != nil && (q.Format == graph.NF4 || q.Format == graph.FP4) {
+	if q != nil && q.Torchao && j.bnbVersion != "" {
+		return r, usagef("--bnb-version is bitsandbytes'; --quant-via torchao is torchao's NF4Tensor")
+	}
+	if q != nil && (q.Format == graph.NF4 || q.Format == graph.FP4) && !q.Torchao {
 		keeps, err := graph.BnbKeepsInput(j.bnbVersion)
 		if err != nil {
 			return r, usagef("--bnb-version: %v", err)
