@@ -116,11 +116,11 @@ func optimizer(t *timer, g *graph.Graph, s train.Setup, acc int64) {
 		t.kernel(vector, graph.F32, 0, 16)
 	}
 	if s.Optimizer.Kind != train.NoOptimizer {
-		if s.Optimizer.Bits8 {
-			// bitsandbytes' optimizer_update_8bit_blockwise, a kernel a
-			// parameter: gradient and parameter read, the parameter
-			// written, the uint8 states (train.OptimizerStates) read and
-			// written
+		if s.Optimizer.Bnb() {
+			// bitsandbytes' optimizer_update_8bit_blockwise (or
+			// optimizer_update_32bit), a kernel a parameter: gradient and
+			// parameter read, the parameter written, the states
+			// (train.OptimizerStates) read and written
 			_, stateBytes, _ := s.Optimizer.PerElement(int64(e))
 			t.kernels(count, vector, graph.F32, 0, float64(total)*(3*e+2*float64(stateBytes)))
 		} else if s.Optimizer.Impl == train.Fused {

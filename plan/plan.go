@@ -687,7 +687,7 @@ func (pl *planner) checkpoints(g *graph.Graph) []train.Checkpoint {
 }
 
 func (pl *planner) impls(optim string) []train.Impl {
-	if !pl.allow[Optimizer] || pl.o.Base.Setup.Optimizer.Kind == train.NoOptimizer || optim != "" || pl.o.Base.Setup.Optimizer.Bits8 || pl.o.Base.Setup.Optimizer.Kind == train.Adafactor {
+	if !pl.allow[Optimizer] || pl.o.Base.Setup.Optimizer.Kind == train.NoOptimizer || optim != "" || pl.o.Base.Setup.Optimizer.Bnb() || pl.o.Base.Setup.Optimizer.Kind == train.Adafactor {
 		// bitsandbytes' optimizers and Adafactor have one implementation
 		return []train.Impl{pl.base.Impl}
 	}
@@ -904,7 +904,7 @@ func (pl *planner) optims() []string {
 	if !o.Bits8 {
 		out = append(out, k+"8bit")
 	}
-	if !o.Paged {
+	if !(o.Paged && o.Bits8) {
 		out = append(out, "paged_"+k+"8bit")
 	}
 	return append(out, string(train.Adafactor))

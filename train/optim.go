@@ -97,9 +97,10 @@ func (sim *Simulator) optimizerStep() {
 			sim.optimizerTemps(extra, foreach)
 		}
 	case Adam, AdamW:
-		if o.Bits8 {
-			// optimizer_update_8bit_blockwise: one fused kernel a
-			// parameter, in place, with no temporaries
+		if o.Bnb() {
+			// optimizer_update_8bit_blockwise, or optimizer_update_32bit
+			// for the 32-bit paged Adams: one fused kernel a parameter,
+			// in place, with no temporaries
 			break
 		}
 		switch {

@@ -22,6 +22,11 @@ package train
 //     ("dynamic" and "udynamic", 256 float32 each) go to the device once.
 //     The paged variants put states of 10^5 elements or more in CUDA
 //     unified memory (F.get_paged), outside PyTorch's caching allocator.
+//   - bitsandbytes' 32-bit PagedAdam and PagedAdamW (the same
+//     Optimizer2State with optim_bits=32 and is_paged=True; LitGPT's
+//     optimizer with --quantize): init_state makes state1 and state2 in
+//     float32 whatever the parameter's dtype, and get_state_buffer pages
+//     them from 10^5 elements on (read in bitsandbytes 0.42.0).
 //   - transformers' Adafactor with its defaults (transformers/optimization.py,
 //     Adafactor.step, beta1=None): for a parameter of two or more
 //     dimensions the factored second moment exp_avg_sq_row (shape[:-1]) and
@@ -76,6 +81,11 @@ func OptimizerStates(o Optimizer, p StateParam) []StateTensor {
 			return []StateTensor{{Name: "momentum_buffer", Bytes: n * p.Elem, PerElement: true}}
 		}
 	case Adam, AdamW:
+		if o.Paged && !o.Bits8 {
+			paged := n >= bnbPagedMin
+			return []StateTensor{{Name: "state1", Bytes: 4 * n, PerElement: true, Paged: paged},
+				{Name: "state2", Bytes: 4 * n, PerElement: true, Paged: paged}}
+		}
 		if o.Bits8 {
 			if n < bnbMinBits8 {
 				return []StateTensor{{Name: "state1", Bytes: 4 * n, PerElement: true}, {Name: "state2", Bytes: 4 * n, PerElement: true}}

@@ -143,25 +143,31 @@ type Optimizer struct {
 	Maximize    bool
 	// Bits8 is bitsandbytes' 8-bit Adam (Adam8bit, AdamW8bit): block-wise
 	// quantized uint8 states; Paged keeps the large states in CUDA unified
-	// memory (PagedAdamW8bit), outside PyTorch's allocator.
+	// memory (PagedAdamW8bit), outside PyTorch's allocator. Paged alone is
+	// bitsandbytes' 32-bit PagedAdam / PagedAdamW (optim_bits=32).
 	Bits8, Paged bool
 }
+
+// Bnb reports whether the optimizer is bitsandbytes' (Optimizer2State)
+// rather than torch.optim's.
+func (o Optimizer) Bnb() bool { return o.Bits8 || o.Paged }
 
 // Name is the optimizer's class name as the user gives it.
 func (o Optimizer) Name() string {
 	n := string(o.Kind)
 	if o.Bits8 {
 		n += "8bit"
-		if o.Paged {
-			n = "paged_" + n
-		}
+	}
+	if o.Paged {
+		n = "paged_" + n
 	}
 	return n
 }
 
 // ParseOptimizerName reads torch.optim's names (sgd, adam, adamw, none)
-// and bitsandbytes' 8-bit Adams (adam8bit, adamw8bit, paged_adam8bit,
-// paged_adamw8bit), case-insensitively, with or without underscores.
+// and bitsandbytes' Adams (adam8bit, adamw8bit, paged_adam8bit,
+// paged_adamw8bit, and the 32-bit paged_adam, paged_adamw),
+// case-insensitively, with or without underscores.
 func ParseOptimizerName(s string) (Optimizer, error) {
 	k := strings.ReplaceAll(strings.ToLower(strings.TrimSpace(s)), "_", "")
 	var o Optimizer
@@ -174,11 +180,9 @@ func ParseOptimizerName(s string) (Optimizer, error) {
 	kind, err := ParseOptimizer(k)
 	switch {
 	case err != nil:
-		return o, fmt.Errorf("unknown optimizer %q (want sgd, adam, adamw, adafactor, none, or bitsandbytes' adam8bit, adamw8bit, paged_adam8bit, paged_adamw8bit)", s)
+		return o, fmt.Errorf("unknown optimizer %q (want sgd, adam, adamw, adafactor, none, or bitsandbytes' adam8bit, adamw8bit, paged_adam8bit, paged_adamw8bit, paged_adam, paged_adamw)", s)
 	case (o.Bits8 || o.Paged) && kind != Adam && kind != AdamW:
-		return o, fmt.Errorf("optimizer %q: batchfit knows bitsandbytes' 8-bit Adam and AdamW (adam8bit, adamw8bit, paged_adam8bit, paged_adamw8bit)", s)
-	case o.Paged && !o.Bits8:
-		return o, fmt.Errorf("optimizer %q: batchfit knows the paged 8-bit Adams (paged_adam8bit, paged_adamw8bit)", s)
+		return o, fmt.Errorf("optimizer %q: batchfit knows bitsandbytes' Adam and AdamW (adam8bit, adamw8bit, paged_adam8bit, paged_adamw8bit, paged_adam, paged_adamw)", s)
 	}
 	o.Kind = kind
 	return o, nil

@@ -146,6 +146,12 @@ func TestBadInput(t *testing.T) {
 		{[]string{"plan", "Llama-3-70B", "--gpu", "h100-80gb", "--global-batch", "8", "--levers", "accumulate,precision,checkpoint,optimizer,allocator"}, 1, "several GPUs that shard"},
 		{[]string{"maxbatch", "mlp", "--objective", "speed"}, 2, "want memory or throughput"},
 		{[]string{"maxbatch", "mlp", "--solve", "layers", "--objective", "throughput"}, 2, "answers for the batch"},
+		{[]string{"estimate", "mlp", "--quant-via", "fabrik"}, 2, "want transformers, fabric or torchao"},
+		{[]string{"estimate", "mlp", "--quant-via", "fabric"}, 2, "--quant-via needs --quant"},
+		{[]string{"estimate", "mlp", "--lora-impl", "litgpt"}, 2, "need --lora R"},
+		{[]string{"estimate", "mlp", "--lora", "2", "--lora-targets", "linear", "--quant", "fp4", "--quant-via", "torchao"}, 2, "torchao's NF4Tensor"},
+		{[]string{"estimate", "mlp", "--lora", "2", "--lora-targets", "linear", "--quant", "nf4", "--quant-via", "torchao", "--bnb-version", "0.42"}, 2, "--bnb-version is bitsandbytes'"},
+		{[]string{"estimate", "mlp", "--lora", "2", "--lora-impl", "hf"}, 2, "want peft, litgpt or torchtune"},
 		// inference (--mode)
 		{[]string{"estimate", "mlp", "--new-tokens", "5"}, 2, "--new-tokens is for --mode generate"},
 		{[]string{"estimate", "mlp", "--mode", "eval", "--beams", "2"}, 2, "--beams is for --mode generate"},

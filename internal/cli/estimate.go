@@ -141,7 +141,7 @@ func setupLine(res *predict.Result) string {
 	s := res.Setup
 	opt := string(s.Optimizer.Kind)
 	switch {
-	case s.Optimizer.Bits8:
+	case s.Optimizer.Bnb():
 		opt = s.Optimizer.Name() + " (bitsandbytes)"
 	case s.Optimizer.Kind == train.Adafactor:
 		opt += " (transformers)"
@@ -479,6 +479,13 @@ func quantNotes(q *graph.Quant) []string {
 	var out []string
 	switch q.Format {
 	case graph.NF4, graph.FP4:
+		if q.Torchao {
+			out = append(out, "nf4 follows torchao v0.1's NF4Tensor, as torchtune's QLoRA builds it on the device: to_nf4 compares each element with the 16 codes at once ([n, 16] temporaries while each weight is quantized), and every use rebuilds the bfloat16 weight through int64 codes; later torchao releases may hold less")
+			break
+		}
+		if q.HalfState {
+			out = append(out, "the 4-bit weights were quantized from a float16 copy (bitsandbytes before 0.43.0, or Lightning Fabric's BitsandbytesPrecision): each dequantized copy is float16, then cast to the compute dtype")
+		}
 		if q.KeepsInput {
 			out = append(out, "each 4-bit weight is dequantized whole for every forward and backward use, and each quantized layer keeps its input for backward, as bitsandbytes before 0.43.2 does")
 			break
@@ -491,7 +498,7 @@ func quantNotes(q *graph.Quant) []string {
 	case graph.AWQ:
 		out = append(out, "awq follows autoawq 0.2.9's WQLinearMMFunction: the weight is dequantized in backward and repeated per sample of the batch")
 	}
-	if q.Compute != graph.F32 {
+	if q.Compute != graph.F32 && !q.Torchao && !q.Head {
 		out = append(out, "PEFT's prepare_model_for_kbit_training casts the unquantized parameters to float32 and turns on gradient checkpointing; batchfit keeps them in the precision's dtype: use --precision bf16-mixed and --checkpoint full to follow it")
 	}
 	return out

@@ -95,6 +95,8 @@ type jobFlags struct {
 	quantCompute string
 	quantBlock   int64
 	bnbVersion   string
+	quantVia     string
+	loraImpl     string
 	mode         string
 	prompt       int64
 	newTokens    int64
@@ -114,7 +116,7 @@ func (j *jobFlags) register(fs *flag.FlagSet, batchDefault string) {
 	fs.StringVar(&j.gpu, "gpu", "h100-80gb", "GPU from 'batchfit gpus', or a size such as 24GB (nvidia-smi's total; no step time unless --like names a GPU)")
 	fs.StringVar(&j.like, "like", "", "with a size for --gpu: the catalog GPU whose speed, compute capability and CUDA context it has")
 	fs.StringVar(&j.precision, "precision", "32-true", "Lightning's 32-true, 16-mixed, bf16-mixed, 16-true or bf16-true; "+train.PrecisionAliases())
-	fs.StringVar(&j.optimizer, "optimizer", "adam", "sgd, adam, adamw, adafactor, none, or bitsandbytes' adam8bit, adamw8bit, paged_adam8bit, paged_adamw8bit")
+	fs.StringVar(&j.optimizer, "optimizer", "adam", "sgd, adam, adamw, adafactor, none, or bitsandbytes' adam8bit, adamw8bit, paged_adam8bit, paged_adamw8bit, paged_adam, paged_adamw")
 	fs.Float64Var(&j.momentum, "momentum", 0, "SGD momentum (nonzero keeps a momentum buffer)")
 	fs.Float64Var(&j.weightDecay, "weight-decay", -1, "weight decay (default: torch.optim's: 0, AdamW 0.01)")
 	fs.BoolVar(&j.foreach, "foreach", false, "use the foreach optimizer implementation")
@@ -162,7 +164,9 @@ func (j *jobFlags) register(fs *flag.FlagSet, batchDefault string) {
 	fs.BoolVar(&j.doubleQuant, "double-quant", false, "4-bit double quantization of the absmax constants (bnb_4bit_use_double_quant)")
 	fs.StringVar(&j.quantCompute, "quant-compute", "", "dtype a 4-bit weight is dequantized to (bnb_4bit_compute_dtype): bf16, fp16 or fp32 (default: the precision's compute dtype)")
 	fs.Int64Var(&j.quantBlock, "quant-blocksize", 64, "4-bit quantization block: one absmax per this many elements (bitsandbytes' default 64)")
-	fs.StringVar(&j.bnbVersion, "bnb-version", "", "the bitsandbytes release whose 4-bit rules apply (default: current; before 0.43.2 each 4-bit layer also keeps its input for backward)")
+	fs.StringVar(&j.bnbVersion, "bnb-version", "", "the bitsandbytes release whose 4-bit rules apply (default: current; before 0.43.2 each 4-bit layer also keeps its input for backward, before 0.43.0 dequantizes through float16)")
+	fs.StringVar(&j.quantVia, "quant-via", "transformers", "what quantizes the Linear layers (--quant): transformers (BitsAndBytesConfig; lm_head kept), fabric (Lightning Fabric's BitsandbytesPrecision, LitGPT's --quantize: every Linear, the head too, quantized from a float16 copy) or torchao (torchao's NF4Tensor, torchtune's QLoRA; --quant nf4)")
+	fs.StringVar(&j.loraImpl, "lora-impl", "peft", "whose LoRA layers: peft, or litgpt or torchtune (on a quantized base: adapters in the model's dtype, no casts and no clone)")
 }
 
 // modelParallel reads --tp, --pp, --stage and --stage-layers into c.
@@ -257,7 +261,13 @@ func (j *jobFlags) parallel() (train.Parallel, error) {
 // 32-true (BitsAndBytesConfig's own default is float32: say --quant-compute
 // fp32 for it).
 func (j *jobFlags) quantization(prec train.Precision) (*graph.Quant, error) {
+	if j.quantVia != "transformers" && j.quantVia != "fabric" && j.quantVia != "torchao" {
+		return nil, usagef("--quant-via %q: want transformers, fabric or torchao", j.quantVia)
+	}
 	if j.quant == "" {
+		if j.quantVia != "transformers" {
+			return nil, usagef("--quant-via needs --quant nf4, fp4 or int8")
+		}
 		if j.doubleQuant || j.quantCompute != "" || j.quantBlock != 64 {
 			return nil, usagef("--double-quant, --quant-compute and --quant-blocksize need --quant nf4 or fp4")
 		}
@@ -280,6 +290,21 @@ func (j *jobFlags) quantization(prec train.Precision) (*graph.Quant, error) {
 	}
 	if f == graph.Int8 {
 		q.Bits, q.BlockSize, q.Compute, q.ComputeFollowsPrecision = 8, 0, graph.F16, false
+	}
+	if j.quantVia == "torchao" {
+		// torchtune's QLoRA: torchao's to_nf4 with its defaults (block 64,
+		// scalers double-quantized per 256), nf4 only
+		if f != graph.NF4 || j.quantBlock != 64 || j.quantCompute != "" {
+			return nil, usagef("--quant-via torchao is torchao's NF4Tensor: --quant nf4 with its block of 64 and the input's dtype")
+		}
+		q.Torchao, q.DoubleQuant = true, true
+	}
+	if j.quantVia == "fabric" {
+		// lightning/fabric/plugins/precision/bitsandbytes.py: every
+		// torch.nn.Linear is replaced, and _Linear4bit.quantize /
+		// _Linear8bitLt.quantize cast the weight to float16 first
+		q.Head = true
+		q.HalfState = f != graph.Int8
 	}
 	if j.quantCompute != "" {
 		d, err := graph.ParseDType(j.quantCompute)
@@ -306,13 +331,16 @@ func (j *jobFlags) adapters() (*graph.Adapters, error) {
 		}
 		return out
 	}
+	if j.loraImpl != "peft" && j.loraImpl != "litgpt" && j.loraImpl != "torchtune" {
+		return nil, usagef("--lora-impl %q: want peft, litgpt or torchtune", j.loraImpl)
+	}
 	if j.lora == 0 && j.freeze == "" {
-		if j.loraTargets != "" || j.loraDropout != 0 || j.loraAlpha != 8 {
-			return nil, usagef("--lora-targets, --lora-alpha and --lora-dropout need --lora R")
+		if j.loraTargets != "" || j.loraDropout != 0 || j.loraAlpha != 8 || j.loraImpl != "peft" {
+			return nil, usagef("--lora-targets, --lora-alpha, --lora-dropout and --lora-impl need --lora R")
 		}
 		return nil, nil
 	}
-	a := &graph.Adapters{Rank: j.lora, Alpha: j.loraAlpha, Dropout: j.loraDropout, Targets: list(j.loraTargets), Freeze: list(j.freeze)}
+	a := &graph.Adapters{Rank: j.lora, Alpha: j.loraAlpha, Dropout: j.loraDropout, Targets: list(j.loraTargets), Freeze: list(j.freeze), Native: j.loraImpl != "peft"}
 	if err := a.Check(); err != nil {
 		return nil, usageError{err}
 	}
@@ -584,12 +612,19 @@ func (j *jobFlags) requestFor(src predict.Source) (predict.Request, error) {
 	if r.Infer, err = j.inference(); err != nil {
 		return r, err
 	}
-	if q != nil && (q.Format == graph.NF4 || q.Format == graph.FP4) {
+	if q != nil && q.Torchao && j.bnbVersion != "" {
+		return r, usagef("--bnb-version is bitsandbytes'; --quant-via torchao is torchao's NF4Tensor")
+	}
+	if q != nil && (q.Format == graph.NF4 || q.Format == graph.FP4) && !q.Torchao {
 		keeps, err := graph.BnbKeepsInput(j.bnbVersion)
 		if err != nil {
 			return r, usagef("--bnb-version: %v", err)
 		}
 		q.KeepsInput = keeps
+		// a pre-quantized checkpoint's QuantState keeps the dtype it
+		// was saved with (QuantState.from_dict)
+		half, _ := graph.BnbHalfState(j.bnbVersion)
+		q.HalfState = q.HalfState || half && !q.Prequantized
 	} else if j.bnbVersion != "" {
 		return r, usagef("--bnb-version applies to bitsandbytes' 4-bit weights (--quant nf4 or fp4, or such a checkpoint)")
 	}
@@ -671,7 +706,7 @@ func (j *jobFlags) requestFor(src predict.Source) (predict.Request, error) {
 	if j.amsgrad && opt != train.Adam && opt != train.AdamW {
 		return r, usagef("--amsgrad is Adam's and AdamW's")
 	}
-	if on.Bits8 && n > 0 {
+	if on.Bnb() && n > 0 {
 		return r, usagef("--foreach, --fused and --forloop are torch.optim's; bitsandbytes' %s has one implementation", on.Name())
 	}
 	if opt == train.Adafactor {

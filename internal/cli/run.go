@@ -436,7 +436,8 @@ func runRequest(j *jobFlags, set map[string]bool, s record.Summary) (predict.Req
 // runOptimizers are the optimizer classes batchfit simulates, by the name
 // a run reports, with the --optimizer that stands for each.
 var runOptimizers = map[string]string{"SGD": "sgd", "Adam": "adam", "AdamW": "adamw", "Adafactor": "adafactor",
-	"Adam8bit": "adam8bit", "AdamW8bit": "adamw8bit", "PagedAdam8bit": "paged_adam8bit", "PagedAdamW8bit": "paged_adamw8bit"}
+	"Adam8bit": "adam8bit", "AdamW8bit": "adamw8bit", "PagedAdam8bit": "paged_adam8bit", "PagedAdamW8bit": "paged_adamw8bit",
+	"PagedAdam": "paged_adam", "PagedAdamW": "paged_adamw"}
 
 // runOptimizer sets the job's optimizer to the run's first one where
 // batchfit simulates its class, with its momentum, weight decay and
