@@ -1,6 +1,7 @@
 package alloc
 
 import (
+	"context"
 	"errors"
 	"fmt"
 
@@ -20,6 +21,11 @@ type ReplayOptions struct {
 	// a sample per event. Like Record, it turns off skipping repeated
 	// runs: every event is replayed.
 	Observe func(Observation)
+	// Initial is the state the replay starts from (see
+	// Allocator.Restore): segments reserved and blocks allocated before
+	// the first event, whose IDs the trace's Free events may name. Its
+	// blocks count as trace.Other. Empty means a fresh allocator.
+	Initial []Segment
 }
 
 // Observation is the allocator state after one event, for
@@ -69,7 +75,8 @@ type StepStats struct {
 type Timeline struct {
 	PeakAllocated, PeakReserved, PeakActive int64
 	// PeakAllocatedEvent and PeakReservedEvent are the event indexes where
-	// each peak was first reached; -1 when nothing was ever allocated.
+	// each peak was first reached; -1 when nothing was ever allocated, or
+	// when the peak is the starting state (ReplayOptions.Initial).
 	PeakAllocatedEvent, PeakReservedEvent int
 	// AtPeak is allocated (rounded block) bytes by category at the
 	// allocated peak; RequestedAtPeak the unrounded bytes asked for.
@@ -99,6 +106,16 @@ type Timeline struct {
 // trace (a free of a block that is not allocated, an id allocated twice, a
 // negative size, an unknown action or category), naming the event.
 func Replay(t *trace.Trace, cfg Config, dev Device, opts ReplayOptions) (*Timeline, error) {
+	return ReplayContext(context.Background(), t, cfg, dev, opts)
+}
+
+// ctxEvery is how many events a replay runs between checks of its
+// context: a few microseconds of work, so a cancelled replay stops at once
+// and the check costs nothing measurable.
+const ctxEvery = 4096
+
+// ReplayContext is Replay that stops with ctx's error when ctx is done.
+func ReplayContext(ctx context.Context, t *trace.Trace, cfg Config, dev Device, opts ReplayOptions) (*Timeline, error) {
 	if t == nil {
 		return nil, errors.New("replaying trace: nil trace")
 	}
@@ -107,6 +124,16 @@ func Replay(t *trace.Trace, cfg Config, dev Device, opts ReplayOptions) (*Timeli
 	}
 	rp := &replayer{a: New(cfg, dev), opts: opts,
 		tl: &Timeline{PeakAllocatedEvent: -1, PeakReservedEvent: -1, OOMEvent: -1}}
+	if len(opts.Initial) > 0 {
+		if err := rp.a.Restore(opts.Initial); err != nil {
+			return nil, fmt.Errorf("replaying trace: %w", err)
+		}
+		a := rp.a
+		rp.cat[trace.Other], rp.req[trace.Other] = a.allocated, a.requested
+		rp.tl.PeakAllocated, rp.tl.PeakReserved = a.allocated, a.reserved
+		rp.tl.AtPeak, rp.tl.RequestedAtPeak = rp.cat, rp.req
+		rp.step = StepStats{PeakAllocated: a.allocated, PeakReserved: a.reserved}
+	}
 	if opts.Record {
 		rp.tl.Samples = make([]Sample, 0, t.Len())
 	}
@@ -120,6 +147,11 @@ func Replay(t *trace.Trace, cfg Config, dev Device, opts ReplayOptions) (*Timeli
 	var copied trace.Event
 	ri := 0
 	for i := range t.Events {
+		if i%ctxEvery == 0 {
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
+		}
 		var r *trace.Repeat
 		if ri < len(t.Repeats) {
 			r = &t.Repeats[ri]

@@ -118,6 +118,9 @@ type Model struct {
 	// Dims lists the dimensions besides batch that Build honours.
 	Dims  []Dim
 	Build func(Config) (*graph.Graph, error)
+	// Note is printed with every prediction for the model: what its
+	// graph leaves out, when that is known ("" for none).
+	Note string
 }
 
 // Small is a small configuration of m for tests that run every model: the

@@ -1,6 +1,7 @@
 package plan
 
 import (
+	"context"
 	"testing"
 
 	"github.com/batchfit/batchfit/gpu"
@@ -24,7 +25,7 @@ func benchPlan(b *testing.B, model string, seq, global int64, gpuName string) {
 	b.ResetTimer()
 	var n int
 	for i := 0; i < b.N; i++ {
-		ans, err := Run(o)
+		ans, err := Run(context.Background(), o)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -1,6 +1,8 @@
 package plan
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sort"
@@ -108,7 +110,22 @@ type Options struct {
 	// Top is the number of plans to find (default 5).
 	Top       int
 	Objective Objective
+	// MaxPredictions bounds the planner's work: the simulations it runs,
+	// each pipeline stage one (default DefaultMaxPredictions). Past it
+	// the search stops and the answer says so (Answer.Stopped).
+	MaxPredictions int
 }
+
+// DefaultMaxPredictions is the planner's default budget of simulations.
+// The examples of the README take 1 to 160 (an 8-GPU Llama-3-8B plan with
+// every lever, the most); the combinations are searched most promising
+// first, so a search stopped here has tried the likeliest plans. A
+// simulation of a 70B model takes a tenth of a second or more, so the
+// budget keeps a plan within a minute or so.
+const DefaultMaxPredictions = 256
+
+// errBudget stops a search that has spent its predictions.
+var errBudget = errors.New("the planner's budget of predictions is spent")
 
 // Candidate is one combination of the levers.
 type Candidate struct {
@@ -189,6 +206,12 @@ type Answer struct {
 	// step-time model does not know); the plans are ranked by the fewest
 	// changes.
 	Untimed bool
+	// Simulations counts the simulations run (each pipeline stage one);
+	// Stopped reports that the search stopped at Options.MaxPredictions
+	// with combinations left unsearched: the plans are the best of those
+	// tried.
+	Simulations int
+	Stopped     bool
 }
 
 // combo is a candidate without its accumulation.
@@ -204,18 +227,22 @@ type combo struct {
 }
 
 type planner struct {
-	o       Options
-	base    Candidate
-	baseAC  alloc.Config
-	accs    []int
-	graphs  map[int64]*graph.Graph
-	runs    map[train.Precision][]train.OpRun
-	runsOn  map[train.Precision]*graph.Graph
-	ans     *Answer
-	capLeft int64 // capacity − context − margin
-	allow   map[Lever]bool
-	src     predict.Source
-	seen    map[Candidate]*Plan
+	ctx context.Context
+	// searching: the current setup and each precision's op records are
+	// simulated; the searches that follow spend the budget
+	searching bool
+	o         Options
+	base      Candidate
+	baseAC    alloc.Config
+	accs      []int
+	graphs    map[int64]*graph.Graph
+	runs      map[train.Precision][]train.OpRun
+	runsOn    map[train.Precision]*graph.Graph
+	ans       *Answer
+	capLeft   int64 // capacity − context − margin
+	allow     map[Lever]bool
+	src       predict.Source
+	seen      map[Candidate]*Plan
 	// dead holds, per precision and checkpointing policy, the largest
 	// accumulation index at which the forward and backward passes alone
 	// (which no optimizer implementation or allocator setting changes)
@@ -247,8 +274,9 @@ type tensorOpt struct {
 	pp int64
 }
 
-// Run plans.
-func Run(o Options) (*Answer, error) {
+// Run plans. It stops with ctx's error when ctx is done, checked before
+// every prediction and timing.
+func Run(ctx context.Context, o Options) (*Answer, error) {
 	if o.Base.Source == nil {
 		return nil, fmt.Errorf("no model given")
 	}
@@ -260,6 +288,9 @@ func Run(o Options) (*Answer, error) {
 	}
 	if o.MinMicroBatch <= 0 {
 		o.MinMicroBatch = 1
+	}
+	if o.MaxPredictions <= 0 {
+		o.MaxPredictions = DefaultMaxPredictions
 	}
 	if !o.Base.GPU.Rates.Known() {
 		return nil, fmt.Errorf("plans are ranked by step time, which needs %s's peak rates and memory bandwidth (the catalog GPUs have them)", o.Base.GPU.Name)
@@ -289,7 +320,7 @@ func Run(o Options) (*Answer, error) {
 	if o.Base.Config.Seq == 0 {
 		o.Base.Config.Seq = o.Base.Source.DefaultSeq()
 	}
-	pl := &planner{o: o, graphs: map[int64]*graph.Graph{}, runs: map[train.Precision][]train.OpRun{}, runsOn: map[train.Precision]*graph.Graph{},
+	pl := &planner{ctx: ctx, o: o, graphs: map[int64]*graph.Graph{}, runs: map[train.Precision][]train.OpRun{}, runsOn: map[train.Precision]*graph.Graph{},
 		ans: &Answer{Margin: o.Margin, GlobalBatch: o.GlobalBatch, Untimed: untimed}, allow: map[Lever]bool{}, src: o.Base.Source,
 		seen: map[Candidate]*Plan{}, dead: map[deadKey]int{}, aligned: map[alignKey][]train.OpRun{}}
 	levers := o.Levers
@@ -299,11 +330,11 @@ func Run(o Options) (*Answer, error) {
 	for _, l := range levers {
 		pl.allow[l] = true
 	}
-	ctx := o.Base.GPU.ContextSize
+	cudaCtx := o.Base.GPU.ContextSize
 	if o.Base.Context >= 0 {
-		ctx = o.Base.Context
+		cudaCtx = o.Base.Context
 	}
-	pl.capLeft = o.Base.GPU.Capacity - ctx - o.Margin
+	pl.capLeft = o.Base.GPU.Capacity - cudaCtx - o.Margin
 	if err := pl.accumulations(); err != nil {
 		return nil, err
 	}
@@ -348,6 +379,9 @@ func (pl *planner) graph(micro int64) (*graph.Graph, error) {
 	if g, ok := pl.graphs[micro]; ok {
 		return g, nil
 	}
+	if err := pl.ctx.Err(); err != nil {
+		return nil, err
+	}
 	c := pl.o.Base.Config
 	c.Batch = micro
 	if c.PP > 1 && c.Stage < 0 {
@@ -367,6 +401,9 @@ func (pl *planner) graph(micro int64) (*graph.Graph, error) {
 // request turns a candidate into a prediction request.
 func (pl *planner) request(c Candidate) predict.Request {
 	r := pl.o.Base
+	// the plan runs on the device less the margin, as maxbatch's answer
+	// does (predict.Request.Margin)
+	r.Margin = pl.o.Margin
 	r.Config.Batch = c.MicroBatch
 	r.Schedule = nil
 	s := r.Setup
@@ -391,7 +428,16 @@ func (pl *planner) evaluate(c Candidate) (*Plan, error) {
 	if p, ok := pl.seen[c]; ok {
 		return p, nil
 	}
-	res, err := predict.Run(pl.request(c))
+	r := pl.request(c)
+	sims := 1
+	if r.Config.PP > 1 && r.Config.Stage < 0 {
+		sims = int(r.Config.PP) // every stage is simulated
+	}
+	if pl.searching && pl.ans.Simulations+sims > pl.o.MaxPredictions {
+		return nil, errBudget
+	}
+	pl.ans.Simulations += sims
+	res, err := predict.Run(pl.ctx, r)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", describe(c), err)
 	}
@@ -427,6 +473,9 @@ func (pl *planner) noteNeed(need int64, c Candidate) {
 func (pl *planner) timeOf(c Candidate) (float64, error) {
 	if pl.ans.Untimed {
 		return 0, nil
+	}
+	if err := pl.ctx.Err(); err != nil {
+		return 0, err
 	}
 	runs, ok := pl.runs[c.Precision]
 	if !ok {
@@ -724,12 +773,17 @@ func (pl *planner) run() error {
 		return [2]float64{0, cb.times[0]}
 	}
 	sort.SliceStable(combos, func(i, j int) bool { return less(key(combos[i]), key(combos[j])) })
+	pl.searching = true
 	for _, cb := range combos {
 		if len(pl.ans.Best) >= pl.o.Top && !less(key(cb), pl.planKey(pl.ans.Best[pl.o.Top-1])) {
 			pl.pruned(cb.p, cb.ck, cb.impl, cb.par, cb.tp, "slower than the plans shown even at its largest micro-batch")
 			continue
 		}
 		if err := pl.search(cb); err != nil {
+			if errors.Is(err, errBudget) {
+				pl.ans.Stopped = true
+				return nil
+			}
 			return err
 		}
 	}

@@ -1,6 +1,7 @@
 package plan
 
 import (
+	"context"
 	"strings"
 	"testing"
 
@@ -50,7 +51,7 @@ func request(src predict.Source, batch int64, s train.Setup, capacity int64) pre
 // needOf predicts a setup on an unbounded device: what it needs.
 func needOf(t *testing.T, src predict.Source, batch int64, s train.Setup) int64 {
 	t.Helper()
-	res, err := predict.Run(request(src, batch, s, 1<<50))
+	res, err := predict.Run(context.Background(), request(src, batch, s, 1<<50))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,7 +68,7 @@ func TestOnlyAccumulationFits(t *testing.T) {
 	if n32 <= n16 {
 		t.Fatalf("need at 2048 (%d) not above need at 1024 (%d)", n32, n16)
 	}
-	ans, err := Run(Options{Base: request(src, 4096, s, n16+(n32-n16)/2), Levers: []Lever{Accumulate}})
+	ans, err := Run(context.Background(), Options{Base: request(src, 4096, s, n16+(n32-n16)/2), Levers: []Lever{Accumulate}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,7 +97,7 @@ func TestOnlyBF16Fits(t *testing.T) {
 	if bf >= others {
 		t.Fatalf("bf16-true needs %d, the others at least %d", bf, others)
 	}
-	ans, err := Run(Options{Base: request(src, 8, s, bf+(others-bf)/2), Levers: []Lever{Precision}})
+	ans, err := Run(context.Background(), Options{Base: request(src, 8, s, bf+(others-bf)/2), Levers: []Lever{Precision}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,7 +121,7 @@ func TestEverySecondBlockFastest(t *testing.T) {
 	if !(full < half && half < none) {
 		t.Fatalf("needs: none %d, every 2 %d, full %d", none, half, full)
 	}
-	ans, err := Run(Options{Base: request(src, 4096, s, half+(none-half)/2), Levers: []Lever{Checkpoint}})
+	ans, err := Run(context.Background(), Options{Base: request(src, 4096, s, half+(none-half)/2), Levers: []Lever{Checkpoint}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,7 +139,7 @@ func TestMatchesExhaustiveSearch(t *testing.T) {
 	const global = 256
 	capacity := needOf(t, src, 64, s)
 	o := Options{Base: request(src, global, s, capacity), Top: 3}
-	ans, err := Run(o)
+	ans, err := Run(context.Background(), o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,7 +156,7 @@ func TestMatchesExhaustiveSearch(t *testing.T) {
 						q.Precision, q.Checkpoint, q.Optimizer.Impl, q.Accumulate = p, ck, im, int(a)
 						r := request(src, global/a, q, capacity)
 						r.Alloc.ExpandableSegments = exp
-						res, err := predict.Run(r)
+						res, err := predict.Run(context.Background(), r)
 						if err != nil {
 							t.Fatal(err)
 						}
@@ -188,7 +189,7 @@ func TestFewestChanges(t *testing.T) {
 	src := blocks{layers: 4, width: 512}
 	s := train.Setup{Optimizer: train.Optimizer{Kind: train.Adam}}
 	n32, n64 := needOf(t, src, 2048, s), needOf(t, src, 4096, s)
-	ans, err := Run(Options{Base: request(src, 4096, s, n32+(n64-n32)/2), Objective: FewestChanges, Top: 3})
+	ans, err := Run(context.Background(), Options{Base: request(src, 4096, s, n32+(n64-n32)/2), Objective: FewestChanges, Top: 3})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -210,16 +211,16 @@ func TestFewestChanges(t *testing.T) {
 func TestBadInput(t *testing.T) {
 	src := blocks{layers: 2, width: 256}
 	s := train.Setup{Optimizer: train.Optimizer{Kind: train.SGD}}
-	if _, err := Run(Options{Base: request(src, 8, s, 1<<40), GlobalBatch: 8, MinMicroBatch: 16}); err == nil ||
+	if _, err := Run(context.Background(), Options{Base: request(src, 8, s, 1<<40), GlobalBatch: 8, MinMicroBatch: 16}); err == nil ||
 		!strings.Contains(err.Error(), "global batch of 8") {
 		t.Errorf("micro-batch above the global batch: %v", err)
 	}
-	if _, err := Run(Options{Base: request(src, 8, s, 1<<40), GlobalBatch: -4}); err == nil {
+	if _, err := Run(context.Background(), Options{Base: request(src, 8, s, 1<<40), GlobalBatch: -4}); err == nil {
 		t.Error("a negative global batch accepted")
 	}
 	acc := s
 	acc.Accumulate = 2
-	if _, err := Run(Options{Base: request(src, 8, acc, 1<<40), GlobalBatch: 7}); err == nil || !strings.Contains(err.Error(), "not a multiple") {
+	if _, err := Run(context.Background(), Options{Base: request(src, 8, acc, 1<<40), GlobalBatch: 7}); err == nil || !strings.Contains(err.Error(), "not a multiple") {
 		t.Errorf("a global batch of 7 with accumulation 2: %v", err)
 	}
 	if _, err := ParseLevers("accumulate,precisoin"); err == nil || !strings.Contains(err.Error(), `did you mean precision`) {
@@ -227,7 +228,7 @@ func TestBadInput(t *testing.T) {
 	}
 	// a device smaller than the parameters: nothing fits, and the answer
 	// says how much would be needed
-	ans, err := Run(Options{Base: request(src, 8, s, 64<<10)})
+	ans, err := Run(context.Background(), Options{Base: request(src, 8, s, 64<<10)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -260,7 +261,7 @@ func TestFrozenParametersInTheBound(t *testing.T) {
 	lora := func() int64 {
 		q := r
 		q.GPU = device(1 << 50)
-		res, err := predict.Run(q)
+		res, err := predict.Run(context.Background(), q)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -272,7 +273,7 @@ func TestFrozenParametersInTheBound(t *testing.T) {
 	// between the two: parameters + gradients + Adam state of every
 	// parameter (4 copies) would not fit, LoRA's does
 	r.GPU = device((lora + need) / 2)
-	ans, err := Run(Options{Base: r, Levers: []Lever{Accumulate}, Objective: Throughput, Top: 3})
+	ans, err := Run(context.Background(), Options{Base: r, Levers: []Lever{Accumulate}, Objective: Throughput, Top: 3})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -289,7 +290,7 @@ func TestShardingLever(t *testing.T) {
 	src := blocks{layers: 8, width: 2048}
 	psi := int64(8*(2048*2048+2048) + 2048*10 + 10)
 	base := train.Setup{Optimizer: train.Optimizer{Kind: train.Adam, Impl: train.Foreach}, Parallel: train.Parallel{Strategy: train.DDP, GPUs: 8}}
-	ans, err := Run(Options{Base: request(src, 64, base, 8*psi), Levers: []Lever{Sharding, Accumulate}, Top: 20})
+	ans, err := Run(context.Background(), Options{Base: request(src, 64, base, 8*psi), Levers: []Lever{Sharding, Accumulate}, Top: 20})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -320,7 +321,7 @@ func TestTensorLever(t *testing.T) {
 	s := train.Setup{Precision: train.TrueBF16, Optimizer: train.Optimizer{Kind: train.AdamW, Impl: train.Foreach}}
 	r := request(src, 4, s, 12<<30)
 	r.Config.Seq = 1024
-	one, err := Run(Options{Base: r, Levers: []Lever{Tensor}})
+	one, err := Run(context.Background(), Options{Base: r, Levers: []Lever{Tensor}})
 	if err == nil {
 		for _, p := range append(one.Best, one.Evaluated...) {
 			if p.TP > 1 {
@@ -329,7 +330,7 @@ func TestTensorLever(t *testing.T) {
 		}
 	}
 	r.Setup.Parallel = train.Parallel{Strategy: train.DDP, GPUs: 2}
-	two, err := Run(Options{Base: r, Levers: []Lever{Tensor}, Top: 10})
+	two, err := Run(context.Background(), Options{Base: r, Levers: []Lever{Tensor}, Top: 10})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -353,7 +354,7 @@ func TestPipelineLever(t *testing.T) {
 		Parallel: train.Parallel{Strategy: train.DDP, GPUs: 2}}
 	r := request(predict.Zoo{M: m}, 8, s, 12<<30)
 	r.Config.Seq = 1024
-	ans, err := Run(Options{Base: r, Levers: []Lever{Pipeline, Accumulate}, Top: 10})
+	ans, err := Run(context.Background(), Options{Base: r, Levers: []Lever{Pipeline, Accumulate}, Top: 10})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -377,11 +378,43 @@ func TestPipelineLever(t *testing.T) {
 func TestUntimedKeepsAFittingJob(t *testing.T) {
 	src := blocks{layers: 2, width: 256}
 	s := train.Setup{Optimizer: train.Optimizer{Kind: train.SGD}, Parallel: train.Parallel{Strategy: train.DDP, GPUs: 4}}
-	ans, err := Run(Options{Base: request(src, 64, s, 1<<40), Top: 5})
+	ans, err := Run(context.Background(), Options{Base: request(src, 64, s, 1<<40), Top: 5})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !ans.Untimed || !ans.Base.Fits || len(ans.Best) == 0 || ans.Best[0].Candidate != ans.Base.Candidate || len(ans.Best[0].Changes) != 0 {
 		t.Fatalf("untimed %v, base fits %v, %d plans; want the job itself first", ans.Untimed, ans.Base.Fits, len(ans.Best))
+	}
+}
+
+// The planner's work is bounded: with a budget of predictions smaller
+// than the search needs, it stops, says so, and has spent no more than
+// the budget beyond the simulations every plan needs (the current setup
+// and one per precision for the op records).
+func TestBudgetStopsTheSearch(t *testing.T) {
+	src := blocks{layers: 4, width: 512}
+	s := train.Setup{Optimizer: train.Optimizer{Kind: train.Adam}}
+	n16, n32 := needOf(t, src, 1024, s), needOf(t, src, 2048, s)
+	o := Options{Base: request(src, 4096, s, n16+(n32-n16)/2), Top: 5}
+	full, err := Run(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if full.Stopped || full.Simulations != len(full.Evaluated) || full.Simulations > DefaultMaxPredictions {
+		t.Fatalf("unbounded: stopped %v after %d simulations of %d plans", full.Stopped, full.Simulations, len(full.Evaluated))
+	}
+	// the current setup and the four precisions' op records: five
+	// simulations before any search
+	const before = 5
+	if full.Simulations <= before+3 {
+		t.Fatalf("the full search took %d simulations: too few to cut", full.Simulations)
+	}
+	o.MaxPredictions = before + 3
+	cut, err := Run(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !cut.Stopped || cut.Simulations > o.MaxPredictions || cut.Simulations < before {
+		t.Errorf("budget %d: stopped %v after %d simulations", o.MaxPredictions, cut.Stopped, cut.Simulations)
 	}
 }

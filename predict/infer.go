@@ -1,6 +1,7 @@
 package predict
 
 import (
+	"context"
 	"fmt"
 	"slices"
 
@@ -48,7 +49,7 @@ func (in *Inference) Generation(c models.Config) train.Generation {
 	return train.Generation{Prompt: c.Seq, NewTokens: in.NewTokens, Batch: c.Batch, Beams: max(in.Beams, 1), Static: in.Static}
 }
 
-func simulateInference(r Request, setup train.Setup) (*train.Simulator, *graph.Graph, *train.GenerationSummary, error) {
+func simulateInference(ctx context.Context, r Request, setup train.Setup) (*train.Simulator, *graph.Graph, *train.GenerationSummary, error) {
 	switch r.Infer.Mode {
 	case ModeEval:
 		g, err := r.Source.Build(r.Config)
@@ -60,6 +61,9 @@ func simulateInference(r Request, setup train.Setup) (*train.Simulator, *graph.G
 			return nil, nil, nil, err
 		}
 		for i := 0; i < setup.Steps; i++ {
+			if err := ctx.Err(); err != nil {
+				return nil, nil, nil, err
+			}
 			if err := sim.Forward(g); err != nil {
 				return nil, nil, nil, err
 			}
@@ -88,7 +92,7 @@ func simulateInference(r Request, setup train.Setup) (*train.Simulator, *graph.G
 		if !slices.ContainsFunc(prefill.Ops, func(op graph.Op) bool { return op.Kind == graph.KVCache }) {
 			return nil, nil, nil, noCache
 		}
-		steps := &decodeGraphs{src: r.Source, c: c, first: gen.Prompt}
+		steps := &decodeGraphs{ctx: ctx, src: r.Source, c: c, first: gen.Prompt}
 		sim, gs, err := train.Generate(prefill, steps.at, setup, gen)
 		if err != nil {
 			return nil, nil, nil, err
@@ -106,6 +110,9 @@ func simulateInference(r Request, setup train.Setup) (*train.Simulator, *graph.G
 // graphs would cost more than simulating them. A static cache's steps are
 // all one graph.
 type decodeGraphs struct {
+	// ctx is checked at every decode step: a generation of thousands of
+	// tokens is the longest loop of an inference prediction.
+	ctx   context.Context
 	src   Source
 	c     models.Config
 	first int64 // past of the first decode step
@@ -124,6 +131,11 @@ func (d *decodeGraphs) build(past int64) (*graph.Graph, error) {
 }
 
 func (d *decodeGraphs) at(past int64) (*graph.Graph, error) {
+	if d.ctx != nil {
+		if err := d.ctx.Err(); err != nil {
+			return nil, err
+		}
+	}
 	if d.g == nil {
 		g, err := d.build(d.first)
 		if err != nil {

@@ -1,6 +1,7 @@
 package predict
 
 import (
+	"context"
 	"testing"
 
 	"github.com/batchfit/batchfit/gpu"
@@ -23,7 +24,7 @@ func BenchmarkGenerate8B(b *testing.B) {
 	}{{"dynamic-256", 256, false}, {"dynamic-2048", 2048, false}, {"dynamic-4096", 4096, false}, {"static-2048", 2048, true}, {"static-8192", 8192, true}} {
 		b.Run(c.name, func(b *testing.B) {
 			for range b.N {
-				_, err := Run(Request{Source: Zoo{M: m}, Config: models.Config{Batch: 8, Seq: 512}, GPU: g, Context: -1,
+				_, err := Run(context.Background(), Request{Source: Zoo{M: m}, Config: models.Config{Batch: 8, Seq: 512}, GPU: g, Context: -1,
 					Setup: train.Setup{Precision: train.TrueBF16}, Infer: &Inference{Mode: ModeGenerate, NewTokens: c.tokens, Static: c.static}})
 				if err != nil {
 					b.Fatal(err)

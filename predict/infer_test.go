@@ -1,6 +1,7 @@
 package predict
 
 import (
+	"context"
 	"maps"
 	"slices"
 	"strconv"
@@ -29,7 +30,7 @@ func generate(t *testing.T, src Source, prec train.Precision, batch, prompt, tok
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := Run(Request{Source: src, Config: models.Config{Batch: batch, Seq: prompt}, GPU: g, Context: 0, KeepTrace: true,
+	res, err := Run(context.Background(), Request{Source: src, Config: models.Config{Batch: batch, Seq: prompt}, GPU: g, Context: 0, KeepTrace: true,
 		Setup: train.Setup{Precision: prec}, Infer: &Inference{Mode: ModeGenerate, NewTokens: tokens, Beams: beams, Static: static}})
 	if err != nil {
 		t.Fatal(err)
@@ -265,7 +266,7 @@ func TestGenerateRefusals(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			in := c.in
-			_, err := Run(Request{Source: c.src, Config: models.Config{Batch: 1, Seq: 8}, GPU: g, Context: 0, Infer: &in})
+			_, err := Run(context.Background(), Request{Source: c.src, Config: models.Config{Batch: 1, Seq: 8}, GPU: g, Context: 0, Infer: &in})
 			if err == nil || !strings.Contains(err.Error(), c.want) {
 				t.Errorf("error %v, want one containing %q", err, c.want)
 			}

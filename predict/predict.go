@@ -1,6 +1,7 @@
 package predict
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/batchfit/batchfit/alloc"
@@ -36,6 +37,9 @@ func (z Zoo) Build(c models.Config) (*graph.Graph, error) {
 }
 func (z Zoo) DefaultSeq() int64 { return z.M.DefaultSeq }
 
+// Note is the zoo entry's note (models.Model.Note).
+func (z Zoo) Note() string { return z.M.Note }
+
 // ModelParallel reports that the zoo entry's builder splits for tensor
 // and pipeline parallelism (the transformers family; the builder checks
 // the architecture).
@@ -50,7 +54,10 @@ type Request struct {
 	GPU    gpu.GPU
 	// Context overrides the GPU's CUDA context size when not negative.
 	Context int64
-	Alloc   alloc.Config
+	// Margin is the headroom, bytes, the job must leave on the device to
+	// count as fitting (see Band.Margin); 0 answers for the bare figure.
+	Margin int64
+	Alloc  alloc.Config
 	// Schedule gives the batch size of each optimizer step (the seed's
 	// 64, 8, 32, 4 experiment); empty means Config.Batch for Setup.Steps
 	// steps.
@@ -90,12 +97,18 @@ type Result struct {
 	// PeakAt is where the allocated peak was first reached; nil when
 	// nothing was allocated.
 	PeakAt *PeakAt
-	// Context is the CUDA context and driver memory outside PyTorch.
+	// Context is the CUDA context and driver memory outside PyTorch,
+	// Libraries included.
 	Context int64
+	// Libraries is what the step makes libraries allocate outside
+	// PyTorch's allocator (train.Summary.LibraryBytes), part of Context.
+	Libraries int64
 	// DeviceTotal is what nvidia-smi would show for the process at the
 	// peak: peak reserved plus the context.
 	DeviceTotal int64
-	Fits        bool
+	// Margin is the headroom Fits required (Request.Margin).
+	Margin int64
+	Fits   bool
 	// Decider names the figure that decided Fits.
 	Decider string
 	// Note is what the source says about itself (a checkpoint's stored
@@ -120,8 +133,12 @@ func (r Request) Timed() bool {
 	return r.Infer == nil && !r.Setup.Parallel.On() && r.Config.TP <= 1 && r.Config.PP <= 1
 }
 
-// Run answers a Request.
-func Run(r Request) (*Result, error) {
+// Run answers a Request. It stops early with ctx's error when ctx is
+// done: the simulation and the replay check it every so often.
+func Run(ctx context.Context, r Request) (*Result, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
 	if r.Source == nil {
 		return nil, fmt.Errorf("no model given")
 	}
@@ -132,7 +149,7 @@ func Run(r Request) (*Result, error) {
 		}
 	}
 	if r.Config.PP > 1 && r.Config.Stage < 0 {
-		return runStages(r)
+		return runStages(ctx, r)
 	}
 	if r.Config.Batch <= 0 && len(r.Schedule) == 0 {
 		return nil, fmt.Errorf("batch size must be positive, got %d", r.Config.Batch)
@@ -166,9 +183,9 @@ func Run(r Request) (*Result, error) {
 	var g0 *graph.Graph
 	var gen *train.GenerationSummary
 	if r.Infer != nil {
-		sim, g0, gen, err = simulateInference(r, setup)
+		sim, g0, gen, err = simulateInference(ctx, r, setup)
 	} else {
-		sim, g0, err = simulateTraining(r, setup)
+		sim, g0, err = simulateTraining(ctx, r, setup)
 	}
 	if err != nil {
 		return nil, err
@@ -176,14 +193,29 @@ func Run(r Request) (*Result, error) {
 	if q := r.Config.Quant; q != nil && !quantized(g0) {
 		return nil, fmt.Errorf("%s: no Linear weight of this model is stored %s (the source does not build quantized layers, or every Linear is skipped)", r.Source.Name(), q.Format)
 	}
-	ctx := r.GPU.ContextSize
+	// The libraries' own allocations come on top of the context, given
+	// or not: a context measured before the first GEMM (the usual way,
+	// after a first tiny tensor) lacks them; one measured after the step
+	// counts them twice, the safe side.
+	lib := sim.Summary().LibraryBytes
+	cudaCtx := r.GPU.ContextSize + lib
 	if r.Context >= 0 {
-		ctx = r.Context
+		cudaCtx = r.Context + lib
 	}
-	if ctx >= r.GPU.Capacity {
-		return nil, fmt.Errorf("the CUDA context (%s) leaves nothing of the %s device", alloc.FormatSize(ctx), alloc.FormatSize(r.GPU.Capacity))
+	if r.Margin < 0 {
+		return nil, fmt.Errorf("the margin must not be negative, got %d bytes", r.Margin)
 	}
-	dev := alloc.Device{Capacity: r.GPU.Capacity - ctx, Total: r.GPU.Capacity}
+	if cudaCtx >= r.GPU.Capacity {
+		return nil, fmt.Errorf("the CUDA context (%s) leaves nothing of the %s device", alloc.FormatSize(cudaCtx), alloc.FormatSize(r.GPU.Capacity))
+	}
+	if cudaCtx+r.Margin >= r.GPU.Capacity {
+		return nil, fmt.Errorf("the margin of %s and the CUDA context (%s) leave nothing of the %s device", alloc.FormatSize(r.Margin), alloc.FormatSize(cudaCtx), alloc.FormatSize(r.GPU.Capacity))
+	}
+	// With a margin the job runs on a device that much smaller, so that
+	// the caching allocator frees its cache and retries (c10's
+	// release_cached_blocks on a failed cudaMalloc) where it would on a
+	// device whose real figures are the band's worst above the prediction.
+	dev := alloc.Device{Capacity: r.GPU.Capacity - r.Margin - cudaCtx, Total: r.GPU.Capacity - r.Margin}
 	// A replay reads repeated micro-batches once (and skips their copies
 	// when the allocator's state comes back); a kept or recorded trace is
 	// written out in full.
@@ -191,12 +223,12 @@ func Run(r Request) (*Result, error) {
 	if r.KeepTrace || r.Record || r.Observe != nil {
 		tr = sim.Trace()
 	}
-	tl, err := alloc.Replay(tr, r.Alloc, dev, alloc.ReplayOptions{Record: r.Record, Observe: r.Observe})
+	tl, err := alloc.ReplayContext(ctx, tr, r.Alloc, dev, alloc.ReplayOptions{Record: r.Record, Observe: r.Observe})
 	if err != nil {
 		return nil, err
 	}
 	res := &Result{Model: r.Source.Name(), Config: r.Config, Setup: sim.Setup(), GPU: r.GPU, Summary: sim.Summary(),
-		Timeline: tl, Context: ctx}
+		Timeline: tl, Context: cudaCtx, Libraries: lib, Margin: r.Margin}
 	if i := tl.PeakAllocatedEvent; i >= 0 && i < tr.Len() {
 		e := tr.At(i)
 		res.PeakAt = &PeakAt{Phase: e.Phase, Step: e.Step, Site: tr.SiteName(e.Site)}
@@ -218,14 +250,23 @@ func Run(r Request) (*Result, error) {
 	if n, ok := r.Source.(interface{ Note() string }); ok {
 		res.Note = n.Note()
 	}
-	res.DeviceTotal = tl.PeakReserved + ctx
+	res.DeviceTotal = tl.PeakReserved + cudaCtx
 	if tl.OOM != nil {
 		res.Fits = false
 		res.Decider = fmt.Sprintf("the allocator runs out of memory: %s", tl.OOM.Error())
+		if r.Margin > 0 {
+			res.Decider = fmt.Sprintf("the allocator runs out of memory on the %s the margin of %s leaves: %s",
+				alloc.FormatSize(r.GPU.Capacity-r.Margin), alloc.FormatSize(r.Margin), tl.OOM.Error())
+		}
 	} else {
-		res.Fits = res.DeviceTotal <= r.GPU.Capacity
+		res.Fits = res.DeviceTotal <= r.GPU.Capacity-r.Margin
 		res.Decider = fmt.Sprintf("peak reserved %s + CUDA context %s = %s of %s",
-			alloc.FormatSize(tl.PeakReserved), alloc.FormatSize(ctx), alloc.FormatSize(res.DeviceTotal), alloc.FormatSize(r.GPU.Capacity))
+			alloc.FormatSize(tl.PeakReserved), alloc.FormatSize(cudaCtx), alloc.FormatSize(res.DeviceTotal), alloc.FormatSize(r.GPU.Capacity))
+		if r.Margin > 0 {
+			res.Decider = fmt.Sprintf("peak reserved %s + CUDA context %s = %s; the margin of %s leaves %s of %s",
+				alloc.FormatSize(tl.PeakReserved), alloc.FormatSize(cudaCtx), alloc.FormatSize(res.DeviceTotal),
+				alloc.FormatSize(r.Margin), alloc.FormatSize(r.GPU.Capacity-r.Margin), alloc.FormatSize(r.GPU.Capacity))
+		}
 	}
 	return res, nil
 }
@@ -251,13 +292,13 @@ type StageResult struct {
 // runStages predicts every stage of a pipeline and answers with the one
 // that fits worst: the first that does not fit, or the one with the
 // largest device total.
-func runStages(r Request) (*Result, error) {
+func runStages(ctx context.Context, r Request) (*Result, error) {
 	var worst *Result
 	var stages []StageResult
 	for s := int64(0); s < r.Config.PP; s++ {
 		q := r
 		q.Config.Stage = s
-		res, err := Run(q)
+		res, err := Run(ctx, q)
 		if err != nil {
 			return nil, fmt.Errorf("stage %d: %w", s, err)
 		}
@@ -294,7 +335,7 @@ func g0BatchOf(r Request) int64 {
 
 // simulateTraining runs the optimizer steps of the schedule (or Steps
 // steps of Config.Batch).
-func simulateTraining(r Request, setup train.Setup) (*train.Simulator, *graph.Graph, error) {
+func simulateTraining(ctx context.Context, r Request, setup train.Setup) (*train.Simulator, *graph.Graph, error) {
 	sched := r.Schedule
 	if len(sched) == 0 {
 		sched = make([]int64, setup.Steps)
@@ -334,7 +375,7 @@ func simulateTraining(r Request, setup train.Setup) (*train.Simulator, *graph.Gr
 		if err != nil {
 			return nil, nil, err
 		}
-		if err := sim.Step(g); err != nil {
+		if err := sim.StepContext(ctx, g); err != nil {
 			return nil, nil, err
 		}
 	}

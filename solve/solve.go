@@ -1,6 +1,7 @@
 package solve
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/batchfit/batchfit/models"
@@ -14,12 +15,12 @@ type Point struct {
 }
 
 // Sweep predicts every batch size in batches.
-func Sweep(r predict.Request, batches []int64) ([]Point, error) {
+func Sweep(ctx context.Context, r predict.Request, batches []int64) ([]Point, error) {
 	var out []Point
 	for _, b := range batches {
 		q := r
 		q.Config.Batch = b
-		res, err := predict.Run(q)
+		res, err := predict.Run(ctx, q)
 		if err != nil {
 			return nil, fmt.Errorf("batch %d: %w", b, err)
 		}
@@ -49,12 +50,12 @@ type Answer struct {
 const DefaultLimit = 1 << 24
 
 // MaxBatch finds the largest batch that fits.
-func MaxBatch(r predict.Request, limit int64) (*Answer, error) {
-	return MaxDim(r, models.DimBatch, limit)
+func MaxBatch(ctx context.Context, r predict.Request, limit int64) (*Answer, error) {
+	return MaxDim(ctx, r, models.DimBatch, limit)
 }
 
 // MaxDim finds the largest value of dim that fits, the other sizes as in r.
-func MaxDim(r predict.Request, dim models.Dim, limit int64) (*Answer, error) {
+func MaxDim(ctx context.Context, r predict.Request, dim models.Dim, limit int64) (*Answer, error) {
 	if limit <= 0 {
 		limit = DefaultLimit
 	}
@@ -67,7 +68,7 @@ func MaxDim(r predict.Request, dim models.Dim, limit int64) (*Answer, error) {
 			return nil, fmt.Errorf("%s cannot vary %q (it can vary: %s)", r.Source.Name(), dim, dimList(r.Source.Dims()))
 		}
 	}
-	sr := &search{r: r, dim: dim, limit: limit, ans: &Answer{Dim: dim}}
+	sr := &search{ctx: ctx, r: r, dim: dim, limit: limit, ans: &Answer{Dim: dim}}
 	if err := sr.run(); err != nil {
 		return nil, err
 	}
@@ -77,6 +78,7 @@ func MaxDim(r predict.Request, dim models.Dim, limit int64) (*Answer, error) {
 // search holds the bracket of a MaxDim search: lo fits (0 before the
 // first probe), hi does not (0 while unknown).
 type search struct {
+	ctx          context.Context
 	r            predict.Request
 	dim          models.Dim
 	limit        int64
@@ -101,7 +103,7 @@ func (s *search) probe(v int64) (*predict.Result, error) {
 	}
 	s.ans.Probes++
 	s.ans.Tried = append(s.ans.Tried, v)
-	res, err := predict.Run(q)
+	res, err := predict.Run(s.ctx, q)
 	if err != nil {
 		return nil, fmt.Errorf("%s %d: %w", s.dim, v, err)
 	}
@@ -210,7 +212,7 @@ func aim(a int64, ar *predict.Result, b int64, br *predict.Result) (float64, boo
 	if slope <= 0 {
 		return 0, false
 	}
-	return float64(a) + float64(ar.GPU.Capacity-ar.DeviceTotal)/slope, true
+	return float64(a) + float64(ar.GPU.Capacity-ar.Margin-ar.DeviceTotal)/slope, true
 }
 
 func dimList(ds []models.Dim) string {

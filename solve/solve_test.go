@@ -1,6 +1,7 @@
 package solve
 
 import (
+	"context"
 	"testing"
 
 	"github.com/batchfit/batchfit/alloc"
@@ -45,7 +46,7 @@ func TestMonotoneInBatch(t *testing.T) {
 				r.Config.Seq = 64
 			}
 			r.Setup.Steps = 2
-			pts, err := Sweep(r, []int64{1, 2, 3, 4})
+			pts, err := Sweep(context.Background(), r, []int64{1, 2, 3, 4})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -72,16 +73,24 @@ func TestMonotoneInBatch(t *testing.T) {
 // maxbatch returns b where b fits and b+1 does not, checked by predicting
 // both independently of the search.
 func TestMaxBatchBoundary(t *testing.T) {
-	cases := []struct{ model, gpu string }{
-		{"mlp", "256MiB"},
-		{"simpleconv", "t4"},
-		{"resnet18", "t4"},
-		{"resnet50", "a100-40gb"},
+	cases := []struct {
+		model, gpu string
+		band       bool // held to the safety band's margin
+	}{
+		{"mlp", "1GiB", false},
+		{"simpleconv", "t4", false},
+		{"resnet18", "t4", false},
+		{"resnet50", "a100-40gb", false},
+		{"resnet18", "t4", true},
+		{"resnet50", "a100-40gb", true},
 	}
 	for _, c := range cases {
 		r := request(t, c.model, c.gpu)
 		r.Context = 0
-		ans, err := MaxBatch(r, 0)
+		if c.band {
+			r.Margin = predict.SafetyBand.Margin(r.GPU.Capacity)
+		}
+		ans, err := MaxBatch(context.Background(), r, 0)
 		if err != nil {
 			t.Fatalf("%s: %v", c.model, err)
 		}
@@ -91,12 +100,28 @@ func TestMaxBatchBoundary(t *testing.T) {
 		for _, b := range []int64{ans.Max, ans.Max + 1} {
 			q := r
 			q.Config.Batch = b
-			res, err := predict.Run(q)
+			res, err := predict.Run(context.Background(), q)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if want := b == ans.Max; res.Fits != want {
 				t.Errorf("%s on %s: maxbatch %d, but batch %d fits=%v", c.model, c.gpu, ans.Max, b, res.Fits)
+			}
+			// With the band's margin, the answer's device total is low
+			// enough that a real one up to the band's worst
+			// under-prediction above it still fits.
+			if c.band && b == ans.Max {
+				if high := float64(res.DeviceTotal) / (1 - predict.SafetyBand.Under); high > float64(r.GPU.Capacity) {
+					t.Errorf("%s on %s with the band: batch %d may reach %g of %d", c.model, c.gpu, b, high, r.GPU.Capacity)
+				}
+			}
+		}
+		if c.band {
+			bare := r
+			bare.Margin = 0
+			b, err := MaxBatch(context.Background(), bare, 0)
+			if err != nil || b.Max <= ans.Max {
+				t.Errorf("%s on %s: the band's answer %d is not below the bare %d (%v)", c.model, c.gpu, ans.Max, b.Max, err)
 			}
 		}
 		t.Logf("%s on %s: max batch %d in %d probes", c.model, c.gpu, ans.Max, ans.Probes)
@@ -106,10 +131,12 @@ func TestMaxBatchBoundary(t *testing.T) {
 // The seed question: how deep can the MLP be at batch 32? Depth is solved
 // like batch: the answer fits, one more layer does not.
 func TestMaxLayers(t *testing.T) {
-	r := request(t, "mlp", "256MiB")
+	// a device smaller than --gpu accepts, built directly
+	r := request(t, "mlp", "1GiB")
+	r.GPU.Capacity = 256 << 20
 	r.Context = 0
 	r.Config.Batch = 32
-	ans, err := MaxDim(r, models.DimLayers, 0)
+	ans, err := MaxDim(context.Background(), r, models.DimLayers, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,7 +150,7 @@ func TestMaxLayers(t *testing.T) {
 	if ans.Max > 64 {
 		t.Errorf("max layers %d is implausibly deep for 256 MiB", ans.Max)
 	}
-	if _, err := MaxDim(request(t, "resnet18", "t4"), models.DimLayers, 0); err == nil {
+	if _, err := MaxDim(context.Background(), request(t, "resnet18", "t4"), models.DimLayers, 0); err == nil {
 		t.Error("resnet18 has no layers dimension, want an error")
 	}
 }
@@ -132,7 +159,7 @@ func BenchmarkMaxBatchGPT2(b *testing.B) {
 	r := request(b, "gpt2", "h100-80gb")
 	r.Config.Seq = 1024
 	for i := 0; i < b.N; i++ {
-		if _, err := MaxBatch(r, 0); err != nil {
+		if _, err := MaxBatch(context.Background(), r, 0); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -141,7 +168,7 @@ func BenchmarkMaxBatchGPT2(b *testing.B) {
 func BenchmarkMaxBatchResNet50(b *testing.B) {
 	r := request(b, "resnet50", "h100-80gb")
 	for i := 0; i < b.N; i++ {
-		if _, err := MaxBatch(r, 0); err != nil {
+		if _, err := MaxBatch(context.Background(), r, 0); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -156,7 +183,7 @@ func BenchmarkMaxBatchLlama3_70B(b *testing.B) {
 	r.Setup.Precision = train.TrueBF16
 	r.Setup.Checkpoint = train.FullCheckpoint
 	for i := 0; i < b.N; i++ {
-		if _, err := MaxBatch(r, 0); err != nil {
+		if _, err := MaxBatch(context.Background(), r, 0); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -174,7 +201,7 @@ func BenchmarkMaxBatchLlama3_70BFSDP(b *testing.B) {
 	r.Setup.Checkpoint = train.FullCheckpoint
 	r.Setup.Parallel = train.Parallel{Strategy: train.FSDP, GPUs: 8, Offload: true}
 	for i := 0; i < b.N; i++ {
-		ans, err := MaxBatch(r, 0)
+		ans, err := MaxBatch(context.Background(), r, 0)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -197,7 +224,7 @@ func TestMaxBatchEveryModel(t *testing.T) {
 				r.Config.Seq = 128
 			}
 			r.Setup.Precision = train.MixedBF16
-			ans, err := MaxBatch(r, 1<<16)
+			ans, err := MaxBatch(context.Background(), r, 1<<16)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -225,7 +252,7 @@ func BenchmarkSweepResNet50(b *testing.B) {
 	r := request(b, "resnet50", "h100-80gb")
 	batches := []int64{1, 2, 4, 8, 16, 32, 64, 128, 256}
 	for i := 0; i < b.N; i++ {
-		if _, err := Sweep(r, batches); err != nil {
+		if _, err := Sweep(context.Background(), r, batches); err != nil {
 			b.Fatal(err)
 		}
 	}

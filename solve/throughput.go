@@ -1,6 +1,7 @@
 package solve
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/batchfit/batchfit/cost"
@@ -34,12 +35,12 @@ type Fastest struct {
 // BestThroughput times the batch sizes up to the largest that fits (ans,
 // from MaxBatch) and returns the fastest. Memory rises with the batch, so
 // every smaller batch fits too; only the step-time model runs for them.
-func BestThroughput(r predict.Request, ans *Answer) (*Fastest, error) {
+func BestThroughput(ctx context.Context, r predict.Request, ans *Answer) (*Fastest, error) {
 	if ans == nil || ans.Dim != models.DimBatch || ans.Fit == nil || ans.Max <= 0 {
 		return nil, fmt.Errorf("no batch fits: nothing to time")
 	}
 	if ans.Fit.Time == nil {
-		return nil, fmt.Errorf("the step time of %s is not known (no peak rates)", r.GPU.Name)
+		return nil, fmt.Errorf("the step time of %s is not known (no peak rates; for a size given as --gpu, --like names the catalog GPU it is)", r.GPU.Name)
 	}
 	from, err := buildAt(r, ans.Max)
 	if err != nil {
@@ -55,6 +56,9 @@ func BestThroughput(r predict.Request, ans *Answer) (*Fastest, error) {
 	batches = append(batches, ans.Max)
 	f := &Fastest{}
 	for _, b := range batches {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
 		g, err := buildAt(r, b)
 		if err != nil {
 			return nil, err

@@ -89,7 +89,13 @@ func (sim *Simulator) cublas(backwardThread bool) {
 		return
 	}
 	*done = true
-	n := sim.s.Profile.CublasWorkspace(sim.s.ComputeMajor)
+	n := sim.s.Profile.CublasWorkspaceFor(sim.s.ComputeMajor, sim.s.CublasWorkspaceConfig)
+	if n > 0 && !sim.s.Profile.CublasWorkspaceInAllocator {
+		// cuBLAS's own pool: device memory outside PyTorch's allocator.
+		sim.sum.WorkspaceBytes += n
+		sim.sum.LibraryBytes += n
+		return
+	}
 	if n > 0 {
 		st := sim.alloc(n, trace.Workspace)
 		st.refs = 1

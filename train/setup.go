@@ -276,6 +276,13 @@ type Setup struct {
 	CPU bool
 	// ComputeMajor is the GPU's compute capability major (workspace size).
 	ComputeMajor int
+	// CudnnBenchmark is torch.backends.cudnn.benchmark = True: the first
+	// convolution of each configuration searches cuDNN's algorithms
+	// (conv_cudnn.go).
+	CudnnBenchmark bool
+	// CublasWorkspaceConfig is CUBLAS_WORKSPACE_CONFIG ("" for none): the
+	// cuBLAS workspace size (profile.ParseCublasWorkspaceConfig).
+	CublasWorkspaceConfig string
 	// EmptyCache calls torch.cuda.empty_cache() after every step.
 	EmptyCache bool
 	// Parallel spreads the step over data-parallel ranks (DDP, FSDP,
@@ -329,6 +336,9 @@ func (s Setup) Normalize() (Setup, error) {
 	}
 	if s.ComputeMajor == 0 {
 		s.ComputeMajor = 9
+	}
+	if _, _, err := profile.ParseCublasWorkspaceConfig(s.CublasWorkspaceConfig); err != nil {
+		return s, err
 	}
 	if s.Optimizer.Impl == ImplDefault {
 		s.Optimizer.Impl = Impl(s.Profile.OptimizerDefaultImpl)

@@ -1,6 +1,7 @@
 package train
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/batchfit/batchfit/graph"
@@ -78,6 +79,10 @@ type Simulator struct {
 	loss    *storage
 	// cuBLAS workspaces, one per thread (forward, autograd device thread).
 	wsForward, wsBackward bool
+	// cudnnSearched holds the convolution configurations the cuDNN
+	// benchmark search has run for (its cache lives as long as the
+	// process).
+	cudnnSearched map[string]bool
 	// dynamicMap: bitsandbytes' cached dynamic map is on the device
 	dynamicMap bool
 	scaler     []*storage
@@ -223,6 +228,15 @@ type Summary struct {
 	CastCacheBytes int64
 	BatchDataBytes int64
 	WorkspaceBytes int64
+	// ConvWorkspaceBytes is the largest cuDNN convolution workspace
+	// (conv_cudnn.go: a bound, the explicit-GEMM algorithm's), and
+	// CudnnSearches the benchmark searches run (--cudnn-benchmark).
+	ConvWorkspaceBytes int64
+	CudnnSearches      int
+	// LibraryBytes is device memory libraries allocate outside PyTorch's
+	// allocator that the step itself makes (cuBLAS's own workspaces
+	// before 2.0): in nvidia-smi's figure, not in memory_reserved.
+	LibraryBytes int64
 	// PeakRequested is the largest sum of the unrounded sizes of the live
 	// allocations over the whole trace: what the allocator's
 	// requested_bytes peak would be on a device with room for everything.
@@ -459,7 +473,17 @@ func (sim *Simulator) fail(format string, args ...any) {
 // Step simulates one optimizer step: Accumulate micro-batches of forward
 // and backward on g, then the optimizer step and zero_grad.
 func (sim *Simulator) Step(g *graph.Graph) error {
+	return sim.StepContext(context.Background(), g)
+}
+
+// StepContext is Step that stops with ctx's error when ctx is done,
+// checked before each micro-batch (the loop a long accumulation makes
+// long; one micro-batch is bounded by the graph's size).
+func (sim *Simulator) StepContext(ctx context.Context, g *graph.Graph) error {
 	if err := sim.checkParams(g); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
 		return err
 	}
 	if sim.s.Stages > 1 {
@@ -468,6 +492,9 @@ func (sim *Simulator) Step(g *graph.Graph) error {
 	}
 	var evAt, idAt [5]int64
 	for m := 0; m < sim.s.Accumulate; m++ {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
 		if m < len(evAt) {
 			evAt[m], idAt[m] = int64(len(sim.tr.Events)), sim.next
 		}

@@ -1,6 +1,7 @@
 package validation
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -251,7 +252,7 @@ func Compare(m *Measurements) ([]Comparison, error) {
 		if err != nil {
 			return nil, err
 		}
-		res, err := predict.Run(q)
+		res, err := predict.Run(context.Background(), q)
 		if err != nil {
 			return nil, fmt.Errorf("case %s: %w", r.ID, err)
 		}

@@ -1,6 +1,7 @@
 package validation
 
 import (
+	"context"
 	"encoding/json"
 	"math"
 	"os"
@@ -74,7 +75,7 @@ func TestCPUStepTime(t *testing.T) {
 		case "adam_foreach":
 			opt.Impl = train.Foreach
 		}
-		res, err := predict.Run(predict.Request{Source: predict.Zoo{M: m}, Config: cfg, GPU: dev, Context: 0,
+		res, err := predict.Run(context.Background(), predict.Request{Source: predict.Zoo{M: m}, Config: cfg, GPU: dev, Context: 0,
 			Setup: train.Setup{CPU: true, Optimizer: opt, Accumulate: c.Accumulate, Steps: 2, Profile: prof}})
 		if err != nil {
 			t.Fatalf("%s: %v", c.Model, err)

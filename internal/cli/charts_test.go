@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"encoding/json"
 	"math"
 	"os"
@@ -150,7 +151,7 @@ func TestTimelineChartKeepsThePeaks(t *testing.T) {
 			s := train.Setup{Precision: train.FP32, Optimizer: train.Optimizer{Kind: train.Adam}, Accumulate: 1, Steps: 3, Profile: prof}
 			c.setup(&s)
 			rec := newStepRecorder(20) // few stretches: thinning is exercised
-			res, err := predict.Run(predict.Request{Source: predict.Zoo{M: m}, Config: m.Small(c.batch, 256), Setup: s, GPU: g, Context: -1, Observe: rec.observe})
+			res, err := predict.Run(context.Background(), predict.Request{Source: predict.Zoo{M: m}, Config: m.Small(c.batch, 256), Setup: s, GPU: g, Context: -1, Observe: rec.observe})
 			if err != nil {
 				t.Fatal(err)
 			}

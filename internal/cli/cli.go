@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -58,6 +59,18 @@ type env struct {
 	// chart receives the chart a command draws instead of the file its
 	// flag names (web only).
 	chart io.Writer
+	// ctx ends the command's predictions early: the web request's
+	// context (the client left, or the request's deadline passed). Nil on
+	// the command line.
+	ctx context.Context
+}
+
+// context is the context the command's predictions run under.
+func (e *env) context() context.Context {
+	if e.ctx == nil {
+		return context.Background()
+	}
+	return e.ctx
 }
 
 var commands = map[string]command{

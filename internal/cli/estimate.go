@@ -9,6 +9,7 @@ import (
 
 	"github.com/batchfit/batchfit/alloc"
 	"github.com/batchfit/batchfit/cost"
+	"github.com/batchfit/batchfit/gpu"
 	"github.com/batchfit/batchfit/graph"
 	"github.com/batchfit/batchfit/internal/chart"
 	"github.com/batchfit/batchfit/plan"
@@ -60,7 +61,7 @@ func runEstimate(e *env, args []string) error {
 		rec = newStepRecorder(timelineBuckets)
 		r.Observe = rec.observe
 	}
-	res, err := predict.Run(r)
+	res, err := predict.Run(e.context(), r)
 	if err != nil {
 		return err
 	}
@@ -75,7 +76,7 @@ func runEstimate(e *env, args []string) error {
 	var sugg *plan.Answer
 	var suggErr error
 	if len(batches) == 1 && !res.Fits && r.Infer == nil {
-		sugg, suggErr = plan.Run(plan.Options{Base: r, Objective: plan.FewestChanges, Top: 3})
+		sugg, suggErr = plan.Run(e.context(), plan.Options{Base: r, Objective: plan.FewestChanges, Top: 3})
 	}
 	if j.json {
 		out := estimateJSON(res, batches)
@@ -225,8 +226,11 @@ func writeEstimate(w io.Writer, res *predict.Result, batches []int64) {
 	fmt.Fprintf(tw, "peak allocated\t%s\t(torch.cuda.max_memory_allocated)\t\n", fmtBytes(tl.PeakAllocated))
 	fmt.Fprintf(tw, "peak reserved\t%s\t(torch.cuda.max_memory_reserved)\t\n", fmtBytes(tl.PeakReserved))
 	fmt.Fprintf(tw, "CUDA context\t%s\t(outside PyTorch's allocator)\t\n", fmtBytes(res.Context))
+	if res.Libraries > 0 {
+		fmt.Fprintf(tw, "  of which libraries\t%s\t(cuBLAS's own workspaces, outside PyTorch's allocator)\t\n", fmtBytes(res.Libraries))
+	}
 	fmt.Fprintf(tw, "device total\t%s\t(what nvidia-smi shows)\t\n", fmtBytes(res.DeviceTotal))
-	fmt.Fprintf(tw, "GPU capacity\t%s\t%s\t\n", fmtBytes(res.GPU.Capacity), res.GPU.Marketing)
+	fmt.Fprintf(tw, "GPU capacity\t%s\t%s\t\n", fmtBytes(res.GPU.Capacity), capacityNote(res.GPU))
 	tw.Flush()
 	if tl.OOM != nil {
 		fmt.Fprintf(w, "out of memory: the figures above are the allocator's at the failure; the step needs at least %s (its requested peak + CUDA context, a lower bound)\n", fmtBytes(plan.Need(res)))
@@ -236,6 +240,14 @@ func writeEstimate(w io.Writer, res *predict.Result, batches []int64) {
 		fmt.Fprintf(w, "fits: yes, %s of headroom — %s\n", fmtBytes(res.Headroom()), res.Decider)
 	} else {
 		fmt.Fprintf(w, "fits: no — %s\n", res.Decider)
+	}
+	if b := bandJSON(res); tl.OOM == nil {
+		verdict := "fits even then"
+		if !b.FitsWithBand {
+			verdict = "which would not fit"
+		}
+		fmt.Fprintf(w, "band: batchfit's device total has been %s: the real one may reach %s, %s\n",
+			predict.SafetyBand.String(), fmtBytes(b.DeviceTotalHighBytes), verdict)
 	}
 	writeTime(w, res)
 	if len(batches) > 1 {
@@ -272,7 +284,14 @@ func writeTraining(w io.Writer, res *predict.Result) {
 	}
 	fmt.Fprintf(tw, "batch data\t%s\t\t\n", fmtBytes(sum.BatchDataBytes))
 	if sum.WorkspaceBytes > 0 {
-		fmt.Fprintf(tw, "cuBLAS workspace\t%s\t\t\n", fmtBytes(sum.WorkspaceBytes))
+		if sum.LibraryBytes > 0 {
+			fmt.Fprintf(tw, "cuBLAS workspace\t%s\t(cuBLAS's own: outside PyTorch's allocator, in the context line)\t\n", fmtBytes(sum.WorkspaceBytes))
+		} else {
+			fmt.Fprintf(tw, "cuBLAS workspace\t%s\t\t\n", fmtBytes(sum.WorkspaceBytes))
+		}
+	}
+	if sum.ConvWorkspaceBytes > 0 {
+		fmt.Fprintf(tw, "cuDNN workspace\t%s\t(the largest, freed after each convolution: an upper bound)\t\n", fmtBytes(sum.ConvWorkspaceBytes))
 	}
 	tw.Flush()
 	if a := res.Config.Adapters; a != nil && a.Rank > 0 && res.Config.Quant == nil && (res.Setup.Precision == train.True16 || res.Setup.Precision == train.TrueBF16) {
@@ -301,6 +320,9 @@ func writeTraining(w io.Writer, res *predict.Result) {
 			fmt.Fprintln(w, "note: this is the sharded training step; a model built or loaded whole on each GPU before it is sharded (model.cuda() before wrapping, a full state dict loaded on the device) needs its whole parameters there first, which is not counted")
 		}
 	}
+	for _, n := range gpuRuleNotes(res) {
+		fmt.Fprintln(w, "note: "+n)
+	}
 	for _, n := range quantNotes(res.Config.Quant) {
 		fmt.Fprintln(w, "note: "+n)
 	}
@@ -312,9 +334,25 @@ func writeTraining(w io.Writer, res *predict.Result) {
 }
 
 // writeTime prints the step-time model's figures.
+// capacityNote says what the capacity is: what PyTorch can use, beside
+// nvidia-smi's total, and whether it was derived.
+func capacityNote(g gpu.GPU) string {
+	s := g.Marketing
+	if g.SMITotal > 0 {
+		s += fmt.Sprintf(": what PyTorch can use; nvidia-smi's total %s", fmtBytes(g.SMITotal))
+	}
+	if g.CapacityDerived {
+		s += ", derived"
+	}
+	return s
+}
+
 func writeTime(w io.Writer, res *predict.Result) {
 	e := res.Time
 	if e == nil {
+		if !res.GPU.Rates.Known() && res.Infer == nil && !res.Setup.Parallel.On() && res.Config.TP <= 1 && res.Config.PP <= 1 {
+			fmt.Fprintf(w, "\nno step time: a size alone says nothing of speed (--like GPU names the catalog GPU it is)\n")
+		}
 		return
 	}
 	fmt.Fprintln(w)

@@ -47,6 +47,7 @@ type jobFlags struct {
 	hidden        int64
 	image         int64
 	gpu           string
+	like          string
 	precision     string
 	optimizer     string
 	momentum      float64
@@ -63,6 +64,8 @@ type jobFlags struct {
 	allocConf     string
 	context       string
 	emptyCache    bool
+	cudnnBench    bool
+	cublasConf    string
 	json          bool
 	lora          int64
 	loraTargets   string
@@ -108,7 +111,8 @@ func (j *jobFlags) register(fs *flag.FlagSet, batchDefault string) {
 	fs.Int64Var(&j.layers, "layers", 0, "override the model's depth (models that allow it)")
 	fs.Int64Var(&j.hidden, "hidden", 0, "override the model's width (models that allow it)")
 	fs.Int64Var(&j.image, "image", 0, "image side for vision models (default: the model's, 224 for torchvision)")
-	fs.StringVar(&j.gpu, "gpu", "h100-80gb", "GPU from 'batchfit gpus', or a capacity such as 80GB")
+	fs.StringVar(&j.gpu, "gpu", "h100-80gb", "GPU from 'batchfit gpus', or a size such as 24GB (nvidia-smi's total; no step time unless --like names a GPU)")
+	fs.StringVar(&j.like, "like", "", "with a size for --gpu: the catalog GPU whose speed, compute capability and CUDA context it has")
 	fs.StringVar(&j.precision, "precision", "32-true", "32-true, 16-mixed, bf16-mixed, 16-true or bf16-true")
 	fs.StringVar(&j.optimizer, "optimizer", "adam", "sgd, adam, adamw, adafactor, none, or bitsandbytes' adam8bit, adamw8bit, paged_adam8bit, paged_adamw8bit")
 	fs.Float64Var(&j.momentum, "momentum", 0, "SGD momentum (nonzero keeps a momentum buffer)")
@@ -126,6 +130,8 @@ func (j *jobFlags) register(fs *flag.FlagSet, batchDefault string) {
 	fs.StringVar(&j.allocConf, "alloc-conf", "", "PYTORCH_CUDA_ALLOC_CONF (default: the environment variable)")
 	fs.StringVar(&j.context, "context", "", "CUDA context size (default: the GPU family's estimate)")
 	fs.BoolVar(&j.emptyCache, "empty-cache", false, "call torch.cuda.empty_cache() after every step")
+	fs.BoolVar(&j.cudnnBench, "cudnn-benchmark", false, "torch.backends.cudnn.benchmark = True: the first step searches cuDNN's convolution algorithms")
+	fs.StringVar(&j.cublasConf, "cublas-workspace-config", "", "CUBLAS_WORKSPACE_CONFIG, e.g. :4096:8 (default: the environment variable)")
 	fs.BoolVar(&j.json, "json", false, "print JSON")
 	fs.Int64Var(&j.lora, "lora", 0, "fine-tune with LoRA adapters of this rank (PEFT's r); every other parameter is frozen")
 	fs.StringVar(&j.loraTargets, "lora-targets", "", "Linear layers that get adapters, as PEFT's target_modules: names or name endings, comma-separated (q_proj,v_proj)")
@@ -596,7 +602,7 @@ func (j *jobFlags) requestFor(src predict.Source) (predict.Request, error) {
 	if j.prompt > 0 {
 		r.Config.Seq = j.prompt
 	}
-	g, err := gpu.Lookup(j.gpu)
+	g, err := gpu.LookupLike(j.gpu, j.like)
 	if err != nil {
 		return r, usageError{err}
 	}
@@ -680,6 +686,13 @@ func (j *jobFlags) requestFor(src predict.Source) (predict.Request, error) {
 	}
 	r.Setup = train.Setup{Precision: prec, Optimizer: train.Optimizer{Kind: opt, Momentum: j.momentum, Impl: impl, WeightDecay: wd, Bits8: on.Bits8, Paged: on.Paged, AMSGrad: j.amsgrad},
 		Accumulate: j.accumulate, Checkpoint: ck, Attention: att, Steps: j.steps, EmptyCache: j.emptyCache, Profile: prof, Parallel: par}
+	r.Setup.CudnnBenchmark = j.cudnnBench
+	if r.Setup.CublasWorkspaceConfig = j.cublasConf; j.cublasConf == "" && !j.web() {
+		r.Setup.CublasWorkspaceConfig = os.Getenv("CUBLAS_WORKSPACE_CONFIG")
+	}
+	if _, _, err := profile.ParseCublasWorkspaceConfig(r.Setup.CublasWorkspaceConfig); err != nil {
+		return r, usageError{err}
+	}
 	conf := j.allocConf
 	if conf == "" && !j.web() {
 		conf = os.Getenv("PYTORCH_CUDA_ALLOC_CONF")

@@ -27,15 +27,17 @@ Examples:
 
 // MaxBatchJSON is the stable JSON form of a search.
 type MaxBatchJSON struct {
-	Model    string        `json:"model"`
-	Solve    string        `json:"solve"`
-	MaxBatch int64         `json:"max_batch,omitempty"`
-	Max      int64         `json:"max"`
-	Limited  bool          `json:"limited"`
-	Probes   int           `json:"probes"`
-	Tried    []int64       `json:"tried"`
-	AtMax    *EstimateJSON `json:"at_max,omitempty"`
-	AtNext   *EstimateJSON `json:"at_next,omitempty"`
+	Model string `json:"model"`
+	Solve string `json:"solve"`
+	// MarginBytes is the headroom every answer left (--margin).
+	MarginBytes int64         `json:"margin_bytes"`
+	MaxBatch    int64         `json:"max_batch,omitempty"`
+	Max         int64         `json:"max"`
+	Limited     bool          `json:"limited"`
+	Probes      int           `json:"probes"`
+	Tried       []int64       `json:"tried"`
+	AtMax       *EstimateJSON `json:"at_max,omitempty"`
+	AtNext      *EstimateJSON `json:"at_next,omitempty"`
 	// Fastest is the batch with the best predicted throughput
 	// (--objective throughput).
 	Fastest *FastestJSON `json:"fastest,omitempty"`
@@ -70,9 +72,13 @@ func runMaxBatch(e *env, args []string) error {
 	dim := fs.String("solve", "batch", "dimension to maximize: batch, layers, hidden or seq")
 	limit := fs.Int64("limit", solve.DefaultLimit, "largest value to try")
 	objective := fs.String("objective", "memory", "memory: the largest batch that fits; throughput: the batch that trains fastest among those that fit")
+	margin := fs.String("margin", "band", marginHelp)
 	r, batches, err := j.job(fs, "maxbatch", args)
 	if err != nil {
 		return err
+	}
+	if r.Margin, err = parseMargin(*margin, r.GPU.Capacity); err != nil {
+		return usagef("--margin: %v", err)
 	}
 	if len(batches) != 1 {
 		return usagef("maxbatch takes a single --batch")
@@ -92,18 +98,18 @@ func runMaxBatch(e *env, args []string) error {
 	if *objective == "throughput" && d != models.DimBatch {
 		return usagef("--objective throughput answers for the batch, not --solve %s", d)
 	}
-	ans, err := solve.MaxDim(r, d, *limit)
+	ans, err := solve.MaxDim(e.context(), r, d, *limit)
 	if err != nil {
 		return err
 	}
 	var fast *solve.Fastest
 	if *objective == "throughput" && ans.Max > 0 {
-		if fast, err = solve.BestThroughput(r, ans); err != nil {
+		if fast, err = solve.BestThroughput(e.context(), r, ans); err != nil {
 			return err
 		}
 	}
 	if j.json {
-		out := MaxBatchJSON{Model: r.Source.Name(), Solve: string(d), Max: ans.Max, Limited: ans.Limited, Probes: ans.Probes, Tried: ans.Tried}
+		out := MaxBatchJSON{Model: r.Source.Name(), Solve: string(d), MarginBytes: r.Margin, Max: ans.Max, Limited: ans.Limited, Probes: ans.Probes, Tried: ans.Tried}
 		if d == models.DimBatch {
 			out.MaxBatch = ans.Max
 		}
@@ -129,7 +135,11 @@ func runMaxBatch(e *env, args []string) error {
 	} else if ans.Max > 0 {
 		fmt.Fprintln(stdout, setupLine(ans.Fit))
 		fmt.Fprintln(stdout)
-		fmt.Fprintf(stdout, "largest %s that fits: %d", dimWords[d], ans.Max)
+		with := ""
+		if r.Margin > 0 {
+			with = " with the margin"
+		}
+		fmt.Fprintf(stdout, "largest %s that fits%s: %d", dimWords[d], with, ans.Max)
 		if ans.Limited {
 			fmt.Fprintf(stdout, " (the search limit)")
 		}
@@ -139,6 +149,7 @@ func runMaxBatch(e *env, args []string) error {
 		if ans.Over != nil {
 			fmt.Fprintf(stdout, "  at %d: does not fit — %s\n", ans.Max+1, ans.Over.Decider)
 		}
+		fmt.Fprintln(stdout, marginLine(r.Margin, r.GPU.Capacity))
 		if fast != nil {
 			writeFastest(stdout, fast)
 		}
@@ -146,6 +157,10 @@ func runMaxBatch(e *env, args []string) error {
 	if ans.Max == 0 {
 		if !j.json {
 			writeEstimate(stdout, ans.Over, []int64{1})
+		}
+		if r.Margin > 0 && ans.Over != nil && ans.Over.Timeline.OOM == nil && ans.Over.DeviceTotal <= r.GPU.Capacity {
+			return fmt.Errorf("%s does not fit on %s even with %s 1 with the margin of %s (--margin 0: it fits bare, by %s)",
+				r.Source.Name(), r.GPU.Name, d, fmtBytes(r.Margin), fmtBytes(r.GPU.Capacity-ans.Over.DeviceTotal))
 		}
 		return fmt.Errorf("%s does not fit on %s even with %s 1", r.Source.Name(), r.GPU.Name, d)
 	}

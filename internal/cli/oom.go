@@ -101,7 +101,7 @@ func runOOM(e *env, args []string) error {
 			return err
 		}
 		r.Config.Batch = b[0]
-		ans, err := solve.MaxBatch(r, 0)
+		ans, err := solve.MaxBatch(e.context(), r, 0)
 		if err != nil {
 			return err
 		}

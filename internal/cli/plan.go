@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -49,6 +50,11 @@ type PlanJSON struct {
 	NeedFrom    string          `json:"need_from,omitempty"`
 	Predictions int             `json:"predictions"`
 	Levers      []string        `json:"levers"`
+	// Simulations counts the simulations (each pipeline stage one);
+	// Stopped: the search stopped at --max-predictions with combinations
+	// unsearched.
+	Simulations int  `json:"simulations"`
+	Stopped     bool `json:"stopped"`
 }
 
 // PlanEntryJSON is one plan.
@@ -100,6 +106,7 @@ type planFlags struct {
 	minMicro        int64
 	margin          string
 	top             int
+	maxPredictions  int
 }
 
 func (p *planFlags) register(fs *flag.FlagSet) {
@@ -109,14 +116,15 @@ func (p *planFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&p.noCheckpointing, "no-checkpointing", false, "no plan may use activation checkpointing")
 	fs.IntVar(&p.maxAccumulate, "max-accumulate", 64, "largest gradient accumulation a plan may use")
 	fs.Int64Var(&p.minMicro, "min-micro-batch", 1, "smallest micro-batch a plan may use")
-	fs.StringVar(&p.margin, "margin", "5%", "headroom a plan must leave: a share of the GPU (5%) or a size (2GiB)")
+	fs.StringVar(&p.margin, "margin", "band", marginHelp)
 	fs.IntVar(&p.top, "top", 5, "number of plans to show")
+	fs.IntVar(&p.maxPredictions, "max-predictions", plan.DefaultMaxPredictions, "the most simulations the search runs (each pipeline stage one); past it the plans shown are the best of those tried")
 }
 
 // options turns the flags into planner options around the request.
 func (p *planFlags) options(r predict.Request) (plan.Options, error) {
 	o := plan.Options{Base: r, GlobalBatch: p.global, MaxAccumulate: p.maxAccumulate, MinMicroBatch: p.minMicro,
-		NoCheckpointing: p.noCheckpointing, Top: p.top}
+		NoCheckpointing: p.noCheckpointing, Top: p.top, MaxPredictions: p.maxPredictions}
 	if p.global < 0 {
 		return o, usagef("--global-batch must be positive, got %d", p.global)
 	}
@@ -125,6 +133,9 @@ func (p *planFlags) options(r predict.Request) (plan.Options, error) {
 	}
 	if p.minMicro < 1 {
 		return o, usagef("--min-micro-batch must be at least 1, got %d", p.minMicro)
+	}
+	if p.maxPredictions < 1 {
+		return o, usagef("--max-predictions must be at least 1, got %d", p.maxPredictions)
 	}
 	if p.top < 1 || p.top > 1000 {
 		return o, usagef("--top must be between 1 and 1000, got %d", p.top)
@@ -151,24 +162,48 @@ func (p *planFlags) options(r predict.Request) (plan.Options, error) {
 	return o, nil
 }
 
+// marginHelp is --margin's help, one meaning for maxbatch, plan and sweep.
+var marginHelp = "headroom the answer must leave on the GPU, against under-prediction: band (" + predict.SafetyBand.String() +
+	": the band's worst under-prediction as a share of the GPU), a share of the GPU (10%), a size (2GiB), or 0 for the bare figure"
+
+// parseMargin reads --margin as bytes of headroom on a device of the given
+// capacity. A share x of the GPU is the same as allowing the prediction to
+// fall x short of the real figure (see predict.Band.Margin).
 func parseMargin(s string, capacity int64) (int64, error) {
 	t := strings.TrimSpace(s)
+	if strings.EqualFold(t, "band") {
+		return predict.SafetyBand.Margin(capacity), nil
+	}
 	if strings.HasSuffix(t, "%") {
 		v, err := strconv.ParseFloat(strings.TrimSpace(strings.TrimSuffix(t, "%")), 64)
 		if err != nil || !(v >= 0 && v < 100) {
-			return 0, fmt.Errorf("%q: want a share from 0%% to below 100%%", s)
+			return 0, fmt.Errorf("%q: want band, a share from 0%% to below 100%%, or a size", s)
 		}
-		return int64(v / 100 * float64(capacity)), nil
+		return int64(math.Ceil(v / 100 * float64(capacity))), nil
 	}
 	n, err := gpu.ParseSize(t)
 	if err != nil {
-		return 0, err
+		return 0, fmt.Errorf("%q: want band, a share such as 10%%, or a size such as 2GiB", s)
 	}
 	if n >= capacity {
 		return 0, fmt.Errorf("%q leaves nothing of the %s device", s, fmtBytes(capacity))
 	}
 	return n, nil
 }
+
+// marginLine is the one line that says what margin an answer was held to.
+func marginLine(margin, capacity int64) string {
+	if margin == 0 {
+		return "margin: none (--margin 0): the bare prediction, which has been below the real figure on a GPU (" + predict.SafetyBand.String() + ")"
+	}
+	if margin == predict.SafetyBand.Margin(capacity) {
+		return fmt.Sprintf("margin: %s left free, %s of the GPU: batchfit's device total has been %s; --margin 0 for the bare figure",
+			fmtBytes(margin), pctOf(margin, capacity), predict.SafetyBand.String())
+	}
+	return fmt.Sprintf("margin: %s left free (%s of the GPU, by --margin); the default is the band (%s), 0 the bare figure", fmtBytes(margin), pctOf(margin, capacity), predict.SafetyBand.String())
+}
+
+func pctOf(n, of int64) string { return fmt.Sprintf("%.1f %%", 100*float64(n)/float64(of)) }
 
 func runPlan(e *env, args []string) error {
 	stdout, stderr := e.stdout, e.stderr
@@ -188,7 +223,7 @@ func runPlan(e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	ans, err := plan.Run(o)
+	ans, err := plan.Run(e.context(), o)
 	if err != nil {
 		return err
 	}
@@ -222,6 +257,9 @@ func nothingFits(r predict.Request, ans *plan.Answer) error {
 			msg += "; no single GPU of the catalog has that much memory"
 		}
 		msg += ", or several GPUs that shard the parameters, gradients and optimizer state"
+	}
+	if ans.Stopped {
+		msg += fmt.Sprintf("; the search stopped after %d simulations with combinations left (--max-predictions, --levers)", ans.Simulations)
 	}
 	return fmt.Errorf("%s", msg)
 }
@@ -264,7 +302,8 @@ func planEntry(ans *plan.Answer, p *plan.Plan) PlanEntryJSON {
 func planJSON(r predict.Request, o plan.Options, ans *plan.Answer) PlanJSON {
 	out := PlanJSON{Model: r.Source.Name(), GPU: r.GPU.Name, GlobalBatch: ans.GlobalBatch, Seq: r.Config.Seq, MarginBytes: ans.Margin,
 		Current: planEntry(ans, ans.Base), Best: []PlanEntryJSON{}, Evaluated: []PlanEntryJSON{}, Pruned: []PrunedJSON{},
-		NeedBytes: ans.Need, NeedFrom: ans.NeedFrom, Predictions: len(ans.Evaluated)}
+		NeedBytes: ans.Need, NeedFrom: ans.NeedFrom, Predictions: len(ans.Evaluated),
+		Simulations: ans.Simulations, Stopped: ans.Stopped}
 	if len(ans.Best) > 0 {
 		out.NeedBytes, out.NeedFrom = 0, ""
 	}
@@ -301,6 +340,7 @@ func writePlan(w io.Writer, r predict.Request, o plan.Options, ans *plan.Answer)
 	head = append(head, fmt.Sprintf("global batch %d", ans.GlobalBatch), fmt.Sprintf("%s (%s)", r.GPU.Name, fmtBytes(r.GPU.Capacity)),
 		fmt.Sprintf("margin %s", fmtBytes(ans.Margin)))
 	fmt.Fprintln(w, strings.Join(head, " · "))
+	fmt.Fprintln(w, marginLine(ans.Margin, r.GPU.Capacity))
 	b := ans.Base
 	verdict := "fits"
 	if !b.Fits {
@@ -329,6 +369,10 @@ func writePlan(w io.Writer, r predict.Request, o plan.Options, ans *plan.Answer)
 	}
 	fmt.Fprintf(w, "\n%s simulated; %s ruled out without simulation (--json lists every one)\n",
 		plural(len(ans.Evaluated), "plan"), plural(len(ans.Pruned), "combination"))
+	if ans.Stopped {
+		fmt.Fprintf(w, "the search stopped after %d simulations (--max-predictions %d) with combinations left: the plans shown are the best of those tried; fewer --levers search the rest\n",
+			ans.Simulations, o.MaxPredictions)
+	}
 	if ans.Untimed {
 		fmt.Fprintln(w, "step times are not predicted under data parallelism (the model knows no communication); the plans are ranked by the fewest changes")
 		return

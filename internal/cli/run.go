@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -218,7 +219,7 @@ func compareRecording(e *env, path string, recs []record.Record) ([]validation.C
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	res, err := predict.Run(r)
+	res, err := predict.Run(e.context(), r)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
@@ -480,7 +481,7 @@ func writeRunPrediction(w io.Writer, j *jobFlags, set map[string]bool, s record.
 	if err != nil {
 		return err
 	}
-	res, err := predict.Run(r)
+	res, err := predict.Run(context.Background(), r)
 	if err != nil {
 		return err
 	}
@@ -562,7 +563,7 @@ func writeRunOOM(w io.Writer, j *jobFlags, set map[string]bool, s record.Summary
 	r.GPU = gpu.GPU{Name: fmt.Sprintf("GPU %d", msg.DeviceIndex), Marketing: "the GPU of the message", Capacity: msg.Total,
 		Major: r.GPU.Major, ContextSize: max(0, ex.OutsidePyTorch), Rates: r.GPU.Rates}
 	r.Context = -1
-	res, err := predict.Run(r)
+	res, err := predict.Run(context.Background(), r)
 	if err != nil {
 		return
 	}
@@ -573,7 +574,7 @@ func writeRunOOM(w io.Writer, j *jobFlags, set map[string]bool, s record.Summary
 			setupLine(res), fmtBytes(res.DeviceTotal), fmtBytes(msg.Total))
 		return
 	}
-	ans, err := plan.Run(plan.Options{Base: r, Objective: plan.FewestChanges, Top: 3})
+	ans, err := plan.Run(context.Background(), plan.Options{Base: r, Objective: plan.FewestChanges, Top: 3})
 	if err != nil {
 		fmt.Fprintf(w, "\nno suggestions: %v\n", err)
 		return

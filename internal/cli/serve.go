@@ -26,11 +26,13 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+	"unicode/utf8"
 
 	"github.com/batchfit/batchfit/gpu"
 	"github.com/batchfit/batchfit/hf"
 	"github.com/batchfit/batchfit/models"
 	"github.com/batchfit/batchfit/onnx"
+	"github.com/batchfit/batchfit/plan"
 	"github.com/batchfit/batchfit/predict"
 	"github.com/batchfit/batchfit/snapshot"
 	"github.com/batchfit/batchfit/spec"
@@ -62,6 +64,9 @@ type serveOptions struct {
 	// workers is how many requests are answered at once; the others wait
 	// their turn (none is refused for being one too many).
 	workers int
+	// timeout bounds the computing of one answer (0: none): past it the
+	// prediction stops and the request is answered 503.
+	timeout time.Duration
 	// loopback: the server listens on the loopback interface, so it
 	// answers only requests addressed to this machine by a loopback name
 	// (a web page elsewhere cannot reach it by rebinding a name of its
@@ -75,6 +80,7 @@ func runServe(e *env, args []string) error {
 	addr := flags.String("addr", "127.0.0.1:8080", "address to listen on")
 	maxUpload := flags.String("max-upload", "64MiB", "largest request body (a model file, a snapshot)")
 	workers := flags.Int("workers", runtime.NumCPU(), "requests answered at once; more wait their turn")
+	timeout := flags.Duration("timeout", defaultServeTimeout, "longest time one answer is computed; past it the request is answered 503 (0: no limit)")
 	pos, err := parseArgs(flags, args)
 	if err != nil {
 		return err
@@ -89,6 +95,9 @@ func runServe(e *env, args []string) error {
 	if *workers < 1 {
 		return usagef("--workers must be at least 1, got %d", *workers)
 	}
+	if *timeout < 0 {
+		return usagef("--timeout must not be negative, got %s", *timeout)
+	}
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {
 		return fmt.Errorf("listening on %s: %w", *addr, err)
@@ -97,8 +106,14 @@ func runServe(e *env, args []string) error {
 	if !loopback {
 		fmt.Fprintf(stderr, "batchfit serve: listening on %s, which is not the loopback interface: other machines can reach this page\n", ln.Addr())
 	}
-	srv := &http.Server{Handler: newServer(serveOptions{maxUpload: lim, workers: *workers, loopback: loopback}),
-		ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 2 * time.Minute, WriteTimeout: 5 * time.Minute, IdleTimeout: time.Minute}
+	// An answer is written once computed: the write deadline is the
+	// computing's, and a minute more for waiting a turn and writing.
+	write := 5 * time.Minute
+	if *timeout > 0 {
+		write = *timeout + time.Minute
+	}
+	srv := &http.Server{Handler: newServer(serveOptions{maxUpload: lim, workers: *workers, loopback: loopback, timeout: *timeout}),
+		ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 2 * time.Minute, WriteTimeout: write, IdleTimeout: time.Minute}
 	fmt.Fprintf(stdout, "batchfit: serving http://%s/ (Ctrl-C stops)\n", ln.Addr())
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -118,6 +133,12 @@ func runServe(e *env, args []string) error {
 		return nil
 	}
 }
+
+// defaultServeTimeout is serve's --timeout: a minute is many times what
+// the largest request within the server's bounds takes to answer (the
+// planner's work is bounded, see plan.MaxPredictions), and it stops a
+// request that has gone wrong from holding a worker for long.
+const defaultServeTimeout = time.Minute
 
 // isLoopback reports whether a listener's address is on the loopback
 // interface.
@@ -186,7 +207,7 @@ const (
 var webMax = map[string]int64{
 	"steps": 20, "layers": 512, "hidden": 65536, "seq": 131072, "image": 4096,
 	"accumulate": 256, "max-accumulate": 256, "global-batch": 1 << 20, "min-micro-batch": 1 << 20,
-	"limit": 1 << 20, "top": 50, "device": 64, "lora": 4096, "gpus": 1 << 16, "node-gpus": 1 << 16, "tp": 1024, "pp": 64, "stage": 63,
+	"limit": 1 << 20, "top": 50, "max-predictions": plan.DefaultMaxPredictions, "device": 64, "lora": 4096, "gpus": 1 << 16, "node-gpus": 1 << 16, "tp": 1024, "pp": 64, "stage": 63,
 	"prompt": 131072, "new-tokens": 8192, "beams": 64,
 }
 
@@ -280,7 +301,47 @@ type apiError struct {
 func writeError(w http.ResponseWriter, code int, err error) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
-	json.NewEncoder(w).Encode(apiError{err.Error()})
+	json.NewEncoder(w).Encode(apiError{clipMessage(err.Error())})
+}
+
+// Error messages quote the input they refuse; a request may be a
+// megabyte, which must not come back inside its own refusal.
+const (
+	// maxQuoted is the longest quoted input an error body repeats whole.
+	maxQuoted = 80
+	// maxMessage bounds an error body's message, whatever it holds.
+	maxMessage = 4096
+)
+
+var quoted = regexp.MustCompile(`"(?:[^"\\]|\\.)*"`)
+
+// clipMessage shortens the quoted strings of an error message longer than
+// maxQuoted to their beginning, saying how much was cut, and the message
+// to maxMessage bytes.
+func clipMessage(msg string) string {
+	msg = quoted.ReplaceAllStringFunc(msg, func(q string) string {
+		if len(q) <= maxQuoted {
+			return q
+		}
+		keep := runeCut(q, maxQuoted-16)
+		return fmt.Sprintf("%s…\" (%d bytes)", keep, len(q)-2)
+	})
+	if len(msg) > maxMessage {
+		keep := runeCut(msg, maxMessage)
+		msg = fmt.Sprintf("%s… (%d bytes cut)", keep, len(msg)-len(keep))
+	}
+	return msg
+}
+
+// runeCut is s cut to at most n bytes on a character boundary.
+func runeCut(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
 }
 
 // webRequest is a request read: its flags as command-line arguments and
@@ -354,14 +415,26 @@ func (s *server) handle(ep endpoint) http.HandlerFunc {
 		defer s.active.Add(-1)
 		for m := s.maxActive.Load(); n > m && !s.maxActive.CompareAndSwap(m, n); m = s.maxActive.Load() {
 		}
+		// The prediction stops when the client leaves (r.Context is
+		// cancelled when its connection closes) or the deadline passes.
+		ctx, cancel := r.Context(), context.CancelFunc(func() {})
+		if s.opts.timeout > 0 {
+			ctx, cancel = context.WithTimeout(ctx, s.opts.timeout)
+		}
+		defer cancel()
 		var out, chartOut, errb bytes.Buffer
 		e := &env{web: true, stdin: strings.NewReader(req.message), stdout: &out, stderr: &errb,
-			source: req.source, snap: req.snap, snapName: req.snapName}
+			source: req.source, snap: req.snap, snapName: req.snapName, ctx: ctx}
 		if ep.svg {
 			e.chart = &chartOut
 		}
 		runErr := safeRun(commands[ep.cmd], e, append(req.args, ep.extra...))
 		switch {
+		case r.Context().Err() != nil:
+			// the client left: nobody reads an answer
+			return
+		case ctx.Err() != nil:
+			writeError(w, http.StatusServiceUnavailable, fmt.Errorf("the answer took longer than the %s this server computes one for (batchfit serve --timeout): ask for less (fewer levers, a smaller search) or raise the limit", s.opts.timeout))
 		case ep.svg && chartOut.Len() > 0:
 			w.Header().Set("Content-Type", "image/svg+xml")
 			w.Write(chartOut.Bytes())

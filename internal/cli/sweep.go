@@ -3,6 +3,7 @@ package cli
 import (
 	"encoding/csv"
 	"fmt"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/batchfit/batchfit/plan"
@@ -29,6 +30,7 @@ func runSweep(e *env, args []string) error {
 	j.register(fs, "1:256")
 	asCSV := fs.Bool("csv", false, "print CSV")
 	svg := fs.String("svg", "", "also write the chart of memory (and step time) over batch size to this SVG file")
+	margin := fs.String("margin", "band", marginHelp)
 	r, batches, err := j.job(fs, "sweep", args)
 	if err != nil {
 		return err
@@ -36,7 +38,10 @@ func runSweep(e *env, args []string) error {
 	if j.json && *asCSV {
 		return usagef("--csv and --json exclude each other: give one")
 	}
-	pts, err := solve.Sweep(r, batches)
+	if r.Margin, err = parseMargin(*margin, r.GPU.Capacity); err != nil {
+		return usagef("--margin: %v", err)
+	}
+	pts, err := solve.Sweep(e.context(), r, batches)
 	if err != nil {
 		return err
 	}
@@ -135,7 +140,8 @@ func runSweep(e *env, args []string) error {
 	if timed {
 		fmt.Fprintln(stdout, "step time and throughput: the roofline step-time model, a bound to compare batches with (docs/accuracy.md)")
 	}
-	fmt.Fprintf(stdout, "\nGPU capacity %s (%s)\n", fmtBytes(pts[0].Result.GPU.Capacity), pts[0].Result.GPU.Marketing)
+	fmt.Fprintf(stdout, "\nGPU capacity %s (%s)\n", fmtBytes(pts[0].Result.GPU.Capacity), capacityNote(pts[0].Result.GPU))
+	fmt.Fprintln(stdout, strings.Replace(marginLine(r.Margin, r.GPU.Capacity), "margin: ", "fits with the margin: ", 1))
 	if *svg != "" {
 		fmt.Fprintf(stdout, "chart: %s\n", *svg)
 	}
