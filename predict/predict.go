@@ -46,6 +46,30 @@ func (z Zoo) Note() string { return z.M.Note }
 func (z Zoo) ModelParallel() bool { return z.M.Family == "transformers" }
 func (z Zoo) Dims() []models.Dim  { return z.M.Dims }
 
+// Range gives the valid values of a dimension of the zoo entry.
+func (z Zoo) Range(d models.Dim, c models.Config) models.Range {
+	if z.M.Range == nil {
+		return models.AnyPositive
+	}
+	return z.M.Range(d, c)
+}
+
+// Ranger is a Source whose dimensions take only some values (see
+// models.Range).
+type Ranger interface {
+	Range(d models.Dim, c models.Config) models.Range
+}
+
+// RangeOf gives the valid values of dimension d of a source, the other
+// sizes as in c: every positive value unless the source says otherwise.
+// The batch takes every positive value.
+func RangeOf(s Source, d models.Dim, c models.Config) models.Range {
+	if r, ok := s.(Ranger); ok && d != models.DimBatch {
+		return r.Range(d, c)
+	}
+	return models.AnyPositive
+}
+
 // Request is one prediction.
 type Request struct {
 	Source Source

@@ -2,6 +2,8 @@ package solve
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/batchfit/batchfit/alloc"
@@ -255,5 +257,69 @@ func BenchmarkSweepResNet50(b *testing.B) {
 		if _, err := Sweep(context.Background(), r, batches); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// A transformer's width is heads × head size (withOverrides keeps the head
+// size), and a learned position table has no row past its size: the search
+// tries only such values, and a sequence bounded by the table stops there,
+// saying that the table, not memory, decided.
+func TestMaxDimValidValues(t *testing.T) {
+	for _, c := range []struct {
+		model, gpu string
+		dim        models.Dim
+		seq        int64
+		step       int64 // every value tried is a multiple
+		bound      int64 // the model's limit reached, 0: memory decides
+	}{
+		// GPT-2: 12 heads of 64 (n_embd 768 / n_head 12)
+		{"gpt2", "t4", models.DimHidden, 256, 64, 0},
+		// Llama-3.2-1B: head size 64 (2048 / 32 heads), 32 query heads
+		// over 8 key/value heads, a group of 4: widths in multiples of
+		// 256
+		{"Llama-3.2-1B", "t4", models.DimHidden, 128, 256, 0},
+		// n_positions 1024 and max_position_embeddings 512; at batch 1
+		// both fit far below an H100's memory
+		{"gpt2", "h100-80gb", models.DimSeq, 0, 1, 1024},
+		{"bert-base-uncased", "h100-80gb", models.DimSeq, 0, 1, 512},
+	} {
+		r := request(t, c.model, c.gpu)
+		r.Config.Batch, r.Config.Seq = 1, c.seq
+		ans, err := MaxDim(context.Background(), r, c.dim, 0)
+		if err != nil {
+			t.Errorf("%s %s: %v", c.model, c.dim, err)
+			continue
+		}
+		for _, v := range ans.Tried {
+			if v%c.step != 0 || v <= 0 {
+				t.Errorf("%s %s: tried %d, not a positive multiple of %d", c.model, c.dim, v, c.step)
+			}
+		}
+		if c.bound > 0 {
+			if ans.Max != c.bound || !ans.Limited || !strings.Contains(ans.Bound, fmt.Sprint(c.bound)) {
+				t.Errorf("%s %s: max %d, limited %v by %q; want %d, limited by the position table", c.model, c.dim, ans.Max, ans.Limited, ans.Bound, c.bound)
+			}
+			continue
+		}
+		if ans.Max == 0 || ans.Limited || ans.Bound != "" || ans.Next != ans.Max+c.step || ans.Over == nil || ans.Over.Fits || !ans.Fit.Fits {
+			t.Errorf("%s %s: max %d (limited %v, %q), next %d; want a memory boundary one step of %d apart", c.model, c.dim, ans.Max, ans.Limited, ans.Bound, ans.Next, c.step)
+		}
+	}
+}
+
+// A search limit under the model's bound is the search's, not the model's.
+func TestMaxDimSearchLimitBelowModel(t *testing.T) {
+	r := request(t, "gpt2", "h100-80gb")
+	r.Config.Batch = 1
+	ans, err := MaxDim(context.Background(), r, models.DimSeq, 300)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ans.Max != 300 || !ans.Limited || ans.Bound != "" {
+		t.Errorf("max %d, limited %v by %q; want 300 by the search's limit", ans.Max, ans.Limited, ans.Bound)
+	}
+	// a limit below the smallest valid width leaves nothing to try
+	if _, err := MaxDim(context.Background(), r, models.DimHidden, 32); err == nil || !strings.Contains(err.Error(), "head size 64") {
+		t.Errorf("hidden up to 32: got %v, want an error naming the head size", err)
 	}
 }

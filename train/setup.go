@@ -20,20 +20,56 @@ const (
 	TrueBF16  Precision = "bf16-true"
 )
 
+// Lightning's precision names (lightning/fabric/plugins/precision/precision.py,
+// _PRECISION_INPUT_STR, Lightning 2.x, Apache-2.0) and the short forms its
+// connector converts (_PRECISION_INPUT_STR_ALIAS_CONVERSION: "64" is
+// 64-true, "32" 32-true, "16" 16-mixed, "bf16" bf16-mixed; the integers 64,
+// 32 and 16 are read as those strings). fp32 and float32 are unambiguous and
+// kept. Bare dtype names that Lightning does not define — fp16, float16,
+// bfloat16 — could mean the mixed or the true setting, so they are refused
+// with both choices named.
 var precisionAliases = map[string]Precision{
-	"32-true": FP32, "32": FP32, "fp32": FP32, "float32": FP32,
-	"16-mixed": Mixed16, "16": Mixed16, "fp16-mixed": Mixed16, "amp": Mixed16, "fp16-amp": Mixed16,
-	"bf16-mixed": MixedBF16, "bf16-amp": MixedBF16,
-	"16-true": True16, "fp16": True16, "float16": True16, "fp16-true": True16,
-	"bf16-true": TrueBF16, "bf16": TrueBF16, "bfloat16": TrueBF16,
+	"32-true": FP32, "16-mixed": Mixed16, "bf16-mixed": MixedBF16, "16-true": True16, "bf16-true": TrueBF16,
+	"32": FP32, "16": Mixed16, "bf16": MixedBF16,
+	"fp32": FP32, "float32": FP32,
 }
 
-// ParsePrecision accepts Lightning's precision names and common aliases.
+// PrecisionAliases lists the short forms Lightning converts, as "bf16 =
+// bf16-mixed", for help texts.
+func PrecisionAliases() string {
+	return "32 = 32-true, 16 = 16-mixed, bf16 = bf16-mixed (Lightning's aliases)"
+}
+
+// unsupportedPrecision names Lightning's precisions that no rule here
+// simulates, with why.
+var unsupportedPrecision = map[string]string{
+	"64-true":                    "float64 training (Lightning's 64-true) is not simulated",
+	"64":                         "float64 training (Lightning's 64, that is 64-true) is not simulated",
+	"transformer-engine":         "Transformer Engine's FP8 training (Lightning's transformer-engine) is not simulated",
+	"transformer-engine-float16": "Transformer Engine's FP8 training (Lightning's transformer-engine-float16) is not simulated",
+}
+
+// ambiguousPrecision are dtype names that are not Lightning's and name no
+// single setting.
+var ambiguousPrecision = map[string][2]Precision{
+	"fp16": {Mixed16, True16}, "float16": {Mixed16, True16}, "half": {Mixed16, True16},
+	"bfloat16": {MixedBF16, TrueBF16},
+}
+
+// ParsePrecision accepts Lightning's precision names and the aliases
+// Lightning itself converts.
 func ParsePrecision(s string) (Precision, error) {
-	if p, ok := precisionAliases[strings.ToLower(s)]; ok {
+	k := strings.ToLower(strings.TrimSpace(s))
+	if p, ok := precisionAliases[k]; ok {
 		return p, nil
 	}
-	return "", fmt.Errorf("unknown precision %q (want 32-true, 16-mixed, bf16-mixed, 16-true or bf16-true)", s)
+	if why, ok := unsupportedPrecision[k]; ok {
+		return "", fmt.Errorf("precision %q: %s (want 32-true, 16-mixed, bf16-mixed, 16-true or bf16-true)", s, why)
+	}
+	if two, ok := ambiguousPrecision[k]; ok {
+		return "", fmt.Errorf("precision %q is ambiguous: say %s (autocast, float32 weights) or %s (the weights themselves in 16 bits)", s, two[0], two[1])
+	}
+	return "", fmt.Errorf("unknown precision %q (want 32-true, 16-mixed, bf16-mixed, 16-true or bf16-true; %s)", s, PrecisionAliases())
 }
 
 // Autocast reports whether the precision runs the forward under autocast,

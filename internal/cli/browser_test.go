@@ -201,6 +201,7 @@ func TestBrowserPredict(t *testing.T) {
 		chromedp.SetValue(chromedp.CSS("#model"), "gpt2"),
 		chromedp.SetValue(chromedp.CSS("#gpu"), "a10g"),
 		chromedp.SetValue(chromedp.CSS("#precision"), "bf16-mixed"),
+		chromedp.SetValue(chromedp.CSS("#optimizer"), "adamw"),
 		chromedp.SetValue(chromedp.CSS("#checkpoint"), "full"),
 		chromedp.Evaluate[chromedp.Void](`document.querySelector("#model").dispatchEvent(new Event("change", {bubbles: true}))`),
 		chromedp.Clear(chromedp.CSS("#batch")),
@@ -415,7 +416,7 @@ func TestBrowserUploads(t *testing.T) {
 	}
 	data, _ := os.ReadFile(spec)
 	res, body := postForm(t, ts.URL+"/api/estimate", part{field: "gpu", value: "t4"}, part{field: "optimizer", value: "sgd"},
-		part{field: "batch", value: "32"}, part{field: "precision", value: "bf16-mixed"}, part{field: "accumulate", value: "1"},
+		part{field: "batch", value: "32"}, part{field: "precision", value: "32-true"}, part{field: "accumulate", value: "1"},
 		part{field: "checkpoint", value: "none"}, part{field: "model_file", file: "mlp.yaml", data: data})
 	var est map[string]any
 	if res.StatusCode != 200 || json.Unmarshal(body, &est) != nil {

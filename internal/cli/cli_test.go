@@ -36,6 +36,9 @@ func TestGolden(t *testing.T) {
 		{"estimate_schedule_empty_cache", []string{"estimate", "simpleconv", "--batch", "64,8,32,4", "--gpu", "t4", "--optimizer", "sgd", "--empty-cache"}},
 		{"sweep_simpleconv", []string{"sweep", "simpleconv", "--batch", "1:64", "--gpu", "t4"}},
 		{"maxbatch_mlp_layers", []string{"maxbatch", "mlp", "--solve", "layers", "--batch", "32", "--gpu", "1GiB", "--context", "0"}},
+		{"maxbatch_gpt2_seq", []string{"maxbatch", "gpt2", "--solve", "seq", "--batch", "1", "--gpu", "t4"}},
+		{"maxbatch_tinygpt_seq", []string{"maxbatch", "../../examples/tinygpt.yaml", "--solve", "seq", "--batch", "1", "--gpu", "t4"}},
+		{"maxbatch_gpt2_hidden", []string{"maxbatch", "gpt2", "--solve", "hidden", "--batch", "1", "--seq", "128", "--gpu", "4GiB"}},
 		{"gpus", []string{"gpus"}},
 		{"plan_gpt2", []string{"plan", "gpt2", "--seq", "1024", "--gpu", "a10g", "--global-batch", "64", "--batch", "64", "--top", "3"}},
 		{"estimate_suggestions", []string{"estimate", "gpt2", "--seq", "1024", "--batch", "32", "--gpu", "a10g"}},
@@ -139,7 +142,8 @@ func TestBadInput(t *testing.T) {
 		{[]string{"plan", "mlp", "--global-batch", "8", "--min-micro-batch", "16"}, 1, "global batch of 8"},
 		{[]string{"plan", "mlp", "--global-batch", "-8"}, 2, "must be positive"},
 		{[]string{"plan", "mlp", "--margin", "120%"}, 2, "--margin"},
-		{[]string{"plan", "Llama-3-70B", "--gpu", "h100-80gb", "--global-batch", "8"}, 1, "several GPUs that shard"},
+		// without the levers that change what is trained: QLoRA fits it
+		{[]string{"plan", "Llama-3-70B", "--gpu", "h100-80gb", "--global-batch", "8", "--levers", "accumulate,precision,checkpoint,optimizer,allocator"}, 1, "several GPUs that shard"},
 		{[]string{"maxbatch", "mlp", "--objective", "speed"}, 2, "want memory or throughput"},
 		{[]string{"maxbatch", "mlp", "--solve", "layers", "--objective", "throughput"}, 2, "answers for the batch"},
 		// inference (--mode)
@@ -476,4 +480,32 @@ func FuzzParseMargin(f *testing.F) {
 			t.Errorf("%q: margin %d outside the device", s, m)
 		}
 	})
+}
+
+// plan's current setup is the job as given: --batch is its micro-batch,
+// the accumulation what makes --global-batch from it when --accumulate is
+// not given; the global batch counts every rank's samples.
+func TestPlanCurrentSetup(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		code int
+		want []string
+	}{
+		{[]string{"--global-batch", "64", "--batch", "8"}, 0, []string{"global batch 64 ·", "current: micro-batch 8 × 8,"}},
+		{[]string{"--batch", "8", "--gpus", "8"}, 0, []string{"global batch 64 (8 a rank × 8 GPUs)", "current: micro-batch 8 × 1, ddp"}},
+		{[]string{"--global-batch", "64", "--batch", "4", "--gpus", "8"}, 0, []string{"global batch 64 (8 a rank × 8 GPUs)", "current: micro-batch 4 × 2, ddp"}},
+		{[]string{"--global-batch", "60", "--batch", "8"}, 2, []string{"not a multiple of --batch 8"}},
+		{[]string{"--global-batch", "64", "--batch", "8", "--accumulate", "2"}, 1, []string{"makes 16 samples a step, not the global batch 64"}},
+	} {
+		args := append([]string{"plan", "gpt2", "--seq", "256", "--gpu", "a10g", "--top", "1"}, c.args...)
+		out, errs, code := run(args...)
+		if code != c.code {
+			t.Errorf("%v: exit %d, want %d: %s", c.args, code, c.code, errs)
+		}
+		for _, w := range c.want {
+			if !strings.Contains(out+errs, w) {
+				t.Errorf("%v: no %q in\n%s%s", c.args, w, out, errs)
+			}
+		}
+	}
 }

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"encoding/json"
+	"fmt"
 	"math"
 	"strings"
 	"testing"
@@ -81,6 +82,11 @@ func TestMaxBatchMargin(t *testing.T) {
 	out, _, _ = run("sweep", "resnet18", "--batch", "1,2", "--gpu", "t4")
 	if !strings.Contains(out, "fits with the margin: ") {
 		t.Errorf("sweep does not say its margin:\n%s", out)
+	}
+	out, _, _ = run("sweep", "resnet18", "--batch", "1", "--gpu", "t4", "--csv")
+	if lines := strings.Split(strings.TrimSpace(out), "\n"); len(lines) != 2 || !strings.HasSuffix(lines[0], ",margin_bytes") ||
+		!strings.HasSuffix(lines[1], ","+fmt.Sprint(predict.SafetyBand.Margin(t4.Capacity))) {
+		t.Errorf("sweep --csv does not give its margin:\n%s", out)
 	}
 	out, _, _ = run("estimate", "resnet18", "--gpu", "t4")
 	if !strings.Contains(out, "band: batchfit's device total has been within −14.5 %") {

@@ -83,6 +83,15 @@ type specSource struct {
 func (s specSource) Name() string { return s.name }
 
 func (s specSource) Build(c models.Config) (*graph.Graph, error) {
+	over, err := s.overrides(c)
+	if err != nil {
+		return nil, err
+	}
+	return s.s.BuildAdapted(c.Batch, c.Seq, over, c.Adapters)
+}
+
+// overrides are --layers and --hidden as the spec's parameters.
+func (s specSource) overrides(c models.Config) (map[string]int64, error) {
 	over := map[string]int64{}
 	declared := s.s.Params()
 	for name, v := range map[string]int64{"layers": c.Layers, "hidden": c.Hidden} {
@@ -94,7 +103,24 @@ func (s specSource) Build(c models.Config) (*graph.Graph, error) {
 		}
 		over[name] = v
 	}
-	return s.s.BuildAdapted(c.Batch, c.Seq, over, c.Adapters)
+	return over, nil
+}
+
+// Range bounds the sequence by the spec's learned position tables
+// (spec.SeqLimit); the other dimensions take every positive value.
+func (s specSource) Range(d models.Dim, c models.Config) models.Range {
+	if d != models.DimSeq {
+		return models.AnyPositive
+	}
+	over, err := s.overrides(c)
+	if err != nil {
+		return models.AnyPositive
+	}
+	n, err := s.s.SeqLimit(over)
+	if err != nil || n <= 0 {
+		return models.AnyPositive
+	}
+	return models.Range{Min: 1, Step: 1, Max: n, MaxWhy: fmt.Sprintf("the %d learned positions of its position_embedding", n)}
 }
 
 func (s specSource) DefaultSeq() int64 {

@@ -14,7 +14,8 @@ import (
 const sweepUsage = `usage: batchfit sweep MODEL --batch LIST|RANGE [flags]
 
 Predicts memory for each batch size: a list (1,2,4,8) or a range,
-FROM:TO doubling (1:256) or FROM:TO:STEP (8:64:8). MODEL takes every form
+FROM:TO doubling (1:256) or FROM:TO:STEP (8:64:8). "fits" is with --margin
+(the safety band by default; 0 for the bare figure). MODEL takes every form
 'batchfit estimate' does.
 
 Examples:
@@ -63,7 +64,7 @@ func runSweep(e *env, args []string) error {
 		// failure; needs_at_least_bytes is what the step needs (JSON's
 		// needs_at_least_bytes, the chart's red line)
 		w.Write([]string{"batch", "activations_bytes", "peak_allocated_bytes", "peak_reserved_bytes", "device_total_bytes", "gpu_capacity_bytes", "fits",
-			"step_seconds", "samples_per_second", "tokens_per_second", "out_of_memory", "needs_at_least_bytes"})
+			"step_seconds", "samples_per_second", "tokens_per_second", "out_of_memory", "needs_at_least_bytes", "margin_bytes"})
 		for _, p := range pts {
 			r := p.Result
 			var sec, sps, tps float64
@@ -72,7 +73,7 @@ func runSweep(e *env, args []string) error {
 			}
 			w.Write([]string{fmt.Sprint(p.Value), fmt.Sprint(r.Summary.ActivationsBytes), fmt.Sprint(r.Timeline.PeakAllocated),
 				fmt.Sprint(r.Timeline.PeakReserved), fmt.Sprint(r.DeviceTotal), fmt.Sprint(r.GPU.Capacity), fmt.Sprint(r.Fits),
-				fmt.Sprint(sec), fmt.Sprint(sps), fmt.Sprint(tps), fmt.Sprint(r.Timeline.OOM != nil), fmt.Sprint(needOf(r))})
+				fmt.Sprint(sec), fmt.Sprint(sps), fmt.Sprint(tps), fmt.Sprint(r.Timeline.OOM != nil), fmt.Sprint(needOf(r)), fmt.Sprint(r.Margin)})
 		}
 		w.Flush()
 		return w.Error()
