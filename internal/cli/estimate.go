@@ -193,7 +193,17 @@ func setupLine(res *predict.Result) string {
 
 func writeEstimate(w io.Writer, res *predict.Result, batches []int64) {
 	tl := res.Timeline
-	fmt.Fprintln(w, setupLine(res))
+	head := setupLine(res)
+	if len(batches) > 1 {
+		// a schedule: the header names every step's batch, not the first's
+		var bs []string
+		for _, b := range batches {
+			bs = append(bs, fmt.Sprint(b))
+		}
+		head = strings.Replace(head, fmt.Sprintf(" · batch %d · ", res.Config.Batch),
+			fmt.Sprintf(" · batch schedule %s (the breakdown below: batch %d; the peaks: every step's) · ", strings.Join(bs, ", "), res.Config.Batch), 1)
+	}
+	fmt.Fprintln(w, head)
 	if res.Note != "" {
 		fmt.Fprintln(w, res.Note)
 	}

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"bytes"
-	"cmp"
 	"errors"
 	"flag"
 	"fmt"
@@ -57,7 +56,7 @@ type jobFlags struct {
 	forloop       bool
 	accumulate    int
 	checkpointing bool
-	checkpoint    string
+	checkpoint    setString
 	attention     string
 	torch         string
 	steps         int
@@ -125,7 +124,8 @@ func (j *jobFlags) register(fs *flag.FlagSet, batchDefault string) {
 	fs.BoolVar(&j.amsgrad, "amsgrad", false, "Adam's AMSGrad variant (one more state)")
 	fs.IntVar(&j.accumulate, "accumulate", 1, "micro-batches per optimizer step (gradient accumulation)")
 	fs.BoolVar(&j.checkpointing, "checkpointing", false, "activation checkpointing of every block (non-reentrant); the same as --checkpoint full")
-	fs.StringVar(&j.checkpoint, "checkpoint", "", "activation checkpointing: none, full (every block), every-K (every K-th block), attention (each attention core), or every-K+attention (default none)")
+	j.checkpoint.v = "none"
+	fs.Var(&j.checkpoint, "checkpoint", "activation checkpointing: none, full (every block), every-K (every K-th block), attention (each attention core), or every-K+attention")
 	fs.StringVar(&j.attention, "attention", "auto", "attention kernel: auto, eager, flash, efficient or math (sdpa: auto)")
 	fs.StringVar(&j.torch, "torch", "", "PyTorch version whose rules apply (default: current; known profiles: "+strings.Join(profile.Versions(), ", ")+")")
 	fs.IntVar(&j.steps, "steps", 3, "optimizer steps to simulate")
@@ -167,6 +167,19 @@ func (j *jobFlags) register(fs *flag.FlagSet, batchDefault string) {
 	fs.StringVar(&j.bnbVersion, "bnb-version", "", "the bitsandbytes release whose 4-bit rules apply (default: current; before 0.43.2 each 4-bit layer also keeps its input for backward, before 0.43.0 dequantizes through float16)")
 	fs.StringVar(&j.quantVia, "quant-via", "transformers", "what quantizes the Linear layers (--quant): transformers (BitsAndBytesConfig; lm_head kept), fabric (Lightning Fabric's BitsandbytesPrecision, LitGPT's --quantize: every Linear, the head too, quantized from a float16 copy) or torchao (torchao's NF4Tensor, torchtune's QLoRA; --quant nf4)")
 	fs.StringVar(&j.loraImpl, "lora-impl", "peft", "whose LoRA layers: peft, or litgpt or torchtune (on a quantized base: adapters in the model's dtype, no casts and no clone)")
+}
+
+// setString is a string flag that knows whether it was given: an explicit
+// value that contradicts another flag is refused, its default is not.
+type setString struct {
+	v   string
+	set bool
+}
+
+func (s *setString) String() string { return s.v }
+func (s *setString) Set(v string) error {
+	s.v, s.set = v, true
+	return nil
 }
 
 // modelParallel reads --tp, --pp, --stage and --stage-layers into c.
@@ -690,7 +703,7 @@ func (j *jobFlags) requestFor(src predict.Source) (predict.Request, error) {
 	if j.steps < 1 || j.steps > 1000 {
 		return r, usagef("--steps must be between 1 and 1000, got %d", j.steps)
 	}
-	ck, err := train.ParseCheckpoint(cmp.Or(j.checkpoint, "none"))
+	ck, err := train.ParseCheckpoint(j.checkpoint.v)
 	if err != nil {
 		return r, usagef("--checkpoint: %v", err)
 	}
@@ -698,8 +711,8 @@ func (j *jobFlags) requestFor(src predict.Source) (predict.Request, error) {
 		if ck.On() && ck != train.FullCheckpoint {
 			return r, usagef("--checkpointing (every block) and --checkpoint %s exclude each other", ck)
 		}
-		if j.checkpoint != "" && !ck.On() {
-			return r, usagef("--checkpointing turns checkpointing on and --checkpoint %s turns it off: give one", j.checkpoint)
+		if j.checkpoint.set && !ck.On() {
+			return r, usagef("--checkpointing turns checkpointing on and --checkpoint %s turns it off: give one", j.checkpoint.v)
 		}
 		ck = train.FullCheckpoint
 	}
@@ -802,7 +815,7 @@ func (j *jobFlags) inference() (*predict.Inference, error) {
 	if !j.inferOK {
 		return nil, usagef("--mode %s is for estimate, sweep and maxbatch", mode)
 	}
-	if j.accumulate != 1 || j.checkpointing || (j.checkpoint != "" && j.checkpoint != "none") {
+	if j.accumulate != 1 || j.checkpointing || j.checkpoint.v != "none" {
 		return nil, usagef("--accumulate and activation checkpointing are for training, not --mode %s", mode)
 	}
 	in := &predict.Inference{Mode: mode}
