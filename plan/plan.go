@@ -312,7 +312,10 @@ func Run(ctx context.Context, o Options) (*Answer, error) {
 		return nil, fmt.Errorf("batch size must be positive, got %d", o.Base.Config.Batch)
 	}
 	if o.GlobalBatch == 0 {
-		o.GlobalBatch = o.Base.Config.Batch * int64(s.Accumulate)
+		var ok bool
+		if o.GlobalBatch, ok = graph.MulSize(o.Base.Config.Batch, int64(s.Accumulate)); !ok {
+			return nil, fmt.Errorf("batch %d × accumulation %d overflows", o.Base.Config.Batch, s.Accumulate)
+		}
 	}
 	if o.GlobalBatch <= 0 {
 		return nil, fmt.Errorf("the global batch must be positive, got %d", o.GlobalBatch)
