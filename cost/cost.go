@@ -128,9 +128,14 @@ func Step(in Input) (Estimate, error) {
 	t.model = false
 	optimizer(&t, g, in.Setup, acc)
 	e := t.est
-	e.Samples = in.Batch * acc
+	var ok bool
+	if e.Samples, ok = graph.MulSize(in.Batch, acc); !ok {
+		return Estimate{}, fmt.Errorf("batch %d × accumulation %d samples a step overflows", in.Batch, acc)
+	}
 	if in.Seq > 0 {
-		e.Tokens = e.Samples * in.Seq
+		if e.Tokens, ok = graph.MulSize(e.Samples, in.Seq); !ok {
+			return Estimate{}, fmt.Errorf("%d samples × sequence %d tokens a step overflows", e.Samples, in.Seq)
+		}
 	}
 	for _, s := range e.By {
 		e.Seconds += s

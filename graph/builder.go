@@ -181,6 +181,11 @@ func (b *Builder) newTensor(name string, s Shape, dt DType, role Role, view Tens
 	if view != None && b.g.Tensors[view].View != None {
 		view = b.g.Tensors[view].View
 	}
+	if _, err := CheckedBytes(b.path(name), s, dt); err != nil && b.err == nil {
+		// refused where the size is made, naming the tensor and its
+		// shape: every figure after would be computed from it
+		b.err = err
+	}
 	b.g.Tensors = grow(b.g.Tensors)
 	b.g.Tensors = append(b.g.Tensors, Tensor{Name: name, Shape: s, DType: dt, Role: role, View: view, RequiresGrad: rg})
 	b.contig = append(b.contig, contig)
@@ -290,6 +295,11 @@ func (b *Builder) op(k Kind, name string, in []TensorID, w, bias TensorID, s Sha
 		rg = false
 	}
 	p := b.path(name)
+	if len(b.g.Ops) == MaxOps && b.err == nil {
+		// the ops after are skipped (ok fails): a deep model is refused
+		// before its graph is built, not after
+		b.err = opsError(b.g.Name)
+	}
 	out := b.newTensor(p, s, dt, Activation, viewOf, rg, contig)
 	b.g.Ops = grow(b.g.Ops)
 	b.g.Ops = append(b.g.Ops, Op{Kind: k, Name: p, Inputs: in, Weight: w, Bias: bias, Output: out, Attr: attr, Block: b.block})

@@ -325,6 +325,9 @@ func (g *Graph) Validate() error {
 			}
 		}
 	}
+	if len(g.Ops) > MaxOps {
+		return opsError(g.Name)
+	}
 	produced := make([]bool, n)
 	for i, t := range g.Tensors {
 		if t.Role != Activation {
@@ -353,7 +356,7 @@ func (g *Graph) Validate() error {
 	if !in(g.Loss) || !produced[g.Loss] {
 		return fmt.Errorf("graph %s has no loss", g.Name)
 	}
-	return nil
+	return g.checkTotal()
 }
 
 // UnfreezeMixedUnits applies FSDP1's flat parameters to g: with

@@ -384,7 +384,13 @@ func Run(ctx context.Context, o Options) (*Answer, error) {
 	}
 	ranks := Ranks(s.Parallel)
 	if o.GlobalBatch == 0 {
-		o.GlobalBatch = o.Base.Config.Batch * int64(s.Accumulate) * ranks
+		var ok bool
+		if o.GlobalBatch, ok = graph.MulSize(o.Base.Config.Batch, int64(s.Accumulate)); ok {
+			o.GlobalBatch, ok = graph.MulSize(o.GlobalBatch, ranks)
+		}
+		if !ok {
+			return nil, fmt.Errorf("batch %d × accumulation %d × %d ranks overflows", o.Base.Config.Batch, s.Accumulate, ranks)
+		}
 	}
 	if o.GlobalBatch <= 0 {
 		return nil, fmt.Errorf("the global batch must be positive, got %d", o.GlobalBatch)

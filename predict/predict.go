@@ -169,6 +169,9 @@ func Run(ctx context.Context, r Request) (*Result, error) {
 	if r.Source == nil {
 		return nil, fmt.Errorf("no model given")
 	}
+	if err := checkLimits(r); err != nil {
+		return nil, err
+	}
 	if r.Config.TP > 1 || r.Config.PP > 1 {
 		mp, ok := r.Source.(interface{ ModelParallel() bool })
 		if !ok || !mp.ModelParallel() {

@@ -304,7 +304,10 @@ func New(g *graph.Graph, s Setup) (*Simulator, error) {
 	if s.Checkpoint.On() {
 		per = 7
 	}
-	sim.tr.Reserve(int((int64(len(g.Tensors)+len(g.Ops))*per/2*int64(s.Steps*s.Accumulate) + 64)))
+	// Micro-batches past the fifth are a repetition (repeatMicro), so
+	// the reservation counts five at most: it is a hint, and a long
+	// accumulation would otherwise reserve memory it never fills.
+	sim.tr.Reserve(int((int64(len(g.Tensors)+len(g.Ops))*per/2*int64(s.Steps*min(s.Accumulate, 5)) + 64)))
 	sim.low, sim.amp = s.Precision.Autocast()
 	if s.Parallel.HalfModule(s.Precision) {
 		sim.amp = false

@@ -109,7 +109,7 @@ func (j *jobFlags) register(fs *flag.FlagSet, batchDefault string) {
 	fs.StringVar(&j.model, "model", "", "the model: a zoo name, a .yaml spec, a Hugging Face config.json or model directory, or a .onnx file")
 	fs.StringVar(&j.batch, "batch", batchDefault, "micro-batch size")
 	fs.Int64Var(&j.seq, "seq", 0, "sequence length (default: the model's)")
-	fs.Int64Var(&j.layers, "layers", 0, "override the model's depth (models that allow it)")
+	fs.Int64Var(&j.layers, "layers", 0, "override the model's depth (models that allow it; at most 4096, and a graph of at most 65,536 ops)")
 	fs.Int64Var(&j.hidden, "hidden", 0, "override the model's width (models that allow it)")
 	fs.Int64Var(&j.image, "image", 0, "image side for vision models (default: the model's, 224 for torchvision)")
 	fs.StringVar(&j.gpu, "gpu", "h100-80gb", "GPU from 'batchfit gpus', or a size such as 24GB (nvidia-smi's total; no step time unless --like names a GPU)")
@@ -122,13 +122,13 @@ func (j *jobFlags) register(fs *flag.FlagSet, batchDefault string) {
 	fs.BoolVar(&j.fused, "fused", false, "use the fused optimizer implementation")
 	fs.BoolVar(&j.forloop, "forloop", false, "use the per-parameter for-loop implementation")
 	fs.BoolVar(&j.amsgrad, "amsgrad", false, "Adam's AMSGrad variant (one more state)")
-	fs.IntVar(&j.accumulate, "accumulate", 1, "micro-batches per optimizer step (gradient accumulation)")
+	fs.IntVar(&j.accumulate, "accumulate", 1, "micro-batches per optimizer step (gradient accumulation; at most 65,536, 1,024 with --pp)")
 	fs.BoolVar(&j.checkpointing, "checkpointing", false, "activation checkpointing of every block (non-reentrant); the same as --checkpoint full")
 	j.checkpoint.v = "none"
 	fs.Var(&j.checkpoint, "checkpoint", "activation checkpointing: none, full (every block), every-K (every K-th block), attention (each attention core), or every-K+attention")
 	fs.StringVar(&j.attention, "attention", "auto", "attention kernel: auto, eager, flash, efficient or math (sdpa: auto)")
 	fs.StringVar(&j.torch, "torch", "", "PyTorch version whose rules apply (default: current; known profiles: "+strings.Join(profile.Versions(), ", ")+")")
-	fs.IntVar(&j.steps, "steps", 3, "optimizer steps to simulate")
+	fs.IntVar(&j.steps, "steps", 3, "optimizer steps to simulate (at most 1000)")
 	fs.StringVar(&j.allocConf, "alloc-conf", "", "PYTORCH_CUDA_ALLOC_CONF (default: the environment variable)")
 	fs.StringVar(&j.context, "context", "", "CUDA context size (default: the GPU family's estimate)")
 	fs.BoolVar(&j.emptyCache, "empty-cache", false, "call torch.cuda.empty_cache() after every step")
@@ -141,7 +141,7 @@ func (j *jobFlags) register(fs *flag.FlagSet, batchDefault string) {
 	fs.Float64Var(&j.loraDropout, "lora-dropout", 0, "LoRA's dropout on the adapters' input (PEFT's lora_dropout)")
 	fs.StringVar(&j.mode, "mode", "train", "train (a training step), eval (forward under torch.no_grad in eval mode) or generate (transformers' generate with a key/value cache)")
 	fs.Int64Var(&j.prompt, "prompt", 0, "generate: prompt length in tokens (the same as --seq; default the model's sequence length)")
-	fs.Int64Var(&j.newTokens, "new-tokens", 0, "generate: tokens to generate (max_new_tokens)")
+	fs.Int64Var(&j.newTokens, "new-tokens", 0, "generate: tokens to generate (max_new_tokens; at most 32,768)")
 	fs.StringVar(&j.cache, "cache", "dynamic", "generate: the key/value cache, dynamic (DynamicCache, grown by torch.cat) or static (StaticCache, preallocated)")
 	fs.Int64Var(&j.beams, "beams", 1, "generate: beam width (num_beams)")
 	fs.StringVar(&j.freeze, "freeze", "", "freeze the parameters of these modules (names or name endings, comma-separated; a module freezes all inside it)")
@@ -372,7 +372,7 @@ func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
 		}
 		rest := fs.Args()
 		if len(rest) == 0 {
-			return pos, nil
+			return pos, checkBounds(fs)
 		}
 		pos = append(pos, rest[0])
 		args = rest[1:]
@@ -492,12 +492,13 @@ func parseBatches(s string) ([]int64, error) {
 			return nil, usagef("--batch %q gives %s batch sizes, more than %s: take a larger step, or FROM:TO (doubling)", s, commas(n), commas(maxBatchSizes))
 		}
 		out := make([]int64, 0, n)
-		for i, b := int64(0), from; i < n; i++ {
+		for b, ok := from, true; ok && b <= to && int64(len(out)) < n; {
 			out = append(out, b)
+			// a step past int64's largest ends the range, not wraps it
 			if len(parts) == 3 {
-				b += v[2]
+				b, ok = graph.AddSize(b, v[2])
 			} else {
-				b *= 2
+				b, ok = graph.MulSize(b, 2)
 			}
 		}
 		return out, nil

@@ -32,7 +32,6 @@ import (
 	"github.com/batchfit/batchfit/hf"
 	"github.com/batchfit/batchfit/models"
 	"github.com/batchfit/batchfit/onnx"
-	"github.com/batchfit/batchfit/plan"
 	"github.com/batchfit/batchfit/predict"
 	"github.com/batchfit/batchfit/snapshot"
 	"github.com/batchfit/batchfit/spec"
@@ -203,17 +202,9 @@ const (
 	webMaxGPU     = 2 << 40 // a custom --gpu capacity
 )
 
-// webMax is the largest value of each numeric field a request may give.
-var webMax = map[string]int64{
-	"steps": 20, "layers": 512, "hidden": 65536, "seq": 131072, "image": 4096,
-	"accumulate": 256, "max-accumulate": 256, "global-batch": 1 << 20, "min-micro-batch": 1 << 20,
-	"limit": 1 << 20, "top": 50, "max-predictions": plan.DefaultMaxPredictions, "device": 64, "lora": 4096, "gpus": 1 << 16, "node-gpus": 1 << 16, "tp": 1024, "pp": 64, "stage": 63,
-	"prompt": 131072, "new-tokens": 8192, "beams": 64,
-}
-
 // webSolveLimit bounds maxbatch's search of a dimension other than the
 // batch, where each probe's cost grows with the value.
-var webSolveLimit = map[string]int64{"layers": 512, "hidden": 65536, "seq": 131072}
+var webSolveLimit = map[string]int64{"layers": bounds["layers"].web, "hidden": bounds["hidden"].web, "seq": bounds["seq"].web}
 
 func newServer(o serveOptions) *server {
 	s := &server{opts: o, mux: http.NewServeMux(), slots: make(chan struct{}, o.workers), reading: make(chan struct{}, 4*o.workers),
@@ -592,8 +583,9 @@ func (s *server) read(r *http.Request, ep endpoint) (*webRequest, error) {
 // as the flag package does (any base, underscores), so that no spelling
 // of a number passes the check and then means more.
 func webLimit(k, v string) error {
-	if lim, ok := webMax[k]; ok {
-		if n, err := strconv.ParseInt(strings.TrimSpace(v), 0, 64); err == nil && (n > lim || n < 0) {
+	if b, ok := bounds[k]; ok {
+		if n, err := strconv.ParseInt(strings.TrimSpace(v), 0, 64); err == nil && (n > b.web || n < 0) {
+			lim := b.web
 			return badRequest("field %q: %d is outside 0…%d on this server", k, n, lim)
 		}
 	}
@@ -607,8 +599,8 @@ func webLimit(k, v string) error {
 			return badRequest("field \"batch\": %d batch sizes, at most %d on this server", len(b), webMaxBatches)
 		}
 		for _, n := range b {
-			if n > webMax["global-batch"] {
-				return badRequest("field \"batch\": %d is more than %d on this server", n, webMax["global-batch"])
+			if n > bounds["global-batch"].web {
+				return badRequest("field \"batch\": %d is more than %d on this server", n, bounds["global-batch"].web)
 			}
 		}
 	case "gpu":
