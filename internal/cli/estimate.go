@@ -493,6 +493,9 @@ func quantNotes(q *graph.Quant) []string {
 			out = append(out, "nf4 follows torchao v0.1's NF4Tensor, as torchtune's QLoRA builds it on the device: to_nf4 compares each element with the 16 codes at once ([n, 16] temporaries while each weight is quantized), and every use rebuilds the bfloat16 weight through int64 codes; later torchao releases may hold less")
 			break
 		}
+		if q.Head {
+			out = append(out, graph.FabricExcessNote)
+		}
 		if q.HalfState {
 			out = append(out, "the 4-bit weights were quantized from a float16 copy (bitsandbytes before 0.43.0, or Lightning Fabric's BitsandbytesPrecision): each dequantized copy is float16, then cast to the compute dtype")
 		}
