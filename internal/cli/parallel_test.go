@@ -41,6 +41,7 @@ func TestParallelFlagErrors(t *testing.T) {
 		{[]string{"--strategy", "zero2", "--offload-params"}, "zero3"},
 		{[]string{"--reduce-bucket", "-1", "--strategy", "zero2"}, "--reduce-bucket"},
 		{[]string{"--bucket-mb", "0"}, "--bucket-mb"},
+		{[]string{"--strategy", "ddp", "--gpus", "2", "--no-sync"}, "FSDP1"},
 	} {
 		_, errs, code := run(append([]string{"estimate", "mlp"}, c.args...)...)
 		if code != 2 || !strings.Contains(errs, c.want) {
