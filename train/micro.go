@@ -376,7 +376,9 @@ func (m *micro) backward() {
 			if !m.noSync {
 				m.reduce(u)
 			}
-			m.reshard(u)
+			if !m.keepsGathered() {
+				m.reshard(u)
+			}
 		}
 		if sim.err != nil {
 			return
@@ -387,7 +389,9 @@ func (m *micro) backward() {
 		if !m.noSync {
 			m.reduce(root)
 		}
-		m.reshard(root)
+		if !m.keepsGathered() {
+			m.reshard(root)
+		}
 		for _, st := range []*storage{sim.heldGather, sim.heldReduce} {
 			if st != nil {
 				sim.free(st)

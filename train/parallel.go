@@ -727,6 +727,15 @@ func (m *micro) reshard(u int32) {
 	un.each = un.each[:0]
 }
 
+// keepsGathered: inside no_sync() SHARD_GRAD_OP keeps a unit's gathered
+// parameters after its backward too, so the next micro-batch gathers
+// nothing (_should_free_in_backward: state._sync_gradients or a strategy
+// in RESHARD_AFTER_FORWARD_HANDLE_STRATEGIES, which SHARD_GRAD_OP is not;
+// torch/distributed/fsdp/_runtime_utils.py, torch 2.1).
+func (m *micro) keepsGathered() bool {
+	return m.noSync && m.sim.s.Parallel.Sharding == ShardGradOp
+}
+
 // reshardAfterForward: FULL_SHARD and HYBRID_SHARD free a unit's
 // parameters after its forward, except the root's, which backward needs at
 // once (FSDP2 sets the root's reshard_after_forward to False; FSDP1 does

@@ -569,8 +569,34 @@ func TestFSDPNoSyncKeepsFullGradients(t *testing.T) {
 		t.Errorf("no_sync peak %d, want above the syncing peak %d", noSum.PeakRequested, syncSum.PeakRequested)
 	}
 
-	s := Setup{Steps: 2, Accumulate: 7, Optimizer: Optimizer{Kind: AdamW, Impl: Foreach}, Checkpoint: FullCheckpoint,
-		Parallel: Parallel{Strategy: FSDP, GPUs: n, NoSync: true}}
+	// SHARD_GRAD_OP inside no_sync keeps the gathered parameters from
+	// one micro-batch to the next: of a step's 3 micro-batches only the
+	// first gathers its 5 units (4 blocks and the root), where syncing
+	// ones gather them in each, 15 a step; over 3 steps 15 and 45.
+	for _, c := range []struct {
+		noSync bool
+		want   int
+	}{{false, 45}, {true, 15}} {
+		tr, _, err := Simulate(g, Setup{Steps: 3, Accumulate: 3, Optimizer: Optimizer{Kind: SGD},
+			Parallel: Parallel{Strategy: FSDP, GPUs: n, Sharding: ShardGradOp, NoSync: c.noSync}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sizes, _ := allGathers(tr); len(sizes) != c.want {
+			t.Errorf("grad-op, no_sync %v: %d all-gathers in the step, want %d", c.noSync, len(sizes), c.want)
+		}
+	}
+
+	for _, sh := range []Sharding{FullShard, ShardGradOp} {
+		checkNoSyncRepeats(t, g, Setup{Steps: 2, Accumulate: 7, Optimizer: Optimizer{Kind: AdamW, Impl: Foreach}, Checkpoint: FullCheckpoint,
+			Parallel: Parallel{Strategy: FSDP, GPUs: n, Sharding: sh, NoSync: true}})
+	}
+}
+
+// checkNoSyncRepeats checks that the steady micro-batches repeated equal
+// those simulated one by one.
+func checkNoSyncRepeats(t *testing.T, g *graph.Graph, s Setup) {
+	t.Helper()
 	defer func(old bool) { repeatMicroBatches = old }(repeatMicroBatches)
 	repeatMicroBatches = true
 	sim, err := New(g, s)
@@ -593,7 +619,7 @@ func TestFSDPNoSyncKeepsFullGradients(t *testing.T) {
 		t.Fatal(err)
 	}
 	if !slices.Equal(fastEv, full.Events) || fsum.PeakRequested != sum.PeakRequested {
-		t.Errorf("repeated micro-batches under no_sync differ from simulated ones (%d and %d events, peaks %d and %d)",
-			len(fastEv), len(full.Events), fsum.PeakRequested, sum.PeakRequested)
+		t.Errorf("sharding %s: repeated micro-batches under no_sync differ from simulated ones (%d and %d events, peaks %d and %d)",
+			s.Parallel.Sharding, len(fastEv), len(full.Events), fsum.PeakRequested, sum.PeakRequested)
 	}
 }
