@@ -72,7 +72,7 @@ func TestSafetyBandCommitted(t *testing.T) {
 	if !SafetyBand.Covers(published) || SafetyBand.Cases <= 0 || SafetyBand.Source == "" || SafetyBand.Under >= 1 {
 		t.Errorf("committed band %+v", SafetyBand)
 	}
-	if s := SafetyBand.String(); !strings.Contains(s, "−14.5 %") || !strings.Contains(s, "10 real GPU recordings") {
+	if s := SafetyBand.String(); !strings.Contains(s, "−14.5 %") || !strings.Contains(s, "78 real GPU figures") {
 		t.Errorf("band prints as %q", s)
 	}
 }

@@ -17,13 +17,13 @@ import (
 
 const safetyCorpusDir = "../testdata/gpu"
 
-// bandErrors are the errors the safety band is made of, one per case that
-// measured a device-level figure: the device total against nvidia-smi's
-// used memory where the case gives it, else peak reserved against
-// max_memory_reserved. A reserved figure under-predicted by x leaves the
-// device total under-predicted by less (the context adds the same to
-// both), so taking it where no device figure exists errs towards a wider
-// band.
+// bandErrors are the errors the safety band is made of, one per case: the
+// device total against nvidia-smi's used memory where the case gives it,
+// else peak reserved against max_memory_reserved, else peak allocated
+// against max_memory_allocated. A reserved or allocated figure
+// under-predicted by x leaves the device total under-predicted by less
+// (the context, and the cache above the allocated bytes, add to both), so
+// taking it where no device figure exists errs towards a wider band.
 func bandErrors(cmps []validation.GPUComparison) (device, reserved []float64) {
 	for _, c := range cmps {
 		if !math.IsNaN(c.ErrReserved) {
@@ -34,6 +34,8 @@ func bandErrors(cmps []validation.GPUComparison) (device, reserved []float64) {
 			device = append(device, c.ErrDevice)
 		case !math.IsNaN(c.ErrReserved):
 			device = append(device, c.ErrReserved)
+		case !math.IsNaN(c.ErrAllocated):
+			device = append(device, c.ErrAllocated)
 		}
 	}
 	return device, reserved
@@ -178,11 +180,12 @@ func TestSafetyBandHelpers(t *testing.T) {
 	}
 	nan := math.NaN()
 	dev, res := bandErrors([]validation.GPUComparison{
-		{ErrReserved: -0.10, ErrDevice: -0.05}, // the device figure wins
-		{ErrReserved: -0.12, ErrDevice: nan},   // reserved stands in
-		{ErrReserved: nan, ErrDevice: nan},     // neither
+		{ErrReserved: -0.10, ErrDevice: -0.05},                  // the device figure wins
+		{ErrReserved: -0.12, ErrDevice: nan},                    // reserved stands in
+		{ErrAllocated: -0.07, ErrReserved: nan, ErrDevice: nan}, // allocated stands in
+		{ErrAllocated: nan, ErrReserved: nan, ErrDevice: nan},   // none
 	})
-	if len(dev) != 2 || dev[0] != -0.05 || dev[1] != -0.12 || len(res) != 2 {
+	if len(dev) != 3 || dev[0] != -0.05 || dev[1] != -0.12 || dev[2] != -0.07 || len(res) != 2 {
 		t.Errorf("bandErrors: device %v, reserved %v", dev, res)
 	}
 }
