@@ -32,11 +32,16 @@ func Parts() []Part { return []Part{Forward, Backward, Recompute, Optimizer} }
 
 // Estimate is the predicted time of one optimizer step.
 type Estimate struct {
-	// Seconds is the whole step: every micro-batch's forward and backward,
-	// and the optimizer.
+	// Seconds is the whole step as the calibrated model times it: every
+	// micro-batch's forward and backward, and the optimizer, each kernel
+	// at its shape's achievable rate and issued by the host (stream.go,
+	// kernel.go).
 	Seconds float64
 	// By splits Seconds.
 	By [numParts]float64
+	// Bound is the roofline: every kernel at the datasheet's peaks, with
+	// the launch floor, and no host. No step runs faster.
+	Bound Bound
 	// Kernels is the number of kernels launched.
 	Kernels int64
 	// ModelFLOPs counts the forward and backward arithmetic of every
@@ -53,6 +58,30 @@ type Estimate struct {
 	// accumulation); Tokens is Samples × sequence length, 0 for models
 	// without a sequence.
 	Samples, Tokens int64
+}
+
+// Bound is the roofline bound of a step.
+type Bound struct {
+	Seconds float64
+	By      [numParts]float64
+	// MFU is IdealSeconds over the bound's Seconds.
+	MFU float64
+}
+
+// BoundSamplesPerSecond is the throughput the bound allows.
+func (e Estimate) BoundSamplesPerSecond() float64 {
+	if e.Bound.Seconds <= 0 {
+		return 0
+	}
+	return float64(e.Samples) / e.Bound.Seconds
+}
+
+// BoundTokensPerSecond is the throughput in tokens the bound allows.
+func (e Estimate) BoundTokensPerSecond() float64 {
+	if e.Bound.Seconds <= 0 {
+		return 0
+	}
+	return float64(e.Tokens) / e.Bound.Seconds
 }
 
 // SamplesPerSecond is the training throughput in samples.
@@ -84,6 +113,8 @@ type Input struct {
 	Seq int64
 	// Batch is the micro-batch size.
 	Batch int64
+	// Host is the host's cost per op; nil is DefaultHost.
+	Host *Host
 }
 
 // Step predicts the time of one optimizer step.
@@ -99,35 +130,71 @@ func Step(in Input) (Estimate, error) {
 		return Estimate{}, fmt.Errorf("no peak rates known for this GPU: step time needs its FP32 rate and memory bandwidth")
 	}
 	tf32 := [...]bool{gemm: in.Setup.Profile.MatmulAllowTF32, conv: in.Setup.Profile.CudnnAllowTF32}
-	t := timer{r: in.Rates, tf32: tf32}
+	host := DefaultHost
+	if in.Host != nil {
+		host = *in.Host
+	}
+	t := timer{r: in.Rates, m: newMachine(in.Rates), host: host, tf32: tf32}
 	acc := int64(max(1, in.Setup.Accumulate))
-	region, _ := train.Regions(g, in.Setup.Checkpoint)
+	region, nregions := train.Regions(g, in.Setup.Checkpoint)
 	// One micro-batch, then scaled: every micro-batch runs the same
-	// kernels.
-	var micro timer
-	micro.r, micro.tf32 = in.Rates, tf32
+	// kernels. The forward runs the ops in order; backward runs them in
+	// reverse, and a checkpointed region's forward runs again when
+	// backward reaches the region's last op.
+	micro := timer{r: t.r, m: t.m, host: host, tf32: tf32}
+	micro.setPart(Forward)
+	micro.model = true
 	for i := range g.Ops {
+		forward(&micro, g, &g.Ops[i], in.Ops[i])
+	}
+	var members [][]int32
+	if nregions > 0 {
+		members = make([][]int32, nregions)
+		for i, r := range region {
+			if r >= 0 {
+				members[r] = append(members[r], int32(i))
+			}
+		}
+	}
+	for i := len(g.Ops) - 1; i >= 0; i-- {
 		op := &g.Ops[i]
-		run := in.Ops[i]
-		micro.part = Forward
-		micro.model = true
-		forward(&micro, g, op, run)
-		if region[i] >= 0 {
-			micro.part = Recompute
+		if r := region[i]; r >= 0 && members[r] != nil {
+			micro.setPart(Recompute)
 			micro.model = false
-			forward(&micro, g, op, run)
+			for _, j := range members[r] {
+				forward(&micro, g, &g.Ops[j], in.Ops[j])
+			}
+			members[r] = nil
 		}
 		if g.Tensors[op.Output].RequiresGrad {
-			micro.part = Backward
+			micro.setPart(Backward)
 			micro.model = true
-			backward(&micro, g, op, run)
+			backward(&micro, g, op, in.Ops[i])
 		}
 	}
 	t.add(&micro, float64(acc))
-	t.part = Optimizer
+	t.setPart(Optimizer)
 	t.model = false
 	optimizer(&t, g, in.Setup, acc)
 	e := t.est
+	// The calibrated time: the first micro-batch from an idle device, a
+	// second from where the first left the queue; every later one repeats
+	// the second (its increment is the larger of its host and device
+	// totals once the queue is in its steady state).
+	var q queue
+	q.run(micro.items, &e.By)
+	if acc > 1 {
+		var second [numParts]float64
+		before := q
+		q.run(micro.items, &second)
+		n := float64(acc - 1)
+		for p := range second {
+			e.By[p] += n * second[p]
+		}
+		q.cpu = before.cpu + n*(q.cpu-before.cpu)
+		q.gpu = before.gpu + n*(q.gpu-before.gpu)
+	}
+	q.run(t.items, &e.By)
 	var ok bool
 	if e.Samples, ok = graph.MulSize(in.Batch, acc); !ok {
 		return Estimate{}, fmt.Errorf("batch %d × accumulation %d samples a step overflows", in.Batch, acc)
@@ -137,11 +204,17 @@ func Step(in Input) (Estimate, error) {
 			return Estimate{}, fmt.Errorf("%d samples × sequence %d tokens a step overflows", e.Samples, in.Seq)
 		}
 	}
+	for _, s := range e.Bound.By {
+		e.Bound.Seconds += s
+	}
 	for _, s := range e.By {
 		e.Seconds += s
 	}
 	if e.Seconds > 0 {
 		e.MFU = e.IdealSeconds / e.Seconds
+	}
+	if e.Bound.Seconds > 0 {
+		e.Bound.MFU = e.IdealSeconds / e.Bound.Seconds
 	}
 	return e, nil
 }
@@ -157,12 +230,27 @@ const (
 
 type timer struct {
 	r gpu.Rates
+	m machine
+	// host is the host's cost per op; op is the part's (forward-side
+	// parts call from Python, backward runs in autograd's engine)
+	host Host
+	op   float64
 	// tf32 says which kinds run float32 in TF32 (the runtime profile's
 	// allow_tf32 defaults)
 	tf32  [3]bool
 	part  Part
 	model bool // arithmetic that counts toward ModelFLOPs
 	est   Estimate
+	// items is the calibrated model's queue of kernels, in issue order
+	items []item
+}
+
+func (t *timer) setPart(p Part) {
+	t.part = p
+	t.op = t.host.Forward
+	if p == Backward {
+		t.op = t.host.Backward
+	}
 }
 
 func (t *timer) peak(k rate, dt graph.DType) float64 {
@@ -188,18 +276,58 @@ func (t *timer) kernel(k rate, dt graph.DType, flops, bytes float64) {
 	t.kernels(1, k, dt, flops, bytes)
 }
 
-// kernels adds n kernels that share the arithmetic and traffic evenly.
+// kernels adds n kernels, each its own eager op, that share the
+// arithmetic and traffic evenly.
 func (t *timer) kernels(n int64, k rate, dt graph.DType, flops, bytes float64) {
 	if n <= 0 {
 		return
 	}
+	p := t.bound(n, k, dt, flops, bytes)
+	dev := bytes / t.m.bw
+	if k == vector {
+		dev = max(dev, flops/p)
+	} else {
+		dev = max(dev, flops/(p*t.m.mm))
+	}
+	t.issue(float64(n)*t.op, n, dev)
+}
+
+// launches adds one eager op that launches n kernels (a foreach op's
+// multi-tensor launches).
+func (t *timer) launches(n int64, k rate, dt graph.DType, flops, bytes float64) {
+	if n <= 0 {
+		return
+	}
+	p := t.bound(n, k, dt, flops, bytes)
+	t.issue(t.op+float64(n-1)*t.host.Launch, n, max(bytes/t.m.bw, flops/p))
+}
+
+// product adds one matrix product kernel: batch products of [rows, inner]
+// by [inner, cols], on the tile model of kernel.go.
+func (t *timer) product(k rate, dt graph.DType, rows, inner, cols, batch, bytes float64) {
+	flops := 2 * batch * rows * inner * cols
+	p := t.bound(1, k, dt, flops, bytes)
+	secs, extra := t.m.gemmTime(p, rows, inner, cols, batch, p != t.r.FP32)
+	t.issue(t.op, 1, max(secs, (bytes+extra)/t.m.bw))
+}
+
+// grouped adds a grouped or depthwise convolution's kernel: timed by its
+// traffic, at the CUDA cores' rate at best (kernel.go).
+func (t *timer) grouped(k rate, dt graph.DType, flops, bytes float64) {
+	t.bound(1, k, dt, flops, bytes)
+	t.issue(t.op, 1, max(bytes/t.m.bw, flops/t.r.FP32))
+}
+
+// bound charges n kernels to the roofline and the counts, and returns the
+// peak they run at.
+func (t *timer) bound(n int64, k rate, dt graph.DType, flops, bytes float64) float64 {
 	p := t.peak(k, dt)
 	floor := LaunchFloor
 	if t.r.Floor > 0 {
 		floor = t.r.Floor
 	}
 	s := math.Max(math.Max(flops/p, bytes/t.r.Bandwidth), float64(n)*floor)
-	t.est.By[t.part] += s
+	t.est.Bound.By[t.part] += s
 	t.est.Kernels += n
 	t.est.FLOPs += flops
 	t.est.Bytes += bytes
@@ -207,12 +335,19 @@ func (t *timer) kernels(n int64, k rate, dt graph.DType, flops, bytes float64) {
 		t.est.ModelFLOPs += flops
 		t.est.IdealSeconds += flops / p
 	}
+	return p
+}
+
+// issue queues n kernels the host issues in cpu seconds and the device
+// runs in dev seconds, each at least KernelGPU.
+func (t *timer) issue(cpu float64, n int64, dev float64) {
+	t.items = append(t.items, item{part: t.part, cpu: cpu, gpu: max(dev, float64(n)*KernelGPU)})
 }
 
 // add adds another timer's figures, times f.
 func (t *timer) add(o *timer, f float64) {
-	for i := range t.est.By {
-		t.est.By[i] += f * o.est.By[i]
+	for i := range t.est.Bound.By {
+		t.est.Bound.By[i] += f * o.est.Bound.By[i]
 	}
 	t.est.Kernels += int64(f) * o.est.Kernels
 	t.est.FLOPs += f * o.est.FLOPs

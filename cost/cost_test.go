@@ -173,17 +173,17 @@ func TestMLPStepRoofline(t *testing.T) {
 		Optimizer: 25.165824e-6,
 	}
 	for _, p := range Parts() {
-		if math.Abs(e.By[p]-want[p]) > 1e-12 {
-			t.Errorf("%s: %.9g s, want %.9g s", p, e.By[p], want[p])
+		if math.Abs(e.Bound.By[p]-want[p]) > 1e-12 {
+			t.Errorf("%s: %.9g s, want %.9g s", p, e.Bound.By[p], want[p])
 		}
 	}
 	if wantModel := 5 * 2.0 * n * n * n; e.ModelFLOPs != wantModel {
 		t.Errorf("model FLOPs %g, want %g", e.ModelFLOPs, wantModel)
 	}
-	if got, want := e.MFU, 5*mm/(want[Forward]+want[Backward]+want[Optimizer]); math.Abs(got-want) > 1e-9 {
+	if got, want := e.Bound.MFU, 5*mm/(want[Forward]+want[Backward]+want[Optimizer]); math.Abs(got-want) > 1e-9 {
 		t.Errorf("MFU %g, want %g", got, want)
 	}
-	if e.Samples != n || e.SamplesPerSecond() != n/e.Seconds {
+	if e.Samples != n || e.BoundSamplesPerSecond() != n/e.Bound.Seconds {
 		t.Errorf("samples %d, %g/s", e.Samples, e.SamplesPerSecond())
 	}
 }
@@ -222,8 +222,8 @@ func TestRecomputeAndAccumulation(t *testing.T) {
 	half := time(train.Setup{Steps: 1, Checkpoint: train.Checkpoint{Every: 2}})
 	// everything but the loss (two kernels at the launch floor) is in a
 	// block
-	if base.By[Recompute] != 0 || math.Abs(full.By[Recompute]+2*LaunchFloor-base.By[Forward]) > 1e-15 || math.Abs(2*half.By[Recompute]-full.By[Recompute]) > 1e-15 {
-		t.Errorf("recompute: none %g, full %g (forward %g), every second block %g", base.By[Recompute], full.By[Recompute], base.By[Forward], half.By[Recompute])
+	if base.Bound.By[Recompute] != 0 || math.Abs(full.Bound.By[Recompute]+2*LaunchFloor-base.Bound.By[Forward]) > 1e-15 || math.Abs(2*half.Bound.By[Recompute]-full.Bound.By[Recompute]) > 1e-15 {
+		t.Errorf("recompute: none %g, full %g (forward %g), every second block %g", base.Bound.By[Recompute], full.Bound.By[Recompute], base.Bound.By[Forward], half.Bound.By[Recompute])
 	}
 	if full.ModelFLOPs != base.ModelFLOPs || full.FLOPs <= base.FLOPs {
 		t.Errorf("recomputation is not model arithmetic: %g vs %g, executed %g vs %g", full.ModelFLOPs, base.ModelFLOPs, full.FLOPs, base.FLOPs)
@@ -234,8 +234,8 @@ func TestRecomputeAndAccumulation(t *testing.T) {
 	// 37.8 µs of traffic, less than 24 launches
 	sums := 3 * 3 * 4 * (512*512 + 512) * 4.0 / testRates.Bandwidth
 	sums = math.Max(sums, 3*8*LaunchFloor)
-	if math.Abs(acc.By[Forward]-4*base.By[Forward]) > 1e-12 || math.Abs(acc.By[Backward]-(4*base.By[Backward]+sums)) > 1e-12 ||
-		acc.By[Optimizer] != base.By[Optimizer] || acc.Samples != 4*256 {
+	if math.Abs(acc.Bound.By[Forward]-4*base.Bound.By[Forward]) > 1e-12 || math.Abs(acc.Bound.By[Backward]-(4*base.Bound.By[Backward]+sums)) > 1e-12 ||
+		acc.Bound.By[Optimizer] != base.Bound.By[Optimizer] || acc.Samples != 4*256 {
 		t.Errorf("accumulation ×4: %+v, one micro-batch %+v", acc.By, base.By)
 	}
 }

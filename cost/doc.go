@@ -5,13 +5,24 @@
 // forward, backward, the forward again for checkpointed regions, autocast's
 // copies, gradient accumulation, the optimizer step — each with the
 // floating-point operations and the bytes it moves, worked out from the
-// tensors' shapes and the dtypes the simulation gave them. A kernel's time
-// is a roofline: the larger of its arithmetic at the GPU's peak rate for its
-// dtype and its traffic at the memory bandwidth, and never less than a
-// launch floor, the fixed cost of one eager op (the dispatcher, autograd's
-// bookkeeping and cudaLaunchKernel, 5–25 µs on the host side: the floor
-// takes the low end, since the host runs ahead of the device while kernels
-// are long). The rates are the datasheet's dense peaks (package gpu).
+// tensors' shapes and the dtypes the simulation gave them. Each kernel is
+// timed twice.
+//
+// The calibrated model (the default, Estimate.Seconds) times a kernel by
+// its physical parts: matrix products and convolutions as CTA tiles in
+// waves over the GPU's SMs, at the achievable share of the matmul peak,
+// with tensor-core alignment and implicit-GEMM convolutions, grouped and
+// depthwise convolutions and every other kernel by their traffic at the
+// achievable share of the bandwidth (kernel.go); and the step as the
+// queue of kernels the host issues one by one, the eager dispatcher's
+// cost per op against the device's time per kernel, which is what makes
+// small batches slow (stream.go). The per-architecture constants — SM
+// count, clock, the two achievable shares — are data in package gpu.
+//
+// The bound (Estimate.Bound) is the roofline: the larger of a kernel's
+// arithmetic at the GPU's datasheet peak for its dtype and its traffic at
+// the datasheet bandwidth, and never less than a launch floor, the fixed
+// cost of one eager op (5 µs). No step runs faster.
 //
 // Which rate applies follows PyTorch's defaults, which the runtime profile
 // holds: float32 matmuls run on the CUDA cores
@@ -20,11 +31,7 @@
 // is True), half and bfloat16 matmuls and convolutions on the tensor cores;
 // everything else is bandwidth-bound.
 //
-// A roofline is an optimistic bound for each kernel: real kernels reach
-// perhaps 60–80 % of peak on large matmuls and less on small or oddly
-// shaped ones (depthwise convolutions, short sequences). The model is meant
-// to rank configurations — how accumulation, precision, checkpointing and
-// the optimizer's implementation trade speed — and to show where a step
-// spends its time, not to promise a wall-clock figure; docs/accuracy.md
-// says what it has been held against.
+// docs/accuracy.md §4 says what both have been held against: the bound
+// against CPU steps, the calibrated model against published GPU
+// throughput.
 package cost

@@ -46,15 +46,18 @@ func forward(t *timer, g *graph.Graph, op *graph.Op, run train.OpRun) {
 		// views and Python scope ends launch nothing
 	case graph.Linear:
 		m, k, n := linearDims(g, op)
-		t.kernel(gemm, run.In, 2*m*k*n, (m*k+k*n+numel(g, op.Bias))*e+m*n*eo)
+		t.product(gemm, run.In, m, k, n, 1, (m*k+k*n+numel(g, op.Bias))*e+m*n*eo)
 	case graph.MatMul:
-		a, b := g.Tensors[op.Inputs[0]].Shape, g.Tensors[op.Inputs[1]].Shape
-		k := float64(a[len(a)-1])
-		cols := float64(b[len(b)-1])
-		rows := out / max(cols, 1)
-		t.kernel(gemm, run.In, 2*rows*k*cols, in*e+out*eo)
+		rows, k, cols, batch := matmulDims(g, op)
+		t.product(gemm, run.In, rows, k, cols, batch, in*e+out*eo)
 	case graph.Conv2d:
-		t.kernel(conv, run.In, convFLOPs(g, op), (in+numel(g, op.Weight))*e+out*eo)
+		bytes := (in+numel(g, op.Weight))*e + out*eo
+		if c := convShape(g, op); c.groups > 1 {
+			t.grouped(conv, run.In, convFLOPs(g, op), bytes)
+		} else {
+			// implicit GEMM: (N·OH·OW) × C_out, over C_in·kh·kw
+			t.product(conv, run.In, c.pixels, c.patch, c.cout, 1, bytes)
+		}
 	case graph.Attention:
 		attentionForward(t, g, op, run)
 	case graph.Embedding:
@@ -106,33 +109,51 @@ func backward(t *timer, g *graph.Graph, op *graph.Op, run train.OpRun) {
 	case graph.Linear:
 		m, k, n := linearDims(g, op)
 		if needsGrad(g, op.Inputs[0]) {
-			t.kernel(gemm, run.In, 2*m*k*n, (m*n+k*n)*eo+m*k*e)
+			// dx = dy · W: [m, n] by [n, k]
+			t.product(gemm, run.In, m, n, k, 1, (m*n+k*n)*eo+m*k*e)
 		}
 		if needsGrad(g, op.Weight) {
-			t.kernel(gemm, run.In, 2*m*k*n, (m*n+m*k)*e+k*n*e)
+			// dW = dyᵀ · x: [n, m] by [m, k], split over m
+			t.product(gemm, run.In, n, m, k, 1, (m*n+m*k)*e+k*n*e)
 		}
 		if needsGrad(g, op.Bias) {
 			t.kernel(vector, run.In, m*n, m*n*eo+n*e)
 		}
 	case graph.MatMul:
-		a, b := g.Tensors[op.Inputs[0]].Shape, g.Tensors[op.Inputs[1]].Shape
-		k := float64(a[len(a)-1])
-		cols := float64(b[len(b)-1])
-		rows := out / max(cols, 1)
+		rows, k, cols, batch := matmulDims(g, op)
 		for j, id := range op.Inputs[:2] {
 			if needsGrad(g, id) {
-				other := op.Inputs[1-j]
-				t.kernel(gemm, run.In, 2*rows*k*cols, (out+numel(g, other))*e+numel(g, id)*e)
+				bytes := (out+numel(g, op.Inputs[1-j]))*e + numel(g, id)*e
+				if j == 0 {
+					// da = dout · bᵀ
+					t.product(gemm, run.In, rows, cols, k, batch, bytes)
+				} else if len(g.Tensors[op.Inputs[1]].Shape) == 2 {
+					// a shared b: aᵀ · dout over every row of every batch
+					t.product(gemm, run.In, k, rows*batch, cols, 1, bytes)
+				} else {
+					t.product(gemm, run.In, k, rows, cols, batch, bytes)
+				}
 			}
 		}
 	case graph.Conv2d:
 		f := convFLOPs(g, op)
 		x, w := numel(g, op.Inputs[0]), numel(g, op.Weight)
+		c := convShape(g, op)
 		if needsGrad(g, op.Inputs[0]) {
-			t.kernel(conv, run.In, f, (out+w+x)*e)
+			if c.groups > 1 {
+				t.grouped(conv, run.In, f, (out+w+x)*e)
+			} else {
+				// dgrad: the output's pixels × C_in, over C_out·kh·kw
+				t.product(conv, run.In, c.pixels, c.cout*c.patch/c.cin, c.cin, 1, (out+w+x)*e)
+			}
 		}
 		if needsGrad(g, op.Weight) {
-			t.kernel(conv, run.In, f, (out+x+w)*e)
+			if c.groups > 1 {
+				t.grouped(conv, run.In, f, (out+x+w)*e)
+			} else {
+				// wgrad: C_out × C_in·kh·kw, over the output's pixels
+				t.product(conv, run.In, c.cout, c.pixels, c.patch, 1, (out+x+w)*e)
+			}
 		}
 		if needsGrad(g, op.Bias) {
 			t.kernel(vector, run.In, out, out*e)
@@ -214,6 +235,36 @@ func casts(t *timer, g *graph.Graph, op *graph.Op, run train.OpRun) {
 // and writes of the input in float32.
 func rmsNorm(t *timer, x, e, eo float64, n int64, passes float64) {
 	t.kernels(n, vector, graph.F32, 0, passes*x*4+x*(e+eo))
+}
+
+// matmulDims returns a MatMul's rows, inner size, columns and number of
+// products: a [..., rows, K] @ b [..., K, cols]; a b of rank 2 is shared
+// by every row of a, one product.
+func matmulDims(g *graph.Graph, op *graph.Op) (rows, k, cols, batch float64) {
+	a, b := g.Tensors[op.Inputs[0]].Shape, g.Tensors[op.Inputs[1]].Shape
+	k = float64(a[len(a)-1])
+	cols = float64(b[len(b)-1])
+	all := numel(g, op.Output) / max(cols, 1)
+	if len(b) == 2 || len(a) < 2 {
+		return all, k, cols, 1
+	}
+	rows = float64(a[len(a)-2])
+	return rows, k, cols, all / max(rows, 1)
+}
+
+// convGEMM is a convolution as an implicit GEMM (cuDNN's
+// IMPLICIT_PRECOMP_GEMM): pixels = N·OH·OW rows, cout columns, patch =
+// C_in/groups·kh·kw deep.
+type convGEMM struct{ pixels, cout, patch, cin, groups float64 }
+
+func convShape(g *graph.Graph, op *graph.Op) convGEMM {
+	w := g.Tensors[op.Weight].Shape // [Cout, Cin/groups, kh, kw]
+	o := g.Tensors[op.Output].Shape // [N, Cout, OH, OW]
+	x := g.Tensors[op.Inputs[0]].Shape
+	c := convGEMM{cout: float64(w[0]), patch: float64(w.Numel()) / float64(max(w[0], 1)), cin: float64(x[1])}
+	c.pixels = float64(o.Numel()) / max(c.cout, 1)
+	c.groups = max(1, c.cin/float64(max(w[1], 1)))
+	return c
 }
 
 func convFLOPs(g *graph.Graph, op *graph.Op) float64 {

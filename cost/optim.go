@@ -102,9 +102,9 @@ func optimizer(t *timer, g *graph.Graph, s train.Setup, acc int64) {
 		adds = acc
 	}
 	if adds > 0 {
-		t.part = Backward
+		t.setPart(Backward)
 		t.kernels(adds*count, vector, graph.F32, 0, float64(adds)*3*float64(total)*e)
-		t.part = Optimizer
+		t.setPart(Optimizer)
 	}
 	// GradScaler.step unscales the gradients first, except for an
 	// optimizer that takes the scale itself (the fused ones,
@@ -112,7 +112,7 @@ func optimizer(t *timer, g *graph.Graph, s train.Setup, acc int64) {
 	if s.Precision == train.Mixed16 && s.Optimizer.Impl != train.Fused {
 		// _amp_foreach_non_finite_check_and_unscale_ and
 		// _amp_update_scale_
-		t.kernels(foreachLaunches(sizes, 1), vector, graph.F32, 0, 2*float64(total)*e)
+		t.launches(foreachLaunches(sizes, 1), vector, graph.F32, 0, 2*float64(total)*e)
 		t.kernel(vector, graph.F32, 0, 16)
 	}
 	if s.Optimizer.Kind != train.NoOptimizer {
@@ -125,23 +125,24 @@ func optimizer(t *timer, g *graph.Graph, s train.Setup, acc int64) {
 			t.kernels(count, vector, graph.F32, 0, float64(total)*(3*e+2*float64(stateBytes)))
 		} else if s.Optimizer.Impl == train.Fused {
 			p := fusedPass(s.Optimizer)
-			t.kernels(foreachLaunches(sizes, p.reads), vector, graph.F32, 0, float64(p.reads+p.writes)*float64(total)*e)
+			t.launches(foreachLaunches(sizes, p.reads), vector, graph.F32, 0, float64(p.reads+p.writes)*float64(total)*e)
 		} else {
 			// The later steps are the steady state; the first differs
 			// only by SGD's buffer clone.
 			for _, p := range passes(s.Optimizer, false) {
-				n := count
+				b := float64(p.reads+p.writes) * float64(total) * e
 				if s.Optimizer.Impl == train.Foreach {
-					n = foreachLaunches(sizes, p.reads)
+					t.launches(foreachLaunches(sizes, p.reads), vector, graph.F32, 0, b)
+				} else {
+					t.kernels(count, vector, graph.F32, 0, b)
 				}
-				t.kernels(n, vector, graph.F32, 0, float64(p.reads+p.writes)*float64(total)*e)
 			}
 		}
 	}
 	if !s.Profile.ZeroGradSetToNone {
 		// zero_grad(set_to_none=False): one zero_ per gradient (foreach
 		// where the optimizer is)
-		t.kernels(foreachLaunches(sizes, 1), vector, graph.F32, 0, float64(total)*e)
+		t.launches(foreachLaunches(sizes, 1), vector, graph.F32, 0, float64(total)*e)
 	}
 }
 

@@ -1,6 +1,7 @@
 package gpu
 
 import (
+	"math"
 	"strings"
 	"testing"
 )
@@ -127,4 +128,36 @@ func FuzzLookupLike(f *testing.F) {
 			t.Errorf("%q like %q: capacity %d of %d", name, like, g.Capacity, g.SMITotal)
 		}
 	})
+}
+
+// Every datasheet tensor peak is the whitepapers' SMs × boost clock × the
+// architecture's dense FP16 operations per SM per clock (with FP32
+// accumulation): 512 on GeForce Ampere and Ada (half rate), 1024 on Volta,
+// Turing, GA10x and AD10x data-centre parts, 2048 on GA100 and 4096 on
+// Hopper — so the SM counts and clocks the step-time model quantizes over
+// are the ones the peaks were computed from. B200 has no published clock.
+func TestCatalogPeaksFollowSMs(t *testing.T) {
+	for _, g := range All() {
+		r := g.Rates
+		if r.SMs <= 0 {
+			t.Errorf("%s: no SM count", g.Name)
+			continue
+		}
+		if r.Achievable.Matmul <= 0 || r.Achievable.Matmul > 1 || r.Achievable.Bandwidth <= 0 || r.Achievable.Bandwidth > 1 || r.Achievable.Source == "" {
+			t.Errorf("%s: achievable shares %+v", g.Name, r.Achievable)
+		}
+		if r.BoostMHz == 0 {
+			continue
+		}
+		per := r.FP16 / (float64(r.SMs) * r.BoostMHz * 1e6)
+		ok := false
+		for _, want := range []float64{512, 1024, 2048, 4096} {
+			if math.Abs(per-want) < 0.01*want {
+				ok = true
+			}
+		}
+		if !ok {
+			t.Errorf("%s: FP16 %.4g FLOP/s over %d SMs at %g MHz is %.0f per SM per clock", g.Name, r.FP16, r.SMs, r.BoostMHz, per)
+		}
+	}
 }

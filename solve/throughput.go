@@ -20,7 +20,9 @@ type Rate struct {
 	Batch            int64
 	Seconds          float64
 	SamplesPerSecond float64
-	TokensPerSecond  float64
+	// BoundSeconds is the roofline bound of the step (cost.Bound).
+	BoundSeconds    float64
+	TokensPerSecond float64
 }
 
 // Fastest is the batch that trains fastest among those that fit.
@@ -69,7 +71,7 @@ func BestThroughput(ctx context.Context, r predict.Request, ans *Answer) (*Faste
 		if err != nil {
 			return nil, fmt.Errorf("batch %d: %w", b, err)
 		}
-		f.Curve = append(f.Curve, Rate{Batch: b, Seconds: e.Seconds, SamplesPerSecond: e.SamplesPerSecond(), TokensPerSecond: e.TokensPerSecond()})
+		f.Curve = append(f.Curve, Rate{Batch: b, Seconds: e.Seconds, SamplesPerSecond: e.SamplesPerSecond(), TokensPerSecond: e.TokensPerSecond(), BoundSeconds: e.Bound.Seconds})
 	}
 	top := 0.0
 	for _, p := range f.Curve {

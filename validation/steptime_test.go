@@ -80,11 +80,11 @@ func TestCPUStepTime(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", c.Model, err)
 		}
-		cmp := Comparison{ID: c.Model, Status: "ok", PredictedSeconds: res.Time.Seconds, MeasuredSeconds: c.StepSeconds}
+		cmp := Comparison{ID: c.Model, Status: "ok", PredictedSeconds: res.Time.Bound.Seconds, MeasuredSeconds: c.StepSeconds}
 		cs = append(cs, cmp)
 		errs = append(errs, cmp.ErrSeconds())
 		t.Logf("%-12s b%-4d ×%-2d %-13s measured %8.4f s, predicted %8.4f s (%+.0f%%)", c.Model, c.Batch, c.Accumulate, c.Optimizer,
-			c.StepSeconds, res.Time.Seconds, 100*cmp.ErrSeconds())
+			c.StepSeconds, res.Time.Bound.Seconds, 100*cmp.ErrSeconds())
 	}
 	s := Summarize(cs)
 	sort.Float64s(errs)

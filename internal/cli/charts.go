@@ -61,7 +61,7 @@ func sweepChart(pts []solve.Point) *chart.Chart {
 		c.Lines = append(c.Lines, chart.Series{Name: "needs at least (out of memory)", Class: "oom-need", Points: need, Dots: true, Dashed: true})
 	}
 	if len(secs) == len(pts) {
-		c.Y2 = &chart.Axis{Label: "step time (roofline bound)", Unit: chart.Seconds}
+		c.Y2 = &chart.Axis{Label: "step time", Unit: chart.Seconds}
 		c.Lines = append(c.Lines, chart.Series{Name: "step time", Points: secs, Dots: true, Right: true})
 	}
 	c.Rules = []chart.Rule{{Value: float64(first.GPU.Capacity), Class: "capacity",

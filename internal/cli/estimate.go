@@ -371,7 +371,8 @@ func writeTime(w io.Writer, res *predict.Result) {
 		return
 	}
 	fmt.Fprintln(w)
-	fmt.Fprintf(w, "step time %s (roofline on %s: a bound, see docs/accuracy.md)\n", fmtSeconds(e.Seconds), res.GPU.Name)
+	fmt.Fprintf(w, "step time %s on %s (calibrated model; bound %s, the roofline of the datasheet peaks; see docs/accuracy.md §4)\n",
+		fmtSeconds(e.Seconds), res.GPU.Name, fmtSeconds(e.Bound.Seconds))
 	var parts []string
 	for _, p := range cost.Parts() {
 		if e.By[p] > 0 {
@@ -387,7 +388,8 @@ func throughputLine(e *cost.Estimate) string {
 	if e.Tokens > 0 {
 		s += fmt.Sprintf(", %s tokens/s", fmtRate(e.TokensPerSecond()))
 	}
-	return s + fmt.Sprintf(" · model FLOPs utilisation %.0f%% · %s kernels", 100*e.MFU, commas(e.Kernels))
+	return s + fmt.Sprintf(" · model FLOPs utilisation %.0f%% (bound %s samples/s, %.0f%%) · %s kernels",
+		100*e.MFU, fmtRate(e.BoundSamplesPerSecond()), 100*e.Bound.MFU, commas(e.Kernels))
 }
 
 func fmtSeconds(s float64) string {

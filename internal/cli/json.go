@@ -111,6 +111,16 @@ type TimeJSON struct {
 	FLOPs            float64            `json:"flops"`
 	Bytes            float64            `json:"bytes_moved"`
 	Kernels          int64              `json:"kernels"`
+	// Bound is the roofline bound: every kernel at the datasheet's peaks.
+	Bound BoundJSON `json:"bound"`
+}
+
+// BoundJSON is the roofline bound of a step.
+type BoundJSON struct {
+	StepSeconds      float64            `json:"step_seconds"`
+	PartSeconds      map[string]float64 `json:"part_seconds"`
+	SamplesPerSecond float64            `json:"samples_per_second"`
+	MFU              float64            `json:"mfu"`
 }
 
 func timeJSON(res *predict.Result) *TimeJSON {
@@ -120,8 +130,10 @@ func timeJSON(res *predict.Result) *TimeJSON {
 	}
 	t := &TimeJSON{StepSeconds: e.Seconds, PartSeconds: map[string]float64{}, SamplesPerSecond: e.SamplesPerSecond(),
 		TokensPerSecond: e.TokensPerSecond(), MFU: e.MFU, ModelFLOPs: e.ModelFLOPs, FLOPs: e.FLOPs, Bytes: e.Bytes, Kernels: e.Kernels}
+	t.Bound = BoundJSON{StepSeconds: e.Bound.Seconds, PartSeconds: map[string]float64{}, SamplesPerSecond: e.BoundSamplesPerSecond(), MFU: e.Bound.MFU}
 	for _, p := range cost.Parts() {
 		t.PartSeconds[p.String()] = e.By[p]
+		t.Bound.PartSeconds[p.String()] = e.Bound.By[p]
 	}
 	return t
 }

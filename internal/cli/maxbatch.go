@@ -69,6 +69,8 @@ type RateJSON struct {
 	StepSeconds      float64 `json:"step_seconds"`
 	SamplesPerSecond float64 `json:"samples_per_second"`
 	TokensPerSecond  float64 `json:"tokens_per_second,omitempty"`
+	// BoundStepSeconds is the roofline bound of the step.
+	BoundStepSeconds float64 `json:"bound_step_seconds"`
 }
 
 var dimWords = map[models.Dim]string{models.DimBatch: "batch", models.DimLayers: "depth (layers)",
@@ -138,7 +140,7 @@ func runMaxBatch(e *env, args []string) error {
 			f := &FastestJSON{Batch: fast.Best.Batch, SamplesPerSecond: fast.Best.SamplesPerSecond, TokensPerSecond: fast.Best.TokensPerSecond,
 				LargestSamplesPerSecond: fast.Largest.SamplesPerSecond, ShareOfLargest: fast.Best.SamplesPerSecond / fast.Largest.SamplesPerSecond}
 			for _, p := range fast.Curve {
-				f.Curve = append(f.Curve, RateJSON{p.Batch, p.Seconds, p.SamplesPerSecond, p.TokensPerSecond})
+				f.Curve = append(f.Curve, RateJSON{p.Batch, p.Seconds, p.SamplesPerSecond, p.TokensPerSecond, p.BoundSeconds})
 			}
 			out.Fastest = f
 		}
@@ -191,19 +193,21 @@ func runMaxBatch(e *env, args []string) error {
 
 func writeFastest(w io.Writer, f *solve.Fastest) {
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "predicted throughput (roofline; a bound, see docs/accuracy.md):")
+	fmt.Fprintln(w, "predicted throughput (the calibrated step-time model; bound: the roofline step time, see docs/accuracy.md §4):")
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	tok := f.Largest.TokensPerSecond > 0
 	hdr := "batch\tstep time\tsamples/s\t"
 	if tok {
 		hdr += "tokens/s\t"
 	}
+	hdr += "bound\t"
 	fmt.Fprintln(tw, hdr)
 	for _, p := range f.Curve {
 		line := fmt.Sprintf("%d\t%s\t%s\t", p.Batch, fmtSeconds(p.Seconds), fmtRate(p.SamplesPerSecond))
 		if tok {
 			line += fmtRate(p.TokensPerSecond) + "\t"
 		}
+		line += fmtSeconds(p.BoundSeconds) + "\t"
 		fmt.Fprintln(tw, line)
 	}
 	tw.Flush()

@@ -23,7 +23,7 @@ least speed. Every combination of the levers — gradient accumulation
 (micro-batch × accumulation = the global batch), precision, activation
 checkpointing, the optimizer's implementation and the allocator's
 expandable segments — is predicted (memory through the simulator and the
-allocator, time through the roofline step-time model); the plans that fit
+allocator, time through the calibrated step-time model); the plans that fit
 with the margin are ranked by throughput. The flags that describe the job
 (--batch, --accumulate, --precision, ...) are the current setup, which
 every plan is compared with; --global-batch counts the samples of a step
@@ -97,6 +97,7 @@ type PlanEntryJSON struct {
 	SamplesPerSecond   float64          `json:"samples_per_second"`
 	TokensPerSecond    float64          `json:"tokens_per_second,omitempty"`
 	MFU                float64          `json:"mfu"`
+	BoundStepSeconds   float64          `json:"bound_step_seconds,omitempty"`
 	PeakSavingBytes    int64            `json:"peak_saving_bytes"`
 	SavingsBytes       map[string]int64 `json:"savings_bytes,omitempty"`
 }
@@ -325,6 +326,7 @@ func planEntry(ans *plan.Answer, p *plan.Plan) PlanEntryJSON {
 		if res.Time != nil {
 			e.TokensPerSecond = res.Time.TokensPerSecond()
 			e.MFU = res.Time.MFU
+			e.BoundStepSeconds = res.Time.Bound.Seconds
 		}
 		e.PeakSavingBytes = ans.PeakSaving(p)
 		if sv := ans.Savings(p); len(sv) > 0 {
@@ -426,7 +428,7 @@ func writePlan(w io.Writer, r predict.Request, o plan.Options, ans *plan.Answer)
 		fmt.Fprintln(w, "step times are not predicted under data parallelism (the model knows no communication); the plans are ranked by the fewest changes")
 		return
 	}
-	fmt.Fprintln(w, "step times are a roofline bound from the GPU's datasheet rates: use them to rank plans (docs/accuracy.md)")
+	fmt.Fprintln(w, "step times are the calibrated step-time model's; bound: the roofline step time of the GPU's datasheet peaks (docs/accuracy.md §4)")
 }
 
 func writePlanTable(w io.Writer, ans *plan.Answer, plans []*plan.Plan) {
@@ -445,7 +447,7 @@ func writePlanTable(w io.Writer, ans *plan.Answer, plans []*plan.Plan) {
 	if seq {
 		hdr += "tokens/s\t"
 	}
-	fmt.Fprintln(tw, hdr+"MFU\t")
+	fmt.Fprintln(tw, hdr+"MFU\tbound\t")
 	for i, p := range plans {
 		res := p.Result
 		exp := "no"
@@ -472,11 +474,12 @@ func writePlanTable(w io.Writer, ans *plan.Answer, plans []*plan.Plan) {
 		if seq {
 			line += fmtRate(res.Time.TokensPerSecond()) + "\t"
 		}
-		mfu := "-"
+		mfu, bound := "-", "-"
 		if res.Time != nil {
 			mfu = fmt.Sprintf("%.0f%%", 100*res.Time.MFU)
+			bound = fmtSeconds(res.Time.Bound.Seconds)
 		}
-		fmt.Fprintln(tw, line+mfu+"\t")
+		fmt.Fprintln(tw, line+mfu+"\t"+bound+"\t")
 	}
 	tw.Flush()
 	pure := false

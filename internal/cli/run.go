@@ -510,7 +510,7 @@ func writeRunPrediction(w io.Writer, j *jobFlags, set map[string]bool, s record.
 		if s.StepSeconds > 0 {
 			m = fmtSeconds(s.StepSeconds)
 		}
-		fmt.Fprintf(tw, "  step time\t%s\t%s\t(a roofline bound)\t\n", fmtSeconds(res.Time.Seconds), m)
+		fmt.Fprintf(tw, "  step time\t%s\t%s\t(calibrated model; bound %s)\t\n", fmtSeconds(res.Time.Seconds), m, fmtSeconds(res.Time.Bound.Seconds))
 	}
 	tw.Flush()
 	if s.PeakAllocated == nil {

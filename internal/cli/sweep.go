@@ -64,16 +64,16 @@ func runSweep(e *env, args []string) error {
 		// failure; needs_at_least_bytes is what the step needs (JSON's
 		// needs_at_least_bytes, the chart's red line)
 		w.Write([]string{"batch", "activations_bytes", "peak_allocated_bytes", "peak_reserved_bytes", "device_total_bytes", "gpu_capacity_bytes", "fits",
-			"step_seconds", "samples_per_second", "tokens_per_second", "out_of_memory", "needs_at_least_bytes", "margin_bytes"})
+			"step_seconds", "samples_per_second", "tokens_per_second", "bound_step_seconds", "out_of_memory", "needs_at_least_bytes", "margin_bytes"})
 		for _, p := range pts {
 			r := p.Result
-			var sec, sps, tps float64
+			var sec, sps, tps, bound float64
 			if r.Time != nil {
-				sec, sps, tps = r.Time.Seconds, r.Time.SamplesPerSecond(), r.Time.TokensPerSecond()
+				sec, sps, tps, bound = r.Time.Seconds, r.Time.SamplesPerSecond(), r.Time.TokensPerSecond(), r.Time.Bound.Seconds
 			}
 			w.Write([]string{fmt.Sprint(p.Value), fmt.Sprint(r.Summary.ActivationsBytes), fmt.Sprint(r.Timeline.PeakAllocated),
 				fmt.Sprint(r.Timeline.PeakReserved), fmt.Sprint(r.DeviceTotal), fmt.Sprint(r.GPU.Capacity), fmt.Sprint(r.Fits),
-				fmt.Sprint(sec), fmt.Sprint(sps), fmt.Sprint(tps), fmt.Sprint(r.Timeline.OOM != nil), fmt.Sprint(needOf(r)), fmt.Sprint(r.Margin)})
+				fmt.Sprint(sec), fmt.Sprint(sps), fmt.Sprint(tps), fmt.Sprint(bound), fmt.Sprint(r.Timeline.OOM != nil), fmt.Sprint(needOf(r)), fmt.Sprint(r.Margin)})
 		}
 		w.Flush()
 		return w.Error()
@@ -104,6 +104,7 @@ func runSweep(e *env, args []string) error {
 		if tok {
 			hdr += "tokens/s\t"
 		}
+		hdr += "bound\t"
 	}
 	fmt.Fprintln(tw, hdr)
 	for _, p := range pts {
@@ -129,6 +130,7 @@ func runSweep(e *env, args []string) error {
 			if tok {
 				line += fmtRate(r.Time.TokensPerSecond()) + "\t"
 			}
+			line += fmtSeconds(r.Time.Bound.Seconds) + "\t"
 		}
 		fmt.Fprintln(tw, line)
 	}
@@ -139,7 +141,7 @@ func runSweep(e *env, args []string) error {
 	}
 	fmt.Fprintln(stdout, largestLine(pts))
 	if timed {
-		fmt.Fprintln(stdout, "step time and throughput: the roofline step-time model, a bound to compare batches with (docs/accuracy.md)")
+		fmt.Fprintln(stdout, "step time and throughput: the calibrated step-time model; bound: the roofline step time of the datasheet peaks, which no step beats (docs/accuracy.md §4)")
 	}
 	fmt.Fprintf(stdout, "\nGPU capacity %s (%s)\n", fmtBytes(pts[0].Result.GPU.Capacity), capacityNote(pts[0].Result.GPU))
 	fmt.Fprintln(stdout, strings.Replace(marginLine(r.Margin, r.GPU.Capacity), "margin: ", "fits with the margin: ", 1))

@@ -196,7 +196,7 @@ func runValidate(e *env, args []string) error {
 	fmt.Fprintf(stdout, "\n%d cases: median |error| %.2f%% allocated, %.2f%% reserved; worst under-prediction %.2f%% (%s); measured OOMs predicted to fit: %d\n",
 		sum.Cases, 100*sum.MedianAbsErrAllocated, 100*sum.MedianAbsErrReserved, 100*sum.WorstUnderAllocated, sum.WorstUnderCase, sum.OOMMissed)
 	if sum.TimedCases > 0 {
-		fmt.Fprintf(stdout, "step time (steady steps, roofline bound): %d cases, median |error| %.0f%%", sum.TimedCases, 100*sum.MedianAbsErrSeconds)
+		fmt.Fprintf(stdout, "step time (steady steps, calibrated model): %d cases, median |error| %.0f%%", sum.TimedCases, 100*sum.MedianAbsErrSeconds)
 		if !math.IsNaN(sum.PairsOrdered) {
 			fmt.Fprintf(stdout, "; %.0f%% of the pairs measured more than 5%% apart ranked as measured", 100*sum.PairsOrdered)
 		}

@@ -1,0 +1,106 @@
+package cost
+
+import (
+	"math"
+	"testing"
+
+	"github.com/batchfit/batchfit/gpu"
+	"github.com/batchfit/batchfit/models"
+	"github.com/batchfit/batchfit/train"
+)
+
+// The tile model of kernel.go on a made-up GPU of 4 SMs at 1 TFLOP/s
+// (0.25 TFLOP/s an SM), every share 1, worked by hand:
+//
+//	256 × 1024 × 256: 2 × 2 tiles of 128 × 128 fill the 4 SMs once:
+//	  2·256·1024·256 / 1e12 = 134.217728 µs, no waste
+//	257 rows: 3 × 2 = 6 tiles, two waves of 4 SMs, each wave
+//	  2·128·128·1024 / 0.25e12 = 134.217728 µs: 268.435456 µs
+//	1020 deep on the tensor cores: not a multiple of 8, half the rate:
+//	  2·256·1020·256 / 0.5e12 = 267.386880 µs
+//	128 × 4096 × 128: one tile for 4 SMs, split 4 ways along K (4096/128
+//	  = 32 chunks allowed): one wave of 1024-deep tiles, 134.217728 µs, and
+//	  the float32 partial sums written and read: 2·4·128·128·4 B
+//	64 × 1024 × 64: a 64 × 64 tile, four to an SM: 16 slots, one tile,
+//	  split 8 ways (1024/128): 2·64·64·128 / (1e12/16) = 16.777216 µs
+func TestGEMMQuantization(t *testing.T) {
+	m := machine{sms: 4, mm: 1, bw: 1e12, fp: 1e12}
+	for _, c := range []struct {
+		name                     string
+		rows, inner, cols, batch float64
+		tensor                   bool
+		want, wantExtra          float64
+	}{
+		{"full waves", 256, 1024, 256, 1, false, 134.217728e-6, 0},
+		{"one row over", 257, 1024, 256, 1, false, 268.435456e-6, 0},
+		{"unaligned on tensor cores", 256, 1020, 256, 1, true, 267.38688e-6, 0},
+		{"unaligned on CUDA cores", 256, 1020, 256, 1, false, 133.69344e-6, 0},
+		{"split-K", 128, 4096, 128, 1, false, 134.217728e-6, 2 * 4 * 128 * 128 * 4},
+		{"small tiles", 64, 1024, 64, 1, false, 16.777216e-6, 2 * 8 * 64 * 64 * 4},
+	} {
+		got, extra := m.gemmTime(1e12, c.rows, c.inner, c.cols, c.batch, c.tensor)
+		if math.Abs(got-c.want) > 1e-15 || extra != c.wantExtra {
+			t.Errorf("%s: %.9g s and %g extra bytes, want %.9g s and %g", c.name, got, extra, c.want, c.wantExtra)
+		}
+	}
+}
+
+// The host and device queue of stream.go, worked by hand: ten kernels of
+// 1 µs that take the host 5 µs each finish 1 µs after the host issues the
+// last, 51 µs; ten of 10 µs issued in 1 µs each run back to back after
+// the first issue, 101 µs.
+func TestQueue(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		cpu, gpu float64
+		want     float64
+	}{
+		{"host-bound", 5e-6, 1e-6, 51e-6},
+		{"device-bound", 1e-6, 10e-6, 101e-6},
+	} {
+		var q queue
+		var by [numParts]float64
+		items := make([]item, 10)
+		for i := range items {
+			items[i] = item{part: Forward, cpu: c.cpu, gpu: c.gpu}
+		}
+		q.run(items, &by)
+		if math.Abs(q.gpu-c.want) > 1e-15 || math.Abs(by[Forward]-c.want) > 1e-15 {
+			t.Errorf("%s: device done at %g s (forward %g s), want %g s", c.name, q.gpu, by[Forward], c.want)
+		}
+	}
+}
+
+// On a catalog GPU no calibrated step is faster than its
+// roofline bound: every kernel runs below the peaks (the achievable
+// shares are under 1), which outweighs the bound's launch floor on the
+// short kernels the host hides behind long ones.
+func TestCalibratedAboveBound(t *testing.T) {
+	a100, err := gpu.Lookup("a100-80gb")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range models.All() {
+		g, err := m.Build(m.Small(4, 32))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, acc := range []int{1, 4} {
+			s, err := train.Setup{Precision: train.Mixed16, Accumulate: acc, Steps: 1}.Normalize()
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, sum, err := train.Simulate(g, s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			e, err := Step(Input{Graph: g, Ops: sum.Ops, Setup: s, Rates: a100.Rates, Batch: 4})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if e.Seconds < e.Bound.Seconds*(1-1e-9) {
+				t.Errorf("%s ×%d: calibrated %g s below the bound %g s", m.Name, acc, e.Seconds, e.Bound.Seconds)
+			}
+		}
+	}
+}
