@@ -175,26 +175,36 @@ func Step(in Input) (Estimate, error) {
 	t.add(&micro, float64(acc))
 	t.setPart(Optimizer)
 	t.model = false
+	// The calibrated time: the first micro-batch from an idle device;
+	// every later one adds exactly the larger of its host and device
+	// totals (from where the first leaves the queue, the host issues the
+	// second while the device finishes the first, so the second ends
+	// max(device, host) later, and so on), shared among the parts by
+	// whichever side binds. The optimizer then continues the queue.
+	by := micro.by
+	if acc > 1 {
+		var dev, host float64
+		for p := range micro.dev {
+			dev += micro.dev[p]
+			host += micro.cpu[p]
+		}
+		n := float64(acc - 1)
+		inc := max(dev, host)
+		for p := range by {
+			if dev >= host && dev > 0 {
+				by[p] += n * inc * micro.dev[p] / dev
+			} else if host > 0 {
+				by[p] += n * inc * micro.cpu[p] / host
+			}
+		}
+		t.q = queue{cpu: float64(acc) * host, gpu: micro.q.gpu + n*inc}
+	} else {
+		t.q = micro.q
+	}
 	optimizer(&t, g, in.Setup, acc)
 	e := t.est
-	// The calibrated time: the first micro-batch from an idle device, a
-	// second from where the first left the queue; every later one repeats
-	// the second (its increment is the larger of its host and device
-	// totals once the queue is in its steady state).
-	var q queue
-	q.run(micro.items, &e.By)
-	if acc > 1 {
-		var second [numParts]float64
-		before := q
-		q.run(micro.items, &second)
-		n := float64(acc - 1)
-		for p := range second {
-			e.By[p] += n * second[p]
-		}
-		q.cpu = before.cpu + n*(q.cpu-before.cpu)
-		q.gpu = before.gpu + n*(q.gpu-before.gpu)
-	}
-	q.run(t.items, &e.By)
+	e.By = by
+	t.flushTo(&e.By)
 	var ok bool
 	if e.Samples, ok = graph.MulSize(in.Batch, acc); !ok {
 		return Estimate{}, fmt.Errorf("batch %d × accumulation %d samples a step overflows", in.Batch, acc)
@@ -241,8 +251,17 @@ type timer struct {
 	part  Part
 	model bool // arithmetic that counts toward ModelFLOPs
 	est   Estimate
-	// items is the calibrated model's queue of kernels, in issue order
-	items []item
+	// q is the calibrated model's queue; by splits its time among the
+	// parts, dev and cpu total each part's device and host time
+	q            queue
+	by, dev, cpu [numParts]float64
+}
+
+// flushTo adds the calibrated time the timer's kernels took to by.
+func (t *timer) flushTo(by *[numParts]float64) {
+	for p := range by {
+		by[p] += t.by[p]
+	}
 }
 
 func (t *timer) setPart(p Part) {
@@ -341,7 +360,10 @@ func (t *timer) bound(n int64, k rate, dt graph.DType, flops, bytes float64) flo
 // issue queues n kernels the host issues in cpu seconds and the device
 // runs in dev seconds, each at least KernelGPU.
 func (t *timer) issue(cpu float64, n int64, dev float64) {
-	t.items = append(t.items, item{part: t.part, cpu: cpu, gpu: max(dev, float64(n)*KernelGPU)})
+	g := max(dev, float64(n)*KernelGPU)
+	t.by[t.part] += t.q.issue(cpu, g)
+	t.dev[t.part] += g
+	t.cpu[t.part] += cpu
 }
 
 // add adds another timer's figures, times f.

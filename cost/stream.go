@@ -49,22 +49,16 @@ var DefaultHost = Host{
 	Source:   "dispatcher measured on a CPU core (testdata/reference/dispatch-cpu.json) + cudaLaunchKernel 3.8 µs (NVIDIA, Getting Started with CUDA Graphs)",
 }
 
-// item is a group of kernels the host issues together.
-type item struct {
-	part     Part
-	cpu, gpu float64
-}
-
 // queue is the host's clock and the time the device becomes free.
 type queue struct{ cpu, gpu float64 }
 
-// run issues items and adds each one's share of the step (how much later
-// the device finishes because of it) to by.
-func (q *queue) run(items []item, by *[numParts]float64) {
-	for _, it := range items {
-		q.cpu += it.cpu
-		end := max(q.cpu, q.gpu) + it.gpu
-		by[it.part] += end - q.gpu
-		q.gpu = end
-	}
+// issue queues a group of kernels the host issues in cpu seconds and the
+// device runs in gpu seconds, and returns how much later the device
+// finishes because of them.
+func (q *queue) issue(cpu, gpu float64) float64 {
+	q.cpu += cpu
+	end := max(q.cpu, q.gpu) + gpu
+	d := end - q.gpu
+	q.gpu = end
+	return d
 }
