@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/batchfit/batchfit/gpu"
+	"github.com/batchfit/batchfit/graph"
 	"github.com/batchfit/batchfit/models"
 	"github.com/batchfit/batchfit/train"
 )
@@ -98,6 +99,65 @@ func TestCalibratedAboveBound(t *testing.T) {
 			}
 			if e.Seconds < e.Bound.Seconds*(1-1e-9) {
 				t.Errorf("%s ×%d: calibrated %g s below the bound %g s", m.Name, acc, e.Seconds, e.Bound.Seconds)
+			}
+		}
+	}
+}
+
+// The closed form Step uses for accumulated micro-batches: from an idle
+// queue, k repeats of one micro-batch's kernels end at the first's end
+// plus (k−1) × max(device total, host total). Checked against queueing
+// every kernel, for a host-bound, a device-bound and a mixed micro-batch.
+func TestRepeatedMicroBatchesClosedForm(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		cpu, gpu []float64
+	}{
+		{"host-bound", []float64{5, 5, 5, 5}, []float64{1, 2, 1, 1}},
+		{"device-bound", []float64{1, 1, 1, 1}, []float64{10, 2, 30, 4}},
+		{"mixed", []float64{8, 1, 1, 9, 1}, []float64{1, 20, 1, 1, 2}},
+	} {
+		var one queue
+		var dev, host float64
+		for i := range c.cpu {
+			one.issue(c.cpu[i], c.gpu[i])
+			dev += c.gpu[i]
+			host += c.cpu[i]
+		}
+		for _, k := range []int{2, 3, 7} {
+			var q queue
+			for range k {
+				for i := range c.cpu {
+					q.issue(c.cpu[i], c.gpu[i])
+				}
+			}
+			if want := one.gpu + float64(k-1)*max(dev, host); math.Abs(q.gpu-want) > 1e-9 {
+				t.Errorf("%s ×%d: queued %g, closed form %g", c.name, k, q.gpu, want)
+			}
+		}
+	}
+}
+
+// A convolution as cuDNN's implicit GEMM: x [2, 3, 32, 32] through 16
+// 3×3 filters (padding 1) is (2·32·32 = 2048 pixels) × 16 over 3·3·3 = 27;
+// the depthwise one after it has 16 groups, one channel each.
+func TestConvAsGEMM(t *testing.T) {
+	g := build(t, "conv", func(b *graph.Builder) {
+		x := b.Input("x", graph.Shape{2, 3, 32, 32}, graph.F32)
+		y := b.Target("y", graph.Shape{2, 16, 32, 32}, graph.F32)
+		h := b.Conv2d("conv", x, 16, graph.Conv2dOpts{Kernel: [2]int64{3, 3}, Padding: [2]int64{1, 1}})
+		h = b.Conv2d("dw", h, 16, graph.Conv2dOpts{Kernel: [2]int64{3, 3}, Padding: [2]int64{1, 1}, Groups: 16})
+		b.MSELoss("loss", h, y)
+	})
+	want := map[string]convGEMM{
+		"conv": {pixels: 2048, cout: 16, patch: 27, cin: 3, groups: 1},
+		"dw":   {pixels: 2048, cout: 16, patch: 9, cin: 16, groups: 16},
+	}
+	for i := range g.Ops {
+		op := &g.Ops[i]
+		if w, ok := want[op.Name]; ok {
+			if got := convShape(g, op); got != w {
+				t.Errorf("%s: %+v, want %+v", op.Name, got, w)
 			}
 		}
 	}
