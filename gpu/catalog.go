@@ -62,6 +62,8 @@ type Rates struct {
 	// over the SMs.
 	SMs      int
 	BoostMHz float64
+	// SMSource names where SMs and BoostMHz come from.
+	SMSource string
 	// Achievable is the share of the peaks real kernels reach.
 	Achievable Achievable
 }
@@ -139,6 +141,15 @@ var defaultAchievable = Achievable{Matmul: 0.75, Bandwidth: 0.85, Source: "middl
 // Hopper) and datasheets; TestCatalogPeaksFollowSMs holds each datasheet
 // peak equal to SMs × clock × the architecture's operations per SM per
 // clock.
+var smSource = map[string]string{
+	"volta":     "NVIDIA Tesla V100 GPU architecture whitepaper",
+	"turing":    "NVIDIA Turing GPU architecture whitepaper, Tesla T4",
+	"ampere":    "NVIDIA A100 Tensor Core GPU architecture whitepaper (GA100); NVIDIA Ampere GA102 GPU architecture whitepaper (A10, A6000, RTX 3090)",
+	"ada":       "NVIDIA Ada GPU architecture whitepaper (RTX 4090, L4, L40S)",
+	"hopper":    "NVIDIA H100 Tensor Core GPU architecture whitepaper (SXM5 and PCIe)",
+	"blackwell": "NVIDIA Blackwell architecture technical brief (148 SMs; no boost clock published)",
+}
+
 var smClock = map[string]struct {
 	SMs int
 	MHz float64
@@ -231,6 +242,7 @@ func init() {
 		g := &catalog[i]
 		g.ContextSize = contextByFamily[g.Family]
 		g.Rates.SMs, g.Rates.BoostMHz = smClock[g.Name].SMs, smClock[g.Name].MHz
+		g.Rates.SMSource = smSource[g.Family]
 		g.Rates.Achievable = defaultAchievable
 		if a, ok := achievableByArch[[2]int{g.Major, g.Minor}]; ok {
 			g.Rates.Achievable = a

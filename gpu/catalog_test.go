@@ -143,7 +143,7 @@ func TestCatalogPeaksFollowSMs(t *testing.T) {
 			t.Errorf("%s: no SM count", g.Name)
 			continue
 		}
-		if r.Achievable.Matmul <= 0 || r.Achievable.Matmul > 1 || r.Achievable.Bandwidth <= 0 || r.Achievable.Bandwidth > 1 || r.Achievable.Source == "" {
+		if r.Achievable.Matmul <= 0 || r.Achievable.Matmul > 1 || r.Achievable.Bandwidth <= 0 || r.Achievable.Bandwidth > 1 || r.Achievable.Source == "" || r.SMSource == "" {
 			t.Errorf("%s: achievable shares %+v", g.Name, r.Achievable)
 		}
 		if r.BoostMHz == 0 {

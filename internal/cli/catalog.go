@@ -69,12 +69,19 @@ func runGPUs(e *env, args []string) error {
 		BF16      float64 `json:"bf16_flops"`
 		Bandwidth float64 `json:"memory_bandwidth_bytes"`
 		Source    string  `json:"rates_source"`
+		// the step-time model's per-GPU and per-architecture data
+		SMs                 int     `json:"sm_count"`
+		BoostMHz            float64 `json:"boost_clock_mhz,omitempty"`
+		SMFrom              string  `json:"sm_from"`
+		AchievableMatmul    float64 `json:"achievable_matmul_share"`
+		AchievableBandwidth float64 `json:"achievable_bandwidth_share"`
+		AchievableFrom      string  `json:"achievable_from"`
 	}
 	var out []entry
 	for _, g := range gpu.All() {
 		r := g.Rates
 		out = append(out, entry{g.Name, g.Marketing, g.Capacity, g.SMITotal, g.CapacityFrom, fmt.Sprintf("%d.%d", g.Major, g.Minor), g.ContextSize,
-			r.FP32, r.TF32, r.FP16, r.BF16, r.Bandwidth, r.Source})
+			r.FP32, r.TF32, r.FP16, r.BF16, r.Bandwidth, r.Source, r.SMs, r.BoostMHz, r.SMSource, r.Achievable.Matmul, r.Achievable.Bandwidth, r.Achievable.Source})
 	}
 	if *asJSON {
 		return writeJSON(stdout, out)
