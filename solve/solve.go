@@ -2,8 +2,11 @@ package solve
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 
+	"github.com/batchfit/batchfit/graph"
 	"github.com/batchfit/batchfit/models"
 	"github.com/batchfit/batchfit/predict"
 )
@@ -40,6 +43,11 @@ type Answer struct {
 	Fit, Over *predict.Result
 	// Limited reports that the search stopped at Limit with Limit fitting.
 	Limited bool
+	// Bound, when set, is what ended the search below Limit: the value
+	// after Max is beyond one of batchfit's bounds (graph.ErrBound: a
+	// size or a graph too large, more layers than simulated), not known
+	// not to fit. Limited is then set too.
+	Bound string
 	// Probes is the number of predictions the search made; Tried lists
 	// the values in the order simulated.
 	Probes int
@@ -136,6 +144,10 @@ func (s *search) run() error {
 		return nil
 	}
 	for s.hi == 0 {
+		if s.lo >= s.limit {
+			s.ans.Max, s.ans.Fit, s.ans.Limited = s.lo, s.loRes, true
+			return nil
+		}
 		g, aimed := s.lo*8, false
 		if s.prevRes != nil {
 			if est, ok := aim(s.lo, s.loRes, s.prev, s.prevRes); ok && est < float64(s.lo*8) {
@@ -144,7 +156,10 @@ func (s *search) run() error {
 		}
 		g = min(max(g, s.lo+1), s.limit)
 		if err := s.guess(g, aimed); err != nil {
-			return err
+			if !s.bounded(err) {
+				return err
+			}
+			continue
 		}
 		if s.hi == 0 && s.lo == s.limit {
 			s.ans.Max, s.ans.Fit, s.ans.Limited = s.lo, s.loRes, true
@@ -168,6 +183,31 @@ func (s *search) run() error {
 	}
 	s.ans.Max, s.ans.Fit, s.ans.Over = s.lo, s.loRes, s.hiRes
 	return nil
+}
+
+// bounded reports whether err is a probe beyond batchfit's bounds while
+// the boundary is not yet bracketed: the value probed then becomes the
+// limit's successor, and the search goes on below it. Every value below a
+// fitting one is within the bounds (sizes and ops grow with each
+// dimension), so the bracket's bisection never meets one.
+func (s *search) bounded(err error) bool {
+	if !errors.Is(err, graph.ErrBound) || len(s.ans.Tried) == 0 {
+		return false
+	}
+	v := s.ans.Tried[len(s.ans.Tried)-1]
+	if v <= s.lo || s.hi != 0 {
+		return false
+	}
+	s.limit = v - 1
+	var inner interface{ Unwrap() error }
+	for e := err; errors.As(e, &inner); e = inner.Unwrap() {
+		err = inner.Unwrap() // the bound's own message, without the probe's prefix
+	}
+	s.ans.Bound = err.Error()
+	if at := fmt.Sprintf("%s %d", s.dim, v); !strings.HasPrefix(s.ans.Bound, at) {
+		s.ans.Bound = at + ": " + s.ans.Bound
+	}
+	return true
 }
 
 // guess probes g and, when g was aimed, steps from it toward the boundary by

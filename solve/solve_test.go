@@ -2,6 +2,7 @@ package solve
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	"github.com/batchfit/batchfit/alloc"
@@ -228,6 +229,32 @@ func BenchmarkSweepResNet50(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		if _, err := Sweep(context.Background(), r, batches); err != nil {
 			b.Fatal(err)
+		}
+	}
+}
+
+// A search whose next value is beyond batchfit's bounds (here more layers
+// than simulated; a graph of too many ops or bytes is the same error
+// class, graph.ErrBound) answers the largest value within
+// them, saying which bound ended it, rather than failing.
+func TestSearchStopsAtTheBounds(t *testing.T) {
+	for _, c := range []struct {
+		model string
+		max   int64 // 0: below the bound, not known here
+		want  string
+	}{
+		// mlp at width 64 fits thousands of layers on a B200: the layers
+		// bound decides
+		{"mlp", predict.MaxLayers, "layers 4097: at most 4096"},
+	} {
+		r := request(t, c.model, "b200")
+		r.Config = models.Config{Batch: 1, Hidden: 64}
+		ans, err := MaxDim(context.Background(), r, models.DimLayers, 0)
+		if err != nil {
+			t.Fatalf("%s: %v", c.model, err)
+		}
+		if !ans.Limited || !strings.Contains(ans.Bound, c.want) || (c.max > 0 && ans.Max != c.max) || ans.Fit == nil {
+			t.Errorf("%s: max %d, limited %v, bound %q; want %q", c.model, ans.Max, ans.Limited, ans.Bound, c.want)
 		}
 	}
 }

@@ -27,15 +27,18 @@ Examples:
 
 // MaxBatchJSON is the stable JSON form of a search.
 type MaxBatchJSON struct {
-	Model    string        `json:"model"`
-	Solve    string        `json:"solve"`
-	MaxBatch int64         `json:"max_batch,omitempty"`
-	Max      int64         `json:"max"`
-	Limited  bool          `json:"limited"`
-	Probes   int           `json:"probes"`
-	Tried    []int64       `json:"tried"`
-	AtMax    *EstimateJSON `json:"at_max,omitempty"`
-	AtNext   *EstimateJSON `json:"at_next,omitempty"`
+	Model    string `json:"model"`
+	Solve    string `json:"solve"`
+	MaxBatch int64  `json:"max_batch,omitempty"`
+	Max      int64  `json:"max"`
+	Limited  bool   `json:"limited"`
+	// Bound is what ended the search below its limit: the next value is
+	// beyond one of batchfit's bounds.
+	Bound  string        `json:"bound,omitempty"`
+	Probes int           `json:"probes"`
+	Tried  []int64       `json:"tried"`
+	AtMax  *EstimateJSON `json:"at_max,omitempty"`
+	AtNext *EstimateJSON `json:"at_next,omitempty"`
 	// Fastest is the batch with the best predicted throughput
 	// (--objective throughput).
 	Fastest *FastestJSON `json:"fastest,omitempty"`
@@ -103,7 +106,7 @@ func runMaxBatch(e *env, args []string) error {
 		}
 	}
 	if j.json {
-		out := MaxBatchJSON{Model: r.Source.Name(), Solve: string(d), Max: ans.Max, Limited: ans.Limited, Probes: ans.Probes, Tried: ans.Tried}
+		out := MaxBatchJSON{Model: r.Source.Name(), Solve: string(d), Max: ans.Max, Limited: ans.Limited, Bound: ans.Bound, Probes: ans.Probes, Tried: ans.Tried}
 		if d == models.DimBatch {
 			out.MaxBatch = ans.Max
 		}
@@ -130,7 +133,9 @@ func runMaxBatch(e *env, args []string) error {
 		fmt.Fprintln(stdout, setupLine(ans.Fit))
 		fmt.Fprintln(stdout)
 		fmt.Fprintf(stdout, "largest %s that fits: %d", dimWords[d], ans.Max)
-		if ans.Limited {
+		if ans.Bound != "" {
+			fmt.Fprintf(stdout, " (the most batchfit answers for: %s)", ans.Bound)
+		} else if ans.Limited {
 			fmt.Fprintf(stdout, " (the search limit)")
 		}
 		fmt.Fprintln(stdout)
