@@ -90,6 +90,11 @@ type Segment struct {
 	Pool       Pool
 	Expandable bool
 	Blocks     []Block // in address order, covering the segment exactly
+	// ReservedFrom is, for a range of an expandable segment given to
+	// Restore, where the reservation it lies in is known to begin, when
+	// that is below the lowest range of its stream and pool; 0 means at
+	// that lowest range. Segments never sets it.
+	ReservedFrom int64
 }
 
 // Block is one part of a segment.

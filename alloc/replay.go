@@ -21,6 +21,11 @@ type ReplayOptions struct {
 	// a sample per event. Like Record, it turns off skipping repeated
 	// runs: every event is replayed.
 	Observe func(Observation)
+	// Initial is the state the replay starts from (see
+	// Allocator.Restore): segments reserved and blocks allocated before
+	// the first event, whose IDs the trace's Free events may name. Its
+	// blocks count as trace.Other. Empty means a fresh allocator.
+	Initial []Segment
 }
 
 // Observation is the allocator state after one event, for
@@ -42,7 +47,12 @@ type Sample struct {
 }
 
 // StepStats are the figures of one training step: the events after the
-// previous trace.StepEnd up to and including this one.
+// previous trace.StepEnd up to and including this one. A
+// torch.cuda.empty_cache() called between two steps (right after a
+// StepEnd, before the next step's first event) belongs to the step it
+// follows: a training loop calls it at the end of an iteration, so what it
+// releases is that iteration's cache, and the next step starts from what
+// it left.
 type StepStats struct {
 	Step          int   // 0-based index in Timeline.Steps
 	EndEvent      int   // index of the StepEnd event, or of the last event of a partial step
@@ -51,14 +61,22 @@ type StepStats struct {
 	PeakReserved  int64
 	EndAllocated  int64
 	EndReserved   int64
-	Released      int64 // bytes returned to the device by EmptyCache in this step
+	// Released is the bytes returned to the device by empty_cache() calls
+	// during this step and by the one right after its end.
+	Released int64
+	// EmptiedAfter is set when empty_cache() was called right after the
+	// step's end; ReservedAfter is reserved once it returned (allocated
+	// does not change: empty_cache frees no live block).
+	EmptiedAfter  bool
+	ReservedAfter int64
 }
 
 // Timeline is what a replay of a trace yields.
 type Timeline struct {
 	PeakAllocated, PeakReserved, PeakActive int64
 	// PeakAllocatedEvent and PeakReservedEvent are the event indexes where
-	// each peak was first reached; -1 when nothing was ever allocated.
+	// each peak was first reached; -1 when nothing was ever allocated, or
+	// when the peak is the starting state (ReplayOptions.Initial).
 	PeakAllocatedEvent, PeakReservedEvent int
 	// AtPeak is allocated (rounded block) bytes by category at the
 	// allocated peak; RequestedAtPeak the unrounded bytes asked for.
@@ -106,6 +124,16 @@ func ReplayContext(ctx context.Context, t *trace.Trace, cfg Config, dev Device, 
 	}
 	rp := &replayer{a: New(cfg, dev), opts: opts,
 		tl: &Timeline{PeakAllocatedEvent: -1, PeakReservedEvent: -1, OOMEvent: -1}}
+	if len(opts.Initial) > 0 {
+		if err := rp.a.Restore(opts.Initial); err != nil {
+			return nil, fmt.Errorf("replaying trace: %w", err)
+		}
+		a := rp.a
+		rp.cat[trace.Other], rp.req[trace.Other] = a.allocated, a.requested
+		rp.tl.PeakAllocated, rp.tl.PeakReserved = a.allocated, a.reserved
+		rp.tl.AtPeak, rp.tl.RequestedAtPeak = rp.cat, rp.req
+		rp.step = StepStats{PeakAllocated: a.allocated, PeakReserved: a.reserved}
+	}
 	if opts.Record {
 		rp.tl.Samples = make([]Sample, 0, t.Len())
 	}
@@ -212,7 +240,9 @@ func (rp *replayer) result(err error) (*Timeline, error) {
 func (rp *replayer) event(e *trace.Event) (done bool, err error) {
 	a, tl, i := rp.a, rp.tl, rp.v
 	rp.v++
-	rp.open = true
+	// an empty_cache() between two steps is the closed step's (StepStats)
+	between := e.Action == trace.EmptyCache && !rp.open && len(tl.Steps) > 0
+	rp.open = !between
 	switch e.Action {
 	case trace.Alloc:
 		if int(e.Category) >= trace.NumCategories {
@@ -251,7 +281,16 @@ func (rp *replayer) event(e *trace.Event) (done bool, err error) {
 		rp.cat[tag] -= size
 		rp.req[tag] -= r
 	case trace.EmptyCache:
-		rp.step.Released += a.EmptyCache()
+		n := a.EmptyCache()
+		if between {
+			last := &tl.Steps[len(tl.Steps)-1]
+			last.Released += n
+			last.EmptiedAfter, last.ReservedAfter = true, a.reserved
+			// the next step starts from what empty_cache left
+			rp.step.PeakReserved = a.reserved
+			break
+		}
+		rp.step.Released += n
 	case trace.StepEnd:
 	default:
 		return false, fmt.Errorf("replaying trace: event %d: unknown action %d", i, uint8(e.Action))

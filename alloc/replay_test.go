@@ -27,7 +27,8 @@ var (
 //	4 gradient 30 MiB         61.5    / 82   <- both peaks
 //	5 free activation         60      / 82   (its 20 MiB segment is whole again)
 //	6 step end                step 0: peaks 61.5 / 82, end 60 / 82
-//	7 empty_cache             60      / 60   (20 + 2 MiB released)
+//	7 empty_cache             60      / 60   (20 + 2 MiB released; between
+//	                                           steps, so step 0's: after it 60)
 //	8 activation 1.5 MiB      61.5    / 80   (equals the peak, does not beat it)
 //	9 free                    60      / 80   step 1 (partial)
 func smallTrace() *trace.Trace {
@@ -64,8 +65,11 @@ func TestReplay(t *testing.T) {
 		t.Errorf("at peak %v / %v, want %v / %v", tl.AtPeak, tl.RequestedAtPeak, at, req)
 	}
 	want := []StepStats{
-		{Step: 0, EndEvent: 6, PeakAllocated: 61*MiB + MiB/2, PeakReserved: 82 * MiB, EndAllocated: 60 * MiB, EndReserved: 82 * MiB},
-		{Step: 1, EndEvent: 9, Partial: true, PeakAllocated: 61*MiB + MiB/2, PeakReserved: 82 * MiB, EndAllocated: 60 * MiB, EndReserved: 80 * MiB, Released: 22 * MiB},
+		{Step: 0, EndEvent: 6, PeakAllocated: 61*MiB + MiB/2, PeakReserved: 82 * MiB, EndAllocated: 60 * MiB, EndReserved: 82 * MiB,
+			Released: 22 * MiB, EmptiedAfter: true, ReservedAfter: 60 * MiB},
+		// step 1 starts from what empty_cache left (60 / 60): its peak
+		// reserved is the 20 MiB segment of event 8, not step 0's 82
+		{Step: 1, EndEvent: 9, Partial: true, PeakAllocated: 61*MiB + MiB/2, PeakReserved: 80 * MiB, EndAllocated: 60 * MiB, EndReserved: 80 * MiB},
 	}
 	if len(tl.Steps) != len(want) {
 		t.Fatalf("steps %+v", tl.Steps)

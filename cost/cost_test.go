@@ -349,3 +349,24 @@ func TestPeakFollowsProfile(t *testing.T) {
 		}
 	}
 }
+
+// The fused kernels read the parameter, its gradient and every
+// per-element state of train.OptimizerStates, and write the parameter and
+// the states: worked out from torch's fused SGD (momentum_buffer) and Adam
+// (exp_avg, exp_avg_sq, max_exp_avg_sq with amsgrad).
+func TestFusedPassReadsTheOptimizerTable(t *testing.T) {
+	for _, c := range []struct {
+		o    train.Optimizer
+		want pass
+	}{
+		{train.Optimizer{Kind: train.SGD}, pass{2, 1}},
+		{train.Optimizer{Kind: train.SGD, Momentum: 0.9}, pass{3, 2}},
+		{train.Optimizer{Kind: train.Adam}, pass{4, 3}},
+		{train.Optimizer{Kind: train.AdamW}, pass{4, 3}},
+		{train.Optimizer{Kind: train.Adam, AMSGrad: true}, pass{5, 4}},
+	} {
+		if got := fusedPass(c.o); got != c.want {
+			t.Errorf("%s (amsgrad %v): %+v, want %+v", c.o.Name(), c.o.AMSGrad, got, c.want)
+		}
+	}
+}

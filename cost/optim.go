@@ -66,23 +66,13 @@ func passes(o train.Optimizer, firstStep bool) []pass {
 	return ps
 }
 
-// fusedPass is what the fused kernels touch: SGD reads param, grad and
-// the momentum buffer and writes param and buffer; Adam reads param, grad
-// and both moments and writes param and moments.
+// fusedPass is what the fused kernels touch: the parameter and its
+// gradient read, the parameter written, and every per-element state the
+// optimizer keeps (train.OptimizerStates: SGD's momentum buffer, Adam's two
+// moments and AMSGrad's maximum) read and written.
 func fusedPass(o train.Optimizer) pass {
-	switch o.Kind {
-	case train.SGD:
-		if o.Momentum > 0 {
-			return pass{3, 2}
-		}
-		return pass{2, 1}
-	default:
-		p := pass{4, 3}
-		if o.AMSGrad {
-			p = pass{5, 4}
-		}
-		return p
-	}
+	states, _, _ := o.PerElement(4)
+	return pass{2 + int64(states), 1 + int64(states)}
 }
 
 // optimizer times everything between the last backward and the next
@@ -126,11 +116,13 @@ func optimizer(t *timer, g *graph.Graph, s train.Setup, acc int64) {
 		t.kernel(vector, graph.F32, 0, 16)
 	}
 	if s.Optimizer.Kind != train.NoOptimizer {
-		if s.Optimizer.Bits8 {
-			// bitsandbytes' optimizer_update_8bit_blockwise, a kernel a
-			// parameter: gradient and parameter read, the parameter
-			// written, two uint8 states read and written
-			t.kernels(count, vector, graph.F32, 0, float64(total)*(3*e+4))
+		if s.Optimizer.Bnb() {
+			// bitsandbytes' optimizer_update_8bit_blockwise (or
+			// optimizer_update_32bit), a kernel a parameter: gradient and
+			// parameter read, the parameter written, the states
+			// (train.OptimizerStates) read and written
+			_, stateBytes, _ := s.Optimizer.PerElement(int64(e))
+			t.kernels(count, vector, graph.F32, 0, float64(total)*(3*e+2*float64(stateBytes)))
 		} else if s.Optimizer.Impl == train.Fused {
 			p := fusedPass(s.Optimizer)
 			t.kernels(foreachLaunches(sizes, p.reads), vector, graph.F32, 0, float64(p.reads+p.writes)*float64(total)*e)

@@ -13,13 +13,25 @@ const mib = 1 << 20
 
 // GPU is one catalog entry.
 type GPU struct {
-	Name        string // catalog name, e.g. "h100-80gb"
-	Marketing   string // the name the device reports
-	Capacity    int64  // bytes, nvidia-smi memory.total
-	Major       int    // compute capability major
-	Minor       int
-	ContextSize int64 // bytes taken by the CUDA context and driver outside PyTorch's allocator
-	Family      string
+	Name      string // catalog name, e.g. "h100-80gb"
+	Marketing string // the name the device reports
+	// Capacity is what PyTorch can use, bytes: the total cudaMemGetInfo
+	// reports, which PyTorch's out-of-memory message prints as "total
+	// capacity". Every fit decision compares against it.
+	Capacity int64
+	// SMITotal is nvidia-smi's memory.total, bytes: more than Capacity by
+	// what the driver keeps for itself.
+	SMITotal int64
+	// CapacityFrom says where Capacity comes from: the public out-of-memory
+	// messages that printed it, or how it was derived.
+	CapacityFrom string
+	// CapacityDerived is set when no real message gave Capacity and it was
+	// derived from nvidia-smi's total (see capacityShare).
+	CapacityDerived bool
+	Major           int // compute capability major
+	Minor           int
+	ContextSize     int64 // bytes taken by the CUDA context and driver outside PyTorch's allocator
+	Family          string
 	// Rates are the peak throughputs the step-time model runs against.
 	Rates Rates
 }
@@ -64,28 +76,100 @@ var contextByFamily = map[string]int64{
 }
 
 var catalog = []GPU{
-	{Name: "h100-80gb", Marketing: "NVIDIA H100 80GB HBM3", Capacity: 81559 * mib, Major: 9, Family: "hopper", Rates: Rates{FP32: 67 * tera, TF32: 494.5 * tera, FP16: 989.5 * tera, BF16: 989.5 * tera, Bandwidth: 3.35e12, Source: "NVIDIA H100 Tensor Core GPU datasheet, H100 SXM column"}},
-	{Name: "h100-pcie", Marketing: "NVIDIA H100 PCIe", Capacity: 81559 * mib, Major: 9, Family: "hopper", Rates: Rates{FP32: 51 * tera, TF32: 378 * tera, FP16: 756 * tera, BF16: 756 * tera, Bandwidth: 2.0e12, Source: "NVIDIA H100 Tensor Core GPU datasheet, H100 PCIe column"}},
-	{Name: "h200", Marketing: "NVIDIA H200", Capacity: 143771 * mib, Major: 9, Family: "hopper", Rates: Rates{FP32: 67 * tera, TF32: 494.5 * tera, FP16: 989.5 * tera, BF16: 989.5 * tera, Bandwidth: 4.8e12, Source: "NVIDIA H200 Tensor Core GPU datasheet, H200 SXM column"}},
-	{Name: "gh200", Marketing: "NVIDIA GH200 480GB", Capacity: 97871 * mib, Major: 9, Family: "hopper", Rates: Rates{FP32: 67 * tera, TF32: 494.5 * tera, FP16: 989.5 * tera, BF16: 989.5 * tera, Bandwidth: 4.0e12, Source: "NVIDIA GH200 Grace Hopper Superchip datasheet, 96 GB HBM3"}},
-	{Name: "b200", Marketing: "NVIDIA B200", Capacity: 183359 * mib, Major: 10, Family: "blackwell", Rates: Rates{FP32: 75 * tera, TF32: 1125 * tera, FP16: 2250 * tera, BF16: 2250 * tera, Bandwidth: 8.0e12, Source: "NVIDIA HGX B200 datasheet (eight-GPU figures divided by eight)"}},
-	{Name: "a100-80gb", Marketing: "NVIDIA A100-SXM4-80GB", Capacity: 81920 * mib, Major: 8, Family: "ampere", Rates: Rates{FP32: 19.5 * tera, TF32: 156 * tera, FP16: 312 * tera, BF16: 312 * tera, Bandwidth: 2.039e12, Source: "NVIDIA A100 Tensor Core GPU datasheet, A100 80GB SXM column"}},
-	{Name: "a100-40gb", Marketing: "NVIDIA A100-SXM4-40GB", Capacity: 40960 * mib, Major: 8, Family: "ampere", Rates: Rates{FP32: 19.5 * tera, TF32: 156 * tera, FP16: 312 * tera, BF16: 312 * tera, Bandwidth: 1.555e12, Source: "NVIDIA A100 Tensor Core GPU datasheet, A100 40GB SXM column"}},
-	{Name: "a10g", Marketing: "NVIDIA A10G", Capacity: 23028 * mib, Major: 8, Minor: 6, Family: "ampere", Rates: Rates{FP32: 31.2 * tera, TF32: 62.5 * tera, FP16: 125 * tera, BF16: 125 * tera, Bandwidth: 600e9, Source: "NVIDIA A10 datasheet (AWS publishes no separate A10G figures)"}},
-	{Name: "a10", Marketing: "NVIDIA A10", Capacity: 23028 * mib, Major: 8, Minor: 6, Family: "ampere", Rates: Rates{FP32: 31.2 * tera, TF32: 62.5 * tera, FP16: 125 * tera, BF16: 125 * tera, Bandwidth: 600e9, Source: "NVIDIA A10 Tensor Core GPU datasheet"}},
-	{Name: "a6000", Marketing: "NVIDIA RTX A6000", Capacity: 49140 * mib, Major: 8, Minor: 6, Family: "ampere", Rates: Rates{FP32: 38.7 * tera, TF32: 77.4 * tera, FP16: 154.8 * tera, BF16: 154.8 * tera, Bandwidth: 768e9, Source: "NVIDIA RTX A6000 datasheet"}},
-	{Name: "rtx-3090", Marketing: "NVIDIA GeForce RTX 3090", Capacity: 24576 * mib, Major: 8, Minor: 6, Family: "ampere", Rates: Rates{FP32: 35.6 * tera, TF32: 35.6 * tera, FP16: 71 * tera, BF16: 71 * tera, Bandwidth: 936e9, Source: "NVIDIA Ampere GA102 GPU architecture whitepaper, GeForce RTX 3090 column"}},
-	{Name: "l4", Marketing: "NVIDIA L4", Capacity: 23034 * mib, Major: 8, Minor: 9, Family: "ada", Rates: Rates{FP32: 30.3 * tera, TF32: 60 * tera, FP16: 121 * tera, BF16: 121 * tera, Bandwidth: 300e9, Source: "NVIDIA L4 Tensor Core GPU datasheet"}},
-	{Name: "l40s", Marketing: "NVIDIA L40S", Capacity: 46068 * mib, Major: 8, Minor: 9, Family: "ada", Rates: Rates{FP32: 91.6 * tera, TF32: 183 * tera, FP16: 366 * tera, BF16: 366 * tera, Bandwidth: 864e9, Source: "NVIDIA L40S GPU datasheet"}},
-	{Name: "rtx-4090", Marketing: "NVIDIA GeForce RTX 4090", Capacity: 24564 * mib, Major: 8, Minor: 9, Family: "ada", Rates: Rates{FP32: 82.6 * tera, TF32: 82.6 * tera, FP16: 165.2 * tera, BF16: 165.2 * tera, Bandwidth: 1008e9, Source: "NVIDIA Ada GPU architecture whitepaper, GeForce RTX 4090 column"}},
-	{Name: "t4", Marketing: "Tesla T4", Capacity: 15360 * mib, Major: 7, Minor: 5, Family: "turing", Rates: Rates{FP32: 8.1 * tera, TF32: 0, FP16: 65 * tera, BF16: 0, Bandwidth: 320e9, Source: "NVIDIA T4 Tensor Core GPU datasheet"}},
-	{Name: "v100-16gb", Marketing: "Tesla V100-SXM2-16GB", Capacity: 16384 * mib, Major: 7, Family: "volta", Rates: Rates{FP32: 15.7 * tera, TF32: 0, FP16: 125 * tera, BF16: 0, Bandwidth: 900e9, Source: "NVIDIA V100 Tensor Core GPU datasheet, V100 SXM2 column"}},
-	{Name: "v100-32gb", Marketing: "Tesla V100-SXM2-32GB", Capacity: 32768 * mib, Major: 7, Family: "volta", Rates: Rates{FP32: 15.7 * tera, TF32: 0, FP16: 125 * tera, BF16: 0, Bandwidth: 900e9, Source: "NVIDIA V100 Tensor Core GPU datasheet, V100 SXM2 column"}},
+	{Name: "h100-80gb", Marketing: "NVIDIA H100 80GB HBM3", SMITotal: 81559 * mib, Major: 9, Family: "hopper", Rates: Rates{FP32: 67 * tera, TF32: 494.5 * tera, FP16: 989.5 * tera, BF16: 989.5 * tera, Bandwidth: 3.35e12, Source: "NVIDIA H100 Tensor Core GPU datasheet, H100 SXM column"}},
+	{Name: "h100-pcie", Marketing: "NVIDIA H100 PCIe", SMITotal: 81559 * mib, Major: 9, Family: "hopper", Rates: Rates{FP32: 51 * tera, TF32: 378 * tera, FP16: 756 * tera, BF16: 756 * tera, Bandwidth: 2.0e12, Source: "NVIDIA H100 Tensor Core GPU datasheet, H100 PCIe column"}},
+	{Name: "h200", Marketing: "NVIDIA H200", SMITotal: 143771 * mib, Major: 9, Family: "hopper", Rates: Rates{FP32: 67 * tera, TF32: 494.5 * tera, FP16: 989.5 * tera, BF16: 989.5 * tera, Bandwidth: 4.8e12, Source: "NVIDIA H200 Tensor Core GPU datasheet, H200 SXM column"}},
+	{Name: "gh200", Marketing: "NVIDIA GH200 480GB", SMITotal: 97871 * mib, Major: 9, Family: "hopper", Rates: Rates{FP32: 67 * tera, TF32: 494.5 * tera, FP16: 989.5 * tera, BF16: 989.5 * tera, Bandwidth: 4.0e12, Source: "NVIDIA GH200 Grace Hopper Superchip datasheet, 96 GB HBM3"}},
+	{Name: "b200", Marketing: "NVIDIA B200", SMITotal: 183359 * mib, Major: 10, Family: "blackwell", Rates: Rates{FP32: 75 * tera, TF32: 1125 * tera, FP16: 2250 * tera, BF16: 2250 * tera, Bandwidth: 8.0e12, Source: "NVIDIA HGX B200 datasheet (eight-GPU figures divided by eight)"}},
+	{Name: "a100-80gb", Marketing: "NVIDIA A100-SXM4-80GB", SMITotal: 81920 * mib, Major: 8, Family: "ampere", Rates: Rates{FP32: 19.5 * tera, TF32: 156 * tera, FP16: 312 * tera, BF16: 312 * tera, Bandwidth: 2.039e12, Source: "NVIDIA A100 Tensor Core GPU datasheet, A100 80GB SXM column"}},
+	{Name: "a100-40gb", Marketing: "NVIDIA A100-SXM4-40GB", SMITotal: 40960 * mib, Major: 8, Family: "ampere", Rates: Rates{FP32: 19.5 * tera, TF32: 156 * tera, FP16: 312 * tera, BF16: 312 * tera, Bandwidth: 1.555e12, Source: "NVIDIA A100 Tensor Core GPU datasheet, A100 40GB SXM column"}},
+	{Name: "a10g", Marketing: "NVIDIA A10G", SMITotal: 23028 * mib, Major: 8, Minor: 6, Family: "ampere", Rates: Rates{FP32: 31.2 * tera, TF32: 62.5 * tera, FP16: 125 * tera, BF16: 125 * tera, Bandwidth: 600e9, Source: "NVIDIA A10 datasheet (AWS publishes no separate A10G figures)"}},
+	{Name: "a10", Marketing: "NVIDIA A10", SMITotal: 23028 * mib, Major: 8, Minor: 6, Family: "ampere", Rates: Rates{FP32: 31.2 * tera, TF32: 62.5 * tera, FP16: 125 * tera, BF16: 125 * tera, Bandwidth: 600e9, Source: "NVIDIA A10 Tensor Core GPU datasheet"}},
+	{Name: "a6000", Marketing: "NVIDIA RTX A6000", SMITotal: 49140 * mib, Major: 8, Minor: 6, Family: "ampere", Rates: Rates{FP32: 38.7 * tera, TF32: 77.4 * tera, FP16: 154.8 * tera, BF16: 154.8 * tera, Bandwidth: 768e9, Source: "NVIDIA RTX A6000 datasheet"}},
+	{Name: "rtx-3090", Marketing: "NVIDIA GeForce RTX 3090", SMITotal: 24576 * mib, Major: 8, Minor: 6, Family: "ampere", Rates: Rates{FP32: 35.6 * tera, TF32: 35.6 * tera, FP16: 71 * tera, BF16: 71 * tera, Bandwidth: 936e9, Source: "NVIDIA Ampere GA102 GPU architecture whitepaper, GeForce RTX 3090 column"}},
+	{Name: "l4", Marketing: "NVIDIA L4", SMITotal: 23034 * mib, Major: 8, Minor: 9, Family: "ada", Rates: Rates{FP32: 30.3 * tera, TF32: 60 * tera, FP16: 121 * tera, BF16: 121 * tera, Bandwidth: 300e9, Source: "NVIDIA L4 Tensor Core GPU datasheet"}},
+	{Name: "l40s", Marketing: "NVIDIA L40S", SMITotal: 46068 * mib, Major: 8, Minor: 9, Family: "ada", Rates: Rates{FP32: 91.6 * tera, TF32: 183 * tera, FP16: 366 * tera, BF16: 366 * tera, Bandwidth: 864e9, Source: "NVIDIA L40S GPU datasheet"}},
+	{Name: "rtx-4090", Marketing: "NVIDIA GeForce RTX 4090", SMITotal: 24564 * mib, Major: 8, Minor: 9, Family: "ada", Rates: Rates{FP32: 82.6 * tera, TF32: 82.6 * tera, FP16: 165.2 * tera, BF16: 165.2 * tera, Bandwidth: 1008e9, Source: "NVIDIA Ada GPU architecture whitepaper, GeForce RTX 4090 column"}},
+	{Name: "t4", Marketing: "Tesla T4", SMITotal: 15360 * mib, Major: 7, Minor: 5, Family: "turing", Rates: Rates{FP32: 8.1 * tera, TF32: 0, FP16: 65 * tera, BF16: 0, Bandwidth: 320e9, Source: "NVIDIA T4 Tensor Core GPU datasheet"}},
+	{Name: "v100-16gb", Marketing: "Tesla V100-SXM2-16GB", SMITotal: 16384 * mib, Major: 7, Family: "volta", Rates: Rates{FP32: 15.7 * tera, TF32: 0, FP16: 125 * tera, BF16: 0, Bandwidth: 900e9, Source: "NVIDIA V100 Tensor Core GPU datasheet, V100 SXM2 column"}},
+	{Name: "v100-32gb", Marketing: "Tesla V100-SXM2-32GB", SMITotal: 32768 * mib, Major: 7, Family: "volta", Rates: Rates{FP32: 15.7 * tera, TF32: 0, FP16: 125 * tera, BF16: 0, Bandwidth: 900e9, Source: "NVIDIA V100 Tensor Core GPU datasheet, V100 SXM2 column"}},
+}
+
+// reported is the total capacity PyTorch printed in a real out-of-memory
+// message on the GPU ("GPU 0 has a total capacity of 79.11 GiB", or before
+// torch 2.1 "(GPU 0; 14.75 GiB total capacity; ...)"), in GiB as printed
+// (two decimals), with the public reports that show it. Where reports
+// differ (driver versions reserve different amounts) the smallest is kept.
+type reported struct {
+	GiB    float64
+	Source string
+}
+
+var reportedCapacity = map[string]reported{
+	"h100-80gb": {79.11, "vllm-project/vllm#27508 (H100 80GB, torch 2.8: 79.11 GiB)"},
+	"a100-80gb": {79.25, "HiDream-ai/VAREdit#6 and levihsu/OOTDiffusion#235 (A100 80GB: 79.25 GiB; Instruction-Tuning-with-GPT-4/GPT-4-LLM#16 printed 79.35)"},
+	// deviceQuery's "Total amount of global memory: 40441 MBytes
+	// (42405855232 bytes)" on an A100 40GB SXM4 node (Paderborn PC2
+	// documentation, "NVIDIA A100 40GB with NVLINK"), which PyTorch prints
+	// as 39.49 GiB; TianheWu/CoSeR#10 printed 39.50 GiB.
+	"a100-40gb": {39.49, "deviceQuery on an A100-SXM4-40GB (PC2 documentation): 42405855232 bytes = 39.49 GiB; TianheWu/CoSeR#10 (A100 40GB: 39.50 GiB)"},
+	"a10g":      {22.20, "XavierXiao/Dreambooth-Stable-Diffusion#18 (AWS g5.12xlarge, A10G: 22.20 GiB)"},
+	"a6000":     {47.54, "google-research/semivl#18 (RTX A6000: 47.54 GiB)"},
+	"rtx-3090":  {23.69, "vllm-project/vllm#2140 (GeForce RTX 3090 named by nvidia-smi: 23.69 GiB); GaoLii/DSP#10 printed 23.70"},
+	"rtx-4090":  {23.52, "Soul-AILab/SoulX-FlashTalk#5 (RTX 4090 24G: 23.52 GiB); ali-vilab/VGen#104 printed 23.64, zai-org/CogVideo#36 23.68"},
+	"l40s":      {44.42, "stepfun-ai/Step-Video-T2V#8 (8 x L40S: 44.42 GiB)"},
+	"t4":        {14.56, "Zheng-Chong/CatVTON#133 (GCP Tesla T4, driver 535: 14.56 GiB) and AlphaGPU/leetgpu-challenges#52; older drivers printed 14.75 (hpcaitech/Open-Sora#697)"},
+	"v100-16gb": {15.78, "kchengiva/Shift-GCN#34 (16GB V100: 15.78 GiB)"},
+	"v100-32gb": {31.74, "liucongg/ChatGLM-Finetuning#73 and haotian-liu/LLaVA#812 (V100 32GB: 31.74 GiB)"},
+}
+
+// fromPrinted is the least byte count PyTorch prints as v GiB: its
+// format_size rounds to two decimals, so the total lies in
+// [v−0.005, v+0.005) GiB, and the lower end is the safe one.
+func fromPrinted(v float64) int64 {
+	return int64((v - 0.005) * (1 << 30))
+}
+
+// capacityShare is the rule for a GPU no real message covers: PyTorch's
+// total over nvidia-smi's, at its smallest among the measured GPUs of the
+// same family (architecture), or among all measured GPUs when the family
+// has none. The share shrinks as the driver keeps more, so the smallest
+// errs towards less capacity.
+func capacityShare(family string) (share float64, from []string) {
+	for pass := 0; pass < 2 && from == nil; pass++ {
+		share = 1
+		for _, g := range catalog {
+			if g.CapacityDerived || (pass == 0 && g.Family != family) {
+				continue
+			}
+			if s := float64(g.Capacity) / float64(g.SMITotal); s < share {
+				share, from = s, []string{g.Name}
+			}
+		}
+	}
+	return share, from
 }
 
 func init() {
 	for i := range catalog {
-		catalog[i].ContextSize = contextByFamily[catalog[i].Family]
+		g := &catalog[i]
+		g.ContextSize = contextByFamily[g.Family]
+		if r, ok := reportedCapacity[g.Name]; ok {
+			g.Capacity = fromPrinted(r.GiB)
+			g.CapacityFrom = fmt.Sprintf("cudaMemGetInfo's total as PyTorch prints it, %.2f GiB: %s", r.GiB, r.Source)
+		} else {
+			g.CapacityDerived = true
+		}
+	}
+	for i := range catalog {
+		g := &catalog[i]
+		if !g.CapacityDerived {
+			continue
+		}
+		share, from := capacityShare(g.Family)
+		g.Capacity = int64(float64(g.SMITotal)*share) / mib * mib
+		g.CapacityFrom = fmt.Sprintf("derived (no real message found): nvidia-smi's %d MiB × %.4f, the smallest share PyTorch reported of nvidia-smi's total (%s)",
+			g.SMITotal/mib, share, from[0])
 	}
 }
 
@@ -96,24 +180,41 @@ func All() []GPU {
 	return out
 }
 
+// MinCustom is the smallest capacity a size given for --gpu may have: a
+// bare number such as "80" reads as bytes, and below a GiB no training
+// job fits beside a CUDA context, so such a size is a mistake.
+const MinCustom = 1 << 30
+
 // Lookup finds a GPU by catalog name, case-insensitive, or accepts an
-// explicit capacity ("80GB", "80GiB", "81559MiB"), which gets a Hopper-class
-// compute capability and context.
+// explicit size ("24GB", "80GiB", "81559MiB"): see Custom.
 func Lookup(name string) (GPU, error) {
+	return LookupLike(name, "")
+}
+
+// LookupLike is Lookup, where a size takes its speed, compute capability,
+// CUDA context and capacity share from the catalog GPU named by like.
+func LookupLike(name, like string) (GPU, error) {
 	key := strings.ToLower(strings.TrimSpace(name))
 	for _, g := range catalog {
 		if g.Name == key || strings.ToLower(g.Marketing) == key || strings.ReplaceAll(g.Name, "-", "") == strings.ReplaceAll(key, "-", "") {
+			if like != "" {
+				return GPU{}, fmt.Errorf("--like applies to a size given for --gpu, and %q is a catalog GPU", name)
+			}
 			return g, nil
 		}
 	}
 	if n, err := ParseSize(name); err == nil {
-		if n <= 0 {
-			return GPU{}, fmt.Errorf("gpu capacity must be positive, got %q", name)
+		var base *GPU
+		if like != "" {
+			b, err := LookupLike(like, "")
+			if err != nil {
+				return GPU{}, fmt.Errorf("--like: %w", err)
+			}
+			base = &b
 		}
-		// A capacity alone says nothing of speed: the step-time model
-		// runs it at the rates of the Hopper-class device it stands for.
-		h := catalog[0]
-		return GPU{Name: name, Marketing: "custom " + name, Capacity: n, Major: 9, Family: "hopper", ContextSize: contextByFamily["hopper"], Rates: h.Rates}, nil
+		return Custom(name, n, base)
+	} else if startsWithDigit(key) {
+		return GPU{}, fmt.Errorf("gpu %q: %w", name, err)
 	}
 	var names []string
 	for _, g := range catalog {
@@ -121,9 +222,38 @@ func Lookup(name string) (GPU, error) {
 	}
 	near := nearest(key, names)
 	if len(near) > 0 {
-		return GPU{}, fmt.Errorf("unknown gpu %q; did you mean %s? (see 'batchfit gpus', or give a capacity such as 80GB)", name, strings.Join(near, ", "))
+		return GPU{}, fmt.Errorf("unknown gpu %q; did you mean %s? (see 'batchfit gpus', or give a size such as 24GB)", name, strings.Join(near, ", "))
 	}
-	return GPU{}, fmt.Errorf("unknown gpu %q (see 'batchfit gpus', or give a capacity such as 80GB)", name)
+	return GPU{}, fmt.Errorf("unknown gpu %q (see 'batchfit gpus', or give a size such as 24GB)", name)
+}
+
+func startsWithDigit(s string) bool { return s != "" && s[0] >= '0' && s[0] <= '9' }
+
+// Custom is a GPU known only by its size, read as nvidia-smi's total (the
+// figure people quote for their card). What PyTorch can use of it is that
+// size times like's share of its own nvidia-smi total, or, with no like,
+// the smallest share any measured GPU showed (see capacityShare). A size
+// says nothing of speed: without like the GPU has no rates, so no step
+// time is predicted. Without like it takes the largest CUDA context of the
+// catalog and a Hopper's compute capability (the largest cuBLAS
+// workspace), both erring towards more memory.
+func Custom(label string, size int64, like *GPU) (GPU, error) {
+	if size < MinCustom {
+		return GPU{}, fmt.Errorf("gpu size %q is %d bytes; a GPU has at least 1 GiB (write the unit: 24GB, 80GiB, 81559MiB)", label, size)
+	}
+	g := GPU{Name: label, Marketing: "custom " + label, SMITotal: size, Major: 9, CapacityDerived: true}
+	share, from := capacityShare("")
+	for _, c := range contextByFamily {
+		g.ContextSize = max(g.ContextSize, c)
+	}
+	if like != nil {
+		share, from = float64(like.Capacity)/float64(like.SMITotal), []string{like.Name}
+		g.Marketing = fmt.Sprintf("custom %s like %s", label, like.Name)
+		g.Major, g.Minor, g.Family, g.ContextSize, g.Rates = like.Major, like.Minor, like.Family, like.ContextSize, like.Rates
+	}
+	g.Capacity = int64(float64(size)*share) / mib * mib
+	g.CapacityFrom = fmt.Sprintf("derived: %s read as nvidia-smi's total, × %.4f, the share PyTorch can use on %s", label, share, from[0])
+	return g, nil
 }
 
 func nearest(key string, names []string) []string {

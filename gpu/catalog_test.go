@@ -5,6 +5,8 @@ import (
 	"testing"
 )
 
+var gib = float64(1 << 30)
+
 func TestParseSize(t *testing.T) {
 	cases := []struct {
 		in   string
@@ -25,15 +27,13 @@ func TestParseSize(t *testing.T) {
 
 func TestLookup(t *testing.T) {
 	g, err := Lookup("h100-80gb")
-	// The capacity an H100 80GB HBM3 reports (nvidia-smi memory.total).
-	if err != nil || g.Capacity != 81559<<20 || g.Major != 9 {
+	// nvidia-smi's memory.total on an H100 80GB HBM3 is 81559 MiB; PyTorch
+	// printed "total capacity of 79.11 GiB", whose least value is 79.105 GiB.
+	if err != nil || g.SMITotal != 81559<<20 || g.Capacity != int64(79.105*gib) || g.Major != 9 || g.CapacityDerived {
 		t.Errorf("h100-80gb: %+v, %v", g, err)
 	}
 	if g, err := Lookup("NVIDIA A100-SXM4-40GB"); err != nil || g.Name != "a100-40gb" {
 		t.Errorf("by device name: %+v, %v", g, err)
-	}
-	if g, err := Lookup("24GiB"); err != nil || g.Capacity != 24<<30 {
-		t.Errorf("capacity: %+v, %v", g, err)
 	}
 	if _, err := Lookup("h10O-80gb"); err == nil || !strings.Contains(err.Error(), `"h100-80gb"`) {
 		t.Errorf("misspelt: %v", err)
@@ -42,5 +42,89 @@ func TestLookup(t *testing.T) {
 		if g.ContextSize <= 0 || g.Capacity <= g.ContextSize {
 			t.Errorf("%s: capacity %d, context %d", g.Name, g.Capacity, g.ContextSize)
 		}
+		// What PyTorch can use is never more than nvidia-smi's total, and
+		// the driver keeps at least some of it.
+		if g.Capacity >= g.SMITotal || g.CapacityFrom == "" {
+			t.Errorf("%s: capacity %d of nvidia-smi's %d (%q)", g.Name, g.Capacity, g.SMITotal, g.CapacityFrom)
+		}
+		if g.CapacityDerived != strings.HasPrefix(g.CapacityFrom, "derived") {
+			t.Errorf("%s: derived %v but %q", g.Name, g.CapacityDerived, g.CapacityFrom)
+		}
 	}
+}
+
+func TestReportedCapacity(t *testing.T) {
+	// PyTorch prints format_size with two decimals: "14.56 GiB" covers
+	// [14.555, 14.565) GiB, and the catalog takes the lower end.
+	if got, want := fromPrinted(14.56), int64(14.555*gib); got != want {
+		t.Errorf("fromPrinted(14.56) = %d, want %d", got, want)
+	}
+	for name := range reportedCapacity {
+		if _, err := Lookup(name); err != nil {
+			t.Errorf("reported capacity for %q, which the catalog lacks", name)
+		}
+	}
+	// A GPU without a message gets the smallest share of its family: the
+	// L4 (ada) takes the RTX 4090's 23.515 GiB of 24564 MiB, the family's
+	// smaller share than the L40S's 44.415 GiB of 46068 MiB.
+	l4, _ := Lookup("l4")
+	share := 23.515 * 1024 / 24564
+	if want := int64(float64(23034<<20)*share) >> 20 << 20; !l4.CapacityDerived || l4.Capacity != want {
+		t.Errorf("l4: capacity %d (derived %v), want %d", l4.Capacity, l4.CapacityDerived, want)
+	}
+}
+
+func TestLookupSize(t *testing.T) {
+	cases := []struct {
+		name, like string
+		err        string
+		timed      bool
+		share      float64 // of the size, what PyTorch can use
+	}{
+		// a bare size has no speed, and the smallest measured share
+		// (the T4's 14.555 GiB of 15360 MiB)
+		{name: "24GB", share: 14.555 * 1024 / 15360},
+		{name: "24GB", like: "rtx-4090", timed: true, share: 23.515 * 1024 / 24564},
+		{name: "80", err: "at least 1 GiB"},
+		{name: "512MiB", err: "at least 1 GiB"},
+		{name: "24GB", like: "rtx-409", err: "did you mean"},
+		{name: "h100-80gb", like: "a100-80gb", err: "--like applies to a size"},
+		{name: "12 parsecs", err: "unknown unit"},
+	}
+	for _, c := range cases {
+		g, err := LookupLike(c.name, c.like)
+		if c.err != "" {
+			if err == nil || !strings.Contains(err.Error(), c.err) {
+				t.Errorf("%s like %q: error %v, want one with %q", c.name, c.like, err, c.err)
+			}
+			continue
+		}
+		want := int64(float64(24<<30)*c.share) >> 20 << 20
+		if err != nil || g.Rates.Known() != c.timed || g.Capacity != want || g.SMITotal != 24<<30 || !g.CapacityDerived {
+			t.Errorf("%s like %q: %+v, %v; want capacity %d, timed %v", c.name, c.like, g, err, want, c.timed)
+		}
+	}
+	// Without --like, the context is the catalog's largest, not a Hopper's.
+	g, _ := Lookup("24GB")
+	if g.ContextSize != contextByFamily["blackwell"] {
+		t.Errorf("24GB: context %d, want the largest %d", g.ContextSize, contextByFamily["blackwell"])
+	}
+}
+
+// LookupLike never panics; whatever it accepts is a catalog GPU or a size
+// of at least 1 GiB of which PyTorch gets less than nvidia-smi's total.
+func FuzzLookupLike(f *testing.F) {
+	for _, s := range [][2]string{{"24GB", ""}, {"24GB", "l4"}, {"80", ""}, {"h100-80gb", ""}, {"1e3TiB", "t4"}, {"0.99GiB", ""}, {"t4", "l4"}, {"", ""}} {
+		f.Add(s[0], s[1])
+	}
+	f.Fuzz(func(t *testing.T, name, like string) {
+		g, err := LookupLike(name, like)
+		if err != nil {
+			return
+		}
+		custom := strings.HasPrefix(g.Marketing, "custom ")
+		if g.Capacity <= 0 || g.Capacity >= g.SMITotal || (custom && g.SMITotal < MinCustom) {
+			t.Errorf("%q like %q: capacity %d of %d", name, like, g.Capacity, g.SMITotal)
+		}
+	})
 }

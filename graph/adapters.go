@@ -27,7 +27,19 @@ type Adapters struct {
 	// Freeze lists module names (or prefixes of them, matched the same
 	// way) whose parameters are frozen.
 	Freeze []string
+	// Native: the adapters are the training library's own, LitGPT's
+	// (litgpt/lora.py LoRALinear) or torchtune's (torchtune/modules/peft
+	// LoRALinear), not PEFT's. They differ only on a quantized base: the
+	// adapter weights are made in the model's dtype (Fabric's init dtype,
+	// torchtune's set_default_dtype), and forward adds (B(A(dropout(x)))) *
+	// scaling to the base result on x as it comes, with no defensive clone
+	// and no casts around the adapter.
+	Native bool
 }
+
+// peftQuant reports whether PEFT's rules for an adapter on a quantized
+// base layer apply (float32 adapters, casts, the 4-bit clone).
+func (a *Adapters) peftQuant() bool { return a != nil && !a.Native }
 
 // Scaling is alpha / r.
 func (a *Adapters) Scaling() float64 { return a.Alpha / float64(a.Rank) }
@@ -121,7 +133,7 @@ func (b *Builder) LoRAParams(name string, in, out int64) (LoRA, bool) {
 	b.Push(name)
 	l := LoRA{A: b.Param("lora_A.weight", Shape{r, in}), B: b.Param("lora_B.weight", Shape{out, r})}
 	b.Pop()
-	if _, ok := b.quantized[b.path(name)]; ok && b.err == nil {
+	if _, ok := b.quantized[b.path(name)]; ok && b.err == nil && b.Adapters.peftQuant() {
 		// nn.Linear makes them float32, and PEFT's
 		// _move_adapter_to_device_of_base_layer casts an adapter to the
 		// base layer's dtype only when that is floating: on a quantized
@@ -139,6 +151,9 @@ func (b *Builder) LoRAParams(name string, in, out int64) (LoRA, bool) {
 func (b *Builder) ApplyLoRA(name string, x, base TensorID, l LoRA) TensorID {
 	a := b.Adapters
 	qf, quantized := b.quantized[b.path(name)]
+	if !a.peftQuant() {
+		qf, quantized = NoQuant, false
+	}
 	if qf == NF4 || qf == FP4 {
 		// peft.tuners.lora.bnb.Linear4bit.forward: "for 4bit, we need to
 		// defensively clone" the base layer's result before adding

@@ -188,6 +188,15 @@ type Attr struct {
 	// cache keeps key_states itself rather than a copy.
 	Slot   int
 	Static bool
+	// WeightView marks a Linear whose weight reaches the matmul as a view
+	// (an einsum of the weight, which rearranges it first): autocast's
+	// cast cache, which holds only leaves that are not views, does not
+	// apply, and the weight is cast anew at every use.
+	WeightView bool
+	// All marks a mean over every element, torch.mean(x) without dims
+	// (MeanBackward0, which keeps only sizes), apart from a mean over
+	// listed dims (MeanBackward1).
+	All bool
 }
 
 // CastTarget is the dtype a Cast converts to.

@@ -74,5 +74,6 @@ func Kinds() []Kind {
 	return []Kind{Linear, MatMul, Conv2d, BatchNorm, LayerNorm, RMSNorm, ReLU, GELU, GELUTanh, NewGELU, SiLU, Sigmoid, Tanh,
 		Hardswish, Hardsigmoid, Softmax, LogSoftmax, Dropout, MaxPool2d, AvgPool2d, AdaptiveAvgPool2d, Mean, View,
 		Contiguous, Cast, Add, Mul, Cat, Embedding, Attention, CrossEntropy, MSELoss,
-		Hardtanh, Rand, Full, Compare, MaskedFill, Pad, Roll, Slice, Index, Release, AllGather, ReduceScatter, KVCache}
+		Hardtanh, Rand, Full, Compare, MaskedFill, Pad, Roll, Slice, Index, Release, AllGather, ReduceScatter, KVCache,
+		Exp, Log, Neg, MaxDim, SumDim, Gather}
 }

@@ -95,6 +95,29 @@ type Quant struct {
 	// (ctx.tensors = (A, B)); 0.43.2 keeps only the weight
 	// (bitsandbytes#1270, "delete useless buffered activation").
 	KeepsInput bool
+	// HalfState: QuantState.dtype, the dtype the weight had when
+	// quantize_4bit ran and which dequantize_4bit gives back before the
+	// matmul's .to(A.dtype), is float16 whatever the model's dtype (false:
+	// the model's parameter dtype). bitsandbytes before 0.43.0 quantized
+	// from a float16 copy (Params4bit.cuda: self.data.contiguous().half()
+	// .cuda(device)), and Lightning Fabric's BitsandbytesPrecision does in
+	// every release (_Linear4bit.quantize: weight.contiguous().to(
+	// device=device, dtype=torch.half)).
+	HalfState bool
+	// Head: the output head (an lm_head of its own, not tied to the
+	// embedding) is quantized too. transformers keeps it
+	// (get_keys_to_not_convert); Lightning Fabric's BitsandbytesPrecision
+	// replaces every torch.nn.Linear built under init_module
+	// (_ClassReplacementContextManager({"torch.nn.Linear": ...})) or found
+	// by convert_module (_convert_layers without ignore_modules), the
+	// head included, as LitGPT's --quantize runs it.
+	Head bool
+	// Torchao: the NF4 weight is torchao's NF4Tensor (to_nf4, linear_nf4),
+	// as torchtune's QLoRA builds it, not bitsandbytes' Params4bit. Its
+	// layout and temporaries follow torchao v0.1 (torchao/dtypes/
+	// nf4tensor.py), which torchtune pinned in April 2024: block 64,
+	// scalers double-quantized per 256, state in bfloat16.
+	Torchao bool
 	// Skip lists Linear modules left unquantized (llm_int8_skip_modules,
 	// modules_to_not_convert), matched like LoRA targets.
 	Skip []string
@@ -186,6 +209,9 @@ func (q *Quant) Pieces(out, in int64) []QuantPiece {
 	switch q.Format {
 	case NF4, FP4:
 		blocks := ceilDiv(n, q.BlockSize)
+		if q.Torchao {
+			return torchaoPieces(n, blocks)
+		}
 		ps := []QuantPiece{{"weight", U8, (n + 1) / 2}}
 		if !q.DoubleQuant {
 			return append(ps, QuantPiece{"weight.absmax", F32, blocks}, QuantPiece{"weight.quant_map", F32, 16})
@@ -208,6 +234,19 @@ func (q *Quant) Pieces(out, in int64) []QuantPiece {
 			{"scales", F16, g * out}, {"g_idx", I32, in}}
 	}
 	return nil
+}
+
+// torchaoPieces are the tensors NF4Tensor.from_tensor (torchao v0.1)
+// keeps, in the order it makes them: the 16-entry bfloat16 nf4 table
+// (torch.tensor(..., device=device)); double_quantize_scalers' mean of the
+// block absmaxes (0-d bfloat16), its quantization_factor, whose [:, 0]
+// view keeps the whole 256 / (2 * scaler_absmax) it is cut from (one
+// bfloat16 per block, as torchao's own comment says: "realizes n_scaler
+// entries"), and the int8 quantized scalers (one per block); then
+// convert_to_norm_float_weight's uint8 codes, two to a byte.
+func torchaoPieces(n, blocks int64) []QuantPiece {
+	return []QuantPiece{{"nf4", BF16, 16}, {"scaler_mean", BF16, 1}, {"quantization_factor", BF16, blocks},
+		{"quantized_scalers", I8, blocks}, {"quantized_data", U8, (n + 1) / 2}}
 }
 
 // Groups is the number of groups of input features sharing a scale and
@@ -233,6 +272,9 @@ func (q *Quant) String() string {
 	switch q.Format {
 	case NF4, FP4:
 		s := fmt.Sprintf("%s (block %d", q.Format, q.BlockSize)
+		if q.Torchao {
+			s = fmt.Sprintf("%s (torchao NF4Tensor, block %d", q.Format, q.BlockSize)
+		}
 		if q.DoubleQuant {
 			s += ", double quantization"
 		}
@@ -271,24 +313,56 @@ func (b *Builder) quantize(name string, w TensorID) {
 // themselves call it beside LoRAParams).
 func (b *Builder) QuantizeLinear(name string, w TensorID) { b.quantize(name, w) }
 
+// QuantizeHead marks the output head's weight w (the Linear name under
+// the current scope) as quantized when the Quant covers the head
+// (Quant.Head); model builders call it for an lm_head of its own.
+func (b *Builder) QuantizeHead(name string, w TensorID) {
+	if b.Quant != nil && b.Quant.Head {
+		b.quantize(name, w)
+	}
+}
+
 // BnbKeepsInput reports whether bitsandbytes release v ("0.41.1"; empty:
 // the current one) keeps MatMul4Bit's input for backward: every release
 // before 0.43.2 does (see Quant.KeepsInput).
 func BnbKeepsInput(v string) (bool, error) {
+	n, err := bnbRelease(v)
+	if err != nil || n == nil {
+		return false, err
+	}
+	return n[0] == 0 && (n[1] < 43 || n[1] == 43 && n[2] < 2), nil
+}
+
+// BnbHalfState reports whether bitsandbytes release v (empty: the current
+// one) quantizes a 4-bit weight from a float16 copy, so that its
+// QuantState.dtype is float16 whatever the model's dtype: releases before
+// 0.43.0 do (Params4bit.cuda: w = self.data.contiguous().half().cuda(
+// device); 0.43.0 made it self.data.contiguous().cuda(device)).
+func BnbHalfState(v string) (bool, error) {
+	n, err := bnbRelease(v)
+	if err != nil || n == nil {
+		return false, err
+	}
+	return n[0] == 0 && n[1] < 43, nil
+}
+
+// bnbRelease parses a bitsandbytes release ("0.41.1", "0.42"); nil for
+// the empty string (the current release).
+func bnbRelease(v string) (*[3]int, error) {
 	if v == "" {
-		return false, nil
+		return nil, nil
 	}
 	var n [3]int
 	parts := strings.Split(strings.TrimPrefix(strings.TrimSpace(v), "v"), ".")
 	if len(parts) < 2 || len(parts) > 3 {
-		return false, fmt.Errorf("release %q: want one such as 0.41.1", v)
+		return nil, fmt.Errorf("release %q: want one such as 0.41.1", v)
 	}
 	for i, p := range parts {
 		x, err := strconv.Atoi(p)
 		if err != nil || x < 0 || x > 1000 {
-			return false, fmt.Errorf("release %q: want one such as 0.41.1", v)
+			return nil, fmt.Errorf("release %q: want one such as 0.41.1", v)
 		}
 		n[i] = x
 	}
-	return n[0] == 0 && (n[1] < 43 || n[1] == 43 && n[2] < 2), nil
+	return &n, nil
 }

@@ -182,5 +182,104 @@ func FuzzBnbKeepsInput(f *testing.F) {
 		if keeps != k2 || (err == nil) != (err2 == nil) {
 			t.Errorf("%q: %v, %v; with a v: %v, %v", v, keeps, err, k2, err2)
 		}
+		// every release that quantizes from float16 (before 0.43.0) also
+		// keeps the input (before 0.43.2), and both read the same strings
+		half, err3 := BnbHalfState(v)
+		if (err == nil) != (err3 == nil) || half && !keeps {
+			t.Errorf("%q: keeps %v, %v; half state %v, %v", v, keeps, err, half, err3)
+		}
 	})
+}
+
+// Releases before 0.43.0 quantize from a float16 copy (Params4bit.cuda:
+// self.data.contiguous().half().cuda(device)); 0.43.0 keeps the dtype.
+func TestBnbHalfState(t *testing.T) {
+	for v, want := range map[string]bool{"": false, "0.41.1": true, "0.42.0": true, "0.42": true, "0.43.0": false, "v0.43.1": false, "0.49.2": false, "1.0": false} {
+		if got, err := BnbHalfState(v); err != nil || got != want {
+			t.Errorf("%q: %v, %v; want %v", v, got, err, want)
+		}
+	}
+	for _, v := range []string{"x", "0", "0.a.1", "0.42.0.1"} {
+		if _, err := BnbHalfState(v); err == nil {
+			t.Errorf("%q: no error", v)
+		}
+	}
+}
+
+// Lightning Fabric's BitsandbytesPrecision replaces every nn.Linear, the
+// output head too (Quant.Head); transformers keeps it. LitGPT's adapters
+// on a quantized base stay in the model's dtype, with no clone and no
+// casts around them (PEFT's are float32, cast to and from, and clone the
+// 4-bit result).
+func TestQuantizeHeadAndLitGPTAdapters(t *testing.T) {
+	build := func(head, litgpt bool) *Graph {
+		b := NewBuilder("t")
+		b.Quant = &Quant{Format: NF4, BlockSize: 64, Compute: BF16, Head: head}
+		b.Adapters = &Adapters{Rank: 2, Alpha: 4, Targets: []string{"fc"}, Native: litgpt}
+		x := b.Input("x", Shape{4, 16}, BF16)
+		y := b.Input("y", Shape{4}, I64)
+		h := b.Linear("fc", x, 16, true)
+		w := b.Param("lm_head.weight", Shape{3, 16})
+		b.QuantizeHead("lm_head", w)
+		b.CrossEntropy("loss", b.LinearWith("lm_head", h, w, None), y)
+		g, err := b.Graph()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return g
+	}
+	for _, c := range []struct {
+		head, litgpt bool
+		loraF32      bool
+		peftOps      int // fc.clone, fc.cast_input, fc.cast_output
+	}{
+		{false, false, true, 3},
+		{true, false, true, 3},
+		{true, true, false, 0},
+	} {
+		g := build(c.head, c.litgpt)
+		for _, id := range g.Params() {
+			p := g.Tensor(id)
+			switch p.Name {
+			case "lm_head.weight":
+				if (p.Quant != nil) != c.head || p.Quant != nil && p.RequiresGrad {
+					t.Errorf("head %v: lm_head quantized %v, trainable %v", c.head, p.Quant != nil, p.RequiresGrad)
+				}
+			case "fc.lora_A.weight", "fc.lora_B.weight":
+				if f32 := p.DType == F32 && p.KeepDType; f32 != c.loraF32 {
+					t.Errorf("litgpt %v: %s float32 kept = %v, want %v", c.litgpt, p.Name, f32, c.loraF32)
+				}
+			}
+		}
+		n := 0
+		for _, op := range g.Ops {
+			switch op.Name {
+			case "fc.clone", "fc.cast_input", "fc.cast_output":
+				n++
+			}
+		}
+		if n != c.peftOps {
+			t.Errorf("litgpt %v: %d of PEFT's clone and casts, want %d", c.litgpt, n, c.peftOps)
+		}
+	}
+}
+
+// torchao v0.1's NF4Tensor for Llama 2 7B's [11008, 4096] MLP weight: n =
+// 45,088,768, b = n/64 = 704,512 absmaxes. Pieces: the nf4 table (16
+// bfloat16: 32 B), scaler_mean (2 B), quantization_factor (the whole
+// 256 / (2·absmax) it is a [:, 0] view of: 2b = 1,409,024 B), the int8
+// scalers (b = 704,512 B) and the codes (n/2 = 22,544,384 B): 24,657,954 B,
+// against bitsandbytes' nf4 with double quantization.
+func TestQuantTorchaoPieces(t *testing.T) {
+	q := Quant{Format: NF4, BlockSize: 64, DoubleQuant: true, Compute: BF16, Torchao: true}
+	var names []string
+	for _, p := range q.Pieces(11008, 4096) {
+		names = append(names, p.Name)
+	}
+	if got := q.StoredBytes(11008, 4096); got != 24_657_954 {
+		t.Errorf("stored %d bytes (%v), want 24,657,954", got, names)
+	}
+	if want := "nf4 scaler_mean quantization_factor quantized_scalers quantized_data"; strings.Join(names, " ") != want {
+		t.Errorf("pieces %v, want %s", names, want)
+	}
 }

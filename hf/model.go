@@ -174,6 +174,17 @@ func (m *Model) Dims() []models.Dim {
 	return []models.Dim{models.DimSeq, models.DimLayers, models.DimHidden}
 }
 
+// Quantized reports a checkpoint stored quantized (its
+// quantization_config): its weights are never trained whole.
+func (m *Model) Quantized() bool { return m.Config.Quant != nil }
+
+// Range gives the valid values of a dimension (models.TransformerConfig's
+// Range: width in multiples of the head size, the sequence up to a learned
+// position table).
+func (m *Model) Range(d models.Dim, c models.Config) models.Range {
+	return m.Config.Transformer.Range(d, c)
+}
+
 // className is the transformers class the graph follows.
 func (c *Config) className() string {
 	switch c.ModelType {

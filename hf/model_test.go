@@ -482,3 +482,32 @@ func TestOpenHeaders(t *testing.T) {
 		t.Errorf("no config: %v", err)
 	}
 }
+
+// The solver's ranges come from the config: n_positions (GPT-2) and
+// max_position_embeddings (BERT; RoBERTa's table of 514 rows serves 512
+// positions after padding_idx 1) bound the sequence, the head size steps
+// the width, rotary positions (Llama) bound nothing.
+func TestOpenRanges(t *testing.T) {
+	for _, c := range []struct {
+		dir           string
+		seqMax, hStep int64
+	}{
+		{"gpt2", 1024, 64},
+		{"bert-base-uncased", 512, 64},
+		{"roberta-base", 512, 64},
+		{"opt-125m", 2048, 64},
+		// head size 128, 4 query heads per key/value head
+		{"Llama-3-8B", 0, 512},
+	} {
+		m, err := Open(filepath.Join("testdata", "configs", c.dir, ConfigName))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r := m.Range(models.DimSeq, models.Config{}); r.Max != c.seqMax {
+			t.Errorf("%s: sequence up to %d (%s), want %d", c.dir, r.Max, r.MaxWhy, c.seqMax)
+		}
+		if r := m.Range(models.DimHidden, models.Config{}); r.Step != c.hStep || r.Min != c.hStep {
+			t.Errorf("%s: widths from %d in steps of %d, want %d", c.dir, r.Min, r.Step, c.hStep)
+		}
+	}
+}

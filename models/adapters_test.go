@@ -45,3 +45,42 @@ func TestLoRAParameterCounts(t *testing.T) {
 		}
 	}
 }
+
+// Lightning Fabric's BitsandbytesPrecision quantizes every nn.Linear, the
+// output head too (graph.Quant.Head); transformers keeps it. A head tied
+// to the embedding (Llama-3.2-1B, gemma-2b) is the embedding's parameter
+// and stays as it is. Llama-2-7b's lm_head is [32000, 4096]: with it its
+// quantized elements grow from the layers' 6,476,005,376 (32 · (4 ·
+// 4096² + 3 · 4096 · 11008)) by 131,072,000.
+func TestQuantizedHead(t *testing.T) {
+	for _, c := range []struct {
+		model string
+		head  bool
+		want  int64
+	}{
+		{"Llama-2-7b", false, 6_476_005_376},
+		{"Llama-2-7b", true, 6_476_005_376 + 131_072_000},
+		{"Llama-3.2-1B", false, 16 * (2*2048*2048 + 2*2048*512 + 3*2048*8192)},
+		{"Llama-3.2-1B", true, 16 * (2*2048*2048 + 2*2048*512 + 3*2048*8192)},
+	} {
+		m, err := Lookup(c.model)
+		if err != nil {
+			t.Fatal(err)
+		}
+		q := graph.Quant{Format: graph.NF4, BlockSize: 64, Compute: graph.BF16, Head: c.head}
+		a := graph.Adapters{Rank: 8, Alpha: 16, Targets: []string{"q_proj", "v_proj"}}
+		g, err := m.Build(Config{Batch: 1, Seq: 16, Adapters: &a, Quant: &q})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var n int64
+		for _, id := range g.Params() {
+			if p := g.Tensor(id); p.Quant != nil {
+				n += p.Shape.Numel()
+			}
+		}
+		if n != c.want {
+			t.Errorf("%s head %v: %d quantized elements, want %d", c.model, c.head, n, c.want)
+		}
+	}
+}

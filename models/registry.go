@@ -118,6 +118,12 @@ type Model struct {
 	// Dims lists the dimensions besides batch that Build honours.
 	Dims  []Dim
 	Build func(Config) (*graph.Graph, error)
+	// Note is printed with every prediction for the model: what its
+	// graph leaves out, when that is known ("" for none).
+	Note string
+	// Range gives the valid values of a dimension at the other sizes of
+	// a Config (nil: every positive value).
+	Range func(Dim, Config) Range
 }
 
 // Small is a small configuration of m for tests that run every model: the
@@ -254,4 +260,41 @@ func orDefault(v, d int64) int64 {
 		return v
 	}
 	return d
+}
+
+// Range is the values a solver may give a dimension: Min, Min+Step,
+// Min+2·Step, … up to Max. A transformer's width must be a multiple of its
+// head size (the heads keep their size and the hidden size is heads × head
+// size); a learned position table serves no longer sequence than it has
+// rows; a pipeline needs a layer a stage.
+type Range struct {
+	Min, Step int64
+	// StepWhy says what makes the values multiples of Step ("" for 1).
+	StepWhy string
+	// Max is the largest valid value, 0 when only the search's limit
+	// bounds it; MaxWhy says what sets it.
+	Max    int64
+	MaxWhy string
+}
+
+// AnyPositive is the range of a dimension that takes every positive value.
+var AnyPositive = Range{Min: 1, Step: 1}
+
+// Value is the k-th valid value (k from 1).
+func (r Range) Value(k int64) int64 { return r.Min + (k-1)*r.Step }
+
+// Count is the number of valid values no larger than limit (and Max).
+func (r Range) Count(limit int64) int64 {
+	if r.Max > 0 && (limit <= 0 || r.Max < limit) {
+		limit = r.Max
+	}
+	if limit < r.Min {
+		return 0
+	}
+	return (limit-r.Min)/r.Step + 1
+}
+
+// Valid reports whether v is one of the range's values.
+func (r Range) Valid(v int64) bool {
+	return v >= r.Min && (v-r.Min)%r.Step == 0 && (r.Max == 0 || v <= r.Max)
 }

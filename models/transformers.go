@@ -309,6 +309,59 @@ func (tc TransformerConfig) withOverrides(c Config) (TransformerConfig, error) {
 	return tc, nil
 }
 
+// Range gives the values a solver may give dimension d, the other sizes as
+// in c. Width: withOverrides keeps the head size and the query heads per
+// key/value head, so the hidden size is a multiple of head size × group
+// (× the tensor parallelism, which splits the key/value heads t ways,
+// tensorParallel). Depth: a pipeline needs a layer a stage (StageRange), and
+// an explicit stage split fixes it. Sequence: a learned position table
+// (GPT-2's wpe, BERT's position_embeddings, OPT's embed_positions) has no
+// row for a later position, so its size bounds the sequence (check); rotary
+// and relative positions set no bound. Sequence parallelism splits the
+// sequence over the tensor-parallel ranks, so it is a multiple of them.
+func (tc TransformerConfig) Range(d Dim, c Config) Range {
+	switch d {
+	case DimHidden:
+		hd, kv := tc.headDim(), tc.kvHeads()
+		if hd <= 0 || kv <= 0 || tc.Heads%kv != 0 {
+			return AnyPositive
+		}
+		group := tc.Heads / kv
+		r := Range{Min: hd * group, Step: hd * group, StepWhy: fmt.Sprintf("a multiple of the head size %d", hd)}
+		if group > 1 {
+			r.StepWhy += fmt.Sprintf(" × %d query heads per key/value head", group)
+		}
+		if c.TP > 1 {
+			r.Min, r.Step = r.Min*c.TP, r.Step*c.TP
+			r.StepWhy += fmt.Sprintf(" × tensor parallelism %d", c.TP)
+		}
+		return r
+	case DimLayers:
+		if len(c.StageLayers) > 0 {
+			var sum int64
+			for _, l := range c.StageLayers {
+				sum += l
+			}
+			return Range{Min: sum, Step: 1, Max: sum, MaxWhy: fmt.Sprintf("the stage sizes, which add up to %d layers", sum)}
+		}
+		if c.PP > 1 {
+			return Range{Min: c.PP, Step: 1, StepWhy: fmt.Sprintf("at least a layer for each of %d pipeline stages", c.PP)}
+		}
+		return AnyPositive
+	case DimSeq:
+		r := AnyPositive
+		if c.SP && c.TP > 1 {
+			r = Range{Min: c.TP, Step: c.TP, StepWhy: fmt.Sprintf("a multiple of the tensor parallelism %d (sequence parallelism splits the sequence)", c.TP)}
+		}
+		if arch, ok := hfArchs[tc.Arch]; ok && arch.learnedPositions && tc.MaxPositions > 0 {
+			r.Max = tc.maxSeq()
+			r.MaxWhy = fmt.Sprintf("the %d learned positions of %s (max_position_embeddings)", r.Max, tc.Arch)
+		}
+		return r
+	}
+	return AnyPositive
+}
+
 func (tc TransformerConfig) check(arch hfArch, c Config) error {
 	if arch.vision {
 		if err := tc.checkVision(); err != nil {

@@ -80,6 +80,7 @@ func (t *hfBuilder) gptNeoX() {
 	head := embed
 	if !tc.TieEmbeddings {
 		head = b.Param("embed_out.weight", graph.Shape{tc.VocabSize, E})
+		b.QuantizeHead("embed_out", head)
 	}
 	t.causalLMLoss(t.lmHead("embed_out", h, head, graph.None), labels)
 }
@@ -148,6 +149,7 @@ func (t *hfBuilder) opt() {
 	head := embed
 	if !tc.TieEmbeddings {
 		head = b.Param("lm_head.weight", graph.Shape{tc.VocabSize, E})
+		b.QuantizeHead("lm_head", head)
 	}
 	t.causalLMLoss(t.lmHead("lm_head", h, head, graph.None), labels)
 }

@@ -30,6 +30,7 @@ func (t *hfBuilder) gpt2() {
 	head := wte
 	if !tc.TieEmbeddings {
 		head = b.Param("lm_head.weight", graph.Shape{tc.VocabSize, tc.Hidden})
+		b.QuantizeHead("lm_head", head)
 	}
 	t.causalLMLoss(t.lmHead("lm_head", h, head, graph.None), labels)
 }

@@ -87,6 +87,9 @@ func (t *hfBuilder) llama() {
 		// a last stage without the embedding keeps its own copy of a
 		// tied head (Megatron's shared embedding, synced by all-reduce)
 		head = b.Param("lm_head.weight", graph.Shape{tc.VocabSize, tc.Hidden})
+		if !tc.TieEmbeddings {
+			b.QuantizeHead("lm_head", head)
+		}
 	}
 	logits := t.lmHead("lm_head", h, head, graph.None)
 	if t.dec != nil {

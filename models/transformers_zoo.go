@@ -148,6 +148,7 @@ func init() {
 				}
 				return BuildTransformer(m.name, m.tc, c)
 			},
+			Range: m.tc.Range,
 		})
 	}
 }

@@ -34,6 +34,28 @@ const (
 	CauseUnexplained Cause = "unexplained"
 )
 
+// Words is the cause in words, as the report's headline says it (the
+// Cause itself is a stable label for JSON).
+func (c Cause) Words() string {
+	switch c {
+	case CauseExceedsDevice:
+		return "the request is larger than the whole GPU"
+	case CauseMemoryFraction:
+		return "refused by the per-process memory fraction limit"
+	case CauseFragmentation:
+		return "the cache is fragmented: enough memory is cached, but no cached block is large enough"
+	case CauseSplitFree:
+		return "the memory it needed was split between free GPU memory and PyTorch's cache, neither large enough alone"
+	case CauseOtherProcesses:
+		return "other processes hold the memory it needed"
+	case CauseInsufficientMemory:
+		return "the job needs more memory than the GPU had left"
+	case CauseUnexplained:
+		return "the message's figures do not account for the failure"
+	}
+	return string(c)
+}
+
 // Explanation is a diagnosis computed from a Message alone. Sizes are in
 // bytes and carry the imprecision of the printed figures (see Resolution).
 type Explanation struct {
@@ -343,7 +365,7 @@ func (e Explanation) Text() string {
 	if m.Format == Legacy {
 		layout = "PyTorch ≤ 2.0 message"
 	}
-	fmt.Fprintf(&b, "CUDA out of memory on GPU %d (%s): %s\n\n", m.DeviceIndex, layout, e.Cause)
+	fmt.Fprintf(&b, "CUDA out of memory on GPU %d (%s): %s\n\n", m.DeviceIndex, layout, e.Cause.Words())
 	fmt.Fprintf(&b, "%s\n\n", e.Summary)
 
 	type row struct {

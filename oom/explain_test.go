@@ -148,6 +148,11 @@ func TestExplain(t *testing.T) {
 			if !strings.Contains(text, e.Summary) || !strings.Contains(text, "Findings:") {
 				t.Errorf("Text() misses the summary or findings:\n%s", text)
 			}
+			// the headline says the cause in words, never its JSON label
+			head, _, _ := strings.Cut(text, "\n")
+			if !strings.HasSuffix(head, ": "+e.Cause.Words()) || strings.Contains(head, "_") {
+				t.Errorf("headline %q: want the cause %s in words", head, e.Cause)
+			}
 		})
 	}
 }
@@ -212,5 +217,14 @@ func TestParseLargeInput(t *testing.T) {
 	}
 	if d := time.Since(start); d > 10*time.Second {
 		t.Errorf("Parse took %v", d)
+	}
+}
+
+// Every cause has words of its own for the report, not its JSON label.
+func TestCauseWords(t *testing.T) {
+	for _, c := range []Cause{CauseExceedsDevice, CauseMemoryFraction, CauseFragmentation, CauseSplitFree, CauseOtherProcesses, CauseInsufficientMemory, CauseUnexplained} {
+		if w := c.Words(); w == string(c) || strings.Contains(w, "_") {
+			t.Errorf("%s: %q", c, w)
+		}
 	}
 }

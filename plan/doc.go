@@ -37,6 +37,17 @@
 // settles on one boundary, which fits, and may miss a faster plan beyond a
 // failing value; every plan it reports was simulated and fits.
 //
+// Two levers change more than memory and speed: training LoRA adapters
+// (PEFT's defaults for the model family) or QLoRA's adapters on a 4-bit
+// NF4 base instead of every parameter, and swapping Adam for bitsandbytes'
+// 8-bit Adam, plain or paged, or transformers' Adafactor. They change what
+// is trained or how it is optimised, and so the model the job produces;
+// every plan that moves them is marked (Candidate.ChangesResults) and ranks
+// after every plan that does not, and fewer such changes before more.
+//
+// The global batch counts the samples of an optimizer step over every
+// data-parallel rank; a rank's micro-batch × accumulation is its share.
+//
 // A lever plugs in as one more dimension of Candidate and one more entry
 // in the enumeration; the multi-GPU strategies join the same way.
 package plan

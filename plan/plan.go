@@ -11,6 +11,7 @@ import (
 	"github.com/batchfit/batchfit/alloc"
 	"github.com/batchfit/batchfit/cost"
 	"github.com/batchfit/batchfit/graph"
+	"github.com/batchfit/batchfit/models"
 	"github.com/batchfit/batchfit/predict"
 	"github.com/batchfit/batchfit/suggest"
 	"github.com/batchfit/batchfit/trace"
@@ -38,12 +39,35 @@ const (
 	// accumulation's micro-batches; Llama-family models): each multiplies
 	// the GPUs the job takes.
 	Pipeline Lever = "pipeline"
+	// LoRA trains adapters on a frozen base instead of every parameter
+	// (PEFT's defaults for the model family), or QLoRA's adapters on a
+	// base stored in 4-bit NF4: a change to what is trained.
+	LoRA Lever = "lora"
+	// OptimizerKind swaps Adam for bitsandbytes' 8-bit Adam, plain or
+	// paged, or transformers' Adafactor: a change to how it is optimised.
+	OptimizerKind Lever = "optimizer-kind"
 )
 
 // Levers lists every lever.
 func Levers() []Lever {
-	return []Lever{Accumulate, Precision, Checkpoint, Optimizer, Allocator, Sharding, Tensor, Pipeline}
+	return []Lever{Accumulate, Precision, Checkpoint, Optimizer, Allocator, Sharding, Tensor, Pipeline, LoRA, OptimizerKind}
 }
+
+// Tune is what a plan changes of what is trained.
+type Tune string
+
+const (
+	// FullTune trains what the job trains.
+	FullTune Tune = ""
+	// LoRATune trains LoRA adapters (PEFT's LoraConfig defaults, r=8,
+	// lora_alpha=8, on the family's default target modules) with every
+	// other parameter frozen.
+	LoRATune Tune = "lora"
+	// QLoRATune is LoRA on a base whose Linear weights bitsandbytes
+	// stores in 4-bit NF4 with double quantization (Dettmers et al. 2023,
+	// QLoRA), dequantized to the precision's compute dtype.
+	QLoRATune Tune = "qlora"
+)
 
 // ParseLevers reads a comma-separated list of lever names.
 func ParseLevers(s string) ([]Lever, error) {
@@ -94,8 +118,9 @@ type Options struct {
 	// Base is the current job. Its Config.Batch and Setup.Accumulate give
 	// the micro-batch and accumulation the plans are compared with.
 	Base predict.Request
-	// GlobalBatch is the samples per optimizer step every plan keeps
-	// (default Base's micro-batch × accumulation).
+	// GlobalBatch is the samples per optimizer step every plan keeps, over
+	// all data-parallel ranks (default Base's micro-batch × accumulation
+	// × ranks). The current setup must make it.
 	GlobalBatch int64
 	// Levers the plans may move (default all).
 	Levers []Lever
@@ -143,7 +168,21 @@ type Candidate struct {
 	TP int64
 	SP bool
 	PP int64
+	// Tune is what is trained (LoRA, QLoRA; empty: as the job); Optim
+	// the optimizer's name when the plan changes it (empty: the job's).
+	Tune  Tune
+	Optim string
 }
+
+// ChangesResults reports a plan that changes what is trained or how it is
+// optimised: unlike accumulation, checkpointing, the allocator or the
+// layout, it can change the model the job produces. Such plans rank after
+// every plan that does not.
+func (c Candidate) ChangesResults() bool { return c.resultChanges() > 0 }
+
+// resultChanges counts the levers of what is trained and how it is
+// optimised that the candidate moves: the ranking prefers fewer.
+func (c Candidate) resultChanges() int { return btoi(c.Tune != FullTune) + btoi(c.Optim != "") }
 
 // Plan is a candidate with what is known of it.
 type Plan struct {
@@ -158,13 +197,18 @@ type Plan struct {
 	Fits bool
 }
 
-// Throughput is samples per second.
+// Throughput is samples per second over all data-parallel ranks.
 func (p *Plan) Throughput() float64 {
 	if p.Seconds <= 0 {
 		return 0
 	}
-	return float64(p.MicroBatch) * float64(p.Accumulate) / p.Seconds
+	return float64(p.MicroBatch) * float64(p.Accumulate) * float64(Ranks(p.Parallel)) / p.Seconds
 }
+
+// Ranks is the number of data-parallel ranks of a strategy: each takes
+// its own micro-batches, so a step's global batch is micro-batch ×
+// accumulation × ranks (DDP, FSDP and ZeRO alike).
+func Ranks(p train.Parallel) int64 { return int64(max(p.GPUs, 1)) }
 
 // Pruned is a combination ruled out without a full search.
 type Pruned struct {
@@ -177,11 +221,15 @@ type Pruned struct {
 	TP int64
 	SP bool
 	PP int64
+	// Tune and Optim: what is trained and the optimizer, as in Candidate.
+	Tune  Tune
+	Optim string
 }
 
 // pruned records a combination ruled out without a search.
-func (pl *planner) pruned(p train.Precision, ck train.Checkpoint, im train.Impl, par train.Parallel, tp tensorOpt, reason string) {
-	pl.ans.Pruned = append(pl.ans.Pruned, Pruned{Precision: p, Checkpoint: ck, Impl: im, Reason: reason, Parallel: par, TP: tp.tp, SP: tp.sp, PP: tp.pp})
+func (pl *planner) pruned(cb *combo, reason string) {
+	pl.ans.Pruned = append(pl.ans.Pruned, Pruned{Precision: cb.p, Checkpoint: cb.ck, Impl: cb.impl, Reason: reason, Parallel: cb.par,
+		TP: cb.tp.tp, SP: cb.tp.sp, PP: cb.tp.pp, Tune: cb.tune, Optim: cb.optim})
 }
 
 // Answer is the planner's answer.
@@ -200,8 +248,11 @@ type Answer struct {
 	Need     int64
 	NeedFrom string
 	// Margin is the headroom the plans were held to.
-	Margin      int64
-	GlobalBatch int64
+	Margin int64
+	// GlobalBatch is the samples of a step over all ranks; RankBatch
+	// one rank's share (micro-batch × accumulation), Ranks the
+	// data-parallel ranks.
+	GlobalBatch, RankBatch, Ranks int64
 	// Untimed: no step times (data parallelism, whose communication the
 	// step-time model does not know); the plans are ranked by the fewest
 	// changes.
@@ -218,6 +269,8 @@ type Answer struct {
 type combo struct {
 	par   train.Parallel
 	tp    tensorOpt
+	tune  Tune
+	optim string
 	p     train.Precision
 	ck    train.Checkpoint
 	impl  train.Impl
@@ -235,14 +288,17 @@ type planner struct {
 	base      Candidate
 	baseAC    alloc.Config
 	accs      []int
-	graphs    map[int64]*graph.Graph
-	runs      map[train.Precision][]train.OpRun
-	runsOn    map[train.Precision]*graph.Graph
-	ans       *Answer
-	capLeft   int64 // capacity − context − margin
-	allow     map[Lever]bool
-	src       predict.Source
-	seen      map[Candidate]*Plan
+	graphs    map[graphKey]*graph.Graph
+	runs      map[recKey][]train.OpRun
+	runsOn    map[recKey]*graph.Graph
+	// lora is the adapters the LoRA lever trains (nil: the lever has
+	// nothing to offer the model)
+	lora    *graph.Adapters
+	ans     *Answer
+	capLeft int64 // capacity − context − margin
+	allow   map[Lever]bool
+	src     predict.Source
+	seen    map[Candidate]*Plan
 	// dead holds, per precision and checkpointing policy, the largest
 	// accumulation index at which the forward and backward passes alone
 	// (which no optimizer implementation or allocator setting changes)
@@ -257,13 +313,28 @@ type planner struct {
 type alignKey struct {
 	p     train.Precision
 	micro int64
+	tune  Tune
+}
+
+// graphKey and recKey: a graph differs with what is trained (adapters, a
+// quantized base), and so do its op records.
+type graphKey struct {
+	micro int64
+	tune  Tune
+}
+
+type recKey struct {
+	p    train.Precision
+	tune Tune
 }
 
 type deadKey struct {
-	p   train.Precision
-	ck  train.Checkpoint
-	par train.Parallel
-	tp  tensorOpt
+	p     train.Precision
+	ck    train.Checkpoint
+	par   train.Parallel
+	tp    tensorOpt
+	tune  Tune
+	optim string
 }
 
 // tensorOpt is a degree of tensor parallelism, with or without sequence
@@ -311,20 +382,35 @@ func Run(ctx context.Context, o Options) (*Answer, error) {
 	if o.Base.Config.Batch <= 0 {
 		return nil, fmt.Errorf("batch size must be positive, got %d", o.Base.Config.Batch)
 	}
+	ranks := Ranks(s.Parallel)
 	if o.GlobalBatch == 0 {
 		var ok bool
-		if o.GlobalBatch, ok = graph.MulSize(o.Base.Config.Batch, int64(s.Accumulate)); !ok {
-			return nil, fmt.Errorf("batch %d × accumulation %d overflows", o.Base.Config.Batch, s.Accumulate)
+		if o.GlobalBatch, ok = graph.MulSize(o.Base.Config.Batch, int64(s.Accumulate)); ok {
+			o.GlobalBatch, ok = graph.MulSize(o.GlobalBatch, ranks)
+		}
+		if !ok {
+			return nil, fmt.Errorf("batch %d × accumulation %d × %d ranks overflows", o.Base.Config.Batch, s.Accumulate, ranks)
 		}
 	}
 	if o.GlobalBatch <= 0 {
 		return nil, fmt.Errorf("the global batch must be positive, got %d", o.GlobalBatch)
 	}
+	if o.GlobalBatch%ranks != 0 {
+		return nil, fmt.Errorf("the global batch %d does not split evenly over %d data-parallel ranks", o.GlobalBatch, ranks)
+	}
+	if cur := o.Base.Config.Batch * int64(s.Accumulate) * ranks; cur != o.GlobalBatch {
+		on := ""
+		if ranks > 1 {
+			on = fmt.Sprintf(" on each of %d ranks", ranks)
+		}
+		return nil, fmt.Errorf("the current setup, micro-batch %d × accumulation %d%s, makes %d samples a step, not the global batch %d: give the current micro-batch and accumulation that make it",
+			o.Base.Config.Batch, s.Accumulate, on, cur, o.GlobalBatch)
+	}
 	if o.Base.Config.Seq == 0 {
 		o.Base.Config.Seq = o.Base.Source.DefaultSeq()
 	}
-	pl := &planner{ctx: ctx, o: o, graphs: map[int64]*graph.Graph{}, runs: map[train.Precision][]train.OpRun{}, runsOn: map[train.Precision]*graph.Graph{},
-		ans: &Answer{Margin: o.Margin, GlobalBatch: o.GlobalBatch, Untimed: untimed}, allow: map[Lever]bool{}, src: o.Base.Source,
+	pl := &planner{ctx: ctx, o: o, graphs: map[graphKey]*graph.Graph{}, runs: map[recKey][]train.OpRun{}, runsOn: map[recKey]*graph.Graph{},
+		ans: &Answer{Margin: o.Margin, GlobalBatch: o.GlobalBatch, RankBatch: o.GlobalBatch / ranks, Ranks: ranks, Untimed: untimed}, allow: map[Lever]bool{}, src: o.Base.Source,
 		seen: map[Candidate]*Plan{}, dead: map[deadKey]int{}, aligned: map[alignKey][]train.OpRun{}}
 	levers := o.Levers
 	if len(levers) == 0 {
@@ -347,22 +433,20 @@ func Run(ctx context.Context, o Options) (*Answer, error) {
 	return pl.ans, nil
 }
 
-// accumulations lists the allowed accumulation values: divisors of the
-// global batch leaving a micro-batch of at least the minimum.
+// accumulations lists the allowed accumulation values: divisors of a
+// rank's share of the global batch leaving a micro-batch of at least the
+// minimum.
 func (pl *planner) accumulations() error {
 	o := pl.o
-	n := o.GlobalBatch
+	n := pl.ans.RankBatch
 	a0 := o.Base.Setup.Accumulate
-	if n%int64(a0) != 0 {
-		return fmt.Errorf("the global batch %d is not a multiple of the current accumulation %d: give the current setup as a micro-batch and accumulation whose product it is", n, a0)
-	}
 	pl.base = Candidate{Precision: o.Base.Setup.Precision, Checkpoint: o.Base.Setup.Checkpoint, Impl: o.Base.Setup.Optimizer.Impl,
-		Expandable: o.Base.Alloc.ExpandableSegments, Accumulate: a0, MicroBatch: n / int64(a0), Parallel: o.Base.Setup.Parallel,
+		Expandable: o.Base.Alloc.ExpandableSegments, Accumulate: a0, MicroBatch: o.Base.Config.Batch, Parallel: o.Base.Setup.Parallel,
 		TP: max(o.Base.Config.TP, 1), SP: o.Base.Config.SP, PP: max(o.Base.Config.PP, 1)}
 	pl.baseAC = o.Base.Alloc
 	if !pl.allow[Accumulate] {
 		if n/int64(a0) < o.MinMicroBatch {
-			return fmt.Errorf("the global batch %d with accumulation %d gives micro-batches of %d, below the minimum %d", n, a0, n/int64(a0), o.MinMicroBatch)
+			return fmt.Errorf("the global batch %d with accumulation %d gives micro-batches of %d, below the minimum %d", o.GlobalBatch, a0, n/int64(a0), o.MinMicroBatch)
 		}
 		pl.accs = []int{a0}
 		return nil
@@ -373,19 +457,20 @@ func (pl *planner) accumulations() error {
 		}
 	}
 	if len(pl.accs) == 0 {
-		return fmt.Errorf("no micro-batch of at least %d with at most %d accumulation steps makes a global batch of %d", o.MinMicroBatch, o.MaxAccumulate, n)
+		return fmt.Errorf("no micro-batch of at least %d with at most %d accumulation steps makes a global batch of %d (%d a rank)", o.MinMicroBatch, o.MaxAccumulate, o.GlobalBatch, n)
 	}
 	return nil
 }
 
-func (pl *planner) graph(micro int64) (*graph.Graph, error) {
-	if g, ok := pl.graphs[micro]; ok {
+func (pl *planner) graph(micro int64, tune Tune) (*graph.Graph, error) {
+	k := graphKey{micro, tune}
+	if g, ok := pl.graphs[k]; ok {
 		return g, nil
 	}
 	if err := pl.ctx.Err(); err != nil {
 		return nil, err
 	}
-	c := pl.o.Base.Config
+	c := pl.tuned(pl.o.Base.Config, tune)
 	c.Batch = micro
 	if c.PP > 1 && c.Stage < 0 {
 		// the first stage stands for the pipeline in the op records and
@@ -397,23 +482,72 @@ func (pl *planner) graph(micro int64) (*graph.Graph, error) {
 	if err != nil {
 		return nil, err
 	}
-	pl.graphs[micro] = g
+	pl.graphs[k] = g
 	return g, nil
+}
+
+// tuned is the model's sizes with what a tune trains: LoRA's adapters, and
+// for QLoRA the base in NF4.
+func (pl *planner) tuned(c models.Config, tune Tune) models.Config {
+	switch tune {
+	case LoRATune:
+		c.Adapters = pl.lora
+	case QLoRATune:
+		c.Adapters = pl.lora
+		// QLoRA's storage: NF4 with double quantization in blocks of 64
+		// (bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
+		// bitsandbytes' blocksize), computing in the precision's dtype
+		c.Quant = &graph.Quant{Format: graph.NF4, Bits: 4, BlockSize: 64, DoubleQuant: true, Compute: graph.BF16, ComputeFollowsPrecision: true}
+	}
+	return c
+}
+
+// optimizer is the optimizer a plan steps with.
+func (pl *planner) optimizer(name string, impl train.Impl) train.Optimizer {
+	o := pl.o.Base.Setup.Optimizer
+	o.Impl = impl
+	if name == "" {
+		return o
+	}
+	on, err := train.ParseOptimizerName(name)
+	if err != nil {
+		return o
+	}
+	o.Kind, o.Bits8, o.Paged, o.AMSGrad = on.Kind, on.Bits8, on.Paged, false
+	if on.Kind == train.Adafactor {
+		// transformers' Adafactor loops over the parameters
+		o.Impl, o.WeightDecay = train.ForLoop, 0
+	}
+	return o
 }
 
 // request turns a candidate into a prediction request.
 func (pl *planner) request(c Candidate) predict.Request {
 	r := pl.o.Base
+	// the plan runs on the device less the margin, as maxbatch's answer
+	// does (predict.Request.Margin)
+	r.Margin = pl.o.Margin
 	r.Config.Batch = c.MicroBatch
 	r.Schedule = nil
 	s := r.Setup
 	s.Precision = c.Precision
 	s.Checkpoint = c.Checkpoint
-	s.Optimizer.Impl = c.Impl
+	s.Optimizer = pl.optimizer(c.Optim, c.Impl)
 	s.Accumulate = c.Accumulate
 	s.Parallel = c.Parallel
 	r.Setup = s
 	r.Config.TP, r.Config.SP = c.TP, c.SP
+	r.Config = pl.tuned(r.Config, c.Tune)
+	if q := r.Config.Quant; c.Tune == QLoRATune && q != nil {
+		// the compute dtype follows the candidate's precision (the
+		// simulator reads it so, ComputeFollowsPrecision); named here too
+		qq := *q
+		qq.Compute = c.Precision.ParamDType()
+		if low, amp := c.Precision.Autocast(); amp {
+			qq.Compute = low
+		}
+		r.Config.Quant = &qq
+	}
 	if c.PP != max(pl.o.Base.Config.PP, 1) {
 		// a new pipeline: even stages, every one predicted
 		r.Config.PP, r.Config.Stage, r.Config.StageLayers = c.PP, -1, nil
@@ -446,12 +580,12 @@ func (pl *planner) evaluate(c Candidate) (*Plan, error) {
 	if res.Time != nil {
 		p.Seconds = res.Time.Seconds
 	}
-	if _, ok := pl.runs[c.Precision]; !ok {
-		g, err := pl.graph(c.MicroBatch)
+	if rk := (recKey{c.Precision, c.Tune}); pl.runs[rk] == nil {
+		g, err := pl.graph(c.MicroBatch, c.Tune)
 		if err != nil {
 			return nil, err
 		}
-		pl.runs[c.Precision], pl.runsOn[c.Precision] = res.Summary.Ops, g
+		pl.runs[rk], pl.runsOn[rk] = res.Summary.Ops, g
 	}
 	pl.ans.Evaluated = append(pl.ans.Evaluated, p)
 	pl.seen[c] = p
@@ -477,11 +611,12 @@ func (pl *planner) timeOf(c Candidate) (float64, error) {
 	if err := pl.ctx.Err(); err != nil {
 		return 0, err
 	}
-	runs, ok := pl.runs[c.Precision]
+	rk := recKey{c.Precision, c.Tune}
+	runs, ok := pl.runs[rk]
 	if !ok {
 		return 0, fmt.Errorf("internal: no op records for %s", c.Precision)
 	}
-	g, err := pl.graph(c.MicroBatch)
+	g, err := pl.graph(c.MicroBatch, c.Tune)
 	if err != nil {
 		return 0, err
 	}
@@ -490,10 +625,10 @@ func (pl *planner) timeOf(c Candidate) (float64, error) {
 	if err != nil {
 		return 0, err
 	}
-	ak := alignKey{c.Precision, c.MicroBatch}
+	ak := alignKey{c.Precision, c.MicroBatch, c.Tune}
 	aligned, ok := pl.aligned[ak]
 	if !ok {
-		aligned = cost.Align(g, pl.runsOn[c.Precision], runs)
+		aligned = cost.Align(g, pl.runsOn[rk], runs)
 		pl.aligned[ak] = aligned
 	}
 	runs = aligned
@@ -557,8 +692,9 @@ func (pl *planner) checkpoints(g *graph.Graph) []train.Checkpoint {
 	return out
 }
 
-func (pl *planner) impls() []train.Impl {
-	if !pl.allow[Optimizer] || pl.o.Base.Setup.Optimizer.Kind == train.NoOptimizer {
+func (pl *planner) impls(optim string) []train.Impl {
+	if !pl.allow[Optimizer] || pl.o.Base.Setup.Optimizer.Kind == train.NoOptimizer || optim != "" || pl.o.Base.Setup.Optimizer.Bnb() || pl.o.Base.Setup.Optimizer.Kind == train.Adafactor {
+		// bitsandbytes' optimizers and Adafactor have one implementation
 		return []train.Impl{pl.base.Impl}
 	}
 	out := []train.Impl{pl.base.Impl}
@@ -579,13 +715,15 @@ func (pl *planner) impls() []train.Impl {
 // together: all three are alive during every optimizer step after the
 // first, so no plan of this precision fits below it.
 // Frozen parameters have neither gradient nor state, so only the
-// trainable ones count beyond the parameters themselves; 8-bit states and
-// Adafactor's factored ones are counted as nothing (a lower bound).
-func (pl *planner) staticBytes(p train.Precision, par train.Parallel, tp tensorOpt, params, trainable int64) int64 {
+// trainable ones count beyond the parameters themselves; the state is the
+// optimizer's per-element floor (8-bit states at a byte, paged ones and
+// Adafactor's factored moments at nothing), a lower bound.
+func (pl *planner) staticBytes(p train.Precision, par train.Parallel, tp tensorOpt, o train.Optimizer, n paramCounts) int64 {
 	// tensor parallelism splits the layers' parameters (the norms are
 	// replicated, which only adds): a rank holds at least 1/tp
-	params /= max(tp.tp, 1) * max(tp.pp, 1)
-	trainable /= max(tp.tp, 1) * max(tp.pp, 1)
+	split := max(tp.tp, 1) * max(tp.pp, 1)
+	params, trainable := n.params/split, n.trainable/split
+	quantElems, quantBytes := n.quantElems/split, n.quantBytes/split
 	pe := p.ParamDType().Size()
 	se := pe // the optimizer state's dtype
 	var master int64
@@ -593,21 +731,13 @@ func (pl *planner) staticBytes(p train.Precision, par train.Parallel, tp tensorO
 		// DeepSpeed's half module, float32 master weights and state
 		pe, se, master = low.Size(), 4, 4
 	}
-	o := pl.o.Base.Setup.Optimizer
-	var copies int64
-	switch {
-	case o.Bits8 || o.Kind == train.Adafactor:
-	case o.Kind == train.Adam || o.Kind == train.AdamW:
-		copies = 2
-		if o.AMSGrad {
-			copies++
-		}
-	case o.Kind == train.SGD:
-		if o.Momentum > 0 {
-			copies++
-		}
-	}
-	P, G, S := pe*params, pe*trainable, (copies*se+master)*trainable
+	// what the optimizer keeps on the device per element of a large
+	// matrix (train.OptimizerStates, its one table): no parameter keeps
+	// less
+	_, _, state := o.PerElement(se)
+	// quantized weights are stored as they are (QLoRA's 4-bit codes and
+	// constants, graph.Quant.Pieces), the others in the precision's dtype
+	P, G, S := pe*(params-quantElems)+quantBytes, pe*trainable, (state+master)*trainable
 	if o.Kind == train.NoOptimizer {
 		S = 0
 	}
@@ -700,18 +830,94 @@ func (pl *planner) strategies() []train.Parallel {
 	return out
 }
 
-func (pl *planner) run() error {
-	g0, err := pl.graph(pl.accsMicro(len(pl.accs) - 1))
-	if err != nil {
-		return err
-	}
-	params := g0.ParamCount()
-	var trainable int64
-	for _, id := range g0.Params() {
-		if g0.Tensor(id).RequiresGrad {
-			trainable += g0.Tensor(id).Shape.Numel()
+// paramCounts are a graph's parameters for the static bound: all of them,
+// the trainable ones, and the quantized weights' logical elements and
+// stored bytes.
+type paramCounts struct{ params, trainable, quantElems, quantBytes int64 }
+
+func countParams(g *graph.Graph) paramCounts {
+	var n paramCounts
+	n.params = g.ParamCount()
+	for _, id := range g.Params() {
+		t := g.Tensor(id)
+		if t.RequiresGrad {
+			n.trainable += t.Shape.Numel()
+		}
+		if q := t.Quant; q != nil && len(t.Shape) >= 2 {
+			out, in := t.Shape[0], t.Shape[len(t.Shape)-1]
+			n.quantElems += out * in
+			for _, pc := range q.Pieces(out, in) {
+				n.quantBytes += pc.Bytes()
+			}
 		}
 	}
+	return n
+}
+
+// loraTargets are the target_modules PEFT picks by default for each model
+// family (peft/utils/constants.py, TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING,
+// Apache-2.0): llama, mistral, qwen2, gemma and opt q_proj and v_proj; gpt2
+// c_attn; bert and roberta query and value; t5 q and v; gpt_neox
+// query_key_value; codegen qkv_proj, the name of Phi-3's fused projection
+// too, for which PEFT releases of 2024 list nothing (a user names it). The
+// first list that names Linear layers of the model is the model's.
+var loraTargets = [][]string{{"q_proj", "v_proj"}, {"c_attn"}, {"query", "value"}, {"q", "v"}, {"query_key_value"}, {"qkv_proj"}}
+
+// findLoRA sets the adapters the LoRA lever trains: PEFT's LoraConfig
+// defaults (r=8, lora_alpha=8, no dropout) on the family's targets; none
+// for a job that already trains adapters, freezes or quantizes, or a model
+// whose Linear layers none of the families' names match.
+func (pl *planner) findLoRA() {
+	c := pl.o.Base.Config
+	if !pl.allow[LoRA] || c.Adapters != nil || c.Quant != nil || pl.o.Base.Setup.Optimizer.Kind == train.NoOptimizer {
+		return
+	}
+	if q, ok := pl.src.(interface{ Quantized() bool }); ok && q.Quantized() {
+		return
+	}
+	c.Batch = 1
+	if c.PP > 1 && c.Stage < 0 {
+		c.Stage = 0
+	}
+	for _, t := range loraTargets {
+		a := &graph.Adapters{Rank: 8, Alpha: 8, Targets: t}
+		c.Adapters = a
+		if _, err := pl.src.Build(c); err == nil {
+			pl.lora = a
+			return
+		}
+	}
+}
+
+// tunes lists what the LoRA lever may train: the job's own, LoRA, QLoRA.
+func (pl *planner) tunes() []Tune {
+	if pl.lora == nil {
+		return []Tune{FullTune}
+	}
+	return []Tune{FullTune, LoRATune, QLoRATune}
+}
+
+// optims lists the optimizers the optimizer-kind lever may swap Adam for:
+// bitsandbytes' 8-bit Adam of the same decay (plain, then paged) and
+// transformers' Adafactor, each once, after the job's own ("").
+func (pl *planner) optims() []string {
+	o := pl.o.Base.Setup.Optimizer
+	out := []string{""}
+	if !pl.allow[OptimizerKind] || (o.Kind != train.Adam && o.Kind != train.AdamW) {
+		return out
+	}
+	k := string(o.Kind)
+	if !o.Bits8 {
+		out = append(out, k+"8bit")
+	}
+	if !(o.Paged && o.Bits8) {
+		out = append(out, "paged_"+k+"8bit")
+	}
+	return append(out, string(train.Adafactor))
+}
+
+func (pl *planner) run() error {
+	pl.findLoRA()
 	// The current setup first: the reference every plan is compared with.
 	base, err := pl.evaluate(pl.base)
 	if err != nil {
@@ -719,75 +925,154 @@ func (pl *planner) run() error {
 	}
 	pl.ans.Base = base
 	var combos []*combo
-	for _, tp := range pl.tensors() {
-		for _, par := range pl.strategies() {
-			for _, p := range pl.precisions() {
-				if need := pl.staticBytes(p, par, tp, params, trainable); need > pl.capLeft {
-					for _, ck := range pl.checkpoints(g0) {
-						for _, im := range pl.impls() {
-							pl.pruned(p, ck, im, par, tp, fmt.Sprintf("parameters, gradients and optimizer state alone need %s", alloc.FormatSize(need)))
-						}
-					}
-					total := need + (pl.o.Base.GPU.Capacity - pl.capLeft)
-					if pl.ans.Need == 0 || total < pl.ans.Need {
-						pl.ans.Need = total
-						pl.ans.NeedFrom = fmt.Sprintf("%s: parameters, gradients and optimizer state %s, the CUDA context and the margin", strategyPrefix(par)+string(p), alloc.FormatSize(need))
-					}
-					continue
-				}
-				if _, ok := pl.runs[p]; !ok {
-					// the op records of this precision come from its most
-					// frugal point, a useful probe in itself
-					c := pl.base
-					c.Precision = p
-					c.Parallel = par
-					c.TP, c.SP, c.PP = tp.tp, tp.sp, tp.pp
-					c.Accumulate = pl.accs[len(pl.accs)-1]
-					c.MicroBatch = pl.accsMicro(len(pl.accs) - 1)
-					if _, err := pl.evaluate(c); err != nil {
-						return err
-					}
-				}
-				for _, ck := range pl.checkpoints(g0) {
-					for _, im := range pl.impls() {
-						cb := &combo{par: par, tp: tp, p: p, ck: ck, impl: im}
-						for i := range pl.accs {
-							t, err := pl.timeOf(pl.cand(cb, i, false))
-							if err != nil {
-								return err
-							}
-							cb.times = append(cb.times, t)
-						}
-						cb.changes = btoi(p != pl.base.Precision) + btoi(ck != pl.base.Checkpoint) + btoi(im != pl.base.Impl) + btoi(par != pl.base.Parallel) +
-							btoi(tp.tp != pl.base.TP || tp.sp != pl.base.SP) + btoi(tp.pp != pl.base.PP)
-						combos = append(combos, cb)
-					}
-				}
+	for _, tune := range pl.tunes() {
+		g0, err := pl.graph(pl.accsMicro(len(pl.accs)-1), tune)
+		if err != nil {
+			if tune == FullTune {
+				return err
 			}
-		}
-	}
-	key := func(cb *combo) [2]float64 {
-		if pl.o.Objective == FewestChanges {
-			return [2]float64{float64(cb.changes), cb.times[0]}
-		}
-		return [2]float64{0, cb.times[0]}
-	}
-	sort.SliceStable(combos, func(i, j int) bool { return less(key(combos[i]), key(combos[j])) })
-	pl.searching = true
-	for _, cb := range combos {
-		if len(pl.ans.Best) >= pl.o.Top && !less(key(cb), pl.planKey(pl.ans.Best[pl.o.Top-1])) {
-			pl.pruned(cb.p, cb.ck, cb.impl, cb.par, cb.tp, "slower than the plans shown even at its largest micro-batch")
+			pl.pruned(&combo{p: pl.base.Precision, ck: pl.base.Checkpoint, impl: pl.base.Impl, par: pl.base.Parallel, tp: tensorOpt{pl.base.TP, pl.base.SP, pl.base.PP}, tune: tune},
+				fmt.Sprintf("not built: %v", err))
 			continue
 		}
-		if err := pl.search(cb); err != nil {
-			if errors.Is(err, errBudget) {
-				pl.ans.Stopped = true
-				return nil
+		counts := countParams(g0)
+		for _, optim := range pl.optims() {
+			for _, tp := range pl.tensors() {
+				for _, par := range pl.strategies() {
+					for _, p := range pl.precisions() {
+						o := pl.optimizer(optim, pl.base.Impl)
+						if need := pl.staticBytes(p, par, tp, o, counts); need > pl.capLeft {
+							for _, ck := range pl.checkpoints(g0) {
+								for _, im := range pl.impls(optim) {
+									pl.pruned(&combo{p: p, ck: ck, impl: im, par: par, tp: tp, tune: tune, optim: optim},
+										fmt.Sprintf("parameters, gradients and optimizer state alone need %s", alloc.FormatSize(need)))
+								}
+							}
+							total := need + (pl.o.Base.GPU.Capacity - pl.capLeft)
+							if pl.ans.Need == 0 || total < pl.ans.Need {
+								pl.ans.Need = total
+								pl.ans.NeedFrom = fmt.Sprintf("%s: parameters, gradients and optimizer state %s, the CUDA context and the margin", strategyPrefix(par)+string(p)+tuneSuffix(tune, optim), alloc.FormatSize(need))
+							}
+							continue
+						}
+						for _, ck := range pl.checkpoints(g0) {
+							for _, im := range pl.impls(optim) {
+								cb := &combo{par: par, tp: tp, p: p, ck: ck, impl: im, tune: tune, optim: optim}
+								cb.changes = btoi(p != pl.base.Precision) + btoi(ck != pl.base.Checkpoint) + btoi(im != pl.base.Impl) + btoi(par != pl.base.Parallel) +
+									btoi(tp.tp != pl.base.TP || tp.sp != pl.base.SP) + btoi(tp.pp != pl.base.PP) + btoi(tune != FullTune) + btoi(optim != "")
+								combos = append(combos, cb)
+							}
+						}
+					}
+				}
 			}
-			return err
+		}
+	}
+	// Plans that change what is trained or how it is optimised rank after
+	// those that change less of it, whatever their speed: each group is
+	// timed and searched only while the plans kept leave room for it.
+	for rc := 0; rc <= 2; rc++ {
+		var group []*combo
+		for _, cb := range combos {
+			if cb.resultChanges() == rc {
+				group = append(group, cb)
+			}
+		}
+		if rc > 0 && len(pl.ans.Best) >= pl.o.Top && pl.ans.Best[pl.o.Top-1].resultChanges() < rc {
+			for _, cb := range group {
+				pl.pruned(cb, "changes what is trained or how it is optimised, and enough plans that change less of it fit")
+			}
+			continue
+		}
+		var ready []*combo
+		for _, cb := range group {
+			if err := pl.prepare(cb); err != nil {
+				if rc == 0 || pl.ctx.Err() != nil {
+					return err
+				}
+				// a combination the simulator refuses (a quantized base
+				// under a sharding strategy)
+				pl.pruned(cb, fmt.Sprintf("not simulated: %v", err))
+				continue
+			}
+			ready = append(ready, cb)
+		}
+		key := func(cb *combo) [3]float64 {
+			if pl.o.Objective == FewestChanges {
+				return [3]float64{float64(rc), float64(cb.changes), cb.times[0]}
+			}
+			return [3]float64{float64(rc), 0, cb.times[0]}
+		}
+		sort.SliceStable(ready, func(i, j int) bool { return less(key(ready[i]), key(ready[j])) })
+		pl.searching = true
+		for _, cb := range ready {
+			if len(pl.ans.Best) >= pl.o.Top && !less(key(cb), pl.planKey(pl.ans.Best[pl.o.Top-1])) {
+				pl.pruned(cb, "slower than the plans shown even at its largest micro-batch")
+				continue
+			}
+			if err := pl.search(cb); err != nil {
+				if errors.Is(err, errBudget) {
+					pl.ans.Stopped = true
+					return nil
+				}
+				if rc == 0 || pl.ctx.Err() != nil {
+					return err
+				}
+				pl.pruned(cb, fmt.Sprintf("not simulated: %v", err))
+			}
 		}
 	}
 	return nil
+}
+
+// prepare times a combination at every accumulation, first simulating its
+// precision's (and training's) most frugal point for the op records when
+// none were kept yet: a useful probe in itself, and outside the searches'
+// budget, like the current setup.
+func (pl *planner) prepare(cb *combo) error {
+	if _, ok := pl.runs[recKey{cb.p, cb.tune}]; !ok {
+		searching := pl.searching
+		pl.searching = false
+		defer func() { pl.searching = searching }()
+		c := pl.base
+		c.Precision = cb.p
+		c.Parallel = cb.par
+		c.TP, c.SP, c.PP = cb.tp.tp, cb.tp.sp, cb.tp.pp
+		c.Tune, c.Optim = cb.tune, cb.optim
+		c.Accumulate = pl.accs[len(pl.accs)-1]
+		c.MicroBatch = pl.accsMicro(len(pl.accs) - 1)
+		if _, err := pl.evaluate(c); err != nil {
+			return err
+		}
+	}
+	for i := range pl.accs {
+		t, err := pl.timeOf(pl.cand(cb, i, false))
+		if err != nil {
+			return err
+		}
+		cb.times = append(cb.times, t)
+	}
+	return nil
+}
+
+func (cb *combo) changesResults() bool { return cb.resultChanges() > 0 }
+
+func (cb *combo) resultChanges() int { return btoi(cb.tune != FullTune) + btoi(cb.optim != "") }
+
+// tuneSuffix names what a combination trains and steps with, ", LoRA,
+// optimizer adamw8bit", or nothing.
+func tuneSuffix(t Tune, optim string) string {
+	var s string
+	switch t {
+	case LoRATune:
+		s += ", LoRA"
+	case QLoRATune:
+		s += ", QLoRA"
+	}
+	if optim != "" {
+		s += ", optimizer " + optim
+	}
+	return s
 }
 
 func btoi(b bool) int {
@@ -797,31 +1082,37 @@ func btoi(b bool) int {
 	return 0
 }
 
-func less(a, b [2]float64) bool {
-	if a[0] != b[0] {
-		return a[0] < b[0]
+// less orders keys: plans that change what is trained or how it is
+// optimised after those that do not (and those that change both after
+// those that change one), then by the objective.
+func less(a, b [3]float64) bool {
+	for i := range a {
+		if a[i] != b[i] {
+			return a[i] < b[i]
+		}
 	}
-	return a[1] < b[1]
+	return false
 }
 
-func (pl *planner) planKey(p *Plan) [2]float64 {
+func (pl *planner) planKey(p *Plan) [3]float64 {
+	rc := float64(p.resultChanges())
 	if pl.o.Objective == FewestChanges {
-		return [2]float64{float64(len(p.Changes)), p.Seconds}
+		return [3]float64{rc, float64(len(p.Changes)), p.Seconds}
 	}
-	return [2]float64{0, p.Seconds}
+	return [3]float64{rc, 0, p.Seconds}
 }
 
-func (pl *planner) accsMicro(i int) int64 { return pl.o.GlobalBatch / int64(pl.accs[i]) }
+func (pl *planner) accsMicro(i int) int64 { return pl.ans.RankBatch / int64(pl.accs[i]) }
 
 func (pl *planner) cand(cb *combo, i int, expandable bool) Candidate {
 	return Candidate{Precision: cb.p, Checkpoint: cb.ck, Impl: cb.impl, Expandable: expandable,
-		Accumulate: pl.accs[i], MicroBatch: pl.accsMicro(i), Parallel: cb.par, TP: cb.tp.tp, SP: cb.tp.sp, PP: cb.tp.pp}
+		Accumulate: pl.accs[i], MicroBatch: pl.accsMicro(i), Parallel: cb.par, TP: cb.tp.tp, SP: cb.tp.sp, PP: cb.tp.pp, Tune: cb.tune, Optim: cb.optim}
 }
 
 // probe predicts the combination at accumulation index i, unless an
 // earlier prediction already showed it cannot fit (then it returns nil).
 func (pl *planner) probe(cb *combo, i int, expandable bool) (*Plan, error) {
-	k := deadKey{cb.p, cb.ck, cb.par, cb.tp}
+	k := deadKey{cb.p, cb.ck, cb.par, cb.tp, cb.tune, cb.optim}
 	if d, ok := pl.dead[k]; ok && i <= d {
 		return nil, nil
 	}
@@ -903,7 +1194,7 @@ func (pl *planner) search(cb *combo) error {
 		return err
 	}
 	if p == nil {
-		pl.pruned(cb.p, cb.ck, cb.impl, cb.par, cb.tp, fmt.Sprintf(
+		pl.pruned(cb, fmt.Sprintf(
 			"with %s%s and checkpointing %s the forward and backward passes alone need more than the device at a micro-batch of %d",
 			strategyPrefix(cb.par), cb.p, cb.ck, pl.accsMicro(hi)))
 		return nil
@@ -969,7 +1260,7 @@ func (pl *planner) keptAt(cb *combo) (*Plan, int) {
 	var best *Plan
 	bi := 0
 	for _, q := range pl.ans.Best {
-		if q.Precision == cb.p && q.Checkpoint == cb.ck {
+		if q.Precision == cb.p && q.Checkpoint == cb.ck && q.Tune == cb.tune && q.Optim == cb.optim {
 			if i := pl.indexOf(q.Accumulate); i >= 0 && (best == nil || i < bi) {
 				best, bi = q, i
 			}
@@ -978,12 +1269,13 @@ func (pl *planner) keptAt(cb *combo) (*Plan, int) {
 	return best, bi
 }
 
-func (pl *planner) comboKeyAt(cb *combo, i int) [2]float64 {
+func (pl *planner) comboKeyAt(cb *combo, i int) [3]float64 {
+	rc := float64(cb.resultChanges())
 	if pl.o.Objective == FewestChanges {
 		n := cb.changes + btoi(pl.accs[i] != pl.base.Accumulate)
-		return [2]float64{float64(n), cb.times[i]}
+		return [3]float64{rc, float64(n), cb.times[i]}
 	}
-	return [2]float64{0, cb.times[i]}
+	return [3]float64{rc, 0, cb.times[i]}
 }
 
 func (pl *planner) indexOf(a int) int {
@@ -1009,7 +1301,7 @@ func (pl *planner) keep(p *Plan) {
 		// Plans that differ only in the optimizer's implementation or the
 		// allocator's setting are one plan with variants: the list keeps
 		// the better, so that it shows different ways to fit.
-		if q.Precision == p.Precision && q.Checkpoint == p.Checkpoint && q.Accumulate == p.Accumulate {
+		if q.Precision == p.Precision && q.Checkpoint == p.Checkpoint && q.Accumulate == p.Accumulate && q.Tune == p.Tune && q.Optim == p.Optim {
 			if less(pl.planKey(p), pl.planKey(q)) {
 				pl.ans.Best[i] = p
 				sort.SliceStable(pl.ans.Best, func(i, j int) bool { return less(pl.planKey(pl.ans.Best[i]), pl.planKey(pl.ans.Best[j])) })
@@ -1038,8 +1330,20 @@ func (pl *planner) changes(c Candidate) []string {
 	if c.Checkpoint != b.Checkpoint {
 		out = append(out, fmt.Sprintf("checkpointing %s → %s", b.Checkpoint, c.Checkpoint))
 	}
-	if c.Impl != b.Impl {
+	if c.Impl != b.Impl && c.Optim == "" {
 		out = append(out, fmt.Sprintf("optimizer %s → %s", b.Impl, c.Impl))
+	}
+	if c.Tune != b.Tune && pl.lora != nil {
+		a := fmt.Sprintf("LoRA adapters (r=%d, alpha %g, on %s: PEFT's defaults)", pl.lora.Rank, pl.lora.Alpha, strings.Join(pl.lora.Targets, ","))
+		switch c.Tune {
+		case LoRATune:
+			out = append(out, "train "+a+" instead of every parameter — changes what is trained")
+		case QLoRATune:
+			out = append(out, "QLoRA: the base's Linear weights in 4-bit NF4 with double quantization, "+a+" trained — changes what is trained")
+		}
+	}
+	if c.Optim != b.Optim {
+		out = append(out, fmt.Sprintf("optimizer %s → %s — changes how it is optimised", pl.o.Base.Setup.Optimizer.Name(), c.Optim))
 	}
 	if c.Expandable != b.Expandable {
 		out = append(out, fmt.Sprintf("expandable_segments %v → %v", b.Expandable, c.Expandable))
@@ -1097,7 +1401,7 @@ func strategyPrefix(p train.Parallel) string {
 // describe names a candidate in one line.
 func describe(c Candidate) string {
 	s := fmt.Sprintf("micro-batch %d × %d, %s%s, checkpointing %s, optimizer %s", c.MicroBatch, c.Accumulate, strategyPrefix(c.Parallel), c.Precision, c.Checkpoint, c.Impl)
-	s += modelSplit(c)
+	s += modelSplit(c) + tuneSuffix(c.Tune, c.Optim)
 	if c.Expandable {
 		s += ", expandable segments"
 	}

@@ -2,6 +2,7 @@ package plan
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 
@@ -220,7 +221,7 @@ func TestBadInput(t *testing.T) {
 	}
 	acc := s
 	acc.Accumulate = 2
-	if _, err := Run(context.Background(), Options{Base: request(src, 8, acc, 1<<40), GlobalBatch: 7}); err == nil || !strings.Contains(err.Error(), "not a multiple") {
+	if _, err := Run(context.Background(), Options{Base: request(src, 8, acc, 1<<40), GlobalBatch: 7}); err == nil || !strings.Contains(err.Error(), "not the global batch 7") {
 		t.Errorf("a global batch of 7 with accumulation 2: %v", err)
 	}
 	if _, err := ParseLevers("accumulate,precisoin"); err == nil || !strings.Contains(err.Error(), `did you mean precision`) {
@@ -416,5 +417,192 @@ func TestBudgetStopsTheSearch(t *testing.T) {
 	}
 	if !cut.Stopped || cut.Simulations > o.MaxPredictions || cut.Simulations < before {
 		t.Errorf("budget %d: stopped %v after %d simulations", o.MaxPredictions, cut.Stopped, cut.Simulations)
+	}
+}
+
+// The planner's static bound reads the optimizer's one table
+// (train.OptimizerStates): it equals the simulated parameters, gradients
+// and state where every parameter keeps the same per-element state
+// (torch.optim's, whatever the parameter's size), and stays below them
+// where small or factored parameters keep more (bitsandbytes' float32
+// states under 4096 elements and its block constants, Adafactor's
+// factors).
+func TestStaticBoundReadsTheOptimizerTable(t *testing.T) {
+	src := blocks{layers: 2, width: 256} // 2·(256·256+256) + 256·10+10 elements
+	for _, c := range []struct {
+		o     train.Optimizer
+		p     train.Precision
+		exact bool
+		floor int64 // state bytes per element: the table's, for a large matrix on the device
+	}{
+		{train.Optimizer{Kind: train.SGD}, train.FP32, true, 0},
+		{train.Optimizer{Kind: train.SGD, Momentum: 0.9}, train.FP32, true, 4},
+		{train.Optimizer{Kind: train.Adam}, train.FP32, true, 8},
+		{train.Optimizer{Kind: train.AdamW}, train.TrueBF16, true, 4},
+		{train.Optimizer{Kind: train.Adam, AMSGrad: true}, train.FP32, true, 12},
+		// two uint8 states
+		{train.Optimizer{Kind: train.AdamW, Bits8: true}, train.TrueBF16, false, 2},
+		// paged: in unified memory, not on the device
+		{train.Optimizer{Kind: train.AdamW, Bits8: true, Paged: true}, train.TrueBF16, false, 0},
+		// factored: no per-element state
+		{train.Optimizer{Kind: train.Adafactor}, train.TrueBF16, false, 0},
+	} {
+		s := train.Setup{Precision: c.p, Optimizer: c.o, Steps: 2}
+		r := request(src, 4, s, 1<<50)
+		res, err := predict.Run(context.Background(), r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sum := res.Summary
+		sim := sum.ParametersBytes + sum.GradientsBytes + sum.OptimizerStateBytes
+		g, err := src.Build(models.Config{Batch: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := g.ParamCount()
+		pl := &planner{o: Options{Base: r}}
+		bound := pl.staticBytes(c.p, train.Parallel{}, tensorOpt{}, c.o, paramCounts{params: n, trainable: n})
+		pe := c.p.ParamDType().Size()
+		if want := 2*pe*n + c.floor*n; bound != want {
+			t.Errorf("%s, %s: static bound %d, want parameters and gradients %d and state %d", c.o.Name(), c.p, bound, 2*pe*n, c.floor*n)
+		}
+		if bound > sim || c.exact && bound != sim {
+			t.Errorf("%s, %s: static bound %d, simulated parameters, gradients and state %d", c.o.Name(), c.p, bound, sim)
+		}
+	}
+}
+
+// The current setup is the job as given: its micro-batch (--batch) and
+// accumulation, on every data-parallel rank. The global batch counts the
+// samples of a step over all ranks: micro-batch 8 × accumulation 2 on 4
+// DDP ranks is 64, of which a rank takes 16.
+func TestCurrentSetupAndGlobalBatch(t *testing.T) {
+	src := blocks{layers: 2, width: 256}
+	s := train.Setup{Optimizer: train.Optimizer{Kind: train.SGD}, Accumulate: 2}
+	ans, err := Run(context.Background(), Options{Base: request(src, 8, s, 1<<40), Levers: []Lever{Accumulate}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b := ans.Base; b.MicroBatch != 8 || b.Accumulate != 2 || ans.GlobalBatch != 16 || ans.RankBatch != 16 || ans.Ranks != 1 {
+		t.Errorf("one GPU: current %d × %d, global %d, a rank %d of %d", b.MicroBatch, b.Accumulate, ans.GlobalBatch, ans.RankBatch, ans.Ranks)
+	}
+	ddp := s
+	ddp.Parallel = train.Parallel{Strategy: train.DDP, GPUs: 4}
+	ans, err = Run(context.Background(), Options{Base: request(src, 8, ddp, 1<<40), Levers: []Lever{Accumulate}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b := ans.Base; b.MicroBatch != 8 || b.Accumulate != 2 || ans.GlobalBatch != 64 || ans.RankBatch != 16 || ans.Ranks != 4 {
+		t.Errorf("4 ranks: current %d × %d, global %d, a rank %d of %d", b.MicroBatch, b.Accumulate, ans.GlobalBatch, ans.RankBatch, ans.Ranks)
+	}
+	for _, p := range ans.Best {
+		if p.MicroBatch*int64(p.Accumulate)*4 != 64 {
+			t.Errorf("plan %s does not keep the global batch 64 over 4 ranks", p.Candidate)
+		}
+	}
+	// a global batch the current setup does not make is refused, as one
+	// that does not split over the ranks
+	if _, err := Run(context.Background(), Options{Base: request(src, 8, ddp, 1<<40), GlobalBatch: 128}); err == nil || !strings.Contains(err.Error(), "makes 64 samples a step") {
+		t.Errorf("global 128 from 8 × 2 × 4: %v", err)
+	}
+	if _, err := Run(context.Background(), Options{Base: request(src, 8, ddp, 1<<40), GlobalBatch: 66}); err == nil || !strings.Contains(err.Error(), "4 data-parallel ranks") {
+		t.Errorf("global 66 over 4 ranks: %v", err)
+	}
+}
+
+// When nothing that keeps the job's training fits, the optimizer-kind
+// lever offers bitsandbytes' 8-bit Adam: on a stack of 4096² matrices,
+// full Adam keeps 16 bytes an element (weight, gradient, two float32
+// moments), 8-bit Adam 10 and a little (two uint8 states and one float32
+// absmax a 2048-element block each, train.OptimizerStates). A device of
+// 13 bytes an element fits the second alone; the plan says it changes how
+// the model is optimised.
+func TestOptimizerKindLever(t *testing.T) {
+	src := blocks{layers: 4, width: 4096}
+	s := train.Setup{Precision: train.FP32, Optimizer: train.Optimizer{Kind: train.AdamW, Impl: train.Foreach}, Accumulate: 1, Steps: 2}
+	g, err := src.Build(models.Config{Batch: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := g.ParamCount()
+	r := request(src, 4, s, 13*n)
+	ans, err := Run(context.Background(), Options{Base: r, Levers: []Lever{Accumulate, OptimizerKind}, Top: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ans.Best) == 0 {
+		t.Fatalf("no plan on %d bytes for %d elements", r.GPU.Capacity, n)
+	}
+	for _, p := range ans.Best {
+		if p.Optim != "adamw8bit" && p.Optim != "paged_adamw8bit" && p.Optim != "adafactor" || !p.ChangesResults() {
+			t.Errorf("plan %s: want an 8-bit, paged or Adafactor optimizer, marked as changing results", p.Candidate)
+		}
+		if !slices.ContainsFunc(p.Changes, func(c string) bool { return strings.Contains(c, "changes how it is optimised") }) {
+			t.Errorf("plan %s does not say it changes how the model is optimised: %v", p.Candidate, p.Changes)
+		}
+	}
+	// without the lever, nothing fits
+	ans, err = Run(context.Background(), Options{Base: r, Levers: []Lever{Accumulate}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ans.Best) != 0 {
+		t.Errorf("without the optimizer-kind lever: %v", plansOf(ans))
+	}
+}
+
+// LoRA and QLoRA are offered for a transformer (PEFT's default targets
+// for GPT-2, c_attn) and ranked after every plan that trains what the job
+// trains; on a device that holds the full fine-tuning, the plans that
+// change nothing of what is trained come first.
+func TestLoRALeverRanksLast(t *testing.T) {
+	m, err := models.Lookup("gpt2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := train.Setup{Precision: train.FP32, Optimizer: train.Optimizer{Kind: train.AdamW}, Accumulate: 1, Steps: 2}
+	r := request(predict.Zoo{M: m}, 4, s, 1<<50)
+	r.Config.Seq, r.Config.Layers = 64, 2
+	base, err := predict.Run(context.Background(), r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// a device that holds the job as it is: every lever may move
+	r.GPU = device(2 * base.DeviceTotal)
+	ans, err := Run(context.Background(), Options{Base: r, Top: 50, Objective: Throughput})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ans.Best) == 0 || ans.Best[0].ChangesResults() {
+		t.Fatalf("plans %v: want one that trains as the job does first", plansOf(ans))
+	}
+	seenChange := false
+	for _, p := range ans.Best {
+		if seenChange && p.resultChanges() == 0 {
+			t.Errorf("plan %s ranks after one that changes what is trained", p.Candidate)
+		}
+		seenChange = seenChange || p.ChangesResults()
+	}
+	// a device below the full fine-tuning's parameters, gradients and
+	// AdamW state (16 bytes a parameter) but above LoRA's: only LoRA or
+	// QLoRA plans fit
+	g, err := r.Source.Build(r.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.GPU = device(12 * g.ParamCount())
+	ans, err = Run(context.Background(), Options{Base: r, Levers: []Lever{Accumulate, LoRA}, Top: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ans.Best) == 0 {
+		t.Fatalf("no LoRA plan on %d bytes", r.GPU.Capacity)
+	}
+	for _, p := range ans.Best {
+		if p.Tune == FullTune || !slices.ContainsFunc(p.Changes, func(c string) bool {
+			return strings.Contains(c, "on c_attn") && strings.Contains(c, "changes what is trained")
+		}) {
+			t.Errorf("plan %s: %v; want LoRA on c_attn, said to change what is trained", p.Candidate, p.Changes)
+		}
 	}
 }

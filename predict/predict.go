@@ -37,11 +37,38 @@ func (z Zoo) Build(c models.Config) (*graph.Graph, error) {
 }
 func (z Zoo) DefaultSeq() int64 { return z.M.DefaultSeq }
 
+// Note is the zoo entry's note (models.Model.Note).
+func (z Zoo) Note() string { return z.M.Note }
+
 // ModelParallel reports that the zoo entry's builder splits for tensor
 // and pipeline parallelism (the transformers family; the builder checks
 // the architecture).
 func (z Zoo) ModelParallel() bool { return z.M.Family == "transformers" }
 func (z Zoo) Dims() []models.Dim  { return z.M.Dims }
+
+// Range gives the valid values of a dimension of the zoo entry.
+func (z Zoo) Range(d models.Dim, c models.Config) models.Range {
+	if z.M.Range == nil {
+		return models.AnyPositive
+	}
+	return z.M.Range(d, c)
+}
+
+// Ranger is a Source whose dimensions take only some values (see
+// models.Range).
+type Ranger interface {
+	Range(d models.Dim, c models.Config) models.Range
+}
+
+// RangeOf gives the valid values of dimension d of a source, the other
+// sizes as in c: every positive value unless the source says otherwise.
+// The batch takes every positive value.
+func RangeOf(s Source, d models.Dim, c models.Config) models.Range {
+	if r, ok := s.(Ranger); ok && d != models.DimBatch {
+		return r.Range(d, c)
+	}
+	return models.AnyPositive
+}
 
 // Request is one prediction.
 type Request struct {
@@ -51,7 +78,10 @@ type Request struct {
 	GPU    gpu.GPU
 	// Context overrides the GPU's CUDA context size when not negative.
 	Context int64
-	Alloc   alloc.Config
+	// Margin is the headroom, bytes, the job must leave on the device to
+	// count as fitting (see Band.Margin); 0 answers for the bare figure.
+	Margin int64
+	Alloc  alloc.Config
 	// Schedule gives the batch size of each optimizer step (the seed's
 	// 64, 8, 32, 4 experiment); empty means Config.Batch for Setup.Steps
 	// steps.
@@ -91,12 +121,21 @@ type Result struct {
 	// PeakAt is where the allocated peak was first reached; nil when
 	// nothing was allocated.
 	PeakAt *PeakAt
-	// Context is the CUDA context and driver memory outside PyTorch.
+	// Context is the CUDA context and driver memory outside PyTorch,
+	// Libraries included.
 	Context int64
+	// Libraries is what the step makes libraries allocate outside
+	// PyTorch's allocator (train.Summary.LibraryBytes), part of Context.
+	Libraries int64
+	// WorkspaceLowEnd: the figures are those of the step with no cuDNN
+	// workspace, which reserved more than the one with the bound's.
+	WorkspaceLowEnd bool
 	// DeviceTotal is what nvidia-smi would show for the process at the
 	// peak: peak reserved plus the context.
 	DeviceTotal int64
-	Fits        bool
+	// Margin is the headroom Fits required (Request.Margin).
+	Margin int64
+	Fits   bool
 	// Decider names the figure that decided Fits.
 	Decider string
 	// Note is what the source says about itself (a checkpoint's stored
@@ -184,14 +223,64 @@ func Run(ctx context.Context, r Request) (*Result, error) {
 	if q := r.Config.Quant; q != nil && !quantized(g0) {
 		return nil, fmt.Errorf("%s: no Linear weight of this model is stored %s (the source does not build quantized layers, or every Linear is skipped)", r.Source.Name(), q.Format)
 	}
-	cudaCtx := r.GPU.ContextSize
+	// The libraries' own allocations come on top of the context, given
+	// or not: a context measured before the first GEMM (the usual way,
+	// after a first tiny tensor) lacks them; one measured after the step
+	// counts them twice, the safe side.
+	lib := sim.Summary().LibraryBytes
+	cudaCtx := r.GPU.ContextSize + lib
 	if r.Context >= 0 {
-		cudaCtx = r.Context
+		cudaCtx = r.Context + lib
+	}
+	if r.Margin < 0 {
+		return nil, fmt.Errorf("the margin must not be negative, got %d bytes", r.Margin)
 	}
 	if cudaCtx >= r.GPU.Capacity {
 		return nil, fmt.Errorf("the CUDA context (%s) leaves nothing of the %s device", alloc.FormatSize(cudaCtx), alloc.FormatSize(r.GPU.Capacity))
 	}
-	dev := alloc.Device{Capacity: r.GPU.Capacity - cudaCtx, Total: r.GPU.Capacity}
+	if cudaCtx+r.Margin >= r.GPU.Capacity {
+		return nil, fmt.Errorf("the margin of %s and the CUDA context (%s) leave nothing of the %s device", alloc.FormatSize(r.Margin), alloc.FormatSize(cudaCtx), alloc.FormatSize(r.GPU.Capacity))
+	}
+	// With a margin the job runs on a device that much smaller, so that
+	// the caching allocator frees its cache and retries (c10's
+	// release_cached_blocks on a failed cudaMalloc) where it would on a
+	// device whose real figures are the band's worst above the prediction.
+	dev := alloc.Device{Capacity: r.GPU.Capacity - r.Margin - cudaCtx, Total: r.GPU.Capacity - r.Margin}
+	lowEnd := false
+	if sim.Summary().ConvWorkspaceBytes > 0 {
+		// cuDNN's workspaces lie between none and the bound of
+		// train/conv_cudnn.go, and the caching allocator's reserved memory
+		// is not monotone in them (a large transient block changes where
+		// later blocks land): both ends are replayed and the worse one
+		// answers.
+		low := setup
+		low.ConvWorkspaceNone = true
+		var sim2 *train.Simulator
+		var g2 *graph.Graph
+		var gen2 *train.GenerationSummary
+		if r.Infer != nil {
+			sim2, g2, gen2, err = simulateInference(ctx, r, low)
+		} else {
+			sim2, g2, err = simulateTraining(ctx, r, low)
+		}
+		if err != nil {
+			return nil, err
+		}
+		hi, err := alloc.ReplayContext(ctx, sim.CompactTrace(), r.Alloc, dev, alloc.ReplayOptions{})
+		if err != nil {
+			return nil, err
+		}
+		lo, err := alloc.ReplayContext(ctx, sim2.CompactTrace(), r.Alloc, dev, alloc.ReplayOptions{})
+		if err != nil {
+			return nil, err
+		}
+		if (lo.OOM != nil && hi.OOM == nil) || (lo.OOM == nil && hi.OOM == nil && lo.PeakReserved > hi.PeakReserved) {
+			sim.CompactTrace().Release()
+			sim, g0, gen, lowEnd = sim2, g2, gen2, true
+		} else {
+			sim2.CompactTrace().Release()
+		}
+	}
 	// A replay reads repeated micro-batches once (and skips their copies
 	// when the allocator's state comes back); a kept or recorded trace is
 	// written out in full.
@@ -204,7 +293,7 @@ func Run(ctx context.Context, r Request) (*Result, error) {
 		return nil, err
 	}
 	res := &Result{Model: r.Source.Name(), Config: r.Config, Setup: sim.Setup(), GPU: r.GPU, Summary: sim.Summary(),
-		Timeline: tl, Context: cudaCtx}
+		Timeline: tl, Context: cudaCtx, Libraries: lib, Margin: r.Margin, WorkspaceLowEnd: lowEnd}
 	if i := tl.PeakAllocatedEvent; i >= 0 && i < tr.Len() {
 		e := tr.At(i)
 		res.PeakAt = &PeakAt{Phase: e.Phase, Step: e.Step, Site: tr.SiteName(e.Site)}
@@ -230,10 +319,19 @@ func Run(ctx context.Context, r Request) (*Result, error) {
 	if tl.OOM != nil {
 		res.Fits = false
 		res.Decider = fmt.Sprintf("the allocator runs out of memory: %s", tl.OOM.Error())
+		if r.Margin > 0 {
+			res.Decider = fmt.Sprintf("the allocator runs out of memory on the %s the margin of %s leaves: %s",
+				alloc.FormatSize(r.GPU.Capacity-r.Margin), alloc.FormatSize(r.Margin), tl.OOM.Error())
+		}
 	} else {
-		res.Fits = res.DeviceTotal <= r.GPU.Capacity
+		res.Fits = res.DeviceTotal <= r.GPU.Capacity-r.Margin
 		res.Decider = fmt.Sprintf("peak reserved %s + CUDA context %s = %s of %s",
 			alloc.FormatSize(tl.PeakReserved), alloc.FormatSize(cudaCtx), alloc.FormatSize(res.DeviceTotal), alloc.FormatSize(r.GPU.Capacity))
+		if r.Margin > 0 {
+			res.Decider = fmt.Sprintf("peak reserved %s + CUDA context %s = %s; the margin of %s leaves %s of %s",
+				alloc.FormatSize(tl.PeakReserved), alloc.FormatSize(cudaCtx), alloc.FormatSize(res.DeviceTotal),
+				alloc.FormatSize(r.Margin), alloc.FormatSize(r.GPU.Capacity-r.Margin), alloc.FormatSize(r.GPU.Capacity))
+		}
 	}
 	return res, nil
 }

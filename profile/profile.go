@@ -40,6 +40,14 @@ type Profile struct {
 	// "default" to the cuBLAS workspace size allocated through the caching
 	// allocator at a thread's first GEMM.
 	CublasWorkspaceBytes map[string]int64 `json:"cublas_workspace_bytes"`
+	// CublasWorkspaceInAllocator: PyTorch gives each cuBLAS handle a
+	// workspace from the caching allocator (cublasSetWorkspace in
+	// CublasHandlePool.cpp, pytorch pull request 86167, first in 2.0:
+	// issue 95668 finds the 8519680 bytes in memory_allocated on 2.0 and
+	// not on 1.13). Without it cuBLAS allocates the same default pool
+	// itself, outside PyTorch's allocator: on the device, in nvidia-smi's
+	// figure, but in neither memory_allocated nor memory_reserved.
+	CublasWorkspaceInAllocator bool `json:"cublas_workspace_in_allocator"`
 	// CublasWorkspacePerThread: one workspace per (thread, stream), so the
 	// autograd device thread gets its own at its first GEMM in backward.
 	CublasWorkspacePerThread bool `json:"cublas_workspace_per_thread"`
@@ -77,6 +85,27 @@ type Profile struct {
 	// picks the peak rate by them.
 	MatmulAllowTF32 bool `json:"matmul_allow_tf32"`
 	CudnnAllowTF32  bool `json:"cudnn_allow_tf32"`
+	// CudnnConvAPI is the cuDNN API convolutions go through: "v7"
+	// (aten/src/ATen/native/cudnn/Conv_v7.cpp, torch 1.13) or "v8"
+	// (Conv_v8.cpp, on by default from 2.0: pytorch pull request 91117;
+	// TORCH_CUDNN_V8_API_DISABLED=1 opts out).
+	CudnnConvAPI string `json:"cudnn_conv_api"`
+	// CudnnBenchmarkEmptyCache says when torch.backends.cudnn.benchmark's
+	// algorithm search empties the caching allocator's cache (see
+	// train/conv_cudnn.go): "during_search" (Conv_v7.cpp findAlgorithms
+	// calls emptyCache while its Workspace still holds the search
+	// workspace, which therefore stays reserved), "after_search"
+	// (Conv_v8.cpp run_single_conv calls emptyCache after
+	// get_plans_from_find has freed it, when
+	// _cudnn_get_conv_benchmark_empty_cache, on by default) or "none".
+	CudnnBenchmarkEmptyCache string `json:"cudnn_benchmark_empty_cache"`
+	// CudaModuleLoading is how the release's CUDA builds load kernels,
+	// which sets the CUDA context's size (gpu.GPU.ContextSize assumes
+	// lazy): "lazy" (every build's runtime is CUDA 11.7 or later, and
+	// PyTorch sets CUDA_MODULE_LOADING=LAZY when the user has not, pull
+	// request 86509) or "lazy_from_cuda_11_7" (1.13, also built for CUDA
+	// 11.6, which loads every kernel at start-up).
+	CudaModuleLoading string `json:"cuda_module_loading"`
 }
 
 //go:embed profiles.json
@@ -110,6 +139,21 @@ func parse(data []byte) ([]Profile, error) {
 		case "forloop", "foreach":
 		default:
 			return nil, fmt.Errorf("profiles.json: %s: optimizer_default_impl %q", p.Version, p.OptimizerDefaultImpl)
+		}
+		switch p.CudnnConvAPI {
+		case "v7", "v8":
+		default:
+			return nil, fmt.Errorf("profiles.json: %s: cudnn_conv_api %q", p.Version, p.CudnnConvAPI)
+		}
+		switch p.CudaModuleLoading {
+		case "lazy", "lazy_from_cuda_11_7":
+		default:
+			return nil, fmt.Errorf("profiles.json: %s: cuda_module_loading %q", p.Version, p.CudaModuleLoading)
+		}
+		switch p.CudnnBenchmarkEmptyCache {
+		case "during_search", "after_search", "none":
+		default:
+			return nil, fmt.Errorf("profiles.json: %s: cudnn_benchmark_empty_cache %q", p.Version, p.CudnnBenchmarkEmptyCache)
 		}
 		switch p.AttentionDefault {
 		case "eager", "sdpa":
@@ -172,6 +216,14 @@ func Lookup(v string) (*Profile, error) {
 	want, err := parseVersion(v)
 	if err != nil {
 		return nil, fmt.Errorf("--torch: %w", err)
+	}
+	// A later minor release takes the newest profile's rules (the setup
+	// line says "2.5+ rules"); a later major release is no release this
+	// table knows: its allocator and autograd may differ in any rule.
+	newest, _ := parseVersion(profiles[len(profiles)-1].Version)
+	if want[0] > newest[0] {
+		return nil, fmt.Errorf("no runtime profile for PyTorch %s: the known releases are %s and later %d.x releases (with %s's rules)",
+			v, strings.Join(Versions(), ", "), newest[0], profiles[len(profiles)-1].Version)
 	}
 	var found *Profile
 	for i := range profiles {

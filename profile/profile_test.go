@@ -13,7 +13,8 @@ func TestLookup(t *testing.T) {
 			t.Errorf("Lookup(%q) = %v, %v; want %s", c.in, p, err, c.want)
 		}
 	}
-	for _, bad := range []string{"0.4", "two", "1"} {
+	// 3.0 is no release the profiles know: refused, not taken as 2.5
+	for _, bad := range []string{"0.4", "two", "1", "3.0", "10.1"} {
 		if _, err := Lookup(bad); err == nil {
 			t.Errorf("Lookup(%q): want an error", bad)
 		}
@@ -29,6 +30,20 @@ func TestProfileFacts(t *testing.T) {
 	}
 	if old.OptimizerDefaultImpl != "forloop" || cur.OptimizerDefaultImpl != "foreach" {
 		t.Error("torch.optim defaults to foreach on CUDA from 2.0")
+	}
+	// Conv_v8.cpp is the default from 2.0 (pull request 91117); Conv_v7.cpp
+	// empties the cache while the search workspace is held, Conv_v8.cpp
+	// after freeing it; cuBLAS's workspace is PyTorch's from 2.0 (pull
+	// request 86167); lazy loading from 1.13 (pull request 86509) where
+	// the runtime is CUDA 11.7 or later.
+	if old.CudnnConvAPI != "v7" || cur.CudnnConvAPI != "v8" || old.CudnnBenchmarkEmptyCache != "during_search" || cur.CudnnBenchmarkEmptyCache != "after_search" {
+		t.Error("cuDNN convolution API and benchmark empty_cache by release")
+	}
+	if old.CublasWorkspaceInAllocator || !cur.CublasWorkspaceInAllocator {
+		t.Error("the cuBLAS workspace goes through the caching allocator from 2.0")
+	}
+	if old.CudaModuleLoading != "lazy_from_cuda_11_7" || cur.CudaModuleLoading != "lazy" {
+		t.Error("lazy module loading by release")
 	}
 	// CublasHandlePool.cpp: 4096 KiB × 8 on Hopper, :4096:2:16:8 elsewhere.
 	if cur.CublasWorkspace(9) != 33554432 || cur.CublasWorkspace(8) != 8519680 {

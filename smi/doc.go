@@ -1,9 +1,11 @@
 // Package smi reads what nvidia-smi shows: every GPU's memory and
-// utilisation, and the processes on it with the memory each holds. It
-// reads NVML (NVIDIA's management library, libnvidia-ml.so.1) through
-// github.com/NVIDIA/go-nvml, which loads the library when Open is called,
-// so a binary built with cgo runs on machines with or without a driver;
-// without one, and in a binary built without cgo, Open returns ErrNoDriver.
+// utilisation, and the processes on it with the memory each holds. By
+// default it runs the nvidia-smi command (which the driver installs, and
+// which reads NVML), so a plain build needs no C compiler; built with
+// -tags nvml (and cgo) it reads NVML (NVIDIA's management library,
+// libnvidia-ml.so.1) in process through github.com/NVIDIA/go-nvml, which
+// loads the library when Open is called. Either runs on machines with or
+// without a driver; without one Open returns ErrNoDriver.
 // Everything else sees the Reader interface, which Fake implements for
 // tests.
 //

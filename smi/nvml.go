@@ -1,4 +1,4 @@
-//go:build cgo
+//go:build cgo && nvml
 
 package smi
 
@@ -17,7 +17,7 @@ func Open() (Reader, error) {
 	case nvml.SUCCESS:
 		return nvmlReader{}, nil
 	case nvml.ERROR_LIBRARY_NOT_FOUND, nvml.ERROR_DRIVER_NOT_LOADED:
-		return nil, ErrNoDriver
+		return nil, fmt.Errorf("%w: NVML (libnvidia-ml.so.1) could not be loaded", ErrNoDriver)
 	default:
 		return nil, fmt.Errorf("starting NVML: %s", nvml.ErrorString(ret))
 	}

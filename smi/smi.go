@@ -40,8 +40,9 @@ type Reader interface {
 	Close() error
 }
 
-// ErrNoDriver is the error of Open where NVML cannot be loaded.
-var ErrNoDriver = errors.New("no NVIDIA driver found: NVML (libnvidia-ml.so.1) could not be loaded")
+// ErrNoDriver is the error of Open where no driver answers: NVML cannot
+// be loaded, or nvidia-smi is missing or fails.
+var ErrNoDriver = errors.New("no NVIDIA driver found")
 
 // processName is the command name of pid, as /proc gives it ("" when it
 // cannot be read, as for a process of another container).

@@ -22,4 +22,9 @@
 // [Snapshot.RecordedSegments]) turns one device's recorded events into the
 // alloc/free events the allocator simulator replays, keeping the
 // allocator's own segment decisions apart for comparison.
+//
+// [WriteStripped] (and [WriteStrippedGzip]) write a snapshot with its
+// allocator record only, stack frames and the paths and names in them
+// removed: what the GPU corpus keeps, and what a user can share. ReadFile
+// reads such files plain or gzip-compressed.
 package snapshot

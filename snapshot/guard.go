@@ -271,6 +271,15 @@ type guard struct {
 	skipBase int  // stack index of that value
 	dropped  int  // stack index of the last dropped value while it is there, else -1
 
+	// lastStr is the previous opcode when it pushed a short binary
+	// string, whole (opcode, length, data), so that a string memoized
+	// inside a dropped "frames" value can still be given to og-rek: Python
+	// memoizes every string once and refers to it with BINGET afterwards,
+	// also from outside the frames (a frame's "" filename is the ""
+	// PYTORCH_CUDA_ALLOC_CONF of the settings).
+	lastStr   []byte
+	lastStrOK bool
+
 	opOff   int64 // offset of the current opcode
 	opName  string
 	started bool
@@ -497,6 +506,8 @@ func (g *guard) step() error {
 
 	// Kind of what a push or get puts on the stack.
 	kind := info.kind
+	isStr := false
+	defer func() { g.lastStrOK = isStr }()
 	if declared >= 0 && declared <= shortPayload {
 		// Read short data now so that it can be inspected.
 		data, err := g.readArg(int(declared))
@@ -505,6 +516,10 @@ func (g *guard) step() error {
 		}
 		if kind == kStr && string(data) == "frames" {
 			kind = kStrFrames
+		}
+		if kind == kStr || kind == kStrFrames {
+			g.lastStr = append(append(append(g.lastStr[:0], op), arg...), data...)
+			isStr = true
 		}
 		declared = 0
 	} else if declared > 0 {
@@ -743,6 +758,11 @@ func (g *guard) memo(op byte, arg []byte, deliver bool) error {
 			s.rememo = remNone
 		}
 		g.out = append(g.out[:0], 'N')
+		if (top.kind == kStr || top.kind == kStrFrames) && g.lastStrOK {
+			// a string: memoize the string itself, which later GETs
+			// outside the frames may read
+			g.out = append(g.out[:0], g.lastStr...)
+		}
 		if op == 'p' {
 			g.out = append(g.out, 'p')
 			g.out = append(g.out, arg...)

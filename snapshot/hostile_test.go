@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/batchfit/batchfit/alloc"
 )
 
 // TestHostile feeds inputs built to make a decoder allocate from declared
@@ -173,6 +175,15 @@ func FuzzRead(f *testing.F) {
 				}
 				if err := c.Trace.Validate(); err != nil {
 					t.Fatalf("device %d: %v", d, err)
+				}
+				cfg, err := alloc.ParseConfig(s.AllocatorSettings.AllocConf)
+				if err != nil {
+					continue
+				}
+				if c, err := s.ConvertFromState(d, cfg); err == nil {
+					if _, err := alloc.Replay(c.Trace, cfg, alloc.Device{}, alloc.ReplayOptions{Initial: c.Initial}); err != nil {
+						t.Fatalf("device %d: replaying from the rebuilt state: %v", d, err)
+					}
 				}
 			}
 		}

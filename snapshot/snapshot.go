@@ -2,6 +2,7 @@ package snapshot
 
 import (
 	"bufio"
+	"compress/gzip"
 	"errors"
 	"fmt"
 	"io"
@@ -151,7 +152,7 @@ type AllocatorSettings struct {
 	Raw map[string]any
 }
 
-// ReadFile reads the snapshot pickle at path.
+// ReadFile reads the snapshot pickle at path, plain or gzip-compressed.
 func ReadFile(path string, opts Options) (*Snapshot, error) {
 	f, err := os.Open(path)
 	if err != nil {
@@ -162,7 +163,21 @@ func ReadFile(path string, opts Options) (*Snapshot, error) {
 	if st, err := f.Stat(); err == nil && st.Mode().IsRegular() {
 		size = st.Size()
 	}
-	s, err := read(f, size, opts)
+	var r io.Reader = f
+	br := bufio.NewReaderSize(f, 64<<10)
+	if magic, _ := br.Peek(2); len(magic) == 2 && magic[0] == 0x1f && magic[1] == 0x8b {
+		// A gzip-compressed snapshot (WriteStrippedGzip writes them). Its
+		// decompressed size is unknown: MaxBytes caps what is read.
+		zr, err := gzip.NewReader(br)
+		if err != nil {
+			return nil, fmt.Errorf("reading snapshot %s: %w", path, err)
+		}
+		defer zr.Close()
+		r, size = zr, -1
+	} else {
+		r = br
+	}
+	s, err := read(r, size, opts)
 	if err != nil {
 		return nil, fmt.Errorf("reading snapshot %s: %w", path, err)
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sort"
 
+	"github.com/batchfit/batchfit/alloc"
 	"github.com/batchfit/batchfit/trace"
 )
 
@@ -62,6 +63,48 @@ type Conversion struct {
 	PreExisting int
 	// Warnings describe inconsistencies found and how they were handled.
 	Warnings []string
+
+	// Initial is, from ConvertFromState, the allocator's state at the
+	// first recorded entry (for alloc.ReplayOptions.Initial): its
+	// segments, and its live blocks with the IDs the trace frees them by.
+	// Streams are numbered as in Trace.
+	Initial []alloc.Segment
+	// EntryEvent[i] is the number of Trace events before the one entry i
+	// of the device's recorded trace became (or would have become): the
+	// events of entries[i:] start there.
+	EntryEvent []int
+	// InitialSites are the sites (Trace.Sites indexes) of Initial's live
+	// blocks, by ID.
+	InitialSites map[int64]int32
+	// StartReserved is the bytes of Initial's segments: what PyTorch had
+	// reserved at the first recorded entry.
+	StartReserved int64
+	// Deferred counts, from ConvertFromState, the blocks freed at their
+	// free_completed rather than at free_requested: freed while another
+	// stream still used them, and held by the allocator until then.
+	Deferred int
+	// Released counts the trace.EmptyCache events ConvertFromState put
+	// where the recording shows segments given back (segment_free,
+	// segment_unmap): empty_cache, or a cudaMalloc that failed and made
+	// the allocator free its cache and retry (release_cached_blocks).
+	Released int
+}
+
+// RecordedReserved returns the bytes PyTorch had reserved at the first
+// recorded entry, at most during the trace, and at its end, from
+// StartReserved and the recorded segment events.
+func (c *Conversion) RecordedReserved() (start, peak, end int64) {
+	start, peak, end = c.StartReserved, c.StartReserved, c.StartReserved
+	for _, e := range c.Segments {
+		switch e.Action {
+		case ActionSegmentAlloc, ActionSegmentMap:
+			end += e.Size
+		case ActionSegmentFree, ActionSegmentUnmap:
+			end -= e.Size
+		}
+		peak = max(peak, end)
+	}
+	return start, peak, end
 }
 
 // Trace converts the recorded trace of device to a trace.Trace; see
@@ -110,6 +153,27 @@ const unknownSite = "unknown"
 // A device with segments but no recorded entries yields the Allocs of its
 // allocated blocks: the state at the time of the snapshot.
 func (s *Snapshot) Convert(device int) (*Conversion, error) {
+	return s.convert(device, nil)
+}
+
+// ConvertFromState is Convert for a replay that starts where the
+// recording started: instead of Allocs at the start for blocks allocated
+// before the first entry, Conversion.Initial holds the allocator's
+// segments and live blocks at the first entry, rebuilt from the
+// snapshot's segments by undoing every entry from the last to the first
+// (see newStartState). cfg is the allocator configuration the recording
+// ran with; it rounds the sizes of blocks the trace frees but never
+// allocates. Where the recording shows segments given back, the trace
+// gets a trace.EmptyCache event (Conversion.Released), so that a replay
+// gives them back too.
+//
+// It fails when the rebuilt state is not one the caching allocator can
+// be in (alloc.Allocator.Restore refuses it); Convert still works then.
+func (s *Snapshot) ConvertFromState(device int, cfg alloc.Config) (*Conversion, error) {
+	return s.convert(device, &cfg)
+}
+
+func (s *Snapshot) convert(device int, cfg *alloc.Config) (*Conversion, error) {
 	if device < 0 {
 		return nil, fmt.Errorf("device %d: no such device", device)
 	}
@@ -220,14 +284,95 @@ func (s *Snapshot) Convert(device int) (*Conversion, error) {
 	}
 	sort.SliceStable(pres, func(i, j int) bool { return pres[i].addr < pres[j].addr })
 
-	// Synthetic allocations first.
 	nextID := int64(1)
 	ids := make(map[int64]int64) // live address -> block ID
 	preByEntry := make(map[int]int64)
+	pendingAtStart := make(map[int64]bool)
+	if cfg != nil {
+		st := newStartState(s, device, entries, *cfg)
+		c.Warnings = append(c.Warnings, st.warnings...)
+		c.StartReserved = st.reserved()
+		bi := 0
+		type group struct {
+			stream int64
+			small  bool
+		}
+		lowest := map[group]bool{}
+		for _, g := range st.segs {
+			seg := alloc.Segment{Address: g.addr, Size: g.size, Stream: stream(g.stream), Pool: alloc.LargePool, Expandable: g.expandable}
+			if g.small {
+				seg.Pool = alloc.SmallPool
+			}
+			if k := (group{g.stream, g.small}); g.expandable && !lowest[k] {
+				// st.segs is by address: this is the group's lowest range.
+				lowest[k] = true
+				seg.ReservedFrom = st.reservedFrom(entries, g.stream, g.small, g.addr)
+			}
+			for bi < len(st.blks) && st.blks[bi].addr < g.end() {
+				b := st.blks[bi]
+				bi++
+				if b.addr < g.addr {
+					continue // cannot be: undoFree places blocks in segments
+				}
+				seg.Blocks = append(seg.Blocks, alloc.Block{Address: b.addr, Size: b.size, Requested: b.requested, Allocated: true, ID: nextID})
+				ids[b.addr] = nextID
+				if c.InitialSites == nil {
+					c.InitialSites = make(map[int64]int32)
+				}
+				c.InitialSites[nextID] = site(b.site)
+				if b.requestedBefore {
+					pendingAtStart[b.addr] = true
+				}
+				nextID++
+			}
+			c.Initial = append(c.Initial, seg)
+		}
+		if err := alloc.New(*cfg, alloc.Device{}).Restore(c.Initial); err != nil {
+			return nil, fmt.Errorf("device %d: the state rebuilt at the first recorded entry: %w", device, err)
+		}
+		pres = nil
+	}
+	// With the state rebuilt, a block whose free was requested while
+	// another stream still used it (record_stream) is held until its
+	// free_completed, as the caching allocator holds it (free puts it
+	// aside until the streams' events complete, process_events then
+	// frees it): allocations in between cannot reuse it. Frees completed
+	// at once are freed at free_requested, where PyTorch lowers its
+	// allocated bytes.
+	deferred := map[int]bool{}
+	if cfg != nil {
+		open := map[int64]int{}
+		allocsBefore := make([]int, len(entries)+1)
+		for i := range entries {
+			allocsBefore[i+1] = allocsBefore[i]
+			switch e := &entries[i]; e.Action {
+			case ActionAlloc:
+				allocsBefore[i+1]++
+			case ActionFreeRequested:
+				open[e.Addr] = i
+			case ActionFreeCompleted:
+				if r, ok := open[e.Addr]; ok {
+					delete(open, e.Addr)
+					if allocsBefore[i] > allocsBefore[r+1] {
+						deferred[r] = true
+					}
+				}
+			}
+		}
+		for _, r := range open {
+			deferred[r] = true // still pending when the snapshot was taken
+		}
+	}
+	held := map[int64]int64{} // address -> block ID freed at free_completed
+	lastEmpty := false
+	add := func(e trace.Event) {
+		c.Trace.Add(e)
+		lastEmpty = e.Action == trace.EmptyCache
+	}
 	for _, p := range pres {
 		id := nextID
 		nextID++
-		c.Trace.Add(trace.Event{
+		add(trace.Event{
 			Action: trace.Alloc, Category: trace.Other, Phase: trace.Setup,
 			Stream: stream(p.stream), Site: site(p.site), ID: id, Size: max(p.size, 0),
 		})
@@ -238,14 +383,16 @@ func (s *Snapshot) Convert(device int) (*Conversion, error) {
 	c.PreExisting = len(pres)
 
 	// Pass 2: the events.
+	c.EntryEvent = make([]int, len(entries))
 	for i := range entries {
 		e := &entries[i]
+		c.EntryEvent[i] = len(c.Trace.Events)
 		switch e.Action {
 		case ActionAlloc:
 			if old, ok := ids[e.Addr]; ok {
 				// An alloc at a live address: its free was lost. Free the
 				// old block so the trace stays valid.
-				c.Trace.Add(trace.Event{
+				add(trace.Event{
 					Action: trace.Free, Category: trace.Other, Phase: trace.Setup,
 					Stream: stream(e.Stream), Site: site(e.Site), ID: old,
 				})
@@ -253,7 +400,7 @@ func (s *Snapshot) Convert(device int) (*Conversion, error) {
 			id := nextID
 			nextID++
 			ids[e.Addr] = id
-			c.Trace.Add(trace.Event{
+			add(trace.Event{
 				Action: trace.Alloc, Category: trace.Other, Phase: trace.Setup,
 				Stream: stream(e.Stream), Site: site(e.Site), ID: id, Size: max(e.Size, 0),
 			})
@@ -264,12 +411,44 @@ func (s *Snapshot) Convert(device int) (*Conversion, error) {
 			} else if id, ok = preByEntry[i]; !ok {
 				continue // a second free of the same block; counted above
 			}
-			c.Trace.Add(trace.Event{
+			if deferred[i] {
+				held[e.Addr] = id
+				c.Deferred++
+				continue
+			}
+			add(trace.Event{
 				Action: trace.Free, Category: trace.Other, Phase: trace.Setup,
 				Stream: stream(e.Stream), Site: site(e.Site), ID: id,
 			})
 		case ActionFreeCompleted:
+			if id, ok := held[e.Addr]; ok {
+				delete(held, e.Addr)
+				add(trace.Event{
+					Action: trace.Free, Category: trace.Other, Phase: trace.Setup,
+					Stream: stream(e.Stream), Site: site(e.Site), ID: id,
+				})
+				break
+			}
+			// A block whose free was requested before the first entry
+			// becomes reusable here.
+			if id, ok := ids[e.Addr]; ok && pendingAtStart[e.Addr] {
+				delete(ids, e.Addr)
+				delete(pendingAtStart, e.Addr)
+				add(trace.Event{
+					Action: trace.Free, Category: trace.Other, Phase: trace.Setup,
+					Stream: stream(e.Stream), Site: site(e.Site), ID: id,
+				})
+			}
 		case ActionSegmentAlloc, ActionSegmentFree, ActionSegmentMap, ActionSegmentUnmap:
+			if cfg != nil && (e.Action == ActionSegmentFree || e.Action == ActionSegmentUnmap) && !lastEmpty {
+				// PyTorch gives segments back only in
+				// release_cached_blocks (empty_cache, or a failed
+				// cudaMalloc's retry), release_available_cached_blocks
+				// and the garbage collector; the replay's device has
+				// no limit, so it releases where the recording did.
+				add(trace.Event{Action: trace.EmptyCache, Category: trace.Other, Phase: trace.Setup})
+				c.Released++
+			}
 			c.Segments = append(c.Segments, SegmentEvent{
 				Action: e.Action, Addr: e.Addr, Size: e.Size, Stream: stream(e.Stream),
 				TimeUS: e.TimeUS, EventIndex: len(c.Trace.Events), Entry: i,
@@ -289,11 +468,44 @@ func (s *Snapshot) Convert(device int) (*Conversion, error) {
 	}
 	warn(dupAllocs, "%d alloc(s) at an address that was already allocated: a free is missing; the earlier block is freed there")
 	warn(dupFrees, "%d free_requested entr(ies) for a block already freed: ignored")
+	if cfg != nil {
+		// The rebuilt state holds those blocks until free_completed.
+		unmatchedCompleted = 0
+	}
 	warn(unmatchedCompleted, "%d free_completed entr(ies) without free_requested: their free was requested before the first recorded entry")
 	warn(len(pending), "%d block(s) freed but not completed at the end (active_pending_free: still in use by another stream)")
 	warn(skippedLive, "%d block(s) allocated in the snapshot but freed at the end of the trace: left out")
-	if err := c.Trace.Validate(); err != nil {
+	if err := validate(c); err != nil {
 		return nil, fmt.Errorf("device %d: converted trace is invalid: %w", device, err)
 	}
 	return c, nil
+}
+
+// validate is trace.Validate with the blocks of c.Initial live at the
+// start.
+func validate(c *Conversion) error {
+	if len(c.Initial) == 0 {
+		return c.Trace.Validate()
+	}
+	live := make(map[int64]bool)
+	for _, g := range c.Initial {
+		for _, b := range g.Blocks {
+			live[b.ID] = true
+		}
+	}
+	for i, e := range c.Trace.Events {
+		switch e.Action {
+		case trace.Alloc:
+			if live[e.ID] {
+				return fmt.Errorf("event %d: block %d allocated twice", i, e.ID)
+			}
+			live[e.ID] = true
+		case trace.Free:
+			if !live[e.ID] {
+				return fmt.Errorf("event %d: free of block %d that is not allocated", i, e.ID)
+			}
+			delete(live, e.ID)
+		}
+	}
+	return nil
 }

@@ -3,6 +3,12 @@
 // (MaxBatch), and the largest value of another dimension — depth, width,
 // sequence length — with the batch fixed (MaxDim).
 //
+// A search tries only the values the model declares valid (models.Range,
+// through predict.RangeOf): a transformer's width in multiples of its head
+// size, its sequence up to a learned position table's size. When the
+// model's own bound fits, the answer says that the bound, not memory,
+// decided (Answer.Bound).
+//
 // The searches rely on memory rising with the searched dimension, which
 // holds for every model here: more batch, layers, width or tokens only add
 // tensors. (Near the boundary the allocator's rounding can make a value fit

@@ -35,19 +35,30 @@ func Sweep(ctx context.Context, r predict.Request, batches []int64) ([]Point, er
 // Answer is the result of a search.
 type Answer struct {
 	Dim models.Dim
+	// Range is the values the search could try: the source's valid
+	// values of Dim (a transformer's width in multiples of its head size,
+	// its sequence up to a learned position table).
+	Range models.Range
 	// Max is the largest value that fits; 0 when even the smallest does
 	// not.
 	Max int64
-	// Fit is the prediction at Max; Over the one at Max+1 (nil when Max
-	// reached the search limit).
+	// Next is the valid value after Max, simulated and not fitting (0
+	// when Max reached the search's or the model's limit).
+	Next int64
+	// Fit is the prediction at Max; Over the one at Next (or, when even
+	// the smallest value does not fit, at that value).
 	Fit, Over *predict.Result
-	// Limited reports that the search stopped at Limit with Limit fitting.
+	// Limited reports that the search stopped at its limit with the limit
+	// fitting: the search's own limit, or the model's (Bound).
 	Limited bool
-	// Bound, when set, is what ended the search below Limit: the value
-	// after Max is beyond one of batchfit's bounds (graph.ErrBound: a
-	// size or a graph too large, more layers than simulated), not known
-	// not to fit. Limited is then set too.
+	// Bound, when Limited, says what in the model set the limit (a learned
+	// position table's size); empty when it was the search's limit.
 	Bound string
+	// Beyond, when Limited, says which of batchfit's bounds the value
+	// after Max is beyond (graph.ErrBound: more layers than simulated, a
+	// graph of too many ops or bytes): not known not to fit, but not
+	// answered.
+	Beyond string
 	// Probes is the number of predictions the search made; Tried lists
 	// the values in the order simulated.
 	Probes int
@@ -63,6 +74,8 @@ func MaxBatch(ctx context.Context, r predict.Request, limit int64) (*Answer, err
 }
 
 // MaxDim finds the largest value of dim that fits, the other sizes as in r.
+// It tries only the values the source declares valid (predict.RangeOf), up
+// to the smaller of limit and the source's own bound.
 func MaxDim(ctx context.Context, r predict.Request, dim models.Dim, limit int64) (*Answer, error) {
 	if limit <= 0 {
 		limit = DefaultLimit
@@ -76,28 +89,48 @@ func MaxDim(ctx context.Context, r predict.Request, dim models.Dim, limit int64)
 			return nil, fmt.Errorf("%s cannot vary %q (it can vary: %s)", r.Source.Name(), dim, dimList(r.Source.Dims()))
 		}
 	}
-	sr := &search{ctx: ctx, r: r, dim: dim, limit: limit, ans: &Answer{Dim: dim}}
+	rng := predict.RangeOf(r.Source, dim, r.Config)
+	if rng.Min <= 0 || rng.Step <= 0 {
+		return nil, fmt.Errorf("internal: %s's range of %s starts at %d in steps of %d", r.Source.Name(), dim, rng.Min, rng.Step)
+	}
+	n := rng.Count(limit)
+	if n == 0 {
+		what := fmt.Sprintf("the limit %d", limit)
+		if rng.Max > 0 && rng.Max < limit {
+			what = rng.MaxWhy
+		}
+		return nil, fmt.Errorf("%s: no valid %s up to %s (the smallest is %d, %s)", r.Source.Name(), dim, what, rng.Min, rng.StepWhy)
+	}
+	sr := &search{ctx: ctx, r: r, dim: dim, rng: rng, limit: n, ans: &Answer{Dim: dim, Range: rng}}
 	if err := sr.run(); err != nil {
 		return nil, err
 	}
-	return sr.ans, nil
+	a := sr.ans
+	if a.Limited && a.Beyond == "" && rng.Max > 0 && rng.Max <= limit {
+		a.Bound = rng.MaxWhy
+	}
+	return a, nil
 }
 
-// search holds the bracket of a MaxDim search: lo fits (0 before the
-// first probe), hi does not (0 while unknown).
+// search holds the bracket of a MaxDim search over the indices of the
+// range's values (1 for Range.Min): lo fits (0 before the first probe), hi
+// does not (0 while unknown).
 type search struct {
 	ctx          context.Context
 	r            predict.Request
 	dim          models.Dim
-	limit        int64
+	rng          models.Range
+	limit        int64 // the last index
 	ans          *Answer
 	lo, hi       int64
 	loRes, hiRes *predict.Result
-	prev         int64 // the fitting value before lo, for the growth slope
+	prev         int64 // the fitting index before lo, for the growth slope
 	prevRes      *predict.Result
+	last         int64 // the index probed last
 }
 
-func (s *search) probe(v int64) (*predict.Result, error) {
+func (s *search) probe(k int64) (*predict.Result, error) {
+	v := s.rng.Value(k)
 	q := s.r
 	switch s.dim {
 	case models.DimBatch:
@@ -111,15 +144,16 @@ func (s *search) probe(v int64) (*predict.Result, error) {
 	}
 	s.ans.Probes++
 	s.ans.Tried = append(s.ans.Tried, v)
+	s.last = k
 	res, err := predict.Run(s.ctx, q)
 	if err != nil {
 		return nil, fmt.Errorf("%s %d: %w", s.dim, v, err)
 	}
 	if res.Fits {
 		s.prev, s.prevRes = s.lo, s.loRes
-		s.lo, s.loRes = v, res
+		s.lo, s.loRes = k, res
 	} else {
-		s.hi, s.hiRes = v, res
+		s.hi, s.hiRes = k, res
 	}
 	return res, nil
 }
@@ -145,7 +179,8 @@ func (s *search) run() error {
 	}
 	for s.hi == 0 {
 		if s.lo >= s.limit {
-			s.ans.Max, s.ans.Fit, s.ans.Limited = s.lo, s.loRes, true
+			// the limit lowered to a fitting value (bounded)
+			s.ans.Max, s.ans.Fit, s.ans.Limited = s.rng.Value(s.lo), s.loRes, true
 			return nil
 		}
 		g, aimed := s.lo*8, false
@@ -162,7 +197,7 @@ func (s *search) run() error {
 			continue
 		}
 		if s.hi == 0 && s.lo == s.limit {
-			s.ans.Max, s.ans.Fit, s.ans.Limited = s.lo, s.loRes, true
+			s.ans.Max, s.ans.Fit, s.ans.Limited = s.rng.Value(s.lo), s.loRes, true
 			return nil
 		}
 		if s.hi != 0 && !aimed && s.hi-s.lo > 1 {
@@ -181,31 +216,27 @@ func (s *search) run() error {
 			return err
 		}
 	}
-	s.ans.Max, s.ans.Fit, s.ans.Over = s.lo, s.loRes, s.hiRes
+	s.ans.Max, s.ans.Next, s.ans.Fit, s.ans.Over = s.rng.Value(s.lo), s.rng.Value(s.hi), s.loRes, s.hiRes
 	return nil
 }
 
 // bounded reports whether err is a probe beyond batchfit's bounds while
-// the boundary is not yet bracketed: the value probed then becomes the
+// the boundary is not yet bracketed: the index probed then becomes the
 // limit's successor, and the search goes on below it. Every value below a
 // fitting one is within the bounds (sizes and ops grow with each
 // dimension), so the bracket's bisection never meets one.
 func (s *search) bounded(err error) bool {
-	if !errors.Is(err, graph.ErrBound) || len(s.ans.Tried) == 0 {
+	if !errors.Is(err, graph.ErrBound) || s.hi != 0 || s.last <= s.lo {
 		return false
 	}
-	v := s.ans.Tried[len(s.ans.Tried)-1]
-	if v <= s.lo || s.hi != 0 {
-		return false
-	}
-	s.limit = v - 1
+	s.limit = s.last - 1
 	var inner interface{ Unwrap() error }
 	for e := err; errors.As(e, &inner); e = inner.Unwrap() {
 		err = inner.Unwrap() // the bound's own message, without the probe's prefix
 	}
-	s.ans.Bound = err.Error()
-	if at := fmt.Sprintf("%s %d", s.dim, v); !strings.HasPrefix(s.ans.Bound, at) {
-		s.ans.Bound = at + ": " + s.ans.Bound
+	s.ans.Beyond = err.Error()
+	if at := fmt.Sprintf("%s %d", s.dim, s.rng.Value(s.last)); !strings.HasPrefix(s.ans.Beyond, at) {
+		s.ans.Beyond = at + ": " + s.ans.Beyond
 	}
 	return true
 }
@@ -252,7 +283,7 @@ func aim(a int64, ar *predict.Result, b int64, br *predict.Result) (float64, boo
 	if slope <= 0 {
 		return 0, false
 	}
-	return float64(a) + float64(ar.GPU.Capacity-ar.DeviceTotal)/slope, true
+	return float64(a) + float64(ar.GPU.Capacity-ar.Margin-ar.DeviceTotal)/slope, true
 }
 
 func dimList(ds []models.Dim) string {

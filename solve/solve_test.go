@@ -2,6 +2,7 @@ package solve
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -74,15 +75,23 @@ func TestMonotoneInBatch(t *testing.T) {
 // maxbatch returns b where b fits and b+1 does not, checked by predicting
 // both independently of the search.
 func TestMaxBatchBoundary(t *testing.T) {
-	cases := []struct{ model, gpu string }{
-		{"mlp", "256MiB"},
-		{"simpleconv", "t4"},
-		{"resnet18", "t4"},
-		{"resnet50", "a100-40gb"},
+	cases := []struct {
+		model, gpu string
+		band       bool // held to the safety band's margin
+	}{
+		{"mlp", "1GiB", false},
+		{"simpleconv", "t4", false},
+		{"resnet18", "t4", false},
+		{"resnet50", "a100-40gb", false},
+		{"resnet18", "t4", true},
+		{"resnet50", "a100-40gb", true},
 	}
 	for _, c := range cases {
 		r := request(t, c.model, c.gpu)
 		r.Context = 0
+		if c.band {
+			r.Margin = predict.SafetyBand.Margin(r.GPU.Capacity)
+		}
 		ans, err := MaxBatch(context.Background(), r, 0)
 		if err != nil {
 			t.Fatalf("%s: %v", c.model, err)
@@ -100,6 +109,22 @@ func TestMaxBatchBoundary(t *testing.T) {
 			if want := b == ans.Max; res.Fits != want {
 				t.Errorf("%s on %s: maxbatch %d, but batch %d fits=%v", c.model, c.gpu, ans.Max, b, res.Fits)
 			}
+			// With the band's margin, the answer's device total is low
+			// enough that a real one up to the band's worst
+			// under-prediction above it still fits.
+			if c.band && b == ans.Max {
+				if high := float64(res.DeviceTotal) / (1 - predict.SafetyBand.Under); high > float64(r.GPU.Capacity) {
+					t.Errorf("%s on %s with the band: batch %d may reach %g of %d", c.model, c.gpu, b, high, r.GPU.Capacity)
+				}
+			}
+		}
+		if c.band {
+			bare := r
+			bare.Margin = 0
+			b, err := MaxBatch(context.Background(), bare, 0)
+			if err != nil || b.Max <= ans.Max {
+				t.Errorf("%s on %s: the band's answer %d is not below the bare %d (%v)", c.model, c.gpu, ans.Max, b.Max, err)
+			}
 		}
 		t.Logf("%s on %s: max batch %d in %d probes", c.model, c.gpu, ans.Max, ans.Probes)
 	}
@@ -108,7 +133,9 @@ func TestMaxBatchBoundary(t *testing.T) {
 // The seed question: how deep can the MLP be at batch 32? Depth is solved
 // like batch: the answer fits, one more layer does not.
 func TestMaxLayers(t *testing.T) {
-	r := request(t, "mlp", "256MiB")
+	// a device smaller than --gpu accepts, built directly
+	r := request(t, "mlp", "1GiB")
+	r.GPU.Capacity = 256 << 20
 	r.Context = 0
 	r.Config.Batch = 32
 	ans, err := MaxDim(context.Background(), r, models.DimLayers, 0)
@@ -233,28 +260,84 @@ func BenchmarkSweepResNet50(b *testing.B) {
 	}
 }
 
+// A transformer's width is heads × head size (withOverrides keeps the head
+// size), and a learned position table has no row past its size: the search
+// tries only such values, and a sequence bounded by the table stops there,
+// saying that the table, not memory, decided.
+func TestMaxDimValidValues(t *testing.T) {
+	for _, c := range []struct {
+		model, gpu string
+		dim        models.Dim
+		seq        int64
+		step       int64 // every value tried is a multiple
+		bound      int64 // the model's limit reached, 0: memory decides
+	}{
+		// GPT-2: 12 heads of 64 (n_embd 768 / n_head 12)
+		{"gpt2", "t4", models.DimHidden, 256, 64, 0},
+		// Llama-3.2-1B: head size 64 (2048 / 32 heads), 32 query heads
+		// over 8 key/value heads, a group of 4: widths in multiples of
+		// 256
+		{"Llama-3.2-1B", "t4", models.DimHidden, 128, 256, 0},
+		// n_positions 1024 and max_position_embeddings 512; at batch 1
+		// both fit far below an H100's memory
+		{"gpt2", "h100-80gb", models.DimSeq, 0, 1, 1024},
+		{"bert-base-uncased", "h100-80gb", models.DimSeq, 0, 1, 512},
+	} {
+		r := request(t, c.model, c.gpu)
+		r.Config.Batch, r.Config.Seq = 1, c.seq
+		ans, err := MaxDim(context.Background(), r, c.dim, 0)
+		if err != nil {
+			t.Errorf("%s %s: %v", c.model, c.dim, err)
+			continue
+		}
+		for _, v := range ans.Tried {
+			if v%c.step != 0 || v <= 0 {
+				t.Errorf("%s %s: tried %d, not a positive multiple of %d", c.model, c.dim, v, c.step)
+			}
+		}
+		if c.bound > 0 {
+			if ans.Max != c.bound || !ans.Limited || !strings.Contains(ans.Bound, fmt.Sprint(c.bound)) {
+				t.Errorf("%s %s: max %d, limited %v by %q; want %d, limited by the position table", c.model, c.dim, ans.Max, ans.Limited, ans.Bound, c.bound)
+			}
+			continue
+		}
+		if ans.Max == 0 || ans.Limited || ans.Bound != "" || ans.Next != ans.Max+c.step || ans.Over == nil || ans.Over.Fits || !ans.Fit.Fits {
+			t.Errorf("%s %s: max %d (limited %v, %q), next %d; want a memory boundary one step of %d apart", c.model, c.dim, ans.Max, ans.Limited, ans.Bound, ans.Next, c.step)
+		}
+	}
+}
+
+// A search limit under the model's bound is the search's, not the model's.
+func TestMaxDimSearchLimitBelowModel(t *testing.T) {
+	r := request(t, "gpt2", "h100-80gb")
+	r.Config.Batch = 1
+	ans, err := MaxDim(context.Background(), r, models.DimSeq, 300)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ans.Max != 300 || !ans.Limited || ans.Bound != "" {
+		t.Errorf("max %d, limited %v by %q; want 300 by the search's limit", ans.Max, ans.Limited, ans.Bound)
+	}
+	// a limit below the smallest valid width leaves nothing to try
+	if _, err := MaxDim(context.Background(), r, models.DimHidden, 32); err == nil || !strings.Contains(err.Error(), "head size 64") {
+		t.Errorf("hidden up to 32: got %v, want an error naming the head size", err)
+	}
+}
+
 // A search whose next value is beyond batchfit's bounds (here more layers
 // than simulated; a graph of too many ops or bytes is the same error
-// class, graph.ErrBound) answers the largest value within
-// them, saying which bound ended it, rather than failing.
+// class, graph.ErrBound) answers the largest value within them, saying
+// which bound ended it, rather than failing.
 func TestSearchStopsAtTheBounds(t *testing.T) {
-	for _, c := range []struct {
-		model string
-		max   int64 // 0: below the bound, not known here
-		want  string
-	}{
-		// mlp at width 64 fits thousands of layers on a B200: the layers
-		// bound decides
-		{"mlp", predict.MaxLayers, "layers 4097: at most 4096"},
-	} {
-		r := request(t, c.model, "b200")
-		r.Config = models.Config{Batch: 1, Hidden: 64}
-		ans, err := MaxDim(context.Background(), r, models.DimLayers, 0)
-		if err != nil {
-			t.Fatalf("%s: %v", c.model, err)
-		}
-		if !ans.Limited || !strings.Contains(ans.Bound, c.want) || (c.max > 0 && ans.Max != c.max) || ans.Fit == nil {
-			t.Errorf("%s: max %d, limited %v, bound %q; want %q", c.model, ans.Max, ans.Limited, ans.Bound, c.want)
-		}
+	// mlp at width 64 fits thousands of layers on a B200: the layers
+	// bound decides
+	r := request(t, "mlp", "b200")
+	r.Config = models.Config{Batch: 1, Hidden: 64}
+	ans, err := MaxDim(context.Background(), r, models.DimLayers, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !ans.Limited || ans.Max != predict.MaxLayers || ans.Fit == nil || ans.Bound != "" || !strings.Contains(ans.Beyond, "layers 4097: at most 4096") {
+		t.Errorf("max %d, limited %v, bound %q, beyond %q; want %d beyond the layers bound", ans.Max, ans.Limited, ans.Bound, ans.Beyond, predict.MaxLayers)
 	}
 }

@@ -40,7 +40,7 @@ func BestThroughput(ctx context.Context, r predict.Request, ans *Answer) (*Faste
 		return nil, fmt.Errorf("no batch fits: nothing to time")
 	}
 	if ans.Fit.Time == nil {
-		return nil, fmt.Errorf("the step time of %s is not known (no peak rates)", r.GPU.Name)
+		return nil, fmt.Errorf("the step time of %s is not known (no peak rates; for a size given as --gpu, --like names the catalog GPU it is)", r.GPU.Name)
 	}
 	from, err := buildAt(r, ans.Max)
 	if err != nil {

@@ -20,6 +20,8 @@ type buildCtx struct {
 	inBlock    bool // inside a repetition that is a checkpointable block
 	paramElems int64
 	acts       int64
+	// positions is the smallest learned position table built (0: none)
+	positions int64
 }
 
 type countMemo struct {

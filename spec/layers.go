@@ -557,6 +557,9 @@ func buildPosEmbedding(c *buildCtx, l *layer, name string, x graph.TensorID, _ i
 	if s[1] > num {
 		return graph.None, c.errf(c.line(l, "num"), l, "sequence length %d is longer than num %d positions", s[1], num)
 	}
+	if c.positions == 0 || num < c.positions {
+		c.positions = num
+	}
 	if err := c.params(l, num, s[2]); err != nil {
 		return graph.None, err
 	}

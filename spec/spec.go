@@ -163,6 +163,24 @@ func (s *Spec) BuildAdapted(batch, seq int64, overrides map[string]int64, a *gra
 	return s.build(batch, seq, overrides, defaultLimits, a)
 }
 
+// SeqLimit is the longest sequence the spec's learned position tables
+// serve — the smallest num of its position_embedding layers, which has no
+// row for a later position — with the overrides given; 0 when it has none.
+func (s *Spec) SeqLimit(overrides map[string]int64) (int64, error) {
+	if !s.usesSeq {
+		return 0, nil
+	}
+	env, err := s.env(1, overrides)
+	if err != nil {
+		return 0, err
+	}
+	c := &buildCtx{s: s, env: env, lim: defaultLimits, counts: map[*layer]countMemo{}}
+	if _, err := c.build(1); err != nil {
+		return 0, err
+	}
+	return c.positions, nil
+}
+
 func (s *Spec) build(batch, seq int64, overrides map[string]int64, lim limits, a *graph.Adapters) (*graph.Graph, error) {
 	if batch <= 0 {
 		return nil, fmt.Errorf("%s: batch size must be positive, got %d", s.File, batch)

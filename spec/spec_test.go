@@ -316,3 +316,27 @@ func TestConcurrentBuilds(t *testing.T) {
 		}
 	}
 }
+
+// A learned position table of num rows serves no longer sequence: the
+// smallest table bounds it, its num may be a parameter, and a spec without
+// one has no bound.
+func TestSeqLimit(t *testing.T) {
+	for _, c := range []struct {
+		src  string
+		over map[string]int64
+		want int64
+	}{
+		{"input: {shape: [seq], dtype: int64}\nparams: {seq: 8}\nlayers:\n  - embedding: {num: 10, dim: 4}\n  - position_embedding: 64\n  - position_embedding: 32\n", nil, 32},
+		{"input: {shape: [seq], dtype: int64}\nparams: {seq: 8, pos: 128}\nlayers:\n  - embedding: {num: 10, dim: 4}\n  - position_embedding: $pos\n", map[string]int64{"pos": 256}, 256},
+		{"input: {shape: [seq], dtype: int64}\nparams: {seq: 8}\nlayers:\n  - embedding: {num: 10, dim: 4}\n", nil, 0},
+	} {
+		s, err := Parse([]byte(c.src), "lm.yaml")
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := s.SeqLimit(c.over)
+		if err != nil || got != c.want {
+			t.Errorf("%q: %d, %v; want %d", c.src, got, err, c.want)
+		}
+	}
+}

@@ -113,6 +113,30 @@ func TestBitsAndBytesAdamState(t *testing.T) {
 	}
 }
 
+// bitsandbytes' 32-bit PagedAdamW (optim_bits=32, is_paged=True; LitGPT's
+// optimizer with --quantize) keeps two float32 states per parameter even
+// for bf16 parameters, paged from 10^5 elements on. The full MLP under
+// bf16-true: the 784×1024 and three 1024×1024 weights are paged (2·4·n
+// bytes each); the four 1,024-element biases, the head's 10,240-element
+// weight and its 10-element bias stay on the device, 2·4 bytes an element:
+// 8·(4·1024 + 10240 + 10) = 114,768 bytes.
+func TestPagedAdam32State(t *testing.T) {
+	prof, _ := profile.Lookup("")
+	g, _, err := models.Build("mlp", models.Config{Batch: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, sum, err := Simulate(g, Setup{Profile: prof, Precision: TrueBF16, Steps: 2, Optimizer: Optimizer{Kind: AdamW, WeightDecay: 0.01, Paged: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantDev := int64(8 * (4*1024 + 10240 + 10))
+	wantPaged := int64(8 * (784*1024 + 3*1024*1024))
+	if sum.OptimizerStateBytes != wantDev || sum.PagedOptimizerStateBytes != wantPaged {
+		t.Errorf("device %d, paged %d; want %d, %d", sum.OptimizerStateBytes, sum.PagedOptimizerStateBytes, wantDev, wantPaged)
+	}
+}
+
 func TestParseOptimizerName(t *testing.T) {
 	for in, want := range map[string]Optimizer{
 		"adamw":           {Kind: AdamW},
@@ -120,13 +144,15 @@ func TestParseOptimizerName(t *testing.T) {
 		"adam_8bit":       {Kind: Adam, Bits8: true},
 		"paged_adamw8bit": {Kind: AdamW, Bits8: true, Paged: true},
 		"PagedAdam8bit":   {Kind: Adam, Bits8: true, Paged: true},
+		"paged_adamw":     {Kind: AdamW, Paged: true},
+		"PagedAdam":       {Kind: Adam, Paged: true},
 	} {
 		got, err := ParseOptimizerName(in)
 		if err != nil || got != want {
 			t.Errorf("%s: %+v %v", in, got, err)
 		}
 	}
-	for _, in := range []string{"sgd8bit", "paged_adamw", "lion8bit", "adamx"} {
+	for _, in := range []string{"sgd8bit", "paged_sgd", "lion8bit", "adamx"} {
 		if _, err := ParseOptimizerName(in); err == nil {
 			t.Errorf("%s: no error", in)
 		}
@@ -174,8 +200,12 @@ func FuzzParseOptimizerName(f *testing.F) {
 			}
 			return
 		}
-		if (o.Bits8 || o.Paged) && o.Kind != Adam && o.Kind != AdamW || o.Paged && !o.Bits8 {
+		if o.Bnb() && o.Kind != Adam && o.Kind != AdamW {
 			t.Fatalf("%q gave %+v", s, o)
+		}
+		// the name prints back as one that parses to the same optimizer
+		if o2, err := ParseOptimizerName(o.Name()); err != nil || o2.Kind != o.Kind || o2.Bits8 != o.Bits8 || o2.Paged != o.Paged {
+			t.Fatalf("%q gave %+v, named %q, which gives %+v, %v", s, o, o.Name(), o2, err)
 		}
 	})
 }

@@ -8,8 +8,8 @@ import (
 // CPU convolution, as aten runs it without oneDNN (torch 1.13,
 // aten/src/ATen/native/Convolution.cpp: ConvBackend::Slow2d, and
 // ConvolutionMM2d.cpp: _slow_conv2d_forward / _slow_conv2d_backward). These
-// are device data: the CUDA path (cuDNN) has workspaces instead, which are
-// not modelled here. Measured on torch 1.13 with torch.backends.mkldnn
+// are device data: the CUDA path (cuDNN) has workspaces instead
+// (conv_cudnn.go). Measured on torch 1.13 with torch.backends.mkldnn
 // disabled (validation/step.py), one allocation at a time:
 //
 //   - forward, one group: the im2col columns [N, C·kh·kw, oh·ow] are made
@@ -79,9 +79,7 @@ func convCPUForward(c *fwdCtx) {
 
 func convBackward(c *bwdCtx) {
 	if !c.m.sim.s.CPU {
-		c.gradIn(0)
-		c.gradParam(c.op.Weight)
-		c.gradParam(c.op.Bias)
+		convCUDABackward(c)
 		return
 	}
 	m := c.m

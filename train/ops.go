@@ -98,11 +98,12 @@ func init() {
 			c.gradIn(1)
 		}},
 		// convolution: ConvolutionBackward0 saves input and weight always.
-		// On the CPU the kernels' temporaries are rules of their own
-		// (conv_cpu.go).
+		// The kernels' temporaries are rules of their own: conv_cpu.go on
+		// the CPU, conv_cudnn.go (cuDNN workspaces) on the GPU.
 		graph.Conv2d: {cast: castLower, pre: convCPUForward, fwd: func(c *fwdCtx) {
 			c.save(c.in[0])
 			c.save(c.w)
+			convCUDAForward(c)
 		}, bwd: convBackward},
 		// native_batch_norm / cudnn_batch_norm in training: input, weight,
 		// running mean and var, and save_mean / save_invstd of C elements in
@@ -286,6 +287,7 @@ func init() {
 	}
 	rules[graph.NewGELU] = rule{fwd: newGELUForward, bwd: newGELUBackward}
 	addVisionRules()
+	addReductionRules()
 	rules[graph.KVCache] = kvCacheRule()
 }
 
@@ -468,6 +470,11 @@ func rmsNormForward(c *fwdCtx) {
 	}
 	c.save(x32)
 	sq := c.local(n*4, trace.Activation)
+	if c.m.sim.s.Profile.MeanDimSavesSelf {
+		// variance = h.pow(2).mean(-1, keepdim=True): MeanBackward1 keeps
+		// the squares where mean.dim saves self (profile.MeanDimSavesSelf)
+		c.save(value{st: sq})
+	}
 	mean := c.local(rows*4, trace.Activation)
 	c.drop(sq)
 	ve := c.local(rows*4, trace.Activation)

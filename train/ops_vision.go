@@ -96,7 +96,9 @@ func addVisionRules() {
 // only self_sym_numel. The whole input stays alive, as when another node
 // saves it.
 func meanForward(c *fwdCtx) {
-	if c.m.sim.s.Profile.MeanDimSavesSelf {
+	// mean() over every element is MeanBackward0: sizes and numel only,
+	// in every release
+	if c.m.sim.s.Profile.MeanDimSavesSelf && !c.op.Attr.All {
 		c.save(c.in[0])
 	}
 }

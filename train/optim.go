@@ -97,9 +97,10 @@ func (sim *Simulator) optimizerStep() {
 			sim.optimizerTemps(extra, foreach)
 		}
 	case Adam, AdamW:
-		if o.Bits8 {
-			// optimizer_update_8bit_blockwise: one fused kernel a
-			// parameter, in place, with no temporaries
+		if o.Bnb() {
+			// optimizer_update_8bit_blockwise, or optimizer_update_32bit
+			// for the 32-bit paged Adams: one fused kernel a parameter,
+			// in place, with no temporaries
 			break
 		}
 		switch {
@@ -143,34 +144,35 @@ func (sim *Simulator) makeState(first bool) {
 			sim.newState(ps, ps.local*ps.odt.Size())
 		}
 	}
-	switch o.Kind {
-	case SGD:
-		if o.Momentum > 0 {
-			// momentum_buffer = torch.clone(grad).detach()
-			for _, ps := range sim.trained {
-				sim.newState(ps, ps.local*ps.odt.Size())
-			}
-		}
-	case Adam, AdamW:
-		if o.Bits8 {
-			sim.bnbState()
-			return
-		}
-		for _, ps := range sim.trained {
-			if o.Impl == Fused || sim.s.CPU {
-				// step: a 0-d float32 tensor, on the device for
-				// fused (and capturable); otherwise on the host,
-				// which is the device in a CPU run.
-				sim.newState(ps, 4)
-			}
-			sim.newState(ps, ps.local*ps.odt.Size()) // exp_avg
-			sim.newState(ps, ps.local*ps.odt.Size()) // exp_avg_sq
-			if o.AMSGrad {
-				sim.newState(ps, ps.local*ps.odt.Size())
-			}
-		}
-	case Adafactor:
+	if o.Kind == Adafactor {
 		// made one parameter at a time inside its loop (adafactor)
+		return
+	}
+	once := map[string]bool{}
+	for _, ps := range sim.trained {
+		sim.keepStates(ps, once)
+	}
+}
+
+// keepStates creates what the optimizer keeps for a parameter
+// (OptimizerStates, which names the sources); a paged state goes to
+// unified memory, outside the allocator, and a state made once (once
+// records which) is not made again.
+func (sim *Simulator) keepStates(ps *paramState, once map[string]bool) {
+	o := sim.s.Optimizer
+	p := StateParam{Shape: ps.optShape(), Numel: ps.local, Elem: ps.odt.Size(), StepOnDevice: o.Impl == Fused || sim.s.CPU}
+	for _, st := range OptimizerStates(o, p) {
+		if st.Once {
+			if once[st.Name] {
+				continue
+			}
+			once[st.Name] = true
+		}
+		if st.Paged {
+			sim.sum.PagedOptimizerStateBytes += st.Bytes
+			continue
+		}
+		sim.newState(ps, st.Bytes)
 	}
 }
 
@@ -187,6 +189,7 @@ func (sim *Simulator) makeState(first bool) {
 // or update = exp_avg_sq.rsqrt() for a vector; RMS and clipping scalars;
 // then param.add_(-update), whose negation is one more n-sized tensor.
 func (sim *Simulator) adafactor(first bool) {
+	once := map[string]bool{}
 	for _, ps := range sim.trained {
 		sh := ps.optShape()
 		n := ps.local
@@ -197,13 +200,7 @@ func (sim *Simulator) adafactor(first bool) {
 			cols = n / sh[len(sh)-2]
 		}
 		if first {
-			if factored {
-				sim.newState(ps, 4*rows)
-				sim.newState(ps, 4*cols)
-			} else {
-				sim.newState(ps, 4*n)
-			}
-			sim.newState(ps, 4) // RMS
+			sim.keepStates(ps, once)
 		}
 		var grad32, p32 *storage
 		if ps.odt != graph.F32 {
@@ -273,41 +270,6 @@ func (sim *Simulator) adamForLoop(l2 bool) {
 	}
 	if denom != nil {
 		sim.free(denom)
-	}
-}
-
-// bnbState is bitsandbytes' Optimizer2State.init_state for Adam8bit and
-// AdamW8bit (block_wise, min_8bit_size 4096): a parameter under 4096
-// elements keeps two float32 states; a larger one two uint8 states and two
-// float32 absmax vectors of one value per 2048 elements. The quantization
-// maps "dynamic" and "udynamic" (256 float32 each) go to the device once.
-// A paged optimizer puts states of 10^5 elements or more in unified memory
-// (F.get_paged), which PyTorch's allocator does not hold.
-func (sim *Simulator) bnbState() {
-	const minBits8, blocksize, pagedMin = 4096, 2048, 100000
-	qmaps := false
-	for _, ps := range sim.trained {
-		n := ps.local
-		if n < minBits8 {
-			sim.newState(ps, 4*n)
-			sim.newState(ps, 4*n)
-			continue
-		}
-		for k := 0; k < 2; k++ {
-			if sim.s.Optimizer.Paged && n >= pagedMin {
-				sim.sum.PagedOptimizerStateBytes += n
-			} else {
-				sim.newState(ps, n)
-			}
-		}
-		blocks := (n + blocksize - 1) / blocksize
-		sim.newState(ps, 4*blocks)
-		sim.newState(ps, 4*blocks)
-		if !qmaps {
-			qmaps = true
-			sim.newState(ps, 256*4)
-			sim.newState(ps, 256*4)
-		}
 	}
 }
 

@@ -51,7 +51,11 @@ func (sim *Simulator) loadQuantized(ps *paramState, t *graph.Tensor) {
 		}
 		return
 	}
-	ldt := sim.s.Precision.ParamDType()
+	if q.Torchao {
+		sim.loadTorchao(q, keep, n)
+		return
+	}
+	ldt := sim.stateDType(q)
 	if q.Format == graph.Int8 {
 		ldt = graph.F16
 	}
@@ -104,6 +108,139 @@ func (sim *Simulator) loadQuantized(ps *paramState, t *graph.Tensor) {
 	sim.free(w)
 }
 
+// loadTorchao is torchtune's base Linear as its LoRALinear builds it on
+// the device: nn.Linear in the model's dtype, then to_nf4(linear.weight)
+// (torchao v0.1, torchao/dtypes/nf4tensor.py), whose temporaries for n
+// elements in blocks of 64 (b = n/64 absmaxes, s = b/256 scaler blocks)
+// are, in order:
+//
+//   - to_nf4: tensor.to(torch.bfloat16), a copy unless the weight is
+//     bfloat16; the 16-entry nf4 table (kept);
+//   - double_quantize_scalers: blocks.abs() (2n bytes) and its
+//     max(dim=1) (b bfloat16 values, b int64 indices), the abs and the
+//     indices freed at once; the mean (kept); scalers_1 - mean (2b, the
+//     first scalers freed); the absmax of that per 256 (its abs 2b, values
+//     2s, indices 8s); 2 * scaler_absmax over the expanded view (2b), then
+//     256 / it (kept: the quantization factor); scaler_blocks * factor,
+//     .round() and .clamp() (2b each, each freeing the one before); the
+//     int8 copy (kept), after which the locals go;
+//   - convert_to_norm_float_weight: the block absmax again (abs 2n, values
+//     2b, indices 8b); blocks / scales (2n); quantize_tensor_nearest's
+//     (value - nf4) over [n, 16] (32n) and its .abs() (32n), the
+//     difference freed; diff.min(dim=-1) (values 2n, freed at once, indices
+//     8n); diff freed on return; then quantized_blocks[::2] << 4 (int64,
+//     4n) | quantized_blocks[1::2] (4n), the shift freed, and .to(uint8)
+//     (kept); the locals go on return;
+//
+// then the module drops the bfloat16 weight. Loading the checkpoint
+// quantizes on the host (NF4Tensor's copy_ runs from_tensor on the CPU
+// tensor) and copies into these pieces: no device temporaries.
+func (sim *Simulator) loadTorchao(q *graph.Quant, keep func(int64) *storage, n int64) {
+	t := func(bytes int64) *storage { return sim.alloc(bytes, trace.Transient) }
+	pd := sim.s.Precision.ParamDType()
+	w := t(n * pd.Size())
+	var w16 *storage
+	if pd != graph.BF16 {
+		w16 = t(2 * n)
+	}
+	b := (n + q.BlockSize - 1) / q.BlockSize
+	s := (b + 255) / 256
+	pieces := q.Pieces(n, 1)
+	keep(pieces[0].Bytes()) // nf4 table
+	// get_block_absmax: blocks.abs().max(dim=1).values
+	absmax := func(elems, blocks int64) *storage {
+		abs := t(2 * elems)
+		v := t(2 * blocks)
+		idx := t(8 * blocks)
+		sim.free(abs)
+		sim.free(idx)
+		return v
+	}
+	// double_quantize_scalers
+	s1 := absmax(n, b)
+	keep(pieces[1].Bytes()) // scaler_mean
+	s1b := t(2 * b)
+	sim.free(s1)
+	sa := absmax(b, s)
+	twice := t(2 * b)
+	keep(pieces[2].Bytes()) // quantization_factor
+	sim.free(twice)
+	prod := t(2 * b)
+	rnd := t(2 * b)
+	sim.free(prod)
+	clamp := t(2 * b)
+	sim.free(rnd)
+	keep(pieces[3].Bytes()) // quantized_scalers
+	sim.free(clamp)
+	sim.free(sa)
+	sim.free(s1b)
+	// convert_to_norm_float_weight
+	sc := absmax(n, b)
+	scaled := t(2 * n)
+	sub := t(32 * n)
+	abs := t(32 * n)
+	sim.free(sub)
+	vals := t(2 * n)
+	idx := t(8 * n)
+	sim.free(vals)
+	sim.free(abs)
+	shift := t(8 * ((n + 1) / 2))
+	or := t(8 * ((n + 1) / 2))
+	sim.free(shift)
+	keep(pieces[4].Bytes()) // quantized_data
+	sim.free(or)
+	sim.free(idx)
+	sim.free(scaled)
+	sim.free(sc)
+	if w16 != nil {
+		sim.free(w16)
+	}
+	sim.free(w)
+}
+
+// dequantTorchao is NF4Tensor's weight.to(dtype) (torchao v0.1
+// get_original_weight, then .to): the codes' high and low halves
+// ((q >> 4) and (q & 0b1111), uint8 temporaries, each made int64: 4n
+// bytes), their nf4 look-ups (bfloat16, n bytes each), the scalers
+// dequantized ((quantized_scalers / factor) + scaler_mean, 2b bytes twice,
+// the first freed), each half scaled by a flattened copy of the expanded
+// scalers (n bytes, freed after the product) into n bytes, and the
+// stacked weight (2n bytes), which it returns once the locals are freed;
+// .to(kd) copies it when kd is not bfloat16.
+func (sim *Simulator) dequantTorchao(q *graph.Quant, n int64, kd graph.DType) *storage {
+	t := func(bytes int64) *storage { return sim.alloc(bytes, trace.Transient) }
+	half := (n + 1) / 2
+	b := (n + q.BlockSize - 1) / q.BlockSize
+	var locals []*storage
+	for k := 0; k < 2; k++ {
+		u8 := t(half)
+		locals = append(locals, t(8*half))
+		sim.free(u8)
+	}
+	locals = append(locals, t(2*half), t(2*half))
+	d := t(2 * b)
+	sc := t(2 * b)
+	sim.free(d)
+	locals = append(locals, sc)
+	for k := 0; k < 2; k++ {
+		rep := t(2 * half)
+		locals = append(locals, t(2*half))
+		sim.free(rep)
+	}
+	w := t(2 * n)
+	w.refs = 1
+	for _, st := range locals {
+		sim.free(st)
+	}
+	if kd != graph.BF16 {
+		wk := t(n * kd.Size())
+		wk.refs = 1
+		sim.unref(w)
+		w = wk
+	}
+	return w
+}
+
 // quantOf is the stored format of the op's weight, nil when it is not
 // quantized.
 func quantOf(g *graph.Graph, op *graph.Op) *graph.Quant {
@@ -136,6 +273,18 @@ func linearOut(m *micro, c *fwdCtx) graph.DType {
 	return c.in[0].dt
 }
 
+// stateDType is a 4-bit weight's QuantState.dtype, the dtype it had when
+// quantize_4bit ran: the model's dtype as it is loaded, or float16 where
+// the quantizer casts it first (Quant.HalfState: bitsandbytes before
+// 0.43.0, Lightning Fabric's BitsandbytesPrecision). It is also the dtype
+// in which a weight quantized on load lands on the device.
+func (sim *Simulator) stateDType(q *graph.Quant) graph.DType {
+	if q.HalfState {
+		return graph.F16
+	}
+	return sim.s.Precision.ParamDType()
+}
+
 // dequant allocates dequantize_4bit(B, quant_state).to(kd) as MatMul4Bit
 // makes it: with double quantization the absmax first
 // (dequantize_blockwise into a float32 vector, freed when
@@ -145,13 +294,14 @@ func linearOut(m *micro, c *fwdCtx) graph.DType {
 // caller frees it.
 func (sim *Simulator) dequant(q *graph.Quant, out, in int64, kd graph.DType) *storage {
 	n := out * in
+	if q.Torchao {
+		return sim.dequantTorchao(q, n, kd)
+	}
 	var absmax *storage
 	if q.DoubleQuant {
 		absmax = sim.alloc((n+q.BlockSize-1)/q.BlockSize*4, trace.Transient)
 	}
-	// QuantState.dtype: the dtype the weight had when it was quantized,
-	// the model's dtype when loading
-	od := sim.s.Precision.ParamDType()
+	od := sim.stateDType(q)
 	w := sim.alloc(n*od.Size(), trace.Transient)
 	w.refs = 1
 	if absmax != nil {
@@ -224,7 +374,7 @@ func quantLinearPre(c *fwdCtx) {
 	}
 	kd := c.in[0].dt
 	orig := c.m.val[c.op.Inputs[0]].dt
-	if rows == 1 && !c.requiresGrad(0) && in%q.BlockSize == 0 {
+	if rows == 1 && !c.requiresGrad(0) && in%q.BlockSize == 0 && !q.Torchao {
 		if kd != orig {
 			c.local(out*kd.Size(), trace.Transient)
 		}

@@ -277,3 +277,99 @@ func TestQuant4bitKeepsInputBefore0432(t *testing.T) {
 		t.Errorf("the older release saves %d bytes more, want 1024", d)
 	}
 }
+
+// A weight quantized from a float16 copy (bitsandbytes before 0.43.0,
+// Lightning Fabric's BitsandbytesPrecision) has QuantState.dtype float16,
+// so under bf16-true each dequantize_4bit gives a float16 weight that
+// .to(A.dtype) copies to bfloat16: for fc2 (n = 4096, no double
+// quantization) 4096·2 = 8192 B in float16, then 8192 B in bfloat16, in
+// forward and again in backward, where the quantizer that keeps the
+// model's dtype makes the bfloat16 one alone. On load the weight lands as
+// the float16 copy: under 32-true fc1 (n = 8192) lands in 16384 B instead
+// of 32768 B.
+func TestQuant4bitHalfState(t *testing.T) {
+	for _, c := range []struct {
+		half     bool
+		prec     Precision
+		fwd, bwd []int64
+		load     int64
+	}{
+		{false, TrueBF16, []int64{8192}, []int64{8192}, 16384},
+		{true, TrueBF16, []int64{8192, 8192}, []int64{8192, 8192}, 16384},
+		{false, FP32, nil, nil, 32768},
+		{true, FP32, nil, nil, 16384},
+	} {
+		q := graph.Quant{Format: graph.NF4, BlockSize: 64, Compute: graph.BF16, HalfState: c.half}
+		tr, _, err := Simulate(quantGraph(t, 8, q), Setup{Precision: c.prec, Steps: 1, Optimizer: Optimizer{Kind: Adam}, Profile: mustProfile(t, "")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.fwd != nil {
+			if got := transients(tr, trace.Forward, "fc2"); !slices.Equal(got, c.fwd) {
+				t.Errorf("half %v: fc2 forward transients %v, want %v", c.half, got, c.fwd)
+			}
+		}
+		if c.bwd != nil {
+			// backward also copies the incoming gradient and makes grad_A;
+			// the dequantized copies come first
+			if got := transients(tr, trace.Backward, "fc2"); len(got) < len(c.bwd) || !slices.Equal(got[:len(c.bwd)], c.bwd) {
+				t.Errorf("half %v: fc2 backward transients %v, want %v first", c.half, got, c.bwd)
+			}
+		}
+		if got := transients(tr, trace.Setup, "fc1.weight"); len(got) == 0 || got[0] != c.load {
+			t.Errorf("half %v %v: fc1 lands as %v, want %d first", c.half, c.prec, got, c.load)
+		}
+	}
+}
+
+// torchao v0.1's NF4Tensor as torchtune builds it (Quant.Torchao), on x
+// [8, 256] → fc Linear(256 → 64), quantized, with LoRA, → head (kept):
+// n = 16384, b = n/64 = 256 absmaxes, s = b/256 = 1 scaler block.
+//
+//   - stored: nf4 table 16·2 = 32, scaler_mean 2, quantization_factor
+//     (the whole 256 / (2·absmax) over b) 2b = 512, quantized scalers b =
+//     256, codes n/2 = 8192: 8994 bytes.
+//   - building it (bf16-true): the bf16 weight 2n = 32768; absmax over n
+//     (abs 32768, values 2b = 512, indices 8b = 2048); scalers - mean 512;
+//     absmax over b per 256 (abs 512, values 2, indices 8); 2·absmax 512;
+//     scaler_blocks · factor, round, clamp (512 each); absmax over n again
+//     (32768, 512, 2048); blocks / scales 32768; value - nf4 and its abs
+//     (32n = 524288 each); min's values 2n = 32768 and indices 8n =
+//     131072; the shift and the or of the int64 halves (n/2 int64 each,
+//     4n = 65536).
+//   - each use (fc's forward; its input is the batch, so no backward
+//     dequantization): two uint8 halves (n/2 = 8192) each made int64
+//     (65536), two bf16 look-ups (16384 each), the scalers (2b = 512,
+//     twice), two flattened scaler copies and products (16384 each), the
+//     stacked weight 2n = 32768.
+func TestQuantTorchaoNF4(t *testing.T) {
+	b := graph.NewBuilder("q")
+	b.Quant = &graph.Quant{Format: graph.NF4, BlockSize: 64, DoubleQuant: true, Compute: graph.BF16, Torchao: true, Skip: []string{"head"}}
+	b.Adapters = &graph.Adapters{Rank: 2, Alpha: 4, Targets: []string{"fc"}, Native: true}
+	x := b.Input("x", graph.Shape{8, 256}, graph.F32)
+	y := b.Target("y", graph.Shape{8}, graph.I64)
+	b.CrossEntropy("loss", b.Linear("head", b.Linear("fc", x, 64, false), 10, true), y)
+	g, err := b.Graph()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, sum, err := Simulate(g, Setup{Precision: TrueBF16, Steps: 1, Optimizer: Optimizer{Kind: Adam}, Profile: mustProfile(t, "")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if sum.QuantizedBytes != 8994 {
+		t.Errorf("quantized %d bytes, want 8994", sum.QuantizedBytes)
+	}
+	wantSetup := []int64{32768, 32768, 512, 2048, 512, 512, 2, 8, 512, 512, 512, 512,
+		32768, 512, 2048, 32768, 524288, 524288, 32768, 131072, 65536, 65536}
+	if got := transients(tr, trace.Setup, "fc.weight"); !slices.Equal(got, wantSetup) {
+		t.Errorf("building fc: transients %v, want %v", got, wantSetup)
+	}
+	wantFwd := []int64{8192, 65536, 8192, 65536, 16384, 16384, 512, 512, 16384, 16384, 16384, 16384, 32768}
+	if got := transients(tr, trace.Forward, "fc"); !slices.Equal(got, wantFwd) {
+		t.Errorf("fc forward: transients %v, want %v", got, wantFwd)
+	}
+}

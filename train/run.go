@@ -89,7 +89,13 @@ func (sim *Simulator) cublas(backwardThread bool) {
 		return
 	}
 	*done = true
-	n := sim.s.Profile.CublasWorkspace(sim.s.ComputeMajor)
+	n := sim.s.Profile.CublasWorkspaceFor(sim.s.ComputeMajor, sim.s.CublasWorkspaceConfig)
+	if n > 0 && !sim.s.Profile.CublasWorkspaceInAllocator {
+		// cuBLAS's own pool: device memory outside PyTorch's allocator.
+		sim.sum.WorkspaceBytes += n
+		sim.sum.LibraryBytes += n
+		return
+	}
 	if n > 0 {
 		st := sim.alloc(n, trace.Workspace)
 		st.refs = 1
@@ -155,10 +161,22 @@ func (m *micro) runOp(i int) {
 		v := m.val[t]
 		p := m.pidx[t]
 		if to, cast := m.autocastTo(r.cast, v.dt); cast && p >= 0 {
-			if m.g.Tensors[t].RequiresGrad {
+			switch {
+			case m.g.Tensors[t].RequiresGrad && !op.Attr.WeightView:
 				v = value{st: m.castParam(p, to), dt: to}
 				m.wCast[i] = true
-			} else {
+			case m.g.Tensors[t].RequiresGrad:
+				// the op sees a view of the weight (an einsum's rearranged
+				// operand), which cached_cast does not cache (it takes
+				// leaves that are not views): a copy made at every use,
+				// kept as long as the op or what saves it; its gradient
+				// still reaches the weight through ToCopyBackward
+				ps := m.sim.params[p]
+				m.run.ParamCasts++
+				m.run.ParamCastBytes += ps.numel * (ps.dt.Size() + to.Size())
+				v = value{st: c.local(ps.numel*to.Size(), trace.Transient), dt: to}
+				m.wCast[i] = true
+			default:
 				// autocast caches the casts of leaves that require grad
 				// only (cached_cast's can_try_cache in autocast_mode.cpp):
 				// a frozen weight is cast anew at every use, a copy that

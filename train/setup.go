@@ -20,20 +20,56 @@ const (
 	TrueBF16  Precision = "bf16-true"
 )
 
+// Lightning's precision names (lightning/fabric/plugins/precision/precision.py,
+// _PRECISION_INPUT_STR, Lightning 2.x, Apache-2.0) and the short forms its
+// connector converts (_PRECISION_INPUT_STR_ALIAS_CONVERSION: "64" is
+// 64-true, "32" 32-true, "16" 16-mixed, "bf16" bf16-mixed; the integers 64,
+// 32 and 16 are read as those strings). fp32 and float32 are unambiguous and
+// kept. Bare dtype names that Lightning does not define — fp16, float16,
+// bfloat16 — could mean the mixed or the true setting, so they are refused
+// with both choices named.
 var precisionAliases = map[string]Precision{
-	"32-true": FP32, "32": FP32, "fp32": FP32, "float32": FP32,
-	"16-mixed": Mixed16, "16": Mixed16, "fp16-mixed": Mixed16, "amp": Mixed16, "fp16-amp": Mixed16,
-	"bf16-mixed": MixedBF16, "bf16-amp": MixedBF16,
-	"16-true": True16, "fp16": True16, "float16": True16, "fp16-true": True16,
-	"bf16-true": TrueBF16, "bf16": TrueBF16, "bfloat16": TrueBF16,
+	"32-true": FP32, "16-mixed": Mixed16, "bf16-mixed": MixedBF16, "16-true": True16, "bf16-true": TrueBF16,
+	"32": FP32, "16": Mixed16, "bf16": MixedBF16,
+	"fp32": FP32, "float32": FP32,
 }
 
-// ParsePrecision accepts Lightning's precision names and common aliases.
+// PrecisionAliases lists the short forms Lightning converts, as "bf16 =
+// bf16-mixed", for help texts.
+func PrecisionAliases() string {
+	return "32 = 32-true, 16 = 16-mixed, bf16 = bf16-mixed (Lightning's aliases)"
+}
+
+// unsupportedPrecision names Lightning's precisions that no rule here
+// simulates, with why.
+var unsupportedPrecision = map[string]string{
+	"64-true":                    "float64 training (Lightning's 64-true) is not simulated",
+	"64":                         "float64 training (Lightning's 64, that is 64-true) is not simulated",
+	"transformer-engine":         "Transformer Engine's FP8 training (Lightning's transformer-engine) is not simulated",
+	"transformer-engine-float16": "Transformer Engine's FP8 training (Lightning's transformer-engine-float16) is not simulated",
+}
+
+// ambiguousPrecision are dtype names that are not Lightning's and name no
+// single setting.
+var ambiguousPrecision = map[string][2]Precision{
+	"fp16": {Mixed16, True16}, "float16": {Mixed16, True16}, "half": {Mixed16, True16},
+	"bfloat16": {MixedBF16, TrueBF16},
+}
+
+// ParsePrecision accepts Lightning's precision names and the aliases
+// Lightning itself converts.
 func ParsePrecision(s string) (Precision, error) {
-	if p, ok := precisionAliases[strings.ToLower(s)]; ok {
+	k := strings.ToLower(strings.TrimSpace(s))
+	if p, ok := precisionAliases[k]; ok {
 		return p, nil
 	}
-	return "", fmt.Errorf("unknown precision %q (want 32-true, 16-mixed, bf16-mixed, 16-true or bf16-true)", s)
+	if why, ok := unsupportedPrecision[k]; ok {
+		return "", fmt.Errorf("precision %q: %s (want 32-true, 16-mixed, bf16-mixed, 16-true or bf16-true)", s, why)
+	}
+	if two, ok := ambiguousPrecision[k]; ok {
+		return "", fmt.Errorf("precision %q is ambiguous: say %s (autocast, float32 weights) or %s (the weights themselves in 16 bits)", s, two[0], two[1])
+	}
+	return "", fmt.Errorf("unknown precision %q (want 32-true, 16-mixed, bf16-mixed, 16-true or bf16-true; %s)", s, PrecisionAliases())
 }
 
 // Autocast reports whether the precision runs the forward under autocast,
@@ -107,25 +143,31 @@ type Optimizer struct {
 	Maximize    bool
 	// Bits8 is bitsandbytes' 8-bit Adam (Adam8bit, AdamW8bit): block-wise
 	// quantized uint8 states; Paged keeps the large states in CUDA unified
-	// memory (PagedAdamW8bit), outside PyTorch's allocator.
+	// memory (PagedAdamW8bit), outside PyTorch's allocator. Paged alone is
+	// bitsandbytes' 32-bit PagedAdam / PagedAdamW (optim_bits=32).
 	Bits8, Paged bool
 }
+
+// Bnb reports whether the optimizer is bitsandbytes' (Optimizer2State)
+// rather than torch.optim's.
+func (o Optimizer) Bnb() bool { return o.Bits8 || o.Paged }
 
 // Name is the optimizer's class name as the user gives it.
 func (o Optimizer) Name() string {
 	n := string(o.Kind)
 	if o.Bits8 {
 		n += "8bit"
-		if o.Paged {
-			n = "paged_" + n
-		}
+	}
+	if o.Paged {
+		n = "paged_" + n
 	}
 	return n
 }
 
 // ParseOptimizerName reads torch.optim's names (sgd, adam, adamw, none)
-// and bitsandbytes' 8-bit Adams (adam8bit, adamw8bit, paged_adam8bit,
-// paged_adamw8bit), case-insensitively, with or without underscores.
+// and bitsandbytes' Adams (adam8bit, adamw8bit, paged_adam8bit,
+// paged_adamw8bit, and the 32-bit paged_adam, paged_adamw),
+// case-insensitively, with or without underscores.
 func ParseOptimizerName(s string) (Optimizer, error) {
 	k := strings.ReplaceAll(strings.ToLower(strings.TrimSpace(s)), "_", "")
 	var o Optimizer
@@ -138,11 +180,9 @@ func ParseOptimizerName(s string) (Optimizer, error) {
 	kind, err := ParseOptimizer(k)
 	switch {
 	case err != nil:
-		return o, fmt.Errorf("unknown optimizer %q (want sgd, adam, adamw, adafactor, none, or bitsandbytes' adam8bit, adamw8bit, paged_adam8bit, paged_adamw8bit)", s)
+		return o, fmt.Errorf("unknown optimizer %q (want sgd, adam, adamw, adafactor, none, or bitsandbytes' adam8bit, adamw8bit, paged_adam8bit, paged_adamw8bit, paged_adam, paged_adamw)", s)
 	case (o.Bits8 || o.Paged) && kind != Adam && kind != AdamW:
-		return o, fmt.Errorf("optimizer %q: batchfit knows bitsandbytes' 8-bit Adam and AdamW (adam8bit, adamw8bit, paged_adam8bit, paged_adamw8bit)", s)
-	case o.Paged && !o.Bits8:
-		return o, fmt.Errorf("optimizer %q: batchfit knows the paged 8-bit Adams (paged_adam8bit, paged_adamw8bit)", s)
+		return o, fmt.Errorf("optimizer %q: batchfit knows bitsandbytes' Adam and AdamW (adam8bit, adamw8bit, paged_adam8bit, paged_adamw8bit, paged_adam, paged_adamw)", s)
 	}
 	o.Kind = kind
 	return o, nil
@@ -276,6 +316,17 @@ type Setup struct {
 	CPU bool
 	// ComputeMajor is the GPU's compute capability major (workspace size).
 	ComputeMajor int
+	// ConvWorkspaceNone gives cuDNN's kernels no workspace: the lower end
+	// of the range the heuristic's choice lies in (conv_cudnn.go), which
+	// package predict replays beside the bound.
+	ConvWorkspaceNone bool
+	// CudnnBenchmark is torch.backends.cudnn.benchmark = True: the first
+	// convolution of each configuration searches cuDNN's algorithms
+	// (conv_cudnn.go).
+	CudnnBenchmark bool
+	// CublasWorkspaceConfig is CUBLAS_WORKSPACE_CONFIG ("" for none): the
+	// cuBLAS workspace size (profile.ParseCublasWorkspaceConfig).
+	CublasWorkspaceConfig string
 	// EmptyCache calls torch.cuda.empty_cache() after every step.
 	EmptyCache bool
 	// Parallel spreads the step over data-parallel ranks (DDP, FSDP,
@@ -329,6 +380,9 @@ func (s Setup) Normalize() (Setup, error) {
 	}
 	if s.ComputeMajor == 0 {
 		s.ComputeMajor = 9
+	}
+	if _, _, err := profile.ParseCublasWorkspaceConfig(s.CublasWorkspaceConfig); err != nil {
+		return s, err
 	}
 	if s.Optimizer.Impl == ImplDefault {
 		s.Optimizer.Impl = Impl(s.Profile.OptimizerDefaultImpl)

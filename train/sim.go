@@ -79,6 +79,10 @@ type Simulator struct {
 	loss    *storage
 	// cuBLAS workspaces, one per thread (forward, autograd device thread).
 	wsForward, wsBackward bool
+	// cudnnSearched holds the convolution configurations the cuDNN
+	// benchmark search has run for (its cache lives as long as the
+	// process).
+	cudnnSearched map[string]bool
 	// dynamicMap: bitsandbytes' cached dynamic map is on the device
 	dynamicMap bool
 	scaler     []*storage
@@ -224,6 +228,15 @@ type Summary struct {
 	CastCacheBytes int64
 	BatchDataBytes int64
 	WorkspaceBytes int64
+	// ConvWorkspaceBytes is the largest cuDNN convolution workspace
+	// (conv_cudnn.go: a bound, the explicit-GEMM algorithm's), and
+	// CudnnSearches the benchmark searches run (--cudnn-benchmark).
+	ConvWorkspaceBytes int64
+	CudnnSearches      int
+	// LibraryBytes is device memory libraries allocate outside PyTorch's
+	// allocator that the step itself makes (cuBLAS's own workspaces
+	// before 2.0): in nvidia-smi's figure, not in memory_reserved.
+	LibraryBytes int64
 	// PeakRequested is the largest sum of the unrounded sizes of the live
 	// allocations over the whole trace: what the allocator's
 	// requested_bytes peak would be on a device with room for everything.

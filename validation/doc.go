@@ -15,4 +15,14 @@
 // forward and cache update by cache update.
 // measure.py (CUDA PyTorch, runs on a GPU) records peak allocated and
 // reserved memory of real training steps for the accuracy tests.
+// cs336.py (CPU PyTorch) records what autograd saves for the CS336
+// language model; TestCS336AgainstTorchCPU holds the zoo's cs336 models to
+// it.
+//
+// The GPU corpus (testdata/gpu) holds figures other people measured on
+// NVIDIA GPUs: LoadGPUCorpus reads and checks its cases, MeasureSnapshot
+// reads the peaks of a memory snapshot recording, and CompareGPUCorpus
+// predicts each case from its estimate command line; TestGPUCorpus holds
+// the predictions to fixed thresholds (docs/accuracy.md, section 11).
+// cmd/snapstrip writes the corpus's stripped recordings.
 package validation

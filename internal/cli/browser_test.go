@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -55,17 +56,60 @@ func browse(t *testing.T) context.Context {
 		chromedp.DisableGPU,
 		chromedp.Flag("disable-quic", true),
 		chromedp.Flag("no-first-run", true),
-		chromedp.UserDataDir(t.TempDir()),
 		chromedp.WindowSize(1200, 1600),
 	)
-	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	ctx, cancelCtx := chromedp.NewContext(actx)
-	ctx, cancelTime := context.WithTimeout(ctx, 2*time.Minute)
-	t.Cleanup(func() { cancelTime(); cancelCtx(); cancelAlloc() })
-	if err := chromedp.Do(ctx); err != nil {
-		t.Fatalf("starting chromium: %v", err)
+	var ctx context.Context
+	// A chromium just installed has failed its first start ("chrome
+	// failed to start") and started the next time: one more try.
+	err := startRetried(2, func() error {
+		actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), append(opts, chromedp.UserDataDir(t.TempDir()))...)
+		c, cancelCtx := chromedp.NewContext(actx)
+		c, cancelTime := context.WithTimeout(c, 2*time.Minute)
+		cancel := func() { cancelTime(); cancelCtx(); cancelAlloc() }
+		if err := chromedp.Do(c); err != nil {
+			cancel()
+			t.Logf("starting chromium: %v", err)
+			return err
+		}
+		ctx = c
+		t.Cleanup(cancel)
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("starting chromium (tried twice): %v", err)
 	}
 	return ctx
+}
+
+// startRetried calls start up to tries times, until it succeeds.
+func startRetried(tries int, start func() error) error {
+	var err error
+	for range tries {
+		if err = start(); err == nil {
+			return nil
+		}
+	}
+	return err
+}
+
+// The browser's start is retried once, and only once.
+func TestStartRetried(t *testing.T) {
+	for _, c := range []struct {
+		fails, calls int
+		ok           bool
+	}{{0, 1, true}, {1, 2, true}, {2, 2, false}, {5, 2, false}} {
+		calls := 0
+		err := startRetried(2, func() error {
+			calls++
+			if calls <= c.fails {
+				return errors.New("chrome failed to start")
+			}
+			return nil
+		})
+		if (err == nil) != c.ok || calls != c.calls {
+			t.Errorf("%d failures: %d calls, %v; want %d calls, ok %v", c.fails, calls, err, c.calls, c.ok)
+		}
+	}
 }
 
 func artifact(t *testing.T, name string, png []byte) {
@@ -157,6 +201,7 @@ func TestBrowserPredict(t *testing.T) {
 		chromedp.SetValue(chromedp.CSS("#model"), "gpt2"),
 		chromedp.SetValue(chromedp.CSS("#gpu"), "a10g"),
 		chromedp.SetValue(chromedp.CSS("#precision"), "bf16-mixed"),
+		chromedp.SetValue(chromedp.CSS("#optimizer"), "adamw"),
 		chromedp.SetValue(chromedp.CSS("#checkpoint"), "full"),
 		chromedp.Evaluate[chromedp.Void](`document.querySelector("#model").dispatchEvent(new Event("change", {bubbles: true}))`),
 		chromedp.Clear(chromedp.CSS("#batch")),
@@ -371,7 +416,7 @@ func TestBrowserUploads(t *testing.T) {
 	}
 	data, _ := os.ReadFile(spec)
 	res, body := postForm(t, ts.URL+"/api/estimate", part{field: "gpu", value: "t4"}, part{field: "optimizer", value: "sgd"},
-		part{field: "batch", value: "32"}, part{field: "precision", value: "bf16-mixed"}, part{field: "accumulate", value: "1"},
+		part{field: "batch", value: "32"}, part{field: "precision", value: "32-true"}, part{field: "accumulate", value: "1"},
 		part{field: "checkpoint", value: "none"}, part{field: "model_file", file: "mlp.yaml", data: data})
 	var est map[string]any
 	if res.StatusCode != 200 || json.Unmarshal(body, &est) != nil {

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"fmt"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/batchfit/batchfit/gpu"
@@ -57,6 +58,8 @@ func runGPUs(e *env, args []string) error {
 		Name          string `json:"name"`
 		Device        string `json:"device"`
 		CapacityBytes int64  `json:"capacity_bytes"`
+		SMITotalBytes int64  `json:"nvidia_smi_total_bytes"`
+		CapacityFrom  string `json:"capacity_from"`
 		Compute       string `json:"compute_capability"`
 		ContextBytes  int64  `json:"cuda_context_bytes"`
 		// dense peaks, FLOP/s and bytes/s, from Source
@@ -70,14 +73,14 @@ func runGPUs(e *env, args []string) error {
 	var out []entry
 	for _, g := range gpu.All() {
 		r := g.Rates
-		out = append(out, entry{g.Name, g.Marketing, g.Capacity, fmt.Sprintf("%d.%d", g.Major, g.Minor), g.ContextSize,
+		out = append(out, entry{g.Name, g.Marketing, g.Capacity, g.SMITotal, g.CapacityFrom, fmt.Sprintf("%d.%d", g.Major, g.Minor), g.ContextSize,
 			r.FP32, r.TF32, r.FP16, r.BF16, r.Bandwidth, r.Source})
 	}
 	if *asJSON {
 		return writeJSON(stdout, out)
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tDEVICE\tCAPACITY\tCOMPUTE\tCUDA CONTEXT\tFP32\tTF32\tBF16\tFP16\tBANDWIDTH")
+	fmt.Fprintln(tw, "NAME\tDEVICE\tCAPACITY\tNVIDIA-SMI\tCOMPUTE\tCUDA CONTEXT\tFP32\tTF32\tBF16\tFP16\tBANDWIDTH")
 	tf := func(v float64) string {
 		if v == 0 {
 			return "-"
@@ -85,12 +88,19 @@ func runGPUs(e *env, args []string) error {
 		return fmt.Sprintf("%g T", v/1e12)
 	}
 	for _, e := range out {
-		fmt.Fprintf(tw, "%s\t%s\t%s (%d MiB)\t%s\t%s\t%s\t%s\t%s\t%s\t%g TB/s\n", e.Name, e.Device, fmtBytes(e.CapacityBytes), e.CapacityBytes>>20,
+		derived := ""
+		if strings.HasPrefix(e.CapacityFrom, "derived") {
+			derived = " *"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s (%d MiB)%s\t%d MiB\t%s\t%s\t%s\t%s\t%s\t%s\t%g TB/s\n", e.Name, e.Device, fmtBytes(e.CapacityBytes), e.CapacityBytes>>20, derived, e.SMITotalBytes>>20,
 			e.Compute, fmtBytes(e.ContextBytes), tf(e.FP32), tf(e.TF32), tf(e.BF16), tf(e.FP16), e.Bandwidth/1e12)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	fmt.Fprintln(stdout, "\nCapacity is what PyTorch can use: cudaMemGetInfo's total as PyTorch's out-of-memory messages print it")
+	fmt.Fprintln(stdout, "(\"total capacity\"), from public reports; * marks one derived from nvidia-smi's total where no")
+	fmt.Fprintln(stdout, "message was found (--json gives each figure's source). Fit decisions use it, not nvidia-smi's total.")
 	fmt.Fprintln(stdout, "\nRates are dense peaks (FLOP/s; the datasheets' tensor figures \"with sparsity\" halved), from:")
 	seen := map[string]bool{}
 	for _, e := range out {

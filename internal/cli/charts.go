@@ -31,7 +31,7 @@ func sweepChart(pts []solve.Point) *chart.Chart {
 	}
 	c.X.Log2 = hi >= 8*lo
 	// the setup without the batch, which the x axis gives
-	c.Subtitle = strings.Replace(setupLine(first), fmt.Sprintf(" · batch %d · ", first.Config.Batch), fmt.Sprintf(" · batch %d to %d · ", lo, hi), 1)
+	c.Subtitle = sweepSetupLine(pts)
 	var alloc, res, total, secs, need []chart.Point
 	fit := -1
 	for i, p := range pts {
@@ -66,14 +66,45 @@ func sweepChart(pts []solve.Point) *chart.Chart {
 	}
 	c.Rules = []chart.Rule{{Value: float64(first.GPU.Capacity), Class: "capacity",
 		Label: fmt.Sprintf("%s capacity %s", first.GPU.Name, fmtBytes(first.GPU.Capacity))}}
-	if fit >= 0 {
+	switch {
+	case fit >= 0 && len(need) == 0 && allFit(pts):
+		// the largest tried, not a limit: the limit lies beyond the sweep
+		p := pts[fit]
+		c.Markers = []chart.Marker{{X: float64(p.Value), Y: float64(p.Result.DeviceTotal), Class: "largest-tried",
+			Label: fmt.Sprintf("all fit; largest tried: %d", p.Value)}}
+		c.Subtitle += " · every batch swept fits: the limit lies beyond"
+	case fit >= 0:
 		p := pts[fit]
 		c.Markers = []chart.Marker{{X: float64(p.Value), Y: float64(p.Result.DeviceTotal), Class: "largest-fit",
 			Label: fmt.Sprintf("largest batch that fits: %d", p.Value)}}
-	} else {
+	default:
 		c.Subtitle += " · no batch swept fits"
 	}
 	return c
+}
+
+func allFit(pts []solve.Point) bool {
+	for _, p := range pts {
+		if !p.Result.Fits {
+			return false
+		}
+	}
+	return true
+}
+
+// sweepSetupLine is the setup of a sweep: the setup line with the swept
+// batch sizes in place of the first point's batch.
+func sweepSetupLine(pts []solve.Point) string {
+	first := pts[0].Result
+	lo, hi := pts[0].Value, pts[0].Value
+	for _, p := range pts {
+		lo, hi = min(lo, p.Value), max(hi, p.Value)
+	}
+	what := fmt.Sprintf("batch %d to %d (%d sizes)", lo, hi, len(pts))
+	if len(pts) == 1 {
+		what = fmt.Sprintf("batch %d", lo)
+	}
+	return strings.Replace(setupLine(first), fmt.Sprintf(" · batch %d", first.Config.Batch), " · "+what, 1)
 }
 
 // stepRecorder keeps the allocator's state over a replay in at most

@@ -8,8 +8,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/batchfit/batchfit/models"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata")
@@ -33,6 +36,9 @@ func TestGolden(t *testing.T) {
 		{"estimate_schedule_empty_cache", []string{"estimate", "simpleconv", "--batch", "64,8,32,4", "--gpu", "t4", "--optimizer", "sgd", "--empty-cache"}},
 		{"sweep_simpleconv", []string{"sweep", "simpleconv", "--batch", "1:64", "--gpu", "t4"}},
 		{"maxbatch_mlp_layers", []string{"maxbatch", "mlp", "--solve", "layers", "--batch", "32", "--gpu", "1GiB", "--context", "0"}},
+		{"maxbatch_gpt2_seq", []string{"maxbatch", "gpt2", "--solve", "seq", "--batch", "1", "--gpu", "t4"}},
+		{"maxbatch_tinygpt_seq", []string{"maxbatch", "../../examples/tinygpt.yaml", "--solve", "seq", "--batch", "1", "--gpu", "t4"}},
+		{"maxbatch_gpt2_hidden", []string{"maxbatch", "gpt2", "--solve", "hidden", "--batch", "1", "--seq", "128", "--gpu", "4GiB"}},
 		{"gpus", []string{"gpus"}},
 		{"plan_gpt2", []string{"plan", "gpt2", "--seq", "1024", "--gpu", "a10g", "--global-batch", "64", "--batch", "64", "--top", "3"}},
 		{"estimate_suggestions", []string{"estimate", "gpt2", "--seq", "1024", "--batch", "32", "--gpu", "a10g"}},
@@ -119,10 +125,16 @@ func TestBadInput(t *testing.T) {
 		{[]string{"estimate", "mlp", "--torch", "0.4"}, 2, "no runtime profile"},
 		{[]string{"estimate"}, 2, "one model"},
 		{[]string{"estimat", "mlp"}, 2, `did you mean estimate`},
-		{[]string{"estimate", "vgg16", "--batch", "1", "--gpu", "64MiB", "--context", "0"}, 1, "even at batch 1"},
+		// vgg16's 138M float32 parameters with Adam's two states and the
+		// gradients hold 2.06 GiB before any activation: not on 1 GiB
+		{[]string{"estimate", "vgg16", "--batch", "1", "--gpu", "1GiB", "--context", "0"}, 1, "even at batch 1"},
+		// a bare number is bytes, and no GPU is that small
+		{[]string{"estimate", "mlp", "--gpu", "80"}, 2, "at least 1 GiB"},
+		{[]string{"estimate", "mlp", "--gpu", "24GB", "--like", "h100"}, 2, "did you mean"},
+		{[]string{"estimate", "mlp", "--gpu", "t4", "--like", "l4"}, 2, "--like applies to a size"},
 		{[]string{"estimate", "mlp", "--foreach", "--fused"}, 2, "exclude each other"},
 		{[]string{"maxbatch", "resnet18", "--solve", "layers"}, 1, "cannot vary"},
-		{[]string{"maxbatch", "vgg16", "--gpu", "64MiB", "--context", "0"}, 1, "does not fit"},
+		{[]string{"maxbatch", "vgg16", "--gpu", "1GiB", "--context", "0"}, 1, "does not fit"},
 		{[]string{"estimate", "no/such/file.yaml"}, 1, "no/such/file.yaml"},
 		{[]string{"estimate", "mlp", "--checkpoint", "sometimes"}, 2, "unknown checkpointing policy"},
 		{[]string{"estimate", "mlp", "--checkpointing", "--checkpoint", "every-2"}, 2, "exclude each other"},
@@ -130,9 +142,16 @@ func TestBadInput(t *testing.T) {
 		{[]string{"plan", "mlp", "--global-batch", "8", "--min-micro-batch", "16"}, 1, "global batch of 8"},
 		{[]string{"plan", "mlp", "--global-batch", "-8"}, 2, "must be positive"},
 		{[]string{"plan", "mlp", "--margin", "120%"}, 2, "--margin"},
-		{[]string{"plan", "Llama-3-70B", "--gpu", "h100-80gb", "--global-batch", "8"}, 1, "several GPUs that shard"},
+		// without the levers that change what is trained: QLoRA fits it
+		{[]string{"plan", "Llama-3-70B", "--gpu", "h100-80gb", "--global-batch", "8", "--levers", "accumulate,precision,checkpoint,optimizer,allocator"}, 1, "several GPUs that shard"},
 		{[]string{"maxbatch", "mlp", "--objective", "speed"}, 2, "want memory or throughput"},
 		{[]string{"maxbatch", "mlp", "--solve", "layers", "--objective", "throughput"}, 2, "answers for the batch"},
+		{[]string{"estimate", "mlp", "--quant-via", "fabrik"}, 2, "want transformers, fabric or torchao"},
+		{[]string{"estimate", "mlp", "--quant-via", "fabric"}, 2, "--quant-via needs --quant"},
+		{[]string{"estimate", "mlp", "--lora-impl", "litgpt"}, 2, "need --lora R"},
+		{[]string{"estimate", "mlp", "--lora", "2", "--lora-targets", "linear", "--quant", "fp4", "--quant-via", "torchao"}, 2, "torchao's NF4Tensor"},
+		{[]string{"estimate", "mlp", "--lora", "2", "--lora-targets", "linear", "--quant", "nf4", "--quant-via", "torchao", "--bnb-version", "0.42"}, 2, "--bnb-version is bitsandbytes'"},
+		{[]string{"estimate", "mlp", "--lora", "2", "--lora-impl", "hf"}, 2, "want peft, litgpt or torchtune"},
 		// inference (--mode)
 		{[]string{"estimate", "mlp", "--new-tokens", "5"}, 2, "--new-tokens is for --mode generate"},
 		{[]string{"estimate", "mlp", "--mode", "eval", "--beams", "2"}, 2, "--beams is for --mode generate"},
@@ -419,7 +438,10 @@ func TestEveryZooModel(t *testing.T) {
 		m := m
 		t.Run(m.Name, func(t *testing.T) {
 			t.Parallel()
-			args := []string{m.Name, "--seq", "32", "--gpu", "h100-80gb", "--precision", "bf16-mixed", "--steps", "2", "--json"}
+			args := []string{m.Name, "--gpu", "h100-80gb", "--precision", "bf16-mixed", "--steps", "2", "--json"}
+			if zm, err := models.Lookup(m.Name); err == nil && slices.Contains(zm.Dims, models.DimSeq) {
+				args = append(args, "--seq", "32") // a vision model has none: --seq is refused
+			}
 			out, errs, code := run(append([]string{"estimate", "--batch", "2"}, args...)...)
 			if code != 0 {
 				t.Fatalf("estimate: exit %d: %s", code, errs)
@@ -428,7 +450,8 @@ func TestEveryZooModel(t *testing.T) {
 			if err := json.Unmarshal([]byte(out), &est); err != nil || est.ParamCount != m.ParamCount {
 				t.Fatalf("estimate: %v, %d parameters, models says %d", err, est.ParamCount, m.ParamCount)
 			}
-			out, errs, code = run(append([]string{"sweep", "--batch", "1,2"}, args...)...)
+			// the same request: sweep's default margin runs it on a smaller device
+			out, errs, code = run(append([]string{"sweep", "--batch", "1,2", "--margin", "0"}, args...)...)
 			if code != 0 {
 				t.Fatalf("sweep: exit %d: %s", code, errs)
 			}
@@ -453,7 +476,7 @@ func TestEveryZooModel(t *testing.T) {
 
 // parseMargin never panics and never returns a margin outside [0, capacity).
 func FuzzParseMargin(f *testing.F) {
-	for _, s := range []string{"5%", "0%", "99.9%", "2GiB", "100%", "-1%", "1e400%", "80GB", "x"} {
+	for _, s := range []string{"5%", "0%", "99.9%", "2GiB", "100%", "-1%", "1e400%", "80GB", "x", "band"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
@@ -463,4 +486,41 @@ func FuzzParseMargin(f *testing.F) {
 			t.Errorf("%q: margin %d outside the device", s, m)
 		}
 	})
+}
+
+// plan's current setup is the job as given: --batch is its micro-batch,
+// the accumulation what makes --global-batch from it when --accumulate is
+// not given; the global batch counts every rank's samples.
+func TestPlanCurrentSetup(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		code int
+		want []string
+	}{
+		{[]string{"--global-batch", "64", "--batch", "8"}, 0, []string{"global batch 64 ·", "current: micro-batch 8 × 8,"}},
+		{[]string{"--batch", "8", "--gpus", "8"}, 0, []string{"global batch 64 (8 a rank × 8 GPUs)", "current: micro-batch 8 × 1, ddp"}},
+		{[]string{"--global-batch", "64", "--batch", "4", "--gpus", "8"}, 0, []string{"global batch 64 (8 a rank × 8 GPUs)", "current: micro-batch 4 × 2, ddp"}},
+		{[]string{"--global-batch", "60", "--batch", "8"}, 2, []string{"not a multiple of --batch 8"}},
+		{[]string{"--global-batch", "64", "--batch", "8", "--accumulate", "2"}, 1, []string{"makes 16 samples a step, not the global batch 64"}},
+	} {
+		args := append([]string{"plan", "gpt2", "--seq", "256", "--gpu", "a10g", "--top", "1"}, c.args...)
+		out, errs, code := run(args...)
+		if code != c.code {
+			t.Errorf("%v: exit %d, want %d: %s", c.args, code, c.code, errs)
+		}
+		for _, w := range c.want {
+			if !strings.Contains(out+errs, w) {
+				t.Errorf("%v: no %q in\n%s%s", c.args, w, out, errs)
+			}
+		}
+	}
+}
+
+// On several GPUs the largest batch is a rank's micro-batch, and the
+// answer says so with the samples over all ranks.
+func TestMaxBatchSaysARank(t *testing.T) {
+	out, errs, code := run("maxbatch", "gpt2", "--gpus", "8", "--gpu", "a10g", "--seq", "128", "--limit", "4")
+	if code != 0 || !strings.Contains(out, ": 4 a rank (32 samples a micro-batch over the 8 ranks) (the search limit)") {
+		t.Errorf("exit %d: %s%s", code, out, errs)
+	}
 }

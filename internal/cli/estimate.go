@@ -9,6 +9,7 @@ import (
 
 	"github.com/batchfit/batchfit/alloc"
 	"github.com/batchfit/batchfit/cost"
+	"github.com/batchfit/batchfit/gpu"
 	"github.com/batchfit/batchfit/graph"
 	"github.com/batchfit/batchfit/internal/chart"
 	"github.com/batchfit/batchfit/plan"
@@ -87,18 +88,22 @@ func runEstimate(e *env, args []string) error {
 		if suggErr != nil {
 			out.SuggestionsError = suggErr.Error()
 		}
-		return writeJSON(stdout, out)
+		if err := writeJSON(stdout, out); err != nil {
+			return err
+		}
+	} else {
+		writeEstimate(stdout, res, batches)
+		if rec != nil {
+			fmt.Fprintf(stdout, "\ntimeline chart: %s\n", *timeline)
+		}
+		if sugg != nil {
+			writeSuggestions(stdout, res, sugg)
+		}
+		if suggErr != nil {
+			fmt.Fprintf(stdout, "\nno suggestions: %v\n", suggErr)
+		}
 	}
-	writeEstimate(stdout, res, batches)
-	if rec != nil {
-		fmt.Fprintf(stdout, "\ntimeline chart: %s\n", *timeline)
-	}
-	if sugg != nil {
-		writeSuggestions(stdout, res, sugg)
-	}
-	if suggErr != nil {
-		fmt.Fprintf(stdout, "\nno suggestions: %v\n", suggErr)
-	}
+	// the same answer ends with the same status in every output mode
 	if len(batches) == 1 && !res.Fits && res.Config.Batch == 1 {
 		return fmt.Errorf("%s does not fit on %s even at batch 1", res.Model, res.GPU.Name)
 	}
@@ -108,7 +113,7 @@ func runEstimate(e *env, args []string) error {
 func writeSuggestions(w io.Writer, res *predict.Result, ans *plan.Answer) {
 	fmt.Fprintln(w)
 	if len(ans.Best) == 0 {
-		fmt.Fprintf(w, "no change of micro-batch and accumulation, precision, checkpointing, optimizer or allocator makes it fit: ")
+		fmt.Fprintf(w, "no change of micro-batch and accumulation, precision, checkpointing, optimizer, allocator, LoRA or QLoRA adapters, or 8-bit or Adafactor states makes it fit: ")
 		fmt.Fprintln(w, strings.TrimPrefix(nothingFits(predict.Request{GPU: res.GPU}, ans).Error(), "nothing fits on "+res.GPU.Name+" with a margin of 0 bytes: "))
 		return
 	}
@@ -136,7 +141,7 @@ func setupLine(res *predict.Result) string {
 	s := res.Setup
 	opt := string(s.Optimizer.Kind)
 	switch {
-	case s.Optimizer.Bits8:
+	case s.Optimizer.Bnb():
 		opt = s.Optimizer.Name() + " (bitsandbytes)"
 	case s.Optimizer.Kind == train.Adafactor:
 		opt += " (transformers)"
@@ -188,7 +193,17 @@ func setupLine(res *predict.Result) string {
 
 func writeEstimate(w io.Writer, res *predict.Result, batches []int64) {
 	tl := res.Timeline
-	fmt.Fprintln(w, setupLine(res))
+	head := setupLine(res)
+	if len(batches) > 1 {
+		// a schedule: the header names every step's batch, not the first's
+		var bs []string
+		for _, b := range batches {
+			bs = append(bs, fmt.Sprint(b))
+		}
+		head = strings.Replace(head, fmt.Sprintf(" · batch %d · ", res.Config.Batch),
+			fmt.Sprintf(" · batch schedule %s (the breakdown below: batch %d; the peaks: every step's) · ", strings.Join(bs, ", "), res.Config.Batch), 1)
+	}
+	fmt.Fprintln(w, head)
 	if res.Note != "" {
 		fmt.Fprintln(w, res.Note)
 	}
@@ -199,7 +214,13 @@ func writeEstimate(w io.Writer, res *predict.Result, batches []int64) {
 		writeTraining(w, res)
 	}
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "at the peak (allocated, by what it holds):")
+	if tl.OOM != nil {
+		// the replay stops at the allocation that fails: these figures
+		// are the allocator's there, not the step's peak
+		fmt.Fprintln(w, "when it runs out of memory (allocated, by what it holds; the step stops there):")
+	} else {
+		fmt.Fprintln(w, "at the peak (allocated, by what it holds):")
+	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	for _, c := range trace.Categories() {
 		if n := tl.AtPeak[c]; n > 0 {
@@ -215,14 +236,28 @@ func writeEstimate(w io.Writer, res *predict.Result, batches []int64) {
 	fmt.Fprintf(tw, "peak allocated\t%s\t(torch.cuda.max_memory_allocated)\t\n", fmtBytes(tl.PeakAllocated))
 	fmt.Fprintf(tw, "peak reserved\t%s\t(torch.cuda.max_memory_reserved)\t\n", fmtBytes(tl.PeakReserved))
 	fmt.Fprintf(tw, "CUDA context\t%s\t(outside PyTorch's allocator)\t\n", fmtBytes(res.Context))
+	if res.Libraries > 0 {
+		fmt.Fprintf(tw, "  of which libraries\t%s\t(cuBLAS's own workspaces, outside PyTorch's allocator)\t\n", fmtBytes(res.Libraries))
+	}
 	fmt.Fprintf(tw, "device total\t%s\t(what nvidia-smi shows)\t\n", fmtBytes(res.DeviceTotal))
-	fmt.Fprintf(tw, "GPU capacity\t%s\t%s\t\n", fmtBytes(res.GPU.Capacity), res.GPU.Marketing)
+	fmt.Fprintf(tw, "GPU capacity\t%s\t%s\t\n", fmtBytes(res.GPU.Capacity), capacityNote(res.GPU))
 	tw.Flush()
+	if tl.OOM != nil {
+		fmt.Fprintf(w, "out of memory: the figures above are the allocator's at the failure; the step needs at least %s (its requested peak + CUDA context, a lower bound)\n", fmtBytes(plan.Need(res)))
+	}
 	fmt.Fprintln(w)
 	if res.Fits {
 		fmt.Fprintf(w, "fits: yes, %s of headroom — %s\n", fmtBytes(res.Headroom()), res.Decider)
 	} else {
 		fmt.Fprintf(w, "fits: no — %s\n", res.Decider)
+	}
+	if b := bandJSON(res); tl.OOM == nil {
+		verdict := "fits even then"
+		if !b.FitsWithBand {
+			verdict = "which would not fit"
+		}
+		fmt.Fprintf(w, "band: batchfit's device total has been %s: the real one may reach %s, %s\n",
+			predict.SafetyBand.String(), fmtBytes(b.DeviceTotalHighBytes), verdict)
 	}
 	writeTime(w, res)
 	if len(batches) > 1 {
@@ -259,7 +294,14 @@ func writeTraining(w io.Writer, res *predict.Result) {
 	}
 	fmt.Fprintf(tw, "batch data\t%s\t\t\n", fmtBytes(sum.BatchDataBytes))
 	if sum.WorkspaceBytes > 0 {
-		fmt.Fprintf(tw, "cuBLAS workspace\t%s\t\t\n", fmtBytes(sum.WorkspaceBytes))
+		if sum.LibraryBytes > 0 {
+			fmt.Fprintf(tw, "cuBLAS workspace\t%s\t(cuBLAS's own: outside PyTorch's allocator, in the context line)\t\n", fmtBytes(sum.WorkspaceBytes))
+		} else {
+			fmt.Fprintf(tw, "cuBLAS workspace\t%s\t\t\n", fmtBytes(sum.WorkspaceBytes))
+		}
+	}
+	if sum.ConvWorkspaceBytes > 0 {
+		fmt.Fprintf(tw, "cuDNN workspace\t%s\t(the largest, freed after each convolution: an upper bound)\t\n", fmtBytes(sum.ConvWorkspaceBytes))
 	}
 	tw.Flush()
 	if a := res.Config.Adapters; a != nil && a.Rank > 0 && res.Config.Quant == nil && (res.Setup.Precision == train.True16 || res.Setup.Precision == train.TrueBF16) {
@@ -288,6 +330,9 @@ func writeTraining(w io.Writer, res *predict.Result) {
 			fmt.Fprintln(w, "note: this is the sharded training step; a model built or loaded whole on each GPU before it is sharded (model.cuda() before wrapping, a full state dict loaded on the device) needs its whole parameters there first, which is not counted")
 		}
 	}
+	for _, n := range gpuRuleNotes(res) {
+		fmt.Fprintln(w, "note: "+n)
+	}
 	for _, n := range quantNotes(res.Config.Quant) {
 		fmt.Fprintln(w, "note: "+n)
 	}
@@ -299,9 +344,25 @@ func writeTraining(w io.Writer, res *predict.Result) {
 }
 
 // writeTime prints the step-time model's figures.
+// capacityNote says what the capacity is: what PyTorch can use, beside
+// nvidia-smi's total, and whether it was derived.
+func capacityNote(g gpu.GPU) string {
+	s := g.Marketing
+	if g.SMITotal > 0 {
+		s += fmt.Sprintf(": what PyTorch can use; nvidia-smi's total %s", fmtBytes(g.SMITotal))
+	}
+	if g.CapacityDerived {
+		s += ", derived"
+	}
+	return s
+}
+
 func writeTime(w io.Writer, res *predict.Result) {
 	e := res.Time
 	if e == nil {
+		if !res.GPU.Rates.Known() && res.Infer == nil && !res.Setup.Parallel.On() && res.Config.TP <= 1 && res.Config.PP <= 1 {
+			fmt.Fprintf(w, "\nno step time: a size alone says nothing of speed (--like GPU names the catalog GPU it is)\n")
+		}
 		return
 	}
 	fmt.Fprintln(w)
@@ -349,52 +410,71 @@ func fmtRate(r float64) string {
 func commas(n int64) string { return chart.Commas(n) }
 
 // writeSchedule prints the per-step figures of a batch-size schedule and
-// explains them from the simulation.
+// explains them from the simulation. nvidia-smi shows reserved plus the
+// CUDA context; an empty_cache() right after a step is that step's, the
+// call after the last step included (alloc.StepStats).
 func writeSchedule(w io.Writer, res *predict.Result, batches []int64) {
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "per step:")
+	fmt.Fprintf(w, "per step (nvidia-smi shows reserved + the CUDA context's %s):\n", fmtBytes(res.Context))
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "  step\tbatch\tpeak allocated\tpeak reserved\tallocated after\treserved after\treturned by empty_cache\t")
+	hdr := "  step\tbatch\tpeak allocated\tpeak reserved\tallocated at end\treserved at end\tnvidia-smi at end\t"
+	if res.Setup.EmptyCache {
+		hdr += "empty_cache() returned\treserved after\tnvidia-smi after\t"
+	}
+	fmt.Fprintln(tw, hdr)
 	steps := res.Timeline.Steps
 	for i, st := range steps {
 		if i >= len(batches) {
 			break
 		}
-		fmt.Fprintf(tw, "  %d\t%d\t%s\t%s\t%s\t%s\t%s\t\n", i+1, batches[i], fmtBytes(st.PeakAllocated), fmtBytes(st.PeakReserved),
-			fmtBytes(st.EndAllocated), fmtBytes(st.EndReserved), fmtBytes(st.Released))
+		line := fmt.Sprintf("  %d\t%d\t%s\t%s\t%s\t%s\t%s\t", i+1, batches[i], fmtBytes(st.PeakAllocated), fmtBytes(st.PeakReserved),
+			fmtBytes(st.EndAllocated), fmtBytes(st.EndReserved), fmtBytes(st.EndReserved+res.Context))
+		if res.Setup.EmptyCache {
+			if st.EmptiedAfter {
+				line += fmt.Sprintf("%s\t%s\t%s\t", fmtBytes(st.Released), fmtBytes(st.ReservedAfter), fmtBytes(st.ReservedAfter+res.Context))
+			} else {
+				line += "-\t-\t-\t"
+			}
+		}
+		fmt.Fprintln(tw, line)
 	}
 	tw.Flush()
 	fmt.Fprintln(w)
-	for _, line := range explainSchedule(steps, batches, res.Setup.EmptyCache) {
+	for _, line := range explainSchedule(steps, batches, res.Context) {
 		fmt.Fprintln(w, "  "+line)
 	}
 }
 
-func explainSchedule(steps []alloc.StepStats, batches []int64, emptyCache bool) []string {
+func explainSchedule(steps []alloc.StepStats, batches []int64, context int64) []string {
 	var out []string
-	for i := 1; i < len(steps) && i < len(batches); i++ {
-		prev, cur := steps[i-1], steps[i]
-		if batches[i] >= batches[i-1] {
-			if cur.PeakReserved > prev.EndReserved {
-				out = append(out, fmt.Sprintf("step %d (batch %d): reserved grew from %s to %s: the cached free blocks were too few or too small, so new segments were allocated.",
-					i+1, batches[i], fmtBytes(prev.EndReserved), fmtBytes(cur.PeakReserved)))
-			} else {
-				out = append(out, fmt.Sprintf("step %d (batch %d): served entirely from cached segments; reserved did not grow beyond %s.", i+1, batches[i], fmtBytes(prev.EndReserved)))
+	for i := 0; i < len(steps) && i < len(batches); i++ {
+		cur := steps[i]
+		if i > 0 {
+			prev := steps[i-1]
+			// the state the step starts from: what empty_cache left, or
+			// the previous step's end
+			start := prev.EndReserved
+			if prev.EmptiedAfter {
+				start = prev.ReservedAfter
 			}
-			continue
+			switch {
+			case cur.PeakReserved > start && batches[i] < batches[i-1] && !prev.EmptiedAfter:
+				out = append(out, fmt.Sprintf("step %d (batch %d): reserved grew by %s (from %s to %s) although the batch shrank: cached blocks did not match the new sizes (best fit per size class), so new segments were allocated.",
+					i+1, batches[i], fmtBytes(cur.PeakReserved-start), fmtBytes(start), fmtBytes(cur.PeakReserved)))
+			case cur.PeakReserved > start:
+				out = append(out, fmt.Sprintf("step %d (batch %d): reserved grew by %s (from %s to %s): the cached free blocks were too few or too small, so new segments were allocated.",
+					i+1, batches[i], fmtBytes(cur.PeakReserved-start), fmtBytes(start), fmtBytes(cur.PeakReserved)))
+			case batches[i] < batches[i-1]:
+				out = append(out, fmt.Sprintf("step %d (batch %d): the smaller batch needed only %s allocated, but reserved stayed at %s: the %s of free blocks cached by earlier steps are kept by PyTorch's caching allocator until empty_cache() (nvidia-smi still shows them).",
+					i+1, batches[i], fmtBytes(cur.PeakAllocated), fmtBytes(cur.EndReserved), fmtBytes(start-prev.EndAllocated)))
+			default:
+				out = append(out, fmt.Sprintf("step %d (batch %d): served entirely from cached segments; reserved did not grow beyond %s.", i+1, batches[i], fmtBytes(start)))
+			}
 		}
-		cached := prev.EndReserved - prev.EndAllocated
-		if emptyCache {
-			out = append(out, fmt.Sprintf("step %d (batch %d): empty_cache after step %d returned %s; %s stayed reserved because those segments still held live blocks (parameters, gradients, optimizer state) or were split.",
-				i+1, batches[i], i, fmtBytes(prev.Released), fmtBytes(prev.EndReserved)))
-			continue
-		}
-		if cur.PeakReserved <= prev.EndReserved {
-			out = append(out, fmt.Sprintf("step %d (batch %d): the smaller batch needed only %s allocated, but reserved stayed at %s: the %s of free blocks cached by earlier steps are kept by PyTorch's caching allocator until empty_cache() (nvidia-smi still shows them).",
-				i+1, batches[i], fmtBytes(cur.PeakAllocated), fmtBytes(cur.EndReserved), fmtBytes(cached)))
-		} else {
-			out = append(out, fmt.Sprintf("step %d (batch %d): reserved grew from %s to %s although the batch shrank: cached blocks did not match the new sizes (best fit per size class), so new segments were allocated.",
-				i+1, batches[i], fmtBytes(prev.EndReserved), fmtBytes(cur.PeakReserved)))
+		if cur.EmptiedAfter {
+			out = append(out, fmt.Sprintf("after step %d: empty_cache() returned %s: reserved %s → %s, nvidia-smi %s → %s; allocated stays %s. The %s left are segments that still hold a live block (parameters, buffers, optimizer state, the cuBLAS workspace, the batch kept for the next step): empty_cache() returns only wholly free segments.",
+				i+1, fmtBytes(cur.Released), fmtBytes(cur.EndReserved), fmtBytes(cur.ReservedAfter), fmtBytes(cur.EndReserved+context), fmtBytes(cur.ReservedAfter+context),
+				fmtBytes(cur.EndAllocated), fmtBytes(cur.ReservedAfter)))
 		}
 	}
 	return out
@@ -409,6 +489,13 @@ func quantNotes(q *graph.Quant) []string {
 	var out []string
 	switch q.Format {
 	case graph.NF4, graph.FP4:
+		if q.Torchao {
+			out = append(out, "nf4 follows torchao v0.1's NF4Tensor, as torchtune's QLoRA builds it on the device: to_nf4 compares each element with the 16 codes at once ([n, 16] temporaries while each weight is quantized), and every use rebuilds the bfloat16 weight through int64 codes; later torchao releases may hold less")
+			break
+		}
+		if q.HalfState {
+			out = append(out, "the 4-bit weights were quantized from a float16 copy (bitsandbytes before 0.43.0, or Lightning Fabric's BitsandbytesPrecision): each dequantized copy is float16, then cast to the compute dtype")
+		}
 		if q.KeepsInput {
 			out = append(out, "each 4-bit weight is dequantized whole for every forward and backward use, and each quantized layer keeps its input for backward, as bitsandbytes before 0.43.2 does")
 			break
@@ -421,7 +508,7 @@ func quantNotes(q *graph.Quant) []string {
 	case graph.AWQ:
 		out = append(out, "awq follows autoawq 0.2.9's WQLinearMMFunction: the weight is dequantized in backward and repeated per sample of the batch")
 	}
-	if q.Compute != graph.F32 {
+	if q.Compute != graph.F32 && !q.Torchao && !q.Head {
 		out = append(out, "PEFT's prepare_model_for_kbit_training casts the unquantized parameters to float32 and turns on gradient checkpointing; batchfit keeps them in the precision's dtype: use --precision bf16-mixed and --checkpoint full to follow it")
 	}
 	return out

@@ -1,17 +1,20 @@
 package cli
 
 import (
+	"bytes"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/batchfit/batchfit/alloc"
 	"github.com/batchfit/batchfit/gpu"
 	"github.com/batchfit/batchfit/graph"
+	"github.com/batchfit/batchfit/hf"
 	"github.com/batchfit/batchfit/models"
 	"github.com/batchfit/batchfit/predict"
 	"github.com/batchfit/batchfit/profile"
@@ -43,6 +46,7 @@ type jobFlags struct {
 	hidden        int64
 	image         int64
 	gpu           string
+	like          string
 	precision     string
 	optimizer     string
 	momentum      float64
@@ -52,13 +56,15 @@ type jobFlags struct {
 	forloop       bool
 	accumulate    int
 	checkpointing bool
-	checkpoint    string
+	checkpoint    setString
 	attention     string
 	torch         string
 	steps         int
 	allocConf     string
 	context       string
 	emptyCache    bool
+	cudnnBench    bool
+	cublasConf    string
 	json          bool
 	lora          int64
 	loraTargets   string
@@ -88,6 +94,8 @@ type jobFlags struct {
 	quantCompute string
 	quantBlock   int64
 	bnbVersion   string
+	quantVia     string
+	loraImpl     string
 	mode         string
 	prompt       int64
 	newTokens    int64
@@ -104,9 +112,10 @@ func (j *jobFlags) register(fs *flag.FlagSet, batchDefault string) {
 	fs.Int64Var(&j.layers, "layers", 0, "override the model's depth (models that allow it; at most 4096, and a graph of at most 65,536 ops)")
 	fs.Int64Var(&j.hidden, "hidden", 0, "override the model's width (models that allow it)")
 	fs.Int64Var(&j.image, "image", 0, "image side for vision models (default: the model's, 224 for torchvision)")
-	fs.StringVar(&j.gpu, "gpu", "h100-80gb", "GPU from 'batchfit gpus', or a capacity such as 80GB")
-	fs.StringVar(&j.precision, "precision", "32-true", "32-true, 16-mixed, bf16-mixed, 16-true or bf16-true")
-	fs.StringVar(&j.optimizer, "optimizer", "adam", "sgd, adam, adamw, adafactor, none, or bitsandbytes' adam8bit, adamw8bit, paged_adam8bit, paged_adamw8bit")
+	fs.StringVar(&j.gpu, "gpu", "h100-80gb", "GPU from 'batchfit gpus', or a size such as 24GB (nvidia-smi's total; no step time unless --like names a GPU)")
+	fs.StringVar(&j.like, "like", "", "with a size for --gpu: the catalog GPU whose speed, compute capability and CUDA context it has")
+	fs.StringVar(&j.precision, "precision", "32-true", "Lightning's 32-true, 16-mixed, bf16-mixed, 16-true or bf16-true; "+train.PrecisionAliases())
+	fs.StringVar(&j.optimizer, "optimizer", "adam", "sgd, adam, adamw, adafactor, none, or bitsandbytes' adam8bit, adamw8bit, paged_adam8bit, paged_adamw8bit, paged_adam, paged_adamw")
 	fs.Float64Var(&j.momentum, "momentum", 0, "SGD momentum (nonzero keeps a momentum buffer)")
 	fs.Float64Var(&j.weightDecay, "weight-decay", -1, "weight decay (default: torch.optim's: 0, AdamW 0.01)")
 	fs.BoolVar(&j.foreach, "foreach", false, "use the foreach optimizer implementation")
@@ -115,13 +124,16 @@ func (j *jobFlags) register(fs *flag.FlagSet, batchDefault string) {
 	fs.BoolVar(&j.amsgrad, "amsgrad", false, "Adam's AMSGrad variant (one more state)")
 	fs.IntVar(&j.accumulate, "accumulate", 1, "micro-batches per optimizer step (gradient accumulation; at most 65,536, 1,024 with --pp)")
 	fs.BoolVar(&j.checkpointing, "checkpointing", false, "activation checkpointing of every block (non-reentrant); the same as --checkpoint full")
-	fs.StringVar(&j.checkpoint, "checkpoint", "none", "activation checkpointing: none, full (every block), every-K (every K-th block), attention (each attention core), or every-K+attention")
+	j.checkpoint.v = "none"
+	fs.Var(&j.checkpoint, "checkpoint", "activation checkpointing: none, full (every block), every-K (every K-th block), attention (each attention core), or every-K+attention")
 	fs.StringVar(&j.attention, "attention", "auto", "attention kernel: auto, eager, flash, efficient or math (sdpa: auto)")
 	fs.StringVar(&j.torch, "torch", "", "PyTorch version whose rules apply (default: current; known profiles: "+strings.Join(profile.Versions(), ", ")+")")
 	fs.IntVar(&j.steps, "steps", 3, "optimizer steps to simulate (at most 1000)")
 	fs.StringVar(&j.allocConf, "alloc-conf", "", "PYTORCH_CUDA_ALLOC_CONF (default: the environment variable)")
 	fs.StringVar(&j.context, "context", "", "CUDA context size (default: the GPU family's estimate)")
 	fs.BoolVar(&j.emptyCache, "empty-cache", false, "call torch.cuda.empty_cache() after every step")
+	fs.BoolVar(&j.cudnnBench, "cudnn-benchmark", false, "torch.backends.cudnn.benchmark = True: the first step searches cuDNN's convolution algorithms")
+	fs.StringVar(&j.cublasConf, "cublas-workspace-config", "", "CUBLAS_WORKSPACE_CONFIG, e.g. :4096:8 (default: the environment variable)")
 	fs.BoolVar(&j.json, "json", false, "print JSON")
 	fs.Int64Var(&j.lora, "lora", 0, "fine-tune with LoRA adapters of this rank (PEFT's r); every other parameter is frozen")
 	fs.StringVar(&j.loraTargets, "lora-targets", "", "Linear layers that get adapters, as PEFT's target_modules: names or name endings, comma-separated (q_proj,v_proj)")
@@ -152,7 +164,22 @@ func (j *jobFlags) register(fs *flag.FlagSet, batchDefault string) {
 	fs.BoolVar(&j.doubleQuant, "double-quant", false, "4-bit double quantization of the absmax constants (bnb_4bit_use_double_quant)")
 	fs.StringVar(&j.quantCompute, "quant-compute", "", "dtype a 4-bit weight is dequantized to (bnb_4bit_compute_dtype): bf16, fp16 or fp32 (default: the precision's compute dtype)")
 	fs.Int64Var(&j.quantBlock, "quant-blocksize", 64, "4-bit quantization block: one absmax per this many elements (bitsandbytes' default 64)")
-	fs.StringVar(&j.bnbVersion, "bnb-version", "", "the bitsandbytes release whose 4-bit rules apply (default: current; before 0.43.2 each 4-bit layer also keeps its input for backward)")
+	fs.StringVar(&j.bnbVersion, "bnb-version", "", "the bitsandbytes release whose 4-bit rules apply (default: current; before 0.43.2 each 4-bit layer also keeps its input for backward, before 0.43.0 dequantizes through float16)")
+	fs.StringVar(&j.quantVia, "quant-via", "transformers", "what quantizes the Linear layers (--quant): transformers (BitsAndBytesConfig; lm_head kept), fabric (Lightning Fabric's BitsandbytesPrecision, LitGPT's --quantize: every Linear, the head too, quantized from a float16 copy) or torchao (torchao's NF4Tensor, torchtune's QLoRA; --quant nf4)")
+	fs.StringVar(&j.loraImpl, "lora-impl", "peft", "whose LoRA layers: peft, or litgpt or torchtune (on a quantized base: adapters in the model's dtype, no casts and no clone)")
+}
+
+// setString is a string flag that knows whether it was given: an explicit
+// value that contradicts another flag is refused, its default is not.
+type setString struct {
+	v   string
+	set bool
+}
+
+func (s *setString) String() string { return s.v }
+func (s *setString) Set(v string) error {
+	s.v, s.set = v, true
+	return nil
 }
 
 // modelParallel reads --tp, --pp, --stage and --stage-layers into c.
@@ -247,7 +274,13 @@ func (j *jobFlags) parallel() (train.Parallel, error) {
 // 32-true (BitsAndBytesConfig's own default is float32: say --quant-compute
 // fp32 for it).
 func (j *jobFlags) quantization(prec train.Precision) (*graph.Quant, error) {
+	if j.quantVia != "transformers" && j.quantVia != "fabric" && j.quantVia != "torchao" {
+		return nil, usagef("--quant-via %q: want transformers, fabric or torchao", j.quantVia)
+	}
 	if j.quant == "" {
+		if j.quantVia != "transformers" {
+			return nil, usagef("--quant-via needs --quant nf4, fp4 or int8")
+		}
 		if j.doubleQuant || j.quantCompute != "" || j.quantBlock != 64 {
 			return nil, usagef("--double-quant, --quant-compute and --quant-blocksize need --quant nf4 or fp4")
 		}
@@ -270,6 +303,21 @@ func (j *jobFlags) quantization(prec train.Precision) (*graph.Quant, error) {
 	}
 	if f == graph.Int8 {
 		q.Bits, q.BlockSize, q.Compute, q.ComputeFollowsPrecision = 8, 0, graph.F16, false
+	}
+	if j.quantVia == "torchao" {
+		// torchtune's QLoRA: torchao's to_nf4 with its defaults (block 64,
+		// scalers double-quantized per 256), nf4 only
+		if f != graph.NF4 || j.quantBlock != 64 || j.quantCompute != "" {
+			return nil, usagef("--quant-via torchao is torchao's NF4Tensor: --quant nf4 with its block of 64 and the input's dtype")
+		}
+		q.Torchao, q.DoubleQuant = true, true
+	}
+	if j.quantVia == "fabric" {
+		// lightning/fabric/plugins/precision/bitsandbytes.py: every
+		// torch.nn.Linear is replaced, and _Linear4bit.quantize /
+		// _Linear8bitLt.quantize cast the weight to float16 first
+		q.Head = true
+		q.HalfState = f != graph.Int8
 	}
 	if j.quantCompute != "" {
 		d, err := graph.ParseDType(j.quantCompute)
@@ -296,13 +344,16 @@ func (j *jobFlags) adapters() (*graph.Adapters, error) {
 		}
 		return out
 	}
+	if j.loraImpl != "peft" && j.loraImpl != "litgpt" && j.loraImpl != "torchtune" {
+		return nil, usagef("--lora-impl %q: want peft, litgpt or torchtune", j.loraImpl)
+	}
 	if j.lora == 0 && j.freeze == "" {
-		if j.loraTargets != "" || j.loraDropout != 0 || j.loraAlpha != 8 {
-			return nil, usagef("--lora-targets, --lora-alpha and --lora-dropout need --lora R")
+		if j.loraTargets != "" || j.loraDropout != 0 || j.loraAlpha != 8 || j.loraImpl != "peft" {
+			return nil, usagef("--lora-targets, --lora-alpha, --lora-dropout and --lora-impl need --lora R")
 		}
 		return nil, nil
 	}
-	a := &graph.Adapters{Rank: j.lora, Alpha: j.loraAlpha, Dropout: j.loraDropout, Targets: list(j.loraTargets), Freeze: list(j.freeze)}
+	a := &graph.Adapters{Rank: j.lora, Alpha: j.loraAlpha, Dropout: j.loraDropout, Targets: list(j.loraTargets), Freeze: list(j.freeze), Native: j.loraImpl != "peft"}
 	if err := a.Check(); err != nil {
 		return nil, usageError{err}
 	}
@@ -310,12 +361,14 @@ func (j *jobFlags) adapters() (*graph.Adapters, error) {
 }
 
 // parseArgs parses flags that may come before or after the positional
-// arguments, as people type them ("estimate resnet50 --batch 64").
+// arguments, as people type them ("estimate resnet50 --batch 64"). -h
+// prints the command's help; a bad flag is a one-line error that names
+// the nearest flag and points to -h, not the whole help.
 func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
 	var pos []string
 	for {
-		if err := fs.Parse(args); err != nil {
-			return nil, usageError{err}
+		if err := parseQuiet(fs, args); err != nil {
+			return nil, err
 		}
 		rest := fs.Args()
 		if len(rest) == 0 {
@@ -326,16 +379,81 @@ func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
 	}
 }
 
+// parseQuiet runs fs.Parse with the flag package's own printing (the
+// error, then the whole help) held back: the help is printed only when it
+// was asked for.
+func parseQuiet(fs *flag.FlagSet, args []string) error {
+	out := fs.Output()
+	var held bytes.Buffer
+	fs.SetOutput(&held)
+	err := fs.Parse(args)
+	fs.SetOutput(out)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, flag.ErrHelp):
+		out.Write(held.Bytes())
+		return usageError{err}
+	}
+	return usageError{flagError{cmd: fs.Name(), err: err, near: nearFlags(fs, err)}}
+}
+
+// flagError is the flag package's complaint about a flag, with the nearest
+// flags when the name is unknown.
+type flagError struct {
+	cmd  string
+	err  error
+	near []string
+}
+
+func (f flagError) Error() string {
+	msg := f.err.Error()
+	if name, ok := undefinedFlag(f.err); ok {
+		msg = "unknown flag --" + strings.TrimLeft(name, "-")
+	}
+	if len(f.near) > 0 {
+		msg += "; did you mean --" + strings.Join(f.near, " or --") + "?"
+	}
+	return msg + fmt.Sprintf(" (see 'batchfit %s -h')", f.cmd)
+}
+
+func (f flagError) Unwrap() error { return f.err }
+
+// undefinedFlag is the name in the flag package's "flag provided but not
+// defined: -NAME".
+func undefinedFlag(err error) (string, bool) {
+	var fe flagError
+	if errors.As(err, &fe) {
+		err = fe.err
+	}
+	name, ok := strings.CutPrefix(err.Error(), "flag provided but not defined: -")
+	return name, ok && name != "" && !strings.ContainsAny(name, " \n")
+}
+
+func nearFlags(fs *flag.FlagSet, err error) []string {
+	name, ok := undefinedFlag(err)
+	if !ok {
+		return nil
+	}
+	var names []string
+	fs.VisitAll(func(f *flag.Flag) { names = append(names, f.Name) })
+	return models.Nearest(strings.TrimLeft(name, "-"), names, 2)
+}
+
 func newFlagSet(name string, stderr io.Writer, usage string) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprint(stderr, usage)
-		fmt.Fprintln(stderr, "\nFlags:")
+		fmt.Fprint(fs.Output(), usage)
+		fmt.Fprintln(fs.Output(), "\nFlags:")
 		fs.PrintDefaults()
 	}
 	return fs
 }
+
+// maxBatchSizes bounds the batch sizes one --batch gives: a sweep of more
+// is refused in one line rather than cut short without a word.
+const maxBatchSizes = 4096
 
 // parseBatches reads "64", "64,8,32,4" or a range "1:64" (powers of two)
 // or "8:64:8" (a step).
@@ -360,8 +478,21 @@ func parseBatches(s string) ([]int64, error) {
 		if to < from {
 			return nil, usagef("--batch %q: the range ends before it starts", s)
 		}
-		var out []int64
-		for b, ok := from, true; ok && b <= to && len(out) < 4096; {
+		// how many sizes, counted before any is made (to-from cannot
+		// overflow: both are positive)
+		n := int64(1)
+		if len(parts) == 3 {
+			n = (to-from)/v[2] + 1
+		} else {
+			for b := from; b <= to/2; b *= 2 {
+				n++
+			}
+		}
+		if n > maxBatchSizes {
+			return nil, usagef("--batch %q gives %s batch sizes, more than %s: take a larger step, or FROM:TO (doubling)", s, commas(n), commas(maxBatchSizes))
+		}
+		out := make([]int64, 0, n)
+		for b, ok := from, true; ok && b <= to && int64(len(out)) < n; {
 			out = append(out, b)
 			// a step past int64's largest ends the range, not wraps it
 			if len(parts) == 3 {
@@ -371,6 +502,9 @@ func parseBatches(s string) ([]int64, error) {
 			}
 		}
 		return out, nil
+	}
+	if n := strings.Count(s, ",") + 1; n > maxBatchSizes {
+		return nil, usagef("--batch gives %s batch sizes, more than %s", commas(int64(n)), commas(maxBatchSizes))
 	}
 	var out []int64
 	for _, p := range strings.Split(s, ",") {
@@ -409,6 +543,49 @@ func (j *jobFlags) request(model string) (predict.Request, error) {
 
 func (j *jobFlags) web() bool { return j.e != nil && j.e.web }
 
+// checkDims refuses --layers, --hidden and --seq for a model that cannot
+// vary them (its Dims): a vision model has no sequence, a torchvision
+// ResNet no depth to override, and taking the flag silently would show
+// a figure for a model that was not built.
+func (j *jobFlags) checkDims(src predict.Source) error {
+	dims := src.Dims()
+	for _, f := range []struct {
+		name, what string
+		n          int64
+		dim        models.Dim
+	}{{"--layers", "its depth", j.layers, models.DimLayers}, {"--hidden", "its width", j.hidden, models.DimHidden}, {"--seq", "its sequence length", j.seq, models.DimSeq}} {
+		if f.n == 0 || slices.Contains(dims, f.dim) || (f.dim == models.DimSeq && f.n == src.DefaultSeq()) {
+			continue
+		}
+		can := []string{"--batch"}
+		for _, d := range dims {
+			can = append(can, "--"+string(d))
+		}
+		what := "cannot vary " + f.what
+		if f.dim == models.DimSeq && src.DefaultSeq() == 0 {
+			what = "has no sequence"
+		}
+		return usagef("%s: %s %s (what it can vary: %s)", f.name, src.Name(), what, strings.Join(can, ", "))
+	}
+	if j.image != 0 && !takesImage(src) {
+		return usagef("--image: %s takes no image (the image side is for torchvision's models and ViTs)", src.Name())
+	}
+	return nil
+}
+
+// takesImage reports whether src builds its input from Config.Image:
+// torchvision's models (models/torchvision.go) and the transformers
+// vision models (ViT), which have no sequence to vary.
+func takesImage(src predict.Source) bool {
+	switch s := src.(type) {
+	case predict.Zoo:
+		return s.M.Family == "torchvision" || (s.M.Family == "transformers" && !slices.Contains(s.M.Dims, models.DimSeq))
+	case *hf.Model:
+		return s.Config.ModelType == "vit"
+	}
+	return false
+}
+
 // requestFor builds a prediction request for src from the flags.
 func (j *jobFlags) requestFor(src predict.Source) (predict.Request, error) {
 	var r predict.Request
@@ -420,6 +597,9 @@ func (j *jobFlags) requestFor(src predict.Source) (predict.Request, error) {
 		if v.n < 0 {
 			return r, usagef("%s must be positive, got %d", v.name, v.n)
 		}
+	}
+	if err := j.checkDims(src); err != nil {
+		return r, err
 	}
 	ad, err := j.adapters()
 	if err != nil {
@@ -446,12 +626,19 @@ func (j *jobFlags) requestFor(src predict.Source) (predict.Request, error) {
 	if r.Infer, err = j.inference(); err != nil {
 		return r, err
 	}
-	if q != nil && (q.Format == graph.NF4 || q.Format == graph.FP4) {
+	if q != nil && q.Torchao && j.bnbVersion != "" {
+		return r, usagef("--bnb-version is bitsandbytes'; --quant-via torchao is torchao's NF4Tensor")
+	}
+	if q != nil && (q.Format == graph.NF4 || q.Format == graph.FP4) && !q.Torchao {
 		keeps, err := graph.BnbKeepsInput(j.bnbVersion)
 		if err != nil {
 			return r, usagef("--bnb-version: %v", err)
 		}
 		q.KeepsInput = keeps
+		// a pre-quantized checkpoint's QuantState keeps the dtype it
+		// was saved with (QuantState.from_dict)
+		half, _ := graph.BnbHalfState(j.bnbVersion)
+		q.HalfState = q.HalfState || half && !q.Prequantized
 	} else if j.bnbVersion != "" {
 		return r, usagef("--bnb-version applies to bitsandbytes' 4-bit weights (--quant nf4 or fp4, or such a checkpoint)")
 	}
@@ -464,7 +651,7 @@ func (j *jobFlags) requestFor(src predict.Source) (predict.Request, error) {
 	if j.prompt > 0 {
 		r.Config.Seq = j.prompt
 	}
-	g, err := gpu.Lookup(j.gpu)
+	g, err := gpu.LookupLike(j.gpu, j.like)
 	if err != nil {
 		return r, usageError{err}
 	}
@@ -517,7 +704,7 @@ func (j *jobFlags) requestFor(src predict.Source) (predict.Request, error) {
 	if j.steps < 1 || j.steps > 1000 {
 		return r, usagef("--steps must be between 1 and 1000, got %d", j.steps)
 	}
-	ck, err := train.ParseCheckpoint(j.checkpoint)
+	ck, err := train.ParseCheckpoint(j.checkpoint.v)
 	if err != nil {
 		return r, usagef("--checkpoint: %v", err)
 	}
@@ -525,12 +712,15 @@ func (j *jobFlags) requestFor(src predict.Source) (predict.Request, error) {
 		if ck.On() && ck != train.FullCheckpoint {
 			return r, usagef("--checkpointing (every block) and --checkpoint %s exclude each other", ck)
 		}
+		if j.checkpoint.set && !ck.On() {
+			return r, usagef("--checkpointing turns checkpointing on and --checkpoint %s turns it off: give one", j.checkpoint.v)
+		}
 		ck = train.FullCheckpoint
 	}
 	if j.amsgrad && opt != train.Adam && opt != train.AdamW {
 		return r, usagef("--amsgrad is Adam's and AdamW's")
 	}
-	if on.Bits8 && n > 0 {
+	if on.Bnb() && n > 0 {
 		return r, usagef("--foreach, --fused and --forloop are torch.optim's; bitsandbytes' %s has one implementation", on.Name())
 	}
 	if opt == train.Adafactor {
@@ -545,6 +735,13 @@ func (j *jobFlags) requestFor(src predict.Source) (predict.Request, error) {
 	}
 	r.Setup = train.Setup{Precision: prec, Optimizer: train.Optimizer{Kind: opt, Momentum: j.momentum, Impl: impl, WeightDecay: wd, Bits8: on.Bits8, Paged: on.Paged, AMSGrad: j.amsgrad},
 		Accumulate: j.accumulate, Checkpoint: ck, Attention: att, Steps: j.steps, EmptyCache: j.emptyCache, Profile: prof, Parallel: par}
+	r.Setup.CudnnBenchmark = j.cudnnBench
+	if r.Setup.CublasWorkspaceConfig = j.cublasConf; j.cublasConf == "" && !j.web() {
+		r.Setup.CublasWorkspaceConfig = os.Getenv("CUBLAS_WORKSPACE_CONFIG")
+	}
+	if _, _, err := profile.ParseCublasWorkspaceConfig(r.Setup.CublasWorkspaceConfig); err != nil {
+		return r, usageError{err}
+	}
 	conf := j.allocConf
 	if conf == "" && !j.web() {
 		conf = os.Getenv("PYTORCH_CUDA_ALLOC_CONF")
@@ -619,7 +816,7 @@ func (j *jobFlags) inference() (*predict.Inference, error) {
 	if !j.inferOK {
 		return nil, usagef("--mode %s is for estimate, sweep and maxbatch", mode)
 	}
-	if j.accumulate != 1 || j.checkpointing || j.checkpoint != "none" {
+	if j.accumulate != 1 || j.checkpointing || j.checkpoint.v != "none" {
 		return nil, usagef("--accumulate and activation checkpointing are for training, not --mode %s", mode)
 	}
 	in := &predict.Inference{Mode: mode}

@@ -67,7 +67,7 @@ func FuzzInferenceFlags(f *testing.F) {
 	f.Add("eval", "dynamic", int64(0), int64(0), int64(1), int64(16))
 	f.Add("gen", "", int64(-1), int64(-5), int64(0), int64(-3))
 	f.Fuzz(func(t *testing.T, mode, cache string, prompt, tokens, beams, seq int64) {
-		j := jobFlags{mode: mode, cache: cache, prompt: prompt, newTokens: tokens, beams: beams, seq: seq, checkpoint: "none", accumulate: 1, inferOK: true}
+		j := jobFlags{mode: mode, cache: cache, prompt: prompt, newTokens: tokens, beams: beams, seq: seq, checkpoint: setString{v: "none"}, accumulate: 1, inferOK: true}
 		in, err := j.inference()
 		if err != nil && !IsUsage(err) {
 			t.Errorf("%v: not a usage error", err)

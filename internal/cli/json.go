@@ -3,8 +3,10 @@ package cli
 import (
 	"encoding/json"
 	"io"
+	"math"
 
 	"github.com/batchfit/batchfit/cost"
+	"github.com/batchfit/batchfit/plan"
 	"github.com/batchfit/batchfit/predict"
 	"github.com/batchfit/batchfit/trace"
 )
@@ -53,24 +55,39 @@ type EstimateJSON struct {
 	OffloadedHostBytes int64       `json:"offloaded_host_bytes,omitempty"`
 	// Quantization describes the quantized Linear weights' format and
 	// QuantizedBytes what they store (part of parameters_bytes).
-	Quantization       string           `json:"quantization,omitempty"`
-	QuantizedBytes     int64            `json:"quantized_bytes"`
-	ActivationsBytes   int64            `json:"activations_bytes"`
-	AutocastCacheBytes int64            `json:"autocast_cache_bytes"`
-	BatchDataBytes     int64            `json:"batch_data_bytes"`
-	WorkspaceBytes     int64            `json:"workspace_bytes"`
+	Quantization       string `json:"quantization,omitempty"`
+	QuantizedBytes     int64  `json:"quantized_bytes"`
+	ActivationsBytes   int64  `json:"activations_bytes"`
+	AutocastCacheBytes int64  `json:"autocast_cache_bytes"`
+	BatchDataBytes     int64  `json:"batch_data_bytes"`
+	WorkspaceBytes     int64  `json:"workspace_bytes"`
+	// ConvWorkspaceBytes is the largest cuDNN convolution workspace (an
+	// upper bound) and CudnnSearches the benchmark searches run.
+	ConvWorkspaceBytes int64            `json:"conv_workspace_bytes,omitempty"`
+	CudnnSearches      int              `json:"cudnn_searches,omitempty"`
 	AtPeak             map[string]int64 `json:"at_peak_bytes"`
 	PeakAllocatedBytes int64            `json:"peak_allocated_bytes"`
 	PeakReservedBytes  int64            `json:"peak_reserved_bytes"`
 	ContextBytes       int64            `json:"cuda_context_bytes"`
 	DeviceTotalBytes   int64            `json:"device_total_bytes"`
 	GPUCapacityBytes   int64            `json:"gpu_capacity_bytes"`
-	HeadroomBytes      int64            `json:"headroom_bytes"`
-	Fits               bool             `json:"fits"`
-	DecidedBy          string           `json:"decided_by"`
-	OOM                string           `json:"oom_message,omitempty"`
-	Steps              []StepJSON       `json:"steps,omitempty"`
-	Time               *TimeJSON        `json:"time,omitempty"`
+	// GPUSMITotalBytes is nvidia-smi's total, beside the capacity PyTorch
+	// can use (gpu_capacity_bytes), which decides the fit.
+	GPUSMITotalBytes int64 `json:"gpu_nvidia_smi_total_bytes,omitempty"`
+	HeadroomBytes    int64 `json:"headroom_bytes"`
+	// MarginBytes is the headroom fits required (maxbatch, plan and
+	// sweep's --margin); absent for the bare figure.
+	MarginBytes int64     `json:"margin_bytes,omitempty"`
+	Band        *BandJSON `json:"band,omitempty"`
+	Fits        bool      `json:"fits"`
+	DecidedBy   string    `json:"decided_by"`
+	OOM         string    `json:"oom_message,omitempty"`
+	// NeedsAtLeast is set with OOM: the peak figures above are the
+	// allocator's at the failure; this is what the step needs (its
+	// requested peak plus the context, a lower bound).
+	NeedsAtLeast int64      `json:"needs_at_least_bytes,omitempty"`
+	Steps        []StepJSON `json:"steps,omitempty"`
+	Time         *TimeJSON  `json:"time,omitempty"`
 	// Mode is eval or generate for inference (absent for training), and
 	// Generation a generation's cache figures.
 	Mode       string          `json:"mode,omitempty"`
@@ -109,15 +126,23 @@ func timeJSON(res *predict.Result) *TimeJSON {
 	return t
 }
 
-// StepJSON is one step of a schedule.
+// StepJSON is one step of a schedule. The end figures are at the step's
+// end, before any empty_cache(); nvidia-smi shows reserved plus the CUDA
+// context. ReleasedBytes is what empty_cache() returned during the step
+// and right after it (the call after the last step included); the
+// after-empty-cache figures are set only when empty_cache() followed it.
 type StepJSON struct {
-	Step               int   `json:"step"`
-	Batch              int64 `json:"batch"`
-	PeakAllocatedBytes int64 `json:"peak_allocated_bytes"`
-	PeakReservedBytes  int64 `json:"peak_reserved_bytes"`
-	EndAllocatedBytes  int64 `json:"end_allocated_bytes"`
-	EndReservedBytes   int64 `json:"end_reserved_bytes"`
-	ReleasedBytes      int64 `json:"released_bytes"`
+	Step                int    `json:"step"`
+	Batch               int64  `json:"batch"`
+	PeakAllocatedBytes  int64  `json:"peak_allocated_bytes"`
+	PeakReservedBytes   int64  `json:"peak_reserved_bytes"`
+	EndAllocatedBytes   int64  `json:"end_allocated_bytes"`
+	EndReservedBytes    int64  `json:"end_reserved_bytes"`
+	EndNvidiaSMIBytes   int64  `json:"end_nvidia_smi_bytes"`
+	EmptyCacheAfter     bool   `json:"empty_cache_after"`
+	ReleasedBytes       int64  `json:"released_bytes"`
+	ReservedAfterBytes  *int64 `json:"reserved_after_empty_cache_bytes,omitempty"`
+	NvidiaSMIAfterBytes *int64 `json:"nvidia_smi_after_empty_cache_bytes,omitempty"`
 }
 
 func estimateJSON(res *predict.Result, batches []int64) EstimateJSON {
@@ -153,10 +178,16 @@ func estimateJSON(res *predict.Result, batches []int64) EstimateJSON {
 	if q := res.Config.Quant; q != nil {
 		out.Quantization, out.QuantizedBytes = q.String(), s.QuantizedBytes
 	}
+	out.ConvWorkspaceBytes, out.CudnnSearches = s.ConvWorkspaceBytes, s.CudnnSearches
 	if tl.OOM != nil {
 		out.OOM = tl.OOM.Error()
+		out.NeedsAtLeast = plan.Need(res)
 	}
 	out.Time = timeJSON(res)
+	out.GPUSMITotalBytes, out.MarginBytes = res.GPU.SMITotal, res.Margin
+	if tl.OOM == nil {
+		out.Band = bandJSON(res)
+	}
 	if res.Infer != nil {
 		out.Mode = string(res.Infer.Mode)
 		out.Generation = generationFigures(res)
@@ -166,11 +197,35 @@ func estimateJSON(res *predict.Result, batches []int64) EstimateJSON {
 			if i >= len(batches) {
 				break
 			}
-			out.Steps = append(out.Steps, StepJSON{Step: i + 1, Batch: batches[i], PeakAllocatedBytes: st.PeakAllocated, PeakReservedBytes: st.PeakReserved,
-				EndAllocatedBytes: st.EndAllocated, EndReservedBytes: st.EndReserved, ReleasedBytes: st.Released})
+			sj := StepJSON{Step: i + 1, Batch: batches[i], PeakAllocatedBytes: st.PeakAllocated, PeakReservedBytes: st.PeakReserved,
+				EndAllocatedBytes: st.EndAllocated, EndReservedBytes: st.EndReserved, EndNvidiaSMIBytes: st.EndReserved + res.Context,
+				EmptyCacheAfter: st.EmptiedAfter, ReleasedBytes: st.Released}
+			if st.EmptiedAfter {
+				after, smi := st.ReservedAfter, st.ReservedAfter+res.Context
+				sj.ReservedAfterBytes, sj.NvidiaSMIAfterBytes = &after, &smi
+			}
+			out.Steps = append(out.Steps, sj)
 		}
 	}
 	return out
+}
+
+// BandJSON is the safety band and what it means for this prediction.
+type BandJSON struct {
+	Under  float64 `json:"under"`
+	Over   float64 `json:"over"`
+	Cases  int     `json:"cases"`
+	Source string  `json:"source"`
+	// DeviceTotalHighBytes is the real device total the band allows:
+	// the prediction over 1 − under.
+	DeviceTotalHighBytes int64 `json:"device_total_high_bytes"`
+	FitsWithBand         bool  `json:"fits_with_band"`
+}
+
+func bandJSON(res *predict.Result) *BandJSON {
+	b := predict.SafetyBand
+	high := int64(math.Ceil(float64(res.DeviceTotal) / (1 - b.Under)))
+	return &BandJSON{Under: b.Under, Over: b.Over, Cases: b.Cases, Source: b.Source, DeviceTotalHighBytes: high, FitsWithBand: high <= res.GPU.Capacity}
 }
 
 // StageJSON is one pipeline stage's figures.

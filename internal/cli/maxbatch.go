@@ -6,6 +6,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/batchfit/batchfit/models"
+	"github.com/batchfit/batchfit/plan"
 	"github.com/batchfit/batchfit/solve"
 )
 
@@ -14,7 +15,9 @@ const maxbatchUsage = `usage: batchfit maxbatch MODEL [flags]
 Finds the largest batch that fits on the GPU — or, with --solve, the
 largest value of another dimension (layers, hidden, seq) at a fixed batch.
 The answer was simulated and fits; the next value was simulated and does not.
-MODEL takes every form 'batchfit estimate' does.
+It fits with --margin: by default the safety band, so that a real device
+total as far above the prediction as any measured still fits (--margin 0
+for the bare figure). MODEL takes every form 'batchfit estimate' does.
 
 Examples:
   batchfit maxbatch resnet50 --gpu h100-80gb
@@ -27,18 +30,27 @@ Examples:
 
 // MaxBatchJSON is the stable JSON form of a search.
 type MaxBatchJSON struct {
-	Model    string `json:"model"`
-	Solve    string `json:"solve"`
-	MaxBatch int64  `json:"max_batch,omitempty"`
-	Max      int64  `json:"max"`
-	Limited  bool   `json:"limited"`
-	// Bound is what ended the search below its limit: the next value is
-	// beyond one of batchfit's bounds.
-	Bound  string        `json:"bound,omitempty"`
-	Probes int           `json:"probes"`
-	Tried  []int64       `json:"tried"`
-	AtMax  *EstimateJSON `json:"at_max,omitempty"`
-	AtNext *EstimateJSON `json:"at_next,omitempty"`
+	Model string `json:"model"`
+	Solve string `json:"solve"`
+	// MarginBytes is the headroom every answer left (--margin).
+	MarginBytes int64 `json:"margin_bytes"`
+	MaxBatch    int64 `json:"max_batch,omitempty"`
+	Max         int64 `json:"max"`
+	Limited     bool  `json:"limited"`
+	// LimitedBy names what in the model set the limit the search reached
+	// (a learned position table), empty for the search's own --limit.
+	LimitedBy string `json:"limited_by,omitempty"`
+	// Beyond names the bound of batchfit's the value after max is beyond
+	// (too many layers, ops or bytes to simulate).
+	Beyond string `json:"beyond_bounds,omitempty"`
+	// Step and StepReason: the values tried are multiples of Step (a
+	// transformer's width of its head size).
+	Step       int64         `json:"step,omitempty"`
+	StepReason string        `json:"step_reason,omitempty"`
+	Probes     int           `json:"probes"`
+	Tried      []int64       `json:"tried"`
+	AtMax      *EstimateJSON `json:"at_max,omitempty"`
+	AtNext     *EstimateJSON `json:"at_next,omitempty"`
 	// Fastest is the batch with the best predicted throughput
 	// (--objective throughput).
 	Fastest *FastestJSON `json:"fastest,omitempty"`
@@ -73,9 +85,13 @@ func runMaxBatch(e *env, args []string) error {
 	dim := fs.String("solve", "batch", "dimension to maximize: batch, layers, hidden or seq")
 	limit := fs.Int64("limit", solve.DefaultLimit, "largest value to try")
 	objective := fs.String("objective", "memory", "memory: the largest batch that fits; throughput: the batch that trains fastest among those that fit")
+	margin := fs.String("margin", "band", marginHelp)
 	r, batches, err := j.job(fs, "maxbatch", args)
 	if err != nil {
 		return err
+	}
+	if r.Margin, err = parseMargin(*margin, r.GPU.Capacity); err != nil {
+		return usagef("--margin: %v", err)
 	}
 	if len(batches) != 1 {
 		return usagef("maxbatch takes a single --batch")
@@ -106,7 +122,10 @@ func runMaxBatch(e *env, args []string) error {
 		}
 	}
 	if j.json {
-		out := MaxBatchJSON{Model: r.Source.Name(), Solve: string(d), Max: ans.Max, Limited: ans.Limited, Bound: ans.Bound, Probes: ans.Probes, Tried: ans.Tried}
+		out := MaxBatchJSON{Model: r.Source.Name(), Solve: string(d), MarginBytes: r.Margin, Max: ans.Max, Limited: ans.Limited, LimitedBy: ans.Bound, Beyond: ans.Beyond, Probes: ans.Probes, Tried: ans.Tried}
+		if ans.Range.Step > 1 {
+			out.Step, out.StepReason = ans.Range.Step, ans.Range.StepWhy
+		}
 		if d == models.DimBatch {
 			out.MaxBatch = ans.Max
 		}
@@ -132,27 +151,45 @@ func runMaxBatch(e *env, args []string) error {
 	} else if ans.Max > 0 {
 		fmt.Fprintln(stdout, setupLine(ans.Fit))
 		fmt.Fprintln(stdout)
-		fmt.Fprintf(stdout, "largest %s that fits: %d", dimWords[d], ans.Max)
-		if ans.Bound != "" {
-			fmt.Fprintf(stdout, " (the most batchfit answers for: %s)", ans.Bound)
-		} else if ans.Limited {
+		with := ""
+		if r.Margin > 0 {
+			with = " with the margin"
+		}
+		fmt.Fprintf(stdout, "largest %s that fits%s: %d", dimWords[d], with, ans.Max)
+		if n := plan.Ranks(r.Setup.Parallel); d == models.DimBatch && n > 1 {
+			fmt.Fprintf(stdout, " a rank (%d samples a micro-batch over the %d ranks)", ans.Max*n, n)
+		}
+		switch {
+		case ans.Limited && ans.Bound != "":
+			fmt.Fprintf(stdout, " — the model's limit, not memory: %s", ans.Bound)
+		case ans.Limited && ans.Beyond != "":
+			fmt.Fprintf(stdout, " — the most batchfit simulates, not memory: %s", ans.Beyond)
+		case ans.Limited:
 			fmt.Fprintf(stdout, " (the search limit)")
 		}
 		fmt.Fprintln(stdout)
+		if ans.Range.Step > 1 {
+			fmt.Fprintf(stdout, "  (only valid values were tried: %s)\n", ans.Range.StepWhy)
+		}
 		fmt.Fprintf(stdout, "  at %d: peak allocated %s, peak reserved %s, device total %s of %s\n", ans.Max,
 			fmtBytes(ans.Fit.Timeline.PeakAllocated), fmtBytes(ans.Fit.Timeline.PeakReserved), fmtBytes(ans.Fit.DeviceTotal), fmtBytes(ans.Fit.GPU.Capacity))
 		if ans.Over != nil {
-			fmt.Fprintf(stdout, "  at %d: does not fit — %s\n", ans.Max+1, ans.Over.Decider)
+			fmt.Fprintf(stdout, "  at %d: does not fit — %s\n", ans.Next, ans.Over.Decider)
 		}
+		fmt.Fprintln(stdout, marginLine(r.Margin, r.GPU.Capacity))
 		if fast != nil {
 			writeFastest(stdout, fast)
 		}
 	}
 	if ans.Max == 0 {
 		if !j.json {
-			writeEstimate(stdout, ans.Over, []int64{1})
+			writeEstimate(stdout, ans.Over, []int64{ans.Over.Config.Batch})
 		}
-		return fmt.Errorf("%s does not fit on %s even with %s 1", r.Source.Name(), r.GPU.Name, d)
+		if r.Margin > 0 && ans.Over != nil && ans.Over.Timeline.OOM == nil && ans.Over.DeviceTotal <= r.GPU.Capacity {
+			return fmt.Errorf("%s does not fit on %s even with %s %d with the margin of %s (--margin 0: it fits bare, by %s)",
+				r.Source.Name(), r.GPU.Name, d, ans.Range.Min, fmtBytes(r.Margin), fmtBytes(r.GPU.Capacity-ans.Over.DeviceTotal))
+		}
+		return fmt.Errorf("%s does not fit on %s even with %s %d", r.Source.Name(), r.GPU.Name, d, ans.Range.Min)
 	}
 	return nil
 }

@@ -1,8 +1,10 @@
 package cli
 
 import (
+	"errors"
 	"fmt"
 	"io"
+	iofs "io/fs"
 	"os"
 	"strings"
 
@@ -66,6 +68,9 @@ func runOOM(e *env, args []string) error {
 				return fmt.Errorf("%s is larger than %d MiB", pos[0], maxInput>>20)
 			}
 			text = string(b)
+		} else if _, err := os.Stat(pos[0]); errors.Is(err, iofs.ErrNotExist) && strings.TrimSpace(pos[0]) != "" && !strings.ContainsAny(strings.TrimSpace(pos[0]), " \t\n") {
+			// one word is no CUDA message: it was meant as a file
+			return fmt.Errorf("%s: file not found (give a file, the message in quotes, or - for standard input)", pos[0])
 		} else {
 			text = pos[0]
 		}

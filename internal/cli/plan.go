@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -25,20 +26,30 @@ expandable segments — is predicted (memory through the simulator and the
 allocator, time through the roofline step-time model); the plans that fit
 with the margin are ranked by throughput. The flags that describe the job
 (--batch, --accumulate, --precision, ...) are the current setup, which
-every plan is compared with. MODEL takes every form 'batchfit estimate' does.
+every plan is compared with; --global-batch counts the samples of a step
+over every GPU (--gpus). When nothing that trains the job as it is fits,
+plans may train LoRA or QLoRA adapters instead of every parameter, or swap
+Adam for 8-bit, paged 8-bit or Adafactor states: such plans are marked *,
+since they change what is trained or how, and rank after every plan that
+does not. MODEL takes every form 'batchfit estimate' does.
 
 Examples:
   batchfit plan Llama-3-8B --seq 4096 --gpu h100-80gb --global-batch 32 --precision bf16-mixed
   batchfit plan gpt2 --seq 1024 --gpu a10g --global-batch 64 --batch 64
   batchfit plan resnet50 --gpu t4 --global-batch 256 --fixed-precision --max-accumulate 8
   batchfit plan vit_b_16 --gpu l4 --global-batch 128 --levers accumulate,checkpoint --json
+  batchfit plan Llama-3-8B --seq 2048 --gpu rtx-4090 --global-batch 16 --precision bf16-true --optimizer adamw   # LoRA, QLoRA, 8-bit
 `
 
 // PlanJSON is the stable JSON form of a plan search.
 type PlanJSON struct {
-	Model       string          `json:"model"`
-	GPU         string          `json:"gpu"`
-	GlobalBatch int64           `json:"global_batch"`
+	Model       string `json:"model"`
+	GPU         string `json:"gpu"`
+	GlobalBatch int64  `json:"global_batch"`
+	// RankBatch is one data-parallel rank's share of the global batch
+	// (micro-batch × accumulation), Ranks the data-parallel ranks.
+	RankBatch   int64           `json:"rank_batch"`
+	Ranks       int64           `json:"ranks"`
 	Seq         int64           `json:"seq,omitempty"`
 	MarginBytes int64           `json:"margin_bytes"`
 	Current     PlanEntryJSON   `json:"current"`
@@ -58,17 +69,24 @@ type PlanJSON struct {
 
 // PlanEntryJSON is one plan.
 type PlanEntryJSON struct {
-	MicroBatch         int64            `json:"micro_batch"`
-	Accumulate         int              `json:"accumulate"`
-	Precision          string           `json:"precision"`
-	Checkpoint         string           `json:"checkpoint"`
-	OptimizerImpl      string           `json:"optimizer_impl"`
-	ExpandableSegments bool             `json:"expandable_segments"`
-	Strategy           string           `json:"strategy,omitempty"`
-	TP                 int64            `json:"tp,omitempty"`
-	SP                 bool             `json:"sp,omitempty"`
-	PP                 int64            `json:"pp,omitempty"`
-	Fits               bool             `json:"fits"`
+	MicroBatch         int64  `json:"micro_batch"`
+	Accumulate         int    `json:"accumulate"`
+	Precision          string `json:"precision"`
+	Checkpoint         string `json:"checkpoint"`
+	OptimizerImpl      string `json:"optimizer_impl"`
+	ExpandableSegments bool   `json:"expandable_segments"`
+	Strategy           string `json:"strategy,omitempty"`
+	TP                 int64  `json:"tp,omitempty"`
+	SP                 bool   `json:"sp,omitempty"`
+	PP                 int64  `json:"pp,omitempty"`
+	Fits               bool   `json:"fits"`
+	// Trains is "lora" or "qlora" for a plan that trains adapters
+	// instead of what the job trains; Optimizer the optimizer a plan
+	// swaps the job's for; ChangesResults marks either (the model the
+	// job produces can differ).
+	Trains             string           `json:"trains,omitempty"`
+	Optimizer          string           `json:"optimizer,omitempty"`
+	ChangesResults     bool             `json:"changes_results"`
 	Changes            []string         `json:"changes"`
 	PeakAllocatedBytes int64            `json:"peak_allocated_bytes"`
 	PeakReservedBytes  int64            `json:"peak_reserved_bytes"`
@@ -89,6 +107,8 @@ type PrunedJSON struct {
 	Checkpoint    string `json:"checkpoint"`
 	OptimizerImpl string `json:"optimizer_impl"`
 	Reason        string `json:"reason"`
+	Trains        string `json:"trains,omitempty"`
+	Optimizer     string `json:"optimizer,omitempty"`
 	Strategy      string `json:"strategy,omitempty"`
 	TP            int64  `json:"tp,omitempty"`
 	SP            bool   `json:"sp,omitempty"`
@@ -109,19 +129,33 @@ type planFlags struct {
 }
 
 func (p *planFlags) register(fs *flag.FlagSet) {
-	fs.Int64Var(&p.global, "global-batch", 0, "samples per optimizer step every plan keeps (default: --batch × --accumulate)")
-	fs.StringVar(&p.levers, "levers", "accumulate,precision,checkpoint,optimizer,allocator,sharding,tensor,pipeline", "the levers plans may move (sharding: the data-parallel strategy over --gpus; tensor and pipeline: tensor parallelism and pipeline stages, for a job on several GPUs)")
+	fs.Int64Var(&p.global, "global-batch", 0, "samples per optimizer step every plan keeps, over all --gpus (default: --batch × --accumulate × --gpus; without --accumulate, the current accumulation is what makes it from --batch)")
+	fs.StringVar(&p.levers, "levers", leverList(), "the levers plans may move (sharding: the data-parallel strategy over --gpus; tensor and pipeline: tensor parallelism and pipeline stages, for a job on several GPUs; lora: LoRA or QLoRA adapters instead of training every parameter; optimizer-kind: 8-bit, paged 8-bit or Adafactor instead of Adam — these two change what is trained or how, and rank after every plan that does not)")
 	fs.BoolVar(&p.fixedPrecision, "fixed-precision", false, "keep the precision (the same as leaving precision out of --levers)")
 	fs.BoolVar(&p.noCheckpointing, "no-checkpointing", false, "no plan may use activation checkpointing")
 	fs.IntVar(&p.maxAccumulate, "max-accumulate", 64, "largest gradient accumulation a plan may use")
 	fs.Int64Var(&p.minMicro, "min-micro-batch", 1, "smallest micro-batch a plan may use")
-	fs.StringVar(&p.margin, "margin", "5%", "headroom a plan must leave: a share of the GPU (5%) or a size (2GiB)")
+	fs.StringVar(&p.margin, "margin", "band", marginHelp)
 	fs.IntVar(&p.top, "top", 5, "number of plans to show")
 	fs.IntVar(&p.maxPredictions, "max-predictions", plan.DefaultMaxPredictions, "the most simulations the search runs (each pipeline stage one); past it the plans shown are the best of those tried")
 }
 
-// options turns the flags into planner options around the request.
-func (p *planFlags) options(r predict.Request) (plan.Options, error) {
+// options turns the flags into planner options around the request. When
+// --accumulate was not given, the current accumulation is the one that
+// makes the global batch from the current micro-batch (--batch) on every
+// rank.
+func (p *planFlags) options(r predict.Request, accSet bool) (plan.Options, error) {
+	if ranks := plan.Ranks(r.Setup.Parallel); p.global > 0 && !accSet {
+		per := r.Config.Batch * ranks
+		if p.global%per != 0 {
+			of := fmt.Sprintf("--batch %d", r.Config.Batch)
+			if ranks > 1 {
+				of += fmt.Sprintf(" × %d GPUs", ranks)
+			}
+			return plan.Options{}, usagef("--global-batch %d is not a multiple of %s: give the current micro-batch, and --accumulate if it is not the quotient", p.global, of)
+		}
+		r.Setup.Accumulate = int(p.global / per)
+	}
 	o := plan.Options{Base: r, GlobalBatch: p.global, MaxAccumulate: p.maxAccumulate, MinMicroBatch: p.minMicro,
 		NoCheckpointing: p.noCheckpointing, Top: p.top, MaxPredictions: p.maxPredictions}
 	if p.global < 0 {
@@ -161,24 +195,57 @@ func (p *planFlags) options(r predict.Request) (plan.Options, error) {
 	return o, nil
 }
 
+// leverList is every lever, comma-separated.
+func leverList() string {
+	var ls []string
+	for _, l := range plan.Levers() {
+		ls = append(ls, string(l))
+	}
+	return strings.Join(ls, ",")
+}
+
+// marginHelp is --margin's help, one meaning for maxbatch, plan and sweep.
+var marginHelp = "headroom the answer must leave on the GPU, against under-prediction: band (" + predict.SafetyBand.String() +
+	": the band's worst under-prediction as a share of the GPU), a share of the GPU (10%), a size (2GiB), or 0 for the bare figure"
+
+// parseMargin reads --margin as bytes of headroom on a device of the given
+// capacity. A share x of the GPU is the same as allowing the prediction to
+// fall x short of the real figure (see predict.Band.Margin).
 func parseMargin(s string, capacity int64) (int64, error) {
 	t := strings.TrimSpace(s)
+	if strings.EqualFold(t, "band") {
+		return predict.SafetyBand.Margin(capacity), nil
+	}
 	if strings.HasSuffix(t, "%") {
 		v, err := strconv.ParseFloat(strings.TrimSpace(strings.TrimSuffix(t, "%")), 64)
 		if err != nil || !(v >= 0 && v < 100) {
-			return 0, fmt.Errorf("%q: want a share from 0%% to below 100%%", s)
+			return 0, fmt.Errorf("%q: want band, a share from 0%% to below 100%%, or a size", s)
 		}
-		return int64(v / 100 * float64(capacity)), nil
+		return int64(math.Ceil(v / 100 * float64(capacity))), nil
 	}
 	n, err := gpu.ParseSize(t)
 	if err != nil {
-		return 0, err
+		return 0, fmt.Errorf("%q: want band, a share such as 10%%, or a size such as 2GiB", s)
 	}
 	if n >= capacity {
 		return 0, fmt.Errorf("%q leaves nothing of the %s device", s, fmtBytes(capacity))
 	}
 	return n, nil
 }
+
+// marginLine is the one line that says what margin an answer was held to.
+func marginLine(margin, capacity int64) string {
+	if margin == 0 {
+		return "margin: none (--margin 0): the bare prediction, which has been below the real figure on a GPU (" + predict.SafetyBand.String() + ")"
+	}
+	if margin == predict.SafetyBand.Margin(capacity) {
+		return fmt.Sprintf("margin: %s left free, %s of the GPU: batchfit's device total has been %s; --margin 0 for the bare figure",
+			fmtBytes(margin), pctOf(margin, capacity), predict.SafetyBand.String())
+	}
+	return fmt.Sprintf("margin: %s left free (%s of the GPU, by --margin); the default is the band (%s), 0 the bare figure", fmtBytes(margin), pctOf(margin, capacity), predict.SafetyBand.String())
+}
+
+func pctOf(n, of int64) string { return fmt.Sprintf("%.1f %%", 100*float64(n)/float64(of)) }
 
 func runPlan(e *env, args []string) error {
 	stdout, stderr := e.stdout, e.stderr
@@ -194,7 +261,9 @@ func runPlan(e *env, args []string) error {
 	if len(batches) != 1 {
 		return usagef("plan takes a single --batch (the current micro-batch)")
 	}
-	o, err := pf.options(r)
+	accSet := false
+	fs.Visit(func(f *flag.Flag) { accSet = accSet || f.Name == "accumulate" })
+	o, err := pf.options(r, accSet)
 	if err != nil {
 		return err
 	}
@@ -242,7 +311,7 @@ func nothingFits(r predict.Request, ans *plan.Answer) error {
 func planEntry(ans *plan.Answer, p *plan.Plan) PlanEntryJSON {
 	e := PlanEntryJSON{Strategy: strategyOf(p.Parallel), SP: p.SP, MicroBatch: p.MicroBatch, Accumulate: p.Accumulate, Precision: string(p.Precision), Checkpoint: p.Checkpoint.String(),
 		OptimizerImpl: string(p.Impl), ExpandableSegments: p.Expandable, Fits: p.Fits, Changes: p.Changes, StepSeconds: p.Seconds,
-		SamplesPerSecond: p.Throughput()}
+		SamplesPerSecond: p.Throughput(), Trains: string(p.Tune), Optimizer: p.Optim, ChangesResults: p.ChangesResults()}
 	if e.Changes == nil {
 		e.Changes = []string{}
 	}
@@ -275,7 +344,7 @@ func planEntry(ans *plan.Answer, p *plan.Plan) PlanEntryJSON {
 }
 
 func planJSON(r predict.Request, o plan.Options, ans *plan.Answer) PlanJSON {
-	out := PlanJSON{Model: r.Source.Name(), GPU: r.GPU.Name, GlobalBatch: ans.GlobalBatch, Seq: r.Config.Seq, MarginBytes: ans.Margin,
+	out := PlanJSON{Model: r.Source.Name(), GPU: r.GPU.Name, GlobalBatch: ans.GlobalBatch, RankBatch: ans.RankBatch, Ranks: ans.Ranks, Seq: r.Config.Seq, MarginBytes: ans.Margin,
 		Current: planEntry(ans, ans.Base), Best: []PlanEntryJSON{}, Evaluated: []PlanEntryJSON{}, Pruned: []PrunedJSON{},
 		NeedBytes: ans.Need, NeedFrom: ans.NeedFrom, Predictions: len(ans.Evaluated),
 		Simulations: ans.Simulations, Stopped: ans.Stopped}
@@ -295,7 +364,8 @@ func planJSON(r predict.Request, o plan.Options, ans *plan.Answer) PlanJSON {
 		out.Evaluated = append(out.Evaluated, planEntry(ans, p))
 	}
 	for _, p := range ans.Pruned {
-		e := PrunedJSON{Precision: string(p.Precision), Checkpoint: p.Checkpoint.String(), OptimizerImpl: string(p.Impl), Reason: p.Reason, Strategy: strategyOf(p.Parallel), SP: p.SP}
+		e := PrunedJSON{Precision: string(p.Precision), Checkpoint: p.Checkpoint.String(), OptimizerImpl: string(p.Impl), Reason: p.Reason, Strategy: strategyOf(p.Parallel), SP: p.SP,
+			Trains: string(p.Tune), Optimizer: p.Optim}
 		if p.TP > 1 {
 			e.TP = p.TP
 		}
@@ -312,9 +382,14 @@ func writePlan(w io.Writer, r predict.Request, o plan.Options, ans *plan.Answer)
 	if ans.Base.Result != nil && ans.Base.Result.Config.Seq > 0 {
 		head = append(head, fmt.Sprintf("seq %d", ans.Base.Result.Config.Seq))
 	}
-	head = append(head, fmt.Sprintf("global batch %d", ans.GlobalBatch), fmt.Sprintf("%s (%s)", r.GPU.Name, fmtBytes(r.GPU.Capacity)),
+	global := fmt.Sprintf("global batch %d", ans.GlobalBatch)
+	if ans.Ranks > 1 {
+		global += fmt.Sprintf(" (%d a rank × %d GPUs)", ans.RankBatch, ans.Ranks)
+	}
+	head = append(head, global, fmt.Sprintf("%s (%s)", r.GPU.Name, fmtBytes(r.GPU.Capacity)),
 		fmt.Sprintf("margin %s", fmtBytes(ans.Margin)))
 	fmt.Fprintln(w, strings.Join(head, " · "))
+	fmt.Fprintln(w, marginLine(ans.Margin, r.GPU.Capacity))
 	b := ans.Base
 	verdict := "fits"
 	if !b.Fits {
@@ -358,7 +433,12 @@ func writePlanTable(w io.Writer, ans *plan.Answer, plans []*plan.Plan) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	seq := ans.Base.Result != nil && ans.Base.Result.Time != nil && ans.Base.Result.Time.Tokens > 0
 	par := ans.Base.Parallel.On() || ans.Base.TP > 1 || ans.Base.PP > 1 || slices.ContainsFunc(plans, func(p *plan.Plan) bool { return p.TP > 1 || p.PP > 1 })
+	tuned := slices.ContainsFunc(plans, func(p *plan.Plan) bool { return p.Tune != plan.FullTune })
+	marked := slices.ContainsFunc(plans, func(p *plan.Plan) bool { return p.ChangesResults() })
 	hdr := "  #\tmicro × acc\tprecision\tcheckpointing\toptimizer\texpandable\tpeak reserved\tdevice total\tstep time\tsamples/s\t"
+	if tuned {
+		hdr = "  #\ttrains" + strings.TrimPrefix(hdr, "  #")
+	}
 	if par {
 		hdr = "  #\tstrategy" + strings.TrimPrefix(hdr, "  #")
 	}
@@ -372,11 +452,23 @@ func writePlanTable(w io.Writer, ans *plan.Answer, plans []*plan.Plan) {
 		if p.Expandable {
 			exp = "yes"
 		}
-		line := fmt.Sprintf("  %d\t%d × %d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t", i+1, p.MicroBatch, p.Accumulate, p.Precision, p.Checkpoint, p.Impl, exp,
-			fmtBytes(res.Timeline.PeakReserved), fmtBytes(res.DeviceTotal), secondsOrDash(p.Seconds), rateOrDash(p.Throughput()))
-		if par {
-			line = fmt.Sprintf("  %d\t%s", i+1, plan.Layout(p.Candidate)) + strings.TrimPrefix(line, fmt.Sprintf("  %d", i+1))
+		opt := string(p.Impl)
+		if p.Optim != "" {
+			opt = p.Optim
 		}
+		num := fmt.Sprint(i + 1)
+		if p.ChangesResults() {
+			num += "*"
+		}
+		line := fmt.Sprintf("\t%d × %d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t", p.MicroBatch, p.Accumulate, p.Precision, p.Checkpoint, opt, exp,
+			fmtBytes(res.Timeline.PeakReserved), fmtBytes(res.DeviceTotal), secondsOrDash(p.Seconds), rateOrDash(p.Throughput()))
+		if tuned {
+			line = "\t" + trainsWord(p.Tune) + line
+		}
+		if par {
+			line = "\t" + plan.Layout(p.Candidate) + line
+		}
+		line = "  " + num + line
 		if seq {
 			line += fmtRate(res.Time.TokensPerSecond()) + "\t"
 		}
@@ -393,6 +485,10 @@ func writePlanTable(w io.Writer, ans *plan.Answer, plans []*plan.Plan) {
 	}
 	if pure {
 		fmt.Fprintln(w, "  (bf16-true and 16-true keep the weights themselves in 16 bits, with no float32 master copy: a numerical change as well as a memory one)")
+	}
+	if marked {
+		fmt.Fprintln(w, "  * changes what is trained (LoRA or QLoRA adapters instead of every parameter) or how it is optimised (8-bit, paged or Adafactor states):")
+		fmt.Fprintln(w, "    the model it trains can differ, unlike accumulation, checkpointing, the allocator or the layout; such plans rank after every plan that changes neither")
 	}
 	for i, p := range plans {
 		fmt.Fprintf(w, "  %d: ", i+1)
@@ -445,6 +541,17 @@ func rateOrDash(r float64) string {
 		return "-"
 	}
 	return fmtRate(r)
+}
+
+// trainsWord names what a plan trains for the table.
+func trainsWord(t plan.Tune) string {
+	switch t {
+	case plan.LoRATune:
+		return "LoRA"
+	case plan.QLoRATune:
+		return "QLoRA"
+	}
+	return "as now"
 }
 
 // strategyOf names a plan's strategy for JSON ("" on one GPU).

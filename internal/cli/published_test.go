@@ -78,7 +78,8 @@ func TestPublishedFigures(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			args := append(append([]string{"estimate"}, strings.Fields(c.args)...), "--json")
 			out, errs, code := run(args...)
-			if code != 0 {
+			// a job that does not fit at batch 1 exits 1, after its JSON
+			if code != 0 && (c.want != 0 || code != 1) {
 				t.Fatalf("exit %d: %s", code, errs)
 			}
 			var got struct {

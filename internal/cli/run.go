@@ -77,6 +77,11 @@ func runRun(e *env, args []string) error {
 		return usagef("run starts a process: not from the web page")
 	}
 	i := slices.Index(args, "--")
+	if i < 0 && slices.ContainsFunc(args, isHelp) {
+		// run -h: the help, as every command gives it
+		_, err := parseRunFlags(e, args)
+		return err
+	}
 	if i < 0 {
 		return usagef("put -- before the command to run (batchfit run [flags] -- python train.py)")
 	}
@@ -431,7 +436,8 @@ func runRequest(j *jobFlags, set map[string]bool, s record.Summary) (predict.Req
 // runOptimizers are the optimizer classes batchfit simulates, by the name
 // a run reports, with the --optimizer that stands for each.
 var runOptimizers = map[string]string{"SGD": "sgd", "Adam": "adam", "AdamW": "adamw", "Adafactor": "adafactor",
-	"Adam8bit": "adam8bit", "AdamW8bit": "adamw8bit", "PagedAdam8bit": "paged_adam8bit", "PagedAdamW8bit": "paged_adamw8bit"}
+	"Adam8bit": "adam8bit", "AdamW8bit": "adamw8bit", "PagedAdam8bit": "paged_adam8bit", "PagedAdamW8bit": "paged_adamw8bit",
+	"PagedAdam": "paged_adam", "PagedAdamW": "paged_adamw"}
 
 // runOptimizer sets the job's optimizer to the run's first one where
 // batchfit simulates its class, with its momentum, weight decay and
@@ -670,3 +676,5 @@ func (g *runRegistry) remove() {
 		os.Remove(g.path)
 	}
 }
+
+func isHelp(a string) bool { return a == "-h" || a == "--h" || a == "-help" || a == "--help" }

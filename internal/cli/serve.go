@@ -446,17 +446,19 @@ func (s *server) handle(ep endpoint) http.HandlerFunc {
 	}
 }
 
-var notDefined = regexp.MustCompile(`^flag provided but not defined: -(\S+)$`)
-
 // explainFlag turns the flag package's complaint about an unknown field
 // into one that names the nearest field the endpoint takes.
 func (s *server) explainFlag(cmd string, err error) error {
-	m := notDefined.FindStringSubmatch(err.Error())
-	if m == nil {
+	name, ok := undefinedFlag(err)
+	if !ok {
+		var fe flagError
+		if errors.As(err, &fe) {
+			return fe.err // a field, not a command-line flag: no pointer to -h
+		}
 		return err
 	}
-	msg := fmt.Sprintf("unknown field %q", m[1])
-	if near := models.Nearest(m[1], s.flags[cmd], 3); len(near) > 0 {
+	msg := fmt.Sprintf("unknown field %q", name)
+	if near := models.Nearest(name, s.flags[cmd], 3); len(near) > 0 {
 		msg += fmt.Sprintf("; did you mean %s?", strings.Join(near, " or "))
 	}
 	return errors.New(msg + " (fields: " + strings.Join(s.flags[cmd], ", ") + ")")

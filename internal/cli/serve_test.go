@@ -568,7 +568,7 @@ func TestServeConcurrentMix(t *testing.T) {
 		{"/api/estimate.svg", map[string]any{"model": "resnet18", "batch": 8, "accumulate": 3}},
 		{"/api/sweep", map[string]any{"model": "simpleconv", "batch": "1:32", "gpu": "t4"}},
 		{"/api/plan", map[string]any{"model": "gpt2", "seq": 1024, "gpu": "a10g", "global-batch": 32, "batch": 32}},
-		{"/api/maxbatch", map[string]any{"model": "mlp", "gpu": "8GB", "objective": "throughput"}},
+		{"/api/maxbatch", map[string]any{"model": "mlp", "gpu": "8GB", "like": "l4", "objective": "throughput"}},
 	}
 	want := make([][]byte, len(reqs))
 	for i, r := range reqs {

@@ -1,12 +1,14 @@
 package cli
 
 import (
+	"flag"
 	"fmt"
 	"sort"
 	"text/tabwriter"
 
 	"github.com/batchfit/batchfit/alloc"
 	"github.com/batchfit/batchfit/internal/chart"
+	"github.com/batchfit/batchfit/predict"
 	"github.com/batchfit/batchfit/snapshot"
 	"github.com/batchfit/batchfit/trace"
 )
@@ -19,29 +21,52 @@ reserved memory, the largest allocation sites at the peak, fragmentation,
 how the replay compares with the segments the snapshot recorded, and what
 another PYTORCH_CUDA_ALLOC_CONF would have reserved.
 
+With --model and estimate's flags (--batch, --seq, --precision,
+--optimizer, ...), it also sets batchfit's prediction of that job beside
+the recording: peak allocated and reserved overall and per phase (forward,
+backward, optimizer; the recording's phases are read from its stack frames,
+or estimated from its allocation pattern without them), and what the
+prediction lacks or adds at the peak, by request size and by the
+recording's allocation sites. The prediction uses the recording's
+PYTORCH_CUDA_ALLOC_CONF.
+
 Examples:
   batchfit snapshot memory.pickle
+  batchfit snapshot memory.pickle --model gpt2 --batch 8 --seq 1024 --optimizer adamw
   batchfit snapshot memory.pickle --alloc-conf expandable_segments:True
   batchfit snapshot memory.pickle --timeline memory.svg
 `
 
 // SnapshotJSON is the stable JSON form of a snapshot replay.
 type SnapshotJSON struct {
-	File                  string     `json:"file"`
-	Events                int        `json:"events"`
-	AllocConf             string     `json:"alloc_conf"`
-	PeakAllocatedBytes    int64      `json:"peak_allocated_bytes"`
-	PeakReservedBytes     int64      `json:"peak_reserved_bytes"`
-	MaxFragmentationBytes int64      `json:"max_reserved_unallocated_bytes"`
-	RecordedSegmentAllocs int        `json:"recorded_segment_allocs"`
-	ReplaySegmentAllocs   int64      `json:"replay_segment_allocs"`
-	RecordedReservedBytes int64      `json:"recorded_reserved_bytes"`
-	ReplayReservedBytes   int64      `json:"replay_reserved_bytes"`
-	WhatIfConf            string     `json:"what_if_alloc_conf"`
-	WhatIfReservedBytes   int64      `json:"what_if_peak_reserved_bytes"`
-	TopSites              []SiteJSON `json:"top_sites"`
-	Fragmentation         []FragJSON `json:"fragmentation_over_time"`
-	Warnings              []string   `json:"warnings,omitempty"`
+	File                  string `json:"file"`
+	Events                int    `json:"events"`
+	AllocConf             string `json:"alloc_conf"`
+	PeakAllocatedBytes    int64  `json:"peak_allocated_bytes"`
+	PeakReservedBytes     int64  `json:"peak_reserved_bytes"`
+	MaxFragmentationBytes int64  `json:"max_reserved_unallocated_bytes"`
+	// ReplayFrom is "recorded state" when the replay starts from the
+	// allocator's state rebuilt at the first recorded entry, "empty" when
+	// that state could not be rebuilt (see Warnings).
+	ReplayFrom                string `json:"replay_from"`
+	StartReservedBytes        int64  `json:"recorded_start_reserved_bytes"`
+	StartLiveBlocks           int    `json:"start_live_blocks"`
+	RecordedSegmentAllocs     int    `json:"recorded_segment_allocs"`
+	ReplaySegmentAllocs       int64  `json:"replay_segment_allocs"`
+	RecordedPeakReservedBytes int64  `json:"recorded_peak_reserved_bytes"`
+	RecordedReservedBytes     int64  `json:"recorded_reserved_bytes"`
+	ReplayReservedBytes       int64  `json:"replay_reserved_bytes"`
+	// ReplayAgrees: the same segment allocations, and peak and final
+	// reserved within 0.5 %.
+	ReplayAgrees        bool       `json:"replay_agrees"`
+	WhatIfConf          string     `json:"what_if_alloc_conf"`
+	WhatIfReservedBytes int64      `json:"what_if_peak_reserved_bytes"`
+	TopSites            []SiteJSON `json:"top_sites"`
+	Fragmentation       []FragJSON `json:"fragmentation_over_time"`
+	Warnings            []string   `json:"warnings,omitempty"`
+	// Prediction sets batchfit's prediction beside the recording (with
+	// --model).
+	Prediction *SnapshotPredictionJSON `json:"prediction,omitempty"`
 }
 
 // FragJSON is the allocator state at one point of the replay.
@@ -66,6 +91,17 @@ func runSnapshot(e *env, args []string) error {
 	top := fs.Int("top", 10, "allocation sites to list")
 	timeline := fs.String("timeline", "", "write allocated and reserved memory over the replay (and reserved under --alloc-conf) to this SVG file")
 	asJSON := fs.Bool("json", false, "print JSON")
+	// estimate's flags, for --model; the snapshot's own --alloc-conf and
+	// --json keep their meaning (the prediction takes the recorded
+	// allocator configuration).
+	j := jobFlags{e: e, inferOK: true}
+	jfs := newFlagSet("snapshot", stderr, snapshotUsage)
+	j.register(jfs, "32")
+	jfs.VisitAll(func(f *flag.Flag) {
+		if fs.Lookup(f.Name) == nil {
+			fs.Var(f.Value, f.Name, f.Usage)
+		}
+	})
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return err
@@ -97,6 +133,13 @@ func runSnapshot(e *env, args []string) error {
 			return err
 		}
 	}
+	if j.model != "" {
+		p, err := predictBeside(&j, an, snap, *device, *top)
+		if err != nil {
+			return err
+		}
+		an.out.Prediction = p
+	}
 	out, tl, wtl, recordedConf := an.out, an.tl, an.wtl, an.out.AllocConf
 	if *asJSON {
 		return writeJSON(stdout, out)
@@ -108,13 +151,21 @@ func runSnapshot(e *env, args []string) error {
 	fmt.Fprintf(tw, "most reserved but unallocated\t%s\t(fragmentation)\n", fmtBytes(out.MaxFragmentationBytes))
 	fmt.Fprintf(tw, "with %s\t%s\tpeak reserved (%s)\n", *whatIf, fmtBytes(wtl.PeakReserved), signed(wtl.PeakReserved-tl.PeakReserved))
 	tw.Flush()
-	fmt.Fprintln(stdout, "\nreplay against the snapshot's own record:")
+	if out.ReplayFrom == replayFromState {
+		fmt.Fprintf(stdout, "\nreplay against the snapshot's own record (from the state rebuilt at the first recorded entry: %s reserved, %d blocks live):\n",
+			fmtBytes(out.StartReservedBytes), out.StartLiveBlocks)
+	} else {
+		fmt.Fprintln(stdout, "\nreplay against the snapshot's own record (from an empty allocator):")
+	}
 	tw = tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "  segments allocated\trecorded %d\treplayed %d\t\n", out.RecordedSegmentAllocs, out.ReplaySegmentAllocs)
+	fmt.Fprintf(tw, "  peak reserved\trecorded %s\treplayed %s\t\n", fmtBytes(out.RecordedPeakReservedBytes), fmtBytes(out.PeakReservedBytes))
 	fmt.Fprintf(tw, "  reserved at the end\trecorded %s\treplayed %s\t\n", fmtBytes(out.RecordedReservedBytes), fmtBytes(out.ReplayReservedBytes))
 	tw.Flush()
-	if out.RecordedSegmentAllocs > 0 && int64(out.RecordedSegmentAllocs) != out.ReplaySegmentAllocs || out.RecordedReservedBytes != out.ReplayReservedBytes {
-		fmt.Fprintln(stdout, "  they disagree: the recording may have started after segments were created (ring buffer), or another allocator setting was in force")
+	if out.ReplayAgrees {
+		fmt.Fprintln(stdout, "  they agree")
+	} else {
+		fmt.Fprintln(stdout, "  they disagree: another allocator setting may have been in force, or the recording is inconsistent (see the warnings)")
 	}
 	if len(out.Fragmentation) > 0 {
 		fmt.Fprintln(stdout, "\nfragmentation over the replay (worst point of each tenth):")
@@ -136,16 +187,45 @@ func runSnapshot(e *env, args []string) error {
 	for _, w := range out.Warnings {
 		fmt.Fprintf(stdout, "warning: %s\n", w)
 	}
+	if out.Prediction != nil {
+		writePrediction(stdout, out.Prediction)
+	}
 	if *timeline != "" {
 		fmt.Fprintf(stdout, "\ntimeline chart: %s\n", *timeline)
 	}
 	return nil
 }
 
+// predictBeside predicts the job of j's flags with the recording's
+// allocator configuration and compares it with the recording.
+func predictBeside(j *jobFlags, an *snapshotAnalysis, snap *snapshot.Snapshot, device, top int) (*SnapshotPredictionJSON, error) {
+	batches, err := parseBatches(j.batch)
+	if err != nil {
+		return nil, err
+	}
+	r, err := j.request(j.model)
+	if err != nil {
+		return nil, err
+	}
+	r.Config.Batch = batches[0]
+	if len(batches) > 1 {
+		r.Schedule = batches
+	}
+	r.Alloc = an.cfg
+	r.KeepTrace = true
+	res, err := predict.Run(j.e.context(), r)
+	if err != nil {
+		return nil, err
+	}
+	return comparePrediction(an, snap, device, an.conv, res, top)
+}
+
 // snapshotAnalysis is a snapshot replayed with its recorded allocator
 // settings and with another, for the command line and the web page.
 type snapshotAnalysis struct {
 	out      SnapshotJSON
+	cfg      alloc.Config // the recorded allocator configuration
+	conv     *snapshot.Conversion
 	tl, wtl  *alloc.Timeline
 	rec, wrc *stepRecorder
 }
@@ -158,21 +238,29 @@ func (a *snapshotAnalysis) chart() *chart.Chart {
 // recorded allocator settings and with whatIf; with charts it also keeps
 // both replays' state over the events.
 func analyzeSnapshot(snap *snapshot.Snapshot, name string, device int, whatIf string, top int, charts bool) (*snapshotAnalysis, error) {
-	conv, err := snap.Convert(device)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", name, err)
-	}
 	recordedConf := snap.AllocatorSettings.AllocConf
 	cfg, err := alloc.ParseConfig(recordedConf)
 	if err != nil {
 		return nil, fmt.Errorf("%s: the recorded PYTORCH_CUDA_ALLOC_CONF %q: %w", name, recordedConf, err)
 	}
+	// A recording usually starts mid-run (the trace is a ring buffer):
+	// the replay starts from the allocator's state at its first entry.
+	from := replayFromState
+	var fallback string
+	conv, err := snap.ConvertFromState(device, cfg)
+	if err != nil {
+		fallback = fmt.Sprintf("the allocator's state at the first recorded entry could not be rebuilt (%v): replayed from an empty allocator, with the blocks allocated before the recording allocated first", err)
+		from = "empty"
+		if conv, err = snap.Convert(device); err != nil {
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+	}
 	wcfg, err := alloc.ParseConfig(whatIf)
 	if err != nil {
 		return nil, usagef("--alloc-conf %q: %v", whatIf, err)
 	}
-	an := &snapshotAnalysis{}
-	opts, wopts := alloc.ReplayOptions{Record: true}, alloc.ReplayOptions{}
+	an := &snapshotAnalysis{cfg: cfg, conv: conv}
+	opts, wopts := alloc.ReplayOptions{Record: true, Initial: conv.Initial}, alloc.ReplayOptions{Initial: conv.Initial}
 	if charts {
 		an.rec, an.wrc = newStepRecorder(timelineBuckets), newStepRecorder(timelineBuckets)
 		opts.Observe, wopts.Observe = an.rec.observe, an.wrc.observe
@@ -191,7 +279,10 @@ func analyzeSnapshot(snap *snapshot.Snapshot, name string, device int, whatIf st
 	an.tl, an.wtl = tl, wtl
 	out := SnapshotJSON{File: name, Events: len(conv.Trace.Events), AllocConf: recordedConf, PeakAllocatedBytes: tl.PeakAllocated,
 		PeakReservedBytes: tl.PeakReserved, ReplaySegmentAllocs: tl.Final.NumDeviceAlloc, ReplayReservedBytes: tl.Final.Reserved,
-		WhatIfConf: whatIf, WhatIfReservedBytes: wtl.PeakReserved, Warnings: conv.Warnings}
+		WhatIfConf: whatIf, WhatIfReservedBytes: wtl.PeakReserved, Warnings: conv.Warnings, ReplayFrom: from}
+	if fallback != "" {
+		out.Warnings = append([]string{fallback}, out.Warnings...)
+	}
 	for _, s := range tl.Samples {
 		out.MaxFragmentationBytes = max(out.MaxFragmentationBytes, s.Reserved-s.Allocated)
 	}
@@ -220,7 +311,20 @@ func analyzeSnapshot(snap *snapshot.Snapshot, name string, device int, whatIf st
 			out.RecordedReservedBytes += s.TotalSize
 		}
 	}
-	out.TopSites = sitesAtPeak(conv.Trace, tl.PeakAllocatedEvent, top)
+	var recEnd int64
+	out.StartReservedBytes, out.RecordedPeakReservedBytes, recEnd = conv.RecordedReserved()
+	if from != replayFromState {
+		// Without the starting state, the recording's own peak is only
+		// known relative to it: the snapshot's end is the best bound.
+		out.RecordedPeakReservedBytes = max(out.RecordedPeakReservedBytes-recEnd+out.RecordedReservedBytes, out.RecordedReservedBytes)
+	}
+	for _, g := range conv.Initial {
+		out.StartLiveBlocks += len(g.Blocks)
+	}
+	out.ReplayAgrees = int64(out.RecordedSegmentAllocs) == out.ReplaySegmentAllocs &&
+		within(out.ReplayReservedBytes, out.RecordedReservedBytes, replayTolerance) &&
+		within(out.PeakReservedBytes, out.RecordedPeakReservedBytes, replayTolerance)
+	out.TopSites = sitesAtPeak(conv, tl.PeakAllocatedEvent, top)
 	an.out = out
 	return an, nil
 }
@@ -232,12 +336,32 @@ func signed(n int64) string {
 	return "+" + fmtBytes(n)
 }
 
-// sitesAtPeak sums the requested bytes live at event peak by site.
-func sitesAtPeak(tr *trace.Trace, peak, top int) []SiteJSON {
-	if peak < 0 {
+// replayFromState is SnapshotJSON.ReplayFrom for a replay from the
+// rebuilt state.
+const replayFromState = "recorded state"
+
+// replayTolerance is how far a replay's reserved bytes may be from the
+// recording's and still agree.
+const replayTolerance = 0.005
+
+func within(got, want int64, frac float64) bool {
+	d := float64(got - want)
+	return d <= frac*float64(want) && -d <= frac*float64(want)
+}
+
+// sitesAtPeak sums the requested bytes live at event peak (-1: the
+// starting state) by site.
+func sitesAtPeak(conv *snapshot.Conversion, peak, top int) []SiteJSON {
+	tr := conv.Trace
+	live := map[int64]trace.Event{}
+	for _, g := range conv.Initial {
+		for _, b := range g.Blocks {
+			live[b.ID] = trace.Event{Action: trace.Alloc, ID: b.ID, Size: b.Requested, Site: conv.InitialSites[b.ID]}
+		}
+	}
+	if peak < 0 && len(live) == 0 {
 		return nil
 	}
-	live := map[int64]trace.Event{}
 	for i := 0; i <= peak && i < len(tr.Events); i++ {
 		e := tr.Events[i]
 		switch e.Action {

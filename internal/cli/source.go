@@ -1,7 +1,9 @@
 package cli
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -20,6 +22,18 @@ import (
 func resolveSource(arg string) (predict.Source, error) {
 	ext := strings.ToLower(filepath.Ext(arg))
 	info, statErr := os.Stat(arg)
+	if errors.Is(statErr, fs.ErrNotExist) && looksLikePath(arg, ext) {
+		// a path that is not there: say so, not "unknown model" (unless
+		// it is a zoo name after all, such as a Hugging Face id org/name)
+		if m, err := models.Lookup(arg); err == nil && !strings.ContainsAny(arg[:1], `./\~`) {
+			return predict.Zoo{M: m}, nil
+		}
+		msg := fmt.Sprintf("%s: not found (no such file or directory; a model is a zoo name from 'batchfit models' or a .yaml, .onnx, config.json or model directory)", arg)
+		if m, err := models.Lookup(filepath.Base(strings.TrimRight(arg, `/\`))); err == nil && ext == "" {
+			msg += fmt.Sprintf("; did you mean the zoo's %s?", m.Name)
+		}
+		return nil, errors.New(msg)
+	}
 	switch {
 	case ext == ".yaml" || ext == ".yml":
 		s, err := spec.ParseFile(arg)
@@ -51,6 +65,16 @@ func resolveSource(arg string) (predict.Source, error) {
 	return predict.Zoo{M: m}, nil
 }
 
+// looksLikePath tells a path from a zoo name: a directory separator, a
+// leading . or ~, or a model file's extension.
+func looksLikePath(arg, ext string) bool {
+	switch ext {
+	case ".yaml", ".yml", ".json", ".onnx":
+		return true
+	}
+	return strings.ContainsAny(arg, `/\`) || strings.HasPrefix(arg, ".") || strings.HasPrefix(arg, "~")
+}
+
 type specSource struct {
 	s    *spec.Spec
 	name string
@@ -59,6 +83,15 @@ type specSource struct {
 func (s specSource) Name() string { return s.name }
 
 func (s specSource) Build(c models.Config) (*graph.Graph, error) {
+	over, err := s.overrides(c)
+	if err != nil {
+		return nil, err
+	}
+	return s.s.BuildAdapted(c.Batch, c.Seq, over, c.Adapters)
+}
+
+// overrides are --layers and --hidden as the spec's parameters.
+func (s specSource) overrides(c models.Config) (map[string]int64, error) {
 	over := map[string]int64{}
 	declared := s.s.Params()
 	for name, v := range map[string]int64{"layers": c.Layers, "hidden": c.Hidden} {
@@ -70,7 +103,24 @@ func (s specSource) Build(c models.Config) (*graph.Graph, error) {
 		}
 		over[name] = v
 	}
-	return s.s.BuildAdapted(c.Batch, c.Seq, over, c.Adapters)
+	return over, nil
+}
+
+// Range bounds the sequence by the spec's learned position tables
+// (spec.SeqLimit); the other dimensions take every positive value.
+func (s specSource) Range(d models.Dim, c models.Config) models.Range {
+	if d != models.DimSeq {
+		return models.AnyPositive
+	}
+	over, err := s.overrides(c)
+	if err != nil {
+		return models.AnyPositive
+	}
+	n, err := s.s.SeqLimit(over)
+	if err != nil || n <= 0 {
+		return models.AnyPositive
+	}
+	return models.Range{Min: 1, Step: 1, Max: n, MaxWhy: fmt.Sprintf("the %d learned positions of its position_embedding", n)}
 }
 
 func (s specSource) DefaultSeq() int64 {

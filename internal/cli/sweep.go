@@ -3,8 +3,10 @@ package cli
 import (
 	"encoding/csv"
 	"fmt"
+	"strings"
 	"text/tabwriter"
 
+	"github.com/batchfit/batchfit/plan"
 	"github.com/batchfit/batchfit/predict"
 	"github.com/batchfit/batchfit/solve"
 )
@@ -12,7 +14,8 @@ import (
 const sweepUsage = `usage: batchfit sweep MODEL --batch LIST|RANGE [flags]
 
 Predicts memory for each batch size: a list (1,2,4,8) or a range,
-FROM:TO doubling (1:256) or FROM:TO:STEP (8:64:8). MODEL takes every form
+FROM:TO doubling (1:256) or FROM:TO:STEP (8:64:8). "fits" is with --margin
+(the safety band by default; 0 for the bare figure). MODEL takes every form
 'batchfit estimate' does.
 
 Examples:
@@ -28,9 +31,16 @@ func runSweep(e *env, args []string) error {
 	j.register(fs, "1:256")
 	asCSV := fs.Bool("csv", false, "print CSV")
 	svg := fs.String("svg", "", "also write the chart of memory (and step time) over batch size to this SVG file")
+	margin := fs.String("margin", "band", marginHelp)
 	r, batches, err := j.job(fs, "sweep", args)
 	if err != nil {
 		return err
+	}
+	if j.json && *asCSV {
+		return usagef("--csv and --json exclude each other: give one")
+	}
+	if r.Margin, err = parseMargin(*margin, r.GPU.Capacity); err != nil {
+		return usagef("--margin: %v", err)
 	}
 	pts, err := solve.Sweep(e.context(), r, batches)
 	if err != nil {
@@ -50,8 +60,11 @@ func runSweep(e *env, args []string) error {
 		return writeJSON(stdout, out)
 	case *asCSV:
 		w := csv.NewWriter(stdout)
+		// out_of_memory rows: the peak figures are the allocator's at the
+		// failure; needs_at_least_bytes is what the step needs (JSON's
+		// needs_at_least_bytes, the chart's red line)
 		w.Write([]string{"batch", "activations_bytes", "peak_allocated_bytes", "peak_reserved_bytes", "device_total_bytes", "gpu_capacity_bytes", "fits",
-			"step_seconds", "samples_per_second", "tokens_per_second"})
+			"step_seconds", "samples_per_second", "tokens_per_second", "out_of_memory", "needs_at_least_bytes", "margin_bytes"})
 		for _, p := range pts {
 			r := p.Result
 			var sec, sps, tps float64
@@ -60,12 +73,12 @@ func runSweep(e *env, args []string) error {
 			}
 			w.Write([]string{fmt.Sprint(p.Value), fmt.Sprint(r.Summary.ActivationsBytes), fmt.Sprint(r.Timeline.PeakAllocated),
 				fmt.Sprint(r.Timeline.PeakReserved), fmt.Sprint(r.DeviceTotal), fmt.Sprint(r.GPU.Capacity), fmt.Sprint(r.Fits),
-				fmt.Sprint(sec), fmt.Sprint(sps), fmt.Sprint(tps)})
+				fmt.Sprint(sec), fmt.Sprint(sps), fmt.Sprint(tps), fmt.Sprint(r.Timeline.OOM != nil), fmt.Sprint(needOf(r)), fmt.Sprint(r.Margin)})
 		}
 		w.Flush()
 		return w.Error()
 	}
-	fmt.Fprintln(stdout, setupLine(pts[0].Result))
+	fmt.Fprintln(stdout, sweepSetupLine(pts))
 	fmt.Fprintln(stdout)
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
 	timed := pts[0].Result.Time != nil
@@ -78,7 +91,14 @@ func runSweep(e *env, args []string) error {
 		second = "KV cache"
 		held = func(r *predict.Result) int64 { return r.Generation.CacheBytes }
 	}
+	oom := false
+	for _, p := range pts {
+		oom = oom || p.Result.Timeline.OOM != nil
+	}
 	hdr := "batch\t" + second + "\tpeak allocated\tpeak reserved\tdevice total\tfits\t"
+	if oom {
+		hdr += "needs at least\t"
+	}
 	if timed {
 		hdr += "step time\tsamples/s\t"
 		if tok {
@@ -89,11 +109,21 @@ func runSweep(e *env, args []string) error {
 	for _, p := range pts {
 		r := p.Result
 		fits := "yes"
-		if !r.Fits {
+		switch {
+		case r.Timeline.OOM != nil:
+			fits = "no: OOM*"
+		case !r.Fits:
 			fits = "no"
 		}
 		line := fmt.Sprintf("%d\t%s\t%s\t%s\t%s\t%s\t", p.Value, fmtBytes(held(r)), fmtBytes(r.Timeline.PeakAllocated),
 			fmtBytes(r.Timeline.PeakReserved), fmtBytes(r.DeviceTotal), fits)
+		if oom {
+			need := "-"
+			if r.Timeline.OOM != nil {
+				need = fmtBytes(needOf(r))
+			}
+			line += need + "\t"
+		}
 		if timed {
 			line += fmt.Sprintf("%s\t%s\t", fmtSeconds(r.Time.Seconds), fmtRate(r.Time.SamplesPerSecond()))
 			if tok {
@@ -103,12 +133,49 @@ func runSweep(e *env, args []string) error {
 		fmt.Fprintln(tw, line)
 	}
 	tw.Flush()
-	if timed {
-		fmt.Fprintln(stdout, "\nstep time and throughput: the roofline step-time model, a bound to compare batches with (docs/accuracy.md)")
+	fmt.Fprintln(stdout)
+	if oom {
+		fmt.Fprintln(stdout, "* out of memory: the simulated step stops at the allocation that fails, so that row's peak figures are the allocator's at the failure, below what the step needs; needs at least is the step's requested peak plus the CUDA context (a lower bound: rounding and caching add to it)")
 	}
-	fmt.Fprintf(stdout, "\nGPU capacity %s (%s)\n", fmtBytes(pts[0].Result.GPU.Capacity), pts[0].Result.GPU.Marketing)
+	fmt.Fprintln(stdout, largestLine(pts))
+	if timed {
+		fmt.Fprintln(stdout, "step time and throughput: the roofline step-time model, a bound to compare batches with (docs/accuracy.md)")
+	}
+	fmt.Fprintf(stdout, "\nGPU capacity %s (%s)\n", fmtBytes(pts[0].Result.GPU.Capacity), capacityNote(pts[0].Result.GPU))
+	fmt.Fprintln(stdout, strings.Replace(marginLine(r.Margin, r.GPU.Capacity), "margin: ", "fits with the margin: ", 1))
 	if *svg != "" {
 		fmt.Fprintf(stdout, "chart: %s\n", *svg)
 	}
 	return nil
+}
+
+// needOf is the device total an out-of-memory point needs (plan.Need: the
+// step's requested peak and the context, a lower bound); 0 for a point
+// that ran to its end.
+func needOf(r *predict.Result) int64 {
+	if r.Timeline.OOM == nil {
+		return 0
+	}
+	return plan.Need(r)
+}
+
+// largestLine says which swept batch is the largest that fits, and when
+// every one fits that it is the largest tried, not the limit.
+func largestLine(pts []solve.Point) string {
+	fit := int64(-1)
+	var over []int64
+	for _, p := range pts {
+		if p.Result.Fits {
+			fit = max(fit, p.Value)
+		} else {
+			over = append(over, p.Value)
+		}
+	}
+	switch {
+	case fit < 0:
+		return "no batch swept fits"
+	case len(over) == 0:
+		return fmt.Sprintf("every batch swept fits: %d is the largest tried, not the limit ('batchfit maxbatch' finds the limit)", fit)
+	}
+	return fmt.Sprintf("largest batch swept that fits: %d", fit)
 }

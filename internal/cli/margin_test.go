@@ -1,0 +1,125 @@
+package cli
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/batchfit/batchfit/gpu"
+	"github.com/batchfit/batchfit/predict"
+)
+
+func TestParseMargin(t *testing.T) {
+	const capacity = 10 << 30
+	cases := []struct {
+		in   string
+		want int64
+		bad  bool
+	}{
+		// the band's worst under-prediction as a share of the GPU
+		{"band", int64(math.Ceil(predict.SafetyBand.Under * capacity)), false},
+		{"BAND", int64(math.Ceil(predict.SafetyBand.Under * capacity)), false},
+		{"10%", 1 << 30, false},
+		{"2GiB", 2 << 30, false},
+		{"0", 0, false},
+		{"0%", 0, false},
+		{"120%", 0, true},
+		{"-5%", 0, true},
+		{"some", 0, true},
+		{"10GiB", 0, true}, // leaves nothing
+	}
+	for _, c := range cases {
+		got, err := parseMargin(c.in, capacity)
+		if (err != nil) != c.bad || got != c.want {
+			t.Errorf("parseMargin(%q) = %d, %v; want %d (error %v)", c.in, got, err, c.want, c.bad)
+		}
+	}
+}
+
+// maxbatch answers with the safety band by default: its answer's device
+// total leaves the band's share of the GPU free, so a real device total as
+// far above the prediction as the worst recording still fits; --margin 0
+// answers the bare figure, a larger batch. Before the band, both were the
+// bare figure.
+func TestMaxBatchMargin(t *testing.T) {
+	t4, err := gpu.Lookup("t4")
+	if err != nil {
+		t.Fatal(err)
+	}
+	answer := func(more ...string) MaxBatchJSON {
+		t.Helper()
+		out, errs, code := run(append([]string{"maxbatch", "resnet18", "--gpu", "t4", "--json"}, more...)...)
+		if code != 0 {
+			t.Fatalf("exit %d: %s", code, errs)
+		}
+		var m MaxBatchJSON
+		if err := json.Unmarshal([]byte(out), &m); err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	safe, bare := answer(), answer("--margin", "0")
+	if want := predict.SafetyBand.Margin(t4.Capacity); safe.MarginBytes != want || bare.MarginBytes != 0 {
+		t.Errorf("margins %d and %d, want %d and 0", safe.MarginBytes, bare.MarginBytes, want)
+	}
+	if safe.MaxBatch >= bare.MaxBatch || safe.MaxBatch < 1 {
+		t.Errorf("with the band %d, bare %d: want a smaller answer with the band", safe.MaxBatch, bare.MaxBatch)
+	}
+	if high := float64(safe.AtMax.DeviceTotalBytes) / (1 - predict.SafetyBand.Under); high > float64(t4.Capacity) {
+		t.Errorf("batch %d: device total %d may really be %.0f, above the T4's %d", safe.MaxBatch, safe.AtMax.DeviceTotalBytes, high, t4.Capacity)
+	}
+	if bare.AtMax.DeviceTotalBytes > t4.Capacity || bare.AtNext.Fits {
+		t.Errorf("bare answer %d: device total %d of %d", bare.MaxBatch, bare.AtMax.DeviceTotalBytes, t4.Capacity)
+	}
+	// the text says so in one line
+	out, _, _ := run("maxbatch", "resnet18", "--gpu", "t4")
+	if !strings.Contains(out, "largest batch that fits with the margin") || !strings.Contains(out, "margin: ") || !strings.Contains(out, "--margin 0 for the bare figure") {
+		t.Errorf("maxbatch does not say its margin:\n%s", out)
+	}
+	// sweep's fits column follows the same margin, and estimate prints the band
+	out, _, _ = run("sweep", "resnet18", "--batch", "1,2", "--gpu", "t4")
+	if !strings.Contains(out, "fits with the margin: ") {
+		t.Errorf("sweep does not say its margin:\n%s", out)
+	}
+	out, _, _ = run("sweep", "resnet18", "--batch", "1", "--gpu", "t4", "--csv")
+	if lines := strings.Split(strings.TrimSpace(out), "\n"); len(lines) != 2 || !strings.HasSuffix(lines[0], ",margin_bytes") ||
+		!strings.HasSuffix(lines[1], ","+fmt.Sprint(predict.SafetyBand.Margin(t4.Capacity))) {
+		t.Errorf("sweep --csv does not give its margin:\n%s", out)
+	}
+	out, _, _ = run("estimate", "resnet18", "--gpu", "t4")
+	if !strings.Contains(out, "band: batchfit's device total has been within −14.5 %") {
+		t.Errorf("estimate prints no band:\n%s", out)
+	}
+}
+
+// A size for --gpu is not an H100: no step time unless --like names the
+// GPU, whose speed it then has (before, any size ran at an H100's rates).
+func TestGPUSize(t *testing.T) {
+	step := func(args ...string) float64 {
+		t.Helper()
+		out, errs, code := run(append([]string{"estimate", "resnet18", "--batch", "8", "--json"}, args...)...)
+		if code != 0 {
+			t.Fatalf("%v: exit %d: %s", args, code, errs)
+		}
+		var e EstimateJSON
+		if err := json.Unmarshal([]byte(out), &e); err != nil {
+			t.Fatal(err)
+		}
+		if e.Time == nil {
+			return 0
+		}
+		return e.Time.StepSeconds
+	}
+	if s := step("--gpu", "24GB"); s != 0 {
+		t.Errorf("--gpu 24GB has a step time %g", s)
+	}
+	if like, l4 := step("--gpu", "24GB", "--like", "l4"), step("--gpu", "l4"); like == 0 || like != l4 {
+		t.Errorf("--gpu 24GB --like l4: step %g, l4's %g", like, l4)
+	}
+	out, _, _ := run("estimate", "resnet18", "--batch", "8", "--gpu", "24GB")
+	if !strings.Contains(out, "no step time: a size alone says nothing of speed") {
+		t.Errorf("no word on the missing step time:\n%s", out)
+	}
+}

@@ -1,0 +1,154 @@
+package train
+
+import (
+	"fmt"
+
+	"github.com/batchfit/batchfit/graph"
+	"github.com/batchfit/batchfit/trace"
+)
+
+// cuDNN convolution workspaces on the GPU, the one place these rules live.
+// Sources: aten/src/ATen/native/cudnn/Conv_v7.cpp (torch 1.13) and
+// Conv_v8.cpp (the default from 2.0; see profile.CudnnConvAPI).
+//
+// Every kernel, forward, backward-data and backward-filter, takes its
+// workspace from the caching allocator right before it runs and gives it
+// back when it returns: Conv_v7.cpp's try_all lambdas hold
+// allocate_workspace(perf.memory) (an at::empty byte tensor) for one
+// cudnnConvolutionForward / BackwardData / BackwardFilter call;
+// Conv_v8.cpp's run_conv_plan holds
+// CUDACachingAllocator::get()->allocate(plan.getWorkspaceSize()) for one
+// cudnnBackendExecute. The output (or grad_input, grad_weight) is
+// allocated before it, so the workspace sits beside it.
+//
+// How large it is depends on the algorithm cuDNN's heuristic picks
+// (cudnnGetConvolution*Algorithm_v7, or the v8 engine heuristics in
+// CUDNN_HEUR_MODE_INSTANT), which cannot be derived from the shapes. The
+// figure used is the workspace of the explicit-GEMM algorithm
+// (CUDNN_CONVOLUTION_FWD_ALGO_GEMM): the whole unfolded input, N × C ×
+// kh × kw × oh × ow elements, as large as _slow_conv2d's im2col buffer.
+// The heuristic normally picks an implicit-GEMM or Winograd kernel that
+// needs less, so the figure errs towards more memory; FFT kernels can
+// need more and are not covered (docs/accuracy.md says so). Both paths
+// catch an out-of-memory error for the workspace and try the next
+// algorithm, so a workspace never fails a step by itself, but its
+// allocation does count while it lives.
+//
+// With torch.backends.cudnn.benchmark, the first time a configuration is
+// seen (the benchmark cache key: shapes, strides, padding, dtype, layout)
+// the algorithm search runs first: Conv_v7.cpp's findAlgorithms
+// allocates a Workspace of getMaxWorkspaceSize (the largest candidate
+// workspace that is not above CUDACachingAllocator::cacheInfo's largest
+// block, which is at least the device's free memory), runs cudnnFind*Ex
+// and calls emptyCache() while the Workspace is still held, so the
+// search workspace stays reserved afterwards (pytorch issue 50190);
+// Conv_v8.cpp's get_plans_from_find allocates the largest plan workspace
+// not above cacheInfo's figure (halving it on an out-of-memory error),
+// times the plans, frees it, and run_single_conv then empties the cache
+// (_cudnn_get_conv_benchmark_empty_cache). The search workspace is taken
+// to be the same bound as the kernel's: the search may take more, up to
+// the free memory, which the first step's reserved peak then lacks (the
+// output says so).
+
+// convWorkspace is the workspace bound of one cuDNN kernel of a forward
+// convolution with input shape in, output shape out and compute dtype dt;
+// cudnn is false where the convolution does not go to cuDNN at all.
+func convWorkspace(in, out graph.Shape, a graph.Attr, dt graph.DType) (n int64, cudnn bool) {
+	if len(in) != 4 || len(out) != 4 {
+		return 0, false
+	}
+	if g := a.Groups; g > 1 && g == in[1] && !a.ChannelsLast && dt != graph.F16 {
+		// Convolution.cpp use_cudnn_depthwise: a depthwise convolution
+		// goes to cuDNN in channels-last layout or in float16 only;
+		// otherwise the native depthwise kernel (ConvBackend::
+		// CudaDepthwise2d), which takes no workspace, runs it.
+		return 0, false
+	}
+	if a.Kernel == [2]int64{1, 1} && a.Stride == [2]int64{1, 1} && a.Padding == [2]int64{} {
+		// The unfolded input of a 1×1, stride-1, unpadded kernel is the
+		// input itself.
+		return 0, true
+	}
+	return in[0] * in[1] * a.Kernel[0] * a.Kernel[1] * out[2] * out[3] * dt.Size(), true
+}
+
+// cudnnKernel notes one cuDNN convolution kernel (kind "fwd", "bwd_data"
+// or "bwd_filter") of the forward convolution in → out: the benchmark
+// search the first time its configuration is seen (for every kernel that
+// goes to cuDNN, a 1×1 one too), then the kernel's own workspace, each
+// allocated and freed around the call.
+//
+// With Setup.ConvWorkspaceNone the kernels and searches take nothing, the
+// other end of the range the heuristic's choice lies in; the figures of
+// the Summary stay the bound's.
+func (sim *Simulator) cudnnKernel(kind string, in, out graph.Shape, a graph.Attr, dt graph.DType) {
+	n, cudnn := convWorkspace(in, out, a, dt)
+	if sim.s.CPU || !cudnn {
+		return
+	}
+	if n > sim.sum.ConvWorkspaceBytes {
+		sim.sum.ConvWorkspaceBytes = n
+	}
+	if sim.s.ConvWorkspaceNone {
+		n = 0
+	}
+	if sim.s.CudnnBenchmark {
+		key := fmt.Sprint(kind, in, out, a.Kernel, a.Stride, a.Padding, a.Dilation, a.Groups, a.ChannelsLast, dt)
+		if !sim.cudnnSearched[key] {
+			if sim.cudnnSearched == nil {
+				sim.cudnnSearched = map[string]bool{}
+			}
+			sim.cudnnSearched[key] = true
+			sim.sum.CudnnSearches++
+			var ws *storage
+			if n > 0 {
+				ws = sim.alloc(n, trace.Workspace)
+			}
+			switch sim.s.Profile.CudnnBenchmarkEmptyCache {
+			case "during_search":
+				sim.EmptyCache()
+				sim.freeIf(ws)
+			case "after_search":
+				sim.freeIf(ws)
+				sim.EmptyCache()
+			default:
+				sim.freeIf(ws)
+			}
+		}
+	}
+	sim.temp(n, trace.Workspace)
+}
+
+// convCUDAForward runs the forward kernel's workspace, after the output.
+func convCUDAForward(c *fwdCtx) {
+	if c.m.sim.s.CPU {
+		return
+	}
+	c.m.sim.cudnnKernel("fwd", c.shape(0), c.outShape(), c.op.Attr, c.in[0].dt)
+}
+
+func (sim *Simulator) freeIf(st *storage) {
+	if st != nil {
+		sim.free(st)
+	}
+}
+
+// convCUDABackward is cudnn_convolution_backward (ConvShared.cpp): the
+// input gradient, then the backward-data kernel; the weight gradient,
+// then the backward-filter kernel; the bias gradient is a sum of the
+// output gradient afterwards (convolution_backward in Convolution.cpp).
+func convCUDABackward(c *bwdCtx) {
+	m := c.m
+	in := m.g.Tensors[c.op.Inputs[0]].Shape
+	out := m.g.Tensors[c.op.Output].Shape
+	dt := c.inDT(0)
+	if c.needs(0) {
+		c.gradIn(0)
+		m.sim.cudnnKernel("bwd_data", in, out, c.op.Attr, dt)
+	}
+	if w := c.op.Weight; w != graph.None && m.g.Tensors[w].RequiresGrad && m.pidx[w] >= 0 {
+		c.gradParam(w)
+		m.sim.cudnnKernel("bwd_filter", in, out, c.op.Attr, dt)
+	}
+	c.gradParam(c.op.Bias)
+}

@@ -1,0 +1,472 @@
+package validation
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+
+	"github.com/batchfit/batchfit/models"
+	"github.com/batchfit/batchfit/predict"
+	"github.com/batchfit/batchfit/snapshot"
+	"github.com/batchfit/batchfit/trace"
+)
+
+// The GPU corpus (testdata/gpu) holds real GPU measurements made by other
+// people with PyTorch on NVIDIA GPUs, one JSON file per case under cases/,
+// the stripped allocator recordings of the allocation-level cases under
+// recordings/ and the model configurations the cases need under models/.
+// testdata/gpu/README.md gives each source's provenance.
+
+// GPUCase is one case file of the corpus.
+type GPUCase struct {
+	ID     string `json:"id"`
+	Family string `json:"family"`
+	// Kind is snapshot, trace (allocation-level recordings), log or table.
+	Kind   string    `json:"kind"`
+	Source GPUSource `json:"source"`
+	// Args is the 'batchfit estimate' command line (without the word
+	// estimate) that reproduces the run. Arguments that start with
+	// "models/" name files of the corpus and are read relative to its
+	// directory.
+	Args     []string    `json:"args"`
+	Env      GPUEnv      `json:"env"`
+	Measured GPUMeasured `json:"measured"`
+	// Resolution is the rounding of the source's figures in bytes (1 for
+	// exact figures).
+	Resolution int64 `json:"resolution"`
+	// SetupKnown says every setting that changes memory is stated by the
+	// source.
+	SetupKnown bool     `json:"setup_known"`
+	Unstated   []string `json:"unstated"`
+	// Recording is the stripped recording, relative to the corpus
+	// directory (allocation-level cases only).
+	Recording string `json:"recording,omitempty"`
+	// KnownCause names a cause, printed by 'batchfit estimate' for this
+	// case's command line, that explains an under-prediction (see
+	// KnownCauses and docs/accuracy.md).
+	KnownCause string `json:"known_cause,omitempty"`
+	Notes      string `json:"notes,omitempty"`
+
+	// File is the case file's path, and Dir the corpus directory.
+	File string `json:"-"`
+	Dir  string `json:"-"`
+	// Window is what the recording of an allocation-level case shows
+	// (nil for other kinds).
+	Window *RecordedWindow `json:"-"`
+}
+
+// GPUSource is where a case's figures come from.
+type GPUSource struct {
+	Repo    string `json:"repo"`
+	Commit  string `json:"commit"`
+	Path    string `json:"path"`
+	Licence string `json:"licence"`
+	URL     string `json:"url,omitempty"`
+	Quote   string `json:"quote,omitempty"`
+}
+
+// GPUEnv is the software and hardware of the run, as stated ("" where the
+// source does not say).
+type GPUEnv struct {
+	GPU    string `json:"gpu"`
+	Torch  string `json:"torch"`
+	CUDA   string `json:"cuda"`
+	CuDNN  string `json:"cudnn"`
+	Driver string `json:"driver"`
+}
+
+// GPUMeasured are the measured figures, in bytes; zero where the source
+// does not give one.
+type GPUMeasured struct {
+	MaxMemoryAllocated int64 `json:"max_memory_allocated,omitempty"`
+	MaxMemoryReserved  int64 `json:"max_memory_reserved,omitempty"`
+	DeviceUsed         int64 `json:"device_used,omitempty"`
+	OOM                bool  `json:"oom,omitempty"`
+	LargestBatch       int64 `json:"largest_batch,omitempty"`
+	FirstOOMBatch      int64 `json:"first_oom_batch,omitempty"`
+}
+
+// KnownCauses are the causes a case may name in known_cause: each is the
+// id of a note that 'batchfit estimate' prints with the prediction, and
+// Print is text that the note contains (the accuracy test checks it is
+// printed for the case's command line). docs/accuracy.md, section 11,
+// documents each.
+var KnownCauses = map[string]struct{ Print string }{
+	// The CS336 models' own AdamW is predicted as torch.optim's
+	// (models/cs336.go).
+	models.CS336NoteID: {Print: "note [" + models.CS336NoteID + "]"},
+}
+
+// RecordedWindow is what an allocation-level recording shows: PyTorch's
+// allocated and reserved bytes over the recorded window.
+type RecordedWindow struct {
+	// Events is the number of recorded alloc and free events.
+	Events int
+	// StartAllocated and StartReserved are the bytes allocated and
+	// reserved when recording began (zero when it began on an empty
+	// allocator); PeakAllocated and PeakReserved the most over the window.
+	StartAllocated, PeakAllocated int64
+	StartReserved, PeakReserved   int64
+	// PreExisting counts the blocks allocated before the window.
+	PreExisting int
+	// SegmentAllocs counts the segments cudaMalloc'd in the window.
+	SegmentAllocs int
+}
+
+var (
+	caseIDPattern = regexp.MustCompile(`^[a-z0-9]+(-[a-z0-9]+)*$`)
+	repoPattern   = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$`)
+	commitPattern = regexp.MustCompile(`^[0-9a-f]{40}$`)
+	caseKinds     = []string{"snapshot", "trace", "log", "table"}
+)
+
+// maxCaseFile bounds a case file: cases are a few hundred bytes.
+const maxCaseFile = 1 << 20
+
+// LoadGPUCorpus reads every case file in dir/cases, in the order of their
+// names, checks each (errors name the file and the field), and reads the
+// recording of each allocation-level case to fill Window and, where the
+// case leaves them out, the measured peaks.
+func LoadGPUCorpus(dir string) ([]GPUCase, error) {
+	files, err := filepath.Glob(filepath.Join(dir, "cases", "*.json"))
+	if err != nil {
+		return nil, fmt.Errorf("reading the GPU corpus %s: %w", dir, err)
+	}
+	if len(files) == 0 {
+		return nil, fmt.Errorf("reading the GPU corpus %s: no cases/*.json", dir)
+	}
+	sort.Strings(files)
+	var cases []GPUCase
+	ids := make(map[string]string)
+	for _, f := range files {
+		c, err := loadGPUCase(dir, f)
+		if err != nil {
+			return nil, err
+		}
+		if prev, ok := ids[c.ID]; ok {
+			return nil, fmt.Errorf("%s: id %q is also the id of %s", f, c.ID, prev)
+		}
+		ids[c.ID] = f
+		cases = append(cases, *c)
+	}
+	return cases, nil
+}
+
+func loadGPUCase(dir, file string) (*GPUCase, error) {
+	f, err := os.Open(file)
+	if err != nil {
+		return nil, fmt.Errorf("reading case: %w", err)
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, maxCaseFile+1))
+	if err != nil {
+		return nil, fmt.Errorf("reading case %s: %w", file, err)
+	}
+	if len(data) > maxCaseFile {
+		return nil, fmt.Errorf("%s: larger than %d bytes", file, maxCaseFile)
+	}
+	c, err := parseGPUCase(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", file, err)
+	}
+	c.File, c.Dir = file, dir
+	if want := strings.TrimSuffix(filepath.Base(file), ".json"); c.ID != want {
+		return nil, fmt.Errorf("%s: field \"id\": %q, expected the file's name %q", file, c.ID, want)
+	}
+	if c.Recording != "" {
+		if err := c.readRecording(); err != nil {
+			return nil, fmt.Errorf("%s: field \"recording\": %w", file, err)
+		}
+	}
+	return c, nil
+}
+
+// parseGPUCase decodes and checks one case file's content.
+func parseGPUCase(data []byte) (*GPUCase, error) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	var c GPUCase
+	if err := dec.Decode(&c); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) {
+			return nil, fmt.Errorf("field %q: a JSON %s, expected %s", te.Field, te.Value, te.Type)
+		}
+		return nil, fmt.Errorf("not a case: %w", err)
+	}
+	if dec.More() {
+		return nil, errors.New("more than one JSON value")
+	}
+	fail := func(field, format string, args ...any) error {
+		return fmt.Errorf("field %q: %s", field, fmt.Sprintf(format, args...))
+	}
+	switch {
+	case !caseIDPattern.MatchString(c.ID):
+		return nil, fail("id", "%q, expected lower-case letters, digits and single dashes", c.ID)
+	case strings.TrimSpace(c.Family) == "":
+		return nil, fail("family", "missing")
+	case !contains(caseKinds, c.Kind):
+		return nil, fail("kind", "%q, expected one of %s", c.Kind, strings.Join(caseKinds, ", "))
+	case !repoPattern.MatchString(c.Source.Repo):
+		return nil, fail("source.repo", "%q, expected owner/name", c.Source.Repo)
+	case !commitPattern.MatchString(c.Source.Commit):
+		return nil, fail("source.commit", "%q, expected 40 lower-case hex digits", c.Source.Commit)
+	case c.Source.Path == "":
+		return nil, fail("source.path", "missing")
+	case c.Source.Licence == "":
+		return nil, fail("source.licence", "missing (write \"unstated\" when the source states none)")
+	case len(c.Args) == 0:
+		return nil, fail("args", "missing: the estimate command line that reproduces the run")
+	case c.Resolution < 1:
+		return nil, fail("resolution", "%d, expected the figures' rounding in bytes (1 for exact)", c.Resolution)
+	}
+	m := c.Measured
+	for _, v := range []struct {
+		name string
+		n    int64
+	}{{"max_memory_allocated", m.MaxMemoryAllocated}, {"max_memory_reserved", m.MaxMemoryReserved},
+		{"device_used", m.DeviceUsed}, {"largest_batch", m.LargestBatch}, {"first_oom_batch", m.FirstOOMBatch}} {
+		if v.n < 0 {
+			return nil, fail("measured."+v.name, "%d, expected a non-negative number", v.n)
+		}
+	}
+	if m.MaxMemoryAllocated > 0 && m.MaxMemoryReserved > 0 && m.MaxMemoryAllocated > m.MaxMemoryReserved {
+		return nil, fail("measured.max_memory_allocated", "%d is more than max_memory_reserved %d", m.MaxMemoryAllocated, m.MaxMemoryReserved)
+	}
+	if m.LargestBatch > 0 && m.FirstOOMBatch > 0 && m.FirstOOMBatch <= m.LargestBatch {
+		return nil, fail("measured.first_oom_batch", "%d, expected more than largest_batch %d", m.FirstOOMBatch, m.LargestBatch)
+	}
+	allocLevel := c.Kind == "snapshot" || c.Kind == "trace"
+	switch {
+	case allocLevel && c.Recording == "":
+		return nil, fail("recording", "missing: a %s case needs its recording", c.Kind)
+	case !allocLevel && c.Recording != "":
+		return nil, fail("recording", "only snapshot and trace cases have one, this is a %s case", c.Kind)
+	case c.Recording != "" && (!strings.HasPrefix(c.Recording, "recordings/") || strings.Contains(c.Recording, "..") || filepath.IsAbs(c.Recording)):
+		return nil, fail("recording", "%q, expected a file under recordings/", c.Recording)
+	case !allocLevel && m == (GPUMeasured{}):
+		return nil, fail("measured", "no figure: give at least one")
+	}
+	if c.KnownCause != "" {
+		if _, ok := KnownCauses[c.KnownCause]; !ok {
+			return nil, fail("known_cause", "%q is not a known cause (%s)", c.KnownCause, knownCauseNames())
+		}
+	}
+	return &c, nil
+}
+
+func knownCauseNames() string {
+	if len(KnownCauses) == 0 {
+		return "none are defined"
+	}
+	var names []string
+	for k := range KnownCauses {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	return "known: " + strings.Join(names, ", ")
+}
+
+func contains(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
+
+// readRecording reads an allocation-level case's recording into Window,
+// and sets the measured peaks the case file leaves out; figures the case
+// file gives must be the recording's.
+func (c *GPUCase) readRecording() error {
+	if c.Kind != "snapshot" {
+		return fmt.Errorf("reading %s recordings is not supported yet", c.Kind)
+	}
+	s, err := snapshot.ReadFile(filepath.Join(c.Dir, c.Recording), snapshot.Options{})
+	if err != nil {
+		return err
+	}
+	w, err := MeasureSnapshot(s, 0)
+	if err != nil {
+		return fmt.Errorf("%s: %w", c.Recording, err)
+	}
+	c.Window = w
+	for _, v := range []struct {
+		name string
+		dst  *int64
+		got  int64
+	}{{"max_memory_allocated", &c.Measured.MaxMemoryAllocated, w.PeakAllocated},
+		{"max_memory_reserved", &c.Measured.MaxMemoryReserved, w.PeakReserved}} {
+		switch {
+		case *v.dst == 0:
+			*v.dst = v.got
+		case *v.dst != v.got:
+			return fmt.Errorf("measured.%s is %d, the recording gives %d", v.name, *v.dst, v.got)
+		}
+	}
+	return nil
+}
+
+// kMinBlockSize of c10/cuda/CUDACachingAllocator.cpp: every request is
+// rounded up to a multiple of it (round_size).
+const minBlockSize = 512
+
+// MeasureSnapshot reads the peaks of a recording: the most bytes
+// allocated and reserved on device at any point of its recorded window,
+// the state before the window included.
+//
+// Allocated bytes are what torch.cuda.max_memory_allocated counts: block
+// sizes, each request rounded up to a multiple of 512 bytes as round_size
+// does in c10/cuda/CUDACachingAllocator.cpp (a snapshot records requested
+// sizes). A block that took a whole free block because the rest was too
+// small to split is larger than that, by less than 1 MiB; such blocks
+// cannot be told apart in the trace, so the figure can be that much low.
+// Blocks allocated before the window are counted from it: those the
+// window frees, and those the snapshot shows allocated at its end (see
+// snapshot.Convert). Reserved bytes are exact: the segments at the end,
+// with the window's segment events undone back to its start.
+func MeasureSnapshot(s *snapshot.Snapshot, device int) (*RecordedWindow, error) {
+	if s.HasAllocatorSettings {
+		for mib, div := range s.AllocatorSettings.RoundupPower2Divisions {
+			if div > 1 {
+				return nil, fmt.Errorf("roundup_power2_divisions %d for %d MiB: that rounding is not measured", div, mib)
+			}
+		}
+	}
+	conv, err := s.Convert(device)
+	if err != nil {
+		return nil, err
+	}
+	w := &RecordedWindow{PreExisting: conv.PreExisting}
+	sizes := make(map[int64]int64)
+	var cur int64
+	for i, e := range conv.Trace.Events {
+		switch e.Action {
+		case trace.Alloc:
+			n := max(minBlockSize, (e.Size+minBlockSize-1)/minBlockSize*minBlockSize)
+			sizes[e.ID] = n
+			cur += n
+			if i < conv.PreExisting {
+				w.StartAllocated = cur
+			} else {
+				w.Events++
+			}
+		case trace.Free:
+			cur -= sizes[e.ID]
+			delete(sizes, e.ID)
+			w.Events++
+		}
+		w.PeakAllocated = max(w.PeakAllocated, cur)
+	}
+	var end int64
+	for i := range s.Segments {
+		if s.Segments[i].Device == device {
+			end += s.Segments[i].TotalSize
+		}
+	}
+	start := end
+	for _, g := range conv.Segments {
+		switch g.Action {
+		case snapshot.ActionSegmentAlloc, snapshot.ActionSegmentMap:
+			start -= g.Size
+			if g.Action == snapshot.ActionSegmentAlloc {
+				w.SegmentAllocs++
+			}
+		case snapshot.ActionSegmentFree, snapshot.ActionSegmentUnmap:
+			start += g.Size
+		}
+	}
+	if start < 0 {
+		return nil, fmt.Errorf("its segment events allocate %d bytes more than the segments it ends with", -start)
+	}
+	w.StartReserved, w.PeakReserved = start, start
+	r := start
+	for _, g := range conv.Segments {
+		switch g.Action {
+		case snapshot.ActionSegmentAlloc, snapshot.ActionSegmentMap:
+			r += g.Size
+		case snapshot.ActionSegmentFree, snapshot.ActionSegmentUnmap:
+			r -= g.Size
+		}
+		w.PeakReserved = max(w.PeakReserved, r)
+	}
+	if w.PeakAllocated > w.PeakReserved {
+		// The window's rounding cannot exceed what was reserved; when it
+		// does, blocks before the window were counted twice.
+		return nil, fmt.Errorf("allocated peak %d is above the reserved peak %d", w.PeakAllocated, w.PeakReserved)
+	}
+	return w, nil
+}
+
+// GPUComparison is batchfit's prediction for a case beside the case's
+// measured figures. Errors are (predicted − measured) / measured, NaN
+// where the case has no such figure.
+type GPUComparison struct {
+	Case GPUCase
+	// Model is the model's name as batchfit prints it, Params its
+	// parameter count.
+	Model  string
+	Params int64
+	// Predicted figures: peak allocated, peak reserved, and the device
+	// total (peak reserved plus the CUDA context, what nvidia-smi shows).
+	PredAllocated, PredReserved, PredDevice int64
+	ErrAllocated, ErrReserved, ErrDevice    float64
+}
+
+// EstimateRequest turns an estimate command line into its prediction
+// request. The command line's package (internal/cli, which imports this
+// one) sets it, so that a case is predicted by the very code that reads
+// the flags of 'batchfit estimate'; a program that does not link that package
+// gets an error from CompareGPUCorpus.
+var EstimateRequest func(args []string) (predict.Request, error)
+
+// CompareGPUCorpus predicts every case with batchfit, from its command
+// line exactly as 'batchfit estimate' reads it (EstimateRequest), and sets
+// the prediction beside the measured figures.
+func CompareGPUCorpus(cases []GPUCase) ([]GPUComparison, error) {
+	if EstimateRequest == nil {
+		return nil, errors.New("comparing the GPU corpus: no estimate command line reader linked (import internal/cli)")
+	}
+	out := make([]GPUComparison, 0, len(cases))
+	for _, c := range cases {
+		r, err := EstimateRequest(c.ResolvedArgs())
+		if err != nil {
+			return nil, fmt.Errorf("%s: field \"args\": %w", c.File, err)
+		}
+		res, err := predict.Run(context.Background(), r)
+		if err != nil {
+			return nil, fmt.Errorf("%s: predicting: %w", c.File, err)
+		}
+		cmp := GPUComparison{
+			Case: c, Model: res.Model, Params: res.Summary.ParamCount,
+			PredAllocated: res.Timeline.PeakAllocated, PredReserved: res.Timeline.PeakReserved,
+			PredDevice: res.DeviceTotal,
+		}
+		cmp.ErrAllocated = relErr(cmp.PredAllocated, c.Measured.MaxMemoryAllocated)
+		cmp.ErrReserved = relErr(cmp.PredReserved, c.Measured.MaxMemoryReserved)
+		cmp.ErrDevice = relErr(cmp.PredDevice, c.Measured.DeviceUsed)
+		out = append(out, cmp)
+	}
+	return out, nil
+}
+
+// ResolvedArgs are the case's arguments with the corpus's model files
+// ("models/...") made paths relative to the working directory.
+func (c GPUCase) ResolvedArgs() []string {
+	args := make([]string, len(c.Args))
+	for i, a := range c.Args {
+		if strings.HasPrefix(a, "models/") {
+			a = filepath.Join(c.Dir, filepath.FromSlash(a))
+		}
+		args[i] = a
+	}
+	return args
+}
