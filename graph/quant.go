@@ -313,6 +313,17 @@ func (b *Builder) quantize(name string, w TensorID) {
 // themselves call it beside LoRAParams).
 func (b *Builder) QuantizeLinear(name string, w TensorID) { b.quantize(name, w) }
 
+// FabricExcessNoteID names the documented gap of LitGPT's published QLoRA
+// peaks (Lightning Fabric's 4-bit layers, bitsandbytes before 0.43.2):
+// they exceed the rules read from the sources by up to about one more
+// bfloat16 copy of each 4-bit layer's input, which no source read explains
+// (docs/accuracy.md, section 8, "LitGPT's 4-bit rows"; section 11.3).
+const FabricExcessNoteID = "fabric-4bit-excess"
+
+// FabricExcessNote is printed with every prediction whose 4-bit layers are
+// Fabric's.
+const FabricExcessNote = "note [" + FabricExcessNoteID + "]: LitGPT's published QLoRA peaks (Fabric's 4-bit layers, bitsandbytes before 0.43.2) are above these rules by up to about one more bfloat16 copy of each 4-bit layer's input (12-13 % of the peak on its 2024 config_hub table, 2-7 % on its 2023 resource tables), which the sources read do not explain: expect up to that much more"
+
 // QuantizeHead marks the output head's weight w (the Linear name under
 // the current scope) as quantized when the Quant covers the head
 // (Quant.Head); model builders call it for an lm_head of its own.

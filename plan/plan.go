@@ -821,6 +821,9 @@ func (pl *planner) strategies() []train.Parallel {
 	for _, c := range []train.Parallel{{Strategy: train.DDP}, {Strategy: train.ZeRO1}, {Strategy: train.ZeRO2},
 		{Strategy: train.FSDP, Sharding: train.ShardGradOp}, {Strategy: train.FSDP}, {Strategy: train.FSDP, Offload: true}} {
 		c.GPUs, c.NodeGPUs = base.GPUs, base.NodeGPUs
+		// the job's training loop accumulates inside no_sync() or not,
+		// whichever FSDP sharding it runs under
+		c.NoSync = base.NoSync && c.Strategy == train.FSDP
 		n, err := (train.Setup{Parallel: c}).Normalize()
 		if err != nil || slices.Contains(out, n.Parallel) {
 			continue

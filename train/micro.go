@@ -7,8 +7,12 @@ import (
 
 // micro is one micro-batch: forward and backward of one graph.
 type micro struct {
-	sim       *Simulator
-	g         *graph.Graph
+	sim *Simulator
+	g   *graph.Graph
+	// noSync: the micro-batch runs inside FSDP's no_sync() (an
+	// accumulating one under Parallel.NoSync), so its units keep their
+	// unsharded gradients instead of reduce-scattering them.
+	noSync    bool
 	val       []value
 	remaining []int32 // forward consumers left, per tensor
 	pidx      []int32 // tensor → parameter index, -1
@@ -369,8 +373,12 @@ func (m *micro) backward() {
 		}
 		if units && u >= 0 && m.plan.unitFirst[u] == int32(i) {
 			// the unit's post-backward hook
-			m.reduce(u)
-			m.reshard(u)
+			if !m.noSync {
+				m.reduce(u)
+			}
+			if !m.keepsGathered() {
+				m.reshard(u)
+			}
 		}
 		if sim.err != nil {
 			return
@@ -378,8 +386,12 @@ func (m *micro) backward() {
 	}
 	if units {
 		root := int32(len(sim.units) - 1)
-		m.reduce(root)
-		m.reshard(root)
+		if !m.noSync {
+			m.reduce(root)
+		}
+		if !m.keepsGathered() {
+			m.reshard(root)
+		}
 		for _, st := range []*storage{sim.heldGather, sim.heldReduce} {
 			if st != nil {
 				sim.free(st)

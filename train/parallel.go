@@ -128,6 +128,19 @@ type Parallel struct {
 	// MaxReuse is ZeRO-3's stage3_max_reuse_distance in elements
 	// (default 1e9).
 	MaxReuse int64
+	// NoSync runs every micro-batch of a step but the last inside
+	// FullyShardedDataParallel.no_sync() (FSDP1 only), as Lightning
+	// Fabric's no_backward_sync and Accelerate's accumulate do under
+	// gradient accumulation: the post-backward hook reshards the
+	// parameters but skips the reduce-scatter, so each unit keeps its
+	// whole unsharded flat gradient, accumulated in place, until the
+	// syncing micro-batch reduces it ("FSDP will accumulate the full
+	// model gradients (instead of gradient shards) until the eventual
+	// sync": the no_sync docstring, and _post_backward_hook's early
+	// return when not state._sync_gradients, in
+	// torch/distributed/fsdp/fully_sharded_data_parallel.py and
+	// _runtime_utils.py, torch 2.1).
+	NoSync bool
 }
 
 // DeepSpeed's defaults (deepspeed/runtime/zero/config.py).
@@ -264,6 +277,9 @@ func (p Parallel) normalize() (Parallel, error) {
 	}
 	if p.Offload && !(p.IsFSDP() || p.IsZeRO()) {
 		return p, fmt.Errorf("offload is FSDP's CPUOffload or ZeRO's offload_optimizer; strategy %s has neither", p.Strategy)
+	}
+	if p.NoSync && p.Strategy != FSDP {
+		return p, fmt.Errorf("no_sync's full gradients are modelled for FSDP1 (--strategy fsdp); strategy %s does not take it", p.Strategy)
 	}
 	if p.OffloadParams && p.Strategy != ZeRO3 {
 		return p, fmt.Errorf("parameter offload needs zero3")
@@ -709,6 +725,15 @@ func (m *micro) reshard(u int32) {
 		sim.free(st)
 	}
 	un.each = un.each[:0]
+}
+
+// keepsGathered: inside no_sync() SHARD_GRAD_OP keeps a unit's gathered
+// parameters after its backward too, so the next micro-batch gathers
+// nothing (_should_free_in_backward: state._sync_gradients or a strategy
+// in RESHARD_AFTER_FORWARD_HANDLE_STRATEGIES, which SHARD_GRAD_OP is not;
+// torch/distributed/fsdp/_runtime_utils.py, torch 2.1).
+func (m *micro) keepsGathered() bool {
+	return m.noSync && m.sim.s.Parallel.Sharding == ShardGradOp
 }
 
 // reshardAfterForward: FULL_SHARD and HYBRID_SHARD free a unit's

@@ -1,6 +1,7 @@
 package train
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -297,6 +298,8 @@ func TestParallelErrors(t *testing.T) {
 		{Parallel{Strategy: ZeRO2, OffloadParams: true}, "zero3"},
 		{Parallel{Strategy: FSDP, BucketView: true}, "DDP's"},
 		{Parallel{Strategy: DDP, BucketMB: -1}, "bucket size"},
+		{Parallel{Strategy: FSDP2, NoSync: true}, "FSDP1"},
+		{Parallel{Strategy: DDP, NoSync: true}, "FSDP1"},
 	} {
 		_, err := (Setup{Parallel: c.p}).Normalize()
 		if err == nil || !strings.Contains(err.Error(), c.want) {
@@ -499,5 +502,124 @@ func TestFSDPMixedUnitsGradients(t *testing.T) {
 	}
 	if want := int64(8*784 + 1024*8 + 3*(8*1024+1024*8)); sum.TrainableParamCount != want {
 		t.Errorf("trainable %d, want the adapters' %d", sum.TrainableParamCount, want)
+	}
+}
+
+// Under no_sync an accumulating micro-batch keeps every unit's unsharded
+// gradient: between the first micro-batch's backward and the second's
+// forward the rank holds the whole model's gradients, 4·Ψ bytes in fp32
+// (Ψ = 3,962,890 for the seed MLP), where a syncing micro-batch has
+// reduce-scattered them to the shards, 4·Σ ceil(nᵢ/4) on 4 ranks. Only the
+// last micro-batch reduces, so the step ends with the same sharded
+// gradients either way; and the steady micro-batches repeated equal those
+// simulated one by one.
+func TestFSDPNoSyncKeepsFullGradients(t *testing.T) {
+	const n = 4
+	g := mlp(t, 16, 784, 1024, 4, 10)
+	var psi, shards int64
+	for _, s := range mlpShapes {
+		psi += s.Numel()
+		shards += ceilDiv(s.Numel(), n)
+	}
+	if psi != 3_962_890 {
+		t.Fatalf("Ψ = %d, want 3,962,890", psi)
+	}
+	// liveAtSecondForward is the bytes allocated when the second
+	// micro-batch's forward begins.
+	liveAtSecondForward := func(tr *trace.Trace) int64 {
+		live := map[int64]int64{}
+		var cur int64
+		back := false
+		for _, e := range tr.Events {
+			if e.Phase == trace.Backward {
+				back = true
+			}
+			if back && e.Phase == trace.Forward {
+				return cur
+			}
+			switch e.Action {
+			case trace.Alloc:
+				live[e.ID] = e.Size
+				cur += e.Size
+			case trace.Free:
+				cur -= live[e.ID]
+				delete(live, e.ID)
+			}
+		}
+		t.Fatal("no second forward")
+		return 0
+	}
+	run := func(noSync bool) (*trace.Trace, Summary) {
+		tr, sum, err := Simulate(g, Setup{Accumulate: 3, Optimizer: Optimizer{Kind: SGD},
+			Parallel: Parallel{Strategy: FSDP, GPUs: n, NoSync: noSync}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tr, sum
+	}
+	syncTr, syncSum := run(false)
+	noTr, noSum := run(true)
+	if got, want := liveAtSecondForward(noTr)-liveAtSecondForward(syncTr), 4*psi-4*shards; got != want {
+		t.Errorf("no_sync holds %d bytes more before the second micro-batch, want 4·Ψ − 4·Σ ceil(nᵢ/4) = %d", got, want)
+	}
+	if noSum.GradientsBytes != syncSum.GradientsBytes || noSum.GradientsBytes != 4*shards {
+		t.Errorf("gradients after the step %d (no_sync) and %d, want the shards' %d", noSum.GradientsBytes, syncSum.GradientsBytes, 4*shards)
+	}
+	if noSum.PeakRequested <= syncSum.PeakRequested {
+		t.Errorf("no_sync peak %d, want above the syncing peak %d", noSum.PeakRequested, syncSum.PeakRequested)
+	}
+
+	// SHARD_GRAD_OP inside no_sync keeps the gathered parameters from
+	// one micro-batch to the next: of a step's 3 micro-batches only the
+	// first gathers its 5 units (4 blocks and the root), where syncing
+	// ones gather them in each, 15 a step; over 3 steps 15 and 45.
+	for _, c := range []struct {
+		noSync bool
+		want   int
+	}{{false, 45}, {true, 15}} {
+		tr, _, err := Simulate(g, Setup{Steps: 3, Accumulate: 3, Optimizer: Optimizer{Kind: SGD},
+			Parallel: Parallel{Strategy: FSDP, GPUs: n, Sharding: ShardGradOp, NoSync: c.noSync}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sizes, _ := allGathers(tr); len(sizes) != c.want {
+			t.Errorf("grad-op, no_sync %v: %d all-gathers in the step, want %d", c.noSync, len(sizes), c.want)
+		}
+	}
+
+	for _, sh := range []Sharding{FullShard, ShardGradOp} {
+		checkNoSyncRepeats(t, g, Setup{Steps: 2, Accumulate: 7, Optimizer: Optimizer{Kind: AdamW, Impl: Foreach}, Checkpoint: FullCheckpoint,
+			Parallel: Parallel{Strategy: FSDP, GPUs: n, Sharding: sh, NoSync: true}})
+	}
+}
+
+// checkNoSyncRepeats checks that the steady micro-batches repeated equal
+// those simulated one by one.
+func checkNoSyncRepeats(t *testing.T, g *graph.Graph, s Setup) {
+	t.Helper()
+	defer func(old bool) { repeatMicroBatches = old }(repeatMicroBatches)
+	repeatMicroBatches = true
+	sim, err := New(g, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < s.Steps; i++ {
+		if err := sim.Step(g); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(sim.CompactTrace().Repeats) == 0 {
+		t.Error("no micro-batch was repeated")
+	}
+	fsum := sim.Summary()
+	fastEv := slices.Clone(sim.Trace().Events)
+	repeatMicroBatches = false
+	full, sum, err := Simulate(g, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(fastEv, full.Events) || fsum.PeakRequested != sum.PeakRequested {
+		t.Errorf("sharding %s: repeated micro-batches under no_sync differ from simulated ones (%d and %d events, peaks %d and %d)",
+			s.Parallel.Sharding, len(fastEv), len(full.Events), fsum.PeakRequested, sum.PeakRequested)
 	}
 }

@@ -501,14 +501,24 @@ func (sim *Simulator) StepContext(ctx context.Context, g *graph.Graph) error {
 		if m < len(evAt) {
 			evAt[m], idAt[m] = int64(len(sim.tr.Events)), sim.next
 		}
-		if m == 4 && repeatMicroBatches && sim.repeatMicro(evAt, idAt, sim.s.Accumulate-4) {
-			break
+		// Under no_sync the last micro-batch differs (it reduces), so
+		// the steady ones before it are repeated and it is simulated.
+		last := 0
+		if sim.s.Parallel.NoSync {
+			last = 1
+		}
+		if m == 4 && repeatMicroBatches && sim.repeatMicro(evAt, idAt, sim.s.Accumulate-4-last) {
+			if last == 0 {
+				break
+			}
+			m = sim.s.Accumulate - 1
 		}
 		sim.collecting = m == 2 || m == 3
 		if m == 3 {
 			sim.collectedAt = len(sim.collected)
 		}
 		mb := newMicro(sim, g)
+		mb.noSync = sim.s.Parallel.NoSync && m < sim.s.Accumulate-1
 		if sim.stepsDone == 0 && m == 0 {
 			mb.ops = make([]OpRun, len(g.Ops))
 			sim.sum.Ops = mb.ops

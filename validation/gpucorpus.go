@@ -13,6 +13,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/batchfit/batchfit/graph"
 	"github.com/batchfit/batchfit/models"
 	"github.com/batchfit/batchfit/predict"
 	"github.com/batchfit/batchfit/snapshot"
@@ -103,6 +104,9 @@ var KnownCauses = map[string]struct{ Print string }{
 	// The CS336 models' own AdamW is predicted as torch.optim's
 	// (models/cs336.go).
 	models.CS336NoteID: {Print: "note [" + models.CS336NoteID + "]"},
+	// LitGPT's 4-bit rows exceed the rules read from Fabric's and
+	// bitsandbytes' source (graph.FabricExcessNote).
+	graph.FabricExcessNoteID: {Print: "note [" + graph.FabricExcessNoteID + "]"},
 }
 
 // RecordedWindow is what an allocation-level recording shows: PyTorch's

@@ -251,6 +251,8 @@ func pct(x float64) string {
 func TestKnownCausesPrinted(t *testing.T) {
 	lines := map[string][]string{
 		"cs336-adamw": {"cs336-small", "--batch", "1", "--seq", "16", "--optimizer", "adamw", "--forloop"},
+		"fabric-4bit-excess": {"Llama-3.2-1B", "--batch", "1", "--seq", "16", "--precision", "bf16-true", "--lora", "8",
+			"--lora-targets", "q_proj,v_proj", "--quant", "nf4", "--quant-via", "fabric", "--lora-impl", "litgpt"},
 	}
 	for id, c := range validation.KnownCauses {
 		args, ok := lines[id]

@@ -329,6 +329,11 @@ func writeTraining(w io.Writer, res *predict.Result) {
 			fmt.Fprintln(w, "note: a block freed while a collective on another stream still reads it is taken as free at once (record_stream delays that): reserved memory may run somewhat higher")
 			fmt.Fprintln(w, "note: this is the sharded training step; a model built or loaded whole on each GPU before it is sharded (model.cuda() before wrapping, a full state dict loaded on the device) needs its whole parameters there first, which is not counted")
 		}
+		if p := res.Setup.Parallel; p.Strategy == train.FSDP && res.Setup.Accumulate > 1 && !p.NoSync {
+			// never under-predict silently: Fabric and Accelerate
+			// accumulate inside no_sync() by default
+			fmt.Fprintln(w, "note: each micro-batch is taken to reduce-scatter its gradients; accumulating inside FSDP's no_sync() (Lightning Fabric's no_backward_sync, Accelerate's accumulate) keeps the whole unsharded gradients on every GPU instead: add --no-sync")
+		}
 	}
 	for _, n := range gpuRuleNotes(res) {
 		fmt.Fprintln(w, "note: "+n)
@@ -492,6 +497,9 @@ func quantNotes(q *graph.Quant) []string {
 		if q.Torchao {
 			out = append(out, "nf4 follows torchao v0.1's NF4Tensor, as torchtune's QLoRA builds it on the device: to_nf4 compares each element with the 16 codes at once ([n, 16] temporaries while each weight is quantized), and every use rebuilds the bfloat16 weight through int64 codes; later torchao releases may hold less")
 			break
+		}
+		if q.Head {
+			out = append(out, graph.FabricExcessNote)
 		}
 		if q.HalfState {
 			out = append(out, "the 4-bit weights were quantized from a float16 copy (bitsandbytes before 0.43.0, or Lightning Fabric's BitsandbytesPrecision): each dequantized copy is float16, then cast to the compute dtype")

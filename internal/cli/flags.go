@@ -78,6 +78,7 @@ type jobFlags struct {
 	sharding      string
 	nodeGPUs      int
 	offload       bool
+	noSync        bool
 	offloadParams bool
 	bucketMB      float64
 	bucketView    bool
@@ -151,6 +152,7 @@ func (j *jobFlags) register(fs *flag.FlagSet, batchDefault string) {
 	fs.IntVar(&j.nodeGPUs, "node-gpus", 8, "GPUs per node (hybrid sharding shards within a node)")
 	fs.BoolVar(&j.offload, "offload", false, "FSDP's CPU offload of parameters, gradients and the step, or ZeRO's offload_optimizer")
 	fs.BoolVar(&j.offloadParams, "offload-params", false, "ZeRO-3's offload_param")
+	fs.BoolVar(&j.noSync, "no-sync", false, "FSDP: every accumulating micro-batch runs inside no_sync() (Fabric's no_backward_sync, Accelerate's accumulate), keeping the whole unsharded gradients until the last")
 	fs.Float64Var(&j.bucketMB, "bucket-mb", train.DDPBucketMB, "DDP's bucket_cap_mb")
 	fs.BoolVar(&j.bucketView, "bucket-view", false, "DDP's gradient_as_bucket_view")
 	fs.Float64Var(&j.reduceBucket, "reduce-bucket", train.ZeROReduceBucket, "ZeRO's reduce_bucket_size (elements)")
@@ -257,7 +259,7 @@ func (j *jobFlags) parallel() (train.Parallel, error) {
 		return p, usagef("--bucket-mb must be positive")
 	}
 	p = train.Parallel{Strategy: strat, GPUs: j.gpus, NodeGPUs: j.nodeGPUs, Sharding: sh, Offload: j.offload,
-		OffloadParams: j.offloadParams, BucketMB: j.bucketMB, BucketView: j.bucketView,
+		OffloadParams: j.offloadParams, NoSync: j.noSync, BucketMB: j.bucketMB, BucketView: j.bucketView,
 		ReduceBucket: int64(j.reduceBucket), PrefetchBucket: int64(j.prefetch)}
 	if j.prefetch == 0 {
 		p.PrefetchBucket = -1

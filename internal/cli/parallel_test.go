@@ -41,6 +41,7 @@ func TestParallelFlagErrors(t *testing.T) {
 		{[]string{"--strategy", "zero2", "--offload-params"}, "zero3"},
 		{[]string{"--reduce-bucket", "-1", "--strategy", "zero2"}, "--reduce-bucket"},
 		{[]string{"--bucket-mb", "0"}, "--bucket-mb"},
+		{[]string{"--strategy", "ddp", "--gpus", "2", "--no-sync"}, "FSDP1"},
 	} {
 		_, errs, code := run(append([]string{"estimate", "mlp"}, c.args...)...)
 		if code != 2 || !strings.Contains(errs, c.want) {
@@ -90,4 +91,27 @@ func FuzzParallelFlags(f *testing.F) {
 			t.Errorf("exit %d", code)
 		}
 	})
+}
+
+// FSDP with accumulation but without --no-sync says that a loop
+// accumulating inside no_sync() needs more; with --no-sync it does not.
+func TestEstimateNoSyncNote(t *testing.T) {
+	const note = "inside FSDP's no_sync()"
+	for _, c := range []struct {
+		args []string
+		want bool
+	}{
+		{[]string{"--strategy", "fsdp", "--gpus", "2", "--accumulate", "2"}, true},
+		{[]string{"--strategy", "fsdp", "--gpus", "2", "--accumulate", "2", "--no-sync"}, false},
+		{[]string{"--strategy", "fsdp", "--gpus", "2"}, false},
+		{[]string{"--strategy", "ddp", "--gpus", "2", "--accumulate", "2"}, false},
+	} {
+		out, errs, code := run(append([]string{"estimate", "mlp"}, c.args...)...)
+		if code != 0 {
+			t.Fatalf("%v: exit %d: %s", c.args, code, errs)
+		}
+		if got := strings.Contains(out, note); got != c.want {
+			t.Errorf("%v: note printed %v, want %v", c.args, got, c.want)
+		}
+	}
 }
