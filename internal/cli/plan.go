@@ -133,7 +133,7 @@ func (p *planFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&p.levers, "levers", leverList(), "the levers plans may move (sharding: the data-parallel strategy over --gpus; tensor and pipeline: tensor parallelism and pipeline stages, for a job on several GPUs; lora: LoRA or QLoRA adapters instead of training every parameter; optimizer-kind: 8-bit, paged 8-bit or Adafactor instead of Adam — these two change what is trained or how, and rank after every plan that does not)")
 	fs.BoolVar(&p.fixedPrecision, "fixed-precision", false, "keep the precision (the same as leaving precision out of --levers)")
 	fs.BoolVar(&p.noCheckpointing, "no-checkpointing", false, "no plan may use activation checkpointing")
-	fs.IntVar(&p.maxAccumulate, "max-accumulate", 64, "largest gradient accumulation a plan may use")
+	fs.IntVar(&p.maxAccumulate, "max-accumulate", 64, "largest gradient accumulation a plan may use (at most 65,536)")
 	fs.Int64Var(&p.minMicro, "min-micro-batch", 1, "smallest micro-batch a plan may use")
 	fs.StringVar(&p.margin, "margin", "band", marginHelp)
 	fs.IntVar(&p.top, "top", 5, "number of plans to show")
