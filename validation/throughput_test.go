@@ -1,0 +1,168 @@
+package validation_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"text/tabwriter"
+
+	// The estimate command line reader (validation.EstimateRequest).
+	"github.com/batchfit/batchfit/internal/cli"
+	"github.com/batchfit/batchfit/predict"
+	"github.com/batchfit/batchfit/validation"
+)
+
+const throughputSet = "../testdata/throughput/throughput.csv"
+
+// calibratedStepTime switches on the fixed thresholds over the
+// calibration set. The roofline bound of package cost is not meant to meet
+// them (it predicts what the GPU's peaks allow, not what a run reaches), so
+// until the step-time model is calibrated the test prints its figures and
+// skips the assertions.
+const calibratedStepTime = false
+
+// Thresholds of the calibration test, fixed for every row: no per-row or
+// per-model tolerance.
+const (
+	// maxThroughputMedianAbsErr bounds the median |error| of samples/s over
+	// the rows whose model batchfit builds exactly.
+	maxThroughputMedianAbsErr = 0.15
+	// minPairsRight bounds from below the share of pairs (of models in one
+	// setup, of batch sizes of one workload), measured more than
+	// validation.PairGap apart, that the prediction orders as measured.
+	minPairsRight = 0.90
+)
+
+// predictThroughput predicts a row's samples/s from its command line, read
+// as 'batchfit estimate' reads it.
+func predictThroughput(r validation.ThroughputRow) (float64, error) {
+	req, err := cli.EstimateRequest(r.Args)
+	if err != nil {
+		return 0, fmt.Errorf("field \"args\": %w", err)
+	}
+	if req.GPU.Name != r.GPU {
+		return 0, fmt.Errorf("field \"args\" runs on %q, the row's gpu is %q", req.GPU.Name, r.GPU)
+	}
+	res, err := predict.Run(context.Background(), req)
+	if err != nil {
+		return 0, fmt.Errorf("predicting: %w", err)
+	}
+	if res.Time == nil {
+		return 0, fmt.Errorf("no step time predicted on %s", r.GPU)
+	}
+	return res.Time.SamplesPerSecond(), nil
+}
+
+// TestThroughputCalibration predicts the samples/s of every published
+// training throughput of the calibration set (testdata/throughput) and
+// prints the errors per source and per GPU, the share of pairs ordered as
+// measured, and whether the predicted curves over batch size flatten where
+// the published ones do. With calibratedStepTime it holds them to the
+// issue's thresholds.
+func TestThroughputCalibration(t *testing.T) {
+	if testing.Short() {
+		t.Skip("predicts every row of the calibration set")
+	}
+	rows, err := validation.LoadThroughput(throughputSet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Rows with the same command line (one run published in several
+	// releases of a table) are predicted once.
+	memo := map[string]float64{}
+	cmps, err := validation.CompareThroughput(rows, func(r validation.ThroughputRow) (float64, error) {
+		k := strings.Join(r.Args, " ")
+		if v, ok := memo[k]; ok {
+			return v, nil
+		}
+		v, err := predictThroughput(r)
+		memo[k] = v
+		return v, err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var exact, inexact []validation.ThroughputComparison
+	for _, c := range cmps {
+		if c.Row.Exact {
+			exact = append(exact, c)
+		} else {
+			inexact = append(inexact, c)
+		}
+	}
+
+	var buf bytes.Buffer
+	tw := tabwriter.NewWriter(&buf, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "row\tgpu\tbatch\tmeasured/s\tpredicted/s\terror\t")
+	for _, c := range cmps {
+		id := c.Row.ID
+		if !c.Row.Exact {
+			id += " (model differs)"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%.1f\t%.1f\t%s\t\n", id, c.Row.GPU, c.Batch, c.Measured, c.Predicted, pct(c.Err))
+	}
+	tw.Flush()
+	t.Logf("calibration set, %d rows (error = (predicted − measured) / measured):\n%s", len(cmps), buf.String())
+
+	se := validation.SummarizeThroughput(exact)
+	t.Logf("rows whose model batchfit builds exactly:\n%s", throughputTable(se))
+	if len(inexact) > 0 {
+		t.Logf("rows whose model differs from batchfit's (BERT SQuAD: QA head, not the masked-LM head):\n%s",
+			throughputTable(validation.SummarizeThroughput(inexact)))
+	}
+	t.Logf("every row:\n%s", throughputTable(validation.SummarizeThroughput(cmps)))
+
+	if !calibratedStepTime {
+		t.Skip("the step-time model is the roofline bound: thresholds not applied (calibratedStepTime is false)")
+	}
+	if se.All.MedianAbsErr > maxThroughputMedianAbsErr {
+		t.Errorf("median |error| of samples/s over %d rows is %.1f %%, more than %.0f %%",
+			se.All.N, 100*se.All.MedianAbsErr, 100*maxThroughputMedianAbsErr)
+	}
+	for _, p := range []struct {
+		name string
+		p    validation.Pairs
+	}{{"models in one setup", se.ModelPairs}, {"batch sizes of one workload", se.BatchPairs}} {
+		if p.p.Share() < minPairsRight {
+			t.Errorf("pairs of %s ordered as measured: %d of %d (%.0f %%), fewer than %.0f %%",
+				p.name, p.p.Right, p.p.N, 100*p.p.Share(), 100*minPairsRight)
+		}
+	}
+	for _, s := range se.Saturation {
+		if !s.Agrees() {
+			t.Errorf("%s: over batches %v the measured curve is flat at steps %v, the predicted at %v",
+				s.Workload, s.Batches, s.MeasuredFlat, s.PredictedFlat)
+		}
+	}
+}
+
+// throughputTable prints a summary: median errors per source and per GPU,
+// the pairs ordered right and the saturation checks.
+func throughputTable(s validation.ThroughputSummary) string {
+	var buf bytes.Buffer
+	tw := tabwriter.NewWriter(&buf, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "\trows\tmedian |error|\tmedian error\t")
+	line := func(kind string, g validation.ThroughputGroup) {
+		fmt.Fprintf(tw, "%s %s\t%d\t%s\t%s\t\n", kind, g.Name, g.N, pct(g.MedianAbsErr), pct(g.MedianErr))
+	}
+	line("", s.All)
+	for _, g := range s.BySource {
+		line("source", g)
+	}
+	for _, g := range s.ByGPU {
+		line("gpu", g)
+	}
+	tw.Flush()
+	fmt.Fprintf(&buf, "pairs of models in one setup ordered as measured: %d of %d\n", s.ModelPairs.Right, s.ModelPairs.N)
+	fmt.Fprintf(&buf, "pairs of batch sizes of one workload ordered as measured: %d of %d\n", s.BatchPairs.Right, s.BatchPairs.N)
+	agree := 0
+	for _, sat := range s.Saturation {
+		if sat.Agrees() {
+			agree++
+		}
+	}
+	fmt.Fprintf(&buf, "batch-size sweeps (3+ sizes) whose predicted curve flattens where the measured one does: %d of %d\n", agree, len(s.Saturation))
+	return buf.String()
+}
