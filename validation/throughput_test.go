@@ -145,7 +145,7 @@ func throughputTable(s validation.ThroughputSummary) string {
 	tw := tabwriter.NewWriter(&buf, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "\trows\tmedian |error|\tmedian error\t")
 	line := func(kind string, g validation.ThroughputGroup) {
-		fmt.Fprintf(tw, "%s %s\t%d\t%s\t%s\t\n", kind, g.Name, g.N, pct(g.MedianAbsErr), pct(g.MedianErr))
+		fmt.Fprintf(tw, "%s %s\t%d\t%.1f %%\t%s\t\n", kind, g.Name, g.N, 100*g.MedianAbsErr, pct(g.MedianErr))
 	}
 	line("", s.All)
 	for _, g := range s.BySource {
