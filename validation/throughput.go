@@ -1,6 +1,7 @@
 package validation
 
 import (
+	"context"
 	"encoding/csv"
 	"errors"
 	"fmt"
@@ -10,6 +11,9 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/batchfit/batchfit/predict"
+	"github.com/batchfit/batchfit/profile"
 )
 
 // ThroughputRow is one published single-GPU training throughput of the
@@ -218,6 +222,52 @@ func (r ThroughputRow) Workload() string {
 // setup with different models are compared by their order.
 func (r ThroughputRow) setup() string {
 	return r.Source + " | " + r.Software + " | " + r.GPU + " | " + r.Precision()
+}
+
+// ThroughputRequest is the prediction request of a row: its command line
+// read as 'batchfit estimate' reads it (EstimateRequest), with float32
+// matmuls in TF32 where the row ran that way. NGC containers set
+// TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1, which turns
+// torch.backends.cuda.matmul.allow_tf32 on whatever PyTorch's default;
+// no estimate flag says so, so the row's tf32_matmul column does.
+func ThroughputRequest(r ThroughputRow) (predict.Request, error) {
+	if EstimateRequest == nil {
+		return predict.Request{}, errors.New("no estimate command line reader linked (import internal/cli)")
+	}
+	req, err := EstimateRequest(r.Args)
+	if err != nil {
+		return req, fmt.Errorf("field \"args\": %w", err)
+	}
+	if req.GPU.Name != r.GPU {
+		return req, fmt.Errorf("field \"args\" runs on %q, the row's gpu is %q", req.GPU.Name, r.GPU)
+	}
+	if r.TF32Matmul {
+		p := req.Setup.Profile
+		if p == nil {
+			p = profile.Default()
+		}
+		q := *p
+		q.MatmulAllowTF32 = true
+		req.Setup.Profile = &q
+	}
+	return req, nil
+}
+
+// PredictThroughput is batchfit's samples/s for a row (ThroughputRequest,
+// then the whole prediction).
+func PredictThroughput(r ThroughputRow) (float64, error) {
+	req, err := ThroughputRequest(r)
+	if err != nil {
+		return 0, err
+	}
+	res, err := predict.Run(context.Background(), req)
+	if err != nil {
+		return 0, fmt.Errorf("predicting: %w", err)
+	}
+	if res.Time == nil {
+		return 0, fmt.Errorf("no step time predicted on %s", r.GPU)
+	}
+	return res.Time.SamplesPerSecond(), nil
 }
 
 // ThroughputComparison is one row's predicted samples/s beside the

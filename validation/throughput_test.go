@@ -2,15 +2,14 @@ package validation_test
 
 import (
 	"bytes"
-	"context"
 	"fmt"
 	"strings"
 	"testing"
 	"text/tabwriter"
 
 	// The estimate command line reader (validation.EstimateRequest).
-	"github.com/batchfit/batchfit/internal/cli"
-	"github.com/batchfit/batchfit/predict"
+	_ "github.com/batchfit/batchfit/internal/cli"
+	"github.com/batchfit/batchfit/profile"
 	"github.com/batchfit/batchfit/validation"
 )
 
@@ -35,26 +34,6 @@ const (
 	minPairsRight = 0.90
 )
 
-// predictThroughput predicts a row's samples/s from its command line, read
-// as 'batchfit estimate' reads it.
-func predictThroughput(r validation.ThroughputRow) (float64, error) {
-	req, err := cli.EstimateRequest(r.Args)
-	if err != nil {
-		return 0, fmt.Errorf("field \"args\": %w", err)
-	}
-	if req.GPU.Name != r.GPU {
-		return 0, fmt.Errorf("field \"args\" runs on %q, the row's gpu is %q", req.GPU.Name, r.GPU)
-	}
-	res, err := predict.Run(context.Background(), req)
-	if err != nil {
-		return 0, fmt.Errorf("predicting: %w", err)
-	}
-	if res.Time == nil {
-		return 0, fmt.Errorf("no step time predicted on %s", r.GPU)
-	}
-	return res.Time.SamplesPerSecond(), nil
-}
-
 // TestThroughputCalibration predicts the samples/s of every published
 // training throughput of the calibration set (testdata/throughput) and
 // prints the errors per source and per GPU, the share of pairs ordered as
@@ -77,7 +56,7 @@ func TestThroughputCalibration(t *testing.T) {
 		if v, ok := memo[k]; ok {
 			return v, nil
 		}
-		v, err := predictThroughput(r)
+		v, err := validation.PredictThroughput(r)
 		memo[k] = v
 		return v, err
 	})
@@ -165,4 +144,35 @@ func throughputTable(s validation.ThroughputSummary) string {
 	}
 	fmt.Fprintf(&buf, "batch-size sweeps (3+ sizes) whose predicted curve flattens where the measured one does: %d of %d\n", agree, len(s.Saturation))
 	return buf.String()
+}
+
+// TestThroughputRequestTF32 checks that a row run with TF32 matmuls (an
+// NGC container on Ampere) is predicted with matmul.allow_tf32 on, and that
+// the default profile, shared by every prediction, is left as it is.
+func TestThroughputRequestTF32(t *testing.T) {
+	rows, err := validation.ParseThroughput(strings.NewReader(
+		"id,source,path,gpu,args,throughput,unit,data,exact,tf32_matmul,software,notes\n" +
+			"a,S,o/r@c:f,a100-80gb,resnet18 --gpu a100-80gb --batch 8,100,images/s,synthetic,true,true,x,\n" +
+			"b,S,o/r@c:f,a100-80gb,resnet18 --gpu a100-80gb --batch 8,100,images/s,synthetic,true,false,x,\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []bool{true, false} {
+		req, err := validation.ThroughputRequest(rows[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := req.Setup.Profile != nil && req.Setup.Profile.MatmulAllowTF32
+		if got != want {
+			t.Errorf("row %s: matmul_allow_tf32 %v, want %v", rows[i].ID, got, want)
+		}
+	}
+	if profile.Default().MatmulAllowTF32 {
+		t.Error("the default profile was changed: matmul_allow_tf32 is on")
+	}
+	// A row whose command line runs on another GPU than its gpu column.
+	rows[0].GPU = "h100-80gb"
+	if _, err := validation.ThroughputRequest(rows[0]); err == nil || !strings.Contains(err.Error(), `the row's gpu is "h100-80gb"`) {
+		t.Errorf("error %v", err)
+	}
 }
