@@ -25,8 +25,10 @@ type ThroughputRow struct {
 	// one benchmark); Path the repository@commit:file (and line) the
 	// figure was read from.
 	ID, Source, Path string
-	// GPU is the catalog name of the GPU it ran on.
-	GPU string
+	// GPU is the catalog name of the GPU it ran on, System the machine
+	// (a DGX model; the GPU's name in Lambda's tables, several joined where
+	// their figures were merged).
+	GPU, System string
 	// Args is the 'batchfit estimate' command line (without the word
 	// estimate) that reproduces the run: model, --gpu, --batch,
 	// --precision, the optimizer, --image or --seq.
@@ -53,7 +55,7 @@ type ThroughputRow struct {
 }
 
 // throughputHeader is the calibration set's header, in order.
-var throughputHeader = []string{"id", "source", "path", "gpu", "args", "throughput", "unit", "data", "exact", "tf32_matmul", "software", "notes"}
+var throughputHeader = []string{"id", "source", "path", "gpu", "system", "args", "throughput", "unit", "data", "exact", "tf32_matmul", "software", "notes"}
 
 // maxThroughputBytes bounds the file read: the set is a few hundred rows.
 const maxThroughputBytes = 8 << 20
@@ -125,23 +127,23 @@ func ParseThroughput(r io.Reader) ([]ThroughputRow, error) {
 }
 
 func parseThroughputRow(rec []string, line int) (ThroughputRow, error) {
-	row := ThroughputRow{ID: rec[0], Source: rec[1], Path: rec[2], GPU: rec[3], Unit: rec[6], Data: rec[7],
-		Software: rec[10], Notes: rec[11], Line: line}
-	for i, v := range []string{row.ID, row.Source, row.Path, row.GPU, row.Data} {
+	row := ThroughputRow{ID: rec[0], Source: rec[1], Path: rec[2], GPU: rec[3], System: rec[4], Unit: rec[7], Data: rec[8],
+		Software: rec[11], Notes: rec[12], Line: line}
+	for i, v := range []string{row.ID, row.Source, row.Path, row.GPU, row.System, row.Data} {
 		if strings.TrimSpace(v) == "" {
-			return row, fmt.Errorf("field %q is empty", throughputHeader[[]int{0, 1, 2, 3, 7}[i]])
+			return row, fmt.Errorf("field %q is empty", throughputHeader[[]int{0, 1, 2, 3, 4, 8}[i]])
 		}
 	}
 	if !strings.Contains(row.Path, "@") || !strings.Contains(row.Path, ":") {
 		return row, fmt.Errorf("field \"path\" is %q, expected repository@commit:file", row.Path)
 	}
-	row.Args = strings.Fields(rec[4])
+	row.Args = strings.Fields(rec[5])
 	if len(row.Args) == 0 {
 		return row, errors.New("field \"args\" is empty, expected an estimate command line")
 	}
-	v, err := strconv.ParseFloat(rec[5], 64)
+	v, err := strconv.ParseFloat(rec[6], 64)
 	if err != nil || !(v > 0) || math.IsInf(v, 0) {
-		return row, fmt.Errorf("field \"throughput\" is %q, expected a positive number", rec[5])
+		return row, fmt.Errorf("field \"throughput\" is %q, expected a positive number", rec[6])
 	}
 	row.Throughput = v
 	switch row.Unit {
@@ -149,11 +151,11 @@ func parseThroughputRow(rec []string, line int) (ThroughputRow, error) {
 	default:
 		return row, fmt.Errorf("field \"unit\" is %q, expected images/s or sequences/s", row.Unit)
 	}
-	if row.Exact, err = strconv.ParseBool(rec[8]); err != nil {
-		return row, fmt.Errorf("field \"exact\" is %q, expected true or false", rec[8])
+	if row.Exact, err = strconv.ParseBool(rec[9]); err != nil {
+		return row, fmt.Errorf("field \"exact\" is %q, expected true or false", rec[9])
 	}
-	if row.TF32Matmul, err = strconv.ParseBool(rec[9]); err != nil {
-		return row, fmt.Errorf("field \"tf32_matmul\" is %q, expected true or false", rec[9])
+	if row.TF32Matmul, err = strconv.ParseBool(rec[10]); err != nil {
+		return row, fmt.Errorf("field \"tf32_matmul\" is %q, expected true or false", rec[10])
 	}
 	if _, err := row.Batch(); err != nil {
 		return row, err
@@ -200,7 +202,7 @@ func (r ThroughputRow) Batch() (int64, error) {
 }
 
 // Workload names what a row ran apart from its batch size: the publication
-// and its software, the GPU and every argument but --batch. Rows of one
+// and its software, the machine, the GPU and every argument but --batch. Rows of one
 // workload at different batch sizes form a batch-size sweep.
 func (r ThroughputRow) Workload() string {
 	var args []string
@@ -215,13 +217,13 @@ func (r ThroughputRow) Workload() string {
 		}
 		args = append(args, r.Args[i])
 	}
-	return r.Source + " | " + r.Software + " | " + strings.Join(args, " ")
+	return r.Source + " | " + r.Software + " | " + r.System + " | " + strings.Join(args, " ")
 }
 
-// setup names the publication, software, GPU and precision: rows of one
-// setup with different models are compared by their order.
+// setup names the publication, software, machine, GPU and precision: rows
+// of one setup with different models are compared by their order.
 func (r ThroughputRow) setup() string {
-	return r.Source + " | " + r.Software + " | " + r.GPU + " | " + r.Precision()
+	return r.Source + " | " + r.Software + " | " + r.System + " | " + r.GPU + " | " + r.Precision()
 }
 
 // ThroughputRequest is the prediction request of a row: its command line
@@ -359,7 +361,7 @@ type ThroughputSummary struct {
 	All             ThroughputGroup
 	BySource, ByGPU []ThroughputGroup
 	// ModelPairs are pairs of different models in one setup (publication,
-	// software, GPU, precision); BatchPairs pairs of batch sizes of one
+	// software, machine, GPU, precision); BatchPairs pairs of batch sizes of one
 	// workload.
 	ModelPairs, BatchPairs Pairs
 	Saturation             []Saturation

@@ -6,11 +6,11 @@ import (
 	"testing"
 )
 
-const tpHeader = "id,source,path,gpu,args,throughput,unit,data,exact,tf32_matmul,software,notes\n"
+const tpHeader = "id,source,path,gpu,system,args,throughput,unit,data,exact,tf32_matmul,software,notes\n"
 
 // tpRow is a valid row with one field replaced.
 func tpRow(field, value string) string {
-	f := map[string]string{"id": "a", "source": "S", "path": "o/r@c:f", "gpu": "v100-16gb",
+	f := map[string]string{"id": "a", "source": "S", "path": "o/r@c:f", "gpu": "v100-16gb", "system": "DGX-1",
 		"args": "resnet50 --gpu v100-16gb --batch 64", "throughput": "100", "unit": "images/s",
 		"data": "synthetic", "exact": "true", "tf32_matmul": "false", "software": "x", "notes": ""}
 	f[field] = value
@@ -64,7 +64,7 @@ func TestThroughputRowFlags(t *testing.T) {
 		t.Fatalf("model %q precision %q", r.Model(), r.Precision())
 	}
 	// The workload is everything but the batch size.
-	if w := r.Workload(); w != "S | x | bert-base-uncased --gpu a10 --seq 384 --precision 16-mixed" {
+	if w := r.Workload(); w != "S | x | DGX-1 | bert-base-uncased --gpu a10 --seq 384 --precision 16-mixed" {
 		t.Fatalf("workload %q", w)
 	}
 }

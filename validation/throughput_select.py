@@ -139,6 +139,23 @@ def software_of(notes, source):
     return ""
 
 
+def system_of(row):
+    """The machine a figure came from: the DGX system of a DLE table; the
+    GPU's name in Lambda's tables (machines of one catalog GPU are merged,
+    their names joined)."""
+    if not row["source"].startswith("NVIDIA"):
+        return row["gpu"]
+    m = re.search(r"table '([^']*)'", row["notes"])
+    t = m.group(1) if m else row["gpu"]
+    if re.search(r"DGX-?2", t):
+        return "DGX-2"
+    if re.search(r"DGX-?1", t):
+        return "DGX-1"
+    if "A100" in t:
+        return "DGX A100"
+    return t
+
+
 def data_of(notes, zoo):
     if "synthetic" in notes:
         return "synthetic"
@@ -173,13 +190,14 @@ def main():
                 # are different machines: their median is kept. DLE tables
                 # of different README versions are kept apart when their
                 # containers differ, merged when a later README repeats them.
-                key = (ver, gpu, zoo, prec, r["batch"], size, r["source"], software_of(notes, r["source"]))
+                sysname = system_of(r) if ver == "dle" else ""
+                key = (ver, gpu, zoo, prec, r["batch"], size, r["source"], software_of(notes, r["source"]), sysname)
                 groups.setdefault(key, []).append((r, zoo, exact, sizeflag, opt, optnote, prec, tf32, precnote, size))
     w = csv.writer(sys.stdout, lineterminator="\n")
-    w.writerow(["id", "source", "path", "gpu", "args", "throughput", "unit", "data", "exact", "tf32_matmul", "software", "notes"])
+    w.writerow(["id", "source", "path", "gpu", "system", "args", "throughput", "unit", "data", "exact", "tf32_matmul", "software", "notes"])
     ids = defaultdict(int)
     for key, items in groups.items():
-        ver, gpu, zoo, prec, batch, size, source, _ = key
+        ver, gpu, zoo, prec, batch, size, source, _, _ = key
         r, zoo, exact, sizeflag, opt, optnote, prec, tf32, precnote, size = items[0]
         vals = [float(it[0]["throughput"]) for it in items]
         value = statistics.median(vals)
@@ -196,10 +214,12 @@ def main():
         base = "%s-%s-%s-%s-b%s" % (ver, zoo, gpu, prec, batch)
         m = re.search(r"(\d\d)\.(\d\d)", software_of(r["notes"], source))
         if ver == "dle" and m:
-            base = "dle%s%s-%s-%s-%s-b%s" % (m.group(1), m.group(2), zoo, gpu, prec, batch)
+            dgx = system_of(r).lower().replace(" ", "").replace("-", "")
+            base = "dle%s%s-%s-%s-%s-%s-b%s" % (m.group(1), m.group(2), dgx, zoo, gpu, prec, batch)
         ids[base] += 1
         rid = base if ids[base] == 1 else "%s-%d" % (base, ids[base])
-        w.writerow([rid, source, r["path"], gpu, " ".join(args), "%g" % value, r["unit"],
+        system = " / ".join(sorted({system_of(it[0]) for it in items}))
+        w.writerow([rid, source, r["path"], gpu, system, " ".join(args), "%g" % value, r["unit"],
                     data_of(r["notes"], zoo), "true" if exact else "false", "true" if tf32 else "false",
                     software_of(r["notes"], source), "; ".join(note)])
 

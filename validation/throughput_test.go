@@ -151,9 +151,9 @@ func throughputTable(s validation.ThroughputSummary) string {
 // the default profile, shared by every prediction, is left as it is.
 func TestThroughputRequestTF32(t *testing.T) {
 	rows, err := validation.ParseThroughput(strings.NewReader(
-		"id,source,path,gpu,args,throughput,unit,data,exact,tf32_matmul,software,notes\n" +
-			"a,S,o/r@c:f,a100-80gb,resnet18 --gpu a100-80gb --batch 8,100,images/s,synthetic,true,true,x,\n" +
-			"b,S,o/r@c:f,a100-80gb,resnet18 --gpu a100-80gb --batch 8,100,images/s,synthetic,true,false,x,\n"))
+		"id,source,path,gpu,system,args,throughput,unit,data,exact,tf32_matmul,software,notes\n" +
+			"a,S,o/r@c:f,a100-80gb,m,resnet18 --gpu a100-80gb --batch 8,100,images/s,synthetic,true,true,x,\n" +
+			"b,S,o/r@c:f,a100-80gb,m,resnet18 --gpu a100-80gb --batch 8,100,images/s,synthetic,true,false,x,\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
