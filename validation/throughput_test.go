@@ -91,7 +91,8 @@ func TestThroughputCalibration(t *testing.T) {
 		t.Logf("rows whose model differs from batchfit's (BERT SQuAD: QA head, not the masked-LM head):\n%s",
 			throughputTable(validation.SummarizeThroughput(inexact)))
 	}
-	t.Logf("every row:\n%s", throughputTable(validation.SummarizeThroughput(cmps)))
+	sa := validation.SummarizeThroughput(cmps)
+	t.Logf("every row:\n%s", throughputTable(sa))
 
 	if !calibratedStepTime {
 		t.Skip("the step-time model is the roofline bound: thresholds not applied (calibratedStepTime is false)")
@@ -100,16 +101,22 @@ func TestThroughputCalibration(t *testing.T) {
 		t.Errorf("median |error| of samples/s over %d rows is %.1f %%, more than %.0f %%",
 			se.All.N, 100*se.All.MedianAbsErr, 100*maxThroughputMedianAbsErr)
 	}
+	// The order is held over every row: the masked-LM head batchfit builds
+	// for BERT SQuAD adds the same work to every row of one model (a
+	// quarter of BERT-base's forward at sequence 384, a tenth of
+	// BERT-large's), less than the gap between the sizes, so it cannot
+	// turn a pair of rows measured apart; the errors are held over the
+	// exact rows only.
 	for _, p := range []struct {
 		name string
 		p    validation.Pairs
-	}{{"models in one setup", se.ModelPairs}, {"batch sizes of one workload", se.BatchPairs}} {
+	}{{"models in one setup", sa.ModelPairs}, {"batch sizes of one workload", sa.BatchPairs}} {
 		if p.p.Share() < minPairsRight {
 			t.Errorf("pairs of %s ordered as measured: %d of %d (%.0f %%), fewer than %.0f %%",
 				p.name, p.p.Right, p.p.N, 100*p.p.Share(), 100*minPairsRight)
 		}
 	}
-	for _, s := range se.Saturation {
+	for _, s := range sa.Saturation {
 		if !s.Agrees() {
 			t.Errorf("%s: over batches %v the measured curve is flat at steps %v, the predicted at %v",
 				s.Workload, s.Batches, s.MeasuredFlat, s.PredictedFlat)
