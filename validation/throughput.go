@@ -357,9 +357,9 @@ func (s Saturation) Agrees() bool {
 
 // ThroughputSummary holds the calibration figures.
 type ThroughputSummary struct {
-	// All is every row compared; BySource and ByGPU split them.
-	All             ThroughputGroup
-	BySource, ByGPU []ThroughputGroup
+	// All is every row compared; BySource, ByGPU and ByModel split them.
+	All                      ThroughputGroup
+	BySource, ByGPU, ByModel []ThroughputGroup
 	// ModelPairs are pairs of different models in one setup (publication,
 	// software, machine, GPU, precision); BatchPairs pairs of batch sizes of one
 	// workload.
@@ -373,6 +373,7 @@ func SummarizeThroughput(cs []ThroughputComparison) ThroughputSummary {
 	s.All = group("all", cs)
 	s.BySource = groupBy(cs, func(c ThroughputComparison) string { return c.Row.Source })
 	s.ByGPU = groupBy(cs, func(c ThroughputComparison) string { return c.Row.GPU })
+	s.ByModel = groupBy(cs, func(c ThroughputComparison) string { return c.Row.Model() + " " + c.Row.Precision() })
 	for i := range cs {
 		for j := i + 1; j < len(cs); j++ {
 			a, b := cs[i], cs[j]

@@ -107,6 +107,10 @@ func TestSummarizeThroughput(t *testing.T) {
 	if len(s.ByGPU) != 2 || s.ByGPU[0].Name != "g1" || s.ByGPU[0].N != 4 {
 		t.Errorf("by GPU %+v", s.ByGPU)
 	}
+	// m1 (32-true, the default precision): errors +10, −20, +18.4, −5 %.
+	if len(s.ByModel) != 2 || s.ByModel[0].Name != "m1 32-true" || s.ByModel[0].N != 4 {
+		t.Errorf("by model %+v", s.ByModel)
+	}
 	// Batch pairs of m1 on g1: (8,16) measured 100<150, predicted 110<120
 	// right; (8,32) right; (16,32) measured 150 and 152 are within 5 %: not
 	// counted.

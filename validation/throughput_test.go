@@ -140,6 +140,9 @@ func throughputTable(s validation.ThroughputSummary) string {
 	for _, g := range s.ByGPU {
 		line("gpu", g)
 	}
+	for _, g := range s.ByModel {
+		line("model", g)
+	}
 	tw.Flush()
 	fmt.Fprintf(&buf, "pairs of models in one setup ordered as measured: %d of %d\n", s.ModelPairs.Right, s.ModelPairs.N)
 	fmt.Fprintf(&buf, "pairs of batch sizes of one workload ordered as measured: %d of %d\n", s.BatchPairs.Right, s.BatchPairs.N)
