@@ -48,11 +48,11 @@ func TestThroughputCalibration(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Rows with the same command line (one run published in several
-	// releases of a table) are predicted once.
+	// Rows with the same command line and matmul precision (one run
+	// published in several releases of a table) are predicted once.
 	memo := map[string]float64{}
 	cmps, err := validation.CompareThroughput(rows, func(r validation.ThroughputRow) (float64, error) {
-		k := strings.Join(r.Args, " ")
+		k := fmt.Sprint(strings.Join(r.Args, " "), r.TF32Matmul)
 		if v, ok := memo[k]; ok {
 			return v, nil
 		}
