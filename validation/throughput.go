@@ -202,8 +202,9 @@ func (r ThroughputRow) Batch() (int64, error) {
 }
 
 // Workload names what a row ran apart from its batch size: the publication
-// and its software, the machine, the GPU and every argument but --batch. Rows of one
-// workload at different batch sizes form a batch-size sweep.
+// and its software, the machine, and every argument but --batch (the GPU
+// among them). Rows of one workload at different batch sizes form a
+// batch-size sweep.
 func (r ThroughputRow) Workload() string {
 	var args []string
 	for i := 0; i < len(r.Args); i++ {
@@ -230,8 +231,10 @@ func (r ThroughputRow) setup() string {
 // read as 'batchfit estimate' reads it (EstimateRequest), with float32
 // matmuls in TF32 where the row ran that way. NGC containers set
 // TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1, which turns
-// torch.backends.cuda.matmul.allow_tf32 on whatever PyTorch's default;
-// no estimate flag says so, so the row's tf32_matmul column does.
+// torch.backends.cuda.matmul.allow_tf32 on whatever PyTorch's default
+// (and PyTorch before 1.12, in the older containers, had it on by
+// default); no estimate flag says so, so the row's tf32_matmul column
+// does.
 func ThroughputRequest(r ThroughputRow) (predict.Request, error) {
 	if EstimateRequest == nil {
 		return predict.Request{}, errors.New("no estimate command line reader linked (import internal/cli)")
