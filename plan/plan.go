@@ -253,9 +253,9 @@ type Answer struct {
 	// one rank's share (micro-batch × accumulation), Ranks the
 	// data-parallel ranks.
 	GlobalBatch, RankBatch, Ranks int64
-	// Untimed: no step times (data parallelism, whose communication the
-	// step-time model does not know); the plans are ranked by the fewest
-	// changes.
+	// Untimed: no step times (a GPU without rates, or under parallelism
+	// one whose interconnect is not known); the plans are ranked by the
+	// fewest changes.
 	Untimed bool
 	// Simulations counts the simulations run (each pipeline stage one);
 	// Stopped reports that the search stopped at Options.MaxPredictions
@@ -635,6 +635,15 @@ func (pl *planner) timeOf(c Candidate) (float64, error) {
 	e, err := cost.Step(cost.Input{Graph: g, Ops: runs, Setup: s, Rates: pl.o.Base.GPU.Rates, Seq: pl.o.Base.Config.Seq, Batch: c.MicroBatch})
 	if err != nil {
 		return 0, err
+	}
+	if c.Parallel.On() || c.TP > 1 || c.PP > 1 {
+		// the same communication predict.Run adds (cost.Communication)
+		comm, err := cost.Communication(cost.CommInput{Comms: train.Collectives(g, s, c.TP, c.SP, int(c.PP)),
+			Setup: s, Link: pl.o.Base.GPU.Link, TP: c.TP, PP: c.PP, Compute: e})
+		if err != nil {
+			return 0, err
+		}
+		e = e.WithComm(comm)
 	}
 	return e.Seconds, nil
 }
