@@ -85,9 +85,9 @@ type Comm struct {
 	// Collectives their number.
 	Bytes       float64
 	Collectives int64
-	// DataLink and ModelLink say which link the data-parallel and the
-	// tensor/pipeline collectives run over.
-	DataLink, ModelLink string
+	// DataLink, ModelLink and PipeLink say which link the data-parallel
+	// and tensor-parallel collectives and the pipeline's sends run over.
+	DataLink, ModelLink, PipeLink string
 	// Notes say where the model is uncertain.
 	Notes []string
 }
@@ -131,33 +131,44 @@ func RingSeconds(k train.CollKind, bytes float64, n int, busBW, hop float64) flo
 	return link{bw: busBW, hop: hop}.ring(k, bytes, n)
 }
 
-// links picks the data-parallel and model-parallel links: within a node
-// when the whole job fits in one (GPUs × TP × PP ≤ node GPUs), the
-// network otherwise; tensor parallelism stays within a node while its
-// degree does.
-func links(in CommInput) (dp, mp link, notes []string) {
+// links picks the links of the data-parallel, tensor-parallel and
+// pipeline collectives. Megatron places the tensor-parallel ranks
+// innermost, then the pipeline's, then the data-parallel ones
+// (initialize_model_parallel's default order "tp-cp-ep-dp-pp" keeps
+// tensor parallelism within a node): a group runs over NVLink or PCIe
+// while the ranks it spans fit in one node — TP for tensor parallelism,
+// TP × PP for the pipeline, every GPU of the job for data parallelism —
+// and over the network beyond.
+func links(in CommInput) (dp, tp, pp link, notes []string) {
 	l := in.Link
 	intra := link{bw: l.Intra * gpu.PCIeShare, hop: ringPCIeLatency, name: fmt.Sprintf("PCIe %.0f GB/s × %.1f", l.Intra/1e9, gpu.PCIeShare)}
 	if l.NVLink {
 		intra = link{bw: l.Intra * gpu.NVLinkShare, hop: ringNVLinkLatency, name: fmt.Sprintf("NVLink %.0f GB/s × %.1f", l.Intra/1e9, gpu.NVLinkShare)}
 	}
 	inter := l.Inter
-	if inter <= 0 {
-		inter = netFallback
-		notes = append(notes, "the network between nodes is not known for this GPU: 100 Gb/s per GPU assumed")
+	net := func() link {
+		if inter <= 0 {
+			inter = netFallback
+			notes = append(notes, "the network between nodes is not known for this GPU: 100 Gb/s per GPU assumed")
+		}
+		return link{bw: math.Min(inter*gpu.NetShare, intra.bw), hop: ringNetLatency, name: fmt.Sprintf("network %.1f GB/s × %.1f", inter/1e9, gpu.NetShare)}
 	}
-	net := link{bw: math.Min(inter*gpu.NetShare, intra.bw), hop: ringNetLatency, name: fmt.Sprintf("network %.1f GB/s × %.1f", inter/1e9, gpu.NetShare)}
 	p := in.Setup.Parallel
 	node := int64(max(p.NodeGPUs, 1))
-	total := int64(max(p.GPUs, 1)) * max(in.TP, 1) * max(in.PP, 1)
-	dp, mp = intra, intra
-	if total > node {
-		dp = net
-		if max(in.TP, 1)*max(in.PP, 1) > node {
-			mp = net
+	t, s := max(in.TP, 1), max(in.PP, 1)
+	pick := func(span int64) link {
+		if span > node {
+			return net()
 		}
+		return intra
 	}
-	return dp, mp, notes
+	tp = pick(t)
+	pp = pick(t * s)
+	dp = pick(int64(max(p.GPUs, 1)) * t * s)
+	if len(notes) > 1 {
+		notes = notes[:1]
+	}
+	return dp, tp, pp, notes
 }
 
 // Communication predicts a step's communication and how much of it the
@@ -167,9 +178,9 @@ func Communication(in CommInput) (Comm, error) {
 		return Comm{}, fmt.Errorf("no interconnect known for this GPU: multi-GPU step time needs its NVLink or PCIe rate")
 	}
 	var c Comm
-	dp, mp, notes := links(in)
+	dp, mp, pl, notes := links(in)
 	c.Notes = notes
-	c.DataLink, c.ModelLink = dp.name, mp.name
+	c.DataLink, c.ModelLink, c.PipeLink = dp.name, mp.name, pl.name
 	acc := float64(max(in.Setup.Accumulate, 1))
 	e := in.Compute
 	fwd := e.By[Forward] / acc
@@ -249,7 +260,7 @@ func Communication(in CommInput) (Comm, error) {
 		pp := float64(in.PP)
 		// one send and one receive of the boundary activations (or
 		// their gradient) per micro-batch, point to point: one hop
-		send := ringBaseLatency + mp.hop + float64(cm.Boundary)/mp.bw
+		send := ringBaseLatency + pl.hop + float64(cm.Boundary)/pl.bw
 		c.Pipeline = 2 * m * send
 		add(float64(cm.Boundary), 2*m)
 		perMicro := fwd + bwd + c.Tensor/m + c.Pipeline/m

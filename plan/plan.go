@@ -638,7 +638,7 @@ func (pl *planner) timeOf(c Candidate) (float64, error) {
 	}
 	if c.Parallel.On() || c.TP > 1 || c.PP > 1 {
 		// the same communication predict.Run adds (cost.Communication)
-		comm, err := cost.Communication(cost.CommInput{Comms: train.Collectives(g, s, c.TP, c.SP, int(c.PP)),
+		comm, err := cost.Communication(cost.CommInput{Comms: train.Collectives(g, s, runs, c.TP, c.SP, int(c.PP)),
 			Setup: s, Link: pl.o.Base.GPU.Link, TP: c.TP, PP: c.PP, Compute: e})
 		if err != nil {
 			return 0, err

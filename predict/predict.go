@@ -320,7 +320,7 @@ func Run(ctx context.Context, r Request) (*Result, error) {
 		}
 		if r.multiGPU() {
 			comm, err := cost.Communication(cost.CommInput{
-				Comms: train.Collectives(g0, res.Setup, r.Config.TP, r.Config.SP, int(r.Config.PP)),
+				Comms: train.Collectives(g0, res.Setup, res.Summary.Ops, r.Config.TP, r.Config.SP, int(r.Config.PP)),
 				Setup: res.Setup, Link: r.GPU.Link, TP: r.Config.TP, PP: r.Config.PP, Compute: est})
 			if err != nil {
 				return nil, err

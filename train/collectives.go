@@ -81,10 +81,11 @@ type ModelComm struct {
 }
 
 // Collectives lists what s's data, tensor and pipeline parallelism
-// communicate for graph g. tp is the tensor-parallel degree (1: none), sp
-// sequence parallelism, stages the pipeline's (1: none); s must be
-// normalized.
-func Collectives(g *graph.Graph, s Setup, tp int64, sp bool, stages int) Comms {
+// communicate for graph g. runs are the simulation's op records
+// (Summary.Ops), which give the activations' dtypes (nil: the graph's); tp
+// is the tensor-parallel degree (1: none), sp sequence parallelism, stages
+// the pipeline's (1: none); s must be normalized.
+func Collectives(g *graph.Graph, s Setup, runs []OpRun, tp int64, sp bool, stages int) Comms {
 	p := s.Parallel
 	c := Comms{Ranks: p.ShardRanks(), Replicas: 1}
 	if p.IsFSDP() && p.Sharding == HybridShard && c.Ranks > 0 {
@@ -154,13 +155,30 @@ func Collectives(g *graph.Graph, s Setup, tp int64, sp bool, stages int) Comms {
 		}
 		c.Units = units
 	}
+	if len(runs) != len(g.Ops) {
+		runs = nil
+	}
+	out := func(i int) int64 {
+		t := g.Tensor(g.Ops[i].Output)
+		if runs == nil {
+			return t.Shape.Numel() * t.DType.Size()
+		}
+		return t.Shape.Numel() * runs[i].Out.Size()
+	}
+	in := func(i int) int64 {
+		t := g.Tensor(g.Ops[i].Inputs[0])
+		if runs == nil {
+			return t.Shape.Numel() * t.DType.Size()
+		}
+		return t.Shape.Numel() * runs[i].In.Size()
+	}
 	if tp > 1 {
-		c.Model = modelComms(g, s, tp, sp)
+		c.Model = modelComms(g, s, sp, out, in)
 	}
 	if stages > 1 {
 		for i := len(g.Ops) - 1; i >= 0; i-- {
 			if g.Ops[i].Block >= 0 {
-				c.Boundary = g.StorageBytes(g.Ops[i].Output)
+				c.Boundary = out(i)
 				break
 			}
 		}
@@ -181,18 +199,18 @@ func Collectives(g *graph.Graph, s Setup, tp int64, sp bool, stages int) Comms {
 // and the vocabulary-parallel embedding, and the inputs of the attention
 // and MLP and the head, which the Llama-family builder takes from the
 // norms (models/transformers_llama.go).
-func modelComms(g *graph.Graph, s Setup, tp int64, sp bool) []ModelComm {
+func modelComms(g *graph.Graph, s Setup, sp bool, outBytes, inBytes func(int) int64) []ModelComm {
 	region, _ := Regions(g, s.Checkpoint)
 	var out []ModelComm
 	for i := range g.Ops {
 		op := &g.Ops[i]
-		bytes := g.StorageBytes(op.Output)
+		bytes := outBytes(i)
 		if sp {
 			switch op.Kind {
 			case graph.AllGather:
 				out = append(out, ModelComm{Fwd: AllGather, Back: ReduceScatter, FwdOn: true, BackOn: true, Bytes: bytes, Twice: true, Region: region[i]})
 			case graph.ReduceScatter:
-				out = append(out, ModelComm{Fwd: ReduceScatter, Back: AllGather, FwdOn: true, BackOn: true, Bytes: g.StorageBytes(op.Inputs[0]), Region: region[i]})
+				out = append(out, ModelComm{Fwd: ReduceScatter, Back: AllGather, FwdOn: true, BackOn: true, Bytes: inBytes(i), Region: region[i]})
 			}
 			continue
 		}

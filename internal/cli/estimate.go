@@ -407,7 +407,7 @@ func writeComm(w io.Writer, res *predict.Result) {
 		by = append(by, fmt.Sprintf("tensor-parallel %s over %s", fmtSeconds(c.Tensor), c.ModelLink))
 	}
 	if c.Pipeline > 0 {
-		by = append(by, fmt.Sprintf("pipeline sends %s", fmtSeconds(c.Pipeline)))
+		by = append(by, fmt.Sprintf("pipeline sends %s over %s", fmtSeconds(c.Pipeline), c.PipeLink))
 	}
 	if len(by) > 0 {
 		fmt.Fprintf(w, "    %s\n", strings.Join(by, "; "))
