@@ -73,10 +73,10 @@ type Comm struct {
 	// the step waits for (not hidden under compute); Bubble the pipeline's
 	// idle time. The step takes the compute, Exposed and Bubble.
 	Seconds, Exposed, Bubble float64
-	// Data, Tensor and Pipeline split Seconds; DataExposed is Data's
-	// exposed part (tensor parallelism's and the pipeline's sends are
-	// exposed whole).
-	Data, DataExposed, Tensor, Pipeline float64
+	// Data, Tensor, Pipeline and Host split Seconds; DataExposed is
+	// Data's exposed part (tensor parallelism's and the pipeline's sends
+	// and offload's copies are exposed whole).
+	Data, DataExposed, Tensor, Pipeline, Host float64
 	// LastBucket is the time of the collective that can start only when
 	// backward ends (DDP's last bucket, the root's reduce-scatter): the
 	// least Data exposes.
@@ -225,8 +225,9 @@ func Communication(in CommInput) (Comm, error) {
 			add(float64(cm.Grads), times)
 			add(float64(cm.Params), 1)
 		}
+		c.Host = offloadCopies(in, cm, acc)
 		if p.Offload {
-			c.Notes = append(c.Notes, "offload: the host transfers over PCIe and the optimizer step on the CPU are not timed")
+			c.Notes = append(c.Notes, "offload: the optimizer step on the CPU is not timed (only the copies to and from the host are): the step is longer than shown")
 		}
 		c.Data, c.DataExposed, c.LastBucket = total, exposed, last
 	}
@@ -266,9 +267,48 @@ func Communication(in CommInput) (Comm, error) {
 		perMicro := fwd + bwd + c.Tensor/m + c.Pipeline/m
 		c.Bubble = (pp - 1) * perMicro
 	}
-	c.Seconds = c.Data + c.Tensor + c.Pipeline
-	c.Exposed = c.DataExposed + c.Tensor + c.Pipeline
+	c.Seconds = c.Data + c.Tensor + c.Pipeline + c.Host
+	c.Exposed = c.DataExposed + c.Tensor + c.Pipeline + c.Host
 	return c, nil
+}
+
+// offloadCopies is the time of CPU offload's copies over the host link,
+// counted exposed (FSDP's _unshard copies the shard in before the
+// all-gather it feeds; DeepSpeed's offload waits on its copies before the
+// CPU step): with parameters on the host, every gather's shard comes in
+// and every reduced gradient shard goes out (FSDP's CPUOffload, ZeRO-3's
+// offload_param); with ZeRO's offload_optimizer the gradient partition
+// goes out (each micro-batch at stages 2 and 3, at the boundary at stage
+// 1) and the updated parameter partition comes back once a step.
+func offloadCopies(in CommInput, cm train.Comms, acc float64) float64 {
+	p := in.Setup.Parallel
+	bw := in.Link.Host * gpu.PCIeShare
+	if !(p.Offload || p.OffloadParams) || bw <= 0 {
+		return 0
+	}
+	var bytes float64
+	if p.IsFSDP() && p.Offload || p.OffloadParams {
+		regather := p.Sharding == train.FullShard || p.Sharding == train.HybridShard || p.Strategy == train.ZeRO3
+		for _, u := range cm.Units {
+			n := 1.0
+			if regather && !u.Root {
+				n = 2
+			}
+			bytes += acc * n * float64(u.Shard)
+			if u.Reduce > 0 && p.IsFSDP() {
+				bytes += acc * float64(u.Shard)
+			}
+		}
+	}
+	if p.IsZeRO() && p.Offload {
+		r := float64(max(p.GPUs, 1))
+		times := acc
+		if p.Strategy == train.ZeRO1 {
+			times = 1
+		}
+		bytes += times*float64(cm.Grads)/r + float64(cm.Params)/r
+	}
+	return bytes / bw
 }
 
 // bucketed is a collective of total bytes cut into buckets of at most

@@ -45,9 +45,14 @@ type Comms struct {
 // all-gathered in the compute dtype, Reduce its gradients reduce-scattered
 // (0: nothing trainable), Weight its parameter elements, by which the
 // unit's share of the step's arithmetic is apportioned.
+//
+// Shard is this rank's shard in the dtype it is stored in: what CPU
+// offload copies to the device before each gather, and the gradient shard
+// it copies back.
 type UnitComm struct {
 	Name           string
 	Gather, Reduce int64
+	Shard          int64
 	Weight         int64
 	Root           bool
 }
@@ -138,6 +143,11 @@ func Collectives(g *graph.Graph, s Setup, runs []OpRun, tp int64, sp bool, stage
 			local := shardElems(t.Shape, c.Ranks, p.Strategy == FSDP2)
 			b := local * int64(c.Ranks) * dt(t).Size()
 			units[u].Gather += b
+			sdt := s.Precision.ParamDType()
+			if t.KeepDType || p.IsZeRO() {
+				sdt = dt(t)
+			}
+			units[u].Shard += local * sdt.Size()
 			if t.RequiresGrad {
 				trainable[u] = true
 				if p.Strategy != FSDP {

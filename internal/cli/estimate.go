@@ -406,6 +406,9 @@ func writeComm(w io.Writer, res *predict.Result) {
 	if c.Tensor > 0 {
 		by = append(by, fmt.Sprintf("tensor-parallel %s over %s", fmtSeconds(c.Tensor), c.ModelLink))
 	}
+	if c.Host > 0 {
+		by = append(by, fmt.Sprintf("offload copies %s", fmtSeconds(c.Host)))
+	}
 	if c.Pipeline > 0 {
 		by = append(by, fmt.Sprintf("pipeline sends %s over %s", fmtSeconds(c.Pipeline), c.PipeLink))
 	}
