@@ -88,6 +88,12 @@ type Comm struct {
 	// DataLink, ModelLink and PipeLink say which link the data-parallel
 	// and tensor-parallel collectives and the pipeline's sends run over.
 	DataLink, ModelLink, PipeLink string
+	// OptimizerShare is the share of the optimizer step's time one rank
+	// runs: 1/N where the optimizer state is sharded over N ranks (ZeRO,
+	// FSDP: each rank steps its shard), 1 otherwise, and under offload,
+	// whose step runs on the host and is not timed (the device's step
+	// stands in for it).
+	OptimizerShare float64
 	// Notes say where the model is uncertain.
 	Notes []string
 }
@@ -177,7 +183,14 @@ func Communication(in CommInput) (Comm, error) {
 	if !in.Link.Known() {
 		return Comm{}, fmt.Errorf("no interconnect known for this GPU: multi-GPU step time needs its NVLink or PCIe rate")
 	}
-	var c Comm
+	c := Comm{OptimizerShare: 1}
+	if p := in.Setup.Parallel; p.On() && !p.Offload && (p.IsZeRO() || p.IsFSDP() && p.Sharding != train.NoShard) {
+		r := p.GPUs
+		if p.IsFSDP() {
+			r = p.ShardRanks()
+		}
+		c.OptimizerShare = 1 / float64(max(r, 1))
+	}
 	dp, mp, pl, notes := links(in)
 	c.Notes = notes
 	c.DataLink, c.ModelLink, c.PipeLink = dp.name, mp.name, pl.name
@@ -465,9 +478,15 @@ func shardedComm(l link, c train.Comms, p train.Parallel, fwd, bwd float64) (tot
 	return total, end - (fwd + bwd), last
 }
 
-// WithComm is the step's estimate with its communication: the exposed
-// part and the pipeline's bubble added to the compute.
+// WithComm is the step's estimate with its communication: the optimizer
+// step cut to this rank's shard, the exposed communication and the
+// pipeline's bubble added.
 func (e Estimate) WithComm(c Comm) Estimate {
+	if c.OptimizerShare > 0 && c.OptimizerShare < 1 {
+		cut := e.By[Optimizer] * (1 - c.OptimizerShare)
+		e.By[Optimizer] -= cut
+		e.Seconds -= cut
+	}
 	e.Seconds += c.Exposed + c.Bubble
 	if e.Seconds > 0 {
 		e.MFU = e.IdealSeconds / e.Seconds
