@@ -19,7 +19,7 @@ import (
 // and the others), plus a fixed latency: NCCL's tuning model for the
 // ring's Simple protocol, 8.4 µs, and 3.4 µs (NVLink), 5.7 µs (PCIe) or
 // 14 µs (network) per step, 2(n−1) steps for an all-reduce and n−1 for
-// the others (baseLat and hwLat in src/graph/tuning.cc, NCCL 2.18–2.21).
+// the others (baseLat and hwLat in src/graph/tuning.cc of NVIDIA/nccl).
 //
 // What overlaps follows each library's schedule, on two streams — the
 // compute and one communication queue, on which NCCL's kernels of a

@@ -207,3 +207,31 @@ func TestLinkChoice(t *testing.T) {
 		t.Error("no error for a GPU without a known link")
 	}
 }
+
+// Sharded optimizer state: each rank steps its shard, 1/8 of the step on
+// 8 ranks under ZeRO or FSDP's full shard; DDP and offload keep it whole
+// (offload's step runs on the host, untimed: the device's stands in).
+func TestOptimizerShare(t *testing.T) {
+	e := compute(1, 2)
+	e.By[Optimizer] = 0.8
+	e.Seconds = 3.8
+	for _, c := range []struct {
+		p    train.Parallel
+		want float64
+	}{
+		{train.Parallel{Strategy: train.ZeRO1, GPUs: 8, NodeGPUs: 8}, 0.1},
+		{train.Parallel{Strategy: train.FSDP, Sharding: train.FullShard, GPUs: 8, NodeGPUs: 8}, 0.1},
+		{train.Parallel{Strategy: train.FSDP, Sharding: train.HybridShard, GPUs: 16, NodeGPUs: 4}, 0.2},
+		{train.Parallel{Strategy: train.DDP, GPUs: 8, NodeGPUs: 8}, 0.8},
+		{train.Parallel{Strategy: train.FSDP, Sharding: train.FullShard, GPUs: 8, NodeGPUs: 8, Offload: true}, 0.8},
+	} {
+		got, err := Communication(CommInput{Comms: train.Comms{Ranks: c.p.ShardRanks(), Replicas: 1}, Setup: train.Setup{Accumulate: 1, Parallel: c.p}, Link: nvlink, Compute: e})
+		if err != nil {
+			t.Fatal(err)
+		}
+		w := e.WithComm(got)
+		if !near(w.By[Optimizer], c.want) || !near(w.Seconds, 3.8-0.8+c.want+got.Exposed+got.Bubble) {
+			t.Errorf("%s: optimizer %g s, step %g; want %g", c.p, w.By[Optimizer], w.Seconds, c.want)
+		}
+	}
+}
