@@ -145,7 +145,7 @@ func RingSeconds(k train.CollKind, bytes float64, n int, busBW, hop float64) flo
 // while the ranks it spans fit in one node — TP for tensor parallelism,
 // TP × PP for the pipeline, every GPU of the job for data parallelism —
 // and over the network beyond.
-func links(in CommInput) (dp, tp, pp link, notes []string) {
+func links(in CommInput) (dp, tp, pp, shard link, notes []string) {
 	l := in.Link
 	intra := link{bw: l.Intra * gpu.PCIeShare, hop: ringPCIeLatency, name: fmt.Sprintf("PCIe %.0f GB/s × %.1f", l.Intra/1e9, gpu.PCIeShare)}
 	if l.NVLink {
@@ -171,10 +171,13 @@ func links(in CommInput) (dp, tp, pp link, notes []string) {
 	tp = pick(t)
 	pp = pick(t * s)
 	dp = pick(int64(max(p.GPUs, 1)) * t * s)
+	// HYBRID_SHARD's shard group is a node's ranks: its gathers and
+	// reduce-scatters stay within it, its replicas' all-reduce crosses
+	shard = pick(int64(max(p.ShardRanks(), 1)) * t * s)
 	if len(notes) > 1 {
 		notes = notes[:1]
 	}
-	return dp, tp, pp, notes
+	return dp, tp, pp, shard, notes
 }
 
 // Communication predicts a step's communication and how much of it the
@@ -191,7 +194,7 @@ func Communication(in CommInput) (Comm, error) {
 		}
 		c.OptimizerShare = 1 / float64(max(r, 1))
 	}
-	dp, mp, pl, notes := links(in)
+	dp, mp, pl, sl, notes := links(in)
 	c.Notes = notes
 	c.DataLink, c.ModelLink, c.PipeLink = dp.name, mp.name, pl.name
 	acc := float64(max(in.Setup.Accumulate, 1))
@@ -214,7 +217,7 @@ func Communication(in CommInput) (Comm, error) {
 			}
 			total, exposed = total*acc, exposed*acc
 		case cm.Units != nil:
-			total, exposed, last = shardedComm(dp, cm, p, fwd, bwd)
+			total, exposed, last = shardedComm(sl, dp, cm, p, fwd, bwd)
 			for _, u := range cm.Units {
 				n := 1.0
 				if u.Reduce > 0 {
@@ -367,10 +370,11 @@ func ddpComm(l link, c train.Comms, n int, bwd float64) (total, exposed, last fl
 }
 
 // shardedComm schedules one micro-batch of FSDP or ZeRO-3 on a compute
-// stream and a communication queue. It returns every collective's time,
+// stream and a communication queue, the shard group's collectives on l
+// and HYBRID_SHARD's all-reduce across replicas on replicas. It returns every collective's time,
 // the time the micro-batch takes beyond its compute, and the exposed
 // floor (the root's reduce-scatter, or ZeRO-3's last bucket).
-func shardedComm(l link, c train.Comms, p train.Parallel, fwd, bwd float64) (total, exposed, last float64) {
+func shardedComm(l, replicas link, c train.Comms, p train.Parallel, fwd, bwd float64) (total, exposed, last float64) {
 	units := c.Units
 	nb := len(units) - 1 // blocks; the last unit is the root
 	var weight float64
@@ -389,7 +393,7 @@ func shardedComm(l link, c train.Comms, p train.Parallel, fwd, bwd float64) (tot
 		if c.Replicas <= 1 {
 			return 0
 		}
-		return l.ring(train.AllReduce, float64(units[u].Reduce)/float64(max(r, 1)), c.Replicas)
+		return replicas.ring(train.AllReduce, float64(units[u].Reduce)/float64(max(r, 1)), c.Replicas)
 	}
 	cf := func(u int) float64 { return fwd * float64(units[u].Weight) / weight }
 	cb := func(u int) float64 { return bwd * float64(units[u].Weight) / weight }

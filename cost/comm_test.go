@@ -199,7 +199,7 @@ func TestTensorAndPipelineComm(t *testing.T) {
 // Ranks beyond a node run over the network.
 func TestLinkChoice(t *testing.T) {
 	in := CommInput{Link: nvlink, Setup: train.Setup{Parallel: train.Parallel{Strategy: train.DDP, GPUs: 16, NodeGPUs: 8}}, TP: 1, PP: 1}
-	dp, mp, _, _ := links(in)
+	dp, mp, _, _, _ := links(in)
 	if !near(dp.bw, 40e9) || !near(mp.bw, 360e9) {
 		t.Errorf("16 GPUs: data-parallel %g B/s, model %g; want 50 GB/s × 0.8 and NVLink's 360 GB/s", dp.bw, mp.bw)
 	}
@@ -233,5 +233,25 @@ func TestOptimizerShare(t *testing.T) {
 		if !near(w.By[Optimizer], c.want) || !near(w.Seconds, 3.8-0.8+c.want+got.Exposed+got.Bubble) {
 			t.Errorf("%s: optimizer %g s, step %g; want %g", c.p, w.By[Optimizer], w.Seconds, c.want)
 		}
+	}
+}
+
+// HYBRID_SHARD on 16 GPUs, nodes of 8: the gathers and reduce-scatters
+// stay within the node (NVLink, 7/8 of each unit), and each reduced shard
+// (an eighth of the unit) is all-reduced with the other node's over the
+// network: 2·1/2 · S/8 at 40 GB/s, 14 µs a step, 2 steps.
+func TestHybridShardComm(t *testing.T) {
+	c := smallComms(8)
+	c.Replicas = 2
+	s := train.Setup{Accumulate: 1, Parallel: train.Parallel{Strategy: train.FSDP, Sharding: train.HybridShard, GPUs: 16, NodeGPUs: 8}}
+	ag := func(b float64) float64 { return 7.0/8*b/360e9 + 8.4e-6 + 7*3.4e-6 }
+	ar := func(b float64) float64 { return b/8/40e9 + 8.4e-6 + 2*14e-6 }
+	want := (4*ag(4e6) + ag(8e6)) + 4*ag(4e6) + (4*ag(4e6) + ag(8e6)) + 4*ar(4e6) + ar(8e6)
+	got, err := Communication(CommInput{Comms: c, Setup: s, Link: nvlink, Compute: compute(2, 4)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !near(got.Data, want) {
+		t.Errorf("hybrid: %g s, want %g", got.Data, want)
 	}
 }
