@@ -29,6 +29,7 @@ import (
 //     while backward goes on; only what is left after the last gradient —
 //     at least the last bucket, which holds the first layers' gradients —
 //     is exposed. Every micro-batch syncs (a loop without no_sync()).
+//   - FSDP's NO_SHARD: as DDP, each unit's flat gradient a bucket.
 //   - FSDP and FSDP2: each unit's parameters are all-gathered before its
 //     forward (the next one issued while the current one computes, at
 //     most two in flight: limit_all_gathers) and, resharded after
@@ -210,7 +211,7 @@ func Communication(in CommInput) (Comm, error) {
 	if p.On() {
 		var total, exposed, last float64
 		switch {
-		case p.Strategy == train.DDP:
+		case p.Strategy == train.DDP || p.IsFSDP() && p.Sharding == train.NoShard:
 			total, exposed, last = ddpComm(dp, cm, p.GPUs, bwd)
 			for _, b := range cm.Buckets {
 				add(float64(b), acc)

@@ -17,7 +17,8 @@ type Comms struct {
 	// when parameters are not gathered.
 	Units []UnitComm
 	// Buckets are DDP's rebuilt gradient buckets in the order the
-	// reducer fires them (reverse registration order), bytes.
+	// reducer fires them (reverse registration order), bytes; under
+	// FSDP's NO_SHARD each unit's flat gradient, in backward's order.
 	Buckets []int64
 	// Grads is the bytes of every trainable gradient in the dtype it is
 	// reduced in (DDP's and ZeRO's), and Params the trainable parameters
@@ -120,6 +121,25 @@ func Collectives(g *graph.Graph, s Setup, runs []OpRun, tp int64, sp bool, stage
 	c.GatherBucket = ZeROReduceBucket * cdt.Size()
 	if p.On() && p.Strategy == DDP {
 		c.Buckets = ddpBuckets(sizes, p.BucketMB)
+	}
+	if p.On() && p.IsFSDP() && p.Sharding == NoShard {
+		// NO_SHARD all-reduces each unit's flat gradient in its
+		// post-backward hook: the blocks from the last, then the root
+		unitOf := paramUnits(g)
+		per := make([]int64, len(g.Blocks)+1)
+		for _, id := range ids {
+			if t := g.Tensor(id); t.RequiresGrad && !t.Untrained && t.Quant == nil {
+				per[unitOf[id]] += t.Shape.Numel() * dt(t).Size()
+			}
+		}
+		for u := len(g.Blocks) - 1; u >= 0; u-- {
+			if per[u] > 0 {
+				c.Buckets = append(c.Buckets, per[u])
+			}
+		}
+		if root := per[len(g.Blocks)]; root > 0 {
+			c.Buckets = append(c.Buckets, root)
+		}
 	}
 	if p.On() && p.shardsParams() {
 		unitOf := paramUnits(g)

@@ -43,6 +43,14 @@ func TestCollectivesMatchTrace(t *testing.T) {
 			t.Errorf("unit %d: reduce-scatter %d, want the flat parameter's %d", i, u.Reduce, u.Gather)
 		}
 	}
+	// NO_SHARD: one all-reduce per unit, the last block first, the root
+	// (the head's 10×1024 + 10 float32) last
+	s, _ = Setup{Optimizer: Optimizer{Kind: SGD}, Parallel: Parallel{Strategy: FSDP, Sharding: NoShard, GPUs: 4}}.Normalize()
+	c = Collectives(g, s, nil, 1, false, 1)
+	block := int64(4 * (1024*1024 + 1024))
+	if wantB := []int64{block, block, block, 4 * (784*1024 + 1024), 4 * (10*1024 + 10)}; !slices.Equal(c.Buckets, wantB) || c.Units != nil {
+		t.Errorf("no-shard buckets %v (units %v), want %v", c.Buckets, c.Units, wantB)
+	}
 	// DDP
 	s, _ = Setup{Optimizer: Optimizer{Kind: SGD}, Parallel: Parallel{Strategy: DDP, GPUs: 2}}.Normalize()
 	c = Collectives(g, s, nil, 1, false, 1)
