@@ -34,6 +34,8 @@ type GPU struct {
 	Family          string
 	// Rates are the peak throughputs the step-time model runs against.
 	Rates Rates
+	// Link is how the GPU reaches its peers (links.go).
+	Link Link
 }
 
 // Rates are a GPU's peak dense arithmetic throughputs, in FLOP/s, and its
@@ -154,6 +156,7 @@ func init() {
 	for i := range catalog {
 		g := &catalog[i]
 		g.ContextSize = contextByFamily[g.Family]
+		g.Link = links[g.Name]
 		if r, ok := reportedCapacity[g.Name]; ok {
 			g.Capacity = fromPrinted(r.GiB)
 			g.CapacityFrom = fmt.Sprintf("cudaMemGetInfo's total as PyTorch prints it, %.2f GiB: %s", r.GiB, r.Source)
@@ -249,7 +252,7 @@ func Custom(label string, size int64, like *GPU) (GPU, error) {
 	if like != nil {
 		share, from = float64(like.Capacity)/float64(like.SMITotal), []string{like.Name}
 		g.Marketing = fmt.Sprintf("custom %s like %s", label, like.Name)
-		g.Major, g.Minor, g.Family, g.ContextSize, g.Rates = like.Major, like.Minor, like.Family, like.ContextSize, like.Rates
+		g.Major, g.Minor, g.Family, g.ContextSize, g.Rates, g.Link = like.Major, like.Minor, like.Family, like.ContextSize, like.Rates, like.Link
 	}
 	g.Capacity = int64(float64(size)*share) / mib * mib
 	g.CapacityFrom = fmt.Sprintf("derived: %s read as nvidia-smi's total, × %.4f, the share PyTorch can use on %s", label, share, from[0])

@@ -111,6 +111,21 @@ type TimeJSON struct {
 	FLOPs            float64            `json:"flops"`
 	Bytes            float64            `json:"bytes_moved"`
 	Kernels          int64              `json:"kernels"`
+	// Comm is the communication under parallelism (part of
+	// StepSeconds: its exposed part and the pipeline bubble).
+	Comm *CommJSON `json:"communication,omitempty"`
+}
+
+// CommJSON is cost.Comm.
+type CommJSON struct {
+	Seconds        float64 `json:"seconds"`
+	ExposedSeconds float64 `json:"exposed_seconds"`
+	BubbleSeconds  float64 `json:"bubble_seconds,omitempty"`
+	DataSeconds    float64 `json:"data_parallel_seconds,omitempty"`
+	TensorSeconds  float64 `json:"tensor_parallel_seconds,omitempty"`
+	PipeSeconds    float64 `json:"pipeline_send_seconds,omitempty"`
+	Bytes          float64 `json:"bytes"`
+	Collectives    int64   `json:"collectives"`
 }
 
 func timeJSON(res *predict.Result) *TimeJSON {
@@ -122,6 +137,10 @@ func timeJSON(res *predict.Result) *TimeJSON {
 		TokensPerSecond: e.TokensPerSecond(), MFU: e.MFU, ModelFLOPs: e.ModelFLOPs, FLOPs: e.FLOPs, Bytes: e.Bytes, Kernels: e.Kernels}
 	for _, p := range cost.Parts() {
 		t.PartSeconds[p.String()] = e.By[p]
+	}
+	if c := res.Comm; c != nil {
+		t.Comm = &CommJSON{Seconds: c.Seconds, ExposedSeconds: c.Exposed, BubbleSeconds: c.Bubble, DataSeconds: c.Data,
+			TensorSeconds: c.Tensor, PipeSeconds: c.Pipeline, Bytes: c.Bytes, Collectives: c.Collectives}
 	}
 	return t
 }

@@ -423,10 +423,13 @@ func writePlan(w io.Writer, r predict.Request, o plan.Options, ans *plan.Answer)
 			ans.Simulations, o.MaxPredictions)
 	}
 	if ans.Untimed {
-		fmt.Fprintln(w, "step times are not predicted under data parallelism (the model knows no communication); the plans are ranked by the fewest changes")
+		fmt.Fprintln(w, "no step times: the GPU's interconnect is not known, so communication under parallelism cannot be timed; the plans are ranked by the fewest changes")
 		return
 	}
 	fmt.Fprintln(w, "step times are a roofline bound from the GPU's datasheet rates: use them to rank plans (docs/accuracy.md)")
+	if ans.Base != nil && (ans.Base.Parallel.On() || ans.Base.TP > 1 || ans.Base.PP > 1) {
+		fmt.Fprintln(w, "under parallelism they add the communication the step waits for: NCCL's ring over the datasheet's NVLink, PCIe or network rate (docs/accuracy.md §4)")
+	}
 }
 
 func writePlanTable(w io.Writer, ans *plan.Answer, plans []*plan.Plan) {
