@@ -34,6 +34,8 @@ type GPU struct {
 	Family          string
 	// Rates are the peak throughputs the step-time model runs against.
 	Rates Rates
+	// Link is how the GPU reaches its peers (links.go).
+	Link Link
 }
 
 // Rates are a GPU's peak dense arithmetic throughputs, in FLOP/s, and its
@@ -124,7 +126,7 @@ var contextByFamily = map[string]int64{
 // ResNet-50 rows are within 4 % of each other, bound by something other
 // than the GPU.
 var achievableByArch = map[[2]int]Achievable{
-	{7, 0}: {Matmul: 0.875, Bandwidth: 0.70, Source: fitted},
+	{7, 0}: {Matmul: 0.90, Bandwidth: 0.70, Source: fitted},
 	{8, 0}: {Matmul: 0.50, Bandwidth: 0.70, Source: fitted},
 	{8, 6}: {Matmul: 0.55, Bandwidth: 0.70, Source: fitted},
 	{8, 9}: {Matmul: 0.525, Bandwidth: 0.70, Source: fitted},
@@ -247,6 +249,7 @@ func init() {
 		if a, ok := achievableByArch[[2]int{g.Major, g.Minor}]; ok {
 			g.Rates.Achievable = a
 		}
+		g.Link = links[g.Name]
 		if r, ok := reportedCapacity[g.Name]; ok {
 			g.Capacity = fromPrinted(r.GiB)
 			g.CapacityFrom = fmt.Sprintf("cudaMemGetInfo's total as PyTorch prints it, %.2f GiB: %s", r.GiB, r.Source)
@@ -342,7 +345,7 @@ func Custom(label string, size int64, like *GPU) (GPU, error) {
 	if like != nil {
 		share, from = float64(like.Capacity)/float64(like.SMITotal), []string{like.Name}
 		g.Marketing = fmt.Sprintf("custom %s like %s", label, like.Name)
-		g.Major, g.Minor, g.Family, g.ContextSize, g.Rates = like.Major, like.Minor, like.Family, like.ContextSize, like.Rates
+		g.Major, g.Minor, g.Family, g.ContextSize, g.Rates, g.Link = like.Major, like.Minor, like.Family, like.ContextSize, like.Rates, like.Link
 	}
 	g.Capacity = int64(float64(size)*share) / mib * mib
 	g.CapacityFrom = fmt.Sprintf("derived: %s read as nvidia-smi's total, × %.4f, the share PyTorch can use on %s", label, share, from[0])

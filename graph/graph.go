@@ -79,7 +79,10 @@ func ParseDType(s string) (DType, error) {
 // Shape is a tensor shape with concrete sizes.
 type Shape []int64
 
-// Numel is the number of elements.
+// Numel is the number of elements. It does not check for overflow: the
+// shapes of a built graph are (the Builder and Validate refuse a tensor
+// beyond MaxBytes, see CheckedBytes); a shape from elsewhere is checked
+// with CheckedBytes first.
 func (s Shape) Numel() int64 {
 	n := int64(1)
 	for _, d := range s {

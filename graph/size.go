@@ -1,6 +1,7 @@
 package graph
 
 import (
+	"errors"
 	"fmt"
 	"math/bits"
 )
@@ -21,8 +22,25 @@ const MaxBytes int64 = 1 << 56
 const MaxOps = 1 << 16
 
 func opsError(name string) error {
-	return fmt.Errorf("%s has more than %d ops, the most batchfit simulates (fewer layers)", name, MaxOps)
+	return Boundf("%s has more than %d ops, the most batchfit simulates (fewer layers)", name, MaxOps)
 }
+
+// Boundf is an error that matches ErrBound: a request beyond one of
+// batchfit's bounds.
+func Boundf(format string, args ...any) error { return boundErr(fmt.Sprintf(format, args...)) }
+
+type boundErr string
+
+func (e boundErr) Error() string        { return string(e) }
+func (e boundErr) Is(target error) bool { return target == ErrBound }
+
+// ErrBound is matched (errors.Is) by every refusal of a graph beyond
+// batchfit's bounds (MaxBytes, MaxOps): a search over a size takes it as
+// the end of what can be asked, not as a failure.
+var ErrBound = errors.New("beyond batchfit's bounds")
+
+// Is makes a SizeError match ErrBound.
+func (e *SizeError) Is(target error) bool { return target == ErrBound }
 
 // MulSize multiplies two non-negative sizes, reporting false when the
 // product overflows int64 or an operand is negative.

@@ -45,3 +45,33 @@ func BenchmarkPlanLlama3_70B(b *testing.B) { benchPlan(b, "Llama-3-70B", 8192, 1
 // BenchmarkPlanLlama3_70BPooled: the same search on a 2 TiB device, as if
 // sharded memory were pooled, where plans fit and the whole search runs.
 func BenchmarkPlanLlama3_70BPooled(b *testing.B) { benchPlan(b, "Llama-3-70B", 8192, 16, "2TiB") }
+
+// BenchmarkPlanLlama3_70BFSDP8: Llama-3-70B at seq 4096, a global batch of
+// 8, on 8 H100s under FSDP with every lever (the sharding, tensor and
+// pipeline ones included), plans ranked by step time with communication
+// (docs/performance.md: 1.6–2.1 s before step times were predicted under
+// parallelism).
+func BenchmarkPlanLlama3_70BFSDP8(b *testing.B) {
+	m, err := models.Lookup("Llama-3-70B")
+	if err != nil {
+		b.Fatal(err)
+	}
+	g, err := gpu.Lookup("h100-80gb")
+	if err != nil {
+		b.Fatal(err)
+	}
+	o := Options{Base: predict.Request{Source: predict.Zoo{M: m}, Config: models.Config{Batch: 1, Seq: 4096}, GPU: g, Context: -1,
+		Setup: train.Setup{Precision: train.MixedBF16, Optimizer: train.Optimizer{Kind: train.AdamW, WeightDecay: 0.01},
+			Parallel: train.Parallel{Strategy: train.FSDP, GPUs: 8}}},
+		Margin: g.Capacity * 145 / 1000}
+	b.ResetTimer()
+	var n int
+	for i := 0; i < b.N; i++ {
+		ans, err := Run(context.Background(), o)
+		if err != nil {
+			b.Fatal(err)
+		}
+		n = ans.Simulations
+	}
+	b.ReportMetric(float64(n), "predictions")
+}

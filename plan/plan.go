@@ -253,9 +253,9 @@ type Answer struct {
 	// one rank's share (micro-batch × accumulation), Ranks the
 	// data-parallel ranks.
 	GlobalBatch, RankBatch, Ranks int64
-	// Untimed: no step times (data parallelism, whose communication the
-	// step-time model does not know); the plans are ranked by the fewest
-	// changes.
+	// Untimed: no step times (a GPU without rates, or under parallelism
+	// one whose interconnect is not known); the plans are ranked by the
+	// fewest changes.
 	Untimed bool
 	// Simulations counts the simulations run (each pipeline stage one);
 	// Stopped reports that the search stopped at Options.MaxPredictions
@@ -308,12 +308,33 @@ type planner struct {
 	// aligned caches the op records carried over to each micro-batch's
 	// graph
 	aligned map[alignKey][]train.OpRun
+	// steps and comms cache timings: the compute of a graph under a
+	// setup, and the collectives of a graph under a strategy
+	steps map[stepKey]cost.Estimate
+	comms map[commKey]train.Comms
+}
+
+type stepKey struct {
+	g     *graph.Graph
+	p     train.Precision
+	ck    train.Checkpoint
+	impl  train.Impl
+	optim string
+	acc   int
+}
+
+type commKey struct {
+	g   *graph.Graph
+	par train.Parallel
+	p   train.Precision
+	ck  train.Checkpoint
 }
 
 type alignKey struct {
 	p     train.Precision
 	micro int64
 	tune  Tune
+	tp    tensorOpt
 }
 
 // graphKey and recKey: a graph differs with what is trained (adapters, a
@@ -321,6 +342,7 @@ type alignKey struct {
 type graphKey struct {
 	micro int64
 	tune  Tune
+	tp    tensorOpt
 }
 
 type recKey struct {
@@ -411,7 +433,8 @@ func Run(ctx context.Context, o Options) (*Answer, error) {
 	}
 	pl := &planner{ctx: ctx, o: o, graphs: map[graphKey]*graph.Graph{}, runs: map[recKey][]train.OpRun{}, runsOn: map[recKey]*graph.Graph{},
 		ans: &Answer{Margin: o.Margin, GlobalBatch: o.GlobalBatch, RankBatch: o.GlobalBatch / ranks, Ranks: ranks, Untimed: untimed}, allow: map[Lever]bool{}, src: o.Base.Source,
-		seen: map[Candidate]*Plan{}, dead: map[deadKey]int{}, aligned: map[alignKey][]train.OpRun{}}
+		seen: map[Candidate]*Plan{}, dead: map[deadKey]int{}, aligned: map[alignKey][]train.OpRun{},
+		steps: map[stepKey]cost.Estimate{}, comms: map[commKey]train.Comms{}}
 	levers := o.Levers
 	if len(levers) == 0 {
 		levers = Levers()
@@ -463,7 +486,14 @@ func (pl *planner) accumulations() error {
 }
 
 func (pl *planner) graph(micro int64, tune Tune) (*graph.Graph, error) {
-	k := graphKey{micro, tune}
+	return pl.graphOf(micro, tune, tensorOpt{max(pl.o.Base.Config.TP, 1), pl.o.Base.Config.SP, max(pl.o.Base.Config.PP, 1)})
+}
+
+// graphOf builds the model at a micro-batch as a candidate trains and
+// splits it: its adapters, its tensor parallelism and its pipeline (the
+// first stage standing for the pipeline), as request lays it out.
+func (pl *planner) graphOf(micro int64, tune Tune, tp tensorOpt) (*graph.Graph, error) {
+	k := graphKey{micro, tune, tp}
 	if g, ok := pl.graphs[k]; ok {
 		return g, nil
 	}
@@ -472,6 +502,10 @@ func (pl *planner) graph(micro int64, tune Tune) (*graph.Graph, error) {
 	}
 	c := pl.tuned(pl.o.Base.Config, tune)
 	c.Batch = micro
+	c.TP, c.SP = tp.tp, tp.sp
+	if tp.pp != max(pl.o.Base.Config.PP, 1) {
+		c.PP, c.Stage, c.StageLayers = tp.pp, -1, nil
+	}
 	if c.PP > 1 && c.Stage < 0 {
 		// the first stage stands for the pipeline in the op records and
 		// the static bound (every stage's own is at least as large as
@@ -581,11 +615,17 @@ func (pl *planner) evaluate(c Candidate) (*Plan, error) {
 		p.Seconds = res.Time.Seconds
 	}
 	if rk := (recKey{c.Precision, c.Tune}); pl.runs[rk] == nil {
-		g, err := pl.graph(c.MicroBatch, c.Tune)
+		// the records are of the graph simulated: the candidate's split
+		// (a pipeline's answering stage)
+		rc := res.Config
+		rc.Batch = c.MicroBatch
+		g, err := pl.src.Build(rc)
 		if err != nil {
 			return nil, err
 		}
-		pl.runs[rk], pl.runsOn[rk] = res.Summary.Ops, g
+		if len(g.Ops) == len(res.Summary.Ops) {
+			pl.runs[rk], pl.runsOn[rk] = res.Summary.Ops, g
+		}
 	}
 	pl.ans.Evaluated = append(pl.ans.Evaluated, p)
 	pl.seen[c] = p
@@ -616,7 +656,8 @@ func (pl *planner) timeOf(c Candidate) (float64, error) {
 	if !ok {
 		return 0, fmt.Errorf("internal: no op records for %s", c.Precision)
 	}
-	g, err := pl.graph(c.MicroBatch, c.Tune)
+	tp := tensorOpt{c.TP, c.SP, c.PP}
+	g, err := pl.graphOf(c.MicroBatch, c.Tune, tp)
 	if err != nil {
 		return 0, err
 	}
@@ -625,16 +666,38 @@ func (pl *planner) timeOf(c Candidate) (float64, error) {
 	if err != nil {
 		return 0, err
 	}
-	ak := alignKey{c.Precision, c.MicroBatch, c.Tune}
+	ak := alignKey{c.Precision, c.MicroBatch, c.Tune, tp}
 	aligned, ok := pl.aligned[ak]
 	if !ok {
 		aligned = cost.Align(g, pl.runsOn[rk], runs)
 		pl.aligned[ak] = aligned
 	}
 	runs = aligned
-	e, err := cost.Step(cost.Input{Graph: g, Ops: runs, Setup: s, Rates: pl.o.Base.GPU.Rates, Seq: pl.o.Base.Config.Seq, Batch: c.MicroBatch})
-	if err != nil {
-		return 0, err
+	// the compute does not depend on the data-parallel strategy (the
+	// communication below adds what does): one timing serves them all
+	sk := stepKey{g, c.Precision, c.Checkpoint, c.Impl, c.Optim, c.Accumulate}
+	e, ok := pl.steps[sk]
+	if !ok {
+		e, err = cost.Step(cost.Input{Graph: g, Ops: runs, Setup: s, Rates: pl.o.Base.GPU.Rates, Seq: pl.o.Base.Config.Seq, Batch: c.MicroBatch})
+		if err != nil {
+			return 0, err
+		}
+		pl.steps[sk] = e
+	}
+	if c.Parallel.On() || c.TP > 1 || c.PP > 1 {
+		// the same communication predict.Run adds (cost.Communication)
+		ck := commKey{g, c.Parallel, c.Precision, c.Checkpoint}
+		comms, ok := pl.comms[ck]
+		if !ok {
+			comms = train.Collectives(g, s, runs, c.TP, c.SP, int(c.PP))
+			pl.comms[ck] = comms
+		}
+		comm, err := cost.Communication(cost.CommInput{Comms: comms,
+			Setup: s, Link: pl.o.Base.GPU.Link, TP: c.TP, PP: c.PP, Compute: e})
+		if err != nil {
+			return 0, err
+		}
+		e = e.WithComm(comm)
 	}
 	return e.Seconds, nil
 }
@@ -1263,7 +1326,7 @@ func (pl *planner) keptAt(cb *combo) (*Plan, int) {
 	var best *Plan
 	bi := 0
 	for _, q := range pl.ans.Best {
-		if q.Precision == cb.p && q.Checkpoint == cb.ck && q.Tune == cb.tune && q.Optim == cb.optim {
+		if q.Precision == cb.p && q.Checkpoint == cb.ck && q.Tune == cb.tune && q.Optim == cb.optim && q.Parallel == cb.par && (tensorOpt{q.TP, q.SP, q.PP}) == cb.tp {
 			if i := pl.indexOf(q.Accumulate); i >= 0 && (best == nil || i < bi) {
 				best, bi = q, i
 			}
@@ -1304,7 +1367,7 @@ func (pl *planner) keep(p *Plan) {
 		// Plans that differ only in the optimizer's implementation or the
 		// allocator's setting are one plan with variants: the list keeps
 		// the better, so that it shows different ways to fit.
-		if q.Precision == p.Precision && q.Checkpoint == p.Checkpoint && q.Accumulate == p.Accumulate && q.Tune == p.Tune && q.Optim == p.Optim {
+		if q.Precision == p.Precision && q.Checkpoint == p.Checkpoint && q.Accumulate == p.Accumulate && q.Tune == p.Tune && q.Optim == p.Optim && sameLayout(q.Candidate, p.Candidate) {
 			if less(pl.planKey(p), pl.planKey(q)) {
 				pl.ans.Best[i] = p
 				sort.SliceStable(pl.ans.Best, func(i, j int) bool { return less(pl.planKey(pl.ans.Best[i]), pl.planKey(pl.ans.Best[j])) })
@@ -1318,6 +1381,13 @@ func (pl *planner) keep(p *Plan) {
 		best = best[:pl.o.Top]
 	}
 	pl.ans.Best = best
+}
+
+// sameLayout: the same data-parallel strategy and model split. Plans
+// that differ in it are different plans (their step times differ by their
+// communication), not variants of one.
+func sameLayout(a, b Candidate) bool {
+	return a.Parallel == b.Parallel && a.TP == b.TP && a.SP == b.SP && a.PP == b.PP
 }
 
 // changes describes how c differs from the current setup.

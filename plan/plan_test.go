@@ -606,3 +606,55 @@ func TestLoRALeverRanksLast(t *testing.T) {
 		}
 	}
 }
+
+// Under parallelism the plans are ranked by step time with communication,
+// and the fastest may change more. Four 4096-wide layers, Ψ ≈ 67.2M
+// parameters, on 8 GPUs over a 16 GB/s PCIe link (9.6 GB/s at the ring's
+// share), at a micro-batch of 8: the compute is about 3.2 GFLOP, a fraction
+// of a millisecond, so the collectives decide. DDP all-reduces the float32
+// gradients, 2·7/8 · 4Ψ bytes ≈ 49 ms; 16-mixed alone keeps them float32
+// (autocast leaves parameters and gradients float32), and ZeRO-2 alone
+// reduce-scatters 7/8 · 4Ψ and all-gathers 7/8 · 4Ψ, the same 49 ms; ZeRO-2
+// under 16-mixed casts the module to float16 (DeepSpeed's fp16 mode), so
+// both move 2Ψ bytes: about 24 ms, two changes faster than any one. (A
+// compute capability 7 GPU: no bfloat16 to offer a one-change 16-bit
+// plan.)
+func TestPlansRankedByTimeUnderParallelism(t *testing.T) {
+	src := blocks{layers: 4, width: 4096}
+	s := train.Setup{Optimizer: train.Optimizer{Kind: train.Adam, Impl: train.Foreach}, Parallel: train.Parallel{Strategy: train.DDP, GPUs: 8}}
+	r := request(src, 8, s, 1<<40)
+	r.GPU.Major = 7
+	r.GPU.Link = gpu.Link{Intra: 16e9, Host: 16e9, Source: "test"}
+	ans, err := Run(context.Background(), Options{Base: r, Levers: []Lever{Sharding, Precision}, Top: 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ans.Untimed || len(ans.Best) < 3 {
+		t.Fatalf("untimed %v, %d plans: want plans ranked by time", ans.Untimed, len(ans.Best))
+	}
+	for i := 1; i < len(ans.Best); i++ {
+		if ans.Best[i].Seconds < ans.Best[i-1].Seconds {
+			t.Errorf("plan %d (%s, %.1f ms) after plan %d (%.1f ms)", i, describe(ans.Best[i].Candidate), 1e3*ans.Best[i].Seconds, i-1, 1e3*ans.Best[i-1].Seconds)
+		}
+	}
+	best := ans.Best[0]
+	if best.Parallel.Strategy == train.DDP || best.Precision != train.Mixed16 || len(best.Changes) < 2 {
+		t.Errorf("fastest %s (%v), want a ZeRO stage under 16-mixed", describe(best.Candidate), best.Changes)
+	}
+	var slowerFewer bool
+	for _, p := range ans.Best[1:] {
+		slowerFewer = slowerFewer || len(p.Changes) < len(best.Changes) && p.Seconds > 1.5*best.Seconds
+	}
+	if !slowerFewer {
+		t.Error("no plan with fewer changes and a slower step after the fastest")
+	}
+	// the same job on a GPU whose link is not known: by the fewest changes
+	r.GPU.Link = gpu.Link{}
+	ans, err = Run(context.Background(), Options{Base: r, Levers: []Lever{Sharding, Precision}, Top: 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !ans.Untimed || len(ans.Best) == 0 || len(ans.Best[0].Changes) != 0 {
+		t.Errorf("no link: untimed %v, first plan %v; want the job as it is first", ans.Untimed, ans.Best)
+	}
+}

@@ -35,7 +35,7 @@ const (
 func checkLimits(r Request) error {
 	switch {
 	case r.Config.Layers > MaxLayers:
-		return fmt.Errorf("layers %d: at most %d", r.Config.Layers, MaxLayers)
+		return graph.Boundf("layers %d: at most %d", r.Config.Layers, MaxLayers)
 	case r.Setup.Steps > MaxSteps:
 		return fmt.Errorf("steps %d: at most %d", r.Setup.Steps, MaxSteps)
 	case len(r.Schedule) > MaxSteps:

@@ -148,16 +148,24 @@ type Result struct {
 	// step's batch size in a schedule); nil when the GPU's rates are not
 	// known, and for inference.
 	Time *cost.Estimate
+	// Comm is the communication under data, tensor or pipeline
+	// parallelism, part of Time (nil on one GPU).
+	Comm *cost.Comm
 	// Infer is the inference that was predicted (nil: training), and
 	// Generation its cache figures when it generated.
 	Infer      *Inference
 	Generation *train.GenerationSummary
 }
 
-// Timed reports whether a step time is predicted for r: the step-time
-// model times one GPU's training step, and knows no communication.
+// Timed reports whether a step time is predicted for r: training steps,
+// and under data, tensor or pipeline parallelism only on a GPU whose
+// interconnect the catalog knows (package cost's communication model).
 func (r Request) Timed() bool {
-	return r.Infer == nil && !r.Setup.Parallel.On() && r.Config.TP <= 1 && r.Config.PP <= 1
+	return r.Infer == nil && (!r.multiGPU() || r.GPU.Link.Known())
+}
+
+func (r Request) multiGPU() bool {
+	return r.Setup.Parallel.On() || r.Config.TP > 1 || r.Config.PP > 1
 }
 
 // Run answers a Request. It stops early with ctx's error when ctx is
@@ -309,6 +317,16 @@ func Run(ctx context.Context, r Request) (*Result, error) {
 			Seq: r.Config.Seq, Batch: g0BatchOf(r)})
 		if err != nil {
 			return nil, err
+		}
+		if r.multiGPU() {
+			comm, err := cost.Communication(cost.CommInput{
+				Comms: train.Collectives(g0, res.Setup, res.Summary.Ops, r.Config.TP, r.Config.SP, int(r.Config.PP)),
+				Setup: res.Setup, Link: r.GPU.Link, TP: r.Config.TP, PP: r.Config.PP, Compute: est})
+			if err != nil {
+				return nil, err
+			}
+			res.Comm = &comm
+			est = est.WithComm(comm)
 		}
 		res.Time = &est
 	}

@@ -2,8 +2,11 @@ package solve
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 
+	"github.com/batchfit/batchfit/graph"
 	"github.com/batchfit/batchfit/models"
 	"github.com/batchfit/batchfit/predict"
 )
@@ -51,6 +54,11 @@ type Answer struct {
 	// Bound, when Limited, says what in the model set the limit (a learned
 	// position table's size); empty when it was the search's limit.
 	Bound string
+	// Beyond, when Limited, says which of batchfit's bounds the value
+	// after Max is beyond (graph.ErrBound: more layers than simulated, a
+	// graph of too many ops or bytes): not known not to fit, but not
+	// answered.
+	Beyond string
 	// Probes is the number of predictions the search made; Tried lists
 	// the values in the order simulated.
 	Probes int
@@ -98,7 +106,7 @@ func MaxDim(ctx context.Context, r predict.Request, dim models.Dim, limit int64)
 		return nil, err
 	}
 	a := sr.ans
-	if a.Limited && rng.Max > 0 && rng.Max <= limit {
+	if a.Limited && a.Beyond == "" && rng.Max > 0 && rng.Max <= limit {
 		a.Bound = rng.MaxWhy
 	}
 	return a, nil
@@ -118,6 +126,7 @@ type search struct {
 	loRes, hiRes *predict.Result
 	prev         int64 // the fitting index before lo, for the growth slope
 	prevRes      *predict.Result
+	last         int64 // the index probed last
 }
 
 func (s *search) probe(k int64) (*predict.Result, error) {
@@ -135,6 +144,7 @@ func (s *search) probe(k int64) (*predict.Result, error) {
 	}
 	s.ans.Probes++
 	s.ans.Tried = append(s.ans.Tried, v)
+	s.last = k
 	res, err := predict.Run(s.ctx, q)
 	if err != nil {
 		return nil, fmt.Errorf("%s %d: %w", s.dim, v, err)
@@ -168,6 +178,11 @@ func (s *search) run() error {
 		return nil
 	}
 	for s.hi == 0 {
+		if s.lo >= s.limit {
+			// the limit lowered to a fitting value (bounded)
+			s.ans.Max, s.ans.Fit, s.ans.Limited = s.rng.Value(s.lo), s.loRes, true
+			return nil
+		}
 		g, aimed := s.lo*8, false
 		if s.prevRes != nil {
 			if est, ok := aim(s.lo, s.loRes, s.prev, s.prevRes); ok && est < float64(s.lo*8) {
@@ -176,7 +191,10 @@ func (s *search) run() error {
 		}
 		g = min(max(g, s.lo+1), s.limit)
 		if err := s.guess(g, aimed); err != nil {
-			return err
+			if !s.bounded(err) {
+				return err
+			}
+			continue
 		}
 		if s.hi == 0 && s.lo == s.limit {
 			s.ans.Max, s.ans.Fit, s.ans.Limited = s.rng.Value(s.lo), s.loRes, true
@@ -200,6 +218,27 @@ func (s *search) run() error {
 	}
 	s.ans.Max, s.ans.Next, s.ans.Fit, s.ans.Over = s.rng.Value(s.lo), s.rng.Value(s.hi), s.loRes, s.hiRes
 	return nil
+}
+
+// bounded reports whether err is a probe beyond batchfit's bounds while
+// the boundary is not yet bracketed: the index probed then becomes the
+// limit's successor, and the search goes on below it. Every value below a
+// fitting one is within the bounds (sizes and ops grow with each
+// dimension), so the bracket's bisection never meets one.
+func (s *search) bounded(err error) bool {
+	if !errors.Is(err, graph.ErrBound) || s.hi != 0 || s.last <= s.lo {
+		return false
+	}
+	s.limit = s.last - 1
+	var inner interface{ Unwrap() error }
+	for e := err; errors.As(e, &inner); e = inner.Unwrap() {
+		err = inner.Unwrap() // the bound's own message, without the probe's prefix
+	}
+	s.ans.Beyond = err.Error()
+	if at := fmt.Sprintf("%s %d", s.dim, s.rng.Value(s.last)); !strings.HasPrefix(s.ans.Beyond, at) {
+		s.ans.Beyond = at + ": " + s.ans.Beyond
+	}
+	return true
 }
 
 // guess probes g and, when g was aimed, steps from it toward the boundary by

@@ -323,3 +323,21 @@ func TestMaxDimSearchLimitBelowModel(t *testing.T) {
 		t.Errorf("hidden up to 32: got %v, want an error naming the head size", err)
 	}
 }
+
+// A search whose next value is beyond batchfit's bounds (here more layers
+// than simulated; a graph of too many ops or bytes is the same error
+// class, graph.ErrBound) answers the largest value within them, saying
+// which bound ended it, rather than failing.
+func TestSearchStopsAtTheBounds(t *testing.T) {
+	// mlp at width 64 fits thousands of layers on a B200: the layers
+	// bound decides
+	r := request(t, "mlp", "b200")
+	r.Config = models.Config{Batch: 1, Hidden: 64}
+	ans, err := MaxDim(context.Background(), r, models.DimLayers, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !ans.Limited || ans.Max != predict.MaxLayers || ans.Fit == nil || ans.Bound != "" || !strings.Contains(ans.Beyond, "layers 4097: at most 4096") {
+		t.Errorf("max %d, limited %v, bound %q, beyond %q; want %d beyond the layers bound", ans.Max, ans.Limited, ans.Bound, ans.Beyond, predict.MaxLayers)
+	}
+}

@@ -544,10 +544,12 @@ func paramUnits(g *graph.Graph) map[graph.TensorID]int32 {
 // gathers the parameters in the low dtype and keeps the shards in float32;
 // DeepSpeed's half module (HalfModule) computes in the low dtype and steps
 // float32 master weights.
-func (sim *Simulator) parallelDTypes() (compute, opt graph.DType) {
-	pdt := sim.s.Precision.ParamDType()
-	p := sim.s.Parallel
-	if low, amp := sim.s.Precision.Autocast(); amp && (p.IsFSDP() || p.HalfModule(sim.s.Precision)) {
+func (sim *Simulator) parallelDTypes() (compute, opt graph.DType) { return parallelDTypes(sim.s) }
+
+func parallelDTypes(s Setup) (compute, opt graph.DType) {
+	pdt := s.Precision.ParamDType()
+	p := s.Parallel
+	if low, amp := s.Precision.Autocast(); amp && (p.IsFSDP() || p.HalfModule(s.Precision)) {
 		return low, graph.F32
 	}
 	return pdt, pdt
@@ -606,27 +608,39 @@ func (sim *Simulator) rebuildBuckets() {
 		sim.unref(st)
 	}
 	sim.gradBuckets = sim.gradBuckets[:0]
-	limit := int64(ddpFirstBucketBytes)
-	var size int64
-	flush := func() {
-		if size == 0 {
-			return
-		}
-		st := sim.alloc(size, trace.Gradient)
+	sizes := make([]int64, len(sim.trained))
+	for i, ps := range sim.trained {
+		sizes[i] = ps.numel * ps.dt.Size()
+	}
+	for _, b := range ddpBuckets(sizes, p.BucketMB) {
+		st := sim.alloc(b, trace.Gradient)
 		st.refs = 1
 		sim.gradBuckets = append(sim.gradBuckets, st)
-		size = 0
-		limit = int64(p.BucketMB * (1 << 20))
 	}
-	for i := len(sim.trained) - 1; i >= 0; i-- {
-		ps := sim.trained[i]
-		size += ps.numel * ps.dt.Size()
+	sim.site = prev
+}
+
+// ddpBuckets cuts the trainable parameters' gradient bytes (in
+// registration order) into the reducer's rebuilt buckets, in the order the
+// gradients become ready (reverse registration): 1 MiB for the first
+// (_DEFAULT_FIRST_BUCKET_BYTES), bucket_cap_mb after it, a bucket closing
+// once it reaches its cap (compute_bucket_assignment_by_size).
+func ddpBuckets(sizes []int64, capMB float64) []int64 {
+	var out []int64
+	limit := int64(ddpFirstBucketBytes)
+	var size int64
+	for i := len(sizes) - 1; i >= 0; i-- {
+		size += sizes[i]
 		if size >= limit {
-			flush()
+			out = append(out, size)
+			size = 0
+			limit = int64(capMB * (1 << 20))
 		}
 	}
-	flush()
-	sim.site = prev
+	if size > 0 {
+		out = append(out, size)
+	}
+	return out
 }
 
 // unitSite names a unit's events.

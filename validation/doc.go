@@ -25,4 +25,12 @@
 // predicts each case from its estimate command line; TestGPUCorpus holds
 // the predictions to fixed thresholds (docs/accuracy.md, section 11).
 // cmd/snapstrip writes the corpus's stripped recordings.
+//
+// The throughput calibration set (testdata/throughput) holds single-GPU
+// training throughput that NVIDIA and Lambda published: LoadThroughput
+// reads it, PredictThroughput predicts a row from its estimate command line
+// and CompareThroughput and SummarizeThroughput set predictions beside the
+// figures (errors per source and per GPU, pairs ordered, saturation over
+// batch size); TestThroughputCalibration prints them. dispatch_cpu.py
+// measures eager PyTorch's host cost per op on the CPU.
 package validation

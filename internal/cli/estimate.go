@@ -380,7 +380,45 @@ func writeTime(w io.Writer, res *predict.Result) {
 		}
 	}
 	fmt.Fprintf(w, "  %s\n", strings.Join(parts, ", "))
+	writeComm(w, res)
 	fmt.Fprintf(w, "  %s\n", throughputLine(e))
+}
+
+// writeComm prints the communication under parallelism: the compute, all
+// of the collectives' time, and what the step waits for.
+func writeComm(w io.Writer, res *predict.Result) {
+	c := res.Comm
+	if c == nil {
+		return
+	}
+	var compute float64
+	for _, p := range cost.Parts() {
+		compute += res.Time.By[p]
+	}
+	line := fmt.Sprintf("  compute %s, communication %s, exposed %s", fmtSeconds(compute), fmtSeconds(c.Seconds), fmtSeconds(c.Exposed))
+	if c.Bubble > 0 {
+		line += fmt.Sprintf(", pipeline bubble %s", fmtSeconds(c.Bubble))
+	}
+	fmt.Fprintln(w, line)
+	var by []string
+	if c.Data > 0 {
+		by = append(by, fmt.Sprintf("data-parallel %s (exposed %s) over %s", fmtSeconds(c.Data), fmtSeconds(c.DataExposed), c.DataLink))
+	}
+	if c.Tensor > 0 {
+		by = append(by, fmt.Sprintf("tensor-parallel %s over %s", fmtSeconds(c.Tensor), c.ModelLink))
+	}
+	if c.Host > 0 {
+		by = append(by, fmt.Sprintf("offload copies %s", fmtSeconds(c.Host)))
+	}
+	if c.Pipeline > 0 {
+		by = append(by, fmt.Sprintf("pipeline sends %s over %s", fmtSeconds(c.Pipeline), c.PipeLink))
+	}
+	if len(by) > 0 {
+		fmt.Fprintf(w, "    %s\n", strings.Join(by, "; "))
+	}
+	for _, n := range c.Notes {
+		fmt.Fprintf(w, "  note: %s\n", n)
+	}
 }
 
 func throughputLine(e *cost.Estimate) string {

@@ -113,6 +113,9 @@ type TimeJSON struct {
 	Kernels          int64              `json:"kernels"`
 	// Bound is the roofline bound: every kernel at the datasheet's peaks.
 	Bound BoundJSON `json:"bound"`
+	// Comm is the communication under parallelism (part of
+	// StepSeconds: its exposed part and the pipeline bubble).
+	Comm *CommJSON `json:"communication,omitempty"`
 }
 
 // BoundJSON is the roofline bound of a step.
@@ -121,6 +124,18 @@ type BoundJSON struct {
 	PartSeconds      map[string]float64 `json:"part_seconds"`
 	SamplesPerSecond float64            `json:"samples_per_second"`
 	MFU              float64            `json:"mfu"`
+}
+
+// CommJSON is cost.Comm.
+type CommJSON struct {
+	Seconds        float64 `json:"seconds"`
+	ExposedSeconds float64 `json:"exposed_seconds"`
+	BubbleSeconds  float64 `json:"bubble_seconds,omitempty"`
+	DataSeconds    float64 `json:"data_parallel_seconds,omitempty"`
+	TensorSeconds  float64 `json:"tensor_parallel_seconds,omitempty"`
+	PipeSeconds    float64 `json:"pipeline_send_seconds,omitempty"`
+	Bytes          float64 `json:"bytes"`
+	Collectives    int64   `json:"collectives"`
 }
 
 func timeJSON(res *predict.Result) *TimeJSON {
@@ -134,6 +149,10 @@ func timeJSON(res *predict.Result) *TimeJSON {
 	for _, p := range cost.Parts() {
 		t.PartSeconds[p.String()] = e.By[p]
 		t.Bound.PartSeconds[p.String()] = e.Bound.By[p]
+	}
+	if c := res.Comm; c != nil {
+		t.Comm = &CommJSON{Seconds: c.Seconds, ExposedSeconds: c.Exposed, BubbleSeconds: c.Bubble, DataSeconds: c.Data,
+			TensorSeconds: c.Tensor, PipeSeconds: c.Pipeline, Bytes: c.Bytes, Collectives: c.Collectives}
 	}
 	return t
 }

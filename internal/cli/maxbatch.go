@@ -40,6 +40,9 @@ type MaxBatchJSON struct {
 	// LimitedBy names what in the model set the limit the search reached
 	// (a learned position table), empty for the search's own --limit.
 	LimitedBy string `json:"limited_by,omitempty"`
+	// Beyond names the bound of batchfit's the value after max is beyond
+	// (too many layers, ops or bytes to simulate).
+	Beyond string `json:"beyond_bounds,omitempty"`
 	// Step and StepReason: the values tried are multiples of Step (a
 	// transformer's width of its head size).
 	Step       int64         `json:"step,omitempty"`
@@ -121,7 +124,7 @@ func runMaxBatch(e *env, args []string) error {
 		}
 	}
 	if j.json {
-		out := MaxBatchJSON{Model: r.Source.Name(), Solve: string(d), MarginBytes: r.Margin, Max: ans.Max, Limited: ans.Limited, LimitedBy: ans.Bound, Probes: ans.Probes, Tried: ans.Tried}
+		out := MaxBatchJSON{Model: r.Source.Name(), Solve: string(d), MarginBytes: r.Margin, Max: ans.Max, Limited: ans.Limited, LimitedBy: ans.Bound, Beyond: ans.Beyond, Probes: ans.Probes, Tried: ans.Tried}
 		if ans.Range.Step > 1 {
 			out.Step, out.StepReason = ans.Range.Step, ans.Range.StepWhy
 		}
@@ -161,6 +164,8 @@ func runMaxBatch(e *env, args []string) error {
 		switch {
 		case ans.Limited && ans.Bound != "":
 			fmt.Fprintf(stdout, " — the model's limit, not memory: %s", ans.Bound)
+		case ans.Limited && ans.Beyond != "":
+			fmt.Fprintf(stdout, " — the most batchfit simulates, not memory: %s", ans.Beyond)
 		case ans.Limited:
 			fmt.Fprintf(stdout, " (the search limit)")
 		}

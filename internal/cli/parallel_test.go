@@ -2,6 +2,7 @@ package cli
 
 import (
 	"encoding/json"
+	"math"
 	"strings"
 	"testing"
 )
@@ -23,8 +24,19 @@ func TestEstimateFSDPJSON(t *testing.T) {
 	if got.Strategy != "fsdp" || got.GPUs != 8 || got.Sharding != "full" || got.ParametersBytes != 4*shard {
 		t.Errorf("strategy %q on %d, sharding %q, parameters %d; want fsdp on 8, full, %d", got.Strategy, got.GPUs, got.Sharding, got.ParametersBytes, 4*shard)
 	}
-	if got.Time != nil {
-		t.Error("a step time under data parallelism, whose communication is not modelled")
+	// the step time is the compute and the communication's exposed part
+	// (the T4's PCIe link is in the catalog)
+	if got.Time == nil || got.Time.Comm == nil {
+		t.Fatal("no step time with its communication under FSDP")
+	}
+	var compute float64
+	for _, s := range got.Time.PartSeconds {
+		compute += s
+	}
+	c := got.Time.Comm
+	if c.ExposedSeconds > c.Seconds || c.ExposedSeconds <= 0 || math.Abs(got.Time.StepSeconds-compute-c.ExposedSeconds) > 1e-9 {
+		t.Errorf("step %g s, compute %g s, communication %g s of which %g s exposed: want 0 < exposed ≤ all, step = compute + exposed",
+			got.Time.StepSeconds, compute, c.Seconds, c.ExposedSeconds)
 	}
 }
 

@@ -134,7 +134,7 @@ func (p *planFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&p.levers, "levers", leverList(), "the levers plans may move (sharding: the data-parallel strategy over --gpus; tensor and pipeline: tensor parallelism and pipeline stages, for a job on several GPUs; lora: LoRA or QLoRA adapters instead of training every parameter; optimizer-kind: 8-bit, paged 8-bit or Adafactor instead of Adam — these two change what is trained or how, and rank after every plan that does not)")
 	fs.BoolVar(&p.fixedPrecision, "fixed-precision", false, "keep the precision (the same as leaving precision out of --levers)")
 	fs.BoolVar(&p.noCheckpointing, "no-checkpointing", false, "no plan may use activation checkpointing")
-	fs.IntVar(&p.maxAccumulate, "max-accumulate", 64, "largest gradient accumulation a plan may use")
+	fs.IntVar(&p.maxAccumulate, "max-accumulate", 64, "largest gradient accumulation a plan may use (at most 65,536)")
 	fs.Int64Var(&p.minMicro, "min-micro-batch", 1, "smallest micro-batch a plan may use")
 	fs.StringVar(&p.margin, "margin", "band", marginHelp)
 	fs.IntVar(&p.top, "top", 5, "number of plans to show")
@@ -425,10 +425,13 @@ func writePlan(w io.Writer, r predict.Request, o plan.Options, ans *plan.Answer)
 			ans.Simulations, o.MaxPredictions)
 	}
 	if ans.Untimed {
-		fmt.Fprintln(w, "step times are not predicted under data parallelism (the model knows no communication); the plans are ranked by the fewest changes")
+		fmt.Fprintln(w, "no step times: the GPU's interconnect is not known, so communication under parallelism cannot be timed; the plans are ranked by the fewest changes")
 		return
 	}
 	fmt.Fprintln(w, "step times are the calibrated step-time model's; bound: the roofline step time of the GPU's datasheet peaks (docs/accuracy.md §4)")
+	if ans.Base != nil && (ans.Base.Parallel.On() || ans.Base.TP > 1 || ans.Base.PP > 1) {
+		fmt.Fprintln(w, "under parallelism they add the communication the step waits for: NCCL's ring over the datasheet's NVLink, PCIe or network rate (docs/accuracy.md §4)")
+	}
 }
 
 func writePlanTable(w io.Writer, ans *plan.Answer, plans []*plan.Plan) {

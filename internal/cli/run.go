@@ -535,7 +535,7 @@ func writeRunOOM(w io.Writer, j *jobFlags, set map[string]bool, s record.Summary
 		sn, err := snapshot.ReadFile(s.OOM.Snapshot, snapshot.Options{Frames: true})
 		if err == nil {
 			var an *snapshotAnalysis
-			if an, err = analyzeSnapshot(sn, s.OOM.Snapshot, 0, "expandable_segments:True", 5, false); err == nil {
+			if an, err = analyzeSnapshot(context.Background(), sn, s.OOM.Snapshot, 0, "expandable_segments:True", 5, false); err == nil {
 				o := an.out
 				fmt.Fprintf(w, "\nthe snapshot (%s), replayed: peak allocated %s, peak reserved %s, at most %s reserved but unallocated; with expandable_segments:True %s reserved\n",
 					s.OOM.Snapshot, fmtBytes(o.PeakAllocatedBytes), fmtBytes(o.PeakReservedBytes), fmtBytes(o.MaxFragmentationBytes), fmtBytes(o.WhatIfReservedBytes))

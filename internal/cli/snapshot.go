@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"sort"
@@ -124,7 +125,7 @@ func runSnapshot(e *env, args []string) error {
 		}
 	}
 	pos = []string{name}
-	an, err := analyzeSnapshot(snap, name, *device, *whatIf, *top, *timeline != "")
+	an, err := analyzeSnapshot(e.context(), snap, name, *device, *whatIf, *top, *timeline != "")
 	if err != nil {
 		return err
 	}
@@ -237,7 +238,7 @@ func (a *snapshotAnalysis) chart() *chart.Chart {
 // analyzeSnapshot replays device's trace of snap (read from name) with the
 // recorded allocator settings and with whatIf; with charts it also keeps
 // both replays' state over the events.
-func analyzeSnapshot(snap *snapshot.Snapshot, name string, device int, whatIf string, top int, charts bool) (*snapshotAnalysis, error) {
+func analyzeSnapshot(ctx context.Context, snap *snapshot.Snapshot, name string, device int, whatIf string, top int, charts bool) (*snapshotAnalysis, error) {
 	recordedConf := snap.AllocatorSettings.AllocConf
 	cfg, err := alloc.ParseConfig(recordedConf)
 	if err != nil {
@@ -268,11 +269,11 @@ func analyzeSnapshot(snap *snapshot.Snapshot, name string, device int, whatIf st
 	// The snapshot does not record the device's size; replay on an
 	// unbounded one, since the program ran (or its OOM is a marker).
 	dev := alloc.Device{Capacity: 1 << 50, Total: 1 << 50}
-	tl, err := alloc.Replay(conv.Trace, cfg, dev, opts)
+	tl, err := alloc.ReplayContext(ctx, conv.Trace, cfg, dev, opts)
 	if err != nil {
 		return nil, fmt.Errorf("%s: replaying: %w", name, err)
 	}
-	wtl, err := alloc.Replay(conv.Trace, wcfg, dev, wopts)
+	wtl, err := alloc.ReplayContext(ctx, conv.Trace, wcfg, dev, wopts)
 	if err != nil {
 		return nil, fmt.Errorf("%s: replaying with %s: %w", name, whatIf, err)
 	}

