@@ -29,6 +29,12 @@ func TestParseMargin(t *testing.T) {
 		{"-5%", 0, true},
 		{"some", 0, true},
 		{"10GiB", 0, true}, // leaves nothing
+		// a number without a unit would be bytes: 0.1 meant as a share
+		// and 5 meant as GiB would leave the bare figure
+		{"0.1", 0, true},
+		{"5", 0, true},
+		{"0.0", 0, false},
+		{"512MiB", 512 << 20, false},
 	}
 	for _, c := range cases {
 		got, err := parseMargin(c.in, capacity)

@@ -227,6 +227,13 @@ func parseMargin(s string, capacity int64) (int64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("%q: want band, a share such as 10%%, or a size such as 2GiB", s)
 	}
+	// A number without a unit is bytes to ParseSize, so 0.1 (meant as a
+	// share) or 5 (meant as GiB) would quietly leave almost nothing free,
+	// the bare figure the margin is there to guard against; only 0 means
+	// that on purpose.
+	if v, err := strconv.ParseFloat(t, 64); err == nil && v != 0 {
+		return 0, fmt.Errorf("%q has no unit: write a share (10%%) or a size (2GiB), or 0 for the bare figure", s)
+	}
 	if n >= capacity {
 		return 0, fmt.Errorf("%q leaves nothing of the %s device", s, fmtBytes(capacity))
 	}
