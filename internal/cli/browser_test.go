@@ -254,6 +254,16 @@ func TestBrowserPredict(t *testing.T) {
 	if verdict.Value != fmt.Sprint(est["fits"]) {
 		t.Errorf("verdict fits=%s, the API says %v", verdict.Value, est["fits"])
 	}
+	// the band's line is the one estimate prints for the same job
+	band, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS("#band")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	text, _, _ := run("estimate", "gpt2", "--gpu", "a10g", "--batch", "12", "--seq", "512", "--precision", "bf16-mixed",
+		"--optimizer", "adamw", "--checkpoint", "full")
+	if band == "" || !strings.Contains(text, band+"\n") {
+		t.Errorf("the page's band line %q is not estimate's:\n%s", band, text)
+	}
 
 	// The charts shown are the API's charts.
 	for _, c := range []struct{ sel, path, batch string }{{"#sweep-chart svg", "/api/sweep.svg", "1:64"}, {"#timeline-chart svg", "/api/estimate.svg", "12"}} {

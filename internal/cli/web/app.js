@@ -134,7 +134,11 @@ function jobFields() {
     const [q, dq] = $("#quant").value.split("+");
     f.quant = q;
     if (dq) f["double-quant"] = "true";
+    if ($("#quant-via").value !== "transformers") f["quant-via"] = $("#quant-via").value;
   }
+  if (Number($("#lora").value) > 0 && $("#lora-impl").value !== "peft") f["lora-impl"] = $("#lora-impl").value;
+  if ($("#cudnn-benchmark").checked) f["cudnn-benchmark"] = "true";
+  if ($("#no-sync").checked) f["no-sync"] = "true";
   if (!uploaded) f.model = $("#model").value;
   return f;
 }
@@ -199,6 +203,11 @@ function showEstimate(e) {
   v.textContent = e.fits
     ? `fits: yes, ${fmtBytes(e.headroom_bytes)} of headroom — ${e.decided_by}`
     : `fits: no — ${e.decided_by}`;
+  // the safety band, worded as estimate prints it
+  const b = e.band;
+  $("#band").textContent = b
+    ? `band: batchfit's device total has been within −${fixed(100 * b.under, 1)} %/+${fixed(100 * b.over, 1)} % of measured on ${b.cases} real GPU figures: the real one may reach ${fmtBytes(b.device_total_high_bytes)}, ${b.fits_with_band ? "fits even then" : "which would not fit"}`
+    : "";
   const s = $("#suggestions");
   s.replaceChildren();
   if (e.suggestions && e.suggestions.length) {
