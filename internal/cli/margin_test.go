@@ -129,3 +129,16 @@ func TestGPUSize(t *testing.T) {
 		t.Errorf("no word on the missing step time:\n%s", out)
 	}
 }
+
+// plan on a size given as --gpu names the flag that gives it step-time
+// rates, as maxbatch --objective throughput does, and runs with it.
+func TestPlanOnASizeNamesLike(t *testing.T) {
+	args := []string{"plan", "gpt2", "--seq", "256", "--gpu", "24GB", "--global-batch", "8", "--top", "1"}
+	_, errs, code := run(args...)
+	if code != 2 || !strings.Contains(errs, "--like names the catalog GPU") {
+		t.Errorf("exit %d: %s", code, errs)
+	}
+	if _, errs, code := run(append(args, "--like", "rtx-4090")...); code != 0 {
+		t.Errorf("with --like: exit %d: %s", code, errs)
+	}
+}

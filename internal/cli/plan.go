@@ -274,6 +274,12 @@ func runPlan(e *env, args []string) error {
 	if err != nil {
 		return err
 	}
+	// A size given as --gpu has no rates to rank plans by; the way to
+	// give them is the same for plan as for maxbatch --objective
+	// throughput.
+	if !r.GPU.Rates.Known() {
+		return usagef("plans are ranked by step time, and %s has no peak rates: for a size given as --gpu, --like names the catalog GPU it is (--like rtx-4090)", r.GPU.Name)
+	}
 	ans, err := plan.Run(e.context(), o)
 	if err != nil {
 		return err
