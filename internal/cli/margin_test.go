@@ -86,7 +86,7 @@ func TestMaxBatchMargin(t *testing.T) {
 	}
 	// sweep's fits column follows the same margin, and estimate prints the band
 	out, _, _ = run("sweep", "resnet18", "--batch", "1,2", "--gpu", "t4")
-	if !strings.Contains(out, "fits with the margin: ") {
+	if !strings.Contains(out, "\nmargin: ") {
 		t.Errorf("sweep does not say its margin:\n%s", out)
 	}
 	out, _, _ = run("sweep", "resnet18", "--batch", "1", "--gpu", "t4", "--csv")
@@ -140,5 +140,31 @@ func TestPlanOnASizeNamesLike(t *testing.T) {
 	}
 	if _, errs, code := run(append(args, "--like", "rtx-4090")...); code != 0 {
 		t.Errorf("with --like: exit %d: %s", code, errs)
+	}
+}
+
+// maxbatch, plan and sweep say what margin they were held to in the same
+// words, whatever --margin is.
+func TestMarginLineIsOneLine(t *testing.T) {
+	for _, m := range []string{"band", "0", "10%", "1GiB"} {
+		lines := map[string]string{}
+		for _, args := range [][]string{
+			{"maxbatch", "resnet18", "--gpu", "t4", "--limit", "8"},
+			{"sweep", "resnet18", "--gpu", "t4", "--batch", "1,2"},
+			{"plan", "resnet18", "--gpu", "t4", "--global-batch", "8", "--top", "1"},
+		} {
+			out, errs, _ := run(append(args, "--margin", m)...)
+			for _, l := range strings.Split(out, "\n") {
+				if strings.HasPrefix(l, "margin: ") {
+					lines[args[0]] = l
+				}
+			}
+			if lines[args[0]] == "" {
+				t.Errorf("--margin %s: %s prints no margin line:\n%s%s", m, args[0], out, errs)
+			}
+		}
+		if lines["maxbatch"] != lines["sweep"] || lines["sweep"] != lines["plan"] {
+			t.Errorf("--margin %s: the margin lines differ:\n%q\n%q\n%q", m, lines["maxbatch"], lines["sweep"], lines["plan"])
+		}
 	}
 }
