@@ -329,6 +329,10 @@ func writeTraining(w io.Writer, res *predict.Result) {
 			fmt.Fprintln(w, "note: a block freed while a collective on another stream still reads it is taken as free at once (record_stream delays that): reserved memory may run somewhat higher")
 			fmt.Fprintln(w, "note: this is the sharded training step; a model built or loaded whole on each GPU before it is sharded (model.cuda() before wrapping, a full state dict loaded on the device) needs its whole parameters there first, which is not counted")
 		}
+		if p := res.Setup.Parallel; p.NoSync && res.Setup.Accumulate <= 1 {
+			// accepted, but said: the only micro-batch is the syncing one
+			fmt.Fprintln(w, "note: --no-sync changes nothing without --accumulate: the step's only micro-batch is the one that synchronises")
+		}
 		if p := res.Setup.Parallel; p.Strategy == train.FSDP && res.Setup.Accumulate > 1 && !p.NoSync {
 			// never under-predict silently: Fabric and Accelerate
 			// accumulate inside no_sync() by default
