@@ -114,7 +114,7 @@ func writeSuggestions(w io.Writer, res *predict.Result, ans *plan.Answer) {
 	fmt.Fprintln(w)
 	if len(ans.Best) == 0 {
 		fmt.Fprintf(w, "no change of micro-batch and accumulation, precision, checkpointing, optimizer, allocator, LoRA or QLoRA adapters, or 8-bit or Adafactor states makes it fit: ")
-		fmt.Fprintln(w, strings.TrimPrefix(nothingFits(predict.Request{GPU: res.GPU}, ans).Error(), "nothing fits on "+res.GPU.Name+" with a margin of 0 bytes: "))
+		fmt.Fprintln(w, strings.TrimPrefix(nothingFits(predict.Request{GPU: res.GPU}, ans, "0").Error(), "nothing fits on "+res.GPU.Name+" with a margin of 0 bytes: "))
 		return
 	}
 	fmt.Fprintf(w, "the %s that make it fit (same %d samples per optimizer step; 'batchfit plan' ranks every plan by speed):\n",

@@ -292,24 +292,29 @@ func runPlan(e *env, args []string) error {
 		writePlan(stdout, r, o, ans)
 	}
 	if len(ans.Best) == 0 {
-		return nothingFits(r, ans)
+		return nothingFits(r, ans, pf.margin)
 	}
 	return nil
 }
 
-// nothingFits says what would be needed when no plan fits.
-func nothingFits(r predict.Request, ans *plan.Answer) error {
+// nothingFits says what would be needed when no plan fits. margin is
+// the --margin the plans were held to: a larger GPU is named only if the
+// least need fits on it with that margin taken of its own capacity (the
+// band and a share grow with the GPU) and its own CUDA context.
+func nothingFits(r predict.Request, ans *plan.Answer, margin string) error {
 	msg := fmt.Sprintf("nothing fits on %s with a margin of %s", r.GPU.Name, fmtBytes(ans.Margin))
 	if ans.Need > 0 {
 		msg += fmt.Sprintf(": the least any plan needs is %s (%s)", fmtBytes(ans.Need), ans.NeedFrom)
+		bare := ans.Need - ans.Margin - r.GPU.ContextSize
 		var larger []string
 		for _, g := range gpu.All() {
-			if g.Capacity >= ans.Need {
+			m, err := parseMargin(margin, g.Capacity)
+			if err == nil && bare+g.ContextSize+m <= g.Capacity {
 				larger = append(larger, g.Name)
 			}
 		}
 		if len(larger) > 0 {
-			msg += fmt.Sprintf("; a GPU with that much memory (%s)", strings.Join(larger, ", "))
+			msg += fmt.Sprintf("; a GPU on which that fits with the margin (%s)", strings.Join(larger, ", "))
 		} else {
 			msg += "; no single GPU of the catalog has that much memory"
 		}
