@@ -193,6 +193,15 @@ func TestServeUploads(t *testing.T) {
 			t.Errorf("snapshot upload with %s: %d\n%s\nwant\n%s", whatIf, res.StatusCode, body, want)
 		}
 	}
+	// with a zoo model and estimate's fields, the prediction beside it,
+	// as snapshot --model gives it
+	res, body = postForm(t, ts.URL+"/api/snapshot", part{field: "model", value: "mlp"}, part{field: "batch", value: "4"},
+		part{field: "snapshot", file: "snap.pickle", data: snapshotFixture(t)})
+	want = cli(t, "snapshot", snapPath, "--model", "mlp", "--batch", "4", "--json")
+	want = strings.Replace(want, `"file": `+jsonString(snapPath), `"file": "snap.pickle"`, 1)
+	if res.StatusCode != 200 || string(body) != want || !strings.Contains(want, `"prediction"`) {
+		t.Errorf("snapshot upload with a model: %d\n%s\nwant\n%s", res.StatusCode, body, want)
+	}
 	res, body = postForm(t, ts.URL+"/api/snapshot.svg", part{field: "snapshot", file: "snap.pickle", data: snapshotFixture(t)})
 	if res.StatusCode != 200 || !bytes.HasPrefix(body, []byte("<svg")) {
 		t.Errorf("snapshot chart: %d %.200s", res.StatusCode, body)
