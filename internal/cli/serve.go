@@ -676,7 +676,9 @@ func (s *server) readMultipart(r *http.Request, ep endpoint, boundary string, fi
 	if modelFile != nil && len(dir) > 0 {
 		return badRequest("upload a model file or a model directory, not both")
 	}
-	takesModel := ep.cmd == "estimate" || ep.cmd == "sweep" || ep.cmd == "maxbatch" || ep.cmd == "plan"
+	// snapshot takes a model for the prediction beside the recording
+	// (snapshot --model)
+	takesModel := ep.cmd == "estimate" || ep.cmd == "sweep" || ep.cmd == "maxbatch" || ep.cmd == "plan" || ep.cmd == "snapshot"
 	if (modelFile != nil || len(dir) > 0) && !takesModel {
 		return badRequest("%s takes no model upload", ep.cmd)
 	}

@@ -202,6 +202,24 @@ func TestServeUploads(t *testing.T) {
 	if res.StatusCode != 200 || string(body) != want || !strings.Contains(want, `"prediction"`) {
 		t.Errorf("snapshot upload with a model: %d\n%s\nwant\n%s", res.StatusCode, body, want)
 	}
+	// a model uploaded beside the snapshot, as the page sends it: the
+	// same comparison as snapshot --model with the file
+	spec, err = os.ReadFile("../../examples/mlp.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, body = postForm(t, ts.URL+"/api/snapshot", part{field: "batch", value: "4"}, part{field: "model_file", file: "mlp.yaml", data: spec},
+		part{field: "snapshot", file: "snap.pickle", data: snapshotFixture(t)})
+	var up, cl SnapshotJSON
+	if res.StatusCode != 200 || json.Unmarshal(body, &up) != nil || up.Prediction == nil {
+		t.Fatalf("snapshot with an uploaded model: %d %s", res.StatusCode, body)
+	}
+	if err := json.Unmarshal([]byte(cli(t, "snapshot", snapPath, "--model", "../../examples/mlp.yaml", "--batch", "4", "--json")), &cl); err != nil {
+		t.Fatal(err)
+	}
+	if up.Prediction.Overall != cl.Prediction.Overall {
+		t.Errorf("uploaded model: %+v, snapshot --model: %+v", up.Prediction.Overall, cl.Prediction.Overall)
+	}
 	res, body = postForm(t, ts.URL+"/api/snapshot.svg", part{field: "snapshot", file: "snap.pickle", data: snapshotFixture(t)})
 	if res.StatusCode != 200 || !bytes.HasPrefix(body, []byte("<svg")) {
 		t.Errorf("snapshot chart: %d %.200s", res.StatusCode, body)
