@@ -481,6 +481,46 @@ func TestBrowserUploads(t *testing.T) {
 			t.Errorf("the snapshot chart has no line for %s", whatIf)
 		}
 	}
+	// Beside the prediction of the job above (the uploaded spec): the
+	// comparison snapshot --model makes of the same job.
+	err = chromedp.Do(ctx,
+		chromedp.Evaluate[chromedp.Void](`document.querySelector("#snapshot-result").dataset.state = "idle"`),
+		chromedp.Click(chromedp.CSS("#snapshot-predict")),
+		chromedp.WaitVisible(chromedp.CSS(`#snapshot-result[data-state="ready"] #snapshot-prediction tr[data-phase="all"]`)),
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	job, err := chromedp.Run(ctx, chromedp.Evaluate[string](`JSON.stringify(jobFields())`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fields map[string]string
+	if err := json.Unmarshal([]byte(job), &fields); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"snapshot", snap, "--model", spec, "--json"}
+	for k, v := range fields {
+		if k != "alloc-conf" {
+			args = append(args, "--"+k+"="+v)
+		}
+	}
+	var sj SnapshotJSON
+	if err := json.Unmarshal([]byte(cli(t, args...)), &sj); err != nil || sj.Prediction == nil {
+		t.Fatalf("snapshot --model: %v", err)
+	}
+	rows, err := chromedp.Run(ctx, chromedp.Evaluate[map[string]string](
+		`Object.fromEntries([...document.querySelectorAll("#snapshot-prediction tr[data-phase]")].map((r) => [r.dataset.phase, r.dataset.diff]))`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"all": fmt.Sprint(sj.Prediction.Overall.AllocatedDiffBytes)}
+	for _, c := range sj.Prediction.Phases {
+		want[c.Phase] = fmt.Sprint(c.AllocatedDiffBytes)
+	}
+	if fmt.Sprint(rows) != fmt.Sprint(want) {
+		t.Errorf("the page's comparison %v, snapshot --model's %v", rows, want)
+	}
 	screenshot(ctx, t, "oom-and-snapshot.png")
 }
 
