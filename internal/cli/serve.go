@@ -43,9 +43,9 @@ Serves a local web page where you pick or upload a model, set the GPU and
 the training setup, and see the breakdown, memory over batch size and memory
 over the step; paste an out-of-memory message to have it explained; upload
 a memory snapshot to see its timeline, an allocator what-if and, if asked,
-the prediction beside it. The page and
-its JSON API (the same answers as the commands' --json) are served from the
-binary; nothing is fetched from elsewhere and nothing is written to disk.
+the prediction beside it. The page and its JSON API (the same answers as
+the commands' --json) are served from the binary; nothing is fetched from
+elsewhere and nothing is written to disk.
 
 It listens on the loopback interface only, unless --addr names another.
 
