@@ -653,6 +653,11 @@ func (j *jobFlags) requestFor(src predict.Source) (predict.Request, error) {
 	if j.prompt > 0 {
 		r.Config.Seq = j.prompt
 	}
+	// --like names the catalog GPU a size is: another size says nothing
+	// of speed or of the share PyTorch can use
+	if _, err := gpu.ParseSize(j.like); j.like != "" && err == nil {
+		return r, usagef("--like %q: name a GPU from 'batchfit gpus' (the size goes in --gpu)", j.like)
+	}
 	g, err := gpu.LookupLike(j.gpu, j.like)
 	if err != nil {
 		return r, usageError{err}

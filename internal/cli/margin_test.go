@@ -186,3 +186,14 @@ func TestPlanLargerGPUsKeepTheMargin(t *testing.T) {
 		t.Errorf("with --margin 0: exit %d: %s", code, errs)
 	}
 }
+
+// --like takes a catalog GPU, not another size.
+func TestLikeNamesACatalogGPU(t *testing.T) {
+	_, errs, code := run("estimate", "mlp", "--gpu", "24GB", "--like", "16GB")
+	if code != 2 || !strings.Contains(errs, "name a GPU from 'batchfit gpus'") {
+		t.Errorf("exit %d: %s", code, errs)
+	}
+	if _, errs, code := run("estimate", "mlp", "--gpu", "24GB", "--like", "rtx-4090"); code != 0 {
+		t.Errorf("a catalog GPU: exit %d: %s", code, errs)
+	}
+}
