@@ -2,8 +2,10 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
+	"os"
 	"sort"
 	"text/tabwriter"
 
@@ -121,6 +123,10 @@ func runSnapshot(e *env, args []string) error {
 	case snap == nil:
 		name = pos[0]
 		if snap, err = snapshot.ReadFile(name, snapshot.Options{Frames: true}); err != nil {
+			if errors.Is(err, os.ErrNotExist) {
+				// said as oom and estimate say it
+				return fmt.Errorf("%s: file not found (give a torch.cuda.memory._dump_snapshot pickle)", name)
+			}
 			return err
 		}
 	}
