@@ -3,7 +3,6 @@ package cli
 import (
 	"encoding/csv"
 	"fmt"
-	"strings"
 	"text/tabwriter"
 
 	"github.com/batchfit/batchfit/plan"
@@ -142,7 +141,8 @@ func runSweep(e *env, args []string) error {
 		fmt.Fprintln(stdout, "step time and throughput: the roofline step-time model, a bound to compare batches with (docs/accuracy.md)")
 	}
 	fmt.Fprintf(stdout, "\nGPU capacity %s (%s)\n", fmtBytes(pts[0].Result.GPU.Capacity), capacityNote(pts[0].Result.GPU))
-	fmt.Fprintln(stdout, strings.Replace(marginLine(r.Margin, r.GPU.Capacity), "margin: ", "fits with the margin: ", 1))
+	// the one line maxbatch and plan print too: "fits" is held to it
+	fmt.Fprintln(stdout, marginLine(r.Margin, r.GPU.Capacity))
 	if *svg != "" {
 		fmt.Fprintf(stdout, "chart: %s\n", *svg)
 	}
