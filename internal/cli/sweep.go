@@ -56,7 +56,10 @@ func runSweep(e *env, args []string) error {
 		for _, p := range pts {
 			out = append(out, estimateJSON(p.Result, nil))
 		}
-		return writeJSON(stdout, out)
+		if err := writeJSON(stdout, out); err != nil {
+			return err
+		}
+		return notEvenOne(pts)
 	case *asCSV:
 		w := csv.NewWriter(stdout)
 		// out_of_memory rows: the peak figures are the allocator's at the
@@ -75,7 +78,10 @@ func runSweep(e *env, args []string) error {
 				fmt.Sprint(sec), fmt.Sprint(sps), fmt.Sprint(tps), fmt.Sprint(r.Timeline.OOM != nil), fmt.Sprint(needOf(r)), fmt.Sprint(r.Margin)})
 		}
 		w.Flush()
-		return w.Error()
+		if err := w.Error(); err != nil {
+			return err
+		}
+		return notEvenOne(pts)
 	}
 	fmt.Fprintln(stdout, sweepSetupLine(pts))
 	fmt.Fprintln(stdout)
@@ -145,6 +151,18 @@ func runSweep(e *env, args []string) error {
 	fmt.Fprintln(stdout, marginLine(r.Margin, r.GPU.Capacity))
 	if *svg != "" {
 		fmt.Fprintf(stdout, "chart: %s\n", *svg)
+	}
+	return notEvenOne(pts)
+}
+
+// notEvenOne is a sweep's status, the same in every output mode: a sweep
+// whose batch 1 does not fit has answered that the job fails (exit 1, as
+// estimate's and maxbatch's do), after printing every row.
+func notEvenOne(pts []solve.Point) error {
+	for _, p := range pts {
+		if p.Value == 1 && !p.Result.Fits {
+			return fmt.Errorf("%s does not fit on %s even at batch 1", p.Result.Model, p.Result.GPU.Name)
+		}
 	}
 	return nil
 }
