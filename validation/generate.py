@@ -171,8 +171,26 @@ def summarize(roots, params, alive_end):
             for m in mems:
                 live += m.extra_fields.alloc_size
     if live != params + alive_end:
-        raise RuntimeError("running sum %d, but Python counts %d alive" % (live, params + alive_end))
+        raise Inconsistent("running sum %d, but Python counts %d alive" % (live, params + alive_end))
     return out
+
+
+class Inconsistent(RuntimeError):
+    pass
+
+
+def run_checked(batch, prompt, tokens, tries=3):
+    # On a heavily loaded machine the profiler has been seen to miss one
+    # small allocation event (8 bytes) of a run, which summarize's running
+    # sum catches. Such a recording is thrown away and the case recorded
+    # again in a fresh profiling session; a case that never agrees fails.
+    for attempt in range(tries):
+        try:
+            return run(batch, prompt, tokens)
+        except Inconsistent as e:
+            if attempt == tries - 1:
+                raise
+            print("generate.py: b%d-p%d-t%d recorded again: %s" % (batch, prompt, tokens, e), file=sys.stderr)
 
 
 def generate():
@@ -181,7 +199,7 @@ def generate():
     step.selfcheck()
     cases = {}
     for b, p, t in CASES:
-        cases["b%d-p%d-t%d" % (b, p, t)] = dict(run(b, p, t), batch=b, prompt=p, new_tokens=t)
+        cases["b%d-p%d-t%d" % (b, p, t)] = dict(run_checked(b, p, t), batch=b, prompt=p, new_tokens=t)
     return {"torch": torch.__version__.split("+")[0], "vocab": VOCAB, "embed": EMBED, "layers": LAYERS, "cases": cases}
 
 

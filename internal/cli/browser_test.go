@@ -254,6 +254,16 @@ func TestBrowserPredict(t *testing.T) {
 	if verdict.Value != fmt.Sprint(est["fits"]) {
 		t.Errorf("verdict fits=%s, the API says %v", verdict.Value, est["fits"])
 	}
+	// the band's line is the one estimate prints for the same job
+	band, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS("#band")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	text, _, _ := run("estimate", "gpt2", "--gpu", "a10g", "--batch", "12", "--seq", "512", "--precision", "bf16-mixed",
+		"--optimizer", "adamw", "--checkpoint", "full")
+	if band == "" || !strings.Contains(text, band+"\n") {
+		t.Errorf("the page's band line %q is not estimate's:\n%s", band, text)
+	}
 
 	// The charts shown are the API's charts.
 	for _, c := range []struct{ sel, path, batch string }{{"#sweep-chart svg", "/api/sweep.svg", "1:64"}, {"#timeline-chart svg", "/api/estimate.svg", "12"}} {
@@ -470,6 +480,46 @@ func TestBrowserUploads(t *testing.T) {
 		if !bytes.Contains([]byte(html), []byte("reserved with "+whatIf)) {
 			t.Errorf("the snapshot chart has no line for %s", whatIf)
 		}
+	}
+	// Beside the prediction of the job above (the uploaded spec): the
+	// comparison snapshot --model makes of the same job.
+	err = chromedp.Do(ctx,
+		chromedp.Evaluate[chromedp.Void](`document.querySelector("#snapshot-result").dataset.state = "idle"`),
+		chromedp.Click(chromedp.CSS("#snapshot-predict")),
+		chromedp.WaitVisible(chromedp.CSS(`#snapshot-result[data-state="ready"] #snapshot-prediction tr[data-phase="all"]`)),
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	job, err := chromedp.Run(ctx, chromedp.Evaluate[string](`JSON.stringify(jobFields())`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fields map[string]string
+	if err := json.Unmarshal([]byte(job), &fields); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"snapshot", snap, "--model", spec, "--json"}
+	for k, v := range fields {
+		if k != "alloc-conf" {
+			args = append(args, "--"+k+"="+v)
+		}
+	}
+	var sj SnapshotJSON
+	if err := json.Unmarshal([]byte(cli(t, args...)), &sj); err != nil || sj.Prediction == nil {
+		t.Fatalf("snapshot --model: %v", err)
+	}
+	rows, err := chromedp.Run(ctx, chromedp.Evaluate[map[string]string](
+		`Object.fromEntries([...document.querySelectorAll("#snapshot-prediction tr[data-phase]")].map((r) => [r.dataset.phase, r.dataset.diff]))`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"all": fmt.Sprint(sj.Prediction.Overall.AllocatedDiffBytes)}
+	for _, c := range sj.Prediction.Phases {
+		want[c.Phase] = fmt.Sprint(c.AllocatedDiffBytes)
+	}
+	if fmt.Sprint(rows) != fmt.Sprint(want) {
+		t.Errorf("the page's comparison %v, snapshot --model's %v", rows, want)
 	}
 	screenshot(ctx, t, "oom-and-snapshot.png")
 }

@@ -66,6 +66,12 @@ func sweepChart(pts []solve.Point) *chart.Chart {
 	}
 	c.Rules = []chart.Rule{{Value: float64(first.GPU.Capacity), Class: "capacity",
 		Label: fmt.Sprintf("%s capacity %s", first.GPU.Name, fmtBytes(first.GPU.Capacity))}}
+	// "fits" is with the margin (sweep --margin): a device total between
+	// this rule and the capacity does not fit, and the chart says why.
+	if m := first.Margin; m > 0 {
+		c.Rules = append(c.Rules, chart.Rule{Value: float64(first.GPU.Capacity - m), Class: "margin",
+			Label: fmt.Sprintf("with the margin of %s: %s", fmtBytes(m), fmtBytes(first.GPU.Capacity-m))})
+	}
 	switch {
 	case fit >= 0 && len(need) == 0 && allFit(pts):
 		// the largest tried, not a limit: the limit lies beyond the sweep
@@ -258,9 +264,9 @@ func timelineChart(res *predict.Result, rec *stepRecorder) *chart.Chart {
 	usable := res.GPU.Capacity - res.Context
 	if 4*tl.PeakReserved >= usable {
 		c.Rules = append(c.Rules, chart.Rule{Value: float64(usable), Class: "capacity",
-			Label: fmt.Sprintf("what PyTorch can have of %s: %s", res.GPU.Name, fmtBytes(usable))})
+			Label: fmt.Sprintf("%s's capacity less the CUDA context: %s", res.GPU.Name, fmtBytes(usable))})
 	} else {
-		c.Subtitle += fmt.Sprintf(" · %s can give PyTorch %s, off the chart", res.GPU.Name, fmtBytes(usable))
+		c.Subtitle += fmt.Sprintf(" · %s's capacity less the CUDA context, %s, off the chart", res.GPU.Name, fmtBytes(usable))
 	}
 	if tl.PeakAllocatedEvent >= 0 {
 		c.Markers = append(c.Markers, chart.Marker{X: float64(tl.PeakAllocatedEvent), Y: float64(tl.PeakAllocated), Class: "peak",

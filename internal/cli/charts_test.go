@@ -102,8 +102,11 @@ func TestSweepChart(t *testing.T) {
 		t.Error("step time is not on a second axis")
 	}
 	g, _ := gpu.Lookup("a100-40gb")
-	if len(d.Rules) != 1 || d.Rules[0].Value != float64(g.Capacity) {
-		t.Errorf("rules %+v, want the capacity %d", d.Rules, g.Capacity)
+	// the capacity, and the capacity less the margin the fits column
+	// (and the marker) are held to
+	if m := pts[0].MarginBytes; m <= 0 || len(d.Rules) != 2 || d.Rules[0].Value != float64(g.Capacity) ||
+		d.Rules[1].Class != "margin" || d.Rules[1].Value != float64(g.Capacity-m) {
+		t.Errorf("rules %+v, want the capacity %d and it less the margin %d", d.Rules, g.Capacity, m)
 	}
 	out, errs, code = run("maxbatch", "resnet50", "--gpu", "a100-40gb", "--json")
 	if code != 0 {

@@ -26,7 +26,7 @@ Commands:
   models     the built-in model zoo
   gpus       the GPU catalog
   oom        explain a CUDA out-of-memory message
-  snapshot   replay a torch.cuda.memory._dump_snapshot pickle
+  snapshot   replay a torch.cuda.memory._dump_snapshot pickle (with --model, beside the prediction)
   validate   compare predictions with measurements (measure.py, run and watch recordings)
   serve      a local web page with the same answers, charts and a JSON API
   run        run a training command and record its memory step by step

@@ -114,7 +114,7 @@ func writeSuggestions(w io.Writer, res *predict.Result, ans *plan.Answer) {
 	fmt.Fprintln(w)
 	if len(ans.Best) == 0 {
 		fmt.Fprintf(w, "no change of micro-batch and accumulation, precision, checkpointing, optimizer, allocator, LoRA or QLoRA adapters, or 8-bit or Adafactor states makes it fit: ")
-		fmt.Fprintln(w, strings.TrimPrefix(nothingFits(predict.Request{GPU: res.GPU}, ans).Error(), "nothing fits on "+res.GPU.Name+" with a margin of 0 bytes: "))
+		fmt.Fprintln(w, strings.TrimPrefix(nothingFits(predict.Request{GPU: res.GPU}, ans, "0").Error(), "nothing fits on "+res.GPU.Name+" with a margin of 0 bytes: "))
 		return
 	}
 	fmt.Fprintf(w, "the %s that make it fit (same %d samples per optimizer step; 'batchfit plan' ranks every plan by speed):\n",
@@ -328,6 +328,10 @@ func writeTraining(w io.Writer, res *predict.Result) {
 		if res.Setup.Parallel.On() && res.Setup.Parallel.Strategy != train.DDP {
 			fmt.Fprintln(w, "note: a block freed while a collective on another stream still reads it is taken as free at once (record_stream delays that): reserved memory may run somewhat higher")
 			fmt.Fprintln(w, "note: this is the sharded training step; a model built or loaded whole on each GPU before it is sharded (model.cuda() before wrapping, a full state dict loaded on the device) needs its whole parameters there first, which is not counted")
+		}
+		if p := res.Setup.Parallel; p.NoSync && res.Setup.Accumulate <= 1 {
+			// accepted, but said: the only micro-batch is the syncing one
+			fmt.Fprintln(w, "note: --no-sync changes nothing without --accumulate: the step's only micro-batch is the one that synchronises")
 		}
 		if p := res.Setup.Parallel; p.Strategy == train.FSDP && res.Setup.Accumulate > 1 && !p.NoSync {
 			// never under-predict silently: Fabric and Accelerate

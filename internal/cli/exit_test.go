@@ -17,7 +17,7 @@ func TestExitStatusSameInEveryMode(t *testing.T) {
 		{[]string{"maxbatch", "Llama-3-70B", "--gpu", "t4"}, 1, nil},
 		{[]string{"maxbatch", "mlp", "--gpu", "t4", "--batch", "1"}, 0, nil},
 		{[]string{"plan", "Llama-3-70B", "--gpu", "t4"}, 1, nil},
-		{[]string{"sweep", "Llama-3-70B", "--batch", "1:2", "--gpu", "t4"}, 0, [][]string{{"--csv"}}},
+		{[]string{"sweep", "Llama-3-70B", "--batch", "1:2", "--gpu", "t4"}, 1, [][]string{{"--csv"}}},
 		{[]string{"sweep", "mlp", "--batch", "1:4", "--gpu", "t4"}, 0, [][]string{{"--csv"}}},
 		{[]string{"oom", "no message here"}, 1, nil},
 		{[]string{"snapshot", "testdata/no-such.pickle"}, 1, nil},

@@ -114,7 +114,7 @@ func (j *jobFlags) register(fs *flag.FlagSet, batchDefault string) {
 	fs.Int64Var(&j.hidden, "hidden", 0, "override the model's width (models that allow it)")
 	fs.Int64Var(&j.image, "image", 0, "image side for vision models (default: the model's, 224 for torchvision)")
 	fs.StringVar(&j.gpu, "gpu", "h100-80gb", "GPU from 'batchfit gpus', or a size such as 24GB (nvidia-smi's total; no step time unless --like names a GPU)")
-	fs.StringVar(&j.like, "like", "", "with a size for --gpu: the catalog GPU whose speed, compute capability and CUDA context it has")
+	fs.StringVar(&j.like, "like", "", "with a size for --gpu: the catalog GPU it is, whose speed, compute capability, CUDA context and share of nvidia-smi's total that PyTorch can use it takes")
 	fs.StringVar(&j.precision, "precision", "32-true", "Lightning's 32-true, 16-mixed, bf16-mixed, 16-true or bf16-true; "+train.PrecisionAliases())
 	fs.StringVar(&j.optimizer, "optimizer", "adam", "sgd, adam, adamw, adafactor, none, or bitsandbytes' adam8bit, adamw8bit, paged_adam8bit, paged_adamw8bit, paged_adam, paged_adamw")
 	fs.Float64Var(&j.momentum, "momentum", 0, "SGD momentum (nonzero keeps a momentum buffer)")
@@ -652,6 +652,11 @@ func (j *jobFlags) requestFor(src predict.Source) (predict.Request, error) {
 	r.Config.Quant = q
 	if j.prompt > 0 {
 		r.Config.Seq = j.prompt
+	}
+	// --like names the catalog GPU a size is: another size says nothing
+	// of speed or of the share PyTorch can use
+	if _, err := gpu.ParseSize(j.like); j.like != "" && err == nil {
+		return r, usagef("--like %q: name a GPU from 'batchfit gpus' (the size goes in --gpu)", j.like)
 	}
 	g, err := gpu.LookupLike(j.gpu, j.like)
 	if err != nil {

@@ -30,6 +30,11 @@ func gpuRuleNotes(res *predict.Result) []string {
 		}
 		out = append(out, n)
 	}
+	if s.CudnnBenchmark && sum.CudnnSearches == 0 {
+		// accepted, but said: a flag that changes nothing is not taken
+		// silently
+		out = append(out, "--cudnn-benchmark changes nothing here: no cuDNN convolution runs, so nothing is searched")
+	}
 	if s.Profile.CudaModuleLoading == "lazy_from_cuda_11_7" && res.Context == res.GPU.ContextSize+res.Libraries {
 		out = append(out, fmt.Sprintf("the CUDA context (%s) assumes lazy kernel loading, which PyTorch %s's CUDA 11.7 build has; its CUDA 11.6 build loads every kernel at start-up, over 1 GiB by public measurements (docs/accuracy.md §3.1): give --context then", fmtBytes(res.GPU.ContextSize), s.Profile.Version))
 	}

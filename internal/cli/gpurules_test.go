@@ -80,3 +80,26 @@ func TestServeGPURuleFields(t *testing.T) {
 		t.Errorf("no searches in %s", want)
 	}
 }
+
+// A flag that changes nothing for the job is said, not taken silently:
+// --cudnn-benchmark on a model without convolutions, --no-sync without
+// accumulation.
+func TestFlagsThatChangeNothingAreSaid(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"estimate", "mlp", "--batch", "8", "--cudnn-benchmark"}, "note: --cudnn-benchmark changes nothing here"},
+		{[]string{"estimate", "gpt2", "--batch", "1", "--seq", "128", "--gpus", "2", "--strategy", "fsdp", "--no-sync"}, "note: --no-sync changes nothing without --accumulate"},
+	} {
+		out, errs, code := run(c.args...)
+		if code != 0 || !strings.Contains(out, c.want) {
+			t.Errorf("%v: exit %d, no %q in\n%s%s", c.args, code, c.want, out, errs)
+		}
+	}
+	// and not said where they do change something
+	out, _, _ := run("estimate", "simpleconv", "--batch", "8", "--cudnn-benchmark")
+	if strings.Contains(out, "changes nothing") {
+		t.Errorf("simpleconv has convolutions:\n%s", out)
+	}
+}

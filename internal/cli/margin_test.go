@@ -29,6 +29,12 @@ func TestParseMargin(t *testing.T) {
 		{"-5%", 0, true},
 		{"some", 0, true},
 		{"10GiB", 0, true}, // leaves nothing
+		// a number without a unit would be bytes: 0.1 meant as a share
+		// and 5 meant as GiB would leave the bare figure
+		{"0.1", 0, true},
+		{"5", 0, true},
+		{"0.0", 0, false},
+		{"512MiB", 512 << 20, false},
 	}
 	for _, c := range cases {
 		got, err := parseMargin(c.in, capacity)
@@ -80,7 +86,7 @@ func TestMaxBatchMargin(t *testing.T) {
 	}
 	// sweep's fits column follows the same margin, and estimate prints the band
 	out, _, _ = run("sweep", "resnet18", "--batch", "1,2", "--gpu", "t4")
-	if !strings.Contains(out, "fits with the margin: ") {
+	if !strings.Contains(out, "\nmargin: ") {
 		t.Errorf("sweep does not say its margin:\n%s", out)
 	}
 	out, _, _ = run("sweep", "resnet18", "--batch", "1", "--gpu", "t4", "--csv")
@@ -121,5 +127,73 @@ func TestGPUSize(t *testing.T) {
 	out, _, _ := run("estimate", "resnet18", "--batch", "8", "--gpu", "24GB")
 	if !strings.Contains(out, "no step time: a size alone says nothing of speed") {
 		t.Errorf("no word on the missing step time:\n%s", out)
+	}
+}
+
+// plan on a size given as --gpu names the flag that gives it step-time
+// rates, as maxbatch --objective throughput does, and runs with it.
+func TestPlanOnASizeNamesLike(t *testing.T) {
+	args := []string{"plan", "gpt2", "--seq", "256", "--gpu", "24GB", "--global-batch", "8", "--top", "1"}
+	_, errs, code := run(args...)
+	if code != 2 || !strings.Contains(errs, "--like names the catalog GPU") {
+		t.Errorf("exit %d: %s", code, errs)
+	}
+	if _, errs, code := run(append(args, "--like", "rtx-4090")...); code != 0 {
+		t.Errorf("with --like: exit %d: %s", code, errs)
+	}
+}
+
+// maxbatch, plan and sweep say what margin they were held to in the same
+// words, whatever --margin is.
+func TestMarginLineIsOneLine(t *testing.T) {
+	for _, m := range []string{"band", "0", "10%", "1GiB"} {
+		lines := map[string]string{}
+		for _, args := range [][]string{
+			{"maxbatch", "resnet18", "--gpu", "t4", "--limit", "8"},
+			{"sweep", "resnet18", "--gpu", "t4", "--batch", "1,2"},
+			{"plan", "resnet18", "--gpu", "t4", "--global-batch", "8", "--top", "1"},
+		} {
+			out, errs, _ := run(append(args, "--margin", m)...)
+			for _, l := range strings.Split(out, "\n") {
+				if strings.HasPrefix(l, "margin: ") {
+					lines[args[0]] = l
+				}
+			}
+			if lines[args[0]] == "" {
+				t.Errorf("--margin %s: %s prints no margin line:\n%s%s", m, args[0], out, errs)
+			}
+		}
+		if lines["maxbatch"] != lines["sweep"] || lines["sweep"] != lines["plan"] {
+			t.Errorf("--margin %s: the margin lines differ:\n%q\n%q\n%q", m, lines["maxbatch"], lines["sweep"], lines["plan"])
+		}
+	}
+}
+
+// When nothing fits, plan names the larger GPUs on which the least need
+// fits with the same margin taken of their own capacity. Llama-3-70B's
+// least need on a T4 is its QLoRA states, 40.84 GiB, and a context: with
+// the band (14.5 % of the GPU) an RTX A6000 (47.53 GiB) or an L40S (44.41
+// GiB) leaves 40.64 or 37.97 GiB, too little, and an A100 80GB plenty;
+// with --margin 0 the A6000 and the L40S hold it.
+func TestPlanLargerGPUsKeepTheMargin(t *testing.T) {
+	args := []string{"plan", "Llama-3-70B", "--gpu", "t4", "--global-batch", "2", "--max-predictions", "4"}
+	_, errs, code := run(args...)
+	if code != 1 || !strings.Contains(errs, "a100-80gb") || strings.Contains(errs, "a6000") || strings.Contains(errs, "l40s") {
+		t.Errorf("with the band: exit %d: %s", code, errs)
+	}
+	_, errs, code = run(append(args, "--margin", "0")...)
+	if code != 1 || !strings.Contains(errs, "a6000") || !strings.Contains(errs, "l40s") {
+		t.Errorf("with --margin 0: exit %d: %s", code, errs)
+	}
+}
+
+// --like takes a catalog GPU, not another size.
+func TestLikeNamesACatalogGPU(t *testing.T) {
+	_, errs, code := run("estimate", "mlp", "--gpu", "24GB", "--like", "16GB")
+	if code != 2 || !strings.Contains(errs, "name a GPU from 'batchfit gpus'") {
+		t.Errorf("exit %d: %s", code, errs)
+	}
+	if _, errs, code := run("estimate", "mlp", "--gpu", "24GB", "--like", "rtx-4090"); code != 0 {
+		t.Errorf("a catalog GPU: exit %d: %s", code, errs)
 	}
 }

@@ -42,6 +42,7 @@ func TestOneLineErrors(t *testing.T) {
 		{[]string{"estimate", "mlp", "--xyzzy"}, 2, []string{"unknown flag --xyzzy"}, "did you mean"},
 		{[]string{"oom", "testdata/missing.txt"}, 1, []string{"testdata/missing.txt: file not found"}, "no CUDA out-of-memory message"},
 		{[]string{"oom", "oops"}, 1, []string{"oops: file not found"}, ""},
+		{[]string{"snapshot", "testdata/missing.pickle"}, 1, []string{"testdata/missing.pickle: file not found"}, "reading snapshot"},
 		{[]string{"estimate", "testdata/no-such-model/"}, 1, []string{"testdata/no-such-model/: not found"}, "unknown model"},
 		{[]string{"estimate", "./Llama-3-8B"}, 1, []string{"not found"}, "unknown model"},
 		{[]string{"estimate", "testdata/no-such.onnx"}, 1, []string{"not found"}, ""},

@@ -228,6 +228,13 @@ func parseMargin(s string, capacity int64) (int64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("%q: want band, a share such as 10%%, or a size such as 2GiB", s)
 	}
+	// A number without a unit is bytes to ParseSize, so 0.1 (meant as a
+	// share) or 5 (meant as GiB) would quietly leave almost nothing free,
+	// the bare figure the margin is there to guard against; only 0 means
+	// that on purpose.
+	if v, err := strconv.ParseFloat(t, 64); err == nil && v != 0 {
+		return 0, fmt.Errorf("%q has no unit: write a share (10%%) or a size (2GiB), or 0 for the bare figure", s)
+	}
 	if n >= capacity {
 		return 0, fmt.Errorf("%q leaves nothing of the %s device", s, fmtBytes(capacity))
 	}
@@ -268,6 +275,12 @@ func runPlan(e *env, args []string) error {
 	if err != nil {
 		return err
 	}
+	// A size given as --gpu has no rates to rank plans by; the way to
+	// give them is the same for plan as for maxbatch --objective
+	// throughput.
+	if !r.GPU.Rates.Known() {
+		return usagef("plans are ranked by step time, and %s has no peak rates: for a size given as --gpu, --like names the catalog GPU it is (--like rtx-4090)", r.GPU.Name)
+	}
 	ans, err := plan.Run(e.context(), o)
 	if err != nil {
 		return err
@@ -280,24 +293,29 @@ func runPlan(e *env, args []string) error {
 		writePlan(stdout, r, o, ans)
 	}
 	if len(ans.Best) == 0 {
-		return nothingFits(r, ans)
+		return nothingFits(r, ans, pf.margin)
 	}
 	return nil
 }
 
-// nothingFits says what would be needed when no plan fits.
-func nothingFits(r predict.Request, ans *plan.Answer) error {
+// nothingFits says what would be needed when no plan fits. margin is
+// the --margin the plans were held to: a larger GPU is named only if the
+// least need fits on it with that margin taken of its own capacity (the
+// band and a share grow with the GPU) and its own CUDA context.
+func nothingFits(r predict.Request, ans *plan.Answer, margin string) error {
 	msg := fmt.Sprintf("nothing fits on %s with a margin of %s", r.GPU.Name, fmtBytes(ans.Margin))
 	if ans.Need > 0 {
 		msg += fmt.Sprintf(": the least any plan needs is %s (%s)", fmtBytes(ans.Need), ans.NeedFrom)
+		bare := ans.Need - ans.Margin - r.GPU.ContextSize
 		var larger []string
 		for _, g := range gpu.All() {
-			if g.Capacity >= ans.Need {
+			m, err := parseMargin(margin, g.Capacity)
+			if err == nil && bare+g.ContextSize+m <= g.Capacity {
 				larger = append(larger, g.Name)
 			}
 		}
 		if len(larger) > 0 {
-			msg += fmt.Sprintf("; a GPU with that much memory (%s)", strings.Join(larger, ", "))
+			msg += fmt.Sprintf("; a GPU on which that fits with the margin (%s)", strings.Join(larger, ", "))
 		} else {
 			msg += "; no single GPU of the catalog has that much memory"
 		}

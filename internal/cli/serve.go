@@ -42,9 +42,10 @@ const serveUsage = `usage: batchfit serve [--addr 127.0.0.1:8080] [flags]
 Serves a local web page where you pick or upload a model, set the GPU and
 the training setup, and see the breakdown, memory over batch size and memory
 over the step; paste an out-of-memory message to have it explained; upload
-a memory snapshot to see its timeline and an allocator what-if. The page and
-its JSON API (the same answers as the commands' --json) are served from the
-binary; nothing is fetched from elsewhere and nothing is written to disk.
+a memory snapshot to see its timeline, an allocator what-if and, if asked,
+the prediction beside it. The page and its JSON API (the same answers as
+the commands' --json) are served from the binary; nothing is fetched from
+elsewhere and nothing is written to disk.
 
 It listens on the loopback interface only, unless --addr names another.
 
@@ -676,7 +677,9 @@ func (s *server) readMultipart(r *http.Request, ep endpoint, boundary string, fi
 	if modelFile != nil && len(dir) > 0 {
 		return badRequest("upload a model file or a model directory, not both")
 	}
-	takesModel := ep.cmd == "estimate" || ep.cmd == "sweep" || ep.cmd == "maxbatch" || ep.cmd == "plan"
+	// snapshot takes a model for the prediction beside the recording
+	// (snapshot --model)
+	takesModel := ep.cmd == "estimate" || ep.cmd == "sweep" || ep.cmd == "maxbatch" || ep.cmd == "plan" || ep.cmd == "snapshot"
 	if (modelFile != nil || len(dir) > 0) && !takesModel {
 		return badRequest("%s takes no model upload", ep.cmd)
 	}

@@ -193,6 +193,33 @@ func TestServeUploads(t *testing.T) {
 			t.Errorf("snapshot upload with %s: %d\n%s\nwant\n%s", whatIf, res.StatusCode, body, want)
 		}
 	}
+	// with a zoo model and estimate's fields, the prediction beside it,
+	// as snapshot --model gives it
+	res, body = postForm(t, ts.URL+"/api/snapshot", part{field: "model", value: "mlp"}, part{field: "batch", value: "4"},
+		part{field: "snapshot", file: "snap.pickle", data: snapshotFixture(t)})
+	want = cli(t, "snapshot", snapPath, "--model", "mlp", "--batch", "4", "--json")
+	want = strings.Replace(want, `"file": `+jsonString(snapPath), `"file": "snap.pickle"`, 1)
+	if res.StatusCode != 200 || string(body) != want || !strings.Contains(want, `"prediction"`) {
+		t.Errorf("snapshot upload with a model: %d\n%s\nwant\n%s", res.StatusCode, body, want)
+	}
+	// a model uploaded beside the snapshot, as the page sends it: the
+	// same comparison as snapshot --model with the file
+	spec, err = os.ReadFile("../../examples/mlp.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, body = postForm(t, ts.URL+"/api/snapshot", part{field: "batch", value: "4"}, part{field: "model_file", file: "mlp.yaml", data: spec},
+		part{field: "snapshot", file: "snap.pickle", data: snapshotFixture(t)})
+	var up, cl SnapshotJSON
+	if res.StatusCode != 200 || json.Unmarshal(body, &up) != nil || up.Prediction == nil {
+		t.Fatalf("snapshot with an uploaded model: %d %s", res.StatusCode, body)
+	}
+	if err := json.Unmarshal([]byte(cli(t, "snapshot", snapPath, "--model", "../../examples/mlp.yaml", "--batch", "4", "--json")), &cl); err != nil {
+		t.Fatal(err)
+	}
+	if up.Prediction.Overall != cl.Prediction.Overall {
+		t.Errorf("uploaded model: %+v, snapshot --model: %+v", up.Prediction.Overall, cl.Prediction.Overall)
+	}
 	res, body = postForm(t, ts.URL+"/api/snapshot.svg", part{field: "snapshot", file: "snap.pickle", data: snapshotFixture(t)})
 	if res.StatusCode != 200 || !bytes.HasPrefix(body, []byte("<svg")) {
 		t.Errorf("snapshot chart: %d %.200s", res.StatusCode, body)

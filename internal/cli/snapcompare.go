@@ -458,7 +458,8 @@ func topSites(tr *trace.Trace, live map[int64]trace.Event, top int) []SiteJSON {
 
 // writePrediction prints the comparison.
 func writePrediction(w io.Writer, p *SnapshotPredictionJSON) {
-	fmt.Fprintf(w, "\nprediction beside the recording: %s, %s\n", p.Model, p.Setup)
+	// The setup line starts with the model's name (see setupLine).
+	fmt.Fprintf(w, "\nprediction beside the recording: %s\n", p.Setup)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "  phase\trecorded allocated\tpredicted\tdifference\trecorded reserved\tpredicted\tdifference\t")
 	row := func(c PhaseCompareJSON) {

@@ -2,8 +2,10 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
+	"os"
 	"sort"
 	"text/tabwriter"
 
@@ -121,6 +123,10 @@ func runSnapshot(e *env, args []string) error {
 	case snap == nil:
 		name = pos[0]
 		if snap, err = snapshot.ReadFile(name, snapshot.Options{Frames: true}); err != nil {
+			if errors.Is(err, os.ErrNotExist) {
+				// said as oom and estimate say it
+				return fmt.Errorf("%s: file not found (give a torch.cuda.memory._dump_snapshot pickle)", name)
+			}
 			return err
 		}
 	}
@@ -134,7 +140,8 @@ func runSnapshot(e *env, args []string) error {
 			return err
 		}
 	}
-	if j.model != "" {
+	// --model, or on the web page a model uploaded beside the snapshot
+	if j.model != "" || e.source != nil {
 		p, err := predictBeside(&j, an, snap, *device, *top)
 		if err != nil {
 			return err
@@ -204,7 +211,15 @@ func predictBeside(j *jobFlags, an *snapshotAnalysis, snap *snapshot.Snapshot, d
 	if err != nil {
 		return nil, err
 	}
-	r, err := j.request(j.model)
+	var r predict.Request
+	switch src := j.e.source; {
+	case src != nil && j.model != "":
+		return nil, usagef("a model was uploaded and %q named too: give one", j.model)
+	case src != nil:
+		r, err = j.requestFor(src)
+	default:
+		r, err = j.request(j.model)
+	}
 	if err != nil {
 		return nil, err
 	}

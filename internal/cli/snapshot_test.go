@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	ogórek "github.com/kisielk/og-rek"
@@ -243,5 +244,10 @@ func TestSnapshotPrediction(t *testing.T) {
 		if !bytes.Contains([]byte(text), []byte(s)) {
 			t.Errorf("text output lacks %q:\n%s", s, text)
 		}
+	}
+	// The comparison's heading names the job once: the setup line
+	// already starts with the model.
+	if n := strings.Count(text, p.Model); n != 1 {
+		t.Errorf("the model %q is named %d times, want once:\n%s", p.Model, n, text)
 	}
 }

@@ -3,7 +3,6 @@ package cli
 import (
 	"encoding/csv"
 	"fmt"
-	"strings"
 	"text/tabwriter"
 
 	"github.com/batchfit/batchfit/plan"
@@ -57,7 +56,10 @@ func runSweep(e *env, args []string) error {
 		for _, p := range pts {
 			out = append(out, estimateJSON(p.Result, nil))
 		}
-		return writeJSON(stdout, out)
+		if err := writeJSON(stdout, out); err != nil {
+			return err
+		}
+		return notEvenOne(pts)
 	case *asCSV:
 		w := csv.NewWriter(stdout)
 		// out_of_memory rows: the peak figures are the allocator's at the
@@ -76,7 +78,10 @@ func runSweep(e *env, args []string) error {
 				fmt.Sprint(sec), fmt.Sprint(sps), fmt.Sprint(tps), fmt.Sprint(bound), fmt.Sprint(r.Timeline.OOM != nil), fmt.Sprint(needOf(r)), fmt.Sprint(r.Margin)})
 		}
 		w.Flush()
-		return w.Error()
+		if err := w.Error(); err != nil {
+			return err
+		}
+		return notEvenOne(pts)
 	}
 	fmt.Fprintln(stdout, sweepSetupLine(pts))
 	fmt.Fprintln(stdout)
@@ -144,9 +149,22 @@ func runSweep(e *env, args []string) error {
 		fmt.Fprintln(stdout, "step time and throughput: the calibrated step-time model; bound: the roofline step time of the datasheet peaks, which no step beats (docs/accuracy.md §4)")
 	}
 	fmt.Fprintf(stdout, "\nGPU capacity %s (%s)\n", fmtBytes(pts[0].Result.GPU.Capacity), capacityNote(pts[0].Result.GPU))
-	fmt.Fprintln(stdout, strings.Replace(marginLine(r.Margin, r.GPU.Capacity), "margin: ", "fits with the margin: ", 1))
+	// the one line maxbatch and plan print too: "fits" is held to it
+	fmt.Fprintln(stdout, marginLine(r.Margin, r.GPU.Capacity))
 	if *svg != "" {
 		fmt.Fprintf(stdout, "chart: %s\n", *svg)
+	}
+	return notEvenOne(pts)
+}
+
+// notEvenOne is a sweep's status, the same in every output mode: a sweep
+// whose batch 1 does not fit has answered that the job fails (exit 1, as
+// estimate's and maxbatch's do), after printing every row.
+func notEvenOne(pts []solve.Point) error {
+	for _, p := range pts {
+		if p.Value == 1 && !p.Result.Fits {
+			return fmt.Errorf("%s does not fit on %s even at batch 1", p.Result.Model, p.Result.GPU.Name)
+		}
 	}
 	return nil
 }

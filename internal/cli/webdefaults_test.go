@@ -4,6 +4,7 @@ import (
 	"flag"
 	"io"
 	"regexp"
+	"strings"
 	"testing"
 )
 
@@ -54,6 +55,8 @@ func TestWebDefaultsAreTheCommandLines(t *testing.T) {
 		{"alloc-conf", selected("alloc-conf")},
 		{"strategy", selected("strategy")},
 		{"quant", selected("quant")},
+		{"quant-via", selected("quant-via")},
+		{"lora-impl", selected("lora-impl")},
 		{"batch", input("batch")},
 		{"accumulate", input("accumulate")},
 		{"lora", input("lora")},
@@ -75,5 +78,75 @@ func TestWebDefaultsAreTheCommandLines(t *testing.T) {
 	js2.register(sw, "1:256") // sweep's, as runSweep registers it
 	if want := sw.Lookup("batch").DefValue; input("sweep") != want {
 		t.Errorf("the page's chart sweeps %q; sweep's default is %q", input("sweep"), want)
+	}
+}
+
+// The page offers every choice estimate's flags list for the selects it
+// has, so that no setting the command line takes is missing from the page,
+// and each of its options is one the command line accepts.
+func TestWebOffersEstimatesChoices(t *testing.T) {
+	page, err := webFiles.ReadFile("web/index.html")
+	if err != nil {
+		t.Fatal(err)
+	}
+	options := func(id string) []string {
+		m := regexp.MustCompile(`(?s)<select id="` + id + `"[^>]*>(.*?)</select>`).FindSubmatch(page)
+		if m == nil {
+			t.Fatalf("no select #%s", id)
+		}
+		var out []string
+		for _, o := range regexp.MustCompile(`<option[^>]*>([^<]*)</option>`).FindAllSubmatch(m[1], -1) {
+			out = append(out, string(o[1]))
+		}
+		return out
+	}
+	// the names in the flags' help, where the help lists them
+	fs := flag.NewFlagSet("estimate", flag.ContinueOnError)
+	var j jobFlags
+	j.register(fs, "32")
+	listed := func(flagName string) []string {
+		var out []string
+		for _, w := range regexp.MustCompile(`[a-z][a-z0-9_]*`).FindAllString(fs.Lookup(flagName).Usage, -1) {
+			if w != "or" && w != "bitsandbytes" && w != "s" {
+				out = append(out, w)
+			}
+		}
+		return out
+	}
+	have := strings.Join(options("optimizer"), " ") + " "
+	for _, name := range listed("optimizer") {
+		if !strings.Contains(have, name+" ") {
+			t.Errorf("the page's optimizers lack %q, which --optimizer takes", name)
+		}
+	}
+	// each option, with what it needs, is accepted by estimate
+	for _, c := range []struct {
+		id   string
+		args func(v string) []string
+	}{
+		{"optimizer", func(v string) []string { return []string{"--optimizer", v} }},
+		{"precision", func(v string) []string { return []string{"--precision", v} }},
+		{"quant-via", func(v string) []string {
+			return []string{"--quant", "nf4", "--lora", "8", "--lora-targets", "q_proj,v_proj", "--quant-via", v}
+		}},
+		{"lora-impl", func(v string) []string {
+			return []string{"--lora", "8", "--lora-targets", "q_proj,v_proj", "--lora-impl", v}
+		}},
+	} {
+		for _, v := range options(c.id) {
+			args := append([]string{"Llama-3.2-1B", "--batch", "1", "--seq", "64"}, c.args(v)...)
+			if _, err := EstimateRequest(args); err != nil {
+				t.Errorf("the page's %s option %q: %v", c.id, v, err)
+			}
+		}
+	}
+	// the checkboxes are estimate's boolean flags
+	for _, id := range []string{"cudnn-benchmark", "no-sync"} {
+		if !regexp.MustCompile(`<input id="` + id + `" name="` + id + `" type="checkbox"`).Match(page) {
+			t.Errorf("the page has no checkbox #%s", id)
+		}
+		if fs.Lookup(id) == nil {
+			t.Errorf("#%s is no flag of estimate", id)
+		}
 	}
 }

@@ -134,7 +134,11 @@ function jobFields() {
     const [q, dq] = $("#quant").value.split("+");
     f.quant = q;
     if (dq) f["double-quant"] = "true";
+    if ($("#quant-via").value !== "transformers") f["quant-via"] = $("#quant-via").value;
   }
+  if (Number($("#lora").value) > 0 && $("#lora-impl").value !== "peft") f["lora-impl"] = $("#lora-impl").value;
+  if ($("#cudnn-benchmark").checked) f["cudnn-benchmark"] = "true";
+  if ($("#no-sync").checked) f["no-sync"] = "true";
   if (!uploaded) f.model = $("#model").value;
   return f;
 }
@@ -199,6 +203,11 @@ function showEstimate(e) {
   v.textContent = e.fits
     ? `fits: yes, ${fmtBytes(e.headroom_bytes)} of headroom — ${e.decided_by}`
     : `fits: no — ${e.decided_by}`;
+  // the safety band, worded as estimate prints it
+  const b = e.band;
+  $("#band").textContent = b
+    ? `band: batchfit's device total has been within −${fixed(100 * b.under, 1)} %/+${fixed(100 * b.over, 1)} % of measured on ${b.cases} real GPU figures: the real one may reach ${fmtBytes(b.device_total_high_bytes)}, ${b.fits_with_band ? "fits even then" : "which would not fit"}`
+    : "";
   const s = $("#suggestions");
   s.replaceChildren();
   if (e.suggestions && e.suggestions.length) {
@@ -298,14 +307,23 @@ async function replaySnapshot() {
   const out = $("#snapshot-result");
   out.dataset.state = "loading";
   out.replaceChildren(el("p", { class: "status" }, "replaying…"));
-  const form = () => {
+  const predict = $("#snapshot-predict").checked;
+  const form = (withJob) => {
     const fd = new FormData();
+    if (withJob) {
+      // the job of the Predict form, as snapshot --model takes it; the
+      // prediction uses the recording's allocator settings
+      const f = jobFields();
+      delete f["alloc-conf"];
+      const b = body(f);
+      for (const [k, v] of b instanceof FormData ? b.entries() : Object.entries(b)) fd.append(k, v);
+    }
     fd.append("alloc-conf", $("#snapshot-what-if").value);
     fd.append("snapshot", file, file.name);
     return fd;
   };
   try {
-    const [x, svg] = await Promise.all([api("/api/snapshot", form()), api("/api/snapshot.svg", form())]);
+    const [x, svg] = await Promise.all([api("/api/snapshot", form(predict)), api("/api/snapshot.svg", form(false))]);
     const bytes = (k) => [fmtBytes(x[k]), { "data-field": k, "data-bytes": String(x[k]) }];
     out.replaceChildren(
       el("p", {}, `${x.file}: ${commas(x.events)} events replayed with PYTORCH_CUDA_ALLOC_CONF="${x.alloc_conf}"`),
@@ -322,6 +340,23 @@ async function replaySnapshot() {
       out.append(el("p", {}, "Largest allocation sites at the peak:"), ol);
     }
     for (const w of x.warnings || []) out.append(el("p", { class: "note" }, "warning: " + w));
+    const p = x.prediction;
+    if (p) {
+      // the comparison's phase table, as snapshot --model prints it
+      const pct = (d, of) => (of ? ` (${d >= 0 ? "+" : "−"}${fixed(Math.abs((100 * d) / of), 1)} %)` : "");
+      const diff = (d, of) => (d >= 0 ? "+" : "−") + fmtBytes(Math.abs(d)) + pct(d, of);
+      const t = el("table", { id: "snapshot-prediction" }, el("caption", {}, "Beside the prediction: " + p.setup));
+      t.append(el("tr", {}, ...["phase", "recorded allocated", "predicted", "difference", "recorded reserved", "predicted", "difference"].map((h) => el("th", {}, h))));
+      for (const c of [Object.assign({}, p.overall, { phase: "all" }), ...p.phases]) {
+        const cells = c.in_recording
+          ? [fmtBytes(c.recorded_peak_allocated_bytes), fmtBytes(c.predicted_peak_allocated_bytes), diff(c.allocated_diff_bytes, c.recorded_peak_allocated_bytes),
+             fmtBytes(c.recorded_peak_reserved_bytes), fmtBytes(c.predicted_peak_reserved_bytes), diff(c.reserved_diff_bytes, c.recorded_peak_reserved_bytes)]
+          : ["not recorded", fmtBytes(c.predicted_peak_allocated_bytes), "", "not recorded", fmtBytes(c.predicted_peak_reserved_bytes), ""];
+        t.append(el("tr", { "data-phase": c.phase, "data-diff": String(c.allocated_diff_bytes) }, el("th", {}, c.phase), ...cells.map((v) => el("td", {}, v))));
+      }
+      out.append(t, el("p", { class: "note" }, "the recording's phases: " + p.recording_phases_how));
+      for (const n of p.notes || []) out.append(el("p", { class: "note" }, "note: " + n));
+    }
     showSVG($("#snapshot-chart .svg"), svg);
     out.dataset.state = "ready";
   } catch (err) {
@@ -387,6 +422,7 @@ async function start() {
   $("#oom-form").addEventListener("submit", explainOOM);
   $("#snapshot-file").addEventListener("change", replaySnapshot);
   $("#snapshot-what-if").addEventListener("change", replaySnapshot);
+  $("#snapshot-predict").addEventListener("change", replaySnapshot);
   update();
 }
 
