@@ -452,7 +452,9 @@ func TestEveryZooModel(t *testing.T) {
 			}
 			// the same request: sweep's default margin runs it on a smaller device
 			out, errs, code = run(append([]string{"sweep", "--batch", "1,2", "--margin", "0"}, args...)...)
-			if code != 0 {
+			// exit 1 answers that batch 1 does not fit, which a batch 2 that
+			// does not fit allows
+			if code != 0 && (code != 1 || est.Fits) {
 				t.Fatalf("sweep: exit %d: %s", code, errs)
 			}
 			var pts []EstimateJSON
