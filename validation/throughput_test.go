@@ -15,12 +15,14 @@ import (
 
 const throughputSet = "../testdata/throughput/throughput.csv"
 
-// calibratedStepTime switches on the fixed thresholds over the
-// calibration set. The roofline bound of package cost is not meant to meet
-// them (it predicts what the GPU's peaks allow, not what a run reaches), so
-// until the step-time model is calibrated the test prints its figures and
-// skips the assertions.
-const calibratedStepTime = false
+// stepTimeMeetsTarget switches on the median-error threshold over the
+// calibration set. The calibrated step-time model (cost, docs/accuracy.md
+// §4.1) is at 33 % median |error| on the exact rows, above the 15 % target:
+// on A100 and Hopper it misses rules it does not have yet (channels-last
+// transposes, input pipelines, the software release, depthwise kernels), so
+// the test prints the errors and holds only the order of pairs and the
+// saturation of curves until those rules are in.
+const stepTimeMeetsTarget = false
 
 // Thresholds of the calibration test, fixed for every row: no per-row or
 // per-model tolerance.
@@ -38,8 +40,9 @@ const (
 // training throughput of the calibration set (testdata/throughput) and
 // prints the errors per source and per GPU, the share of pairs ordered as
 // measured, and whether the predicted curves over batch size flatten where
-// the published ones do. With calibratedStepTime it holds them to the
-// issue's thresholds.
+// the published ones do. It holds the order of pairs and the saturation to
+// the thresholds always, and the median error with
+// stepTimeMeetsTarget.
 func TestThroughputCalibration(t *testing.T) {
 	if testing.Short() {
 		t.Skip("predicts every row of the calibration set")
@@ -94,10 +97,10 @@ func TestThroughputCalibration(t *testing.T) {
 	sa := validation.SummarizeThroughput(cmps)
 	t.Logf("every row:\n%s", throughputTable(sa))
 
-	if !calibratedStepTime {
-		t.Skip("the step-time model is the roofline bound: thresholds not applied (calibratedStepTime is false)")
-	}
-	if se.All.MedianAbsErr > maxThroughputMedianAbsErr {
+	if !stepTimeMeetsTarget {
+		t.Logf("median |error| over %d exact rows is %.1f %%, not yet held to %.0f %% (stepTimeMeetsTarget is false)",
+			se.All.N, 100*se.All.MedianAbsErr, 100*maxThroughputMedianAbsErr)
+	} else if se.All.MedianAbsErr > maxThroughputMedianAbsErr {
 		t.Errorf("median |error| of samples/s over %d rows is %.1f %%, more than %.0f %%",
 			se.All.N, 100*se.All.MedianAbsErr, 100*maxThroughputMedianAbsErr)
 	}
