@@ -78,6 +78,9 @@ type Request struct {
 	GPU    gpu.GPU
 	// Context overrides the GPU's CUDA context size when not negative.
 	Context int64
+	// NCCLBuffSize is NCCL_BUFFSIZE, the Simple protocol's buffer per
+	// connection; 0 takes NCCL's default (profile.NCCLSimpleBuffSize).
+	NCCLBuffSize int64
 	// Margin is the headroom, bytes, the job must leave on the device to
 	// count as fitting (see Band.Margin); 0 answers for the bare figure.
 	Margin int64
@@ -127,6 +130,9 @@ type Result struct {
 	// Libraries is what the step makes libraries allocate outside
 	// PyTorch's allocator (train.Summary.LibraryBytes), part of Context.
 	Libraries int64
+	// NCCL is the upper bound of NCCL's communicator buffers
+	// (NCCLBytes), part of Context; 0 on one GPU.
+	NCCL int64
 	// WorkspaceLowEnd: the figures are those of the step with no cuDNN
 	// workspace, which reserved more than the one with the bound's.
 	WorkspaceLowEnd bool
@@ -240,6 +246,14 @@ func Run(ctx context.Context, r Request) (*Result, error) {
 	if r.Context >= 0 {
 		cudaCtx = r.Context + lib
 	}
+	// NCCL's buffers come on top of a given context too: one measured
+	// before init_process_group lacks them, one measured after counts
+	// them twice, the safe side.
+	if r.NCCLBuffSize < 0 {
+		return nil, fmt.Errorf("NCCL_BUFFSIZE must not be negative, got %d bytes", r.NCCLBuffSize)
+	}
+	nccl := NCCLBytes(r.Setup.Parallel, r.Config.TP, r.Config.PP, r.NCCLBuffSize)
+	cudaCtx += nccl
 	if r.Margin < 0 {
 		return nil, fmt.Errorf("the margin must not be negative, got %d bytes", r.Margin)
 	}
@@ -301,7 +315,7 @@ func Run(ctx context.Context, r Request) (*Result, error) {
 		return nil, err
 	}
 	res := &Result{Model: r.Source.Name(), Config: r.Config, Setup: sim.Setup(), GPU: r.GPU, Summary: sim.Summary(),
-		Timeline: tl, Context: cudaCtx, Libraries: lib, Margin: r.Margin, WorkspaceLowEnd: lowEnd}
+		Timeline: tl, Context: cudaCtx, Libraries: lib, NCCL: nccl, Margin: r.Margin, WorkspaceLowEnd: lowEnd}
 	if i := tl.PeakAllocatedEvent; i >= 0 && i < tr.Len() {
 		e := tr.At(i)
 		res.PeakAt = &PeakAt{Phase: e.Phase, Step: e.Step, Site: tr.SiteName(e.Site)}

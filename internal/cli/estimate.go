@@ -235,9 +235,12 @@ func writeEstimate(w io.Writer, res *predict.Result, batches []int64) {
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "peak allocated\t%s\t(torch.cuda.max_memory_allocated)\t\n", fmtBytes(tl.PeakAllocated))
 	fmt.Fprintf(tw, "peak reserved\t%s\t(torch.cuda.max_memory_reserved)\t\n", fmtBytes(tl.PeakReserved))
-	fmt.Fprintf(tw, "CUDA context\t%s\t(outside PyTorch's allocator)\t\n", fmtBytes(res.Context))
+	fmt.Fprintf(tw, "CUDA context\t%s\t(outside PyTorch's allocator)\t\n", fmtBytes(res.Context-res.NCCL))
 	if res.Libraries > 0 {
 		fmt.Fprintf(tw, "  of which libraries\t%s\t(cuBLAS's own workspaces, outside PyTorch's allocator)\t\n", fmtBytes(res.Libraries))
+	}
+	if res.NCCL > 0 {
+		fmt.Fprintf(tw, "NCCL buffers\t%s\t(outside PyTorch's allocator: an upper bound)\t\n", fmtBytes(res.NCCL))
 	}
 	fmt.Fprintf(tw, "device total\t%s\t(what nvidia-smi shows)\t\n", fmtBytes(res.DeviceTotal))
 	fmt.Fprintf(tw, "GPU capacity\t%s\t%s\t\n", fmtBytes(res.GPU.Capacity), capacityNote(res.GPU))
@@ -324,7 +327,9 @@ func writeTraining(w io.Writer, res *predict.Result) {
 	}
 	if res.Setup.Parallel.On() || res.Config.TP > 1 || res.Config.PP > 1 {
 		// never under-predict silently
-		fmt.Fprintln(w, "note: NCCL's communication buffers are allocated outside PyTorch's allocator and are not in these figures; nvidia-smi shows them on top of the device total")
+		if res.NCCL > 0 {
+			fmt.Fprintln(w, "note: NCCL buffers are an upper bound from NCCL's source constants (MAXCHANNELS 64 channels × ring and tree connections × the Simple, LL and LL128 buffers, per communicator); NCCL picks fewer channels from the topology at run time, so nvidia-smi usually shows less; --nccl-buffsize sets NCCL_BUFFSIZE")
+		}
 		if res.Setup.Parallel.On() && res.Setup.Parallel.Strategy != train.DDP {
 			fmt.Fprintln(w, "note: a block freed while a collective on another stream still reads it is taken as free at once (record_stream delays that): reserved memory may run somewhat higher")
 			fmt.Fprintln(w, "note: this is the sharded training step; a model built or loaded whole on each GPU before it is sharded (model.cuda() before wrapping, a full state dict loaded on the device) needs its whole parameters there first, which is not counted")

@@ -62,6 +62,7 @@ type jobFlags struct {
 	steps         int
 	allocConf     string
 	context       string
+	ncclBuffsize  string
 	emptyCache    bool
 	cudnnBench    bool
 	cublasConf    string
@@ -132,6 +133,7 @@ func (j *jobFlags) register(fs *flag.FlagSet, batchDefault string) {
 	fs.IntVar(&j.steps, "steps", 3, "optimizer steps to simulate (at most 1000)")
 	fs.StringVar(&j.allocConf, "alloc-conf", "", "PYTORCH_CUDA_ALLOC_CONF (default: the environment variable)")
 	fs.StringVar(&j.context, "context", "", "CUDA context size (default: the GPU family's estimate)")
+	fs.StringVar(&j.ncclBuffsize, "nccl-buffsize", "", "NCCL_BUFFSIZE, the Simple protocol's buffer per NCCL connection (default: NCCL's 4 MiB)")
 	fs.BoolVar(&j.emptyCache, "empty-cache", false, "call torch.cuda.empty_cache() after every step")
 	fs.BoolVar(&j.cudnnBench, "cudnn-benchmark", false, "torch.backends.cudnn.benchmark = True: the first step searches cuDNN's convolution algorithms")
 	fs.StringVar(&j.cublasConf, "cublas-workspace-config", "", "CUBLAS_WORKSPACE_CONFIG, e.g. :4096:8 (default: the environment variable)")
@@ -670,6 +672,16 @@ func (j *jobFlags) requestFor(src predict.Source) (predict.Request, error) {
 			return r, usagef("--context: %v", err)
 		}
 		r.Context = n
+	}
+	if j.ncclBuffsize != "" {
+		n, err := gpu.ParseSize(j.ncclBuffsize)
+		if err != nil {
+			return r, usagef("--nccl-buffsize: %v", err)
+		}
+		if n <= 0 {
+			return r, usagef("--nccl-buffsize: NCCL_BUFFSIZE must be positive, got %q", j.ncclBuffsize)
+		}
+		r.NCCLBuffSize = n
 	}
 	on, err := train.ParseOptimizerName(j.optimizer)
 	if err != nil {

@@ -69,6 +69,9 @@ type EstimateJSON struct {
 	PeakAllocatedBytes int64            `json:"peak_allocated_bytes"`
 	PeakReservedBytes  int64            `json:"peak_reserved_bytes"`
 	ContextBytes       int64            `json:"cuda_context_bytes"`
+	// NCCLBuffersBytes is the upper bound of NCCL's communicator buffers,
+	// part of cuda_context_bytes; absent on one GPU.
+	NCCLBuffersBytes int64 `json:"nccl_buffers_bytes,omitempty"`
 	DeviceTotalBytes   int64            `json:"device_total_bytes"`
 	GPUCapacityBytes   int64            `json:"gpu_capacity_bytes"`
 	// GPUSMITotalBytes is nvidia-smi's total, beside the capacity PyTorch
@@ -185,7 +188,7 @@ func estimateJSON(res *predict.Result, batches []int64) EstimateJSON {
 		ParamCount: s.ParamCount, TrainableParamCount: s.TrainableParamCount, ParametersBytes: s.ParametersBytes, BuffersBytes: s.BuffersBytes, GradientsBytes: s.GradientsBytes,
 		OptimizerStateBytes: s.OptimizerStateBytes, PagedOptimizerStateBytes: s.PagedOptimizerStateBytes, ActivationsBytes: s.ActivationsBytes, AutocastCacheBytes: s.CastCacheBytes,
 		BatchDataBytes: s.BatchDataBytes, WorkspaceBytes: s.WorkspaceBytes, AtPeak: map[string]int64{},
-		PeakAllocatedBytes: tl.PeakAllocated, PeakReservedBytes: tl.PeakReserved, ContextBytes: res.Context,
+		PeakAllocatedBytes: tl.PeakAllocated, PeakReservedBytes: tl.PeakReserved, ContextBytes: res.Context, NCCLBuffersBytes: res.NCCL,
 		DeviceTotalBytes: res.DeviceTotal, GPUCapacityBytes: res.GPU.Capacity, HeadroomBytes: res.Headroom(), Fits: res.Fits, DecidedBy: res.Decider}
 	for _, c := range trace.Categories() {
 		if c == trace.KVCache && tl.AtPeak[c] == 0 && res.Generation == nil {
