@@ -357,11 +357,15 @@ func Run(ctx context.Context, r Request) (*Result, error) {
 		}
 	} else {
 		res.Fits = res.DeviceTotal <= r.GPU.Capacity-r.Margin
-		res.Decider = fmt.Sprintf("peak reserved %s + CUDA context %s = %s of %s",
-			alloc.FormatSize(tl.PeakReserved), alloc.FormatSize(cudaCtx), alloc.FormatSize(res.DeviceTotal), alloc.FormatSize(r.GPU.Capacity))
+		outside := "CUDA context " + alloc.FormatSize(cudaCtx)
+		if nccl > 0 {
+			outside = fmt.Sprintf("CUDA context %s + NCCL buffers %s", alloc.FormatSize(cudaCtx-nccl), alloc.FormatSize(nccl))
+		}
+		res.Decider = fmt.Sprintf("peak reserved %s + %s = %s of %s",
+			alloc.FormatSize(tl.PeakReserved), outside, alloc.FormatSize(res.DeviceTotal), alloc.FormatSize(r.GPU.Capacity))
 		if r.Margin > 0 {
-			res.Decider = fmt.Sprintf("peak reserved %s + CUDA context %s = %s; the margin of %s leaves %s of %s",
-				alloc.FormatSize(tl.PeakReserved), alloc.FormatSize(cudaCtx), alloc.FormatSize(res.DeviceTotal),
+			res.Decider = fmt.Sprintf("peak reserved %s + %s = %s; the margin of %s leaves %s of %s",
+				alloc.FormatSize(tl.PeakReserved), outside, alloc.FormatSize(res.DeviceTotal),
 				alloc.FormatSize(r.Margin), alloc.FormatSize(r.GPU.Capacity-r.Margin), alloc.FormatSize(r.GPU.Capacity))
 		}
 	}
