@@ -72,8 +72,8 @@ type EstimateJSON struct {
 	// NCCLBuffersBytes is the upper bound of NCCL's communicator buffers,
 	// part of cuda_context_bytes; absent on one GPU.
 	NCCLBuffersBytes int64 `json:"nccl_buffers_bytes,omitempty"`
-	DeviceTotalBytes   int64            `json:"device_total_bytes"`
-	GPUCapacityBytes   int64            `json:"gpu_capacity_bytes"`
+	DeviceTotalBytes int64 `json:"device_total_bytes"`
+	GPUCapacityBytes int64 `json:"gpu_capacity_bytes"`
 	// GPUSMITotalBytes is nvidia-smi's total, beside the capacity PyTorch
 	// can use (gpu_capacity_bytes), which decides the fit.
 	GPUSMITotalBytes int64 `json:"gpu_nvidia_smi_total_bytes,omitempty"`
