@@ -4,7 +4,8 @@ package profile
 // NCCL allocates them with its own cudaMalloc/cuMem calls, outside
 // PyTorch's caching allocator, when a communicator connects its channels.
 // Sources: NVIDIA/nccl, src/include/device.h and src/init.cc at commit
-// 0524aef7a0333bc79d885e392812519087eab71f (the 2.2x line; licence BSD-3).
+// 0524aef7a0333bc79d885e392812519087eab71f (release 2.26.3,
+// makefiles/version.mk; licence BSD-3).
 const (
 	// ncclSteps is NCCL_STEPS (device.h: 8).
 	ncclSteps = 8
@@ -32,8 +33,8 @@ const (
 	// thread × threads × steps × sizeof(uint64_t) = 4,915,200 bytes.
 	NCCLLL128BuffSize int64 = ncclLL128ElemsPerThread * ncclLL128MaxThreads * ncclSteps * 8
 
-	// NCCLMaxChannels is MAXCHANNELS (device.h: 64; 32 in releases
-	// before 2.19's device.h): NCCL picks the channel count at run time
+	// NCCLMaxChannels is MAXCHANNELS (device.h: 64; 32 in older
+	// releases): NCCL picks the channel count at run time
 	// from the topology, never more than this, so the larger is taken.
 	NCCLMaxChannels = 64
 	// ncclMaxTreeArity is NCCL_MAX_TREE_ARITY (device.h: 3, two children
