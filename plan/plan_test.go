@@ -291,7 +291,10 @@ func TestShardingLever(t *testing.T) {
 	src := blocks{layers: 8, width: 2048}
 	psi := int64(8*(2048*2048+2048) + 2048*10 + 10)
 	base := train.Setup{Optimizer: train.Optimizer{Kind: train.Adam, Impl: train.Foreach}, Parallel: train.Parallel{Strategy: train.DDP, GPUs: 8}}
-	ans, err := Run(context.Background(), Options{Base: request(src, 64, base, 8*psi), Levers: []Lever{Sharding, Accumulate}, Top: 20})
+	// NCCL's buffers (one communicator, the same for every strategy the
+	// lever tries) come on top of what the test is about
+	nccl := predict.NCCLBytes(base.Parallel, 0, 0, 0)
+	ans, err := Run(context.Background(), Options{Base: request(src, 64, base, 8*psi+nccl), Levers: []Lever{Sharding, Accumulate}, Top: 20})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -353,7 +356,10 @@ func TestPipelineLever(t *testing.T) {
 	}
 	s := train.Setup{Precision: train.TrueBF16, Optimizer: train.Optimizer{Kind: train.AdamW, Impl: train.Foreach}, Checkpoint: train.FullCheckpoint,
 		Parallel: train.Parallel{Strategy: train.DDP, GPUs: 2}}
-	r := request(predict.Zoo{M: m}, 8, s, 12<<30)
+	// NCCL's buffers come on top of what the test is about: the
+	// pipelined plans' two communicators (data and pipeline groups)
+	nccl := predict.NCCLBytes(s.Parallel, 0, 2, 0)
+	r := request(predict.Zoo{M: m}, 8, s, 12<<30+nccl)
 	r.Config.Seq = 1024
 	ans, err := Run(context.Background(), Options{Base: r, Levers: []Lever{Pipeline, Accumulate}, Top: 10})
 	if err != nil {
