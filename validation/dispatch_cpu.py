@@ -46,23 +46,15 @@ import statistics
 import sys
 import time
 
+# the machine's name as the CPU step-time harness records it
+from steptime_cpu import cpu_name
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 OUT = os.path.join(HERE, "..", "testdata", "reference", "dispatch-cpu.json")
 CALLS, REPEATS = 2000, 15
 # chain lengths for backward, parameter counts for the optimizer
 CHAIN = (20, 200)
 PARAMS = (20, 200)
-
-
-def cpu_name():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def per_call(fn, calls, repeats):
