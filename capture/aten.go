@@ -1,0 +1,393 @@
+package capture
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/batchfit/batchfit/graph"
+	"github.com/batchfit/batchfit/models"
+)
+
+// bctx is one Build: the graph builder and where each recorded tensor
+// went.
+type bctx struct {
+	m   *Model
+	b   *graph.Builder
+	n   int64 // the batch size built
+	ids []graph.TensorID
+	// lastUse is, per recorded tensor, the last op index reading it.
+	lastUse []int
+	err     error
+}
+
+// ruleError is the one-line refusal of an op batchfit has no rule for.
+func (c *bctx) ruleError(o *op, why string) error {
+	mod := o.Module
+	msg := fmt.Sprintf("capture: %s: op %s (module %q) has no rule in batchfit", c.m.path, o.Aten, mod)
+	if why != "" {
+		msg += ": " + why
+	}
+	return fmt.Errorf("%s", msg)
+}
+
+// Build maps the recorded graph onto the simulator's ops at c.Batch.
+func (m *Model) Build(c models.Config) (*graph.Graph, error) {
+	if c.Batch <= 0 {
+		return nil, fmt.Errorf("%s: batch size must be positive, got %d", m.Name(), c.Batch)
+	}
+	if c.Layers != 0 || c.Hidden != 0 || c.Image != 0 {
+		return nil, fmt.Errorf("%s: a captured model's layers, width and image size are the factory's; capture it again to change them", m.Name())
+	}
+	if c.TP > 1 || c.PP > 1 || c.Decode != nil {
+		return nil, fmt.Errorf("%s: tensor and pipeline parallelism and generation need a model built by name (a zoo name or a Hugging Face config)", m.Name())
+	}
+	f := m.f
+	b := graph.NewBuilder(m.Name())
+	b.Adapters = c.Adapters
+	x := &bctx{m: m, b: b, n: c.Batch, ids: make([]graph.TensorID, len(f.Tensors)), lastUse: make([]int, len(f.Tensors))}
+	for i := range x.ids {
+		x.ids[i] = graph.None
+		x.lastUse[i] = -1
+	}
+	for i := range f.Ops {
+		for _, t := range f.Ops[i].tensorArgs() {
+			x.lastUse[t] = i
+		}
+	}
+	// Parameters and buffers first, in the recording's order (that of
+	// model.named_parameters() and named_buffers()); then the batch.
+	for i := range f.Tensors {
+		t := &f.Tensors[i]
+		switch t.Role {
+		case "parameter":
+			dt, _ := graph.ParseDType(t.DType)
+			b.ParamDT = dt
+			x.ids[i] = b.NamedParam(t.Name, x.shape(t), t.RequiresGrad)
+		case "buffer":
+			dt, _ := graph.ParseDType(t.DType)
+			x.ids[i] = b.NamedBuffer(t.Name, x.shape(t), dt)
+		}
+	}
+	b.ParamDT = graph.F32
+	for i := range f.Tensors {
+		t := &f.Tensors[i]
+		dt, _ := graph.ParseDType(t.DType)
+		switch t.Role {
+		case "input":
+			x.ids[i] = b.Input(t.Name, x.shape(t), dt)
+		case "target":
+			x.ids[i] = b.Target(t.Name, x.shape(t), dt)
+		}
+	}
+	blocks := blockModules(f.Modules)
+	for i := 0; i < len(f.Ops) && x.err == nil && b.Err() == nil; {
+		j := i + 1
+		o := &f.Ops[i]
+		if o.FnCall != 0 {
+			for j < len(f.Ops) && f.Ops[j].FnCall == o.FnCall {
+				j++
+			}
+		}
+		blk := blockOf(blocks, o.Module)
+		run := func() {
+			if !x.group(f.Ops[i:j]) {
+				for k := i; k < j && x.err == nil && b.Err() == nil; k++ {
+					x.aten(&f.Ops[k])
+				}
+			}
+		}
+		if blk != "" {
+			b.Block(blk, run)
+		} else {
+			run()
+		}
+		x.release(i, j)
+		i = j
+	}
+	if x.err != nil {
+		return nil, x.err
+	}
+	if b.Err() != nil {
+		return nil, fmt.Errorf("capture: %s: %w", m.path, b.Err())
+	}
+	g, err := b.Graph()
+	if err != nil {
+		return nil, fmt.Errorf("capture: %s: %w", m.path, err)
+	}
+	if l := x.ids[*f.Loss]; l == graph.None {
+		return nil, fmt.Errorf("capture: %s: the loss (tensor %d) was not made by any mapped op", m.path, *f.Loss)
+	} else if g.Loss != l {
+		g.Loss = l
+	}
+	if err := g.Validate(); err != nil {
+		return nil, fmt.Errorf("capture: %s: %w", m.path, err)
+	}
+	return g, nil
+}
+
+// release adds a Release op for tensors whose last Python reference went
+// after op end-1 but later than their last use as an operand: PyTorch frees
+// a tensor when its last reference goes, as the builders' Release says.
+func (x *bctx) release(start, end int) {
+	var xs []graph.TensorID
+	for i := range x.m.f.Tensors {
+		t := &x.m.f.Tensors[i]
+		if t.FreedAfter == nil || *t.FreedAfter < start || *t.FreedAfter >= end || t.Role != "activation" {
+			continue
+		}
+		if x.lastUse[i] >= start || x.ids[i] == graph.None {
+			continue
+		}
+		xs = append(xs, x.ids[i])
+	}
+	if len(xs) > 0 {
+		x.b.Release("release", xs...)
+	}
+}
+
+// blockModules are the modules activation checkpointing wraps one at a
+// time: the numbered children of a container (layers.0, layers.1, ...)
+// when a container has at least two of the same type, as the builders'
+// repeated blocks.
+func blockModules(ms []module) map[string]bool {
+	typ := map[string]string{}
+	count := map[string]int{}
+	for _, m := range ms {
+		typ[m.Path] = m.Type
+		i := strings.LastIndex(m.Path, ".")
+		if i < 0 || !isIndex(m.Path[i+1:]) {
+			continue
+		}
+		count[m.Path[:i]+"/"+m.Type]++
+	}
+	out := map[string]bool{}
+	for _, m := range ms {
+		i := strings.LastIndex(m.Path, ".")
+		if i < 0 || !isIndex(m.Path[i+1:]) {
+			continue
+		}
+		if count[m.Path[:i]+"/"+m.Type] >= 2 {
+			out[m.Path] = true
+		}
+	}
+	// only the outermost: a block inside a block is not one
+	for p := range out {
+		for q := range out {
+			if p != q && strings.HasPrefix(p, q+".") {
+				delete(out, p)
+			}
+		}
+	}
+	return out
+}
+
+func isIndex(s string) bool {
+	if s == "" {
+		return false
+	}
+	for _, r := range s {
+		if r < '0' || r > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+func blockOf(blocks map[string]bool, mod string) string {
+	for p := mod; p != ""; {
+		if blocks[p] {
+			return p
+		}
+		i := strings.LastIndex(p, ".")
+		if i < 0 {
+			break
+		}
+		p = p[:i]
+	}
+	return ""
+}
+
+func (o *op) tensorArgs() []int {
+	var ts []int
+	add := func(as []arg) {
+		for _, a := range as {
+			if a.T != nil {
+				ts = append(ts, *a.T)
+			}
+			for _, t := range a.Ts {
+				if t != nil {
+					ts = append(ts, *t)
+				}
+			}
+		}
+	}
+	add(o.Args)
+	for _, a := range o.Kwargs {
+		add([]arg{a})
+	}
+	return ts
+}
+
+// shape is t's shape at the batch built.
+func (x *bctx) shape(t *tensor) graph.Shape {
+	s := make(graph.Shape, len(t.Shape))
+	for i, d := range t.Shape {
+		s[i] = d
+		if t.Batch != nil {
+			s[i] += t.Batch[i] * (x.n - x.m.b0)
+		}
+		if s[i] < 0 {
+			s[i] = 0
+		}
+	}
+	return s
+}
+
+// contig reports whether t's recorded strides are those of a contiguous
+// tensor (sizes of 1 may have any stride, as torch's is_contiguous says).
+func (x *bctx) contig(t *tensor) bool {
+	s := x.shape(t)
+	want := int64(1)
+	for i := len(s) - 1; i >= 0; i-- {
+		if s[i] == 1 {
+			continue
+		}
+		st := t.Stride[i]
+		if t.StrideBatch != nil {
+			st += t.StrideBatch[i] * (x.n - x.m.b0)
+		}
+		if st != want {
+			return false
+		}
+		want *= s[i]
+	}
+	return true
+}
+
+// in is the graph tensor of a recorded one, or an error if no mapped op
+// made it.
+func (x *bctx) in(o *op, id int) graph.TensorID {
+	if x.err != nil {
+		return graph.None
+	}
+	if g := x.ids[id]; g != graph.None {
+		return g
+	}
+	t := &x.m.f.Tensors[id]
+	if t.Role == "activation" || t.Role == "constant" {
+		// a tensor the user's code made before the recording (a mask kept
+		// as a plain attribute): a constant of its shape, made where it is
+		// first read
+		dt, _ := graph.ParseDType(t.DType)
+		like := graph.None
+		for _, p := range x.ids {
+			if p != graph.None {
+				like = p
+				break
+			}
+		}
+		if like == graph.None {
+			x.err = fmt.Errorf("capture: %s: op %s reads tensor %d, which nothing made", x.m.path, o.Aten, id)
+			return graph.None
+		}
+		g := x.b.Const(fmt.Sprintf("const%d", id), like, dt, x.shape(t)...)
+		x.ids[id] = g
+		return g
+	}
+	x.err = fmt.Errorf("capture: %s: op %s reads tensor %d (%s), which nothing made", x.m.path, o.Aten, id, t.Role)
+	return graph.None
+}
+
+// set records that graph tensor g is recorded tensor id.
+func (x *bctx) set(id *int, g graph.TensorID) {
+	if id != nil && g != graph.None {
+		x.ids[*id] = g
+	}
+}
+
+func (a arg) tensor() (int, bool) {
+	if a.T == nil {
+		return 0, false
+	}
+	return *a.T, true
+}
+
+// ints reads an int or a list of ints, with the batch coefficients.
+func (x *bctx) ints(a arg) ([]int64, bool) {
+	if a.V == nil {
+		return nil, false
+	}
+	var one int64
+	if json.Unmarshal(a.V, &one) == nil {
+		var k int64
+		_ = json.Unmarshal(a.Batch, &k)
+		return []int64{one + k*(x.n-x.m.b0)}, true
+	}
+	var many []int64
+	if json.Unmarshal(a.V, &many) != nil {
+		return nil, false
+	}
+	var ks []int64
+	_ = json.Unmarshal(a.Batch, &ks)
+	for i := range many {
+		if i < len(ks) {
+			many[i] += ks[i] * (x.n - x.m.b0)
+		}
+	}
+	return many, true
+}
+
+func (a arg) float() (float64, bool) {
+	var v float64
+	if a.V == nil || json.Unmarshal(a.V, &v) != nil {
+		return 0, false
+	}
+	return v, true
+}
+
+func (a arg) boolean() (bool, bool) {
+	var v bool
+	if a.V == nil || json.Unmarshal(a.V, &v) != nil {
+		return false, false
+	}
+	return v, true
+}
+
+func (a arg) str() string {
+	var v string
+	if a.V != nil && json.Unmarshal(a.V, &v) == nil {
+		return v
+	}
+	return ""
+}
+
+func (a arg) null() bool {
+	return a.T == nil && a.Ts == nil && (a.V == nil || string(a.V) == "null") && a.DType == "" && a.Other == ""
+}
+
+// argAt is positional argument i, or keyword name, or the zero arg.
+func argAt(as []arg, kw map[string]arg, i int, name string) (arg, bool) {
+	if i < len(as) {
+		return as[i], true
+	}
+	if a, ok := kw[name]; ok {
+		return a, true
+	}
+	return arg{}, false
+}
+
+// pair reads a 2-D size argument (an int means both).
+func (x *bctx) pair(as []arg, i int, def int64) [2]int64 {
+	if i >= len(as) {
+		return [2]int64{def, def}
+	}
+	v, ok := x.ints(as[i])
+	switch {
+	case !ok || len(v) == 0:
+		return [2]int64{def, def}
+	case len(v) == 1:
+		return [2]int64{v[0], v[0]}
+	}
+	return [2]int64{v[0], v[1]}
+}

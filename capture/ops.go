@@ -1,0 +1,603 @@
+package capture
+
+import (
+	"strings"
+
+	"github.com/batchfit/batchfit/graph"
+)
+
+// group maps a whole torch function call to one simulator op where the
+// simulator has a rule for the function as a unit. It reports false to
+// have the call's aten ops mapped one by one.
+func (x *bctx) group(ops []op) bool {
+	o := &ops[0]
+	fn := o.Fn
+	if fn == "" || len(o.FnOut) == 0 || o.FnOut[0] == nil {
+		return false
+	}
+	name := fn[strings.LastIndex(fn, ".")+1:]
+	as, kw := o.FnArgs, o.FnKwargs
+	b := x.b
+	out := o.FnOut[0]
+	switch name {
+	case "linear":
+		xi, ok1 := argAt(as, kw, 0, "input")
+		wi, ok2 := argAt(as, kw, 1, "weight")
+		xt, okx := xi.tensor()
+		wt, okw := wi.tensor()
+		if !ok1 || !ok2 || !okx || !okw {
+			return false
+		}
+		bias := graph.None
+		if bi, ok := argAt(as, kw, 2, "bias"); ok && !bi.null() {
+			bt, ok := bi.tensor()
+			if !ok {
+				return false
+			}
+			bias = x.in(o, bt)
+		}
+		w := x.in(o, wt)
+		if w != graph.None && b.TensorAt(w).Role != graph.Parameter {
+			return false
+		}
+		x.set(out, b.LinearWith(o.Module, x.in(o, xt), w, bias))
+		return true
+	case "cross_entropy":
+		li, _ := argAt(as, kw, 0, "input")
+		ti, _ := argAt(as, kw, 1, "target")
+		lt, ok1 := li.tensor()
+		tt, ok2 := ti.tensor()
+		if !ok1 || !ok2 {
+			return false
+		}
+		for k, a := range kw {
+			switch k {
+			case "reduction":
+				if a.str() != "mean" {
+					return false
+				}
+			case "ignore_index":
+			case "label_smoothing":
+				if v, _ := a.float(); v != 0 {
+					return false
+				}
+			case "weight":
+				if !a.null() {
+					return false
+				}
+			}
+		}
+		if len(as) > 2 {
+			return false
+		}
+		l, t := x.in(o, lt), x.in(o, tt)
+		ls := b.Shape(l)
+		if len(ls) > 2 {
+			// [N, C, d1, ...]: the builder's rule is for [N, C]; the
+			// per-element loss is mapped op by op
+			return false
+		}
+		x.set(out, b.CrossEntropy(moduleName(o), l, t))
+		return true
+	case "mse_loss":
+		pi, _ := argAt(as, kw, 0, "input")
+		ti, _ := argAt(as, kw, 1, "target")
+		pt, ok1 := pi.tensor()
+		tt, ok2 := ti.tensor()
+		if r, ok := kw["reduction"]; (ok && r.str() != "mean") || !ok1 || !ok2 {
+			return false
+		}
+		x.set(out, b.MSELoss(moduleName(o), x.in(o, pt), x.in(o, tt)))
+		return true
+	case "dropout":
+		xi, _ := argAt(as, kw, 0, "input")
+		xt, ok := xi.tensor()
+		if !ok {
+			return false
+		}
+		p := 0.5
+		if a, ok := argAt(as, kw, 1, "p"); ok {
+			p, _ = a.float()
+		}
+		training := true
+		if a, ok := argAt(as, kw, 2, "training"); ok {
+			training, _ = a.boolean()
+		}
+		inplace := false
+		if a, ok := argAt(as, kw, 3, "inplace"); ok {
+			inplace, _ = a.boolean()
+		}
+		in := x.in(o, xt)
+		if !training || p == 0 {
+			x.set(out, in)
+			return true
+		}
+		x.set(out, b.Dropout(o.Module, in, p, inplace))
+		return true
+	case "scaled_dot_product_attention":
+		var qkv [3]graph.TensorID
+		for i, n := range []string{"query", "key", "value"} {
+			a, _ := argAt(as, kw, i, n)
+			t, ok := a.tensor()
+			if !ok {
+				return false
+			}
+			qkv[i] = x.in(o, t)
+		}
+		if a, ok := argAt(as, kw, 3, "attn_mask"); ok && !a.null() {
+			return false
+		}
+		p := 0.0
+		if a, ok := argAt(as, kw, 4, "dropout_p"); ok {
+			p, _ = a.float()
+		}
+		causal := false
+		if a, ok := argAt(as, kw, 5, "is_causal"); ok {
+			causal, _ = a.boolean()
+		}
+		x.set(out, b.Attention(o.Module, qkv[0], qkv[1], qkv[2], causal, p))
+		return true
+	}
+	return false
+}
+
+func moduleName(o *op) string {
+	if o.Module == "" {
+		return "out"
+	}
+	return o.Module
+}
+
+// aten maps one aten op.
+func (x *bctx) aten(o *op) {
+	b := x.b
+	name := strings.TrimPrefix(o.Aten, "aten::")
+	as := o.Args
+	out := func(i int) *int {
+		if i < len(o.Out) {
+			return o.Out[i]
+		}
+		return nil
+	}
+	t := func(i int) graph.TensorID {
+		if i >= len(as) {
+			return graph.None
+		}
+		id, ok := as[i].tensor()
+		if !ok {
+			return graph.None
+		}
+		return x.in(o, id)
+	}
+	isT := func(i int) bool { _, ok := as[i].tensor(); return i < len(as) && ok }
+	rec := func(i int) *tensor {
+		p := out(i)
+		if p == nil {
+			return nil
+		}
+		return &x.m.f.Tensors[*p]
+	}
+	mod := moduleName(o)
+	inplace := strings.HasSuffix(name, "_")
+	base := strings.TrimSuffix(name, "_")
+
+	// A mutation of a parameter or buffer (BatchNorm's num_batches_tracked
+	// += 1, a running statistic) makes no memory: the result is the buffer.
+	if len(o.Mutates) > 0 && len(as) > 0 {
+		if id, ok := as[o.Mutates[0]].tensor(); ok {
+			switch x.m.f.Tensors[id].Role {
+			case "parameter", "buffer":
+				x.set(out(0), x.in(o, id))
+				return
+			}
+		}
+	}
+	// The tensor-creating ops: a constant made in forward, freed after
+	// its last reader.
+	switch name {
+	case "empty", "zeros", "ones", "full", "empty_like", "zeros_like", "ones_like", "full_like", "new_zeros",
+		"new_ones", "new_empty", "new_full", "arange", "scalar_tensor", "empty_strided", "rand", "randn", "randint",
+		"rand_like", "randn_like", "tensor", "lift_fresh_copy", "linspace", "eye", "tril_indices", "triu_indices":
+		r := rec(0)
+		if r == nil {
+			return
+		}
+		s := x.shape(r)
+		dt, _ := graph.ParseDType(r.DType)
+		like := x.anyTensor()
+		if like == graph.None {
+			x.err = x.ruleError(o, "a tensor made before any input")
+			return
+		}
+		x.set(out(0), b.Const(mod, like, dt, s...))
+		return
+	case "lift_fresh", "alias", "detach", "_local_scalar_dense":
+		if isT(0) {
+			x.set(out(0), t(0))
+		}
+		return
+	case "fill_", "zero_", "bernoulli_", "uniform_", "normal_", "copy_", "masked_fill_", "clamp_", "exponential_", "random_":
+		// writes into a tensor that exists: no memory. (The builders' Rand
+		// is the empty+bernoulli_ pair, which the creation above makes.)
+		if isT(0) {
+			x.set(out(0), t(0))
+		}
+		return
+	}
+
+	// views: an output that shares its first input's storage
+	if len(o.Alias) > 0 && !inplace && len(o.Mutates) == 0 {
+		for _, pr := range o.Alias {
+			r := rec(pr[0])
+			if r == nil || pr[1] >= len(as) {
+				continue
+			}
+			src := t(pr[1])
+			if src == graph.None {
+				return
+			}
+			x.set(out(pr[0]), b.ViewAs(mod, src, x.shape(r), x.contig(r)))
+		}
+		if len(o.Out) > 0 {
+			return
+		}
+	}
+	if len(o.Out) > 1 {
+		// multi-output views such as split and unbind
+		switch name {
+		case "split", "split_with_sizes", "unbind", "chunk", "unsafe_split", "unsafe_split_with_sizes", "tensor_split":
+			for i := range o.Out {
+				if r := rec(i); r != nil {
+					x.set(out(i), b.ViewAs(mod, t(0), x.shape(r), x.contig(r)))
+				}
+			}
+			return
+		}
+	}
+	switch name {
+	case "_unsafe_view", "_reshape_alias", "view", "reshape":
+		r := rec(0)
+		src := t(0)
+		if r == nil || src == graph.None {
+			return
+		}
+		in, _ := as[0].tensor()
+		if x.m.f.Tensors[in].Storage == r.Storage {
+			x.set(out(0), b.ViewAs(mod, src, x.shape(r), x.contig(r)))
+		} else {
+			x.set(out(0), b.CopyAs(mod, src, x.shape(r)))
+		}
+		return
+	case "clone", "contiguous":
+		r := rec(0)
+		x.set(out(0), b.CopyAs(mod, t(0), x.shape(r)))
+		return
+	case "_to_copy", "to":
+		r := rec(0)
+		dt, _ := graph.ParseDType(r.DType)
+		src := t(0)
+		if src != graph.None && b.DTypeOf(src) == dt {
+			x.set(out(0), b.CopyAs(mod, src, x.shape(r)))
+		} else {
+			x.set(out(0), b.CastCopy(mod, src, dt))
+		}
+		return
+	case "convolution", "_convolution":
+		if tr, _ := as[6].boolean(); tr {
+			x.err = x.ruleError(o, "transposed convolution")
+			return
+		}
+		r := rec(0)
+		if len(r.Shape) != 4 {
+			x.err = x.ruleError(o, "only 2-D convolution")
+			return
+		}
+		w := t(1)
+		if w != graph.None && b.TensorAt(w).Role != graph.Parameter {
+			x.err = x.ruleError(o, "a convolution whose weight is not a parameter")
+			return
+		}
+		bias := graph.None
+		if !as[2].null() {
+			bias = t(2)
+		}
+		groups := int64(1)
+		if g, ok := x.ints(as[8]); ok && len(g) == 1 {
+			groups = g[0]
+		}
+		opts := graph.Conv2dOpts{Stride: x.pair(as, 3, 1), Padding: x.pair(as, 4, 0), Dilation: x.pair(as, 5, 1), Groups: groups, Bias: bias != graph.None}
+		x.set(out(0), b.Conv2dWith(mod, t(0), w, bias, opts))
+		return
+	case "native_batch_norm", "_native_batch_norm_legit", "_batch_norm_with_update", "cudnn_batch_norm", "_native_batch_norm_legit_functional":
+		w, bias := graph.None, graph.None
+		if !as[1].null() {
+			w = t(1)
+		}
+		if !as[2].null() {
+			bias = t(2)
+		}
+		var bufs []graph.TensorID
+		for i := 3; i <= 4 && i < len(as); i++ {
+			if !as[i].null() {
+				bufs = append(bufs, t(i))
+			}
+		}
+		// num_batches_tracked, when the module has one: the buffer beside
+		// the running statistics
+		if nb := x.numBatches(o.Module); nb != graph.None {
+			bufs = append(bufs, nb)
+		}
+		x.set(out(0), b.BatchNormWith(mod, t(0), w, bias, bufs))
+		return
+	case "native_layer_norm":
+		ns, _ := x.ints(as[1])
+		w, bias := graph.None, graph.None
+		if len(as) > 2 && !as[2].null() {
+			w = t(2)
+		}
+		if len(as) > 3 && !as[3].null() {
+			bias = t(3)
+		}
+		x.set(out(0), b.LayerNormWith(mod, t(0), w, bias, len(ns)))
+		return
+	case "relu", "silu", "sigmoid", "tanh", "hardswish", "hardsigmoid", "hardtanh", "sqrt", "reciprocal", "erf", "gelu", "relu6":
+		k := map[string]graph.Kind{"relu": graph.ReLU, "silu": graph.SiLU, "sigmoid": graph.Sigmoid, "tanh": graph.Tanh,
+			"hardswish": graph.Hardswish, "hardsigmoid": graph.Hardsigmoid, "hardtanh": graph.Hardtanh, "relu6": graph.Hardtanh,
+			"sqrt": graph.Sqrt, "reciprocal": graph.Reciprocal, "erf": graph.Erf, "gelu": graph.GELU}[name]
+		if name == "gelu" {
+			if a, ok := argAt(as, o.Kwargs, 1, "approximate"); ok && a.str() == "tanh" {
+				k = graph.GELUTanh
+			}
+		}
+		x.set(out(0), b.Act(k, mod, t(0), false))
+		return
+	case "relu_", "silu_", "sigmoid_", "tanh_", "hardswish_", "hardsigmoid_", "hardtanh_", "gelu_":
+		k := map[string]graph.Kind{"relu": graph.ReLU, "silu": graph.SiLU, "sigmoid": graph.Sigmoid, "tanh": graph.Tanh,
+			"hardswish": graph.Hardswish, "hardsigmoid": graph.Hardsigmoid, "hardtanh": graph.Hardtanh, "gelu": graph.GELU}[base]
+		x.set(out(0), b.Act(k, mod, t(0), true))
+		return
+	case "exp":
+		x.set(out(0), b.Exp(mod, t(0)))
+		return
+	case "log":
+		x.set(out(0), b.Log(mod, t(0)))
+		return
+	case "neg":
+		x.set(out(0), b.Neg(mod, t(0)))
+		return
+	case "_softmax", "_log_softmax":
+		d, _ := x.ints(as[1])
+		x.set(out(0), b.Softmax(mod, t(0), int(d[0]), name == "_log_softmax"))
+		return
+	case "max_pool2d_with_indices", "avg_pool2d":
+		k := x.pair(as, 1, 1)
+		st := x.pair(as, 2, 0)
+		if st == [2]int64{0, 0} {
+			st = k
+		}
+		opts := graph.Pool2dOpts{Kernel: k, Stride: st, Padding: x.pair(as, 3, 0)}
+		if name == "max_pool2d_with_indices" {
+			opts.Dilation = x.pair(as, 4, 1)
+			if len(as) > 5 {
+				opts.CeilMode, _ = as[5].boolean()
+			}
+			x.set(out(0), b.MaxPool2d(mod, t(0), opts))
+		} else {
+			if len(as) > 4 {
+				opts.CeilMode, _ = as[4].boolean()
+			}
+			x.set(out(0), b.AvgPool2d(mod, t(0), opts))
+		}
+		return
+	case "adaptive_avg_pool2d", "_adaptive_avg_pool2d":
+		hw := x.pair(as, 1, 1)
+		x.set(out(0), b.AdaptiveAvgPool2d(mod, t(0), hw[0], hw[1]))
+		return
+	case "mean":
+		r := rec(0)
+		if o.Overload == "default" {
+			x.err = x.ruleError(o, "mean over every element")
+			return
+		}
+		dims, _ := x.ints(as[1])
+		ds := make([]int, len(dims))
+		for i, d := range dims {
+			ds[i] = int(d)
+		}
+		m := b.Mean(mod, t(0), ds...)
+		if s := x.shape(r); m != graph.None && len(s) != len(b.Shape(m)) {
+			// keepdim: a view of the reduced tensor
+			m = b.ViewAs(mod, m, s, true)
+		}
+		x.set(out(0), m)
+		return
+	case "add", "sub", "mul", "div", "rsub":
+		if len(as) < 2 {
+			break
+		}
+		if !isT(1) || x.scalarTensor(as[1]) {
+			x.set(out(0), b.Scale(mod, t(0)))
+			return
+		}
+		k := graph.Add
+		if name == "mul" || name == "div" {
+			k = graph.Mul
+		}
+		if k == graph.Add {
+			x.set(out(0), b.Add(mod, t(0), t(1)))
+		} else {
+			x.set(out(0), b.Mul(mod, t(0), t(1)))
+		}
+		return
+	case "add_", "sub_", "mul_", "div_":
+		if len(as) < 2 {
+			break
+		}
+		if !isT(1) || x.scalarTensor(as[1]) {
+			// x *= number: in place, nothing saved (MulBackward1 keeps
+			// the number)
+			x.set(out(0), t(0))
+			return
+		}
+		if base == "add" || base == "sub" {
+			x.set(out(0), b.AddInplace(mod, t(0), t(1)))
+			return
+		}
+		x.set(out(0), b.MulInplace(mod, t(0), t(1)))
+		return
+	case "cat":
+		var xs []graph.TensorID
+		for _, p := range as[0].Ts {
+			if p != nil {
+				xs = append(xs, x.in(o, *p))
+			}
+		}
+		d := int64(0)
+		if len(as) > 1 {
+			if v, ok := x.ints(as[1]); ok {
+				d = v[0]
+			}
+		}
+		x.set(out(0), b.Cat(mod, int(d), xs...))
+		return
+	case "stack":
+		var xs []graph.TensorID
+		d := int64(0)
+		if len(as) > 1 {
+			if v, ok := x.ints(as[1]); ok {
+				d = v[0]
+			}
+		}
+		for _, p := range as[0].Ts {
+			if p == nil {
+				continue
+			}
+			in := x.in(o, *p)
+			s := b.Shape(in)
+			dd := int(d)
+			if dd < 0 {
+				dd += len(s) + 1
+			}
+			ns := append(append(s[:dd:dd].Clone(), 1), s[dd:]...)
+			xs = append(xs, b.ViewAs(mod, in, ns, b.Contig(in)))
+		}
+		x.set(out(0), b.Cat(mod, int(d), xs...))
+		return
+	case "mm", "bmm":
+		x.set(out(0), x.matmul(o, mod, t(0), t(1), graph.None))
+		return
+	case "addmm":
+		x.set(out(0), x.matmul(o, mod, t(1), t(2), t(0)))
+		return
+	case "embedding":
+		x.set(out(0), b.EmbeddingWith(mod, t(1), t(0)))
+		return
+	case "native_dropout":
+		p, _ := as[1].float()
+		x.set(out(0), b.Dropout(mod, t(0), p, false))
+		return
+	case "max":
+		if o.Overload == "dim" {
+			d, _ := x.ints(as[1])
+			m := b.MaxDim(mod, t(0), int(d[0]))
+			if r := rec(0); m != graph.None && len(x.shape(r)) != len(b.Shape(m)) {
+				m = b.ViewAs(mod, m, x.shape(r), true)
+			}
+			x.set(out(0), m)
+			return
+		}
+	case "sum":
+		if o.Overload == "dim_IntList" {
+			d, _ := x.ints(as[1])
+			if len(d) == 1 {
+				m := b.SumDim(mod, t(0), int(d[0]))
+				if r := rec(0); m != graph.None && len(x.shape(r)) != len(b.Shape(m)) {
+					m = b.ViewAs(mod, m, x.shape(r), true)
+				}
+				x.set(out(0), m)
+				return
+			}
+		}
+	case "gather":
+		d, _ := x.ints(as[1])
+		x.set(out(0), b.Gather(mod, t(0), t(2), int(d[0])))
+		return
+	case "constant_pad_nd":
+		p, _ := x.ints(as[1])
+		x.set(out(0), b.Pad(mod, t(0), p...))
+		return
+	case "masked_fill":
+		x.set(out(0), b.MaskedFill(mod, t(0), t(1)))
+		return
+	case "eq", "ne", "lt", "le", "gt", "ge":
+		if isT(1) {
+			x.set(out(0), b.Compare(mod, t(0), t(1)))
+			return
+		}
+	}
+	x.err = x.ruleError(o, "")
+}
+
+// matmul maps mm, bmm and addmm: against a transposed parameter it is a
+// Linear (F.linear written out, or matmul's folding of one), otherwise a
+// product of two activations.
+func (x *bctx) matmul(o *op, mod string, a, w, bias graph.TensorID) graph.TensorID {
+	b := x.b
+	if a == graph.None || w == graph.None {
+		return graph.None
+	}
+	wt := b.TensorAt(w)
+	if owner := wt.View; owner != graph.None && b.TensorAt(owner).Role == graph.Parameter {
+		ps, ws := b.Shape(owner), b.Shape(w)
+		if len(ps) == 2 && len(ws) == 2 && ps[0] == ws[1] && ps[1] == ws[0] {
+			return b.LinearWith(mod, a, owner, bias)
+		}
+	}
+	m := b.MatMul(mod, a, w)
+	if bias != graph.None {
+		m = b.Add(mod, m, bias)
+	}
+	return m
+}
+
+// scalarTensor reports whether a is a 0-d tensor that wraps a Python
+// number (on CUDA it stays on the host; it makes no device memory).
+func (x *bctx) scalarTensor(a arg) bool {
+	id, ok := a.tensor()
+	if !ok {
+		return false
+	}
+	t := &x.m.f.Tensors[id]
+	return len(t.Shape) == 0 && t.Role != "parameter" && t.Role != "buffer" && x.ids[id] == graph.None
+}
+
+// numBatches is the num_batches_tracked buffer of a batch-norm module.
+func (x *bctx) numBatches(mod string) graph.TensorID {
+	want := "num_batches_tracked"
+	if mod != "" {
+		want = mod + "." + want
+	}
+	for i := range x.m.f.Tensors {
+		t := &x.m.f.Tensors[i]
+		if t.Role == "buffer" && t.Name == want {
+			return x.ids[i]
+		}
+	}
+	return graph.None
+}
+
+// anyTensor is a tensor to take a constant's run-time dtype from: the
+// first input.
+func (x *bctx) anyTensor() graph.TensorID {
+	for i := range x.m.f.Tensors {
+		if x.m.f.Tensors[i].Role == "input" && x.ids[i] != graph.None {
+			return x.ids[i]
+		}
+	}
+	for _, p := range x.ids {
+		if p != graph.None {
+			return p
+		}
+	}
+	return graph.None
+}

@@ -1,0 +1,120 @@
+package graph
+
+// The methods of this file serve importers of recorded graphs (package
+// capture), which know every tensor's shape, storage and strides from the
+// recording, and whose parameters already exist when an op uses them.
+
+// NamedParam creates a parameter with its full state_dict name (no scope is
+// prefixed). trainable is the recording's requires_grad; a --freeze
+// pattern or a LoRA setup may still freeze it.
+func (b *Builder) NamedParam(path string, s Shape, trainable bool) TensorID {
+	if b.err != nil {
+		return None
+	}
+	rg := trainable && (b.inLoRA || !b.frozen(path))
+	return b.newTensor(path, s.Clone(), b.ParamDT, Parameter, None, rg, true)
+}
+
+// NamedBuffer creates a registered buffer with its full name.
+func (b *Builder) NamedBuffer(path string, s Shape, dt DType) TensorID {
+	if b.err != nil {
+		return None
+	}
+	return b.newTensor(path, s.Clone(), dt, Buffer, None, false, true)
+}
+
+// ViewAs is a zero-copy view of x with shape s: any of PyTorch's view ops
+// (view, transpose, permute, expand, select, slice, unsqueeze, ...), with
+// the contiguity the recorded strides show.
+func (b *Builder) ViewAs(name string, x TensorID, s Shape, contig bool) TensorID {
+	if !b.ok(x) {
+		return None
+	}
+	return b.op(View, name, []TensorID{x}, None, None, s.Clone(), b.DTypeOf(x), x, contig, Attr{})
+}
+
+// CopyAs is a new tensor holding x's elements in shape s (clone,
+// contiguous, reshape of a non-contiguous tensor, _unsafe_view of one):
+// a Contiguous op.
+func (b *Builder) CopyAs(name string, x TensorID, s Shape) TensorID {
+	if !b.ok(x) {
+		return None
+	}
+	return b.op(Contiguous, name, []TensorID{x}, None, None, s.Clone(), b.DTypeOf(x), None, true, Attr{})
+}
+
+// Conv2dWith is F.conv2d(x, w, bias, ...) with existing parameters.
+func (b *Builder) Conv2dWith(name string, x, w, bias TensorID, o Conv2dOpts) TensorID {
+	if !b.ok(x, w) {
+		return None
+	}
+	s, ws := b.Shape(x), b.Shape(w)
+	if len(s) != 4 || len(ws) != 4 {
+		b.Fail("%s: conv2d expects a 4-D input and weight, got %v and %v", b.path(name), s, ws)
+		return None
+	}
+	o = conv2dDefaults(o)
+	o.Kernel = [2]int64{ws[2], ws[3]}
+	if s[1] != ws[1]*o.Groups {
+		b.Fail("%s: conv2d of %v with weight %v and %d groups: channels do not match", b.path(name), s, ws, o.Groups)
+		return None
+	}
+	h, ok1 := convOut(s[2], o.Kernel[0], o.Stride[0], o.Padding[0], o.Dilation[0])
+	wd, ok2 := convOut(s[3], o.Kernel[1], o.Stride[1], o.Padding[1], o.Dilation[1])
+	if !ok1 || !ok2 {
+		b.Fail("%s: conv2d kernel %v larger than padded input %v", b.path(name), o.Kernel, s[2:])
+		return None
+	}
+	out := b.op(Conv2d, name, []TensorID{x}, w, bias, Shape{s[0], ws[0], h, wd}, b.DTypeOf(x), None, true,
+		Attr{Kernel: o.Kernel, Stride: o.Stride, Padding: o.Padding, Dilation: o.Dilation, Groups: o.Groups, ChannelsLast: b.cl[x]})
+	b.keepChannelsLast(out, x)
+	return out
+}
+
+// BatchNormWith is F.batch_norm in training mode with existing affine
+// parameters (None when absent) and running statistics.
+func (b *Builder) BatchNormWith(name string, x, w, bias TensorID, buffers []TensorID) TensorID {
+	if !b.ok(x) {
+		return None
+	}
+	s := b.Shape(x)
+	if len(s) < 2 {
+		b.Fail("%s: batch_norm expects (N, C, ...), got %v", b.path(name), s)
+		return None
+	}
+	out := b.op(BatchNorm, name, []TensorID{x}, w, bias, s.Clone(), b.DTypeOf(x), None, true, Attr{})
+	var bufs []TensorID
+	for _, t := range buffers {
+		if t != None {
+			bufs = append(bufs, t)
+		}
+	}
+	b.lastOp().Buffers = bufs
+	b.keepChannelsLast(out, x)
+	return out
+}
+
+// LayerNormWith is F.layer_norm over the last dims dimensions with
+// existing parameters (None when absent).
+func (b *Builder) LayerNormWith(name string, x, w, bias TensorID, dims int) TensorID {
+	if !b.ok(x) {
+		return None
+	}
+	s := b.Shape(x)
+	if dims < 1 || dims > len(s) {
+		b.Fail("%s: layer_norm over %d dims of %v", b.path(name), dims, s)
+		return None
+	}
+	return b.op(LayerNorm, name, []TensorID{x}, w, bias, s.Clone(), b.DTypeOf(x), None, true, Attr{Dim: dims, InputCopy: !b.contig[x]})
+}
+
+// Contig reports whether the builder holds x as contiguous.
+func (b *Builder) Contig(x TensorID) bool { return x >= 0 && int(x) < len(b.contig) && b.contig[x] }
+
+// MulInplace is x.mul_(y) (or div_): x's storage is written.
+func (b *Builder) MulInplace(name string, x, y TensorID) TensorID {
+	return b.binary(Mul, name, x, y, true)
+}
+
+// TensorAt is the tensor id as built so far.
+func (b *Builder) TensorAt(id TensorID) *Tensor { return &b.g.Tensors[id] }

@@ -1,0 +1,102 @@
+#!/usr/bin/python3
+"""Capture every torchvision model of batchfit's zoo with batchfit's own
+capture module (capture/bfcapture.py), at the whole-step CPU reference's
+setup (validation/step.py: 32-pixel images), into testdata/capture/.
+
+    /usr/bin/python3 validation/capture_zoo.py            # rewrite testdata/capture/*.bfgraph.gz
+    /usr/bin/python3 validation/capture_zoo.py --check    # CI: capture into a temp dir and compare
+    /usr/bin/python3 validation/capture_zoo.py --only 'resnet*' --out /tmp/x
+
+The Go test validation/capture_test.go builds each captured graph and holds
+it to the zoo's own builder: saved bytes and whole-step peaks within 0.1 %.
+The files are gzip'd JSON with sorted keys and a zero gzip time stamp, so a
+capture is byte-for-byte reproducible for one torch and torchvision.
+"""
+
+import argparse
+import fnmatch
+import gzip
+import os
+import shutil
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, os.path.join(ROOT, "capture"))
+
+import bfcapture  # noqa: E402
+
+# The zoo's torchvision members (models/torchvision*.go), each built as
+# step.py builds it.
+MODELS = [
+    "convnext_base", "convnext_small", "convnext_tiny",
+    "densenet121", "densenet161", "densenet169", "densenet201",
+    "efficientnet_b0", "efficientnet_b1", "efficientnet_b2", "efficientnet_b3", "efficientnet_b4",
+    "mobilenet_v2", "mobilenet_v3_large", "mobilenet_v3_small",
+    "resnet101", "resnet152", "resnet18", "resnet34", "resnet50",
+    "swin_t",
+    "vgg11", "vgg11_bn", "vgg13", "vgg13_bn", "vgg16", "vgg16_bn", "vgg19", "vgg19_bn",
+    "vit_b_16", "vit_b_32", "vit_l_16",
+    "wide_resnet50_2",
+]
+IMAGE = 32
+
+
+def factory(name):
+    def make(batch_size):
+        import torch
+        import torchvision
+        kw = {"weights": None}
+        if name.startswith("vit_"):
+            kw["image_size"] = IMAGE
+        model = getattr(torchvision.models, name)(**kw)
+        return {"model": model,
+                "inputs": torch.zeros(batch_size, 3, IMAGE, IMAGE),
+                "targets": torch.zeros(batch_size, dtype=torch.long)}
+    return make
+
+
+def run(out, only):
+    os.makedirs(out, exist_ok=True)
+    for name in MODELS:
+        if only and not fnmatch.fnmatch(name, only):
+            continue
+        path = os.path.join(out, name + ".bfgraph.gz")
+        bfcapture.capture("torchvision:" + name, path, (2, 3), factory=factory(name))
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--check", action="store_true")
+    p.add_argument("--only")
+    p.add_argument("--out", default=os.path.join(ROOT, "testdata", "capture"))
+    a = p.parse_args()
+    if not a.check:
+        run(a.out, a.only)
+        return 0
+    tmp = tempfile.mkdtemp()
+    try:
+        run(tmp, a.only)
+        bad = []
+        for f in sorted(os.listdir(tmp)):
+            with gzip.open(os.path.join(tmp, f)) as x:
+                new = x.read()
+            try:
+                with gzip.open(os.path.join(a.out, f)) as x:
+                    old = x.read()
+            except OSError:
+                old = None
+            if new != old:
+                bad.append(f)
+        if bad:
+            print("capture_zoo: captures differ from testdata/capture: %s (run validation/capture_zoo.py and commit)" % ", ".join(bad))
+            return 1
+        print("capture_zoo: %d captures as committed" % len(os.listdir(tmp)))
+        return 0
+    finally:
+        shutil.rmtree(tmp)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
