@@ -257,6 +257,7 @@ class Recorder:
         self.frees = {}
         self.done = False
         self.real_error = None
+        self.busy = 0
 
     # tensors
 
@@ -287,8 +288,16 @@ class Recorder:
             i = self.ids[k]
             if self.refs[i]() is t:
                 return i
+        # reading the storage may dispatch an op of its own under the mode
+        # (an index_put of a buffer, seen on 1.13): not the model's, not
+        # recorded
+        self.busy += 1
+        try:
+            key = self.storage_key(t)
+            nbytes = self.storage_nbytes(t)
+        finally:
+            self.busy -= 1
         i = len(self.tensors)
-        key = self.storage_key(t)
         if key is None or key not in self.storages:
             self.storages[key if key is not None else ("anon", i)] = len(self.storages)
         sid = self.storages[key if key is not None else ("anon", i)]
@@ -299,7 +308,7 @@ class Recorder:
             "offset": int(t.storage_offset()),
             "dtype": dtype_name(t.dtype),
             "storage": sid,
-            "storage_nbytes": self.storage_nbytes(t),
+            "storage_nbytes": nbytes,
             "role": role,
             "requires_grad": bool(t.requires_grad),
         }
@@ -344,6 +353,8 @@ class Recorder:
     # the modes
 
     def on_aten(self, func, args, kwargs, out):
+        if self.busy:
+            return
         torch = self.torch
         schema = func._schema
         rec = {

@@ -114,6 +114,26 @@ func (x *bctx) group(ops []op) bool {
 		}
 		x.set(out, b.Dropout(o.Module, in, p, inplace))
 		return true
+	case "relu", "relu6", "hardtanh", "silu", "hardswish", "hardsigmoid", "gelu", "sigmoid", "tanh":
+		// An in-place activation writes its input (the aten op X_ on CPU
+		// and CUDA). On the meta device PyTorch 1.13 runs some of them as a
+		// clone and an in-place op on the clone, which no real device does:
+		// the function's inplace argument is the rule.
+		inplace := false
+		if a, ok := kw["inplace"]; ok {
+			inplace, _ = a.boolean()
+		} else if n := map[string]int{"relu": 1, "relu6": 1, "silu": 1, "hardswish": 1, "hardsigmoid": 1, "hardtanh": 3}[name]; n > 0 && n < len(as) {
+			inplace, _ = as[n].boolean()
+		}
+		xi, _ := argAt(as, kw, 0, "input")
+		xt, ok := xi.tensor()
+		if !inplace || !ok {
+			return false
+		}
+		k := map[string]graph.Kind{"relu": graph.ReLU, "relu6": graph.Hardtanh, "hardtanh": graph.Hardtanh, "silu": graph.SiLU,
+			"hardswish": graph.Hardswish, "hardsigmoid": graph.Hardsigmoid, "gelu": graph.GELU, "sigmoid": graph.Sigmoid, "tanh": graph.Tanh}[name]
+		x.set(out, b.Act(k, o.Module, x.in(o, xt), true))
+		return true
 	case "scaled_dot_product_attention":
 		var qkv [3]graph.TensorID
 		for i, n := range []string{"query", "key", "value"} {
@@ -216,7 +236,7 @@ func (x *bctx) aten(o *op) {
 			x.set(out(0), t(0))
 		}
 		return
-	case "fill_", "zero_", "bernoulli_", "uniform_", "normal_", "copy_", "masked_fill_", "clamp_", "exponential_", "random_":
+	case "as_strided_", "fill_", "zero_", "bernoulli_", "uniform_", "normal_", "copy_", "masked_fill_", "clamp_", "exponential_", "random_":
 		// writes into a tensor that exists: no memory. (The builders' Rand
 		// is the empty+bernoulli_ pair, which the creation above makes.)
 		if isT(0) {
