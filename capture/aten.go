@@ -265,6 +265,31 @@ func (x *bctx) contig(t *tensor) bool {
 	return true
 }
 
+// channelsLast reports whether t is a dense 4-D tensor with NHWC strides
+// (torch's is_contiguous(memory_format=torch.channels_last), sizes of 1
+// taking any stride) and not also contiguous.
+func (x *bctx) channelsLast(t *tensor) bool {
+	s := x.shape(t)
+	if len(s) != 4 || x.contig(t) {
+		return false
+	}
+	st := func(i int) int64 {
+		v := t.Stride[i]
+		if t.StrideBatch != nil {
+			v += t.StrideBatch[i] * (x.n - x.m.b0)
+		}
+		return v
+	}
+	want := int64(1)
+	for _, i := range []int{1, 3, 2, 0} {
+		if s[i] != 1 && st(i) != want {
+			return false
+		}
+		want *= s[i]
+	}
+	return true
+}
+
 // in is the graph tensor of a recorded one, or an error if no mapped op
 // made it.
 func (x *bctx) in(o *op, id int) graph.TensorID {

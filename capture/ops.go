@@ -245,6 +245,47 @@ func (x *bctx) aten(o *op) {
 		return
 	}
 
+	if name == "slice" && len(o.Out) == 1 {
+		// x[a:b:c]: a view whose backward writes into zeros of x's size
+		// (slice_backward), the builders' Slice
+		d, _ := x.ints(as[1])
+		var start, end, step int64 = 0, 1<<62, 1
+		if len(as) > 2 {
+			if v, ok := x.ints(as[2]); ok {
+				start = v[0]
+			}
+		}
+		if len(as) > 3 {
+			if v, ok := x.ints(as[3]); ok {
+				end = v[0]
+			}
+		}
+		if len(as) > 4 {
+			if v, ok := x.ints(as[4]); ok {
+				step = v[0]
+			}
+		}
+		if src := t(0); len(d) == 1 && src != graph.None {
+			// aten::slice takes Python's negative positions as they are
+			// written; the builder takes them from the start
+			ss := b.Shape(src)
+			dim := int(d[0])
+			if dim < 0 {
+				dim += len(ss)
+			}
+			if dim >= 0 && dim < len(ss) {
+				if start < 0 {
+					start += ss[dim]
+				}
+				if end < 0 {
+					end += ss[dim]
+				}
+				start, end = max(start, 0), max(end, 0)
+			}
+			x.set(out(0), b.Slice(mod, src, dim, start, end, step))
+			return
+		}
+	}
 	// views: an output that shares its first input's storage
 	if len(o.Alias) > 0 && !inplace && len(o.Mutates) == 0 {
 		for _, pr := range o.Alias {
@@ -256,7 +297,11 @@ func (x *bctx) aten(o *op) {
 			if src == graph.None {
 				return
 			}
-			x.set(out(pr[0]), b.ViewAs(mod, src, x.shape(r), x.contig(r)))
+			v := b.ViewAs(mod, src, x.shape(r), x.contig(r))
+			if x.channelsLast(r) {
+				b.SetChannelsLast(v)
+			}
+			x.set(out(pr[0]), v)
 		}
 		if len(o.Out) > 0 {
 			return
@@ -542,6 +587,12 @@ func (x *bctx) aten(o *op) {
 		d, _ := x.ints(as[1])
 		x.set(out(0), b.Gather(mod, t(0), t(2), int(d[0])))
 		return
+	case "index":
+		// src[idx] with one integer index tensor along dim 0
+		if len(as) > 1 && len(as[1].Ts) == 1 && as[1].Ts[0] != nil {
+			x.set(out(0), b.Index(mod, t(0), x.in(o, *as[1].Ts[0])))
+			return
+		}
 	case "constant_pad_nd":
 		p, _ := x.ints(as[1])
 		x.set(out(0), b.Pad(mod, t(0), p...))
@@ -554,6 +605,18 @@ func (x *bctx) aten(o *op) {
 			x.set(out(0), b.Compare(mod, t(0), t(1)))
 			return
 		}
+		// against a number: a bool tensor of x's shape
+		x.set(out(0), b.Compare(mod, t(0), t(0)))
+		return
+	case "roll":
+		sh, _ := x.ints(as[1])
+		ds, _ := x.ints(as[2])
+		dims := make([]int, len(ds))
+		for i, d := range ds {
+			dims[i] = int(d)
+		}
+		x.set(out(0), b.Roll(mod, t(0), sh, dims))
+		return
 	}
 	x.err = x.ruleError(o, "")
 }

@@ -33,6 +33,16 @@ func (b *Builder) ViewAs(name string, x TensorID, s Shape, contig bool) TensorID
 	return b.op(View, name, []TensorID{x}, None, None, s.Clone(), b.DTypeOf(x), x, contig, Attr{})
 }
 
+// SetChannelsLast marks x as a dense 4-D tensor in channels-last order
+// (the recorded strides say so): the convolutions that read it then make
+// a channels-last copy of their weight, as the builders' ConvNeXt does.
+func (b *Builder) SetChannelsLast(x TensorID) {
+	if x >= 0 && int(x) < len(b.cl) {
+		b.cl[x] = true
+		b.contig[x] = false
+	}
+}
+
 // CopyAs is a new tensor holding x's elements in shape s (clone,
 // contiguous, reshape of a non-contiguous tensor, _unsafe_view of one):
 // a Contiguous op.
