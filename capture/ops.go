@@ -249,7 +249,7 @@ func (x *bctx) aten(o *op) {
 		// x[a:b:c]: a view whose backward writes into zeros of x's size
 		// (slice_backward), the builders' Slice
 		d, _ := x.ints(as[1])
-		var start, end, step int64 = 0, 1<<62, 1
+		var start, end, step int64 = 0, 1 << 62, 1
 		if len(as) > 2 {
 			if v, ok := x.ints(as[2]); ok {
 				start = v[0]
