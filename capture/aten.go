@@ -18,7 +18,9 @@ type bctx struct {
 	ids []graph.TensorID
 	// lastUse is, per recorded tensor, the last op index reading it.
 	lastUse []int
-	err     error
+	// scope is the block being built, whose path the builder prefixes
+	scope string
+	err   error
 }
 
 // ruleError is the one-line refusal of an op batchfit has no rule for.
@@ -98,7 +100,9 @@ func (m *Model) Build(c models.Config) (*graph.Graph, error) {
 			}
 		}
 		if blk != "" {
+			x.scope = blk
 			b.Block(blk, run)
+			x.scope = ""
 		} else {
 			run()
 		}

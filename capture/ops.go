@@ -40,7 +40,7 @@ func (x *bctx) group(ops []op) bool {
 		if w != graph.None && b.TensorAt(w).Role != graph.Parameter {
 			return false
 		}
-		x.set(out, b.LinearWith(o.Module, x.in(o, xt), w, bias))
+		x.set(out, b.LinearWith(x.name(o), x.in(o, xt), w, bias))
 		return true
 	case "cross_entropy":
 		li, _ := argAt(as, kw, 0, "input")
@@ -77,7 +77,7 @@ func (x *bctx) group(ops []op) bool {
 			// per-element loss is mapped op by op
 			return false
 		}
-		x.set(out, b.CrossEntropy(moduleName(o), l, t))
+		x.set(out, b.CrossEntropy(x.name(o), l, t))
 		return true
 	case "mse_loss":
 		pi, _ := argAt(as, kw, 0, "input")
@@ -87,7 +87,7 @@ func (x *bctx) group(ops []op) bool {
 		if r, ok := kw["reduction"]; (ok && r.str() != "mean") || !ok1 || !ok2 {
 			return false
 		}
-		x.set(out, b.MSELoss(moduleName(o), x.in(o, pt), x.in(o, tt)))
+		x.set(out, b.MSELoss(x.name(o), x.in(o, pt), x.in(o, tt)))
 		return true
 	case "dropout":
 		xi, _ := argAt(as, kw, 0, "input")
@@ -112,7 +112,7 @@ func (x *bctx) group(ops []op) bool {
 			x.set(out, in)
 			return true
 		}
-		x.set(out, b.Dropout(o.Module, in, p, inplace))
+		x.set(out, b.Dropout(x.name(o), in, p, inplace))
 		return true
 	case "relu", "relu6", "hardtanh", "silu", "hardswish", "hardsigmoid", "gelu", "sigmoid", "tanh":
 		// An in-place activation writes its input (the aten op X_ on CPU
@@ -132,7 +132,7 @@ func (x *bctx) group(ops []op) bool {
 		}
 		k := map[string]graph.Kind{"relu": graph.ReLU, "relu6": graph.Hardtanh, "hardtanh": graph.Hardtanh, "silu": graph.SiLU,
 			"hardswish": graph.Hardswish, "hardsigmoid": graph.Hardsigmoid, "gelu": graph.GELU, "sigmoid": graph.Sigmoid, "tanh": graph.Tanh}[name]
-		x.set(out, b.Act(k, o.Module, x.in(o, xt), true))
+		x.set(out, b.Act(k, x.name(o), x.in(o, xt), true))
 		return true
 	case "scaled_dot_product_attention":
 		var qkv [3]graph.TensorID
@@ -155,17 +155,26 @@ func (x *bctx) group(ops []op) bool {
 		if a, ok := argAt(as, kw, 5, "is_causal"); ok {
 			causal, _ = a.boolean()
 		}
-		x.set(out, b.Attention(o.Module, qkv[0], qkv[1], qkv[2], causal, p))
+		x.set(out, b.Attention(x.name(o), qkv[0], qkv[1], qkv[2], causal, p))
 		return true
 	}
 	return false
 }
 
-func moduleName(o *op) string {
-	if o.Module == "" {
+// name is the op's name in the graph: its module's path, relative to the
+// checkpointable block it runs in (the block is a scope of its own).
+func (x *bctx) name(o *op) string {
+	m := o.Module
+	if x.scope != "" {
+		if m == x.scope {
+			return "out"
+		}
+		m = strings.TrimPrefix(m, x.scope+".")
+	}
+	if m == "" {
 		return "out"
 	}
-	return o.Module
+	return m
 }
 
 // aten maps one aten op.
@@ -197,7 +206,7 @@ func (x *bctx) aten(o *op) {
 		}
 		return &x.m.f.Tensors[*p]
 	}
-	mod := moduleName(o)
+	mod := x.name(o)
 	inplace := strings.HasSuffix(name, "_")
 	base := strings.TrimSuffix(name, "_")
 

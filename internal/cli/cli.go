@@ -23,6 +23,7 @@ Commands:
   sweep      memory over a list or range of batch sizes
   maxbatch   the largest batch (or depth, width, sequence) that fits
   plan       what to change so that it fits, fastest first
+  capture    capture your own nn.Module (a factory in a .py file) into a .bfgraph file
   models     the built-in model zoo
   gpus       the GPU catalog
   oom        explain a CUDA out-of-memory message
@@ -90,6 +91,9 @@ var commands = map[string]command{
 func init() { commands["serve"] = runServe }
 
 func init() {
+	// capture runs a command on the file it writes: registered here, as
+	// serve is
+	commands["capture"] = runCapture
 	commands["run"] = runRun
 	commands["watch"] = runWatch
 }

@@ -31,6 +31,7 @@ import (
 	"github.com/batchfit/batchfit/gpu"
 	"github.com/batchfit/batchfit/hf"
 	"github.com/batchfit/batchfit/models"
+	"github.com/batchfit/batchfit/capture"
 	"github.com/batchfit/batchfit/onnx"
 	"github.com/batchfit/batchfit/predict"
 	"github.com/batchfit/batchfit/snapshot"
@@ -728,6 +729,11 @@ func uploadedModel(u *upload) (predict.Source, error) {
 		return specSource{s: sp, name: u.name}, nil
 	case ".onnx":
 		return onnx.Parse(u.data, u.name)
+	case ".bfgraph", ".gz":
+		if ext == ".gz" && !strings.HasSuffix(strings.ToLower(u.name), ".bfgraph.gz") {
+			return nil, fmt.Errorf("%s: unknown model file type %q (want .yaml, .onnx, .bfgraph or config.json)", u.name, ext)
+		}
+		return capture.Read(u.name, bytes.NewReader(u.data))
 	case ".json":
 		dir := strings.TrimSuffix(u.name, ext)
 		if dir == "config" {
@@ -735,7 +741,7 @@ func uploadedModel(u *upload) (predict.Source, error) {
 		}
 		return hf.OpenFS(&hf.Headers{Dir: dir, Files: map[string]hf.HeaderFile{hf.ConfigName: {Data: u.data, Size: int64(len(u.data))}}}, dir)
 	default:
-		return nil, fmt.Errorf("%s: unknown model file type %q (want .yaml, .onnx or config.json)", u.name, ext)
+		return nil, fmt.Errorf("%s: unknown model file type %q (want .yaml, .onnx, .bfgraph or config.json)", u.name, ext)
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/batchfit/batchfit/capture"
 	"github.com/batchfit/batchfit/graph"
 	"github.com/batchfit/batchfit/hf"
 	"github.com/batchfit/batchfit/models"
@@ -28,13 +29,19 @@ func resolveSource(arg string) (predict.Source, error) {
 		if m, err := models.Lookup(arg); err == nil && !strings.ContainsAny(arg[:1], `./\~`) {
 			return predict.Zoo{M: m}, nil
 		}
-		msg := fmt.Sprintf("%s: not found (no such file or directory; a model is a zoo name from 'batchfit models' or a .yaml, .onnx, config.json or model directory)", arg)
+		msg := fmt.Sprintf("%s: not found (no such file or directory; a model is a zoo name from 'batchfit models' or a .yaml, .onnx, .bfgraph, config.json or model directory)", arg)
 		if m, err := models.Lookup(filepath.Base(strings.TrimRight(arg, `/\`))); err == nil && ext == "" {
 			msg += fmt.Sprintf("; did you mean the zoo's %s?", m.Name)
 		}
 		return nil, errors.New(msg)
 	}
 	switch {
+	case ext == ".bfgraph" || strings.HasSuffix(strings.ToLower(arg), ".bfgraph.gz"):
+		m, err := capture.Load(arg)
+		if err != nil {
+			return nil, err
+		}
+		return m, nil
 	case ext == ".yaml" || ext == ".yml":
 		s, err := spec.ParseFile(arg)
 		if err != nil {
@@ -56,7 +63,7 @@ func resolveSource(arg string) (predict.Source, error) {
 		}
 		return m, nil
 	case statErr == nil:
-		return nil, fmt.Errorf("%s: unknown model file type %q (want .yaml, .onnx, config.json or a model directory)", arg, ext)
+		return nil, fmt.Errorf("%s: unknown model file type %q (want .yaml, .onnx, .bfgraph, config.json or a model directory)", arg, ext)
 	}
 	m, err := models.Lookup(arg)
 	if err != nil {
@@ -69,7 +76,7 @@ func resolveSource(arg string) (predict.Source, error) {
 // leading . or ~, or a model file's extension.
 func looksLikePath(arg, ext string) bool {
 	switch ext {
-	case ".yaml", ".yml", ".json", ".onnx":
+	case ".yaml", ".yml", ".json", ".onnx", ".bfgraph":
 		return true
 	}
 	return strings.ContainsAny(arg, `/\`) || strings.HasPrefix(arg, ".") || strings.HasPrefix(arg, "~")
