@@ -20,6 +20,11 @@ type bctx struct {
 	lastUse []int
 	// scope is the block being built, whose path the builder prefixes
 	scope string
+	// pview are views of parameters not built yet (recorded tensor →
+	// the op that made it): the weight of a matmul, t(w), is read through
+	// its parameter, and a view nothing else reads would count as one
+	// more use of the parameter in backward.
+	pview map[int]*op
 	err   error
 }
 
@@ -47,7 +52,7 @@ func (m *Model) Build(c models.Config) (*graph.Graph, error) {
 	f := m.f
 	b := graph.NewBuilder(m.Name())
 	b.Adapters = c.Adapters
-	x := &bctx{m: m, b: b, n: c.Batch, ids: make([]graph.TensorID, len(f.Tensors)), lastUse: make([]int, len(f.Tensors))}
+	x := &bctx{m: m, b: b, n: c.Batch, pview: map[int]*op{}, ids: make([]graph.TensorID, len(f.Tensors)), lastUse: make([]int, len(f.Tensors))}
 	for i := range x.ids {
 		x.ids[i] = graph.None
 		x.lastUse[i] = -1
@@ -93,10 +98,21 @@ func (m *Model) Build(c models.Config) (*graph.Graph, error) {
 		}
 		blk := blockOf(blocks, o.Module)
 		run := func() {
-			if !x.group(f.Ops[i:j]) {
-				for k := i; k < j && x.err == nil && b.Err() == nil; k++ {
-					x.aten(&f.Ops[k])
+			body := func() {
+				if !x.group(f.Ops[i:j]) {
+					for k := i; k < j && x.err == nil && b.Err() == nil; k++ {
+						x.aten(&f.Ops[k])
+					}
 				}
+			}
+			if !o.Grad {
+				// torch.no_grad(), or a custom Function's forward
+				b.NoGrad(body)
+			} else {
+				body()
+			}
+			if c := f.Ops[j-1].CustomCall; c != 0 && (j == len(f.Ops) || f.Ops[j].CustomCall != c) {
+				x.custom(&f.Ops[j-1], c)
 			}
 		}
 		if blk != "" {
@@ -128,6 +144,48 @@ func (m *Model) Build(c models.Config) (*graph.Graph, error) {
 		return nil, fmt.Errorf("capture: %s: %w", m.path, err)
 	}
 	return g, nil
+}
+
+// custom gives a torch.autograd.Function's result its node (graph.Custom)
+// once its forward's ops are built.
+func (x *bctx) custom(last *op, call int) {
+	var cc *customCall
+	for i := range x.m.f.CustomCalls {
+		if x.m.f.CustomCalls[i].Call == call {
+			cc = &x.m.f.CustomCalls[i]
+		}
+	}
+	if cc == nil || len(cc.Outputs) == 0 || cc.Outputs[0] == nil {
+		x.err = x.ruleError(last, fmt.Sprintf("custom Function %s: its application was not recorded", last.Custom))
+		return
+	}
+	if len(cc.Outputs) > 1 {
+		x.err = x.ruleError(last, fmt.Sprintf("custom Function %s returns %d tensors; batchfit maps one", cc.Name, len(cc.Outputs)))
+		return
+	}
+	var ins []graph.TensorID
+	pos := map[int]int{}
+	for _, t := range cc.Inputs {
+		pos[t] = len(ins)
+		ins = append(ins, x.in(last, t))
+	}
+	args := len(ins)
+	var saved []int
+	for _, t := range cc.Saved {
+		p, ok := pos[t]
+		if !ok {
+			p = len(ins)
+			pos[t] = p
+			ins = append(ins, x.in(last, t))
+		}
+		saved = append(saved, p)
+	}
+	res := x.ids[*cc.Outputs[0]]
+	if res == graph.None {
+		x.err = x.ruleError(last, fmt.Sprintf("custom Function %s: its result was not made by its forward's ops", cc.Name))
+		return
+	}
+	x.set(cc.Outputs[0], x.b.Custom(x.name(last), ins, args, saved, res))
 }
 
 // release adds a Release op for tensors whose last Python reference went
@@ -301,6 +359,15 @@ func (x *bctx) in(o *op, id int) graph.TensorID {
 		return graph.None
 	}
 	if g := x.ids[id]; g != graph.None {
+		return g
+	}
+	if v, ok := x.pview[id]; ok {
+		// read by something else than a product: built now
+		delete(x.pview, id)
+		src, _ := v.Args[0].tensor()
+		t := &x.m.f.Tensors[id]
+		g := x.b.ViewAs(x.name(v), x.in(v, src), x.shape(t), x.contig(t))
+		x.ids[id] = g
 		return g
 	}
 	t := &x.m.f.Tensors[id]

@@ -198,6 +198,7 @@ class MetaInit:
         self.torch = torch
         self.ctx = None
         self.saved = None
+        self.ctors = {}
 
     def __enter__(self):
         torch = self.torch
@@ -205,6 +206,20 @@ class MetaInit:
             self.ctx = torch.device("meta")
             self.ctx.__enter__()
             return self
+        # the tensor constructors too, as accelerate's init_on_device does:
+        # a Linear's weight is then made on meta and its initialisation
+        # costs nothing (without this a 70B model's weights would be made
+        # and initialised on the CPU one layer at a time)
+        self.ctors = {}
+        for name in ("empty", "zeros", "ones", "full", "rand", "randn"):
+            fn = getattr(torch, name)
+            self.ctors[name] = fn
+
+            def ctor(*a, _fn=fn, **k):
+                if k.get("device") is None:
+                    k["device"] = "meta"
+                return _fn(*a, **k)
+            setattr(torch, name, ctor)
         Module = torch.nn.Module
         self.saved = (Module.register_parameter, Module.register_buffer)
         reg_p, reg_b = self.saved
@@ -229,6 +244,8 @@ class MetaInit:
             self.ctx.__exit__(*exc)
         if self.saved is not None:
             self.torch.nn.Module.register_parameter, self.torch.nn.Module.register_buffer = self.saved
+            for name, fn in self.ctors.items():
+                setattr(self.torch, name, fn)
         return False
 
 
@@ -253,6 +270,7 @@ class Recorder:
         self.fn_calls = 0
         self.custom = None
         self.custom_calls = 0
+        self.custom_info = {}
         self.packs = []        # (position in ops, tensor id)
         self.frees = {}
         self.done = False
@@ -371,9 +389,9 @@ class Recorder:
         for o in outs:
             if isinstance(o, torch.Tensor):
                 ids.append(self.tid(o))
-                if o.device.type != "meta" and o.numel() * o.element_size() > REAL_LIMIT and self.real_error is None:
-                    self.real_error = "op %s (module %r) made a %d-byte tensor on %s: the model allocates real memory; create tensors with device=x.device" % (
-                        rec["aten"], rec["module"], o.numel() * o.element_size(), o.device)
+                if o.device.type != "meta" and o.numel() * o.element_size() > REAL_LIMIT:
+                    raise CaptureError("op %s (module %r) made a %d-byte tensor on %s: the model allocates real memory during the capture; make tensors with device=x.device" % (
+                        rec["aten"], rec["module"], o.numel() * o.element_size(), o.device))
             elif isinstance(o, (list, tuple)):
                 for p in o:
                     ids.append(self.tid(p) if isinstance(p, torch.Tensor) else None)
@@ -413,7 +431,11 @@ class Recorder:
 
     def on_pack(self, t):
         if isinstance(t, self.torch.Tensor):
-            self.packs.append((len(self.ops), self.tid(t)))
+            i = self.tid(t)
+            if self.custom is not None:
+                self.custom_info[self.custom[1]]["saved"].append(i)
+            else:
+                self.packs.append((len(self.ops), i))
 
 
 def function_name(func):
@@ -507,7 +529,9 @@ def capture_once(torch, factory, batch, prev):
         if rec.module_stack:
             rec.module_stack.pop()
 
-    # custom autograd.Functions: wrap every subclass's forward
+    # custom autograd.Functions: wrap every subclass's apply (what it
+    # saves with ctx.save_for_backward is packed inside apply, after
+    # forward returns) and its forward (whose ops run with grad off)
     wrapped = []
 
     def subclasses(c):
@@ -515,21 +539,29 @@ def capture_once(torch, factory, batch, prev):
             yield s
             yield from subclasses(s)
     for cls in set(subclasses(torch.autograd.Function)):
-        if "forward" in cls.__dict__ and not cls.__module__.startswith("torch"):
-            orig = cls.__dict__["forward"]
-            f = orig.__func__ if isinstance(orig, staticmethod) else orig
+        if "forward" not in cls.__dict__ or cls.__module__.startswith("torch"):
+            continue
+        orig_apply = cls.__dict__.get("apply")
+        bound = cls.apply
 
-            def make(f, cname):
-                def forward(*a, **k):
-                    rec.custom_calls += 1
-                    outer, rec.custom = rec.custom, (cname, rec.custom_calls)
-                    try:
-                        return f(*a, **k)
-                    finally:
-                        rec.custom = outer
-                return staticmethod(forward)
-            wrapped.append((cls, orig))
-            cls.forward = make(f, cls.__name__)
+        def make_apply(bound, cname):
+            def apply(*a, **k):
+                rec.custom_calls += 1
+                call = rec.custom_calls
+                outer, rec.custom = rec.custom, (cname, call)
+                rec.custom_info[call] = {"call": call, "name": cname,
+                                         "inputs": [rec.tid(v) for v in a if isinstance(v, torch.Tensor)],
+                                         "saved": []}
+                try:
+                    out = bound(*a, **k)
+                finally:
+                    rec.custom = outer
+                outs = out if isinstance(out, (tuple, list)) else (out,)
+                rec.custom_info[call]["outputs"] = [rec.tid(v) if isinstance(v, torch.Tensor) else None for v in outs]
+                return out
+            return classmethod(lambda c, *a, **k: apply(*a, **k))
+        wrapped.append((cls, orig_apply))
+        cls.apply = make_apply(bound, cls.__name__)
 
     hooks = [torch.nn.modules.module.register_module_forward_pre_hook(pre),
              torch.nn.modules.module.register_module_forward_hook(post)]
@@ -558,7 +590,10 @@ def capture_once(torch, factory, batch, prev):
         for h in hooks:
             h.remove()
         for cls, orig in wrapped:
-            cls.forward = orig
+            if orig is None:
+                del cls.apply
+            else:
+                cls.apply = orig
     if rec.real_error:
         fail(rec.real_error)
     if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
@@ -594,6 +629,7 @@ def capture_once(torch, factory, batch, prev):
         "loss": loss_id,
         "outputs": out_ids,
         "backward": backward,
+        "custom_calls": [rec.custom_info[k] for k in sorted(rec.custom_info)],
         "name": type(model).__name__,
         "takes_batch": takes,
     }, d
@@ -707,6 +743,7 @@ def capture(spec, out, batches, factory=None):
         "loss": g["loss"],
         "outputs": g["outputs"],
         "backward": g["backward"],
+        "custom_calls": g["custom_calls"],
     }
     data = json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
     tmp = out + ".tmp"

@@ -48,6 +48,17 @@ type file struct {
 	Loss     *int     `json:"loss"`
 	Outputs  []int    `json:"outputs"`
 	Backward string   `json:"backward"`
+	// CustomCalls are the applications of torch.autograd.Function
+	// subclasses: their tensor arguments, results and what they saved.
+	CustomCalls []customCall `json:"custom_calls"`
+}
+
+type customCall struct {
+	Call    int    `json:"call"`
+	Name    string `json:"name"`
+	Inputs  []int  `json:"inputs"`
+	Outputs []*int `json:"outputs"`
+	Saved   []int  `json:"saved"`
 }
 
 type module struct {
@@ -257,6 +268,19 @@ func (f *file) check() error {
 		}
 		for _, p := range append(append([]*int(nil), o.Out...), o.FnOut...) {
 			if err := ref(at+".out", p); err != nil {
+				return err
+			}
+		}
+	}
+	for i, c := range f.CustomCalls {
+		at := fmt.Sprintf("custom_calls[%d]", i)
+		for _, t := range append(append([]int(nil), c.Inputs...), c.Saved...) {
+			if err := ref(at, &t); err != nil {
+				return err
+			}
+		}
+		for _, p := range c.Outputs {
+			if err := ref(at+".outputs", p); err != nil {
 				return err
 			}
 		}

@@ -295,6 +295,13 @@ func (x *bctx) aten(o *op) {
 			return
 		}
 	}
+	// a view of a parameter is built when something reads it (see pview)
+	if len(o.Alias) > 0 && !inplace && len(o.Mutates) == 0 && len(o.Out) == 1 && o.Out[0] != nil && len(as) > 0 {
+		if id, ok := as[0].tensor(); ok && x.m.f.Tensors[id].Role == "parameter" && o.Alias[0][1] == 0 {
+			x.pview[*o.Out[0]] = o
+			return
+		}
+	}
 	// views: an output that shares its first input's storage
 	if len(o.Alias) > 0 && !inplace && len(o.Mutates) == 0 {
 		for _, pr := range o.Alias {
@@ -439,6 +446,14 @@ func (x *bctx) aten(o *op) {
 	case "neg":
 		x.set(out(0), b.Neg(mod, t(0)))
 		return
+	case "rsqrt":
+		x.set(out(0), b.Unary(graph.Rsqrt, mod, t(0)))
+		return
+	case "pow":
+		if o.Overload == "Tensor_Scalar" {
+			x.set(out(0), b.Unary(graph.Pow, mod, t(0)))
+			return
+		}
 	case "_softmax", "_log_softmax":
 		d, _ := x.ints(as[1])
 		x.set(out(0), b.Softmax(mod, t(0), int(d[0]), name == "_log_softmax"))
@@ -558,10 +573,10 @@ func (x *bctx) aten(o *op) {
 		x.set(out(0), b.Cat(mod, int(d), xs...))
 		return
 	case "mm", "bmm":
-		x.set(out(0), x.matmul(o, mod, t(0), t(1), graph.None))
+		x.set(out(0), x.matmul(o, mod, t(0), 1, graph.None))
 		return
 	case "addmm":
-		x.set(out(0), x.matmul(o, mod, t(1), t(2), t(0)))
+		x.set(out(0), x.matmul(o, mod, t(1), 2, t(0)))
 		return
 	case "embedding":
 		x.set(out(0), b.EmbeddingWith(mod, t(1), t(0)))
@@ -627,23 +642,55 @@ func (x *bctx) aten(o *op) {
 		x.set(out(0), b.Roll(mod, t(0), sh, dims))
 		return
 	}
+	// An op none of whose operands requires grad records nothing for
+	// backward (autograd makes no node): its results are new tensors, made
+	// here and freed after their last reader, whatever the op (torch.arange,
+	// the rotary tables' outer, cos and sin, a mask).
+	if !x.anyGrad(o) {
+		for i := range o.Out {
+			if r := rec(i); r != nil {
+				dt, _ := graph.ParseDType(r.DType)
+				like := x.anyTensor()
+				x.set(out(i), b.Const(mod, like, dt, x.shape(r)...))
+			}
+		}
+		return
+	}
 	x.err = x.ruleError(o, "")
+}
+
+// anyGrad reports whether an operand of o requires grad as built.
+func (x *bctx) anyGrad(o *op) bool {
+	for _, id := range o.tensorArgs() {
+		if g := x.ids[id]; g != graph.None && x.b.TensorAt(g).RequiresGrad {
+			return true
+		}
+		if _, ok := x.pview[id]; ok && x.m.f.Tensors[id].RequiresGrad {
+			return true
+		}
+	}
+	return false
 }
 
 // matmul maps mm, bmm and addmm: against a transposed parameter it is a
 // Linear (F.linear written out, or matmul's folding of one), otherwise a
 // product of two activations.
-func (x *bctx) matmul(o *op, mod string, a, w, bias graph.TensorID) graph.TensorID {
+func (x *bctx) matmul(o *op, mod string, a graph.TensorID, wi int, bias graph.TensorID) graph.TensorID {
 	b := x.b
-	if a == graph.None || w == graph.None {
+	if a == graph.None || wi >= len(o.Args) {
 		return graph.None
 	}
-	wt := b.TensorAt(w)
-	if owner := wt.View; owner != graph.None && b.TensorAt(owner).Role == graph.Parameter {
-		ps, ws := b.Shape(owner), b.Shape(w)
-		if len(ps) == 2 && len(ws) == 2 && ps[0] == ws[1] && ps[1] == ws[0] {
-			return b.LinearWith(mod, a, owner, bias)
+	if id, ok := o.Args[wi].tensor(); ok {
+		if v, ok := x.pview[id]; ok && v.Aten == "aten::t" {
+			// x @ w.t(): F.linear written out, or matmul's folding of one
+			src, _ := v.Args[0].tensor()
+			return b.LinearWith(mod, a, x.in(o, src), bias)
 		}
+	}
+	id, _ := o.Args[wi].tensor()
+	w := x.in(o, id)
+	if w == graph.None {
+		return graph.None
 	}
 	m := b.MatMul(mod, a, w)
 	if bias != graph.None {

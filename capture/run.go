@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"time"
 )
 
 //go:embed bfcapture.py
@@ -80,6 +81,9 @@ func Run(ctx context.Context, o Options) (Stats, error) {
 	cmd.Env = append(append(os.Environ(), "PYTHONDONTWRITEBYTECODE=1"), o.Env...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	// a cancelled capture does not wait on a child the interpreter left
+	// holding its output
+	cmd.WaitDelay = 2 * time.Second
 	err = cmd.Run()
 	// whatever the module left half-written goes
 	defer os.Remove(out + ".tmp")

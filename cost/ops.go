@@ -42,8 +42,9 @@ func forward(t *timer, g *graph.Graph, op *graph.Op, run train.OpRun) {
 		in += numel(g, id)
 	}
 	switch op.Kind {
-	case graph.View, graph.Slice, graph.Release:
-		// views and Python scope ends launch nothing
+	case graph.View, graph.Slice, graph.Release, graph.Custom:
+		// views and Python scope ends launch nothing (a custom Function's
+		// forward is its own ops)
 	case graph.Linear:
 		m, k, n := linearDims(g, op)
 		t.product(gemm, run.In, m, k, n, 1, (m*k+k*n+numel(g, op.Bias))*e+m*n*eo)

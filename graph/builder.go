@@ -26,6 +26,8 @@ type Builder struct {
 	// permute(0, 2, 3, 1) of one is contiguous again.
 	cl      []bool
 	ParamDT DType // dtype of parameters created from now on (default float32)
+	// noGrad: ops added now run with grad mode off (see NoGrad)
+	noGrad bool
 	// Adapters, when set, freeze parameters and add LoRA adapters to the
 	// Linear layers they name (see Adapters).
 	Adapters *Adapters
@@ -291,7 +293,7 @@ func (b *Builder) op(k Kind, name string, in []TensorID, w, bias TensorID, s Sha
 			rg = rg || b.g.Tensors[t].RequiresGrad
 		}
 	}
-	if !dt.IsFloat() {
+	if !dt.IsFloat() || b.noGrad {
 		rg = false
 	}
 	p := b.path(name)

@@ -200,6 +200,8 @@ type Attr struct {
 	// (MeanBackward0, which keeps only sizes), apart from a mean over
 	// listed dims (MeanBackward1).
 	All bool
+	// Saved are the positions in Inputs that a Custom op saves.
+	Saved []int
 }
 
 // CastTarget is the dtype a Cast converts to.

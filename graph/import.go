@@ -128,3 +128,39 @@ func (b *Builder) MulInplace(name string, x, y TensorID) TensorID {
 
 // TensorAt is the tensor id as built so far.
 func (b *Builder) TensorAt(id TensorID) *Tensor { return &b.g.Tensors[id] }
+
+// NoGrad runs fn with grad mode off, as torch.no_grad() and a custom
+// Function's forward do: the ops fn adds make results that do not require
+// grad, so they save nothing and have no backward.
+func (b *Builder) NoGrad(fn func()) {
+	was := b.noGrad
+	b.noGrad = true
+	defer func() { b.noGrad = was }()
+	fn()
+}
+
+// Custom is a torch.autograd.Function's node over result, what its forward
+// (built under NoGrad) returned: inputs are the Function's tensor
+// arguments, then any tensor it saved that is not one of them (made in
+// forward); saved lists the positions saved. The output shares result's
+// storage and requires grad when an argument does. The op's last input is
+// result itself.
+func (b *Builder) Custom(name string, inputs []TensorID, args int, saved []int, result TensorID) TensorID {
+	if !b.ok(append(append([]TensorID(nil), inputs...), result)...) {
+		return None
+	}
+	// the result is read too, so that it lives until the node takes it
+	ins := append(append([]TensorID(nil), inputs...), result)
+	out := b.op(Custom, name, ins, None, None, b.Shape(result).Clone(), b.DTypeOf(result), result, b.contig[result],
+		Attr{Count: args, Saved: append([]int(nil), saved...)})
+	rg := false
+	for _, t := range inputs[:args] {
+		rg = rg || b.g.Tensors[t].RequiresGrad
+	}
+	b.g.Tensors[out].RequiresGrad = rg && b.DTypeOf(result).IsFloat()
+	return out
+}
+
+// Unary is an elementwise op of one tensor with a rule of its own in
+// package train (Pow, Rsqrt, Exp, Log, Neg): a new tensor of x's shape.
+func (b *Builder) Unary(k Kind, name string, x TensorID) TensorID { return b.unary(k, name, x) }

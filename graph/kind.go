@@ -67,6 +67,16 @@ const (
 	// one layer's keys or values: it returns the whole cache of that layer
 	// (Attr.Slot names it, Attr.Static says a preallocated StaticCache).
 	KVCache Kind = "kv_cache"
+	// Custom is the application of a user's torch.autograd.Function: its
+	// forward ran as ops of its own with grad off (their results save
+	// nothing); this op gives the Function's result autograd's node. It
+	// saves the Inputs that Attr.Saved lists (ctx.save_for_backward), and
+	// its backward makes a gradient for each of the first Attr.Count
+	// inputs that needs one. The output shares the forward's result.
+	Custom Kind = "custom_function"
+	// Pow is x ** number (pow.Tensor_Scalar); Rsqrt is torch.rsqrt.
+	Pow   Kind = "pow"
+	Rsqrt Kind = "rsqrt"
 )
 
 // Kinds lists every op kind.
@@ -75,5 +85,5 @@ func Kinds() []Kind {
 		Hardswish, Hardsigmoid, Softmax, LogSoftmax, Dropout, MaxPool2d, AvgPool2d, AdaptiveAvgPool2d, Mean, View,
 		Contiguous, Cast, Add, Mul, Cat, Embedding, Attention, CrossEntropy, MSELoss,
 		Hardtanh, Rand, Full, Compare, MaskedFill, Pad, Roll, Slice, Index, Release, AllGather, ReduceScatter, KVCache,
-		Exp, Log, Neg, MaxDim, SumDim, Gather}
+		Exp, Log, Neg, MaxDim, SumDim, Gather, Custom, Pow, Rsqrt}
 }

@@ -505,7 +505,7 @@ func (m *micro) arrive(p int32, st *storage, viaCast, same, clone bool) {
 		if ps.castPending == nil {
 			ps.castPending = st
 		} else {
-			sim.unref(st) // accumulated in place into the buffer
+			ps.castPending = m.accumulate(ps.castPending, st, ps.numel*sim.low.Size(), false)
 		}
 		ps.castArrived++
 		if ps.castArrived < m.viaCast[p] {
@@ -523,7 +523,13 @@ func (m *micro) arrive(p int32, st *storage, viaCast, same, clone bool) {
 		ps.pendingShared = same
 		ps.pendingClone = clone
 	} else {
-		sim.unref(st)
+		// a parameter used more than once (a recurrent cell's weights,
+		// tied embeddings): the engine sums its gradients in the
+		// AccumulateGrad node's input buffer before the node runs
+		ps.pending = m.accumulate(ps.pending, st, ps.numel*ps.dt.Size(), ps.pendingShared || ps.pendingClone)
+		if ps.pending != st {
+			ps.pendingShared, ps.pendingClone = false, false
+		}
 	}
 	ps.arrived++
 	want := m.direct[p]
@@ -554,6 +560,25 @@ func (m *micro) arrive(p int32, st *storage, viaCast, same, clone bool) {
 	}
 	// .grad += new_grad, in place
 	sim.unref(g)
+}
+
+// accumulate is InputBuffer::accumulate for a gradient arriving at an
+// input buffer that holds one already: the second is added into the first
+// in place when the profile's release does so and nothing else holds the
+// first (can_accumulate_inplace), and otherwise summed into a new tensor
+// (old_var + var, torch 1.13 always), both operands then freed. It
+// returns what the buffer holds after.
+func (m *micro) accumulate(old, st *storage, bytes int64, shared bool) *storage {
+	sim := m.sim
+	if sim.s.Profile.InputBufferInPlace && !shared && old.refs == 1 {
+		sim.unref(st)
+		return old
+	}
+	sum := sim.alloc(bytes, old.cat)
+	sum.refs = 1
+	sim.unref(old)
+	sim.unref(st)
+	return sum
 }
 
 // gradCategory is the category of a parameter gradient being allocated:

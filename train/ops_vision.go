@@ -70,6 +70,27 @@ func addVisionRules() {
 	// The end of a Python function: its inputs were the tensors its
 	// locals kept; reading them was the point.
 	rules[graph.Release] = rule{}
+	// pow.Tensor_Scalar: PowBackward0 keeps self (and the exponent, a
+	// number); rsqrt: RsqrtBackward0 keeps its result (derivatives.yaml).
+	rules[graph.Pow] = rule{fwd: saveSelf, bwd: gradInput}
+	rules[graph.Rsqrt] = rule{fwd: saveResult, bwd: gradInput}
+	// A user's autograd.Function: what ctx.save_for_backward kept, as the
+	// capture recorded it, and one gradient per argument that needs one.
+	// What its backward computes inside is the user's code, not known:
+	// only the gradients it returns are counted.
+	rules[graph.Custom] = rule{fwd: func(c *fwdCtx) {
+		for _, i := range c.op.Attr.Saved {
+			if i >= 0 && i < len(c.in) {
+				c.save(c.in[i])
+			}
+		}
+	}, bwd: func(c *bwdCtx) {
+		for j := 0; j < c.op.Attr.Count && j < len(c.op.Inputs); j++ {
+			if c.needs(j) {
+				c.gradIn(j)
+			}
+		}
+	}}
 	// Sequence parallelism's collectives write new tensors and save
 	// nothing; each one's backward is the other, a new tensor of the
 	// input's size. A gathered tensor is remembered so that a Linear

@@ -13,6 +13,7 @@ import (
 	"github.com/batchfit/batchfit/graph"
 	"github.com/batchfit/batchfit/models"
 	"github.com/batchfit/batchfit/profile"
+	"github.com/batchfit/batchfit/trace"
 	"github.com/batchfit/batchfit/train"
 )
 
@@ -136,4 +137,77 @@ func rel(got, want int64) float64 {
 		return 1
 	}
 	return float64(got-want) / float64(want)
+}
+
+// TestCapturedExamples holds the capture examples no builder covers
+// (examples/capture: a transformer written with einsum and a hand-written
+// softmax, a recurrent model with a Python loop, a U-Net with skip
+// concatenations, a custom autograd.Function, in-place activations, a
+// zoo model with a new head and a frozen backbone) to real PyTorch: their
+// captured graphs, simulated under the CPU rules, give the whole-step CPU
+// reference's bytes alive before each step and every phase's peak and end
+// within 0.1 % (validation/step.py's capture-* cases).
+func TestCapturedExamples(t *testing.T) {
+	ref := loadStepReference(t)
+	prof, err := profile.Lookup(ref.Torch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := make([]string, 0, len(ref.Cases))
+	for id, c := range ref.Cases {
+		if strings.HasPrefix(c.Model, "capture-") {
+			ids = append(ids, id)
+		}
+	}
+	sort.Strings(ids)
+	if len(ids) < 6*3 {
+		t.Fatalf("the step reference has %d capture cases, want 18 (six examples, three setups)", len(ids))
+	}
+	var rows []string
+	for _, id := range ids {
+		c := ref.Cases[id]
+		cm, err := capture.Load("../testdata/capture/" + c.Model + ".bfgraph.gz")
+		if err != nil {
+			t.Errorf("%s: %v", id, err)
+			continue
+		}
+		g, err := cm.Build(models.Config{Batch: c.Batch})
+		if err != nil {
+			t.Errorf("%s: %v", id, err)
+			continue
+		}
+		live, _, err := simulateLive(g, prof, ref.Steps, c.Optimizer)
+		if err != nil {
+			t.Errorf("%s: %v", id, err)
+			continue
+		}
+		if len(live) != len(c.Steps) {
+			t.Errorf("%s: %d simulated steps, PyTorch ran %d", id, len(live), len(c.Steps))
+			continue
+		}
+		for s, want := range c.Steps {
+			got := live[s]
+			if got.Before != want.AliveBefore {
+				t.Errorf("%s step %d: %d bytes alive before the step, PyTorch %d (%+d)", id, s, got.Before, want.AliveBefore, got.Before-want.AliveBefore)
+			}
+			line := fmt.Sprintf("%-34s step %d: peak %10d, PyTorch %10d (%+.4f%%)", id, s, got.Peak, want.Peak, 100*rel(got.Peak, want.Peak))
+			for _, ph := range []trace.Phase{trace.Forward, trace.Backward, trace.OptimizerStep, trace.ZeroGrad} {
+				w, ok := want.Phases[ph.String()]
+				if !ok {
+					t.Errorf("%s step %d: the reference has no %s phase", id, s, ph)
+					continue
+				}
+				gp := got.Phases[ph]
+				line += fmt.Sprintf("; %s %+.3f%%", ph, 100*rel(gp.Peak, w.Peak))
+				if d := rel(gp.Peak, w.Peak); math.Abs(d) > 0.001 {
+					t.Errorf("%s step %d: %s peak %d, PyTorch %d (%+.3f%%)", id, s, ph, gp.Peak, w.Peak, 100*d)
+				}
+				if d := rel(gp.End, w.End); math.Abs(d) > 0.001 {
+					t.Errorf("%s step %d: %s ends with %d alive, PyTorch %d (%+.3f%%)", id, s, ph, gp.End, w.End, 100*d)
+				}
+			}
+			rows = append(rows, line)
+		}
+	}
+	t.Logf("captured examples vs the CPU reference:\n%s", strings.Join(rows, "\n"))
 }

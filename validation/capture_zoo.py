@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """Capture every torchvision model of batchfit's zoo with batchfit's own
 capture module (capture/bfcapture.py), at the whole-step CPU reference's
-setup (validation/step.py: 32-pixel images), into testdata/capture/.
+setup (validation/step.py: 32-pixel images), and the capture examples
+(examples/capture/*.py), into testdata/capture/.
 
     /usr/bin/python3 validation/capture_zoo.py            # rewrite testdata/capture/*.bfgraph.gz
     /usr/bin/python3 validation/capture_zoo.py --check    # CI: capture into a temp dir and compare
@@ -41,6 +42,10 @@ MODELS = [
     "wide_resnet50_2",
 ]
 IMAGE = 32
+# The capture examples (examples/capture/NAME.py) that no builder covers:
+# their captures are held to the whole-step CPU reference (step.py's
+# capture-NAME cases).
+EXAMPLES = ["customfn", "finetune", "inplace", "rnn", "transformer", "unet"]
 
 
 def factory(name):
@@ -64,6 +69,12 @@ def run(out, only):
             continue
         path = os.path.join(out, name + ".bfgraph.gz")
         bfcapture.capture("torchvision:" + name, path, (2, 3), factory=factory(name))
+    for name in EXAMPLES:
+        if only and not fnmatch.fnmatch("capture-" + name, only):
+            continue
+        path = os.path.join(out, "capture-" + name + ".bfgraph.gz")
+        spec = os.path.join(ROOT, "examples", "capture", name + ".py") + ":make"
+        bfcapture.capture(spec, path, (2, 3))
 
 
 def main():

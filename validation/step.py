@@ -104,9 +104,23 @@ PATCH16 = ("vit_b_16", "vit_l_16")
 ALONE = ("vit_l_16",)
 
 
+# Models no builder covers, from batchfit's capture examples (examples/capture/NAME.py, each a
+# factory make(batch_size) returning the model, an example batch, targets and a loss): the
+# captured graphs of these are held to the cases below (validation/capture_test.go).
+CAPTURED = ("transformer", "rnn", "unet", "inplace", "finetune", "customfn")
+CAPTURED_CASES = ((2, "sgd_momentum"), (4, "sgd_momentum"), (4, "adam"))
+
+
 def cases(only=None):
     import reference
     out = []
+    for name in CAPTURED:
+        for b, o in CAPTURED_CASES:
+            cid = "capture-%s/b%d/%s" % (name, b, o)
+            if only and not any(fnmatch.fnmatch(cid, p) or fnmatch.fnmatch("capture-" + name, p) for p in only):
+                continue
+            out.append({"id": cid, "model": "capture-" + name, "batch": b, "optimizer": o, "image": None,
+                        "detail": b == 4 and o == "sgd_momentum"})
     for name in reference.MODELS:
         small = name in SMALL
         if small:
@@ -144,12 +158,33 @@ class _NoRecordFunction:
         return False
 
 
+def factory(name):
+    """The capture example's make function."""
+    import importlib.util
+    path = os.path.join(os.path.dirname(HERE), "examples", "capture", name + ".py")
+    spec = importlib.util.spec_from_file_location("capture_example_" + name, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.make
+
+
+def like(x):
+    """A new batch like the factory's example: random floats, zero indices."""
+    import torch
+    if x.dtype.is_floating_point:
+        return torch.randn(x.shape, dtype=x.dtype)
+    return torch.zeros(x.shape, dtype=x.dtype)
+
+
 def build(case):
     import torch
     import torchvision
     import reference
     torch.manual_seed(reference.SEED)
     name = case["model"]
+    if name.startswith("capture-"):
+        d = factory(name[len("capture-"):])(case["batch"])
+        return d["model"].train(), d, None
     builder, in_shape, classes, _ = reference.MODELS[name]
     if case["image"] is None:
         model = builder()
@@ -244,7 +279,8 @@ def run_case(case):
     model, in_shape, classes = build(case)
     param_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
     buffer_bytes = sum(b.numel() * b.element_size() for b in model.buffers())
-    opt = make_optimizer(case["optimizer"], model.parameters())
+    # (a frozen backbone's parameters are not given to the optimizer, as fine-tuning does)
+    opt = make_optimizer(case["optimizer"], [p for p in model.parameters() if p.requires_grad])
     enter = torch.ops.profiler._record_function_enter_new
     leave = torch.ops.profiler._record_function_exit._RecordFunction
 
@@ -267,9 +303,15 @@ def run_case(case):
     x = y = loss = None
     for step in range(STEPS):
         h = enter("step%d/forward" % step, None)
-        x = torch.randn(case["batch"], *in_shape)
-        y = torch.randint(0, classes, (case["batch"],), dtype=torch.int64)
-        loss = F.cross_entropy(model(x), y)
+        if isinstance(in_shape, dict):
+            # a capture example: its batch, targets and loss
+            x, y = like(in_shape["inputs"]), like(in_shape["targets"])
+            loss_fn = in_shape.get("loss") or F.cross_entropy
+            loss = loss_fn(model(x), y)
+        else:
+            x = torch.randn(case["batch"], *in_shape)
+            y = torch.randint(0, classes, (case["batch"],), dtype=torch.int64)
+            loss = F.cross_entropy(model(x), y)
         leave(h)
         h = enter("step%d/backward" % step, None)
         loss.backward()
