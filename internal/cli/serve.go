@@ -28,10 +28,10 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/batchfit/batchfit/capture"
 	"github.com/batchfit/batchfit/gpu"
 	"github.com/batchfit/batchfit/hf"
 	"github.com/batchfit/batchfit/models"
-	"github.com/batchfit/batchfit/capture"
 	"github.com/batchfit/batchfit/onnx"
 	"github.com/batchfit/batchfit/predict"
 	"github.com/batchfit/batchfit/snapshot"
