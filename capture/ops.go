@@ -40,7 +40,7 @@ func (x *bctx) group(ops []op) bool {
 		if w != graph.None && b.TensorAt(w).Role != graph.Parameter {
 			return false
 		}
-		x.set(out, b.LinearWith(x.name(o), x.in(o, xt), w, bias))
+		x.set(out, b.LinearOf(x.name(o), x.in(o, xt), w, bias))
 		return true
 	case "cross_entropy":
 		li, _ := argAt(as, kw, 0, "input")
@@ -684,7 +684,7 @@ func (x *bctx) matmul(o *op, mod string, a graph.TensorID, wi int, bias graph.Te
 		if v, ok := x.pview[id]; ok && v.Aten == "aten::t" {
 			// x @ w.t(): F.linear written out, or matmul's folding of one
 			src, _ := v.Args[0].tensor()
-			return b.LinearWith(mod, a, x.in(o, src), bias)
+			return b.LinearOf(mod, a, x.in(o, src), bias)
 		}
 	}
 	id, _ := o.Args[wi].tensor()

@@ -164,3 +164,23 @@ func (b *Builder) Custom(name string, inputs []TensorID, args int, saved []int, 
 // Unary is an elementwise op of one tensor with a rule of its own in
 // package train (Pow, Rsqrt, Exp, Log, Neg): a new tensor of x's shape.
 func (b *Builder) Unary(k Kind, name string, x TensorID) TensorID { return b.unary(k, name, x) }
+
+// LinearOf is an nn.Linear's F.linear(x, w, bias) over parameters that
+// exist already: as Linear, the weight is stored quantized and LoRA
+// adapters are added where the builder's setup names the layer.
+func (b *Builder) LinearOf(name string, x, w, bias TensorID) TensorID {
+	if !b.ok(x, w) {
+		return None
+	}
+	ws := b.Shape(w)
+	if len(ws) != 2 {
+		return b.LinearWith(name, x, w, bias)
+	}
+	b.quantize(name, w)
+	l, adapted := b.LoRAParams(name, ws[1], ws[0])
+	y := b.LinearWith(name, x, w, bias)
+	if adapted {
+		y = b.ApplyLoRA(name, x, y, l)
+	}
+	return y
+}

@@ -19,7 +19,7 @@ Captures your own PyTorch model, without a GPU and without allocating its
 weights, into a graph file that estimate, sweep, maxbatch, plan and the web
 page read like a zoo name:
 
-  batchfit capture model.py:make                       # writes make.bfgraph... see -o
+  batchfit capture model.py:make                       # writes model.bfgraph (-o to choose)
   batchfit estimate model.bfgraph --batch 64 --precision bf16-mixed
   batchfit capture model.py:make -- maxbatch --gpu a100-80gb
 
