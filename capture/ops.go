@@ -523,8 +523,13 @@ func (x *bctx) aten(o *op) {
 			break
 		}
 		if !isT(1) || x.scalarTensor(as[1]) {
-			// x *= number: in place, nothing saved (MulBackward1 keeps
-			// the number)
+			if base == "mul" || base == "div" {
+				// x *= number: in place, nothing saved (MulBackward1 keeps
+				// the number; its backward makes grad * number)
+				x.set(out(0), b.ScaleInplace(mod, t(0)))
+				return
+			}
+			// x += number: AddBackward1 hands the gradient on as it is
 			x.set(out(0), t(0))
 			return
 		}

@@ -184,3 +184,15 @@ func (b *Builder) LinearOf(name string, x, w, bias TensorID) TensorID {
 	}
 	return y
 }
+
+// ScaleInplace is x.mul_(number) (or div_): x's storage is written;
+// nothing is saved, and its backward multiplies the gradient by the
+// number into a new tensor (MulBackward1), as Scale's does.
+func (b *Builder) ScaleInplace(name string, x TensorID) TensorID {
+	if !b.ok(x) {
+		return None
+	}
+	out := b.op(Mul, name, []TensorID{x}, None, None, b.Shape(x).Clone(), b.DTypeOf(x), x, b.contig[x], Attr{Scalar: true, Inplace: true})
+	b.cl[out] = b.cl[x]
+	return out
+}
