@@ -264,6 +264,8 @@ class Recorder:
         self.ids = {}          # id(tensor object) -> tensor id
         self.refs = []         # weakrefs, to tell a reused id() apart
         self.storages = {}     # storage key -> storage number
+        self.members = {}      # storage number -> weakrefs of its tensors
+        self.nstorages = 0
         self.ops = []
         self.module_stack = []
         self.fn = None         # the current outermost function call
@@ -316,9 +318,22 @@ class Recorder:
         finally:
             self.busy -= 1
         i = len(self.tensors)
-        if key is None or key not in self.storages:
-            self.storages[key if key is not None else ("anon", i)] = len(self.storages)
-        sid = self.storages[key if key is not None else ("anon", i)]
+        # A storage's address names it only while it lives: a freed one's
+        # address is reused by the next allocation. It lives while a
+        # tensor on it does (PyTorch keeps a tensor's Python object as long
+        # as C++ holds the tensor).
+        sid = None
+        if key is not None and key in self.storages:
+            old = self.storages[key]
+            if any(r() is not None for r in self.members[old]):
+                sid = old
+        if sid is None:
+            sid = self.nstorages
+            self.nstorages += 1
+            if key is not None:
+                self.storages[key] = sid
+            self.members[sid] = []
+        self.members[sid].append(weakref.ref(t))
         rec = {
             "id": i,
             "shape": [int(s) for s in t.shape],
