@@ -134,14 +134,14 @@ func Step(in Input) (Estimate, error) {
 	if in.Host != nil {
 		host = *in.Host
 	}
-	t := timer{r: in.Rates, m: newMachine(in.Rates), host: host, tf32: tf32}
+	t := timer{r: in.Rates, m: newMachine(in.Rates), host: host, tf32: tf32, nhwc: in.Setup.ChannelsLast}
 	acc := int64(max(1, in.Setup.Accumulate))
 	region, nregions := train.Regions(g, in.Setup.Checkpoint)
 	// One micro-batch, then scaled: every micro-batch runs the same
 	// kernels. The forward runs the ops in order; backward runs them in
 	// reverse, and a checkpointed region's forward runs again when
 	// backward reaches the region's last op.
-	micro := timer{r: t.r, m: t.m, host: host, tf32: tf32}
+	micro := timer{r: t.r, m: t.m, host: host, tf32: tf32, nhwc: t.nhwc}
 	micro.setPart(Forward)
 	micro.model = true
 	for i := range g.Ops {
@@ -247,7 +247,10 @@ type timer struct {
 	op   float64
 	// tf32 says which kinds run float32 in TF32 (the runtime profile's
 	// allow_tf32 defaults)
-	tf32  [3]bool
+	tf32 [3]bool
+	// nhwc: the model runs in channels-last memory format (no transposes
+	// around tensor-core convolutions, see transposes)
+	nhwc  bool
 	part  Part
 	model bool // arithmetic that counts toward ModelFLOPs
 	est   Estimate
@@ -328,6 +331,23 @@ func (t *timer) product(k rate, dt graph.DType, rows, inner, cols, batch, bytes 
 	p := t.bound(1, k, dt, flops, bytes)
 	secs, extra := t.m.gemmTime(p, rows, inner, cols, batch, p != t.r.FP32)
 	t.issue(t.op, 1, max(secs, (bytes+extra)/t.m.bw))
+}
+
+// transposes adds the layout conversions cuDNN runs around a tensor-core
+// convolution of NCHW tensors: its tensor-core kernels work in NHWC, so an
+// NCHW operand is transposed to NHWC before and the result back after,
+// each a kernel that reads and writes its tensor (NVIDIA, Deep Learning
+// Performance Documentation, Convolutional Layers User's Guide, "Tensor
+// Layouts in Memory: NCHW vs NHWC"; seen as nchwToNhwc and nhwcToNchw
+// kernels in NCHW mixed-precision profiles). bytes are the operands'
+// sizes; n the kernels. A channels-last model (nhwc), a channels-last
+// input (cl), or a convolution off the tensor cores (float32 without
+// TF32) runs none.
+func (t *timer) transposes(dt graph.DType, cl bool, n int64, bytes float64) {
+	if t.nhwc || cl || t.peak(conv, dt) == t.r.FP32 {
+		return
+	}
+	t.kernels(n, vector, dt, 0, 2*bytes)
 }
 
 // grouped adds a grouped or depthwise convolution's kernel: timed by its

@@ -370,3 +370,52 @@ func TestFusedPassReadsTheOptimizerTable(t *testing.T) {
 		}
 	}
 }
+
+// A convolution on the tensor cores in NCHW pays cuDNN's layout transposes
+// (cost.go, transposes): in forward the input, filter and output, each
+// read and written once; in backward the weight gradient's call does the
+// same (the input is the batch: no data gradient). In channels-last, or
+// off the tensor cores (float32 on a GPU without TF32), none. Worked on
+// the made-up GPU (1 TB/s): x and the output are 32·64·56·56 halves, the
+// filter 64·64·3·3.
+func TestNCHWTransposes(t *testing.T) {
+	g := build(t, "conv", func(b *graph.Builder) {
+		x := b.Input("x", graph.Shape{32, 64, 56, 56}, graph.F32)
+		y := b.Target("y", graph.Shape{32}, graph.I64)
+		h := b.Conv2d("conv", x, 64, graph.Conv2dOpts{Kernel: [2]int64{3, 3}, Padding: [2]int64{1, 1}})
+		h = b.Mean("pool", h, 2, 3)
+		b.CrossEntropy("loss", h, y)
+	})
+	bound := func(prec train.Precision, cl bool, r gpu.Rates) Estimate {
+		s, err := train.Setup{Precision: prec, Optimizer: train.Optimizer{Kind: train.SGD}, Steps: 1, ChannelsLast: cl}.Normalize()
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, sum, err := train.Simulate(g, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e, err := Step(Input{Graph: g, Ops: sum.Ops, Setup: s, Rates: r, Batch: 32})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return e
+	}
+	const x, w = 32 * 64 * 56 * 56, 64 * 64 * 3 * 3
+	want := 2 * float64(x+w+x) * 2 / testRates.Bandwidth // read and write, 2 bytes each
+	nchw, nhwc := bound(train.Mixed16, false, testRates), bound(train.Mixed16, true, testRates)
+	for _, p := range []Part{Forward, Backward} {
+		if d := nchw.Bound.By[p] - nhwc.Bound.By[p]; math.Abs(d-want) > 1e-12 {
+			t.Errorf("16-mixed %s: NCHW costs %.9g s more than channels-last, want %.9g s", p, d, want)
+		}
+	}
+	if nchw.Seconds <= nhwc.Seconds {
+		t.Errorf("calibrated: NCHW %g s, channels-last %g s: the transposes cost nothing", nchw.Seconds, nhwc.Seconds)
+	}
+	noTF32 := testRates
+	noTF32.TF32 = 0
+	a, b := bound(train.FP32, false, noTF32), bound(train.FP32, true, noTF32)
+	if a.Bound.Seconds != b.Bound.Seconds || a.Seconds != b.Seconds {
+		t.Errorf("float32 off the tensor cores: NCHW %g s, channels-last %g s; want no transposes", a.Seconds, b.Seconds)
+	}
+}

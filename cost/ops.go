@@ -56,7 +56,9 @@ func forward(t *timer, g *graph.Graph, op *graph.Op, run train.OpRun) {
 		if c := convShape(g, op); c.groups > 1 {
 			t.grouped(conv, run.In, convFLOPs(g, op), bytes)
 		} else {
-			// implicit GEMM: (N·OH·OW) × C_out, over C_in·kh·kw
+			// implicit GEMM: (N·OH·OW) × C_out, over C_in·kh·kw, with the
+			// input, filter and output transposed in NCHW
+			t.transposes(run.In, op.Attr.ChannelsLast, 3, bytes)
 			t.product(conv, run.In, c.pixels, c.patch, c.cout, 1, bytes)
 		}
 	case graph.Attention:
@@ -145,6 +147,7 @@ func backward(t *timer, g *graph.Graph, op *graph.Op, run train.OpRun) {
 				t.grouped(conv, run.In, f, (out+w+x)*e)
 			} else {
 				// dgrad: the output's pixels × C_in, over C_out·kh·kw
+				t.transposes(run.In, op.Attr.ChannelsLast, 3, (out+w+x)*e)
 				t.product(conv, run.In, c.pixels, c.cout*c.patch/c.cin, c.cin, 1, (out+w+x)*e)
 			}
 		}
@@ -153,6 +156,7 @@ func backward(t *timer, g *graph.Graph, op *graph.Op, run train.OpRun) {
 				t.grouped(conv, run.In, f, (out+x+w)*e)
 			} else {
 				// wgrad: C_out × C_in·kh·kw, over the output's pixels
+				t.transposes(run.In, op.Attr.ChannelsLast, 3, (out+x+w)*e)
 				t.product(conv, run.In, c.cout, c.pixels, c.patch, 1, (out+x+w)*e)
 			}
 		}

@@ -324,6 +324,11 @@ type Setup struct {
 	// convolution of each configuration searches cuDNN's algorithms
 	// (conv_cudnn.go).
 	CudnnBenchmark bool
+	// ChannelsLast says the model and its batch are in channels-last
+	// memory format (model.to(memory_format=torch.channels_last)): cuDNN's
+	// tensor-core convolutions then read and write NHWC as they are, with
+	// no transposes around them (the step-time model's; memory is the same).
+	ChannelsLast bool
 	// CublasWorkspaceConfig is CUBLAS_WORKSPACE_CONFIG ("" for none): the
 	// cuBLAS workspace size (profile.ParseCublasWorkspaceConfig).
 	CublasWorkspaceConfig string

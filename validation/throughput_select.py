@@ -233,6 +233,10 @@ def main():
         args = [zoo, "--gpu", gpu, "--batch", batch, "--precision", prec] + opt
         if size:
             args += [sizeflag, size]
+        if "memory_format=nhwc" in r["notes"]:
+            # DeepLearningExamples' AMP runs convert the model and the batch
+            # to channels-last (--memory-format nhwc in its configs)
+            args += ["--memory-format", "channels_last"]
         base = "%s-%s-%s-%s-b%s" % (ver, zoo, gpu, prec, batch)
         m = re.search(r"(\d\d)\.(\d\d)", software_of(r["notes"], source))
         if ver == "dle" and m:

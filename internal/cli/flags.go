@@ -65,6 +65,7 @@ type jobFlags struct {
 	ncclBuffsize  string
 	emptyCache    bool
 	cudnnBench    bool
+	memFormat     string
 	cublasConf    string
 	json          bool
 	lora          int64
@@ -136,6 +137,7 @@ func (j *jobFlags) register(fs *flag.FlagSet, batchDefault string) {
 	fs.StringVar(&j.ncclBuffsize, "nccl-buffsize", "", "NCCL_BUFFSIZE, the Simple protocol's buffer per NCCL connection (default: NCCL's 4 MiB)")
 	fs.BoolVar(&j.emptyCache, "empty-cache", false, "call torch.cuda.empty_cache() after every step")
 	fs.BoolVar(&j.cudnnBench, "cudnn-benchmark", false, "torch.backends.cudnn.benchmark = True: the first step searches cuDNN's convolution algorithms")
+	fs.StringVar(&j.memFormat, "memory-format", "contiguous", "the model's and batch's memory format: contiguous (NCHW, PyTorch's default) or channels_last (NHWC: no transposes around cuDNN's tensor-core convolutions; step time only)")
 	fs.StringVar(&j.cublasConf, "cublas-workspace-config", "", "CUBLAS_WORKSPACE_CONFIG, e.g. :4096:8 (default: the environment variable)")
 	fs.BoolVar(&j.json, "json", false, "print JSON")
 	fs.Int64Var(&j.lora, "lora", 0, "fine-tune with LoRA adapters of this rank (PEFT's r); every other parameter is frozen")
@@ -755,6 +757,13 @@ func (j *jobFlags) requestFor(src predict.Source) (predict.Request, error) {
 	r.Setup = train.Setup{Precision: prec, Optimizer: train.Optimizer{Kind: opt, Momentum: j.momentum, Impl: impl, WeightDecay: wd, Bits8: on.Bits8, Paged: on.Paged, AMSGrad: j.amsgrad},
 		Accumulate: j.accumulate, Checkpoint: ck, Attention: att, Steps: j.steps, EmptyCache: j.emptyCache, Profile: prof, Parallel: par}
 	r.Setup.CudnnBenchmark = j.cudnnBench
+	switch strings.ReplaceAll(strings.ToLower(j.memFormat), "-", "_") {
+	case "contiguous", "nchw", "contiguous_format", "":
+	case "channels_last", "nhwc":
+		r.Setup.ChannelsLast = true
+	default:
+		return r, usagef("--memory-format %q: want contiguous or channels_last", j.memFormat)
+	}
 	if r.Setup.CublasWorkspaceConfig = j.cublasConf; j.cublasConf == "" && !j.web() {
 		r.Setup.CublasWorkspaceConfig = os.Getenv("CUBLAS_WORKSPACE_CONFIG")
 	}
