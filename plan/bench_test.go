@@ -10,7 +10,7 @@ import (
 	"github.com/batchfit/batchfit/train"
 )
 
-func benchPlan(b *testing.B, model string, seq, global int64, gpuName string) {
+func benchPlan(b *testing.B, model string, seq, global int64, gpuName string, like ...string) {
 	m, err := models.Lookup(model)
 	if err != nil {
 		b.Fatal(err)
@@ -18,6 +18,15 @@ func benchPlan(b *testing.B, model string, seq, global int64, gpuName string) {
 	g, err := gpu.Lookup(gpuName)
 	if err != nil {
 		b.Fatal(err)
+	}
+	if len(like) > 0 {
+		// a size alone has no rates: plans are ranked by step time, so it
+		// borrows a catalog GPU's, as --like does
+		l, err := gpu.Lookup(like[0])
+		if err != nil {
+			b.Fatal(err)
+		}
+		g.Rates = l.Rates
 	}
 	o := Options{Base: predict.Request{Source: predict.Zoo{M: m}, Config: models.Config{Batch: global, Seq: seq}, GPU: g, Context: -1,
 		Setup: train.Setup{Precision: train.MixedBF16, Optimizer: train.Optimizer{Kind: train.AdamW, WeightDecay: 0.01}}},
@@ -43,8 +52,11 @@ func BenchmarkPlanLlama3_8B(b *testing.B) { benchPlan(b, "Llama-3-8B", 4096, 32,
 func BenchmarkPlanLlama3_70B(b *testing.B) { benchPlan(b, "Llama-3-70B", 8192, 16, "h100-80gb") }
 
 // BenchmarkPlanLlama3_70BPooled: the same search on a 2 TiB device, as if
-// sharded memory were pooled, where plans fit and the whole search runs.
-func BenchmarkPlanLlama3_70BPooled(b *testing.B) { benchPlan(b, "Llama-3-70B", 8192, 16, "2TiB") }
+// sharded memory were pooled, where plans fit and the whole search runs
+// (an H100's rates for the step times).
+func BenchmarkPlanLlama3_70BPooled(b *testing.B) {
+	benchPlan(b, "Llama-3-70B", 8192, 16, "2TiB", "h100-80gb")
+}
 
 // BenchmarkPlanLlama3_70BFSDP8: Llama-3-70B at seq 4096, a global batch of
 // 8, on 8 H100s under FSDP with every lever (the sharding, tensor and
