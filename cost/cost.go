@@ -119,29 +119,46 @@ type Input struct {
 
 // Step predicts the time of one optimizer step.
 func Step(in Input) (Estimate, error) {
+	p, err := TimePass(in)
+	if err != nil {
+		return Estimate{}, err
+	}
+	return p.Step(in)
+}
+
+// Pass is one micro-batch's forward, recomputation and backward, timed:
+// what accumulation repeats, and what neither the accumulation nor the
+// optimizer changes. A planner times a pass once and finishes it into a
+// step for each optimizer and accumulation it tries.
+type Pass struct {
+	micro timer
+}
+
+// TimePass times in's micro-batch. It reads in's graph, records, rates,
+// host, and of the setup the checkpointing, the TF32 switches and the
+// memory format.
+func TimePass(in Input) (*Pass, error) {
 	g := in.Graph
 	if g == nil {
-		return Estimate{}, fmt.Errorf("no graph to time")
+		return nil, fmt.Errorf("no graph to time")
 	}
 	if len(in.Ops) != len(g.Ops) {
-		return Estimate{}, fmt.Errorf("graph %s: %d ops but %d recorded runs", g.Name, len(g.Ops), len(in.Ops))
+		return nil, fmt.Errorf("graph %s: %d ops but %d recorded runs", g.Name, len(g.Ops), len(in.Ops))
 	}
 	if !in.Rates.Known() {
-		return Estimate{}, fmt.Errorf("no peak rates known for this GPU: step time needs its FP32 rate and memory bandwidth")
+		return nil, fmt.Errorf("no peak rates known for this GPU: step time needs its FP32 rate and memory bandwidth")
 	}
 	tf32 := [...]bool{gemm: in.Setup.Profile.MatmulAllowTF32, conv: in.Setup.Profile.CudnnAllowTF32}
 	host := DefaultHost
 	if in.Host != nil {
 		host = *in.Host
 	}
-	t := timer{r: in.Rates, m: newMachine(in.Rates), host: host, tf32: tf32, nhwc: in.Setup.ChannelsLast}
-	acc := int64(max(1, in.Setup.Accumulate))
 	region, nregions := train.Regions(g, in.Setup.Checkpoint)
 	// One micro-batch, then scaled: every micro-batch runs the same
 	// kernels. The forward runs the ops in order; backward runs them in
 	// reverse, and a checkpointed region's forward runs again when
 	// backward reaches the region's last op.
-	micro := timer{r: t.r, m: t.m, host: host, tf32: tf32, nhwc: t.nhwc}
+	micro := timer{r: in.Rates, m: newMachine(in.Rates), host: host, tf32: tf32, nhwc: in.Setup.ChannelsLast}
 	micro.setPart(Forward)
 	micro.model = true
 	for i := range g.Ops {
@@ -172,6 +189,20 @@ func Step(in Input) (Estimate, error) {
 			backward(&micro, g, op, in.Ops[i])
 		}
 	}
+	return &Pass{micro: micro}, nil
+}
+
+// Step finishes a timed pass into an optimizer step: in's accumulation
+// repeats the pass, and in's optimizer steps the graph's parameters. in
+// must be the pass's graph, records and rates.
+func (p *Pass) Step(in Input) (Estimate, error) {
+	g := in.Graph
+	if g == nil {
+		return Estimate{}, fmt.Errorf("no graph to time")
+	}
+	micro := p.micro
+	t := timer{r: micro.r, m: micro.m, host: micro.host, tf32: micro.tf32, nhwc: micro.nhwc}
+	acc := int64(max(1, in.Setup.Accumulate))
 	t.add(&micro, float64(acc))
 	t.setPart(Optimizer)
 	t.model = false

@@ -419,3 +419,53 @@ func TestNCHWTransposes(t *testing.T) {
 		t.Errorf("float32 off the tensor cores: NCHW %g s, channels-last %g s; want no transposes", a.Seconds, b.Seconds)
 	}
 }
+
+// A timed pass finishes into the same step as a fresh timing, whatever
+// the accumulation and optimizer it is finished with and in whatever
+// order: finishing leaves the pass as it was.
+func TestPassFinishesLikeStep(t *testing.T) {
+	g := build(t, "mlp", func(b *graph.Builder) {
+		x := b.Input("x", graph.Shape{64, 256}, graph.F32)
+		y := b.Target("y", graph.Shape{64, 256}, graph.F32)
+		for i := 0; i < 3; i++ {
+			b.Block("block", func() { x = b.Act(graph.GELU, "act", b.Linear("fc", x, 256, true), false) })
+		}
+		b.MSELoss("loss", x, y)
+	})
+	s0, err := train.Setup{Steps: 1}.Normalize()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, sum, err := train.Simulate(g, s0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := Input{Graph: g, Ops: sum.Ops, Setup: s0, Rates: testRates, Batch: 64}
+	p, err := TimePass(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []train.Setup{
+		{Accumulate: 8, Optimizer: train.Optimizer{Kind: train.AdamW, Impl: train.Fused}},
+		{Accumulate: 1, Optimizer: train.Optimizer{Kind: train.SGD, Momentum: 0.9}},
+		{Accumulate: 3, Optimizer: train.Optimizer{Kind: train.Adam, Impl: train.ForLoop}},
+		{Accumulate: 8, Optimizer: train.Optimizer{Kind: train.AdamW, Impl: train.Fused}},
+	} {
+		s, err := s.Normalize()
+		if err != nil {
+			t.Fatal(err)
+		}
+		in.Setup = s
+		want, err := Step(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := p.Step(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got != want {
+			t.Errorf("accumulation %d, %s %s: finished pass %+v, fresh step %+v", s.Accumulate, s.Optimizer.Kind, s.Optimizer.Impl, got, want)
+		}
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"sort"
 	"strings"
@@ -274,7 +275,9 @@ type combo struct {
 	p     train.Precision
 	ck    train.Checkpoint
 	impl  train.Impl
-	times []float64 // per accumulation option
+	// times per accumulation option, timed when first asked for
+	// (timeAt): most combinations are ruled out by their fastest
+	times []float64
 	// changes without accumulation and allocator
 	changes int
 }
@@ -312,6 +315,15 @@ type planner struct {
 	// setup, and the collectives of a graph under a strategy
 	steps map[stepKey]cost.Estimate
 	comms map[commKey]train.Comms
+	// passes caches a micro-batch's forward and backward timed, which
+	// the optimizer, its implementation and the accumulation leave alone
+	passes map[passKey]*cost.Pass
+}
+
+type passKey struct {
+	g  *graph.Graph
+	p  train.Precision
+	ck train.Checkpoint
 }
 
 type stepKey struct {
@@ -434,7 +446,7 @@ func Run(ctx context.Context, o Options) (*Answer, error) {
 	pl := &planner{ctx: ctx, o: o, graphs: map[graphKey]*graph.Graph{}, runs: map[recKey][]train.OpRun{}, runsOn: map[recKey]*graph.Graph{},
 		ans: &Answer{Margin: o.Margin, GlobalBatch: o.GlobalBatch, RankBatch: o.GlobalBatch / ranks, Ranks: ranks, Untimed: untimed}, allow: map[Lever]bool{}, src: o.Base.Source,
 		seen: map[Candidate]*Plan{}, dead: map[deadKey]int{}, aligned: map[alignKey][]train.OpRun{},
-		steps: map[stepKey]cost.Estimate{}, comms: map[commKey]train.Comms{}}
+		steps: map[stepKey]cost.Estimate{}, comms: map[commKey]train.Comms{}, passes: map[passKey]*cost.Pass{}}
 	levers := o.Levers
 	if len(levers) == 0 {
 		levers = Levers()
@@ -605,26 +617,21 @@ func (pl *planner) evaluate(c Candidate) (*Plan, error) {
 		return nil, errBudget
 	}
 	pl.ans.Simulations += sims
+	// the current setup is shown in full; a candidate whose requested
+	// bytes alone exceed the device needs no allocator replay to rule out
+	r.Screen = pl.ans.Base != nil
 	res, err := predict.Run(pl.ctx, r)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", describe(c), err)
 	}
 	p := &Plan{Candidate: c, Result: res, Changes: pl.changes(c)}
-	p.Fits = res.Timeline.OOM == nil && res.DeviceTotal <= pl.o.Base.GPU.Capacity-pl.o.Margin
+	p.Fits = !res.Screened && res.Timeline.OOM == nil && res.DeviceTotal <= pl.o.Base.GPU.Capacity-pl.o.Margin
 	if res.Time != nil {
 		p.Seconds = res.Time.Seconds
-	}
-	if rk := (recKey{c.Precision, c.Tune}); pl.runs[rk] == nil {
-		// the records are of the graph simulated: the candidate's split
-		// (a pipeline's answering stage)
-		rc := res.Config
-		rc.Batch = c.MicroBatch
-		g, err := pl.src.Build(rc)
-		if err != nil {
+	} else if res.Screened {
+		// timed as the searches time candidates, from the op records
+		if p.Seconds, err = pl.timeOf(c); err != nil {
 			return nil, err
-		}
-		if len(g.Ops) == len(res.Summary.Ops) {
-			pl.runs[rk], pl.runsOn[rk] = res.Summary.Ops, g
 		}
 	}
 	pl.ans.Evaluated = append(pl.ans.Evaluated, p)
@@ -678,8 +685,16 @@ func (pl *planner) timeOf(c Candidate) (float64, error) {
 	sk := stepKey{g, c.Precision, c.Checkpoint, c.Impl, c.Optim, c.Accumulate}
 	e, ok := pl.steps[sk]
 	if !ok {
-		e, err = cost.Step(cost.Input{Graph: g, Ops: runs, Setup: s, Rates: pl.o.Base.GPU.Rates, Seq: pl.o.Base.Config.Seq, Batch: c.MicroBatch})
-		if err != nil {
+		in := cost.Input{Graph: g, Ops: runs, Setup: s, Rates: pl.o.Base.GPU.Rates, Seq: pl.o.Base.Config.Seq, Batch: c.MicroBatch}
+		pk := passKey{g, c.Precision, c.Checkpoint}
+		pass, ok := pl.passes[pk]
+		if !ok {
+			if pass, err = cost.TimePass(in); err != nil {
+				return 0, err
+			}
+			pl.passes[pk] = pass
+		}
+		if e, err = pass.Step(in); err != nil {
 			return 0, err
 		}
 		pl.steps[sk] = e
@@ -1091,15 +1106,14 @@ func (pl *planner) run() error {
 	return nil
 }
 
-// prepare times a combination at every accumulation, first simulating its
-// precision's (and training's) most frugal point for the op records when
-// none were kept yet: a useful probe in itself, and outside the searches'
-// budget, like the current setup.
+// prepare times a combination at its smallest accumulation, the fastest
+// it can be, first taking the op records of its precision and training
+// when none were taken yet.
 func (pl *planner) prepare(cb *combo) error {
-	if _, ok := pl.runs[recKey{cb.p, cb.tune}]; !ok {
-		searching := pl.searching
-		pl.searching = false
-		defer func() { pl.searching = searching }()
+	if rk := (recKey{cb.p, cb.tune}); pl.runs[rk] == nil {
+		// One micro-batch simulated, at the smallest micro-batch, with no
+		// allocator replay: the records are the same at every size, and
+		// the searches predict what they need of memory.
 		c := pl.base
 		c.Precision = cb.p
 		c.Parallel = cb.par
@@ -1107,18 +1121,32 @@ func (pl *planner) prepare(cb *combo) error {
 		c.Tune, c.Optim = cb.tune, cb.optim
 		c.Accumulate = pl.accs[len(pl.accs)-1]
 		c.MicroBatch = pl.accsMicro(len(pl.accs) - 1)
-		if _, err := pl.evaluate(c); err != nil {
-			return err
+		runs, g, err := predict.Records(pl.ctx, pl.request(c))
+		if err != nil {
+			return fmt.Errorf("%s: %w", describe(c), err)
+		}
+		pl.runs[rk], pl.runsOn[rk] = runs, g
+	}
+	_, err := pl.timeAt(cb, 0)
+	return err
+}
+
+// timeAt is a combination's step time at accumulation index i.
+func (pl *planner) timeAt(cb *combo, i int) (float64, error) {
+	if cb.times == nil {
+		cb.times = make([]float64, len(pl.accs))
+		for j := range cb.times {
+			cb.times[j] = math.NaN()
 		}
 	}
-	for i := range pl.accs {
+	if math.IsNaN(cb.times[i]) {
 		t, err := pl.timeOf(pl.cand(cb, i, false))
 		if err != nil {
-			return err
+			return 0, err
 		}
-		cb.times = append(cb.times, t)
+		cb.times[i] = t
 	}
-	return nil
+	return cb.times[i], nil
 }
 
 func (cb *combo) changesResults() bool { return cb.resultChanges() > 0 }
@@ -1222,8 +1250,14 @@ func (pl *planner) search(cb *combo) error {
 	hi := len(pl.accs) - 1
 	if len(pl.ans.Best) >= pl.o.Top {
 		worst := pl.planKey(pl.ans.Best[pl.o.Top-1])
-		for hi >= 0 && !less(pl.comboKeyAt(cb, hi), worst) {
-			hi--
+		for ; hi >= 0; hi-- {
+			k, err := pl.comboKeyAt(cb, hi)
+			if err != nil {
+				return err
+			}
+			if less(k, worst) {
+				break
+			}
 		}
 	}
 	// A plan of the same precision and checkpointing is already kept at
@@ -1232,7 +1266,11 @@ func (pl *planner) search(cb *combo) error {
 	// one plan, see keep).
 	if q, b := pl.keptAt(cb); q != nil && b <= hi {
 		hi = b
-		if !less(pl.comboKeyAt(cb, b), pl.planKey(q)) {
+		k, err := pl.comboKeyAt(cb, b)
+		if err != nil {
+			return err
+		}
+		if !less(k, pl.planKey(q)) {
 			hi = b - 1
 		}
 	}
@@ -1335,13 +1373,17 @@ func (pl *planner) keptAt(cb *combo) (*Plan, int) {
 	return best, bi
 }
 
-func (pl *planner) comboKeyAt(cb *combo, i int) [3]float64 {
+func (pl *planner) comboKeyAt(cb *combo, i int) ([3]float64, error) {
+	t, err := pl.timeAt(cb, i)
+	if err != nil {
+		return [3]float64{}, err
+	}
 	rc := float64(cb.resultChanges())
 	if pl.o.Objective == FewestChanges {
 		n := cb.changes + btoi(pl.accs[i] != pl.base.Accumulate)
-		return [3]float64{rc, float64(n), cb.times[i]}
+		return [3]float64{rc, float64(n), t}, nil
 	}
-	return [3]float64{rc, 0, cb.times[i]}
+	return [3]float64{rc, 0, t}, nil
 }
 
 func (pl *planner) indexOf(a int) int {
@@ -1527,12 +1569,15 @@ func (a *Answer) PeakSaving(p *Plan) int64 {
 	return need(a.Base.Result) - need(p.Result)
 }
 
-// need is the device total of a prediction; for one that ran out of
-// memory, the larger of what the failing request asked for and the
+// need is the device total of a prediction; for one screened out, its
+// requested peak with the context; for one that ran out of memory, the larger of what the failing request asked for and the
 // requested peak of the whole step (which the simulator knows past the
 // failure) with the context: a lower bound, since the allocator rounds
 // and caches on top.
 func need(r *predict.Result) int64 {
+	if r.Screened {
+		return r.Summary.PeakRequested + r.Context
+	}
 	if r.Timeline.OOM != nil {
 		return max(r.GPU.Capacity-r.Headroom(), r.Summary.PeakRequested+r.Context)
 	}

@@ -2,6 +2,7 @@ package predict
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/batchfit/batchfit/alloc"
@@ -98,6 +99,13 @@ type Request struct {
 	// large model runs to megabytes and a search makes many results, so
 	// by default the events are recycled once replayed.
 	KeepTrace bool
+	// Screen answers without replaying the allocator when the simulated
+	// step's requested peak alone exceeds what the device leaves the
+	// allocator: every block rounds its request up and reserved memory
+	// holds every block, so no allocator setting can fit that step. The
+	// Result is then Screened, with an empty Timeline. A search that
+	// only asks whether a step fits sets it.
+	Screen bool
 	// Infer, when set, predicts inference (eval or generate) instead of
 	// training: the optimizer, accumulation and checkpointing of Setup
 	// play no part.
@@ -133,6 +141,10 @@ type Result struct {
 	// NCCL is the upper bound of NCCL's communicator buffers
 	// (NCCLBytes), part of Context; 0 on one GPU.
 	NCCL int64
+	// Screened: the requested peak alone exceeds the device
+	// (Request.Screen), so the allocator was not replayed; Fits is false
+	// and the Timeline empty.
+	Screened bool
 	// WorkspaceLowEnd: the figures are those of the step with no cuDNN
 	// workspace, which reserved more than the one with the bound's.
 	WorkspaceLowEnd bool
@@ -186,42 +198,12 @@ func Run(ctx context.Context, r Request) (*Result, error) {
 	if err := checkLimits(r); err != nil {
 		return nil, err
 	}
-	if r.Config.TP > 1 || r.Config.PP > 1 {
-		mp, ok := r.Source.(interface{ ModelParallel() bool })
-		if !ok || !mp.ModelParallel() {
-			return nil, fmt.Errorf("%s: tensor and pipeline parallelism are built for Hugging Face decoder models of the Llama family", r.Source.Name())
-		}
-	}
 	if r.Config.PP > 1 && r.Config.Stage < 0 {
 		return runStages(ctx, r)
 	}
-	if r.Config.Batch <= 0 && len(r.Schedule) == 0 {
-		return nil, fmt.Errorf("batch size must be positive, got %d", r.Config.Batch)
-	}
-	for _, b := range r.Schedule {
-		if b <= 0 {
-			return nil, fmt.Errorf("batch sizes must be positive, got %d in the schedule", b)
-		}
-	}
-	if r.Config.Seq == 0 {
-		r.Config.Seq = r.Source.DefaultSeq()
-	}
-	if r.Config.PP > 1 {
-		r.Setup.Stages, r.Setup.Stage = int(r.Config.PP), int(r.Config.Stage)
-	}
-	setup, err := r.Setup.Normalize()
+	r, setup, err := normalize(r)
 	if err != nil {
 		return nil, err
-	}
-	setup.ComputeMajor = r.GPU.Major
-	if setup.ComputeMajor == 0 {
-		setup.ComputeMajor = 9
-	}
-	if r.Infer != nil && (setup.Parallel.On() || r.Config.TP > 1 || r.Config.PP > 1) {
-		return nil, fmt.Errorf("inference is predicted on one GPU: data, tensor and pipeline parallelism are for training here")
-	}
-	if r.Infer != nil && len(r.Schedule) > 1 {
-		return nil, fmt.Errorf("a batch-size schedule is for training; inference takes one batch size")
 	}
 	var sim *train.Simulator
 	var g0 *graph.Graph
@@ -234,6 +216,101 @@ func Run(ctx context.Context, r Request) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	return finish(ctx, r, setup, sim, g0, gen)
+}
+
+// Records simulates the first micro-batch of r's training for its op
+// records alone (train.Summary.Ops: the dtypes autocast gave each op and
+// the copies it made), with no allocator replay and no timing. The
+// records are the same at every batch size, accumulation and step, which
+// is why a planner takes them once per precision and times every other
+// micro-batch with them. It answers the graph the records belong to: a
+// pipeline's first stage, for a pipeline.
+func Records(ctx context.Context, r Request) ([]train.OpRun, *graph.Graph, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, nil, err
+	}
+	if r.Source == nil {
+		return nil, nil, fmt.Errorf("no model given")
+	}
+	if err := checkLimits(r); err != nil {
+		return nil, nil, err
+	}
+	if r.Infer != nil {
+		return nil, nil, fmt.Errorf("op records are taken of training")
+	}
+	if r.Config.PP > 1 && r.Config.Stage < 0 {
+		r.Config.Stage = 0
+	}
+	r.Schedule = nil
+	r.Setup.Steps, r.Setup.Accumulate = 1, 1
+	r, setup, err := normalize(r)
+	if err != nil {
+		return nil, nil, err
+	}
+	sim, g0, err := simulateTraining(ctx, r, setup)
+	if err != nil {
+		return nil, nil, err
+	}
+	sim.CompactTrace().Release()
+	return sim.Summary().Ops, g0, nil
+}
+
+// normalize checks a request for one simulation and fills in its
+// defaults: the sequence, the pipeline stage's setup, the compute
+// capability.
+func normalize(r Request) (Request, train.Setup, error) {
+	if r.Config.TP > 1 || r.Config.PP > 1 {
+		mp, ok := r.Source.(interface{ ModelParallel() bool })
+		if !ok || !mp.ModelParallel() {
+			return r, train.Setup{}, fmt.Errorf("%s: tensor and pipeline parallelism are built for Hugging Face decoder models of the Llama family", r.Source.Name())
+		}
+	}
+	if r.Config.Batch <= 0 && len(r.Schedule) == 0 {
+		return r, train.Setup{}, fmt.Errorf("batch size must be positive, got %d", r.Config.Batch)
+	}
+	for _, b := range r.Schedule {
+		if b <= 0 {
+			return r, train.Setup{}, fmt.Errorf("batch sizes must be positive, got %d in the schedule", b)
+		}
+	}
+	if r.Config.Seq == 0 {
+		r.Config.Seq = r.Source.DefaultSeq()
+	}
+	if r.Config.PP > 1 {
+		r.Setup.Stages, r.Setup.Stage = int(r.Config.PP), int(r.Config.Stage)
+	}
+	setup, err := r.Setup.Normalize()
+	if err != nil {
+		return r, train.Setup{}, err
+	}
+	setup.ComputeMajor = r.GPU.Major
+	if setup.ComputeMajor == 0 {
+		setup.ComputeMajor = 9
+	}
+	if r.Infer != nil && (setup.Parallel.On() || r.Config.TP > 1 || r.Config.PP > 1) {
+		return r, train.Setup{}, fmt.Errorf("inference is predicted on one GPU: data, tensor and pipeline parallelism are for training here")
+	}
+	if r.Infer != nil && len(r.Schedule) > 1 {
+		return r, setup, fmt.Errorf("a batch-size schedule is for training; inference takes one batch size")
+	}
+	return r, setup, nil
+}
+
+// screenLimit is what the device leaves the allocator before the
+// libraries' workspaces, which are known only once the step has run: a
+// step that requests more cannot fit (Request.Screen).
+func screenLimit(r Request) int64 {
+	ctx := r.GPU.ContextSize
+	if r.Context >= 0 {
+		ctx = r.Context
+	}
+	return max(r.GPU.Capacity-r.Margin-ctx-NCCLBytes(r.Setup.Parallel, r.Config.TP, r.Config.PP, r.NCCLBuffSize), 1)
+}
+
+// finish replays a simulation through the allocator and times it.
+func finish(ctx context.Context, r Request, setup train.Setup, sim *train.Simulator, g0 *graph.Graph, gen *train.GenerationSummary) (*Result, error) {
+	var err error
 	if q := r.Config.Quant; q != nil && !quantized(g0) {
 		return nil, fmt.Errorf("%s: no Linear weight of this model is stored %s (the source does not build quantized layers, or every Linear is skipped)", r.Source.Name(), q.Format)
 	}
@@ -268,6 +345,14 @@ func Run(ctx context.Context, r Request) (*Result, error) {
 	// release_cached_blocks on a failed cudaMalloc) where it would on a
 	// device whose real figures are the band's worst above the prediction.
 	dev := alloc.Device{Capacity: r.GPU.Capacity - r.Margin - cudaCtx, Total: r.GPU.Capacity - r.Margin}
+	// cuDNN's workspaces are screened at their low end, none, below
+	if req := sim.Summary().PeakRequested - sim.Summary().ConvWorkspaceBytes; r.Screen && req > dev.Capacity {
+		sim.CompactTrace().Release()
+		return &Result{Model: r.Source.Name(), Config: r.Config, Setup: sim.Setup(), GPU: r.GPU, Summary: sim.Summary(),
+			Timeline: &alloc.Timeline{PeakAllocatedEvent: -1, PeakReservedEvent: -1}, Context: cudaCtx, Libraries: lib, NCCL: nccl, Margin: r.Margin,
+			Screened: true, Decider: fmt.Sprintf("the step requests %s at its peak, more than the %s the device leaves the allocator: no allocator setting fits it",
+				alloc.FormatSize(sim.Summary().PeakRequested), alloc.FormatSize(dev.Capacity))}, nil
+	}
 	lowEnd := false
 	if sim.Summary().ConvWorkspaceBytes > 0 {
 		// cuDNN's workspaces lie between none and the bound of
@@ -471,12 +556,17 @@ func simulateTraining(ctx context.Context, r Request, setup train.Setup) (*train
 	if err != nil {
 		return nil, nil, err
 	}
+	if r.Screen {
+		sim.StopAbove(screenLimit(r))
+	}
 	for _, b := range sched {
 		g, err := build(b)
 		if err != nil {
 			return nil, nil, err
 		}
-		if err := sim.StepContext(ctx, g); err != nil {
+		if err := sim.StepContext(ctx, g); errors.Is(err, train.ErrOverLimit) {
+			break // finish screens it out
+		} else if err != nil {
 			return nil, nil, err
 		}
 	}

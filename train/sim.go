@@ -2,6 +2,7 @@ package train
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/batchfit/batchfit/graph"
@@ -92,6 +93,7 @@ type Simulator struct {
 	gradsAlive bool
 	slab       []storage
 	live       int64 // requested bytes of the live storages
+	limit      int64 // StopAbove's limit, 0 for none
 	plans      map[*graph.Graph]*plan
 	inBuf      []value
 	localBuf   []*storage
@@ -473,6 +475,23 @@ func (sim *Simulator) fail(format string, args ...any) {
 	}
 }
 
+// ErrOverLimit is what a step stopped by StopAbove returns.
+var ErrOverLimit = errors.New("the requested bytes passed the simulation's limit")
+
+// StopAbove makes the steps stop with ErrOverLimit at the first
+// micro-batch's forward or backward boundary where the requested peak so
+// far, less the largest cuDNN workspace (which a replay without
+// workspaces would not request), exceeds limit; 0 never stops. A
+// prediction that only asks whether a step fits a device has its answer
+// there: the allocator rounds every request up, so a step that requests
+// more than the device cannot fit it. The Summary then holds the peaks up
+// to the stop, each a lower bound of the whole step's.
+func (sim *Simulator) StopAbove(limit int64) { sim.limit = limit }
+
+func (sim *Simulator) over() bool {
+	return sim.limit > 0 && sim.sum.PeakRequested-sim.sum.ConvWorkspaceBytes > sim.limit
+}
+
 // Step simulates one optimizer step: Accumulate micro-batches of forward
 // and backward on g, then the optimizer step and zero_grad.
 func (sim *Simulator) Step(g *graph.Graph) error {
@@ -488,6 +507,9 @@ func (sim *Simulator) StepContext(ctx context.Context, g *graph.Graph) error {
 	}
 	if err := ctx.Err(); err != nil {
 		return err
+	}
+	if sim.over() {
+		return ErrOverLimit
 	}
 	if sim.s.Stages > 1 {
 		sim.pipelineStep(g)
@@ -529,9 +551,15 @@ func (sim *Simulator) StepContext(ctx context.Context, g *graph.Graph) error {
 			mb.measureSaved()
 		}
 		mb.exitAutocast()
+		if sim.over() {
+			return ErrOverLimit
+		}
 		mb.backward()
 		if sim.err != nil {
 			return sim.err
+		}
+		if sim.over() {
+			return ErrOverLimit
 		}
 	}
 	sim.collecting, sim.collected = false, sim.collected[:0]

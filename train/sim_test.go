@@ -157,3 +157,40 @@ func TestZeroGradProfile(t *testing.T) {
 		t.Errorf("gradients live at the end under 1.13 = %d, want 232 (all parameters)", gradLive)
 	}
 }
+
+// StopAbove stops a step once its requested bytes pass the limit, with
+// the peaks so far: each at least the limit and at most the whole step's.
+// Below the whole step's peak it never stops.
+func TestStopAbove(t *testing.T) {
+	g := mlp(t, 512, 1024, 2048, 6, 10)
+	s := Setup{Optimizer: Optimizer{Kind: Adam}, Accumulate: 3}
+	run := func(limit int64) (Summary, error) {
+		sim, err := New(g, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sim.StopAbove(limit)
+		for i := 0; i < 3; i++ {
+			if err := sim.Step(g); err != nil {
+				return sim.Summary(), err
+			}
+		}
+		return sim.Summary(), nil
+	}
+	full, err := run(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := run(full.PeakRequested); err != nil {
+		t.Errorf("stopped at the step's own peak: %v", err)
+	}
+	for _, limit := range []int64{full.PeakRequested - 1, full.PeakRequested / 2, full.PeakRequested / 8} {
+		got, err := run(limit)
+		if err != ErrOverLimit {
+			t.Fatalf("limit %d of a %d-byte step: %v, want ErrOverLimit", limit, full.PeakRequested, err)
+		}
+		if got.PeakRequested <= limit || got.PeakRequested > full.PeakRequested {
+			t.Errorf("limit %d: stopped with a requested peak of %d (the step's %d)", limit, got.PeakRequested, full.PeakRequested)
+		}
+	}
+}
