@@ -318,6 +318,8 @@ type planner struct {
 	// passes caches a micro-batch's forward and backward timed, which
 	// the optimizer, its implementation and the accumulation leave alone
 	passes map[passKey]*cost.Pass
+	// built holds every graph the search builds, its predictions' too
+	built *predict.Graphs
 }
 
 type passKey struct {
@@ -446,7 +448,7 @@ func Run(ctx context.Context, o Options) (*Answer, error) {
 	pl := &planner{ctx: ctx, o: o, graphs: map[graphKey]*graph.Graph{}, runs: map[recKey][]train.OpRun{}, runsOn: map[recKey]*graph.Graph{},
 		ans: &Answer{Margin: o.Margin, GlobalBatch: o.GlobalBatch, RankBatch: o.GlobalBatch / ranks, Ranks: ranks, Untimed: untimed}, allow: map[Lever]bool{}, src: o.Base.Source,
 		seen: map[Candidate]*Plan{}, dead: map[deadKey]int{}, aligned: map[alignKey][]train.OpRun{},
-		steps: map[stepKey]cost.Estimate{}, comms: map[commKey]train.Comms{}, passes: map[passKey]*cost.Pass{}}
+		steps: map[stepKey]cost.Estimate{}, comms: map[commKey]train.Comms{}, passes: map[passKey]*cost.Pass{}, built: predict.NewGraphs()}
 	levers := o.Levers
 	if len(levers) == 0 {
 		levers = Levers()
@@ -524,7 +526,7 @@ func (pl *planner) graphOf(micro int64, tune Tune, tp tensorOpt) (*graph.Graph, 
 		// the first's, or the worst is)
 		c.Stage = 0
 	}
-	g, err := pl.src.Build(c)
+	g, err := pl.built.Build(pl.src, c)
 	if err != nil {
 		return nil, err
 	}
@@ -600,6 +602,7 @@ func (pl *planner) request(c Candidate) predict.Request {
 	}
 	r.Alloc = pl.baseAC
 	r.Alloc.ExpandableSegments = c.Expandable
+	r.Graphs = pl.built
 	return r
 }
 
@@ -856,7 +859,7 @@ func (pl *planner) tensors() []tensorOpt {
 		if c.PP > 1 {
 			c.Stage = 0
 		}
-		_, err := pl.src.Build(c)
+		_, err := pl.built.Build(pl.src, c)
 		return err == nil // the heads, the MLP or the layers do not split
 	}
 	tps := []tensorOpt{{base.tp, base.sp, 0}}
@@ -963,7 +966,7 @@ func (pl *planner) findLoRA() {
 	for _, t := range loraTargets {
 		a := &graph.Adapters{Rank: 8, Alpha: 8, Targets: t}
 		c.Adapters = a
-		if _, err := pl.src.Build(c); err == nil {
+		if _, err := pl.built.Build(pl.src, c); err == nil {
 			pl.lora = a
 			return
 		}
@@ -1207,12 +1210,24 @@ func (pl *planner) cand(cb *combo, i int, expandable bool) Candidate {
 // earlier prediction already showed it cannot fit (then it returns nil).
 func (pl *planner) probe(cb *combo, i int, expandable bool) (*Plan, error) {
 	k := deadKey{cb.p, cb.ck, cb.par, cb.tp, cb.tune, cb.optim}
-	if d, ok := pl.dead[k]; ok && i <= d {
-		return nil, nil
+	anyOptim := k
+	anyOptim.optim = "*"
+	for _, k := range []deadKey{k, anyOptim} {
+		if d, ok := pl.dead[k]; ok && i <= d {
+			return nil, nil
+		}
 	}
 	p, err := pl.evaluate(pl.cand(cb, i, expandable))
 	if err != nil || p.Fits {
 		return p, err
+	}
+	// Before its first optimizer step a job holds no optimizer state: a
+	// first pass that requests more than the device fails with every
+	// optimizer.
+	if p.Result.Summary.FirstPassPeakRequested > pl.capLeft {
+		if d, ok := pl.dead[anyOptim]; !ok || i > d {
+			pl.dead[anyOptim] = i
+		}
 	}
 	// Requested bytes are a floor under allocated and reserved ones: a
 	// pass whose requested peak exceeds the device fails under every
@@ -1291,34 +1306,27 @@ func (pl *planner) search(cb *combo) error {
 			}
 		}
 	}
-	// bisection between lo, which does not fit (-1: none known), and
-	// fitAt, which does
-	p, err := pl.probe(cb, hi, exp0)
+	// Bisection over the prefix, without probing its most frugal end
+	// first: when a plan fits, the probes that find it show that the end
+	// fits too, and the end's own prediction is needed only when nothing
+	// else does.
+	lo, loPlan, fit, err := pl.bisect(cb, -1, hi+1, nil, exp0)
 	if err != nil {
 		return err
 	}
-	if p == nil {
-		pl.pruned(cb, fmt.Sprintf(
-			"with %s%s and checkpointing %s the forward and backward passes alone need more than the device at a micro-batch of %d",
-			strategyPrefix(cb.par), cb.p, cb.ck, pl.accsMicro(hi)))
-		return nil
-	}
-	if !p.Fits {
-		if rescue && pl.fitsFloor(p) {
-			q, err := pl.probe(cb, hi, true)
-			if err != nil {
-				return err
-			}
-			if q != nil && q.Fits {
-				_, _, err := pl.bisect(cb, hi, q, true)
-				return err
-			}
+	if fit == nil {
+		// nothing fits up to hi; loPlan is hi's prediction
+		if loPlan == nil {
+			pl.pruned(cb, fmt.Sprintf(
+				"with %s%s and checkpointing %s the forward and backward passes alone need more than the device at a micro-batch of %d",
+				strategyPrefix(cb.par), cb.p, cb.ck, pl.accsMicro(hi)))
+			return nil
 		}
-		return nil
-	}
-	lo, loPlan, err := pl.bisect(cb, hi, p, exp0)
-	if err != nil {
-		return err
+		if !rescue || !pl.fitsFloor(loPlan) {
+			return nil
+		}
+	} else {
+		pl.keep(fit)
 	}
 	// expandable segments leave less reserved but unused: a larger
 	// micro-batch may fit with them
@@ -1328,25 +1336,29 @@ func (pl *planner) search(cb *combo) error {
 			return err
 		}
 		if q != nil && q.Fits {
-			_, _, err := pl.bisect(cb, lo, q, true)
+			_, _, fit, err := pl.bisect(cb, -1, lo, q, true)
+			if err == nil && fit != nil {
+				pl.keep(fit)
+			}
 			return err
 		}
 	}
 	return nil
 }
 
-// bisect finds the smallest accumulation at or below index at (which
-// fits, as plan p) that fits with the allocator setting given, and keeps
-// it. It returns the index just below, which does not fit (-1 when none
-// is), and that index's prediction (nil when it was ruled out without one).
-func (pl *planner) bisect(cb *combo, at int, p *Plan, expandable bool) (int, *Plan, error) {
-	lo, fitAt, fit := -1, at, p
+// bisect finds the smallest accumulation index in (lo, fitAt] that fits
+// with the allocator setting given: fitAt fits, as plan fit, or is one
+// past the last index and not known to (fit nil). It answers the index
+// just below the smallest that fits (-1 when none is) with that index's
+// prediction (nil when it was ruled out without one), and the plan that
+// fits (nil when none does).
+func (pl *planner) bisect(cb *combo, lo, fitAt int, fit *Plan, expandable bool) (int, *Plan, *Plan, error) {
 	var loPlan *Plan
 	for fitAt-lo > 1 {
 		mid := (lo + fitAt) / 2
 		q, err := pl.probe(cb, mid, expandable)
 		if err != nil {
-			return 0, nil, err
+			return 0, nil, nil, err
 		}
 		if q != nil && q.Fits {
 			fitAt, fit = mid, q
@@ -1354,8 +1366,7 @@ func (pl *planner) bisect(cb *combo, at int, p *Plan, expandable bool) (int, *Pl
 			lo, loPlan = mid, q
 		}
 	}
-	pl.keep(fit)
-	return lo, loPlan, nil
+	return lo, loPlan, fit, nil
 }
 
 // keptAt is the kept plan of the same precision and checkpointing as cb

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/batchfit/batchfit/alloc"
 	"github.com/batchfit/batchfit/cost"
@@ -99,6 +100,9 @@ type Request struct {
 	// large model runs to megabytes and a search makes many results, so
 	// by default the events are recycled once replayed.
 	KeepTrace bool
+	// Graphs, when set, is a search's cache of the graphs it built: the
+	// request's graphs are taken from it and kept in it.
+	Graphs *Graphs
 	// Screen answers without replaying the allocator when the simulated
 	// step's requested peak alone exceeds what the device leaves the
 	// allocator: every block rounds its request up and reserved memory
@@ -536,13 +540,17 @@ func simulateTraining(ctx context.Context, r Request, setup train.Setup) (*train
 		}
 		c := r.Config
 		c.Batch = b
-		g, err := r.Source.Build(c)
+		g, err := r.Graphs.Build(r.Source, c)
 		if err != nil {
 			return nil, err
 		}
 		if setup.Parallel.Strategy == train.FSDP {
 			// FSDP1's flat parameters: a unit mixing frozen and trainable
-			// parameters computes gradients for all of them
+			// parameters computes gradients for all of them (on a copy:
+			// the graph may be a search's, shared with other setups)
+			cp := *g
+			cp.Tensors = slices.Clone(g.Tensors)
+			g = &cp
 			g.UnfreezeMixedUnits()
 		}
 		graphs[b] = g
@@ -552,7 +560,7 @@ func simulateTraining(ctx context.Context, r Request, setup train.Setup) (*train
 	if err != nil {
 		return nil, nil, err
 	}
-	sim, err := train.New(g0, setup)
+	sim, err := r.Graphs.simulator(g0, setup)
 	if err != nil {
 		return nil, nil, err
 	}

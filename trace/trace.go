@@ -270,6 +270,20 @@ func (t *Trace) Site(name string) int32 {
 	return i
 }
 
+// ReserveSites makes room for n more sites, so that naming a large
+// graph's ops does not grow the index step by step.
+func (t *Trace) ReserveSites(n int) {
+	if t.siteIndex != nil && len(t.siteIndex) >= n {
+		return
+	}
+	idx := make(map[string]int32, len(t.Sites)+n)
+	for i, s := range t.Sites {
+		idx[s] = int32(i)
+	}
+	t.siteIndex = idx
+	t.Sites = slices.Grow(t.Sites, n)
+}
+
 // SiteName returns the name of site i, or "" when i is out of range.
 func (t *Trace) SiteName(i int32) string {
 	if i < 0 || int(i) >= len(t.Sites) {

@@ -249,6 +249,12 @@ type Summary struct {
 	// live sum right after an allocation in that phase). Outside the
 	// optimizer step it does not depend on the optimizer's implementation.
 	PhasePeakRequested [trace.NumPhases]int64
+	// FirstPassPeakRequested is PeakRequested up to the first optimizer
+	// step: the parameters and the first step's forward and backward
+	// passes, before any optimizer state exists (every optimizer makes
+	// its state in its first step), so that no optimizer changes it. When
+	// StopAbove stopped the first step, it is the peak so far.
+	FirstPassPeakRequested int64
 	// SavedByOp attributes ActivationsBytes to the op that first saved each
 	// storage, in forward order.
 	SavedByOp []OpSaved
@@ -290,11 +296,18 @@ type OpSaved struct {
 // New starts a simulation. The graph gives the parameters and buffers,
 // which are allocated first (model.to(device)).
 func New(g *graph.Graph, s Setup) (*Simulator, error) {
-	s, err := s.Normalize()
-	if err != nil {
+	if err := g.Validate(); err != nil {
 		return nil, err
 	}
-	if err := g.Validate(); err != nil {
+	return NewValidated(g, s)
+}
+
+// NewValidated is New for a graph that passed graph.Validate and has not
+// changed since: a search simulates each of its graphs many times, and
+// validating a large graph costs a good part of a short simulation.
+func NewValidated(g *graph.Graph, s Setup) (*Simulator, error) {
+	s, err := s.Normalize()
+	if err != nil {
 		return nil, err
 	}
 	sim := &Simulator{s: s}
@@ -431,6 +444,9 @@ func (sim *Simulator) alloc(bytes int64, cat trace.Category) *storage {
 	sim.live += bytes
 	sim.sum.PeakRequested = max(sim.sum.PeakRequested, sim.live)
 	sim.sum.PhasePeakRequested[sim.phase] = max(sim.sum.PhasePeakRequested[sim.phase], sim.live)
+	if sim.limit > 0 && sim.err == nil && sim.live-sim.sum.ConvWorkspaceBytes > sim.limit {
+		sim.err = ErrOverLimit // the passes stop at the op's end
+	}
 	sim.tr.Add(trace.Event{Action: trace.Alloc, Category: cat, Phase: sim.phase,
 		Stream: sim.stream, Step: sim.step, Site: sim.site, ID: st.id, Size: bytes})
 	return st
@@ -478,19 +494,15 @@ func (sim *Simulator) fail(format string, args ...any) {
 // ErrOverLimit is what a step stopped by StopAbove returns.
 var ErrOverLimit = errors.New("the requested bytes passed the simulation's limit")
 
-// StopAbove makes the steps stop with ErrOverLimit at the first
-// micro-batch's forward or backward boundary where the requested peak so
-// far, less the largest cuDNN workspace (which a replay without
-// workspaces would not request), exceeds limit; 0 never stops. A
+// StopAbove makes the steps stop with ErrOverLimit after the op whose
+// allocation takes the requested bytes, less the largest cuDNN workspace
+// (which a replay without workspaces would not request), past limit; 0
+// never stops. A
 // prediction that only asks whether a step fits a device has its answer
 // there: the allocator rounds every request up, so a step that requests
 // more than the device cannot fit it. The Summary then holds the peaks up
 // to the stop, each a lower bound of the whole step's.
 func (sim *Simulator) StopAbove(limit int64) { sim.limit = limit }
-
-func (sim *Simulator) over() bool {
-	return sim.limit > 0 && sim.sum.PeakRequested-sim.sum.ConvWorkspaceBytes > sim.limit
-}
 
 // Step simulates one optimizer step: Accumulate micro-batches of forward
 // and backward on g, then the optimizer step and zero_grad.
@@ -502,14 +514,29 @@ func (sim *Simulator) Step(g *graph.Graph) error {
 // checked before each micro-batch (the loop a long accumulation makes
 // long; one micro-batch is bounded by the graph's size).
 func (sim *Simulator) StepContext(ctx context.Context, g *graph.Graph) error {
+	if sim.stepsDone == 0 {
+		defer sim.notePass()
+	}
+	return sim.runStep(ctx, g)
+}
+
+// notePass keeps the first step's requested peak before its optimizer
+// step (closeStep), or where the step stopped.
+func (sim *Simulator) notePass() {
+	if sim.sum.FirstPassPeakRequested == 0 {
+		sim.sum.FirstPassPeakRequested = sim.sum.PeakRequested
+	}
+}
+
+func (sim *Simulator) runStep(ctx context.Context, g *graph.Graph) error {
 	if err := sim.checkParams(g); err != nil {
 		return err
 	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if sim.over() {
-		return ErrOverLimit
+	if sim.err != nil {
+		return sim.err
 	}
 	if sim.s.Stages > 1 {
 		sim.pipelineStep(g)
@@ -547,19 +574,16 @@ func (sim *Simulator) StepContext(ctx context.Context, g *graph.Graph) error {
 		}
 		mb.loadBatch()
 		mb.forward()
+		if sim.err != nil {
+			return sim.err
+		}
 		if sim.stepsDone == 0 && m == 0 {
 			mb.measureSaved()
 		}
 		mb.exitAutocast()
-		if sim.over() {
-			return ErrOverLimit
-		}
 		mb.backward()
 		if sim.err != nil {
 			return sim.err
-		}
-		if sim.over() {
-			return ErrOverLimit
 		}
 	}
 	sim.collecting, sim.collected = false, sim.collected[:0]
@@ -570,6 +594,9 @@ func (sim *Simulator) StepContext(ctx context.Context, g *graph.Graph) error {
 func (sim *Simulator) closeStep() error {
 	if sim.err != nil {
 		return sim.err
+	}
+	if sim.stepsDone == 0 {
+		sim.notePass()
 	}
 	sim.ctx, sim.bctx = fwdCtx{}, bwdCtx{} // drop the last op's micro-batch state
 	sim.optimizerStep()
@@ -607,6 +634,7 @@ func (sim *Simulator) planFor(g *graph.Graph) *plan {
 		sim.plans = map[*graph.Graph]*plan{}
 	}
 	p := &plan{sites: make([]int32, len(g.Ops)), rules: make([]rule, len(g.Ops)), known: make([]bool, len(g.Ops))}
+	sim.tr.ReserveSites(len(g.Ops))
 	for i := range g.Ops {
 		p.sites[i] = sim.tr.Site(g.Ops[i].Name)
 		p.rules[i], p.known[i] = rules[g.Ops[i].Kind]
