@@ -1114,16 +1114,21 @@ func (pl *planner) run() error {
 // when none were taken yet.
 func (pl *planner) prepare(cb *combo) error {
 	if rk := (recKey{cb.p, cb.tune}); pl.runs[rk] == nil {
-		// One micro-batch simulated, at the smallest micro-batch, with no
-		// allocator replay: the records are the same at every size, and
-		// the searches predict what they need of memory.
+		// One micro-batch simulated, with no allocator replay: the
+		// records are the same at every size, and the searches predict
+		// what they need of memory. A builder's op list at batch 1 may
+		// differ from the larger ones' (a reshape that is a view at batch
+		// 1 and a copy beyond it), so the records are taken at the second
+		// smallest micro-batch, whose ops the larger ones share, and only
+		// the smallest needs them carried over (cost.Align).
+		at := max(len(pl.accs)-2, 0)
 		c := pl.base
 		c.Precision = cb.p
 		c.Parallel = cb.par
 		c.TP, c.SP, c.PP = cb.tp.tp, cb.tp.sp, cb.tp.pp
 		c.Tune, c.Optim = cb.tune, cb.optim
-		c.Accumulate = pl.accs[len(pl.accs)-1]
-		c.MicroBatch = pl.accsMicro(len(pl.accs) - 1)
+		c.Accumulate = pl.accs[at]
+		c.MicroBatch = pl.accsMicro(at)
 		runs, g, err := predict.Records(pl.ctx, pl.request(c))
 		if err != nil {
 			return fmt.Errorf("%s: %w", describe(c), err)

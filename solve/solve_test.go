@@ -169,11 +169,15 @@ func BenchmarkMaxBatchGPT2(b *testing.B) {
 
 func BenchmarkMaxBatchResNet50(b *testing.B) {
 	r := request(b, "resnet50", "h100-80gb")
+	var ans *Answer
 	for i := 0; i < b.N; i++ {
-		if _, err := MaxBatch(context.Background(), r, 0); err != nil {
+		var err error
+		if ans, err = MaxBatch(context.Background(), r, 0); err != nil {
 			b.Fatal(err)
 		}
 	}
+	b.ReportMetric(float64(ans.Probes), "predictions")
+	b.ReportMetric(float64(ans.Max), "answer")
 }
 
 // Llama-3-70B does not fit one GPU with Adam (its bf16 weights alone are
