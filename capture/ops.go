@@ -134,6 +134,52 @@ func (x *bctx) group(ops []op) bool {
 			"hardswish": graph.Hardswish, "hardsigmoid": graph.Hardsigmoid, "gelu": graph.GELU, "sigmoid": graph.Sigmoid, "tanh": graph.Tanh}[name]
 		x.set(out, b.Act(k, x.name(o), x.in(o, xt), true))
 		return true
+	case "instance_norm":
+		// nn.InstanceNorm without running statistics (its default):
+		// at::instance_norm's repeat, view and batch_norm as one op
+		xi, _ := argAt(as, kw, 0, "input")
+		xt, ok := xi.tensor()
+		if !ok {
+			return false
+		}
+		for i, n := range []string{"running_mean", "running_var"} {
+			if a, ok := argAt(as, kw, 1+i, n); ok && !a.null() {
+				return false
+			}
+		}
+		if a, ok := argAt(as, kw, 5, "use_input_stats"); ok {
+			if v, _ := a.boolean(); !v {
+				return false
+			}
+		}
+		var ps [2]graph.TensorID
+		for i, n := range []string{"weight", "bias"} {
+			ps[i] = graph.None
+			if a, ok := argAt(as, kw, 3+i, n); ok && !a.null() {
+				pt, ok := a.tensor()
+				if !ok {
+					return false
+				}
+				ps[i] = x.in(o, pt)
+				if ps[i] == graph.None || b.TensorAt(ps[i]).Role != graph.Parameter {
+					return false
+				}
+			}
+		}
+		x.set(out, b.InstanceNormWith(x.name(o), x.in(o, xt), ps[0], ps[1]))
+		return true
+	case "leaky_relu":
+		xi, _ := argAt(as, kw, 0, "input")
+		xt, ok := xi.tensor()
+		if !ok {
+			return false
+		}
+		inplace := false
+		if a, ok := argAt(as, kw, 2, "inplace"); ok {
+			inplace, _ = a.boolean()
+		}
+		x.set(out, b.Act(graph.LeakyReLU, x.name(o), x.in(o, xt), inplace))
+		return true
 	case "scaled_dot_product_attention":
 		var qkv [3]graph.TensorID
 		for i, n := range []string{"query", "key", "value"} {
@@ -364,10 +410,7 @@ func (x *bctx) aten(o *op) {
 		}
 		return
 	case "convolution", "_convolution":
-		if tr, _ := as[6].boolean(); tr {
-			x.err = x.ruleError(o, "transposed convolution")
-			return
-		}
+		transposed, _ := as[6].boolean()
 		r := rec(0)
 		if len(r.Shape) != 4 {
 			x.err = x.ruleError(o, "only 2-D convolution")
@@ -387,6 +430,10 @@ func (x *bctx) aten(o *op) {
 			groups = g[0]
 		}
 		opts := graph.Conv2dOpts{Stride: x.pair(as, 3, 1), Padding: x.pair(as, 4, 0), Dilation: x.pair(as, 5, 1), Groups: groups, Bias: bias != graph.None}
+		if transposed {
+			x.set(out(0), b.ConvTranspose2dWith(mod, t(0), w, bias, opts, x.pair(as, 7, 0)))
+			return
+		}
 		x.set(out(0), b.Conv2dWith(mod, t(0), w, bias, opts))
 		return
 	case "native_batch_norm", "_native_batch_norm_legit", "_batch_norm_with_update", "cudnn_batch_norm", "_native_batch_norm_legit_functional":
@@ -485,7 +532,7 @@ func (x *bctx) aten(o *op) {
 	case "mean":
 		r := rec(0)
 		if o.Overload == "default" {
-			x.err = x.ruleError(o, "mean over every element")
+			x.set(out(0), b.MeanAll(mod, t(0)))
 			return
 		}
 		dims, _ := x.ints(as[1])
@@ -603,8 +650,12 @@ func (x *bctx) aten(o *op) {
 	case "sum":
 		if o.Overload == "dim_IntList" {
 			d, _ := x.ints(as[1])
-			if len(d) == 1 {
-				m := b.SumDim(mod, t(0), int(d[0]))
+			if len(d) >= 1 {
+				dims := make([]int, len(d))
+				for i, v := range d {
+					dims[i] = int(v)
+				}
+				m := b.SumDims(mod, t(0), dims)
 				if r := rec(0); m != graph.None && len(x.shape(r)) != len(b.Shape(m)) {
 					m = b.ViewAs(mod, m, x.shape(r), true)
 				}

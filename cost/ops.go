@@ -61,12 +61,28 @@ func forward(t *timer, g *graph.Graph, op *graph.Op, run train.OpRun) {
 			t.transposes(run.In, op.Attr.ChannelsLast, 3, bytes)
 			t.product(conv, run.In, c.pixels, c.patch, c.cout, 1, bytes)
 		}
+	case graph.ConvTranspose2d:
+		// the backward-data pass of the mirrored convolution: the input's
+		// pixels × C_out·kh·kw, over C_in
+		bytes := (in+numel(g, op.Weight))*e + out*eo
+		c := convTShape(g, op)
+		if c.groups > 1 {
+			t.grouped(conv, run.In, convTFLOPs(g, op), bytes)
+		} else {
+			t.transposes(run.In, op.Attr.ChannelsLast, 3, bytes)
+			t.product(conv, run.In, c.pixels, c.cout*c.patch/c.cin, c.cin, 1, bytes)
+		}
 	case graph.Attention:
 		attentionForward(t, g, op, run)
 	case graph.Embedding:
 		t.kernel(vector, run.Out, 0, out*eo+in*8)
 	case graph.BatchNorm:
 		// statistics, then normalisation: the input read twice
+		t.kernel(vector, run.In, 0, 2*in*e+out*eo)
+	case graph.InstanceNorm:
+		// the affine parameters repeated to N×C, then batch norm over
+		// the input seen as N×C channels
+		t.kernels(affine(g, op), vector, graph.F32, 0, 2*instances(g, op)*4)
 		t.kernel(vector, run.In, 0, 2*in*e+out*eo)
 	case graph.LayerNorm:
 		t.kernel(vector, run.In, 0, in*e+out*eo)
@@ -163,6 +179,31 @@ func backward(t *timer, g *graph.Graph, op *graph.Op, run train.OpRun) {
 		if needsGrad(g, op.Bias) {
 			t.kernel(vector, run.In, out, out*e)
 		}
+	case graph.ConvTranspose2d:
+		// the mirrored convolution's forward for the input's gradient,
+		// its backward-filter for the weight's
+		f := convTFLOPs(g, op)
+		x, w := numel(g, op.Inputs[0]), numel(g, op.Weight)
+		c := convTShape(g, op)
+		if needsGrad(g, op.Inputs[0]) {
+			if c.groups > 1 {
+				t.grouped(conv, run.In, f, (out+w+x)*e)
+			} else {
+				t.transposes(run.In, op.Attr.ChannelsLast, 3, (out+w+x)*e)
+				t.product(conv, run.In, c.pixels, c.patch, c.cout, 1, (out+w+x)*e)
+			}
+		}
+		if needsGrad(g, op.Weight) {
+			if c.groups > 1 {
+				t.grouped(conv, run.In, f, (out+x+w)*e)
+			} else {
+				t.transposes(run.In, op.Attr.ChannelsLast, 3, (out+x+w)*e)
+				t.product(conv, run.In, c.cout, c.pixels, c.patch, 1, (out+x+w)*e)
+			}
+		}
+		if needsGrad(g, op.Bias) {
+			t.kernel(vector, run.In, out, out*e)
+		}
 	case graph.Attention:
 		attentionBackward(t, g, op, run)
 	case graph.Embedding:
@@ -178,6 +219,12 @@ func backward(t *timer, g *graph.Graph, op *graph.Op, run train.OpRun) {
 	case graph.BatchNorm:
 		x := numel(g, op.Inputs[0])
 		t.kernel(vector, run.In, 0, (3*x+out)*e)
+	case graph.InstanceNorm:
+		// batch norm's backward, then the repeated parameters' gradients
+		// summed over the batch
+		x := numel(g, op.Inputs[0])
+		t.kernel(vector, run.In, 0, (3*x+out)*e)
+		t.kernels(affine(g, op), vector, graph.F32, 0, 2*instances(g, op)*4)
 	case graph.LayerNorm:
 		x := numel(g, op.Inputs[0])
 		t.kernel(vector, run.In, 0, 3*x*e)
@@ -349,4 +396,40 @@ func attentionBackward(t *timer, g *graph.Graph, op *graph.Op, run train.OpRun) 
 		t.kernels(2, gemm, run.Scores, 4*scores*d, 2*scores*ce+4*bh*l*d*ce) // dq, dk
 		t.kernel(vector, run.Scores, 0, 2*bh*l*d*ce)                        // the scale
 	}
+}
+
+// affine counts an instance norm's affine parameters (0 to 2).
+func affine(g *graph.Graph, op *graph.Op) int64 {
+	var n int64
+	for _, p := range []graph.TensorID{op.Weight, op.Bias} {
+		if p != graph.None {
+			n++
+		}
+	}
+	return n
+}
+
+// instances is N×C of an instance norm's input.
+func instances(g *graph.Graph, op *graph.Op) float64 {
+	s := g.Tensors[op.Inputs[0]].Shape
+	return float64(s[0] * s[1])
+}
+
+// convTShape is a transposed convolution as the convolution it mirrors,
+// which maps the transposed one's output shape to its input's: C_out of
+// that convolution is the transposed one's C_in, its output pixels the
+// transposed one's input pixels.
+func convTShape(g *graph.Graph, op *graph.Op) convGEMM {
+	w := g.Tensors[op.Weight].Shape // [Cin, Cout/groups, kh, kw]
+	x := g.Tensors[op.Inputs[0]].Shape
+	o := g.Tensors[op.Output].Shape
+	c := convGEMM{cout: float64(w[0]), patch: float64(w.Numel()) / float64(max(w[0], 1)), cin: float64(o[1])}
+	c.pixels = float64(x.Numel()) / max(c.cout, 1)
+	c.groups = max(1, c.cin/float64(max(w[1], 1)))
+	return c
+}
+
+func convTFLOPs(g *graph.Graph, op *graph.Op) float64 {
+	c := convTShape(g, op)
+	return 2 * c.pixels * c.cout * c.patch
 }

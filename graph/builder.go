@@ -506,7 +506,7 @@ func (b *Builder) Act(k Kind, name string, x TensorID, inplace bool) TensorID {
 		return None
 	}
 	switch k {
-	case ReLU, GELU, GELUTanh, NewGELU, SiLU, Sigmoid, Tanh, Hardswish, Hardsigmoid, Hardtanh, Sqrt, Reciprocal, Erf:
+	case ReLU, GELU, GELUTanh, NewGELU, SiLU, Sigmoid, Tanh, Hardswish, Hardsigmoid, Hardtanh, Sqrt, Reciprocal, Erf, LeakyReLU:
 	default:
 		b.Fail("%s: %s is not an elementwise activation", b.path(name), k)
 		return None

@@ -42,6 +42,30 @@ func (b *Builder) SumDim(name string, x TensorID, dim int) TensorID {
 	return b.reduceKeep(SumDim, name, x, dim)
 }
 
+// SumDims is torch.sum(x, dims, keepdim=True) over several dims at once:
+// one reduction, whose node saves only sizes like SumDim's.
+func (b *Builder) SumDims(name string, x TensorID, dims []int) TensorID {
+	if !b.ok(x) {
+		return None
+	}
+	if len(dims) == 0 {
+		b.Fail("%s: sum over no dims", b.path(name))
+		return None
+	}
+	s := b.Shape(x)
+	os := s.Clone()
+	for _, dim := range dims {
+		d, ok := normDim(dim, len(s))
+		if !ok {
+			b.Fail("%s: %s over dim %d of %v", b.path(name), SumDim, dim, s)
+			return None
+		}
+		os[d] = 1
+	}
+	d, _ := normDim(dims[0], len(s))
+	return b.op(SumDim, name, []TensorID{x}, None, None, os, b.DTypeOf(x), None, true, Attr{Dim: d})
+}
+
 func (b *Builder) reduceKeep(k Kind, name string, x TensorID, dim int) TensorID {
 	if !b.ok(x) {
 		return None

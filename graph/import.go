@@ -81,6 +81,62 @@ func (b *Builder) Conv2dWith(name string, x, w, bias TensorID, o Conv2dOpts) Ten
 	return out
 }
 
+// ConvTranspose2dWith is F.conv_transpose2d with an existing weight
+// [C_in, C_out/groups, kh, kw] and bias (None when absent); outPad is its
+// output_padding.
+func (b *Builder) ConvTranspose2dWith(name string, x, w, bias TensorID, o Conv2dOpts, outPad [2]int64) TensorID {
+	if !b.ok(x, w) {
+		return None
+	}
+	s, ws := b.Shape(x), b.Shape(w)
+	if len(s) != 4 || len(ws) != 4 {
+		b.Fail("%s: conv_transpose2d expects a 4-D input and weight, got %v and %v", b.path(name), s, ws)
+		return None
+	}
+	o = conv2dDefaults(o)
+	o.Kernel = [2]int64{ws[2], ws[3]}
+	if s[1] != ws[0] || ws[0]%o.Groups != 0 {
+		b.Fail("%s: conv_transpose2d of %v with weight %v and %d groups: channels do not match", b.path(name), s, ws, o.Groups)
+		return None
+	}
+	var hw [2]int64
+	for i := range hw {
+		// (in − 1)·stride − 2·padding + dilation·(k − 1) + output_padding + 1
+		hw[i] = (s[2+i]-1)*o.Stride[i] - 2*o.Padding[i] + o.Dilation[i]*(o.Kernel[i]-1) + outPad[i] + 1
+		if hw[i] <= 0 || outPad[i] < 0 {
+			b.Fail("%s: conv_transpose2d of %v with kernel %v makes no output", b.path(name), s, o.Kernel)
+			return None
+		}
+	}
+	out := b.op(ConvTranspose2d, name, []TensorID{x}, w, bias, Shape{s[0], ws[1] * o.Groups, hw[0], hw[1]}, b.DTypeOf(x), None, true,
+		Attr{Kernel: o.Kernel, Stride: o.Stride, Padding: o.Padding, Dilation: o.Dilation, Groups: o.Groups, ChannelsLast: b.cl[x]})
+	b.keepChannelsLast(out, x)
+	return out
+}
+
+// InstanceNormWith is F.instance_norm with batch statistics (no running
+// statistics kept) and the affine parameters given (None when absent).
+func (b *Builder) InstanceNormWith(name string, x, w, bias TensorID) TensorID {
+	if !b.ok(x) {
+		return None
+	}
+	s := b.Shape(x)
+	if len(s) < 3 {
+		b.Fail("%s: instance_norm expects (N, C, ...), got %v", b.path(name), s)
+		return None
+	}
+	for _, p := range []TensorID{w, bias} {
+		if p == None {
+			continue
+		}
+		if ps := b.Shape(p); len(ps) != 1 || ps[0] != s[1] {
+			b.Fail("%s: instance_norm's affine parameters are (%d), got %v", b.path(name), s[1], b.Shape(p))
+			return None
+		}
+	}
+	return b.op(InstanceNorm, name, []TensorID{x}, w, bias, s.Clone(), b.DTypeOf(x), None, true, Attr{})
+}
+
 // BatchNormWith is F.batch_norm in training mode with existing affine
 // parameters (None when absent) and running statistics.
 func (b *Builder) BatchNormWith(name string, x, w, bias TensorID, buffers []TensorID) TensorID {

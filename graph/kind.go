@@ -77,6 +77,17 @@ const (
 	// Pow is x ** number (pow.Tensor_Scalar); Rsqrt is torch.rsqrt.
 	Pow   Kind = "pow"
 	Rsqrt Kind = "rsqrt"
+	// LeakyReLU is F.leaky_relu (Attr.Inplace for leaky_relu_).
+	LeakyReLU Kind = "leaky_relu"
+	// InstanceNorm is F.instance_norm with batch statistics, as
+	// at::instance_norm runs it: the affine weight and bias repeated to
+	// N×C, the input viewed as one sample of N×C channels, and batch_norm
+	// over that (native_batch_norm, cudnn_batch_norm), the result viewed
+	// back.
+	InstanceNorm Kind = "instance_norm"
+	// ConvTranspose2d is F.conv_transpose2d (aten::convolution with
+	// transposed set): the weight is [C_in, C_out/groups, kh, kw].
+	ConvTranspose2d Kind = "conv_transpose2d"
 )
 
 // Kinds lists every op kind.
@@ -85,5 +96,5 @@ func Kinds() []Kind {
 		Hardswish, Hardsigmoid, Softmax, LogSoftmax, Dropout, MaxPool2d, AvgPool2d, AdaptiveAvgPool2d, Mean, View,
 		Contiguous, Cast, Add, Mul, Cat, Embedding, Attention, CrossEntropy, MSELoss,
 		Hardtanh, Rand, Full, Compare, MaskedFill, Pad, Roll, Slice, Index, Release, AllGather, ReduceScatter, KVCache,
-		Exp, Log, Neg, MaxDim, SumDim, Gather, Custom, Pow, Rsqrt}
+		Exp, Log, Neg, MaxDim, SumDim, Gather, Custom, Pow, Rsqrt, LeakyReLU, InstanceNorm, ConvTranspose2d}
 }

@@ -105,6 +105,45 @@ func init() {
 			c.save(c.w)
 			convCUDAForward(c)
 		}, bwd: convBackward},
+		// conv_transpose2d: ConvolutionBackward0 saves input and weight, as
+		// for any convolution. A transposed convolution is the backward
+		// data pass of the convolution that maps its output's shape to its
+		// input's: cuDNN runs it with that convolution's kernels (forward:
+		// backward-data; input gradient: forward; weight gradient:
+		// backward-filter with the roles swapped), and the CPU's
+		// slow_conv_transpose2d unfolds columns of that convolution.
+		graph.ConvTranspose2d: {cast: castLower, fwd: func(c *fwdCtx) {
+			c.save(c.in[0])
+			c.save(c.w)
+			in, out := c.shape(0), c.outShape()
+			if c.m.sim.s.CPU {
+				c.local(convColumns(out, in, c.op.Attr, c.in[0].dt), trace.Transient)
+				return
+			}
+			c.m.sim.cudnnKernel("bwd_data", out, in, c.op.Attr, c.in[0].dt)
+		}, bwd: func(c *bwdCtx) {
+			m := c.m
+			in := m.g.Tensors[c.op.Inputs[0]].Shape
+			out := m.g.Tensors[c.op.Output].Shape
+			dt := c.inDT(0)
+			cpu := m.sim.s.CPU
+			if c.needs(0) {
+				c.gradIn(0)
+				if !cpu {
+					m.sim.cudnnKernel("fwd", out, in, c.op.Attr, dt)
+				}
+			}
+			if w := c.op.Weight; w != graph.None && m.g.Tensors[w].RequiresGrad && m.pidx[w] >= 0 {
+				c.gradParam(w)
+				if !cpu {
+					m.sim.cudnnKernel("bwd_filter", out, in, c.op.Attr, dt)
+				}
+			}
+			c.gradParam(c.op.Bias)
+			if cpu {
+				c.temp(convColumns(out, in, c.op.Attr, dt))
+			}
+		}},
 		// native_batch_norm / cudnn_batch_norm in training: input, weight,
 		// running mean and var, and save_mean / save_invstd of C elements in
 		// float32 (the cuDNN reserve space is empty without a fused
@@ -127,6 +166,40 @@ func init() {
 			c.gradIn(0)
 			c.gradParam(c.op.Weight)
 			c.gradParam(c.op.Bias)
+		}},
+		// at::instance_norm: the affine weight and bias repeated to N×C
+		// (weight.repeat(N), in their own dtype), the input viewed as
+		// (1, N×C, ...) and batch_norm over it, whose node (NativeBatchNorm
+		// or CudnnBatchNorm) saves that input view, the repeated weight and
+		// save_mean / save_invstd of N×C elements in float32; there are no
+		// running statistics (nn.InstanceNorm's track_running_stats is
+		// off). Backward makes the repeated weight's and bias's gradients,
+		// which RepeatBackward sums to C. Autocast lists none of these ops:
+		// the input's dtype runs.
+		graph.InstanceNorm: {fwd: func(c *fwdCtx) {
+			s := c.shape(0)
+			nc := s[0] * s[1]
+			if c.w.st != nil {
+				c.saveNew(nc * c.w.dt.Size())
+			}
+			if c.b.st != nil {
+				c.local(nc*c.b.dt.Size(), trace.Transient)
+			}
+			c.save(c.in[0])
+			c.saveNew(nc * 4)
+			c.saveNew(nc * 4)
+		}, bwd: func(c *bwdCtx) {
+			c.gradIn(0)
+			s := c.m.g.Tensors[c.op.Inputs[0]].Shape
+			nc := s[0] * s[1]
+			for _, p := range []graph.TensorID{c.op.Weight, c.op.Bias} {
+				if p == graph.None || !c.m.g.Tensors[p].RequiresGrad {
+					continue
+				}
+				rep := c.alloc(nc * c.m.g.Tensors[p].DType.Size())
+				c.gradParam(p)
+				c.m.sim.unref(rep)
+			}
 		}},
 		// native_layer_norm (fp32 under autocast): input, weight, bias and
 		// mean / rstd of one float32 per normalized row. The saved input is
@@ -157,7 +230,16 @@ func init() {
 		graph.RMSNorm: {out: rmsNormOut, fwd: rmsNormForward, bwd: rmsNormBackward},
 		// relu: threshold_backward needs the result (relu_ saves the
 		// mutated input, the same storage).
-		graph.ReLU:    {fwd: saveResult, bwd: gradInput},
+		graph.ReLU: {fwd: saveResult, bwd: gradInput},
+		// leaky_relu_backward(grad, self, slope, self_is_result): the input
+		// out of place, the result in place (leaky_relu_ overwrote self).
+		graph.LeakyReLU: {fwd: func(c *fwdCtx) {
+			if c.op.Attr.Inplace {
+				saveResult(c)
+			} else {
+				saveSelf(c)
+			}
+		}, bwd: gradInput},
 		graph.Sigmoid: {fwd: saveResult, bwd: gradInput},
 		graph.Tanh:    {fwd: saveResult, bwd: gradInput},
 		// sqrt: grad / (2 * result); reciprocal: -grad * result * result,

@@ -143,7 +143,8 @@ func rel(got, want int64) float64 {
 // (examples/capture: a transformer written with einsum and a hand-written
 // softmax, a recurrent model with a Python loop, a U-Net with skip
 // concatenations, a custom autograd.Function, in-place activations, a
-// zoo model with a new head and a frozen backbone) to real PyTorch: their
+// zoo model with a new head and a frozen backbone, and nnU-Net 2D with
+// instance norm, LeakyReLU and transposed convolutions) to real PyTorch: their
 // captured graphs, simulated under the CPU rules, give the whole-step CPU
 // reference's bytes alive before each step and every phase's peak and end
 // within 0.1 % (validation/step.py's capture-* cases).
@@ -160,8 +161,8 @@ func TestCapturedExamples(t *testing.T) {
 		}
 	}
 	sort.Strings(ids)
-	if len(ids) < 6*3 {
-		t.Fatalf("the step reference has %d capture cases, want 18 (six examples, three setups)", len(ids))
+	if len(ids) < 7*3 {
+		t.Fatalf("the step reference has %d capture cases, want 21 (seven examples, three setups)", len(ids))
 	}
 	var rows []string
 	for _, id := range ids {

@@ -107,7 +107,9 @@ ALONE = ("vit_l_16",)
 # Models no builder covers, from batchfit's capture examples (examples/capture/NAME.py, each a
 # factory make(batch_size) returning the model, an example batch, targets and a loss): the
 # captured graphs of these are held to the cases below (validation/capture_test.go).
-CAPTURED = ("transformer", "rnn", "unet", "inplace", "finetune", "customfn")
+CAPTURED = ("transformer", "rnn", "unet", "inplace", "finetune", "customfn", "nnunet2d")
+# the factory of an example that is not make (capture_zoo.py captures the same one)
+CAPTURED_FACTORY = {"nnunet2d": "make_small"}
 CAPTURED_CASES = ((2, "sgd_momentum"), (4, "sgd_momentum"), (4, "adam"))
 
 
@@ -165,7 +167,7 @@ def factory(name):
     spec = importlib.util.spec_from_file_location("capture_example_" + name, path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    return mod.make
+    return getattr(mod, CAPTURED_FACTORY.get(name, "make"))
 
 
 def like(x):
