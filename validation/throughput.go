@@ -8,6 +8,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -52,6 +53,10 @@ type ThroughputRow struct {
 	Notes    string
 	// Line is the row's line in the file.
 	Line int
+	// Root is the directory a model named by a relative path (a captured
+	// graph, testdata/capture/NAME.bfgraph.gz) is read from: the
+	// repository's root, two levels above the set's file (LoadThroughput).
+	Root string
 }
 
 // throughputHeader is the calibration set's header, in order.
@@ -70,6 +75,10 @@ func LoadThroughput(path string) ([]ThroughputRow, error) {
 	rows, err := ParseThroughput(f)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	root := filepath.Join(filepath.Dir(path), "..", "..")
+	for i := range rows {
+		rows[i].Root = root
 	}
 	return rows, nil
 }
@@ -239,7 +248,11 @@ func ThroughputRequest(r ThroughputRow) (predict.Request, error) {
 	if EstimateRequest == nil {
 		return predict.Request{}, errors.New("no estimate command line reader linked (import internal/cli)")
 	}
-	req, err := EstimateRequest(r.Args)
+	args := r.Args
+	if m := args[0]; r.Root != "" && !filepath.IsAbs(m) && (strings.HasSuffix(m, ".bfgraph") || strings.HasSuffix(m, ".bfgraph.gz")) {
+		args = append([]string{filepath.Join(r.Root, m)}, args[1:]...)
+	}
+	req, err := EstimateRequest(args)
 	if err != nil {
 		return req, fmt.Errorf("field \"args\": %w", err)
 	}
@@ -345,6 +358,11 @@ type Saturation struct {
 	// MeasuredFlat[i] and PredictedFlat[i] are for the step from
 	// Batches[i] to Batches[i+1].
 	MeasuredFlat, PredictedFlat []bool
+	// Measured and Predicted split the step time, batch / samples per
+	// second, into a fixed part and a part per sample: the line through
+	// the two largest batches, read at the smallest for the fixed part.
+	// The fixed part is what makes small batches slow.
+	Measured, Predicted StepLine
 }
 
 // Agrees reports whether the predicted curve flattens at the same steps
@@ -432,9 +450,24 @@ func SummarizeThroughput(cs []ThroughputComparison) ThroughputSummary {
 			sat.MeasuredFlat = append(sat.MeasuredFlat, c.Measured < prev.Measured*(1+SaturationGap))
 			sat.PredictedFlat = append(sat.PredictedFlat, c.Predicted < prev.Predicted*(1+SaturationGap))
 		}
+		a, b, z := pts[len(pts)-2], pts[len(pts)-1], pts[0]
+		sat.Measured = stepLine(z.Batch, z.Measured, a.Batch, a.Measured, b.Batch, b.Measured)
+		sat.Predicted = stepLine(z.Batch, z.Predicted, a.Batch, a.Predicted, b.Batch, b.Predicted)
 		s.Saturation = append(s.Saturation, sat)
 	}
 	return s
+}
+
+// StepLine is a sweep's step time as a line in the batch size: Fixed
+// seconds a step, PerSample seconds a sample.
+type StepLine struct{ Fixed, PerSample float64 }
+
+// stepLine fits the step times of batches a and b (samples per second
+// ta, tb) and reads the fixed part at batch z.
+func stepLine(z int64, tz float64, a int64, ta float64, b int64, tb float64) StepLine {
+	sa, sb := float64(a)/ta, float64(b)/tb
+	per := (sb - sa) / float64(b-a)
+	return StepLine{Fixed: float64(z)/tz - float64(z)*per, PerSample: per}
 }
 
 // apart reports whether x and y differ by more than PairGap of the smaller.

@@ -69,6 +69,10 @@ GPUS = {
     "LambdaCloud 1x A10": "a10",
 }
 
+# The captured nnU-Net 2D of DeepLearningExamples' Task01 benchmark, a path
+# from the repository's root (validation.ThroughputRequest reads it there).
+NNUNET2D = "testdata/capture/nnunet2d-msd01.bfgraph.gz"
+
 # GPUs before Ampere have no TF32: their FP32 tables are true float32.
 PRE_AMPERE = {"v100-16gb", "v100-32gb", "t4"}
 
@@ -103,6 +107,15 @@ def model_of(name):
         return ("efficientnet_" + m.group(1), True, "--image", ["--optimizer", "adam"],
                 "RMSprop with momentum in DLE's configs.yml (efficientnet_params): approximated by Adam, "
                 "the same two states per parameter")
+    if name == "nnU-Net 2D (MSD Task01 BraTS)":
+        # DLE's nnU-Net is MONAI's DynUNet: examples/capture/nnunet2d.py
+        # builds it as nn_unet.py configures it for the 2D benchmark, and
+        # validation/capture_zoo.py captures it into testdata/capture. The
+        # README's patch is 192x160 with four modalities, which the capture
+        # fixes (no size flag).
+        return (NNUNET2D, True, None, ["--optimizer", "adamw", "--fused"],
+                "apex FusedAdam (adam_w_mode on by default, weight decay 1e-4) in a PyTorch Lightning "
+                "training loop; MONAI DynUNet and DiceCE loss, captured from examples/capture/nnunet2d.py")
     if name.startswith("BERT-base uncased, SQuAD") or name.startswith("BERT-large uncased, SQuAD") \
             or name == "BERT-large uncased fine-tuning SQuAD v1.1":
         zoo = "bert-base-uncased" if "base" in name else "bert-large-uncased"
@@ -179,6 +192,8 @@ def system_of(row):
 def data_of(notes, zoo):
     if "synthetic" in notes:
         return "synthetic"
+    if zoo == NNUNET2D:
+        return "real (BraTS volumes preloaded to the GPU; DALI crops there, the benchmark mode)"
     if zoo.startswith("bert"):
         return "real (SQuAD v1.1 features, preprocessed)"
     return "real (ImageNet through the script's data loader; may be input-bound)"
@@ -231,21 +246,25 @@ def main():
         if len(items) > 1:
             note.append("median of %d result sets (%g to %g); path names the first" % (len(items), min(vals), max(vals)))
         args = [zoo, "--gpu", gpu, "--batch", batch, "--precision", prec] + opt
-        if size:
+        if size and sizeflag:
             args += [sizeflag, size]
         if "memory_format=nhwc" in r["notes"]:
             # DeepLearningExamples' AMP runs convert the model and the batch
             # to channels-last (--memory-format nhwc in its configs)
             args += ["--memory-format", "channels_last"]
-        base = "%s-%s-%s-%s-b%s" % (ver, zoo, gpu, prec, batch)
+        name = "nnunet2d" if zoo == NNUNET2D else zoo
+        base = "%s-%s-%s-%s-b%s" % (ver, name, gpu, prec, batch)
         m = re.search(r"(\d\d)\.(\d\d)", software_of(r["notes"], source))
         if ver == "dle" and m:
             dgx = system_of(r).lower().replace(" ", "").replace("-", "")
-            base = "dle%s%s-%s-%s-%s-%s-b%s" % (m.group(1), m.group(2), dgx, zoo, gpu, prec, batch)
+            base = "dle%s%s-%s-%s-%s-%s-b%s" % (m.group(1), m.group(2), dgx, name, gpu, prec, batch)
         ids[base] += 1
         rid = base if ids[base] == 1 else "%s-%d" % (base, ids[base])
         system = " / ".join(sorted({system_of(it[0]) for it in items}))
-        w.writerow([rid, source, r["path"], gpu, system, " ".join(args), "%g" % value, r["unit"],
+        unit = r["unit"]
+        if zoo == NNUNET2D:
+            unit = "images/s"  # the table's unit reads "images/s (2D) or volumes/s (3D)"
+        w.writerow([rid, source, r["path"], gpu, system, " ".join(args), "%g" % value, unit,
                     data_of(r["notes"], zoo), "true" if exact else "false", "true" if tf32 else "false",
                     software_of(r["notes"], source), "; ".join(note)])
 

