@@ -469,3 +469,28 @@ func TestPassFinishesLikeStep(t *testing.T) {
 		}
 	}
 }
+
+// conv_transpose2d of [2, 8, 16, 16] by a [8, 4, 2, 2] weight, stride 2:
+// every input pixel meets every weight element once, 2·(2·16·16)·8·(4·2·2)
+// = 131,072 operations, as many in the input's gradient (the mirrored
+// convolution's forward) and in the weight's (its backward-filter), the
+// output [2, 4, 32, 32]. Instance norm and LeakyReLU are elementwise.
+func TestConvTransposeFLOPs(t *testing.T) {
+	g := build(t, "up", func(b *graph.Builder) {
+		x := b.Input("x", graph.Shape{2, 8, 16, 16}, graph.F32)
+		y := b.Target("y", graph.Shape{2, 4, 32, 32}, graph.F32)
+		x = b.Conv2d("conv", x, 8, graph.Conv2dOpts{Kernel: [2]int64{3, 3}, Padding: [2]int64{1, 1}})
+		b.Push("up")
+		w := b.Param("weight", graph.Shape{8, 4, 2, 2})
+		b.Pop()
+		h := b.ConvTranspose2dWith("up", x, w, graph.None, graph.Conv2dOpts{Stride: [2]int64{2, 2}}, [2]int64{})
+		if s := b.Shape(h); s.String() != graph.Shape([]int64{2, 4, 32, 32}).String() {
+			t.Fatalf("conv_transpose2d output %v, want [2 4 32 32]", s)
+		}
+		b.MSELoss("loss", h, y)
+	})
+	fwd, bwd := flops(t, g, "up", f32())
+	if fwd != 131072 || bwd != 2*131072 {
+		t.Errorf("conv_transpose2d: forward %g, backward %g; want 131072 and 262144", fwd, bwd)
+	}
+}

@@ -114,6 +114,39 @@ func TestBuilderChannelsLast(t *testing.T) {
 	}
 }
 
+// A transposed convolution's output is (in − 1)·stride − 2·padding +
+// dilation·(k − 1) + output_padding + 1 (nn.ConvTranspose2d's docs):
+// 4 → 8 for kernel 2, stride 2; 5 → 10 for kernel 3, stride 2, padding 1,
+// output_padding 1. Instance norm keeps its input's shape; a sum over
+// several dims keeps them as ones.
+func TestBuilderSegmentationOps(t *testing.T) {
+	b := NewBuilder("t")
+	x := b.Input("x", Shape{2, 8, 4, 5}, F32)
+	up := b.ConvTranspose2dWith("up", x, b.Param("w", Shape{8, 3, 2, 2}), b.Param("b", Shape{3}), Conv2dOpts{Stride: [2]int64{2, 2}}, [2]int64{})
+	if s := b.Shape(up).String(); s != "[2, 3, 8, 10]" {
+		t.Errorf("conv_transpose2d k2 s2: %s", s)
+	}
+	up2 := b.ConvTranspose2dWith("up2", x, b.Param("w2", Shape{8, 2, 3, 3}), None, Conv2dOpts{Stride: [2]int64{2, 2}, Padding: [2]int64{1, 1}}, [2]int64{1, 1})
+	if s := b.Shape(up2).String(); s != "[2, 2, 8, 10]" {
+		t.Errorf("conv_transpose2d k3 s2 p1 op1: %s", s)
+	}
+	in := b.InstanceNormWith("in", up, b.Param("g", Shape{3}), b.Param("beta", Shape{3}))
+	if s := b.Shape(in).String(); s != "[2, 3, 8, 10]" || !b.g.Tensors[in].RequiresGrad {
+		t.Errorf("instance_norm: %s", s)
+	}
+	act := b.Act(LeakyReLU, "act", in, true)
+	if b.g.Tensors[act].View != in {
+		t.Error("an in-place leaky_relu_ is not a view of its input")
+	}
+	sum := b.SumDims("sum", act, []int{0, 2, 3})
+	if s := b.Shape(sum).String(); s != "[1, 3, 1, 1]" {
+		t.Errorf("sum over 0, 2, 3: %s", s)
+	}
+	if err := b.Err(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestBuilderVisionErrors(t *testing.T) {
 	cases := []struct {
 		build func(b *Builder)
@@ -129,6 +162,21 @@ func TestBuilderVisionErrors(t *testing.T) {
 			x := b.Input("x", Shape{2, 5}, F32)
 			b.MaskedFill("m", x, x)
 		}, "bool"},
+		{func(b *Builder) {
+			b.ConvTranspose2dWith("up", b.Input("x", Shape{2, 8, 4, 4}, F32), b.Param("w", Shape{6, 4, 2, 2}), None, Conv2dOpts{Stride: [2]int64{2, 2}}, [2]int64{})
+		}, "channels do not match"},
+		{func(b *Builder) {
+			b.ConvTranspose2dWith("up", b.Input("x", Shape{2, 8, 4}, F32), b.Param("w", Shape{8, 4, 2, 2}), None, Conv2dOpts{}, [2]int64{})
+		}, "4-D"},
+		{func(b *Builder) {
+			b.ConvTranspose2dWith("up", b.Input("x", Shape{2, 8, 1, 1}, F32), b.Param("w", Shape{8, 4, 1, 1}), None, Conv2dOpts{Padding: [2]int64{1, 1}}, [2]int64{})
+		}, "no output"},
+		{func(b *Builder) {
+			b.InstanceNormWith("in", b.Input("x", Shape{2, 8, 4, 4}, F32), b.Param("w", Shape{4}), None)
+		}, "affine parameters"},
+		{func(b *Builder) { b.InstanceNormWith("in", b.Input("x", Shape{2, 8}, F32), None, None) }, "(N, C, ...)"},
+		{func(b *Builder) { b.SumDims("s", b.Input("x", Shape{2, 8}, F32), []int{0, 2}) }, "sum_dim over dim 2"},
+		{func(b *Builder) { b.SumDims("s", b.Input("x", Shape{2, 8}, F32), nil) }, "no dims"},
 	}
 	for _, c := range cases {
 		b := NewBuilder("t")
