@@ -209,10 +209,6 @@ func Run(ctx context.Context, r Request) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	if r.Graphs == nil {
-		// the cuDNN workspace's two ends (finish) simulate the same graphs
-		r.Graphs = NewGraphs()
-	}
 	var sim *train.Simulator
 	var g0 *graph.Graph
 	var gen *train.GenerationSummary
