@@ -155,55 +155,13 @@ func backward(t *timer, g *graph.Graph, op *graph.Op, run train.OpRun) {
 			}
 		}
 	case graph.Conv2d:
-		f := convFLOPs(g, op)
-		x, w := numel(g, op.Inputs[0]), numel(g, op.Weight)
+		// dgrad: the output's pixels × C_in, over C_out·kh·kw
 		c := convShape(g, op)
-		if needsGrad(g, op.Inputs[0]) {
-			if c.groups > 1 {
-				t.grouped(conv, run.In, f, (out+w+x)*e)
-			} else {
-				// dgrad: the output's pixels × C_in, over C_out·kh·kw
-				t.transposes(run.In, op.Attr.ChannelsLast, 3, (out+w+x)*e)
-				t.product(conv, run.In, c.pixels, c.cout*c.patch/c.cin, c.cin, 1, (out+w+x)*e)
-			}
-		}
-		if needsGrad(g, op.Weight) {
-			if c.groups > 1 {
-				t.grouped(conv, run.In, f, (out+x+w)*e)
-			} else {
-				// wgrad: C_out × C_in·kh·kw, over the output's pixels
-				t.transposes(run.In, op.Attr.ChannelsLast, 3, (out+x+w)*e)
-				t.product(conv, run.In, c.cout, c.pixels, c.patch, 1, (out+x+w)*e)
-			}
-		}
-		if needsGrad(g, op.Bias) {
-			t.kernel(vector, run.In, out, out*e)
-		}
+		convGrads(t, g, op, run, c, convFLOPs(g, op), [3]float64{c.pixels, c.cout * c.patch / c.cin, c.cin})
 	case graph.ConvTranspose2d:
-		// the mirrored convolution's forward for the input's gradient,
-		// its backward-filter for the weight's
-		f := convTFLOPs(g, op)
-		x, w := numel(g, op.Inputs[0]), numel(g, op.Weight)
+		// the mirrored convolution's forward for the input's gradient
 		c := convTShape(g, op)
-		if needsGrad(g, op.Inputs[0]) {
-			if c.groups > 1 {
-				t.grouped(conv, run.In, f, (out+w+x)*e)
-			} else {
-				t.transposes(run.In, op.Attr.ChannelsLast, 3, (out+w+x)*e)
-				t.product(conv, run.In, c.pixels, c.patch, c.cout, 1, (out+w+x)*e)
-			}
-		}
-		if needsGrad(g, op.Weight) {
-			if c.groups > 1 {
-				t.grouped(conv, run.In, f, (out+x+w)*e)
-			} else {
-				t.transposes(run.In, op.Attr.ChannelsLast, 3, (out+x+w)*e)
-				t.product(conv, run.In, c.cout, c.pixels, c.patch, 1, (out+x+w)*e)
-			}
-		}
-		if needsGrad(g, op.Bias) {
-			t.kernel(vector, run.In, out, out*e)
-		}
+		convGrads(t, g, op, run, c, convTFLOPs(g, op), [3]float64{c.pixels, c.patch, c.cout})
 	case graph.Attention:
 		attentionBackward(t, g, op, run)
 	case graph.Embedding:
@@ -432,4 +390,35 @@ func convTShape(g *graph.Graph, op *graph.Op) convGEMM {
 func convTFLOPs(g *graph.Graph, op *graph.Op) float64 {
 	c := convTShape(g, op)
 	return 2 * c.pixels * c.cout * c.patch
+}
+
+// convGrads times a convolution's gradients: the input's by the product
+// dgrad (rows, inner, columns), the weight's by the backward-filter product
+// (C_out × C_in·kh·kw over the output's pixels, of the convolution c
+// describes), the bias's as a sum; grouped convolutions by their
+// arithmetic f.
+func convGrads(t *timer, g *graph.Graph, op *graph.Op, run train.OpRun, c convGEMM, f float64, dgrad [3]float64) {
+	e := size(run.In)
+	out := numel(g, op.Output)
+	x, w := numel(g, op.Inputs[0]), numel(g, op.Weight)
+	bytes := (out + w + x) * e
+	if needsGrad(g, op.Inputs[0]) {
+		if c.groups > 1 {
+			t.grouped(conv, run.In, f, bytes)
+		} else {
+			t.transposes(run.In, op.Attr.ChannelsLast, 3, bytes)
+			t.product(conv, run.In, dgrad[0], dgrad[1], dgrad[2], 1, bytes)
+		}
+	}
+	if needsGrad(g, op.Weight) {
+		if c.groups > 1 {
+			t.grouped(conv, run.In, f, bytes)
+		} else {
+			t.transposes(run.In, op.Attr.ChannelsLast, 3, bytes)
+			t.product(conv, run.In, c.cout, c.pixels, c.patch, 1, bytes)
+		}
+	}
+	if needsGrad(g, op.Bias) {
+		t.kernel(vector, run.In, out, out*e)
+	}
 }
