@@ -228,3 +228,101 @@ func BenchmarkCaptureLlama3_8B(b *testing.B) {
 		b.ReportMetric(float64(st.Ops), "ops")
 	}
 }
+
+// TestRunHuggingFaceDirectory captures a model directory (a config.json)
+// through transformers' AutoConfig.from_pretrained and
+// AutoModelForCausalLM.from_config, with input_ids and labels of
+// BATCHFIT_SEQ tokens, and takes the output's .loss. Debian has no
+// transformers, so a stand-in package of those two names, over a small
+// torch model whose forward returns an output with .loss as transformers'
+// do, checks the path: the directory found, its config read, the model
+// built on meta, the sequence from the environment, the loss taken.
+func TestRunHuggingFaceDirectory(t *testing.T) {
+	py := torchPython(t)
+	dir := t.TempDir()
+	t.Setenv("TMPDIR", dir)
+	pkg := filepath.Join(dir, "site", "transformers")
+	if err := os.MkdirAll(pkg, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	stub := `import json, os
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+class _Output:
+    def __init__(self, loss, logits):
+        self.loss, self.logits = loss, logits
+
+class _LM(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.embed = nn.Embedding(cfg["vocab_size"], cfg["hidden_size"])
+        self.proj = nn.Linear(cfg["hidden_size"], cfg["hidden_size"])
+        self.head = nn.Linear(cfg["hidden_size"], cfg["vocab_size"], bias=False)
+    def forward(self, input_ids, labels=None):
+        logits = self.head(F.gelu(self.proj(self.embed(input_ids))))
+        loss = None
+        if labels is not None:
+            loss = F.cross_entropy(logits.view(-1, logits.shape[-1]), labels.view(-1))
+        return _Output(loss, logits)
+
+class AutoConfig:
+    @staticmethod
+    def from_pretrained(path):
+        with open(os.path.join(path, "config.json")) as f:
+            return json.load(f)
+
+class AutoModelForCausalLM:
+    @staticmethod
+    def from_config(cfg):
+        return _LM(cfg)
+`
+	if err := os.WriteFile(filepath.Join(pkg, "__init__.py"), []byte(stub), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	model := filepath.Join(dir, "tiny-lm")
+	if err := os.MkdirAll(model, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(model, "config.json"), []byte(`{"vocab_size": 1000, "hidden_size": 64}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PYTHONPATH", filepath.Join(dir, "site"))
+	t.Setenv("BATCHFIT_SEQ", "16")
+	out := filepath.Join(dir, "lm.bfgraph")
+	if _, err := Run(context.Background(), Options{Python: py, Spec: model, Out: out}); err != nil {
+		t.Fatal(err)
+	}
+	m, err := Load(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := m.Build(models.Config{Batch: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := g.Tensors[g.Inputs[0]].Shape; len(s) != 2 || s[0] != 4 || s[1] != 16 {
+		t.Errorf("input_ids %v at batch 4, want [4 16]", s)
+	}
+	if g.ParamCount() != 1000*64+64*64+64+64*1000 {
+		t.Errorf("%d parameters, want the stand-in's %d", g.ParamCount(), 1000*64+64*64+64+64*1000)
+	}
+	var ce bool
+	for _, op := range g.Ops {
+		ce = ce || op.Kind == "cross_entropy"
+	}
+	if !ce {
+		t.Error("the output's .loss (a cross-entropy) is not the graph's loss")
+	}
+
+	// without transformers, the directory gets a one-line error naming it
+	t.Setenv("PYTHONPATH", "")
+	if exec.Command(py, "-c", "import transformers").Run() == nil {
+		return // this interpreter has the real one
+	}
+	_, err = Run(context.Background(), Options{Python: py, Spec: model, Out: out + "2"})
+	if err == nil || !strings.Contains(err.Error(), "needs the transformers package") || strings.Contains(err.Error(), "\n") {
+		t.Errorf("error %v, want one line saying transformers is needed", err)
+	}
+}
