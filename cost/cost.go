@@ -54,6 +54,10 @@ type Estimate struct {
 	// kernel's type; MFU (model FLOPs utilisation) is IdealSeconds over
 	// Seconds.
 	IdealSeconds, MFU float64
+	// Loop is the training loop's own work per step, part of Seconds:
+	// train.Setup.LoopOverhead for each micro-batch, which the GPU waits
+	// for (the bound leaves it out).
+	Loop float64
 	// Samples is the samples of one optimizer step (micro-batch ×
 	// accumulation); Tokens is Samples × sequence length, 0 for models
 	// without a sequence.
@@ -251,6 +255,8 @@ func (p *Pass) Step(in Input) (Estimate, error) {
 	for _, s := range e.By {
 		e.Seconds += s
 	}
+	e.Loop = float64(acc) * in.Setup.LoopOverhead.Seconds()
+	e.Seconds += e.Loop
 	if e.Seconds > 0 {
 		e.MFU = e.IdealSeconds / e.Seconds
 	}

@@ -3,6 +3,7 @@ package cost
 import (
 	"math"
 	"testing"
+	"time"
 
 	"github.com/batchfit/batchfit/gpu"
 	"github.com/batchfit/batchfit/graph"
@@ -492,5 +493,44 @@ func TestConvTransposeFLOPs(t *testing.T) {
 	fwd, bwd := flops(t, g, "up", f32())
 	if fwd != 131072 || bwd != 2*131072 {
 		t.Errorf("conv_transpose2d: forward %g, backward %g; want 131072 and 262144", fwd, bwd)
+	}
+}
+
+// The loop's own work per micro-batch (train.Setup.LoopOverhead) adds to
+// the step once per micro-batch, lowers MFU in proportion, and leaves the
+// kernels' parts and the bound as they were.
+func TestLoopOverhead(t *testing.T) {
+	g := build(t, "mlp", func(b *graph.Builder) {
+		x := b.Input("x", graph.Shape{64, 256}, graph.F32)
+		y := b.Target("y", graph.Shape{64, 256}, graph.F32)
+		b.MSELoss("loss", b.Linear("fc", x, 256, true), y)
+	})
+	for _, acc := range []int{1, 4} {
+		step := func(over time.Duration) Estimate {
+			s, err := train.Setup{Steps: 1, Accumulate: acc, LoopOverhead: over}.Normalize()
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, sum, err := train.Simulate(g, s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			e, err := Step(Input{Graph: g, Ops: sum.Ops, Setup: s, Rates: testRates, Batch: 64})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return e
+		}
+		plain, loop := step(0), step(3*time.Millisecond)
+		want := plain.Seconds + float64(acc)*0.003
+		if math.Abs(loop.Seconds-want) > 1e-12 || loop.Loop != float64(acc)*0.003 || loop.By != plain.By || loop.Bound != plain.Bound {
+			t.Errorf("accumulation %d: %g s with 3 ms a micro-batch, %g s without; want %g", acc, loop.Seconds, plain.Seconds, want)
+		}
+		if math.Abs(loop.MFU*loop.Seconds-plain.MFU*plain.Seconds) > 1e-15 {
+			t.Errorf("accumulation %d: MFU %g with the loop, %g without", acc, loop.MFU, plain.MFU)
+		}
+	}
+	if _, err := (train.Setup{LoopOverhead: -time.Millisecond}).Normalize(); err == nil {
+		t.Error("a negative loop overhead is accepted")
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/batchfit/batchfit/graph"
 	"github.com/batchfit/batchfit/profile"
@@ -329,6 +330,12 @@ type Setup struct {
 	// tensor-core convolutions then read and write NHWC as they are, with
 	// no transposes around them (the step-time model's; memory is the same).
 	ChannelsLast bool
+	// LoopOverhead is the training loop's own work for each micro-batch
+	// that the GPU waits for, outside the model's ops: a framework's hooks,
+	// an input pipeline that copies on the training stream (the
+	// step-time model's; the user's measurement, zero by default: a plain
+	// eager loop with its batches ready).
+	LoopOverhead time.Duration
 	// CublasWorkspaceConfig is CUBLAS_WORKSPACE_CONFIG ("" for none): the
 	// cuBLAS workspace size (profile.ParseCublasWorkspaceConfig).
 	CublasWorkspaceConfig string
@@ -347,6 +354,9 @@ type Setup struct {
 // Normalize fills defaults and checks values.
 func (s Setup) Normalize() (Setup, error) {
 	var err error
+	if s.LoopOverhead < 0 || s.LoopOverhead > time.Minute {
+		return s, fmt.Errorf("the loop's overhead per micro-batch must be between 0 and a minute, got %v", s.LoopOverhead)
+	}
 	if s.Precision == "" {
 		s.Precision = FP32
 	}

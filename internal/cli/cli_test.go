@@ -137,6 +137,8 @@ func TestBadInput(t *testing.T) {
 		{[]string{"maxbatch", "vgg16", "--gpu", "1GiB", "--context", "0"}, 1, "does not fit"},
 		{[]string{"estimate", "no/such/file.yaml"}, 1, "no/such/file.yaml"},
 		{[]string{"estimate", "mlp", "--checkpoint", "sometimes"}, 2, "unknown checkpointing policy"},
+		{[]string{"estimate", "mlp", "--loop-overhead", "-2ms"}, 2, "--loop-overhead -2ms: want a duration from 0 to 1m"},
+		{[]string{"estimate", "mlp", "--loop-overhead", "8"}, 2, "invalid value"},
 		{[]string{"estimate", "mlp", "--checkpointing", "--checkpoint", "every-2"}, 2, "exclude each other"},
 		{[]string{"plan", "mlp", "--levers", "accumulate,precisoin"}, 2, "did you mean precision"},
 		{[]string{"plan", "mlp", "--global-batch", "8", "--min-micro-batch", "16"}, 1, "global batch of 8"},

@@ -388,6 +388,9 @@ func writeTime(w io.Writer, res *predict.Result) {
 			parts = append(parts, fmt.Sprintf("%s %s", p, fmtSeconds(e.By[p])))
 		}
 	}
+	if e.Loop > 0 {
+		parts = append(parts, fmt.Sprintf("the loop's own work %s (--loop-overhead)", fmtSeconds(e.Loop)))
+	}
 	fmt.Fprintf(w, "  %s\n", strings.Join(parts, ", "))
 	writeComm(w, res)
 	fmt.Fprintf(w, "  %s\n", throughputLine(e))

@@ -114,6 +114,9 @@ type TimeJSON struct {
 	FLOPs            float64            `json:"flops"`
 	Bytes            float64            `json:"bytes_moved"`
 	Kernels          int64              `json:"kernels"`
+	// LoopSeconds is the training loop's own work (--loop-overhead for
+	// each micro-batch), part of StepSeconds.
+	LoopSeconds float64 `json:"loop_seconds,omitempty"`
 	// Bound is the roofline bound: every kernel at the datasheet's peaks.
 	Bound BoundJSON `json:"bound"`
 	// Comm is the communication under parallelism (part of
@@ -147,7 +150,7 @@ func timeJSON(res *predict.Result) *TimeJSON {
 		return nil
 	}
 	t := &TimeJSON{StepSeconds: e.Seconds, PartSeconds: map[string]float64{}, SamplesPerSecond: e.SamplesPerSecond(),
-		TokensPerSecond: e.TokensPerSecond(), MFU: e.MFU, ModelFLOPs: e.ModelFLOPs, FLOPs: e.FLOPs, Bytes: e.Bytes, Kernels: e.Kernels}
+		TokensPerSecond: e.TokensPerSecond(), MFU: e.MFU, ModelFLOPs: e.ModelFLOPs, FLOPs: e.FLOPs, Bytes: e.Bytes, Kernels: e.Kernels, LoopSeconds: e.Loop}
 	t.Bound = BoundJSON{StepSeconds: e.Bound.Seconds, PartSeconds: map[string]float64{}, SamplesPerSecond: e.BoundSamplesPerSecond(), MFU: e.Bound.MFU}
 	for _, p := range cost.Parts() {
 		t.PartSeconds[p.String()] = e.By[p]
