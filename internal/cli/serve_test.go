@@ -112,6 +112,7 @@ func TestServeAnswersAsTheCommandLine(t *testing.T) {
 		ct   string
 	}{
 		{"/api/estimate", map[string]any{"model": "resnet18", "batch": 8, "gpu": "t4"}, cli(t, "estimate", "resnet18", "--batch", "8", "--gpu", "t4", "--json"), "application/json"},
+		{"/api/estimate", map[string]any{"model": "resnet18", "batch": 8, "gpu": "t4", "loop-overhead": "5ms"}, cli(t, "estimate", "resnet18", "--batch", "8", "--gpu", "t4", "--loop-overhead", "5ms", "--json"), "application/json"},
 		// A job that does not fit carries the planner's suggestions.
 		{"/api/estimate", map[string]any{"model": "gpt2", "batch": "32", "seq": 1024, "gpu": "a10g"}, cli(t, "estimate", "gpt2", "--batch", "32", "--seq", "1024", "--gpu", "a10g", "--json"), "application/json"},
 		{"/api/sweep", map[string]any{"model": "mlp", "batch": "1:64", "gpu": "t4", "precision": "16-mixed", "empty-cache": true}, cli(t, "sweep", "mlp", "--batch", "1:64", "--gpu", "t4", "--precision", "16-mixed", "--empty-cache", "--json"), "application/json"},

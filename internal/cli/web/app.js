@@ -139,6 +139,7 @@ function jobFields() {
   if (Number($("#lora").value) > 0 && $("#lora-impl").value !== "peft") f["lora-impl"] = $("#lora-impl").value;
   if ($("#cudnn-benchmark").checked) f["cudnn-benchmark"] = "true";
   if ($("#channels-last").checked) f["memory-format"] = "channels_last";
+  if ($("#loop-overhead").value.trim()) f["loop-overhead"] = $("#loop-overhead").value.trim();
   if ($("#no-sync").checked) f["no-sync"] = "true";
   if (!uploaded) f.model = $("#model").value;
   return f;
