@@ -37,6 +37,18 @@
 // settles on one boundary, which fits, and may miss a faster plan beyond a
 // failing value; every plan it reports was simulated and fits.
 //
+// What each combination costs is kept small. Its step times come from the
+// op records of one simulated micro-batch per precision and training
+// (predict.Records), carried to every micro-batch size, and from one timed
+// pass per graph, precision and checkpointing (cost.TimePass), finished for
+// each optimizer and accumulation; a time is taken only when the search
+// asks for it. Its predictions are screened (predict.Request.Screen): a
+// step stops at the op whose allocation takes its requested bytes past the
+// device, since no allocator setting fits more than the device, and a
+// first pass that does so rules that micro-batch out for every optimizer
+// (no optimizer holds state before its first step). The graphs are built
+// once a search (predict.Graphs).
+//
 // Two levers change more than memory and speed: training LoRA adapters
 // (PEFT's defaults for the model family) or QLoRA's adapters on a 4-bit
 // NF4 base instead of every parameter, and swapping Adam for bitsandbytes'
