@@ -349,8 +349,10 @@ func finish(ctx context.Context, r Request, setup train.Setup, sim *train.Simula
 	// release_cached_blocks on a failed cudaMalloc) where it would on a
 	// device whose real figures are the band's worst above the prediction.
 	dev := alloc.Device{Capacity: r.GPU.Capacity - r.Margin - cudaCtx, Total: r.GPU.Capacity - r.Margin}
-	// cuDNN's workspaces are screened at their low end, none, below
-	if req := sim.Summary().PeakRequested - sim.Summary().ConvWorkspaceBytes; r.Screen && req > dev.Capacity {
+	// cuDNN's workspaces are screened at their low end, none, below. A
+	// simulation StopAbove stopped is screened out whatever the figures
+	// say: its trace is only a prefix of the step.
+	if req := sim.Summary().PeakRequested - sim.Summary().ConvWorkspaceBytes; sim.Stopped() || (r.Screen && req > dev.Capacity) {
 		sim.CompactTrace().Release()
 		return &Result{Model: r.Source.Name(), Config: r.Config, Setup: sim.Setup(), GPU: r.GPU, Summary: sim.Summary(),
 			Timeline: &alloc.Timeline{PeakAllocatedEvent: -1, PeakReservedEvent: -1}, Context: cudaCtx, Libraries: lib, NCCL: nccl, Margin: r.Margin,
@@ -366,13 +368,17 @@ func finish(ctx context.Context, r Request, setup train.Setup, sim *train.Simula
 		// answers.
 		low := setup
 		low.ConvWorkspaceNone = true
+		// the step without workspaces requests no more than the one with
+		// them, which was not screened out: simulate it whole
+		whole := r
+		whole.Screen = false
 		var sim2 *train.Simulator
 		var g2 *graph.Graph
 		var gen2 *train.GenerationSummary
 		if r.Infer != nil {
-			sim2, g2, gen2, err = simulateInference(ctx, r, low)
+			sim2, g2, gen2, err = simulateInference(ctx, whole, low)
 		} else {
-			sim2, g2, err = simulateTraining(ctx, r, low)
+			sim2, g2, err = simulateTraining(ctx, whole, low)
 		}
 		if err != nil {
 			return nil, err

@@ -504,6 +504,10 @@ var ErrOverLimit = errors.New("the requested bytes passed the simulation's limit
 // to the stop, each a lower bound of the whole step's.
 func (sim *Simulator) StopAbove(limit int64) { sim.limit = limit }
 
+// Stopped reports whether StopAbove stopped the simulation: its trace is
+// then a prefix of the step's and must not be replayed as the whole.
+func (sim *Simulator) Stopped() bool { return errors.Is(sim.err, ErrOverLimit) }
+
 // Step simulates one optimizer step: Accumulate micro-batches of forward
 // and backward on g, then the optimizer step and zero_grad.
 func (sim *Simulator) Step(g *graph.Graph) error {

@@ -194,3 +194,19 @@ func TestStopAbove(t *testing.T) {
 		}
 	}
 }
+
+// Stopped tells a stopped simulation from a whole one.
+func TestStoppedSays(t *testing.T) {
+	g := mlp(t, 64, 128, 256, 2, 10)
+	for _, limit := range []int64{0, 1} {
+		sim, err := New(g, Setup{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sim.StopAbove(limit)
+		err = sim.Step(g)
+		if sim.Stopped() != (limit == 1) || (err != nil) != (limit == 1) {
+			t.Errorf("limit %d: stopped %v, error %v", limit, sim.Stopped(), err)
+		}
+	}
+}
