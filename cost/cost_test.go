@@ -31,6 +31,25 @@ func flops(t *testing.T, g *graph.Graph, name string, run train.OpRun) (fwd, bwd
 	return 0, 0
 }
 
+// simulateAndTime simulates g under s and times the step from the
+// simulation's op records, at micro-batch batch.
+func simulateAndTime(t *testing.T, g *graph.Graph, s train.Setup, batch int64) Estimate {
+	t.Helper()
+	s, err := s.Normalize()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, sum, err := train.Simulate(g, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := Step(Input{Graph: g, Ops: sum.Ops, Setup: s, Rates: testRates, Batch: batch})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
 var testRates = gpu.Rates{FP32: 1e13, TF32: 2e13, FP16: 4e13, BF16: 4e13, Bandwidth: 1e12}
 
 func build(t *testing.T, name string, fn func(b *graph.Builder)) *graph.Graph {
@@ -203,21 +222,7 @@ func TestRecomputeAndAccumulation(t *testing.T) {
 		}
 		b.MSELoss("loss", x, y)
 	})
-	time := func(s train.Setup) Estimate {
-		s, err := s.Normalize()
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, sum, err := train.Simulate(g, s)
-		if err != nil {
-			t.Fatal(err)
-		}
-		e, err := Step(Input{Graph: g, Ops: sum.Ops, Setup: s, Rates: testRates, Batch: 256})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return e
-	}
+	time := func(s train.Setup) Estimate { return simulateAndTime(t, g, s, 256) }
 	base := time(train.Setup{Steps: 1})
 	full := time(train.Setup{Steps: 1, Checkpoint: train.FullCheckpoint})
 	half := time(train.Setup{Steps: 1, Checkpoint: train.Checkpoint{Every: 2}})
@@ -507,19 +512,7 @@ func TestLoopOverhead(t *testing.T) {
 	})
 	for _, acc := range []int{1, 4} {
 		step := func(over time.Duration) Estimate {
-			s, err := train.Setup{Steps: 1, Accumulate: acc, LoopOverhead: over}.Normalize()
-			if err != nil {
-				t.Fatal(err)
-			}
-			_, sum, err := train.Simulate(g, s)
-			if err != nil {
-				t.Fatal(err)
-			}
-			e, err := Step(Input{Graph: g, Ops: sum.Ops, Setup: s, Rates: testRates, Batch: 64})
-			if err != nil {
-				t.Fatal(err)
-			}
-			return e
+			return simulateAndTime(t, g, train.Setup{Steps: 1, Accumulate: acc, LoopOverhead: over}, 64)
 		}
 		plain, loop := step(0), step(3*time.Millisecond)
 		want := plain.Seconds + float64(acc)*0.003
