@@ -138,13 +138,19 @@ func (sim *Simulator) freeIf(st *storage) {
 // then the backward-filter kernel; the bias gradient is a sum of the
 // output gradient afterwards (convolution_backward in Convolution.cpp).
 func convCUDABackward(c *bwdCtx) {
+	cudnnGrads(c, c.m.g.Tensors[c.op.Inputs[0]].Shape, c.m.g.Tensors[c.op.Output].Shape, "bwd_data")
+}
+
+// cudnnGrads makes a convolution's gradients with cuDNN's kernels for the
+// convolution from in to out: the input's with the data kernel (a
+// convolution's backward-data; a transposed convolution's is the mirrored
+// convolution's forward), the weight's with backward-filter.
+func cudnnGrads(c *bwdCtx, in, out graph.Shape, data string) {
 	m := c.m
-	in := m.g.Tensors[c.op.Inputs[0]].Shape
-	out := m.g.Tensors[c.op.Output].Shape
 	dt := c.inDT(0)
 	if c.needs(0) {
 		c.gradIn(0)
-		m.sim.cudnnKernel("bwd_data", in, out, c.op.Attr, dt)
+		m.sim.cudnnKernel(data, in, out, c.op.Attr, dt)
 	}
 	if w := c.op.Weight; w != graph.None && m.g.Tensors[w].RequiresGrad && m.pidx[w] >= 0 {
 		c.gradParam(w)

@@ -122,27 +122,20 @@ func init() {
 			}
 			c.m.sim.cudnnKernel("bwd_data", out, in, c.op.Attr, c.in[0].dt)
 		}, bwd: func(c *bwdCtx) {
-			m := c.m
-			in := m.g.Tensors[c.op.Inputs[0]].Shape
-			out := m.g.Tensors[c.op.Output].Shape
-			dt := c.inDT(0)
-			cpu := m.sim.s.CPU
+			in := c.m.g.Tensors[c.op.Inputs[0]].Shape
+			out := c.m.g.Tensors[c.op.Output].Shape
+			if !c.m.sim.s.CPU {
+				cudnnGrads(c, out, in, "fwd")
+				return
+			}
 			if c.needs(0) {
 				c.gradIn(0)
-				if !cpu {
-					m.sim.cudnnKernel("fwd", out, in, c.op.Attr, dt)
-				}
 			}
-			if w := c.op.Weight; w != graph.None && m.g.Tensors[w].RequiresGrad && m.pidx[w] >= 0 {
+			if w := c.op.Weight; w != graph.None && c.m.g.Tensors[w].RequiresGrad && c.m.pidx[w] >= 0 {
 				c.gradParam(w)
-				if !cpu {
-					m.sim.cudnnKernel("bwd_filter", out, in, c.op.Attr, dt)
-				}
 			}
 			c.gradParam(c.op.Bias)
-			if cpu {
-				c.temp(convColumns(out, in, c.op.Attr, dt))
-			}
+			c.temp(convColumns(out, in, c.op.Attr, c.inDT(0)))
 		}},
 		// native_batch_norm / cudnn_batch_norm in training: input, weight,
 		// running mean and var, and save_mean / save_invstd of C elements in
