@@ -249,6 +249,9 @@ func ThroughputRequest(r ThroughputRow) (predict.Request, error) {
 		return predict.Request{}, errors.New("no estimate command line reader linked (import internal/cli)")
 	}
 	args := r.Args
+	if len(args) == 0 {
+		return predict.Request{}, errors.New("field \"args\" is empty, expected an estimate command line")
+	}
 	if m := args[0]; r.Root != "" && !filepath.IsAbs(m) && (strings.HasSuffix(m, ".bfgraph") || strings.HasSuffix(m, ".bfgraph.gz")) {
 		args = append([]string{filepath.Join(r.Root, m)}, args[1:]...)
 	}
