@@ -204,6 +204,9 @@ func (p *Pass) Step(in Input) (Estimate, error) {
 	if g == nil {
 		return Estimate{}, fmt.Errorf("no graph to time")
 	}
+	if p == nil {
+		return Estimate{}, fmt.Errorf("no timed pass to finish")
+	}
 	micro := p.micro
 	t := timer{r: micro.r, m: micro.m, host: micro.host, tf32: micro.tf32, nhwc: micro.nhwc}
 	acc := int64(max(1, in.Setup.Accumulate))
