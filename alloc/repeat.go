@@ -101,13 +101,17 @@ type stateLog struct {
 func (l *stateLog) reset() { l.n = 0 }
 
 // add records the state at the next boundary, its ids relative to base,
-// and reports the earlier boundary with the same state, if any.
-func (l *stateLog) add(a *Allocator, base int64) (int, bool) {
+// and reports the earlier boundary with the same state, if any. fellBack
+// is the replay's count of allocations that fell back so far
+// (Timeline.FellBack): a run in which one fell back changed a caller's
+// cached choice, so the runs after it are not the runs before it even
+// where the allocator's blocks look the same.
+func (l *stateLog) add(a *Allocator, base, fellBack int64) (int, bool) {
 	if l.n == len(l.states) {
 		l.states = append(l.states, nil)
 		l.counts = append(l.counts, counters{})
 	}
-	cur := a.canonical(l.states[l.n][:0], base)
+	cur := append(a.canonical(l.states[l.n][:0], base), fellBack)
 	l.states[l.n], l.counts[l.n] = cur, a.counters()
 	for p := 0; p < l.n; p++ {
 		if slices.Equal(l.states[p], cur) {

@@ -99,6 +99,12 @@ type Timeline struct {
 	// replayed because the allocator's state had come back to one seen
 	// before them: the figures above are what replaying them gives.
 	Skipped int
+
+	// FellBack counts the allocations marked trace.Event.Fallback that
+	// the allocator could not supply even after freeing its cache: their
+	// callers ran without them (cuDNN took an algorithm that needs no
+	// workspace). It is 0 away from the device's limit.
+	FellBack int
 }
 
 // Replay runs the events of t through a fresh allocator with cfg on dev.
@@ -158,7 +164,7 @@ func ReplayContext(ctx context.Context, t *trace.Trace, cfg Config, dev Device, 
 		}
 		if r != nil && i == r.Start && skipping {
 			seen.reset()
-			seen.add(rp.a, r.Base-r.Delta)
+			seen.add(rp.a, r.Base-r.Delta, int64(rp.tl.FellBack))
 		}
 		if done, err := rp.event(&t.Events[i]); done || err != nil {
 			return rp.result(err)
@@ -184,7 +190,7 @@ func ReplayContext(ctx context.Context, t *trace.Trace, cfg Config, dev Device, 
 		for k := 1; k <= r.Times; {
 			// the boundary before run k (the template is run 0)
 			if looking && k <= maxBoundaries {
-				if p, ok := seen.add(rp.a, r.Base+int64(k-1)*r.Delta); ok {
+				if p, ok := seen.add(rp.a, r.Base+int64(k-1)*r.Delta, int64(rp.tl.FellBack)); ok {
 					// the state of boundary p again: skip whole periods
 					// of the runs left
 					period := k - p
@@ -227,6 +233,9 @@ type replayer struct {
 	step     StepStats
 	open     bool
 	v        int
+	// fellBack holds the Fallback keys whose caller cached the choice
+	// that needs no block (trace.Event.Fallback).
+	fellBack map[int32]bool
 }
 
 func (rp *replayer) result(err error) (*Timeline, error) {
@@ -248,7 +257,27 @@ func (rp *replayer) event(e *trace.Event) (done bool, err error) {
 		if int(e.Category) >= trace.NumCategories {
 			return false, fmt.Errorf("replaying trace: event %d: unknown category %d", i, e.Category)
 		}
-		b, err := a.malloc(e.ID, e.Size, e.Stream, uint8(e.Category))
+		size := e.Size
+		if e.Fallback > 0 && rp.fellBack[e.Fallback] {
+			// the caller's cache holds the choice that needed nothing
+			size = 0
+		}
+		b, err := a.malloc(e.ID, size, e.Stream, uint8(e.Category))
+		if err != nil && e.Fallback != 0 && errors.As(err, new(*OOMError)) {
+			// The allocator ran its whole out-of-memory path (freeing
+			// its cache, which stays freed) and raised; the caller
+			// catches it and runs without the block. Its Free then
+			// returns the size-0 block.
+			tl.FellBack++
+			if e.Fallback > 0 {
+				if rp.fellBack == nil {
+					rp.fellBack = map[int32]bool{}
+				}
+				rp.fellBack[e.Fallback] = true
+			}
+			size = 0
+			b, err = a.malloc(e.ID, size, e.Stream, uint8(e.Category))
+		}
 		if err != nil {
 			var oom *OOMError
 			if errors.As(err, &oom) {
@@ -262,7 +291,7 @@ func (rp *replayer) event(e *trace.Event) (done bool, err error) {
 			return false, fmt.Errorf("replaying trace: event %d: %w", i, err)
 		}
 		rp.cat[e.Category] += b.size
-		rp.req[e.Category] += e.Size
+		rp.req[e.Category] += size
 		if a.allocated > tl.PeakAllocated {
 			tl.PeakAllocated = a.allocated
 			tl.PeakAllocatedEvent = i

@@ -147,3 +147,67 @@ func TestReplayEmpty(t *testing.T) {
 		t.Errorf("steps %+v", tl.Steps)
 	}
 }
+
+// An allocation whose caller catches the out-of-memory error
+// (trace.Event.Fallback: cuDNN's algorithm loop) runs the allocator's whole
+// out-of-memory path and then leaves the step running without the block.
+// Capacity 100 MiB; every request is at least 10 MiB, so each is its own
+// segment of exactly its size (rounded to 2 MiB):
+//
+//	0 A 30 MiB                 reserved 30
+//	1 W 40 MiB, key 1          reserved 70: it fits
+//	2 free W                   40 MiB cached
+//	3 B 50 MiB                 the cached 40 is too small; 70+50 > 100, so
+//	                           release_cached_blocks frees the 40 and the
+//	                           retry takes a new 50: reserved 80
+//	4 W 40 MiB, key 1          20 MiB free, nothing cached: out of memory,
+//	                           caught; the block is size 0 (FellBack 1)
+//	5 free W
+//	6 free B                   50 MiB cached
+//	7 W 40 MiB, key 1          key 1 cached the choice that needs none: 0
+//	8 free W
+//	9 S 40 MiB, key -1         no cache: served from the cached 50 (split)
+//	10 free S
+//	11 C 80 MiB, plain         30 live + 80 > 100 even with the cache
+//	                           freed: the step runs out of memory
+//
+// Peaks: allocated 80 MiB (A+B), reserved 80 MiB; two out-of-memory
+// raises (events 4 and 11), each counted in num_ooms.
+func TestReplayFallback(t *testing.T) {
+	ev := func(a trace.Action, id, mib int64, key int32) trace.Event {
+		return trace.Event{Action: a, Category: trace.Workspace, ID: id, Size: mib * MiB, Fallback: key, Site: -1}
+	}
+	tr := &trace.Trace{Events: []trace.Event{
+		ev(trace.Alloc, 1, 30, 0),
+		ev(trace.Alloc, 2, 40, 1), ev(trace.Free, 2, 0, 0),
+		ev(trace.Alloc, 3, 50, 0),
+		ev(trace.Alloc, 4, 40, 1), ev(trace.Free, 4, 0, 0),
+		ev(trace.Free, 3, 0, 0),
+		ev(trace.Alloc, 5, 40, 1), ev(trace.Free, 5, 0, 0),
+		ev(trace.Alloc, 6, 40, -1), ev(trace.Free, 6, 0, 0),
+		ev(trace.Alloc, 7, 80, 0),
+	}}
+	tl, err := Replay(tr, Config{}, Device{Capacity: 100 * MiB}, ReplayOptions{Record: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tl.FellBack != 1 {
+		t.Errorf("fell back %d times, want 1", tl.FellBack)
+	}
+	if tl.PeakAllocated != 80*MiB || tl.PeakReserved != 80*MiB {
+		t.Errorf("peaks allocated %d, reserved %d; want 80 MiB each", tl.PeakAllocated>>20, tl.PeakReserved>>20)
+	}
+	// allocated after each event, MiB
+	want := []int64{30, 70, 30, 80, 80, 80, 30, 30, 30, 70, 30}
+	for i, w := range want {
+		if got := tl.Samples[i].Allocated; got != w*MiB {
+			t.Errorf("event %d: allocated %d MiB, want %d", i, got>>20, w)
+		}
+	}
+	if tl.OOM == nil || tl.OOMEvent != 11 {
+		t.Fatalf("a plain allocation that cannot fit: oom %v at event %d, want event 11", tl.OOM, tl.OOMEvent)
+	}
+	if tl.Final.NumOOMs != 2 {
+		t.Errorf("num_ooms %d, want 2 (the caught raise counts, as in PyTorch)", tl.Final.NumOOMs)
+	}
+}

@@ -149,9 +149,6 @@ type Result struct {
 	// (Request.Screen), so the allocator was not replayed; Fits is false
 	// and the Timeline empty.
 	Screened bool
-	// WorkspaceLowEnd: the figures are those of the step with no cuDNN
-	// workspace, which reserved more than the one with the bound's.
-	WorkspaceLowEnd bool
 	// DeviceTotal is what nvidia-smi would show for the process at the
 	// peak: peak reserved plus the context.
 	DeviceTotal int64
@@ -359,45 +356,6 @@ func finish(ctx context.Context, r Request, setup train.Setup, sim *train.Simula
 			Screened: true, Decider: fmt.Sprintf("the step requests %s at its peak, more than the %s the device leaves the allocator: no allocator setting fits it",
 				alloc.FormatSize(sim.Summary().PeakRequested), alloc.FormatSize(dev.Capacity))}, nil
 	}
-	lowEnd := false
-	if sim.Summary().ConvWorkspaceBytes > 0 {
-		// cuDNN's workspaces lie between none and the bound of
-		// train/conv_cudnn.go, and the caching allocator's reserved memory
-		// is not monotone in them (a large transient block changes where
-		// later blocks land): both ends are replayed and the worse one
-		// answers.
-		low := setup
-		low.ConvWorkspaceNone = true
-		// the step without workspaces requests no more than the one with
-		// them, which was not screened out: simulate it whole
-		whole := r
-		whole.Screen = false
-		var sim2 *train.Simulator
-		var g2 *graph.Graph
-		var gen2 *train.GenerationSummary
-		if r.Infer != nil {
-			sim2, g2, gen2, err = simulateInference(ctx, whole, low)
-		} else {
-			sim2, g2, err = simulateTraining(ctx, whole, low)
-		}
-		if err != nil {
-			return nil, err
-		}
-		hi, err := alloc.ReplayContext(ctx, sim.CompactTrace(), r.Alloc, dev, alloc.ReplayOptions{})
-		if err != nil {
-			return nil, err
-		}
-		lo, err := alloc.ReplayContext(ctx, sim2.CompactTrace(), r.Alloc, dev, alloc.ReplayOptions{})
-		if err != nil {
-			return nil, err
-		}
-		if (lo.OOM != nil && hi.OOM == nil) || (lo.OOM == nil && hi.OOM == nil && lo.PeakReserved > hi.PeakReserved) {
-			sim.CompactTrace().Release()
-			sim, g0, gen, lowEnd = sim2, g2, gen2, true
-		} else {
-			sim2.CompactTrace().Release()
-		}
-	}
 	// A replay reads repeated micro-batches once (and skips their copies
 	// when the allocator's state comes back); a kept or recorded trace is
 	// written out in full.
@@ -410,7 +368,7 @@ func finish(ctx context.Context, r Request, setup train.Setup, sim *train.Simula
 		return nil, err
 	}
 	res := &Result{Model: r.Source.Name(), Config: r.Config, Setup: sim.Setup(), GPU: r.GPU, Summary: sim.Summary(),
-		Timeline: tl, Context: cudaCtx, Libraries: lib, NCCL: nccl, Margin: r.Margin, WorkspaceLowEnd: lowEnd}
+		Timeline: tl, Context: cudaCtx, Libraries: lib, NCCL: nccl, Margin: r.Margin}
 	if i := tl.PeakAllocatedEvent; i >= 0 && i < tr.Len() {
 		e := tr.At(i)
 		res.PeakAt = &PeakAt{Phase: e.Phase, Step: e.Step, Site: tr.SiteName(e.Site)}

@@ -111,6 +111,18 @@ type Event struct {
 	Site     int32 // index into Trace.Sites; -1 when unknown
 	ID       int64 // block identity: an Alloc and its Free share it
 	Size     int64 // requested bytes (unrounded), for Alloc; ignored for Free
+	// Fallback marks an Alloc whose caller catches the allocator's
+	// out-of-memory error and runs without the block: cuDNN's algorithm
+	// loops (try_all in Conv_v7.cpp, try_configs and try_plans in
+	// Conv_v8.cpp) take the next algorithm when a workspace cannot be
+	// had, down to one that needs none. 0 is a plain allocation, which
+	// fails the step. Above 0 it names the caller's cache of the choice
+	// (cuDNN's benchmark_cache, keyed by the convolution's parameters):
+	// once an allocation of a key fell back, later ones of the key start
+	// from the choice that worked, which takes nothing. Below 0 the
+	// choice is not cached. Consumers that do not model the fallback read
+	// such an event as the plain Alloc it is when memory suffices.
+	Fallback int32
 }
 
 // Trace is an ordered list of events with the names of their sites.

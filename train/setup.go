@@ -317,10 +317,6 @@ type Setup struct {
 	CPU bool
 	// ComputeMajor is the GPU's compute capability major (workspace size).
 	ComputeMajor int
-	// ConvWorkspaceNone gives cuDNN's kernels no workspace: the lower end
-	// of the range the heuristic's choice lies in (conv_cudnn.go), which
-	// package predict replays beside the bound.
-	ConvWorkspaceNone bool
 	// CudnnBenchmark is torch.backends.cudnn.benchmark = True: the first
 	// convolution of each configuration searches cuDNN's algorithms
 	// (conv_cudnn.go).

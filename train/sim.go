@@ -80,10 +80,11 @@ type Simulator struct {
 	loss    *storage
 	// cuBLAS workspaces, one per thread (forward, autograd device thread).
 	wsForward, wsBackward bool
-	// cudnnSearched holds the convolution configurations the cuDNN
-	// benchmark search has run for (its cache lives as long as the
-	// process).
-	cudnnSearched map[string]bool
+	// cudnnKeys numbers the convolution configurations seen, each an
+	// entry of cuDNN's benchmark cache: the first sight of one runs the
+	// benchmark search, and its workspaces fall back under its number
+	// (trace.Event.Fallback).
+	cudnnKeys map[cudnnKey]int32
 	// dynamicMap: bitsandbytes' cached dynamic map is on the device
 	dynamicMap bool
 	scaler     []*storage
@@ -430,6 +431,13 @@ func (sim *Simulator) CompactTrace() *trace.Trace { return &sim.tr }
 func (sim *Simulator) Summary() Summary { return sim.sum }
 
 func (sim *Simulator) alloc(bytes int64, cat trace.Category) *storage {
+	return sim.allocFallback(bytes, cat, 0)
+}
+
+// allocFallback is alloc for a caller that catches the allocator's
+// out-of-memory error and runs without the block (trace.Event.Fallback,
+// with its cache key).
+func (sim *Simulator) allocFallback(bytes int64, cat trace.Category, fallback int32) *storage {
 	// Storages come from a slab: a simulation makes many small ones.
 	if len(sim.slab) == 0 {
 		sim.slab = make([]storage, 1024)
@@ -448,7 +456,7 @@ func (sim *Simulator) alloc(bytes int64, cat trace.Category) *storage {
 		sim.err = ErrOverLimit // the passes stop at the op's end
 	}
 	sim.tr.Add(trace.Event{Action: trace.Alloc, Category: cat, Phase: sim.phase,
-		Stream: sim.stream, Step: sim.step, Site: sim.site, ID: st.id, Size: bytes})
+		Stream: sim.stream, Step: sim.step, Site: sim.site, ID: st.id, Size: bytes, Fallback: fallback})
 	return st
 }
 
