@@ -133,6 +133,13 @@ type Options struct {
 	MinMicroBatch int64
 	// Margin is the headroom a plan must leave on the device, bytes.
 	Margin int64
+	// MarginFor, when set, is the headroom a candidate's plan must leave,
+	// by the candidate's own request: the band its answer carries depends
+	// on what it relies on (predict.Request.Reliances), and the levers
+	// change that (LoRA, QLoRA, sharding). Margin is then the least it
+	// can be, which the planner's screens take so that they never rule
+	// out a plan that fits.
+	MarginFor func(predict.Request) (int64, error)
 	// Top is the number of plans to find (default 5).
 	Top       int
 	Objective Objective
@@ -573,7 +580,8 @@ func (pl *planner) optimizer(name string, impl train.Impl) train.Optimizer {
 func (pl *planner) request(c Candidate) predict.Request {
 	r := pl.o.Base
 	// the plan runs on the device less the margin, as maxbatch's answer
-	// does (predict.Request.Margin)
+	// does (predict.Request.Margin); a candidate's own margin is set by
+	// evaluate (Options.MarginFor)
 	r.Margin = pl.o.Margin
 	r.Config.Batch = c.MicroBatch
 	r.Schedule = nil
@@ -619,6 +627,14 @@ func (pl *planner) evaluate(c Candidate) (*Plan, error) {
 	if pl.searching && pl.ans.Simulations+sims > pl.o.MaxPredictions {
 		return nil, errBudget
 	}
+	if pl.o.MarginFor != nil {
+		m, err := pl.o.MarginFor(r)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", describe(c), err)
+		}
+		// never below the least, which the screens took
+		r.Margin = max(m, pl.o.Margin)
+	}
 	pl.ans.Simulations += sims
 	// the current setup is shown in full; a candidate whose requested
 	// bytes alone exceed the device needs no allocator replay to rule out
@@ -628,7 +644,7 @@ func (pl *planner) evaluate(c Candidate) (*Plan, error) {
 		return nil, fmt.Errorf("%s: %w", describe(c), err)
 	}
 	p := &Plan{Candidate: c, Result: res, Changes: pl.changes(c)}
-	p.Fits = !res.Screened && res.Timeline.OOM == nil && res.DeviceTotal <= pl.o.Base.GPU.Capacity-pl.o.Margin
+	p.Fits = !res.Screened && res.Timeline.OOM == nil && res.DeviceTotal <= pl.o.Base.GPU.Capacity-r.Margin
 	if res.Time != nil {
 		p.Seconds = res.Time.Seconds
 	} else if res.Screened {
@@ -640,7 +656,7 @@ func (pl *planner) evaluate(c Candidate) (*Plan, error) {
 	pl.ans.Evaluated = append(pl.ans.Evaluated, p)
 	pl.seen[c] = p
 	if !p.Fits {
-		pl.noteNeed(need(res)+pl.o.Margin, c)
+		pl.noteNeed(need(res)+r.Margin, c)
 	}
 	return p, nil
 }

@@ -6,6 +6,13 @@ import (
 	"sort"
 )
 
+// MinBandFigures is how many real GPU figures a group of predictions
+// (one set of reliances) needs before its own band answers for it: with
+// n figures exchangeable with the next prediction's, the next falls below
+// the worst of them with probability 1/(n+1), so a group of fewer than
+// this keeps the wider SafetyBand.
+const MinBandFigures = 5
+
 // Band is how far batchfit's device total (peak reserved plus the CUDA
 // context, what decides whether a job fits) has been from the figure
 // measured on a real GPU: the worst under- and over-prediction, each a
@@ -21,6 +28,9 @@ type Band struct {
 	Cases  int
 	// Source says which recordings the figures come from.
 	Source string
+	// Group names the predictions the band was measured on (a set of
+	// Reliances); empty for SafetyBand, which is measured on all.
+	Group string
 }
 
 // SafetyBand is the band the answers of maxbatch, plan and sweep are held
@@ -39,6 +49,40 @@ type Band struct {
 // committed.
 var SafetyBand = Band{Under: 0.145, Over: 0.693, Median: -0.012, Cases: 78,
 	Source: "the GPU corpus (68 figures, testdata/gpu) and 10 published training runs"}
+
+// Bands are the bands earned by the predictions that rely on the same
+// things (Request.Reliances), each over the figures of the GPU corpus
+// whose prediction relies on exactly that set, where there are at least
+// MinBandFigures of them. TestSafetyBand in package validation recomputes
+// every one from testdata/gpu and fails unless each covers its group's
+// worst under-prediction and is no wider than it (within a tenth of a
+// point), and unless every group with enough figures is here.
+var Bands = map[Reliance]Band{
+	// CS336's transformer LMs, BERT-large under the Hugging Face Trainer,
+	// torchtune's and LitGPT's full fine-tunes.
+	Reliance(0): {Under: 0.0967, Over: 0.1905, Median: -0.0141, Cases: 19, Source: corpusSource(0), Group: Reliance(0).String()},
+	// LitGPT's and torchtune's LoRA rows, PEFT's.
+	Adapters: {Under: 0.0767, Over: 0.3555, Median: -0.0054, Cases: 21, Source: corpusSource(Adapters), Group: (Adapters).String()},
+	// LitGPT's and torchtune's QLoRA rows.
+	Adapters | Quantized: {Under: 0.1319, Over: 0.6930, Median: -0.0713, Cases: 11, Source: corpusSource(Adapters | Quantized), Group: (Adapters | Quantized).String()},
+	// LitGPT's FSDP LoRA rows, torchtune's 70B LoRA on eight A100s.
+	Adapters | Sharded: {Under: 0.0366, Over: 0.1972, Median: -0.0111, Cases: 5, Source: corpusSource(Adapters | Sharded), Group: (Adapters | Sharded).String()},
+	// OpenMMLab's ResNet and MobileNetV2 training logs.
+	Convolutions: {Under: 0.0404, Over: 0.0107, Median: 0.0026, Cases: 7, Source: corpusSource(Convolutions), Group: (Convolutions).String()},
+}
+
+func corpusSource(r Reliance) string {
+	return "the GPU corpus's predictions of " + r.String() + " (testdata/gpu)"
+}
+
+// BandFor is the band a prediction relying on rel answers with: its
+// group's, or SafetyBand where its group has too few real figures.
+func BandFor(rel Reliance) Band {
+	if b, ok := Bands[rel]; ok {
+		return b
+	}
+	return SafetyBand
+}
 
 // BandOf is the band of a list of relative errors, (predicted − measured)
 // / measured. It refuses an empty list and errors that are not finite or
@@ -78,7 +122,11 @@ func (b Band) Margin(capacity int64) int64 {
 
 // String is the band as the commands print it.
 func (b Band) String() string {
-	return fmt.Sprintf("within −%s/+%s of measured on %d real GPU figures", pct(b.Under), pct(b.Over), b.Cases)
+	s := fmt.Sprintf("within −%s/+%s of measured on %d real GPU figures", pct(b.Under), pct(b.Over), b.Cases)
+	if b.Group != "" {
+		s += " of " + b.Group
+	}
+	return s
 }
 
 func pct(v float64) string { return fmt.Sprintf("%.1f %%", 100*v) }

@@ -154,6 +154,10 @@ type Result struct {
 	DeviceTotal int64
 	// Margin is the headroom Fits required (Request.Margin).
 	Margin int64
+	// Relies is what the prediction relies on, and Band the band those
+	// predictions have earned on real GPUs (BandFor).
+	Relies Reliance
+	Band   Band
 	Fits   bool
 	// Decider names the figure that decided Fits.
 	Decider string
@@ -353,7 +357,7 @@ func finish(ctx context.Context, r Request, setup train.Setup, sim *train.Simula
 		sim.CompactTrace().Release()
 		return &Result{Model: r.Source.Name(), Config: r.Config, Setup: sim.Setup(), GPU: r.GPU, Summary: sim.Summary(),
 			Timeline: &alloc.Timeline{PeakAllocatedEvent: -1, PeakReservedEvent: -1}, Context: cudaCtx, Libraries: lib, NCCL: nccl, Margin: r.Margin,
-			Screened: true, Decider: fmt.Sprintf("the step requests %s at its peak, more than the %s the device leaves the allocator: no allocator setting fits it",
+			Screened: true, Relies: r.reliancesOf(g0), Band: BandFor(r.reliancesOf(g0)), Decider: fmt.Sprintf("the step requests %s at its peak, more than the %s the device leaves the allocator: no allocator setting fits it",
 				alloc.FormatSize(sim.Summary().PeakRequested), alloc.FormatSize(dev.Capacity))}, nil
 	}
 	// A replay reads repeated micro-batches once (and skips their copies
@@ -400,6 +404,8 @@ func finish(ctx context.Context, r Request, setup train.Setup, sim *train.Simula
 	if n, ok := r.Source.(interface{ Note() string }); ok {
 		res.Note = n.Note()
 	}
+	res.Relies = r.reliancesOf(g0)
+	res.Band = BandFor(res.Relies)
 	res.DeviceTotal = tl.PeakReserved + cudaCtx
 	if tl.OOM != nil {
 		res.Fits = false

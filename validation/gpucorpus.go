@@ -93,6 +93,11 @@ type GPUMeasured struct {
 	OOM                bool  `json:"oom,omitempty"`
 	LargestBatch       int64 `json:"largest_batch,omitempty"`
 	FirstOOMBatch      int64 `json:"first_oom_batch,omitempty"`
+	// SearchStepBelow is the batch the source's own search would have
+	// tried next had LargestBatch failed: one step of that search below
+	// the largest batch that ran (timm's decay_batch_step, or half for a
+	// search by doubling). An answer at or above it is within one step.
+	SearchStepBelow int64 `json:"search_step_below,omitempty"`
 }
 
 // KnownCauses are the causes a case may name in known_cause: each is the
@@ -236,13 +241,16 @@ func parseGPUCase(data []byte) (*GPUCase, error) {
 		name string
 		n    int64
 	}{{"max_memory_allocated", m.MaxMemoryAllocated}, {"max_memory_reserved", m.MaxMemoryReserved},
-		{"device_used", m.DeviceUsed}, {"largest_batch", m.LargestBatch}, {"first_oom_batch", m.FirstOOMBatch}} {
+		{"device_used", m.DeviceUsed}, {"largest_batch", m.LargestBatch}, {"first_oom_batch", m.FirstOOMBatch}, {"search_step_below", m.SearchStepBelow}} {
 		if v.n < 0 {
 			return nil, fail("measured."+v.name, "%d, expected a non-negative number", v.n)
 		}
 	}
 	if m.MaxMemoryAllocated > 0 && m.MaxMemoryReserved > 0 && m.MaxMemoryAllocated > m.MaxMemoryReserved {
 		return nil, fail("measured.max_memory_allocated", "%d is more than max_memory_reserved %d", m.MaxMemoryAllocated, m.MaxMemoryReserved)
+	}
+	if m.SearchStepBelow > 0 && (m.LargestBatch == 0 || m.SearchStepBelow >= m.LargestBatch) {
+		return nil, fail("measured.search_step_below", "%d, expected less than largest_batch %d", m.SearchStepBelow, m.LargestBatch)
 	}
 	if m.LargestBatch > 0 && m.FirstOOMBatch > 0 && m.FirstOOMBatch <= m.LargestBatch {
 		return nil, fail("measured.first_oom_batch", "%d, expected more than largest_batch %d", m.FirstOOMBatch, m.LargestBatch)
@@ -423,6 +431,9 @@ type GPUComparison struct {
 	// total (peak reserved plus the CUDA context, what nvidia-smi shows).
 	PredAllocated, PredReserved, PredDevice int64
 	ErrAllocated, ErrReserved, ErrDevice    float64
+	// Reliance is what the prediction relies on (predict.Reliance): the
+	// bands per reliance are made of these comparisons.
+	Reliance predict.Reliance
 }
 
 // EstimateRequest turns an estimate command line into its prediction
@@ -449,10 +460,14 @@ func CompareGPUCorpus(cases []GPUCase) ([]GPUComparison, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%s: predicting: %w", c.File, err)
 		}
+		rel, err := r.Reliances()
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", c.File, err)
+		}
 		cmp := GPUComparison{
 			Case: c, Model: res.Model, Params: res.Summary.ParamCount,
 			PredAllocated: res.Timeline.PeakAllocated, PredReserved: res.Timeline.PeakReserved,
-			PredDevice: res.DeviceTotal,
+			PredDevice: res.DeviceTotal, Reliance: rel,
 		}
 		cmp.ErrAllocated = relErr(cmp.PredAllocated, c.Measured.MaxMemoryAllocated)
 		cmp.ErrReserved = relErr(cmp.PredReserved, c.Measured.MaxMemoryReserved)

@@ -41,15 +41,13 @@ func bandErrors(cmps []validation.GPUComparison) (device, reserved []float64) {
 	return device, reserved
 }
 
-// realLimit is the largest batch a case shows to run on its GPU: the
-// largest that ran in a largest-batch table, one below the first that ran
-// out of memory, or one below the batch of a run that ran out of memory.
+// realLimit is the largest batch a case shows could run at most on its
+// GPU: one below the first that ran out of memory, or one below the batch
+// of a run that ran out of memory. A batch that ran is no limit: the
+// largest that fits may lie anywhere below the first that failed.
 func realLimit(c validation.GPUCase) (int64, bool) {
 	m := c.Measured
 	limit := int64(math.MaxInt64)
-	if m.LargestBatch > 0 {
-		limit = min(limit, m.LargestBatch)
-	}
 	if m.FirstOOMBatch > 0 {
 		limit = min(limit, m.FirstOOMBatch-1)
 	}
@@ -94,11 +92,29 @@ func withoutBatch(args []string) []string {
 	return out
 }
 
+// groupErrors splits the band's errors (bandErrors) by what each
+// prediction relies on.
+func groupErrors(cmps []validation.GPUComparison) map[predict.Reliance][]float64 {
+	out := map[predict.Reliance][]float64{}
+	for _, c := range cmps {
+		if d, _ := bandErrors([]validation.GPUComparison{c}); len(d) > 0 {
+			out[c.Reliance] = append(out[c.Reliance], d[0])
+		}
+	}
+	return out
+}
+
 // TestSafetyBand recomputes the error distribution of the device total
-// over the GPU corpus and holds the committed band (predict.SafetyBand) to
-// it: (a) the band covers the corpus's worst under-prediction, and (b) on
-// every case with a real limit, maxbatch's default answer (with the band)
-// is at or below the batch that really ran.
+// over the GPU corpus and holds the committed bands to it: (a) the
+// SafetyBand covers the corpus's worst under-prediction; (b) every group
+// of predictions relying on the same things (predict.Reliance) with at
+// least predict.MinBandFigures figures has its band in predict.Bands,
+// covering its worst under-prediction and no wider than it, and no other
+// group has one; (c) on every case with a real limit, maxbatch's default
+// answer (with its band) is below the first batch that failed; (d) on
+// the cases whose source searched the largest batch, the median default
+// answer is at least the source's own next try below the largest batch
+// that ran (within one search step).
 func TestSafetyBand(t *testing.T) {
 	cases, err := validation.LoadGPUCorpus(safetyCorpusDir)
 	if err != nil {
@@ -126,13 +142,36 @@ func TestSafetyBand(t *testing.T) {
 			100*predict.SafetyBand.Under, 100*got.Under, got.Under, got.Over, got.Median, got.Cases)
 	}
 	// (b)
-	checked := 0
+	groups := groupErrors(cmps)
+	for rel, errs := range groups {
+		b, err := predict.BandOf(errs, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		committed, ok := predict.Bands[rel]
+		t.Logf("%-28s %2d figures: %s, median %+.1f %%", rel, len(errs), b, 100*b.Median)
+		switch {
+		case len(errs) < predict.MinBandFigures && ok:
+			t.Errorf("%s: %d figures, fewer than %d, yet a band of its own is committed", rel, len(errs), predict.MinBandFigures)
+		case len(errs) < predict.MinBandFigures:
+		case !ok || !committed.Covers(b) || committed.Under > b.Under+0.001 || committed.Cases != b.Cases:
+			t.Errorf("%s: %d figures within −%.1f %%/+%.1f %%, median %+.1f %%: want predict.Bands[%d] = Band{Under: %.4f, Over: %.4f, Median: %.4f, Cases: %d}, have %+v",
+				rel, len(errs), 100*b.Under, 100*b.Over, 100*b.Median, uint8(rel), math.Ceil(b.Under*1e4)/1e4, b.Over, b.Median, b.Cases, committed)
+		}
+	}
+	for rel := range predict.Bands {
+		if _, ok := groups[rel]; !ok {
+			t.Errorf("%s: a band is committed for a group with no figure", rel)
+		}
+	}
+	// (c) and (d)
+	checked, within, searched := 0, 0, 0
 	for _, c := range cases {
-		limit, ok := realLimit(c)
-		if !ok {
+		limit, hasLimit := realLimit(c)
+		below := c.Measured.SearchStepBelow
+		if !hasLimit && below == 0 {
 			continue
 		}
-		checked++
 		args := append(append([]string{"maxbatch"}, withoutBatch(c.ResolvedArgs())...), "--json")
 		var out, errs bytes.Buffer
 		code := cli.Run(args, &out, &errs)
@@ -145,11 +184,24 @@ func TestSafetyBand(t *testing.T) {
 			t.Errorf("%s: maxbatch --json: %v", c.ID, err)
 			continue
 		}
-		if mb.MaxBatch > limit {
-			t.Errorf("%s: maxbatch answers %d with the band (margin %d bytes); the GPU ran at most %d", c.ID, mb.MaxBatch, mb.MarginBytes, limit)
+		if hasLimit {
+			checked++
+			if mb.MaxBatch > limit {
+				t.Errorf("%s: maxbatch answers %d with its band (margin %d bytes); batch %d ran out of memory", c.ID, mb.MaxBatch, mb.MarginBytes, limit+1)
+			}
+		}
+		if below > 0 {
+			searched++
+			if mb.MaxBatch >= below {
+				within++
+			}
+			t.Logf("%-52s answer %4d, ran %4d, one step below %4d, failed %d", c.ID, mb.MaxBatch, c.Measured.LargestBatch, below, c.Measured.FirstOOMBatch)
 		}
 	}
-	t.Logf("%d cases with a real limit checked", checked)
+	t.Logf("%d cases with a real limit checked; %d of %d answers within one search step of the largest batch that ran", checked, within, searched)
+	if 2*within < searched {
+		t.Errorf("the median answer is more than one search step below the largest batch that ran: %d of %d within", within, searched)
+	}
 }
 
 // The helpers above on hand-made command lines and cases.
@@ -168,7 +220,8 @@ func TestSafetyBandHelpers(t *testing.T) {
 		limit int64
 		ok    bool
 	}{
-		{validation.GPUCase{Measured: validation.GPUMeasured{LargestBatch: 96, FirstOOMBatch: 112}}, 96, true},
+		{validation.GPUCase{Measured: validation.GPUMeasured{LargestBatch: 96, FirstOOMBatch: 112}}, 111, true},
+		{validation.GPUCase{Measured: validation.GPUMeasured{LargestBatch: 96}}, 0, false},
 		{validation.GPUCase{Measured: validation.GPUMeasured{FirstOOMBatch: 112}}, 111, true},
 		{validation.GPUCase{Args: []string{"m", "--batch", "64"}, Measured: validation.GPUMeasured{OOM: true}}, 63, true},
 		{validation.GPUCase{Measured: validation.GPUMeasured{MaxMemoryAllocated: 1 << 30}}, 0, false},

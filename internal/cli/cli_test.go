@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/batchfit/batchfit/models"
+	"github.com/batchfit/batchfit/predict"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata")
@@ -485,7 +486,7 @@ func FuzzParseMargin(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, s string) {
 		const capacity = 80 << 30
-		m, err := parseMargin(s, capacity)
+		m, err := parseMargin(s, capacity, predict.SafetyBand)
 		if err == nil && (m < 0 || m >= capacity) {
 			t.Errorf("%q: margin %d outside the device", s, m)
 		}

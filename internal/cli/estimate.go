@@ -260,7 +260,7 @@ func writeEstimate(w io.Writer, res *predict.Result, batches []int64) {
 			verdict = "which would not fit"
 		}
 		fmt.Fprintf(w, "band: batchfit's device total has been %s: the real one may reach %s, %s\n",
-			predict.SafetyBand.String(), fmtBytes(b.DeviceTotalHighBytes), verdict)
+			res.Band.String(), fmtBytes(b.DeviceTotalHighBytes), verdict)
 	}
 	writeTime(w, res)
 	if len(batches) > 1 {

@@ -253,6 +253,9 @@ type BandJSON struct {
 	Over   float64 `json:"over"`
 	Cases  int     `json:"cases"`
 	Source string  `json:"source"`
+	// Group is what the predictions the band was measured on rely on
+	// (empty: the band of all of them).
+	Group string `json:"group,omitempty"`
 	// DeviceTotalHighBytes is the real device total the band allows:
 	// the prediction over 1 − under.
 	DeviceTotalHighBytes int64 `json:"device_total_high_bytes"`
@@ -260,9 +263,9 @@ type BandJSON struct {
 }
 
 func bandJSON(res *predict.Result) *BandJSON {
-	b := predict.SafetyBand
+	b := res.Band
 	high := int64(math.Ceil(float64(res.DeviceTotal) / (1 - b.Under)))
-	return &BandJSON{Under: b.Under, Over: b.Over, Cases: b.Cases, Source: b.Source, DeviceTotalHighBytes: high, FitsWithBand: high <= res.GPU.Capacity}
+	return &BandJSON{Under: b.Under, Over: b.Over, Cases: b.Cases, Source: b.Source, Group: b.Group, DeviceTotalHighBytes: high, FitsWithBand: high <= res.GPU.Capacity}
 }
 
 // StageJSON is one pipeline stage's figures.

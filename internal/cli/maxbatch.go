@@ -92,7 +92,11 @@ func runMaxBatch(e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	if r.Margin, err = parseMargin(*margin, r.GPU.Capacity); err != nil {
+	band, err := requestBand(r)
+	if err != nil {
+		return err
+	}
+	if r.Margin, err = parseMargin(*margin, r.GPU.Capacity, band); err != nil {
 		return usagef("--margin: %v", err)
 	}
 	if len(batches) != 1 {
@@ -178,7 +182,7 @@ func runMaxBatch(e *env, args []string) error {
 		if ans.Over != nil {
 			fmt.Fprintf(stdout, "  at %d: does not fit — %s\n", ans.Next, ans.Over.Decider)
 		}
-		fmt.Fprintln(stdout, marginLine(r.Margin, r.GPU.Capacity))
+		fmt.Fprintln(stdout, marginLine(r.Margin, r.GPU.Capacity, band))
 		if fast != nil {
 			writeFastest(stdout, fast)
 		}

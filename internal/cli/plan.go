@@ -188,7 +188,17 @@ func (p *planFlags) options(r predict.Request, accSet bool) (plan.Options, error
 		levers = keep
 	}
 	o.Levers = levers
-	m, err := parseMargin(p.margin, r.GPU.Capacity)
+	if strings.EqualFold(strings.TrimSpace(p.margin), "band") {
+		// each plan carries the band of what it relies on, which its
+		// levers change; the screens take the least of them
+		o.Margin = leastBandMargin(r.GPU.Capacity)
+		o.MarginFor = func(c predict.Request) (int64, error) {
+			b, err := requestBand(c)
+			return b.Margin(c.GPU.Capacity), err
+		}
+		return o, nil
+	}
+	m, err := parseMargin(p.margin, r.GPU.Capacity, predict.SafetyBand)
 	if err != nil {
 		return o, usagef("--margin: %v", err)
 	}
@@ -206,16 +216,27 @@ func leverList() string {
 }
 
 // marginHelp is --margin's help, one meaning for maxbatch, plan and sweep.
-var marginHelp = "headroom the answer must leave on the GPU, against under-prediction: band (" + predict.SafetyBand.String() +
-	": the band's worst under-prediction as a share of the GPU), a share of the GPU (10%), a size (2GiB), or 0 for the bare figure"
+var marginHelp = "headroom the answer must leave on the GPU, against under-prediction: band (the worst under-prediction on real GPUs of the predictions that rely on what this one does, as a share of the GPU; " +
+	predict.SafetyBand.String() + " where too few such figures exist), a share of the GPU (10%), a size (2GiB), or 0 for the bare figure"
+
+// requestBand is the band r's answer carries: the one earned by the
+// predictions that rely on what r's does (predict.BandFor).
+func requestBand(r predict.Request) (predict.Band, error) {
+	rel, err := r.Reliances()
+	if err != nil {
+		return predict.Band{}, err
+	}
+	return predict.BandFor(rel), nil
+}
 
 // parseMargin reads --margin as bytes of headroom on a device of the given
-// capacity. A share x of the GPU is the same as allowing the prediction to
-// fall x short of the real figure (see predict.Band.Margin).
-func parseMargin(s string, capacity int64) (int64, error) {
+// capacity, band being the answer's own. A share x of the GPU is the same
+// as allowing the prediction to fall x short of the real figure (see
+// predict.Band.Margin).
+func parseMargin(s string, capacity int64, band predict.Band) (int64, error) {
 	t := strings.TrimSpace(s)
 	if strings.EqualFold(t, "band") {
-		return predict.SafetyBand.Margin(capacity), nil
+		return band.Margin(capacity), nil
 	}
 	if strings.HasSuffix(t, "%") {
 		v, err := strconv.ParseFloat(strings.TrimSpace(strings.TrimSuffix(t, "%")), 64)
@@ -241,16 +262,27 @@ func parseMargin(s string, capacity int64) (int64, error) {
 	return n, nil
 }
 
-// marginLine is the one line that says what margin an answer was held to.
-func marginLine(margin, capacity int64) string {
+// marginLine is the one line that says what margin an answer was held to,
+// band being the answer's own.
+func marginLine(margin, capacity int64, band predict.Band) string {
 	if margin == 0 {
-		return "margin: none (--margin 0): the bare prediction, which has been below the real figure on a GPU (" + predict.SafetyBand.String() + ")"
+		return "margin: none (--margin 0): the bare prediction, which has been below the real figure on a GPU (" + band.String() + ")"
 	}
-	if margin == predict.SafetyBand.Margin(capacity) {
+	if margin == band.Margin(capacity) {
 		return fmt.Sprintf("margin: %s left free, %s of the GPU: batchfit's device total has been %s; --margin 0 for the bare figure",
-			fmtBytes(margin), pctOf(margin, capacity), predict.SafetyBand.String())
+			fmtBytes(margin), pctOf(margin, capacity), band.String())
 	}
-	return fmt.Sprintf("margin: %s left free (%s of the GPU, by --margin); the default is the band (%s), 0 the bare figure", fmtBytes(margin), pctOf(margin, capacity), predict.SafetyBand.String())
+	return fmt.Sprintf("margin: %s left free (%s of the GPU, by --margin); the default is the band (%s), 0 the bare figure", fmtBytes(margin), pctOf(margin, capacity), band.String())
+}
+
+// leastBandMargin is the least margin any answer's band takes of a
+// device of the given capacity.
+func leastBandMargin(capacity int64) int64 {
+	least := predict.SafetyBand.Margin(capacity)
+	for _, b := range predict.Bands {
+		least = min(least, b.Margin(capacity))
+	}
+	return least
 }
 
 func pctOf(n, of int64) string { return fmt.Sprintf("%.1f %%", 100*float64(n)/float64(of)) }
@@ -309,7 +341,7 @@ func nothingFits(r predict.Request, ans *plan.Answer, margin string) error {
 		bare := ans.Need - ans.Margin - r.GPU.ContextSize
 		var larger []string
 		for _, g := range gpu.All() {
-			m, err := parseMargin(margin, g.Capacity)
+			m, err := parseMargin(margin, g.Capacity, predict.SafetyBand)
 			if err == nil && bare+g.ContextSize+m <= g.Capacity {
 				larger = append(larger, g.Name)
 			}
@@ -397,6 +429,18 @@ func planJSON(r predict.Request, o plan.Options, ans *plan.Answer) PlanJSON {
 	return out
 }
 
+// planBandLine says what margin the plans of a search held to the band
+// were held to: each its own band's.
+func planBandLine(r predict.Request, ans *plan.Answer) string {
+	line := "margin: each plan leaves free the band its own prediction has earned on real GPUs (what it relies on: adapters, 4-bit weights, sharding, convolutions)"
+	if b := ans.Base; b != nil && b.Result != nil {
+		if band, err := requestBand(r); err == nil {
+			line += fmt.Sprintf("; the current setup %s, %s of the GPU: its device total has been %s", fmtBytes(b.Result.Margin), pctOf(b.Result.Margin, r.GPU.Capacity), band.String())
+		}
+	}
+	return line + "; --margin 0 for the bare figures"
+}
+
 func writePlan(w io.Writer, r predict.Request, o plan.Options, ans *plan.Answer) {
 	head := []string{r.Source.Name()}
 	if ans.Base.Result != nil && ans.Base.Result.Config.Seq > 0 {
@@ -406,10 +450,22 @@ func writePlan(w io.Writer, r predict.Request, o plan.Options, ans *plan.Answer)
 	if ans.Ranks > 1 {
 		global += fmt.Sprintf(" (%d a rank × %d GPUs)", ans.RankBatch, ans.Ranks)
 	}
+	margin := ans.Margin
+	if b := ans.Base; o.MarginFor != nil && b != nil && b.Result != nil {
+		margin = b.Result.Margin
+	}
 	head = append(head, global, fmt.Sprintf("%s (%s)", r.GPU.Name, fmtBytes(r.GPU.Capacity)),
-		fmt.Sprintf("margin %s", fmtBytes(ans.Margin)))
+		fmt.Sprintf("margin %s", fmtBytes(margin)))
 	fmt.Fprintln(w, strings.Join(head, " · "))
-	fmt.Fprintln(w, marginLine(ans.Margin, r.GPU.Capacity))
+	if o.MarginFor != nil {
+		fmt.Fprintln(w, planBandLine(r, ans))
+	} else {
+		band, err := requestBand(r)
+		if err != nil {
+			band = predict.SafetyBand
+		}
+		fmt.Fprintln(w, marginLine(ans.Margin, r.GPU.Capacity, band))
+	}
 	b := ans.Base
 	verdict := "fits"
 	if !b.Fits {

@@ -38,7 +38,11 @@ func runSweep(e *env, args []string) error {
 	if j.json && *asCSV {
 		return usagef("--csv and --json exclude each other: give one")
 	}
-	if r.Margin, err = parseMargin(*margin, r.GPU.Capacity); err != nil {
+	band, err := requestBand(r)
+	if err != nil {
+		return err
+	}
+	if r.Margin, err = parseMargin(*margin, r.GPU.Capacity, band); err != nil {
 		return usagef("--margin: %v", err)
 	}
 	pts, err := solve.Sweep(e.context(), r, batches)
@@ -150,7 +154,7 @@ func runSweep(e *env, args []string) error {
 	}
 	fmt.Fprintf(stdout, "\nGPU capacity %s (%s)\n", fmtBytes(pts[0].Result.GPU.Capacity), capacityNote(pts[0].Result.GPU))
 	// the one line maxbatch and plan print too: "fits" is held to it
-	fmt.Fprintln(stdout, marginLine(r.Margin, r.GPU.Capacity))
+	fmt.Fprintln(stdout, marginLine(r.Margin, r.GPU.Capacity, band))
 	if *svg != "" {
 		fmt.Fprintf(stdout, "chart: %s\n", *svg)
 	}
