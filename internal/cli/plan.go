@@ -191,7 +191,11 @@ func (p *planFlags) options(r predict.Request, accSet bool) (plan.Options, error
 	if strings.EqualFold(strings.TrimSpace(p.margin), "band") {
 		// each plan carries the band of what it relies on, which its
 		// levers change; the screens take the least of them
-		o.Margin = leastBandMargin(r.GPU.Capacity)
+		least, err := leastBandMargin(r, levers)
+		if err != nil {
+			return o, err
+		}
+		o.Margin = least
 		o.MarginFor = func(c predict.Request) (int64, error) {
 			b, err := requestBand(c)
 			return b.Margin(c.GPU.Capacity), err
@@ -275,14 +279,24 @@ func marginLine(margin, capacity int64, band predict.Band) string {
 	return fmt.Sprintf("margin: %s left free (%s of the GPU, by --margin); the default is the band (%s), 0 the bare figure", fmtBytes(margin), pctOf(margin, capacity), band.String())
 }
 
-// leastBandMargin is the least margin any answer's band takes of a
-// device of the given capacity.
-func leastBandMargin(capacity int64) int64 {
-	least := predict.SafetyBand.Margin(capacity)
-	for _, b := range predict.Bands {
-		least = min(least, b.Margin(capacity))
+// leastBandMargin is the least margin the band of any plan the levers
+// can reach takes of the GPU: the lora lever adds adapters, or adapters
+// on 4-bit weights (QLoRA), to what the current setup relies on; the rest
+// (the model's convolutions, one GPU or several) no plan changes.
+func leastBandMargin(r predict.Request, levers []plan.Lever) (int64, error) {
+	base, err := r.Reliances()
+	if err != nil {
+		return 0, err
 	}
-	return least
+	reach := []predict.Reliance{base}
+	if len(levers) == 0 || slices.Contains(levers, plan.LoRA) {
+		reach = append(reach, base|predict.Adapters, base|predict.Adapters|predict.Quantized)
+	}
+	least := r.GPU.Capacity
+	for _, rel := range reach {
+		least = min(least, predict.BandFor(rel).Margin(r.GPU.Capacity))
+	}
+	return least, nil
 }
 
 func pctOf(n, of int64) string { return fmt.Sprintf("%.1f %%", 100*float64(n)/float64(of)) }
