@@ -36,7 +36,24 @@ func NewInference(g *graph.Graph, s Setup) (*Simulator, error) {
 		return nil, err
 	}
 	sim.noGrad = true
+	if _, amp := s.Precision.Autocast(); amp && s.Autocast.AroundLoop {
+		// one region around the loop: the copies of the first forward
+		// serve every later one, until EndAutocast
+		sim.casts = map[int32]*storage{}
+	}
 	return sim, nil
+}
+
+// EndAutocast is the exit of an autocast region that encloses several
+// forwards (Autocast.AroundLoop, or generate()): the outermost
+// autocast.__exit__ clears the cache (clear_autocast_cache), and the
+// copies go. Without such a region it does nothing.
+func (sim *Simulator) EndAutocast() error {
+	for _, p := range sim.castOrder {
+		sim.unref(sim.casts[p])
+	}
+	sim.casts, sim.castOrder = nil, nil
+	return sim.err
 }
 
 // Forward simulates one forward pass of g under no_grad: the batch is
@@ -255,10 +272,7 @@ func Generate(prefill *graph.Graph, step func(past int64) (*graph.Graph, error),
 		}
 	}
 	sim.collecting, sim.collected = false, sim.collected[:0]
-	for _, p := range sim.castOrder {
-		sim.unref(sim.casts[p]) // the autocast region ends
-	}
-	sim.casts, sim.castOrder = nil, nil
+	sim.EndAutocast() // the region around generate() ends
 	gs.CacheBytes = sim.cacheBytes()
 	for _, st := range sim.cache {
 		if st != nil {

@@ -97,10 +97,19 @@ def build(name):
                 del s
                 a = p @ v
                 del p, v
-                x = x + self.o(a)                      # bfloat16 + float32 → float32
+                o = self.o(a)
                 del a
+                x = x + o                              # bfloat16 + float32 → float32
+                del o
+                # every tensor is released at its last use, as the simulator's graph has it
+                # (a local would otherwise live until its name is rebound)
                 h = self.ln2(x)
-                h = self.fc2(torch.relu(self.fc1(h)))
+                f = self.fc1(h)
+                del h
+                r = torch.relu(f)
+                del f
+                h = self.fc2(r)
+                del r
                 x = x + h
                 del h
                 return self.head(x)                    # [B, T, O] bfloat16
