@@ -19,14 +19,17 @@ import (
 // is freed at its last use; dropout returns its input and batch norm uses
 // its running statistics. Autocast still caches its parameter casts:
 // cached_cast (aten/src/ATen/autocast_mode.cpp) asks whether the argument
-// is a float32 leaf that requires grad — the tensor's flag, which
-// no_grad leaves set on parameters — not whether grad mode is on (its
-// source says so: "When caching in no_grad() context, we still need
-// grad_fn on the cached tensor"); only torch.inference_mode() turns the
-// cache off, in the releases with that fix. The copies live until the
-// autocast region ends: after each forward of an eval loop, after the
-// whole generation when autocast encloses generate(). There are no
-// gradients, no optimizer state, no backward.
+// is a float32 leaf that requires grad and is not a view — the tensor's
+// flag, which no_grad and inference_mode leave set on parameters made
+// outside them — not whether grad mode is on. Only cache_enabled=False
+// (Setup.Autocast.CacheOff) turns the cache off, and inference mode in the
+// releases whose profile says so (pull request 165068, after 2.9). The
+// copies live until the outermost autocast region ends: after each forward
+// of an eval loop, after the loop when autocast encloses it
+// (Setup.Autocast.AroundLoop), after the whole generation when autocast
+// encloses generate(). A Hugging Face model's output keeps its logits
+// (graph.Returned) until the loop rebinds it. There are no gradients, no
+// optimizer state, no backward.
 
 // NewInference starts an inference simulation: the parameters and buffers
 // of g are allocated as for training (model.to(device)).
