@@ -1114,6 +1114,13 @@ func (b *Builder) KVCache(name string, x TensorID, slot int, total int64, static
 		Attr{Slot: slot, Static: static, Inplace: keepFirst})
 }
 
+// Return marks x as returned by the forward beside the loss (Graph.Returned).
+func (b *Builder) Return(x TensorID) {
+	if b.ok(x) {
+		b.g.Returned = append(b.g.Returned, x)
+	}
+}
+
 // Output marks x as what the caller keeps from the forward pass for graphs
 // without a loss, in the loss's part: the logits a generation loop reads,
 // alive until the next forward replaces it; or a pipeline stage's output,

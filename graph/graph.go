@@ -254,6 +254,11 @@ type Graph struct {
 	Inputs  []TensorID
 	Targets []TensorID
 	Loss    TensorID
+	// Returned are tensors the forward returns beside the loss: a Hugging
+	// Face ModelOutput holds the logits (CausalLMOutputWithPast(loss=loss,
+	// logits=logits)), so they live to the forward's end whatever their
+	// last use, and as long as the caller keeps the output.
+	Returned []TensorID
 	// Blocks names the repeated blocks (transformer layers, residual
 	// blocks) that activation checkpointing wraps one at a time.
 	Blocks []string
@@ -360,6 +365,11 @@ func (g *Graph) Validate() error {
 	}
 	if !in(g.Loss) || !produced[g.Loss] {
 		return fmt.Errorf("graph %s has no loss", g.Name)
+	}
+	for _, t := range g.Returned {
+		if !in(t) || !produced[t] {
+			return fmt.Errorf("graph %s returns tensor %d, which no op makes", g.Name, t)
+		}
 	}
 	return g.checkTotal()
 }

@@ -668,6 +668,10 @@ func (t *hfBuilder) act(name string, x graph.TensorID) graph.TensorID {
 //	shift_logits = logits[..., :-1, :].contiguous()  # copy [B, L-1, V] (a view when B = 1)
 //	shift_labels = labels[..., 1:].contiguous()      # copy [B, L-1]
 //	CrossEntropyLoss()(shift_logits.view(-1, V), shift_labels.view(-1))
+//
+// The output returns the logits the loss read (CausalLMOutputWithPast(loss,
+// logits)): the float32 copy where the forward upcast them, lm_head's
+// otherwise (graph.Returned; eval keeps them with the output).
 func (t *hfBuilder) causalLMLoss(logits, labels graph.TensorID) {
 	b := t.b
 	V := t.tc.VocabSize
@@ -677,12 +681,14 @@ func (t *hfBuilder) causalLMLoss(logits, labels graph.TensorID) {
 			case "llama", "mistral", "qwen2", "gemma", "phi3":
 				logits = b.Cast("float", logits, graph.F32)
 			}
+			b.Return(logits)
 			sl := b.Contiguous("shift_logits", b.Narrow("shift_logits_slice", logits, 1, t.L-1))
 			lab := b.Contiguous("shift_labels", b.Narrow("shift_labels_slice", labels, 1, t.L-1))
 			b.CrossEntropy("cross_entropy", b.Reshape("view_logits", sl, -1, V), b.Reshape("view_labels", lab, -1))
 		})
 		return
 	}
+	b.Return(logits)
 	b.Scope("loss", func() {
 		lf := b.Cast("float", logits, graph.F32)
 		padded := b.Cat("pad", 1, labels, b.Narrow("pad_value", labels, 1, 1))
@@ -699,6 +705,7 @@ func (t *hfBuilder) causalLMLoss(logits, labels graph.TensorID) {
 // compute it (no upcast).
 func (t *hfBuilder) maskedLMLoss(logits, labels graph.TensorID) {
 	b := t.b
+	b.Return(logits) // MaskedLMOutput / Seq2SeqLMOutput(loss, logits)
 	V := t.tc.VocabSize
 	b.Scope("loss", func() {
 		flat := b.Reshape("view_logits", logits, -1, V)

@@ -68,6 +68,10 @@ func simulateInference(ctx context.Context, r Request, setup train.Setup) (*trai
 				return nil, nil, nil, err
 			}
 		}
+		// a region around the loop (Setup.Autocast.AroundLoop) ends here
+		if err := sim.EndAutocast(); err != nil {
+			return nil, nil, nil, err
+		}
 		return sim, g, nil, nil
 	case ModeGenerate:
 		noCache := fmt.Errorf("generate: %s has no key/value cache: generation is modelled for Hugging Face decoders (llama, mistral, qwen2, gemma, phi3)", r.Source.Name())

@@ -106,6 +106,16 @@ type Profile struct {
 	// request 86509) or "lazy_from_cuda_11_7" (1.13, also built for CUDA
 	// 11.6, which loads every kernel at start-up).
 	CudaModuleLoading string `json:"cuda_module_loading"`
+	// AutocastCacheOffInInferenceMode: cached_cast does not cache under
+	// torch.inference_mode() (pytorch pull request 165068, merged in
+	// December 2025, after 2.9: it makes the cached copies with grad mode
+	// on so that they serve no_grad and grad alike, and skips the cache
+	// in inference mode). In the earlier releases can_try_cache asks only
+	// the tensor (a float32 leaf that requires grad, not a view) and
+	// cache_enabled, so a parameter made outside inference mode is cached
+	// inside it as under no_grad (measured on 1.13 with
+	// validation/autocast.py).
+	AutocastCacheOffInInferenceMode bool `json:"autocast_cache_off_in_inference_mode"`
 }
 
 //go:embed profiles.json

@@ -19,14 +19,17 @@ import (
 // is freed at its last use; dropout returns its input and batch norm uses
 // its running statistics. Autocast still caches its parameter casts:
 // cached_cast (aten/src/ATen/autocast_mode.cpp) asks whether the argument
-// is a float32 leaf that requires grad — the tensor's flag, which
-// no_grad leaves set on parameters — not whether grad mode is on (its
-// source says so: "When caching in no_grad() context, we still need
-// grad_fn on the cached tensor"); only torch.inference_mode() turns the
-// cache off, in the releases with that fix. The copies live until the
-// autocast region ends: after each forward of an eval loop, after the
-// whole generation when autocast encloses generate(). There are no
-// gradients, no optimizer state, no backward.
+// is a float32 leaf that requires grad and is not a view — the tensor's
+// flag, which no_grad and inference_mode leave set on parameters made
+// outside them — not whether grad mode is on. Only cache_enabled=False
+// (Setup.Autocast.CacheOff) turns the cache off, and inference mode in the
+// releases whose profile says so (pull request 165068, after 2.9). The
+// copies live until the outermost autocast region ends: after each forward
+// of an eval loop, after the loop when autocast encloses it
+// (Setup.Autocast.AroundLoop), after the whole generation when autocast
+// encloses generate(). A Hugging Face model's output keeps its logits
+// (graph.Returned) until the loop rebinds it. There are no gradients, no
+// optimizer state, no backward.
 
 // NewInference starts an inference simulation: the parameters and buffers
 // of g are allocated as for training (model.to(device)).
@@ -36,7 +39,24 @@ func NewInference(g *graph.Graph, s Setup) (*Simulator, error) {
 		return nil, err
 	}
 	sim.noGrad = true
+	if _, amp := s.Precision.Autocast(); amp && s.Autocast.AroundLoop {
+		// one region around the loop: the copies of the first forward
+		// serve every later one, until EndAutocast
+		sim.casts = map[int32]*storage{}
+	}
 	return sim, nil
+}
+
+// EndAutocast is the exit of an autocast region that encloses several
+// forwards (Autocast.AroundLoop, or generate()): the outermost
+// autocast.__exit__ clears the cache (clear_autocast_cache), and the
+// copies go. Without such a region it does nothing.
+func (sim *Simulator) EndAutocast() error {
+	for _, p := range sim.castOrder {
+		sim.unref(sim.casts[p])
+	}
+	sim.casts, sim.castOrder = nil, nil
+	return sim.err
 }
 
 // Forward simulates one forward pass of g under no_grad: the batch is
@@ -255,10 +275,7 @@ func Generate(prefill *graph.Graph, step func(past int64) (*graph.Graph, error),
 		}
 	}
 	sim.collecting, sim.collected = false, sim.collected[:0]
-	for _, p := range sim.castOrder {
-		sim.unref(sim.casts[p]) // the autocast region ends
-	}
-	sim.casts, sim.castOrder = nil, nil
+	sim.EndAutocast() // the region around generate() ends
 	gs.CacheBytes = sim.cacheBytes()
 	for _, st := range sim.cache {
 		if st != nil {

@@ -2,6 +2,7 @@ package train
 
 import (
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/batchfit/batchfit/alloc"
@@ -253,4 +254,96 @@ func generateToy(t *testing.T, tc models.TransformerConfig, gen Generation, prec
 		t.Fatal(err)
 	}
 	return sim, gs
+}
+
+// A forward that returns its logits beside the loss (a Hugging Face
+// ModelOutput, graph.Returned) keeps them to its end, and the loop's
+// outputs variable keeps them through the next forward. The MLP of
+// TestEvalHandWorked with its logits [4, 8] float32 (128 B) returned:
+//
+//	forward 1 ends with parameters 3232, batch 288, loss 4 and the
+//	logits 128: 3652.
+//	forward 2: the new batch lands and the old goes (3652), linear +512,
+//	relu +512 → 4676, the peak; linear's output goes (4164), head +128,
+//	relu's output goes (3780), loss +4, log_softmax +128 and total_weight
+//	+4 → 3916, those two go → 3784, then the old loss and logits (the old
+//	output, rebound) → 3652.
+func TestEvalReturnedLogits(t *testing.T) {
+	b := graph.NewBuilder("mlp-returned")
+	x := b.Input("x", graph.Shape{4, 16}, graph.F32)
+	y := b.Target("y", graph.Shape{4}, graph.I64)
+	h := b.Act(graph.ReLU, "relu", b.Linear("fc1", x, 32, true), false)
+	logits := b.Linear("head", h, 8, true)
+	b.Return(logits)
+	b.CrossEntropy("loss", logits, y)
+	g, err := b.Graph()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		forwards  int
+		peak, end int64
+	}{
+		{1, 4544, 3652}, // forward 1's peak is TestEvalHandWorked's
+		{2, 4676, 3652},
+		{3, 4676, 3652},
+	} {
+		sim, tr := evalRun(t, g, Setup{CPU: true, Profile: mustProfile(t, "2.5")}, c.forwards)
+		if p := sim.Summary().PeakRequested; p != c.peak {
+			t.Errorf("%d forwards: peak %d, want %d", c.forwards, p, c.peak)
+		}
+		if n := liveAtEnd(tr); n != c.end {
+			t.Errorf("%d forwards: %d bytes alive at the end, want %d", c.forwards, n, c.end)
+		}
+	}
+}
+
+// Autocast's cache_enabled=False, inference mode and a region around the
+// loop, on the MLP of TestEvalAutocastCache (float16 copies W1 1024 B, b1
+// 64 B, W2 512 B, b2 16 B: 1616 B). Forward 2 starts with parameters
+// 3232, batch 288 and loss 4: 3524, and the new batch replaces the old.
+//
+//	cache on, a region per forward: fc1 makes x's copy 128, W1 1024, b1 64
+//	and its output 256 (4996), x's copy goes (4868); relu 256 (5124), fc1's
+//	output goes (4868); head's W2 512, b2 16 and output 64: 5460, the
+//	peak. The copies go when the region ends: 3524.
+//	inference mode: the same in the releases that cache there (2.5).
+//	cache off: fc1's copies go with it: 4996 is the peak (relu: 3524 + 256
+//	+ 256 = 4036; head: 3524 + 256 + 512 + 16 + 64 = 4372).
+//	around the loop: forward 1's copies stay: 3524 + 1616, x's copy 128
+//	and fc1's output 256 (5524), the copy goes, relu 256: 5652, the peak;
+//	the 1616 B are alive after the loop until EndAutocast.
+//	inference mode in a release that skips the cache there: as cache off.
+func TestEvalAutocastRegion(t *testing.T) {
+	g := mlp(t, 4, 16, 32, 1, 8)
+	p := mustProfile(t, "2.5")
+	for _, c := range []struct {
+		name           string
+		ac             Autocast
+		peak, end, out int64
+	}{
+		{"per forward", Autocast{}, 5460, 3524, 3524},
+		{"cache off", Autocast{CacheOff: true}, 4996, 3524, 3524},
+		{"inference mode", Autocast{InferenceMode: true}, 5460, 3524, 3524},
+		{"around the loop", Autocast{AroundLoop: true}, 5652, 3524 + 1616, 3524},
+		{"inference mode, no cache there", Autocast{InferenceMode: true}, 4996, 3524, 3524},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			prof := *p
+			prof.AutocastCacheOffInInferenceMode = strings.HasSuffix(c.name, "no cache there")
+			sim, tr := evalRun(t, g, Setup{Precision: Mixed16, Profile: &prof, CPU: true, Autocast: c.ac}, 2)
+			if n := liveAtEnd(tr); n != c.end {
+				t.Errorf("%d bytes alive after the loop, want %d", n, c.end)
+			}
+			if err := sim.EndAutocast(); err != nil {
+				t.Fatal(err)
+			}
+			if n := liveAtEnd(sim.Trace()); n != c.out {
+				t.Errorf("%d bytes alive after the region, want %d", n, c.out)
+			}
+			if sim.Summary().PeakRequested != c.peak {
+				t.Errorf("peak %d, want %d", sim.Summary().PeakRequested, c.peak)
+			}
+		})
+	}
 }

@@ -53,6 +53,8 @@ type micro struct {
 	// regather is, per op, the bytes its backward gathers again.
 	gathered map[*storage]*storage
 	regather []int64
+	// returned are this forward's graph.Returned storages (eval)
+	returned []*storage
 }
 
 type inputCast struct {
@@ -214,11 +216,17 @@ func (m *micro) forward() {
 		return
 	}
 	// The loss stays referenced by the training loop until the next
-	// iteration rebinds it.
+	// iteration rebinds it, and in eval so does the rest of the output
+	// (outputs = model(**batch): the previous ModelOutput, logits and
+	// all, goes only when the name is rebound to the new one).
 	if m.sim.loss != nil {
 		sim.unref(m.sim.loss)
 	}
 	m.sim.loss = m.val[m.g.Loss].st
+	for _, st := range sim.returned {
+		sim.unref(st)
+	}
+	sim.returned = m.returned
 }
 
 // exitAutocast leaves the outermost autocast region, which clears the

@@ -300,7 +300,7 @@ func init() {
 			}},
 		// add saves nothing; each input gets the gradient itself, or its
 		// sum over broadcast dims.
-		graph.Add: {out: promoteInputs, bwd: func(c *bwdCtx) {
+		graph.Add: {out: promoteInputs, pre: cpuPromoteCopies, bwd: func(c *bwdCtx) {
 			out := c.m.g.Tensors[c.op.Output].Shape.Numel()
 			for j := range c.op.Inputs {
 				if c.numel(j) == out {
@@ -316,7 +316,7 @@ func init() {
 		// (an SE scale [N, C, 1, 1], ConvNeXt's layer_scale [C, 1, 1]) gets
 		// it summed down to its own size by the engine (sum_to), so the
 		// full-size product is a temporary.
-		graph.Mul: {out: promoteInputs, fwd: func(c *fwdCtx) {
+		graph.Mul: {out: promoteInputs, pre: cpuPromoteCopies, fwd: func(c *fwdCtx) {
 			if c.op.Attr.Scalar || len(c.in) < 2 {
 				return
 			}
@@ -405,8 +405,13 @@ func saveSelfOrCopy(c *fwdCtx) {
 
 func gradInput(c *bwdCtx) { c.gradIn(0) }
 
+// fp32UnderAutocast: CUDA autocast's fp32_set_opt_dtype policy (softmax,
+// log_softmax, sum) passes dtype=float32 to the kernel, which reads the
+// half input and writes float32. CPU autocast lists none of them
+// (AutocastCPU in aten/src/ATen/autocast_mode.cpp): they run in their
+// input's dtype there.
 func fp32UnderAutocast(m *micro, c *fwdCtx) graph.DType {
-	if m.sim.amp {
+	if m.sim.amp && !m.sim.s.CPU {
 		return graph.F32
 	}
 	return c.in[0].dt
@@ -433,6 +438,26 @@ func promoteInputs(m *micro, c *fwdCtx) graph.DType {
 		}
 	}
 	return dt
+}
+
+// cpuPromoteCopies: on the CPU, TensorIterator gives a binary op's kernel
+// operands of the common dtype, copying an input of another dtype into a
+// temporary before the output is allocated (TensorIteratorBase::
+// compute_types, under common_device == kCPU: "Promotes inputs by creating
+// temporaries of the correct dtype"); CUDA's kernels cast as they load, with
+// no copy. Under autocast that is the float32 residual plus a bfloat16
+// layer output: a float32 copy of the layer output, freed when the op
+// returns (measured on 1.13 with validation/autocast.py).
+func cpuPromoteCopies(c *fwdCtx) {
+	if !c.m.sim.s.CPU || len(c.in) < 2 {
+		return
+	}
+	dt := promoteInputs(c.m, c)
+	for j, v := range c.in {
+		if v.dt != dt && v.dt.IsFloat() {
+			c.local(c.numel(j)*dt.Size(), trace.Transient)
+		}
+	}
 }
 
 // dropoutForward: on CUDA, native_dropout returns the output and a mask

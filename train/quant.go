@@ -259,8 +259,19 @@ func (m *micro) castOf(i int, r *rule) castPolicy {
 	if q := quantOf(m.g, &m.g.Ops[i]); q != nil && (q.Format == graph.Int8 || q.Format == graph.AWQ) {
 		return castNone
 	}
+	if r.cast == castFP32 && m.sim.s.CPU && !cpuAutocastFP32[m.g.Ops[i].Kind] {
+		return castNone
+	}
 	return r.cast
 }
+
+// cpuAutocastFP32 are the op kinds on CPU autocast's fp32 list
+// (TORCH_LIBRARY_IMPL(aten, AutocastCPU, m) in
+// aten/src/ATen/autocast_mode.cpp, 1.13 to the newest: the losses, not
+// layer_norm, exp, log or reciprocal, which CUDA's AT_FORALL_FP32 lists and
+// the CPU falls through, running them in their input's dtype). The op
+// table's cast policies are CUDA's; the CPU cross-checks read this.
+var cpuAutocastFP32 = map[graph.Kind]bool{graph.MSELoss: true, graph.CrossEntropy: true}
 
 // linearOut: Linear4bit.forward returns matmul_4bit(...).to(inp_dtype),
 // the dtype x had before its cast to the compute dtype (and GPTQ's and

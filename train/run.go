@@ -1,6 +1,8 @@
 package train
 
 import (
+	"slices"
+
 	"github.com/batchfit/batchfit/graph"
 	"github.com/batchfit/batchfit/trace"
 )
@@ -162,15 +164,17 @@ func (m *micro) runOp(i int) {
 		p := m.pidx[t]
 		if to, cast := m.autocastTo(r.cast, v.dt); cast && p >= 0 {
 			switch {
-			case m.g.Tensors[t].RequiresGrad && !op.Attr.WeightView:
+			case m.g.Tensors[t].RequiresGrad && !op.Attr.WeightView && sim.castCacheOn():
 				v = value{st: m.castParam(p, to), dt: to}
 				m.wCast[i] = true
 			case m.g.Tensors[t].RequiresGrad:
 				// the op sees a view of the weight (an einsum's rearranged
 				// operand), which cached_cast does not cache (it takes
-				// leaves that are not views): a copy made at every use,
-				// kept as long as the op or what saves it; its gradient
-				// still reaches the weight through ToCopyBackward
+				// leaves that are not views), or the cache is off
+				// (cache_enabled=False, or inference mode where the
+				// release skips it): a copy made at every use, kept as
+				// long as the op or what saves it; its gradient still
+				// reaches the weight through ToCopyBackward
 				ps := m.sim.params[p]
 				m.run.ParamCasts++
 				m.run.ParamCastBytes += ps.numel * (ps.dt.Size() + to.Size())
@@ -241,6 +245,14 @@ func (m *micro) runOp(i int) {
 		c.out = value{st: st, dt: dt}
 	}
 	m.val[out] = c.out
+	if sim.noGrad && !recomputing && slices.Contains(m.g.Returned, out) {
+		// the forward returns it (a ModelOutput's logits): alive to the
+		// forward's end and beyond, whatever its last use. In training
+		// it is not kept: what holds the output then is the loop's
+		// (Trainer.compute_loss drops it before backward).
+		sim.ref(c.out.st)
+		m.returned = append(m.returned, c.out.st)
+	}
 	c.saving = m.saving && tensor.RequiresGrad
 	if r.fwd != nil {
 		r.fwd(c)
@@ -280,6 +292,16 @@ func (m *micro) autocastTo(p castPolicy, dt graph.DType) (graph.DType, bool) {
 		return graph.F32, dt != graph.F32
 	}
 	return dt, false
+}
+
+// castCacheOn reports whether cached_cast may cache a parameter's cast
+// (can_try_cache in aten/src/ATen/autocast_mode.cpp): cache_enabled, the
+// torch.autocast argument, and, in the releases that skip the cache in
+// inference mode (the profile's AutocastCacheOffInInferenceMode), not
+// under torch.inference_mode().
+func (sim *Simulator) castCacheOn() bool {
+	a := sim.s.Autocast
+	return !a.CacheOff && !(a.InferenceMode && sim.noGrad && sim.s.Profile.AutocastCacheOffInInferenceMode)
 }
 
 // castParam returns autocast's cached low-precision copy of parameter p,

@@ -344,7 +344,32 @@ type Setup struct {
 	// run with the 1F1B schedule; Accumulate is then the number of
 	// micro-batches of a step (0 or 1 stages: no pipeline).
 	Stages, Stage int
-	Profile       *profile.Profile
+	// Autocast says how the mixed precisions' autocast region is entered
+	// and what its weight-cast cache keeps (the zero value: torch.autocast's
+	// defaults around each forward, under torch.no_grad() in eval).
+	Autocast Autocast
+	Profile  *profile.Profile
+}
+
+// Autocast is the autocast region of a forward and its weight-cast cache
+// (cached_cast and cached_casts in aten/src/ATen/autocast_mode.cpp).
+type Autocast struct {
+	// CacheOff is torch.autocast(..., cache_enabled=False): cached_cast's
+	// can_try_cache requires cache_enabled, so every use of a parameter
+	// makes a new low-precision copy that goes when the op (or, in
+	// training, the node that saved it) is done with it.
+	CacheOff bool
+	// InferenceMode: eval runs under torch.inference_mode() rather than
+	// torch.no_grad(). Parameters made outside it keep requires_grad, so
+	// cached_cast caches their casts all the same, except in the releases
+	// whose profile says AutocastCacheOffInInferenceMode.
+	InferenceMode bool
+	// AroundLoop: one autocast region encloses the whole eval loop
+	// (autocast entered before the loop): the cache is cleared only when
+	// the outermost autocast exits (autocast.__exit__ clears it when
+	// autocast_decrement_nesting() returns 0, torch/amp/autocast_mode.py),
+	// so the copies made in the first forward live to the loop's end.
+	AroundLoop bool
 }
 
 // Normalize fills defaults and checks values.

@@ -78,6 +78,10 @@ type Simulator struct {
 	buffers []*storage
 	batch   []*storage
 	loss    *storage
+	// returned holds, in eval, what the last forward returned beside the
+	// loss (graph.Returned: a ModelOutput's logits), which the loop's
+	// variable keeps until the next forward's output replaces it.
+	returned []*storage
 	// cuBLAS workspaces, one per thread (forward, autograd device thread).
 	wsForward, wsBackward bool
 	// cudnnKeys numbers the convolution configurations seen, each an

@@ -66,6 +66,8 @@ type jobFlags struct {
 	ncclBuffsize  string
 	emptyCache    bool
 	cudnnBench    bool
+	noCastCache   bool
+	castLoop      bool
 	memFormat     string
 	loopOverhead  time.Duration
 	cublasConf    string
@@ -139,6 +141,8 @@ func (j *jobFlags) register(fs *flag.FlagSet, batchDefault string) {
 	fs.StringVar(&j.ncclBuffsize, "nccl-buffsize", "", "NCCL_BUFFSIZE, the Simple protocol's buffer per NCCL connection (default: NCCL's 4 MiB)")
 	fs.BoolVar(&j.emptyCache, "empty-cache", false, "call torch.cuda.empty_cache() after every step")
 	fs.BoolVar(&j.cudnnBench, "cudnn-benchmark", false, "torch.backends.cudnn.benchmark = True: the first step searches cuDNN's convolution algorithms")
+	fs.BoolVar(&j.noCastCache, "no-autocast-cache", false, "torch.autocast(..., cache_enabled=False): the mixed precisions cast a weight anew at every use and free the copy with the op, instead of keeping one copy per weight until the autocast region ends")
+	fs.BoolVar(&j.castLoop, "autocast-around-loop", false, "eval: one autocast region encloses the whole loop of forwards (autocast entered before the loop), so the weight copies the first forward makes stay until the loop ends (default: autocast around each forward)")
 	fs.StringVar(&j.memFormat, "memory-format", "contiguous", "the model's and batch's memory format: contiguous (NCHW, PyTorch's default) or channels_last (NHWC: no transposes around cuDNN's tensor-core convolutions; step time only)")
 	fs.DurationVar(&j.loopOverhead, "loop-overhead", 0, "the training loop's own work per micro-batch that the GPU waits for, outside the model's ops (a framework's hooks, an input pipeline copying on the training stream), as measured, e.g. 8ms; step time only (default 0: a plain eager loop with its batches ready)")
 	fs.StringVar(&j.cublasConf, "cublas-workspace-config", "", "CUBLAS_WORKSPACE_CONFIG, e.g. :4096:8 (default: the environment variable)")
@@ -760,6 +764,10 @@ func (j *jobFlags) requestFor(src predict.Source) (predict.Request, error) {
 	r.Setup = train.Setup{Precision: prec, Optimizer: train.Optimizer{Kind: opt, Momentum: j.momentum, Impl: impl, WeightDecay: wd, Bits8: on.Bits8, Paged: on.Paged, AMSGrad: j.amsgrad},
 		Accumulate: j.accumulate, Checkpoint: ck, Attention: att, Steps: j.steps, EmptyCache: j.emptyCache, Profile: prof, Parallel: par}
 	r.Setup.CudnnBenchmark = j.cudnnBench
+	if _, amp := prec.Autocast(); !amp && (j.noCastCache || j.castLoop) {
+		return r, usagef("--no-autocast-cache and --autocast-around-loop are for the mixed precisions (16-mixed, bf16-mixed), which run under autocast")
+	}
+	r.Setup.Autocast = train.Autocast{CacheOff: j.noCastCache, AroundLoop: j.castLoop}
 	switch strings.ReplaceAll(strings.ToLower(j.memFormat), "-", "_") {
 	case "contiguous", "nchw", "contiguous_format", "":
 	case "channels_last", "nhwc":
@@ -846,6 +854,9 @@ func (j *jobFlags) inference() (*predict.Inference, error) {
 		}
 	}
 	if mode == predict.ModeTrain {
+		if j.castLoop {
+			return nil, usagef("--autocast-around-loop is for --mode eval")
+		}
 		return nil, nil
 	}
 	if !j.inferOK {
@@ -853,6 +864,9 @@ func (j *jobFlags) inference() (*predict.Inference, error) {
 	}
 	if j.accumulate != 1 || j.checkpointing || j.checkpoint.v != "none" {
 		return nil, usagef("--accumulate and activation checkpointing are for training, not --mode %s", mode)
+	}
+	if j.castLoop && gen {
+		return nil, usagef("--autocast-around-loop is for --mode eval: generate() is one autocast region already")
 	}
 	in := &predict.Inference{Mode: mode}
 	if !gen {

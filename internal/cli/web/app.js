@@ -138,6 +138,8 @@ function jobFields() {
   }
   if (Number($("#lora").value) > 0 && $("#lora-impl").value !== "peft") f["lora-impl"] = $("#lora-impl").value;
   if ($("#cudnn-benchmark").checked) f["cudnn-benchmark"] = "true";
+  if ($("#no-autocast-cache").checked) f["no-autocast-cache"] = "true";
+  if ($("#autocast-around-loop").checked) f["autocast-around-loop"] = "true";
   if ($("#channels-last").checked) f["memory-format"] = "channels_last";
   if ($("#loop-overhead").value.trim()) f["loop-overhead"] = $("#loop-overhead").value.trim();
   if ($("#no-sync").checked) f["no-sync"] = "true";
