@@ -35,11 +35,40 @@ type Adapters struct {
 	// scaling to the base result on x as it comes, with no defensive clone
 	// and no casts around the adapter.
 	Native bool
+	// Float32 is PEFT's autocast_adapter_dtype=True, get_peft_model's
+	// default from PEFT 0.12 (peft/tuners/tuners_utils.py,
+	// BaseTunerLayer._cast_adapter_dtype): float16 and bfloat16 adapter
+	// weights are cast to float32 after they are made, so on a
+	// half-precision base the adapters, their gradients and their
+	// optimizer state are float32, and Linear.forward casts the input to
+	// the adapter's dtype (_cast_input_dtype) and the sum back to the
+	// base result's (result.to(torch_result_dtype)). Before 0.12 an
+	// adapter takes its base weight's dtype whenever that is floating
+	// (LoraLayer._move_adapter_to_device_of_base_layer). Native adapters
+	// ignore it.
+	Float32 bool
 }
 
 // peftQuant reports whether PEFT's rules for an adapter on a quantized
 // base layer apply (float32 adapters, casts, the 4-bit clone).
 func (a *Adapters) peftQuant() bool { return a != nil && !a.Native }
+
+// float32 reports whether the adapter on a base layer quantized in format
+// qf (NoQuant: a plain Linear) is float32 and PEFT casts around it. nn.Linear
+// makes the adapters float32; PEFT before 0.12 casts them to the base
+// weight's dtype when that is floating
+// (_move_adapter_to_device_of_base_layer: weight.dtype.is_floating_point),
+// which a bitsandbytes weight is only with a float quant_storage; from 0.12
+// autocast_adapter_dtype keeps them float32 in every case.
+func (a *Adapters) float32(qf QuantFormat, floatStorage bool) bool {
+	if a == nil || a.Native {
+		return false
+	}
+	if a.Float32 {
+		return true
+	}
+	return qf != NoQuant && !floatStorage
+}
 
 // Scaling is alpha / r.
 func (a *Adapters) Scaling() float64 { return a.Alpha / float64(a.Rank) }
@@ -133,12 +162,13 @@ func (b *Builder) LoRAParams(name string, in, out int64) (LoRA, bool) {
 	b.Push(name)
 	l := LoRA{A: b.Param("lora_A.weight", Shape{r, in}), B: b.Param("lora_B.weight", Shape{out, r})}
 	b.Pop()
-	if _, ok := b.quantized[b.path(name)]; ok && b.err == nil && b.Adapters.peftQuant() {
+	if qf, ok := b.quantized[b.path(name)]; b.err == nil && b.Adapters.float32(qf, ok && b.floatStorage()) {
 		// nn.Linear makes them float32, and PEFT's
 		// _move_adapter_to_device_of_base_layer casts an adapter to the
 		// base layer's dtype only when that is floating: on a quantized
-		// base they stay float32 (and get_peft_model's
-		// autocast_adapter_dtype keeps half ones float32 too)
+		// base with uint8 storage they stay float32, and from PEFT 0.12
+		// get_peft_model's autocast_adapter_dtype keeps half ones
+		// float32 on every base (see Adapters.float32)
 		for _, id := range []TensorID{l.A, l.B} {
 			b.g.Tensors[id].DType, b.g.Tensors[id].KeepDType = F32, true
 		}
@@ -154,6 +184,10 @@ func (b *Builder) ApplyLoRA(name string, x, base TensorID, l LoRA) TensorID {
 	if !a.peftQuant() {
 		qf, quantized = NoQuant, false
 	}
+	// PEFT casts around a float32 adapter: the quantized layers outside
+	// autocast (bnb.Linear4bit.forward's requires_conversion), the plain
+	// Linear through _cast_input_dtype and result.to(torch_result_dtype)
+	casts := a.float32(qf, quantized && b.floatStorage())
 	if qf == NF4 || qf == FP4 {
 		// peft.tuners.lora.bnb.Linear4bit.forward: "for 4bit, we need to
 		// defensively clone" the base layer's result before adding
@@ -163,9 +197,10 @@ func (b *Builder) ApplyLoRA(name string, x, base TensorID, l LoRA) TensorID {
 	defer func() { b.inLoRA = false }()
 	b.Push(name)
 	h := x
-	if quantized {
-		// PEFT's quantized LoRA layers, outside autocast: x =
-		// self._cast_input_dtype(x, lora_A.weight.dtype), float32
+	if casts {
+		// x = self._cast_input_dtype(x, lora_A.weight.dtype), float32;
+		// a no-op where x is float32 already (under autocast the model's
+		// own parameters are)
 		h = b.CastAs("cast_input", h, F32, CastToDTypeOutsideAutocast)
 	}
 	if a.Dropout > 0 {
@@ -174,13 +209,20 @@ func (b *Builder) ApplyLoRA(name string, x, base TensorID, l LoRA) TensorID {
 	u := b.LinearWith("lora_A", h, l.A, None)
 	v := b.LinearWith("lora_B", u, l.B, None)
 	v = b.Scale("scaling", v)
-	if quantized {
-		// output = output.to(expected_dtype), the base result's dtype
+	if casts {
+		// output.to(expected_dtype) (quantized layers) or the sum's
+		// result.to(torch_result_dtype) (plain Linear): back to the base
+		// result's dtype. The plain Linear adds in float32 first; the
+		// cast is taken before the add, the same bytes kept
 		v = b.CastAs("cast_output", v, F32, CastToModelOutsideAutocast)
 	}
 	b.Pop()
 	return b.Add(name+".lora_add", base, v)
 }
+
+// floatStorage reports a bitsandbytes 4-bit base whose packed codes are
+// stored in a float dtype (bnb_4bit_quant_storage).
+func (b *Builder) floatStorage() bool { return b.Quant != nil && b.Quant.FloatStorage }
 
 // unmatchedTargets lists the LoRA targets no Linear matched.
 func (b *Builder) unmatchedTargets() []string {

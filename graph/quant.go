@@ -118,6 +118,13 @@ type Quant struct {
 	// nf4tensor.py), which torchtune pinned in April 2024: block 64,
 	// scalers double-quantized per 256, state in bfloat16.
 	Torchao bool
+	// FloatStorage: bnb_4bit_quant_storage is a floating dtype, the
+	// model's (bitsandbytes 0.43.0 and later: Params4bit(quant_storage=)),
+	// so that the packed codes are a float tensor FSDP can flatten and
+	// shard with the rest of a unit. The bytes are the same, two codes a
+	// byte; what changes is that PEFT sees a floating base weight
+	// (see Adapters.Float32).
+	FloatStorage bool
 	// Skip lists Linear modules left unquantized (llm_int8_skip_modules,
 	// modules_to_not_convert), matched like LoRA targets.
 	Skip []string
@@ -355,6 +362,17 @@ func BnbHalfState(v string) (bool, error) {
 		return false, err
 	}
 	return n[0] == 0 && n[1] < 43, nil
+}
+
+// PeftFloat32Adapters reports whether PEFT release v (empty: the current
+// one) keeps LoRA adapters float32 on a half-precision base:
+// get_peft_model's autocast_adapter_dtype=True, from 0.12.0.
+func PeftFloat32Adapters(v string) (bool, error) {
+	n, err := bnbRelease(v)
+	if err != nil {
+		return false, err
+	}
+	return n == nil || n[0] > 0 || n[1] >= 12, nil
 }
 
 // bnbRelease parses a bitsandbytes release ("0.41.1", "0.42"); nil for

@@ -921,6 +921,10 @@ func (pl *planner) strategies() []train.Parallel {
 		// the job's training loop accumulates inside no_sync() or not,
 		// whichever FSDP sharding it runs under
 		c.NoSync = base.NoSync && c.Strategy == train.FSDP
+		if c.Strategy == train.FSDP && base.Strategy == train.FSDP {
+			// and with the job's wrap policy (PEFT's or the block one)
+			c.Wrap = base.Wrap
+		}
 		n, err := (train.Setup{Parallel: c}).Normalize()
 		if err != nil || slices.Contains(out, n.Parallel) {
 			continue

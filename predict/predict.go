@@ -514,10 +514,12 @@ func simulateTraining(ctx context.Context, r Request, setup train.Setup) (*train
 		if err != nil {
 			return nil, err
 		}
-		if setup.Parallel.Strategy == train.FSDP {
+		if setup.Parallel.Strategy == train.FSDP && setup.Parallel.Wrap != train.WrapLoRA {
 			// FSDP1's flat parameters: a unit mixing frozen and trainable
 			// parameters computes gradients for all of them (on a copy:
-			// the graph may be a search's, shared with other setups)
+			// the graph may be a search's, shared with other setups).
+			// PEFT's wrap policy gives the adapters units of their own,
+			// so no unit mixes them (train.WrapLoRA)
 			cp := *g
 			cp.Tensors = slices.Clone(g.Tensors)
 			g = &cp

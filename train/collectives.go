@@ -157,28 +157,38 @@ func Collectives(g *graph.Graph, s Setup, runs []OpRun, tp int64, sp bool, stage
 			u := unitOf[id]
 			n := t.Shape.Numel()
 			units[u].Weight += n
-			if t.Quant != nil || p.Strategy == ZeRO3 && n <= p.Persist {
+			sh := t.Shape
+			if t.Quant != nil {
+				if !shardsQuant(s, t.Quant) {
+					continue // kept whole, never gathered (setupParallel)
+				}
+				sh = graph.Shape{quantFlatElems(t, s.Precision.ParamDType())}
+			} else if p.Strategy == ZeRO3 && n <= p.Persist {
 				continue // kept whole, never gathered (setupParallel)
 			}
-			local := shardElems(t.Shape, c.Ranks, p.Strategy == FSDP2)
+			local := shardElems(sh, c.Ranks, p.Strategy == FSDP2)
 			b := local * int64(c.Ranks) * dt(t).Size()
+			if t.Quant != nil {
+				b = local * int64(c.Ranks) * s.Precision.ParamDType().Size()
+			}
 			units[u].Gather += b
 			sdt := s.Precision.ParamDType()
-			if t.KeepDType || p.IsZeRO() {
+			if t.KeepDType && t.Quant == nil || p.IsZeRO() {
 				sdt = dt(t)
 			}
 			units[u].Shard += local * sdt.Size()
 			if t.RequiresGrad {
 				trainable[u] = true
-				if p.Strategy != FSDP {
+				if p.Strategy != FSDP || p.Wrap == WrapLoRA {
 					// FSDP2's foreach_reduce and ZeRO-3 take the
-					// parameters that have a gradient
+					// parameters that have a gradient; PEFT's wrap
+					// policy gives them units of their own
 					units[u].Reduce += b
 				}
 			}
 		}
 		for u := range units {
-			if p.Strategy == FSDP && trainable[u] {
+			if p.Strategy == FSDP && p.Wrap != WrapLoRA && trainable[u] {
 				// FSDP1's flat gradient covers the whole flat parameter
 				units[u].Reduce = units[u].Gather
 			}

@@ -94,6 +94,57 @@ func ParseSharding(s string) (Sharding, error) {
 	return "", fmt.Errorf("unknown sharding %q (want full, grad-op, hybrid or none)", s)
 }
 
+// Wrap is how FSDP's units are cut (the auto-wrap policy), which decides
+// what of a LoRA model gets a gradient.
+type Wrap string
+
+const (
+	// WrapBlock is transformer_auto_wrap_policy on the block class, one
+	// unit per block (torch/distributed/fsdp/wrap.py), as Lightning
+	// Fabric's FSDPStrategy(auto_wrap_policy={Block}) runs LitGPT. A
+	// block's frozen base weights and its adapters share one flat
+	// parameter, which FSDP1 allows only with use_orig_params=True
+	// (Fabric's default): _validate_tensors_to_flatten in
+	// torch/distributed/fsdp/_flat_param.py refuses mixed requires_grad
+	// otherwise. The flat parameter then requires grad when any of its
+	// parameters does (FlatParamHandle._init_flat_param_and_metadata:
+	// requires_grad = any(p.requires_grad)), so backward produces, and the
+	// unit reduce-scatters and keeps a shard of, a gradient of the whole
+	// flat parameter, the frozen part included.
+	WrapBlock Wrap = "block"
+	// WrapLoRA is PEFT's fsdp_auto_wrap_policy (peft/utils/other.py):
+	// lambda_auto_wrap_policy puts every leaf module whose weight requires
+	// grad (lora_A, lora_B) in a unit of its own, or'ed with the block
+	// policy, so the blocks' flat parameters hold only frozen weights and
+	// get no gradient (use_orig_params=False, as the PEFT and accelerate
+	// FSDP guides set it). transformers' Trainer installs it for every
+	// PEFT model under FSDP (Trainer._fsdp_qlora_plugin_updates), and
+	// Answer.AI's fsdp_qlora builds the same or'ed policy.
+	WrapLoRA Wrap = "lora"
+	// WrapParam is FSDP2's fully_shard: every parameter its own DTensor
+	// shard; a frozen parameter has no gradient and is not reduced
+	// (FSDPParamGroup.post_backward reduces the parameters whose grad is
+	// not None), as torchtune's distributed LoRA and QLoRA recipes run.
+	WrapParam Wrap = "param"
+)
+
+// ParseWrap reads an --fsdp-wrap name.
+func ParseWrap(s string) (Wrap, error) {
+	switch w := Wrap(strings.ToLower(strings.TrimSpace(s))); w {
+	case "", "default":
+		return "", nil // the library's default for the job (normalize)
+	case WrapBlock, WrapLoRA, WrapParam:
+		return w, nil
+	case "transformer", "transformer-based-wrap", "transformer_based_wrap":
+		return WrapBlock, nil
+	case "peft", "lambda":
+		return WrapLoRA, nil
+	case "fully-shard", "fully_shard", "fsdp2":
+		return WrapParam, nil
+	}
+	return "", fmt.Errorf("unknown FSDP wrap policy %q (want block, lora or param)", s)
+}
+
 // Parallel says how the step is spread over data-parallel ranks. The
 // prediction is for one rank; the batch is the rank's own.
 type Parallel struct {
@@ -141,6 +192,9 @@ type Parallel struct {
 	// torch/distributed/fsdp/fully_sharded_data_parallel.py and
 	// _runtime_utils.py, torch 2.1).
 	NoSync bool
+	// Wrap is FSDP's wrap policy: block or lora under FSDP1 (default
+	// block), param under FSDP2 (its only one).
+	Wrap Wrap
 }
 
 // DeepSpeed's defaults (deepspeed/runtime/zero/config.py).
@@ -281,6 +335,23 @@ func (p Parallel) normalize() (Parallel, error) {
 	if p.NoSync && p.Strategy != FSDP {
 		return p, fmt.Errorf("no_sync's full gradients are modelled for FSDP1 (--strategy fsdp); strategy %s does not take it", p.Strategy)
 	}
+	w, err := ParseWrap(string(p.Wrap))
+	if err != nil {
+		return p, err
+	}
+	p.Wrap = w
+	switch {
+	case p.Strategy == FSDP2 && (p.Wrap == "" || p.Wrap == WrapParam):
+		p.Wrap = WrapParam
+	case p.Strategy == FSDP2:
+		return p, fmt.Errorf("fully_shard (fsdp2) shards every parameter on its own: its wrap is param, not %s", p.Wrap)
+	case p.Strategy == FSDP && p.Wrap == "":
+		p.Wrap = WrapBlock
+	case p.Strategy == FSDP && p.Wrap == WrapParam:
+		return p, fmt.Errorf("wrap param is fully_shard's per-parameter sharding: use strategy fsdp2")
+	case p.Strategy != FSDP && p.Wrap != "":
+		return p, fmt.Errorf("a wrap policy is FSDP's; strategy %s does not take it", p.Strategy)
+	}
 	if p.OffloadParams && p.Strategy != ZeRO3 {
 		return p, fmt.Errorf("parameter offload needs zero3")
 	}
@@ -341,6 +412,10 @@ type unit struct {
 	full int64
 	// local is the elements this rank keeps of it.
 	local int64
+	// shardBytes is this rank's shard of the unit in the shards' dtypes,
+	// gatherBytes the gathered parameters in the dtypes the ops see them
+	// in (the shards times the ranks).
+	shardBytes, gatherBytes int64
 	// flat holds FSDP1's flat shard, its sharded gradient, and the
 	// gathered flat parameter.
 	flat, flatGrad, gathered *storage
@@ -376,7 +451,7 @@ func (sim *Simulator) setupParallel(g *graph.Graph) {
 		ps := sim.params[i]
 		u := unitOf[id]
 		ps.unit = u
-		if !p.shardsParams() || g.Tensor(id).Quant != nil {
+		if !p.shardsParams() || g.Tensor(id).Quant != nil && ps.flatN == 0 {
 			continue
 		}
 		if p.Strategy == ZeRO3 && ps.numel <= p.Persist {
@@ -385,14 +460,21 @@ func (sim *Simulator) setupParallel(g *graph.Graph) {
 			ps.unit = -1
 			continue
 		}
-		ps.local = shardElems(ps.shape, r, perDim0)
+		sh := ps.shape
+		if ps.flatN > 0 {
+			// the 4-bit pieces FSDP shards, as a float tensor
+			sh = graph.Shape{ps.flatN}
+		}
+		ps.local = shardElems(sh, r, perDim0)
 		ps.lshape = graph.Shape{ps.local}
-		if perDim0 && len(ps.shape) > 0 && ps.numel > 0 {
-			ps.lshape = append(graph.Shape{ps.local / (ps.numel / max(ps.shape[0], 1))}, ps.shape[1:]...)
+		if perDim0 && len(sh) > 0 && sh.Numel() > 0 {
+			ps.lshape = append(graph.Shape{ps.local / (sh.Numel() / max(sh[0], 1))}, sh[1:]...)
 		}
 		un := &sim.units[u]
 		un.params = append(un.params, int32(i))
 		un.local += ps.local
+		un.shardBytes += ps.local * ps.shardDT().Size()
+		un.gatherBytes += ps.local * int64(r) * ps.computeDT().Size()
 	}
 	for u := range sim.units {
 		un := &sim.units[u]
@@ -406,8 +488,10 @@ func (sim *Simulator) setupParallel(g *graph.Graph) {
 		ps := sim.params[i]
 		t := g.Tensor(id)
 		sim.site = sim.tr.Site(t.Name)
-		if t.Quant != nil {
-			continue // loaded as its stored pieces (loadQuantized)
+		if t.Quant != nil && (ps.flatN == 0 || p.Strategy == FSDP) {
+			// loaded as its stored pieces (loadQuantized), or, sharded,
+			// in its unit's flat parameter
+			continue
 		}
 		if p.Strategy == FSDP && sim.units != nil && ps.unit >= 0 && sim.units[ps.unit].sharded() {
 			continue // one flat shard per unit, below
@@ -423,7 +507,7 @@ func (sim *Simulator) setupParallel(g *graph.Graph) {
 			sim.sum.OffloadedBytes += ps.local * ps.sdt.Size()
 			continue
 		}
-		ps.st = sim.alloc(ps.local*ps.sdt.Size(), trace.Parameter)
+		ps.st = sim.alloc(ps.local*ps.shardDT().Size(), trace.Parameter)
 		ps.st.refs = 1
 		sim.sum.ParametersBytes += ps.st.bytes
 	}
@@ -434,7 +518,7 @@ func (sim *Simulator) setupParallel(g *graph.Graph) {
 				continue
 			}
 			sim.site = sim.tr.Site(sim.unitName(g, u) + ".flat_param")
-			bytes := un.local * sim.params[un.params[0]].sdt.Size()
+			bytes := un.shardBytes
 			if sim.offloadsParams() {
 				sim.sum.OffloadedBytes += bytes
 				continue
@@ -668,26 +752,26 @@ func (m *micro) gather(u int32) {
 	prev, prevSite := sim.stream, sim.site
 	sim.stream = gatherStream
 	m.unitSite(u, "all_gather")
-	first := sim.params[un.params[0]]
-	cdt, sdt := first.dt, first.sdt
+	// the shard cast to the gathered dtype (MixedPrecision's param_dtype)
+	low := un.gatherBytes / int64(max(sim.s.Parallel.ShardRanks(), 1))
 	var staged []*storage
 	if sim.offloadsParams() {
-		staged = append(staged, sim.alloc(un.local*sdt.Size(), trace.Transient))
+		staged = append(staged, sim.alloc(un.shardBytes, trace.Transient))
 	}
 	switch sim.s.Parallel.Strategy {
 	case FSDP:
-		if cdt != sdt {
-			staged = append(staged, sim.alloc(un.local*cdt.Size(), trace.Transient))
+		if low != un.shardBytes {
+			staged = append(staged, sim.alloc(low, trace.Transient))
 		}
-		un.gathered = sim.alloc(un.full*cdt.Size(), trace.Parameter)
+		un.gathered = sim.alloc(un.gatherBytes, trace.Parameter)
 	case FSDP2:
-		if cdt != sdt && !sim.offloadsParams() {
+		if low != un.shardBytes && !sim.offloadsParams() {
 			// _get_param_all_gather_inputs: the shards cast into one
 			// flat copy-in buffer first
-			staged = append(staged, sim.alloc(un.local*cdt.Size(), trace.Transient))
+			staged = append(staged, sim.alloc(low, trace.Transient))
 		}
 		// one flat output per group; this rank's input is a narrow of it
-		out := sim.alloc(un.full*cdt.Size(), trace.Transient)
+		out := sim.alloc(un.gatherBytes, trace.Transient)
 		for _, st := range staged {
 			sim.free(st)
 		}
@@ -695,7 +779,11 @@ func (m *micro) gather(u int32) {
 		un.each = un.each[:0]
 		for _, pi := range un.params {
 			ps := sim.params[pi]
-			un.each = append(un.each, sim.alloc(ps.numel*cdt.Size(), trace.Parameter))
+			n := ps.numel
+			if ps.flatN > 0 {
+				n = ps.flatN
+			}
+			un.each = append(un.each, sim.alloc(n*ps.computeDT().Size(), trace.Parameter))
 		}
 		// wait_for_unshard: in forward the flat output is kept until
 		// the next group's copy-out (all_gather_state), in backward
@@ -710,7 +798,7 @@ func (m *micro) gather(u int32) {
 			sim.free(out)
 		}
 	default:
-		un.gathered = sim.alloc(un.full*cdt.Size(), trace.Parameter)
+		un.gathered = sim.alloc(un.gatherBytes, trace.Parameter)
 	}
 	for _, st := range staged {
 		sim.free(st)
@@ -802,22 +890,23 @@ func (m *micro) reduce(u int32) {
 	un.unreduced = false
 	prev := sim.stream
 	m.unitSite(u, "reduce_scatter")
-	first := sim.params[un.params[0]]
-	cdt, sdt := first.dt, first.sdt
-	full, local := un.full, un.local
-	if sim.s.Parallel.Strategy == FSDP2 {
-		// foreach_reduce takes the parameters that have a gradient
-		// (frozen ones have none); FSDP1's flat gradient covers the
-		// whole flat parameter
-		full, local = 0, 0
-		for _, pi := range un.params {
-			if ps := sim.params[pi]; ps.ugrad != nil {
-				full += ps.local * int64(sim.s.Parallel.ShardRanks())
-				local += ps.local
-			}
+	// FSDP2's foreach_reduce takes the parameters that have a gradient
+	// (frozen ones have none), and so does FSDP1 under PEFT's wrap
+	// policy, whose adapters are units of their own; otherwise FSDP1's
+	// flat gradient covers the whole flat parameter (WrapBlock)
+	par := sim.s.Parallel
+	onlyTrained := par.Strategy == FSDP2 || par.Wrap == WrapLoRA
+	var full, local, up int64 // bytes: the unsharded input, the reduced shard, cast to the shard's dtype
+	for _, pi := range un.params {
+		ps := sim.params[pi]
+		if onlyTrained && ps.ugrad == nil {
+			continue
 		}
+		full += ps.local * int64(par.ShardRanks()) * ps.computeDT().Size()
+		local += ps.local * ps.computeDT().Size()
+		up += ps.local * ps.shardDT().Size()
 	}
-	in := sim.alloc(full*cdt.Size(), trace.Transient)
+	in := sim.alloc(full, trace.Transient)
 	for _, pi := range un.params {
 		ps := sim.params[pi]
 		if ps.ugrad != nil {
@@ -826,7 +915,7 @@ func (m *micro) reduce(u int32) {
 		}
 	}
 	sim.stream = reduceStream
-	out := sim.alloc(local*cdt.Size(), trace.Transient)
+	out := sim.alloc(local, trace.Transient)
 	if sim.s.Parallel.Strategy == FSDP2 {
 		// the previous group's reduce-scatter input lives until this
 		// group's post_backward waits on it (reduce_scatter_state)
@@ -837,10 +926,10 @@ func (m *micro) reduce(u int32) {
 	} else {
 		sim.free(in)
 	}
-	if cdt != sdt {
-		up := sim.alloc(local*sdt.Size(), trace.Transient)
+	if up != local {
+		st := sim.alloc(up, trace.Transient)
 		sim.free(out)
-		out = up
+		out = st
 	}
 	if sim.s.Parallel.Offload {
 		// the shard goes to the host (offload_params) and the device

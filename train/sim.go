@@ -55,6 +55,10 @@ type paramState struct {
 	// quant holds a quantized weight's other device tensors (absmax,
 	// codes, scales): st is its packed codes.
 	quant []*storage
+	// flatN is, for a 4-bit weight that FSDP shards, the elements of
+	// fdt its sharded pieces make (shardedQuant); 0 otherwise.
+	flatN int64
+	fdt   graph.DType
 	// cast node (autocast weight cache) input buffer
 	castPending *storage
 	castArrived int32
@@ -354,6 +358,9 @@ func NewValidated(g *graph.Graph, s Setup) (*Simulator, error) {
 			ps.odt = dt
 		}
 		switch {
+		case t.Quant != nil && shardsQuant(s, t.Quant):
+			sim.loadQuantizedSharded(ps, t)
+			ps.sdt, ps.odt = ps.dt, ps.dt
 		case t.Quant != nil:
 			sim.loadQuantized(ps, t)
 			ps.sdt, ps.odt = ps.dt, ps.dt
@@ -373,11 +380,12 @@ func NewValidated(g *graph.Graph, s Setup) (*Simulator, error) {
 		sim.sum.ParamCount += n
 	}
 	if s.Parallel.On() {
-		if s.Parallel.Strategy != DDP && sim.sum.QuantizedBytes > 0 {
-			// FSDP-QLoRA shards the packed codes as a float storage
-			// (bnb_4bit_quant_storage); DeepSpeed partitions them too:
-			// neither layout is modelled
-			return nil, fmt.Errorf("quantized weights under %s are not modelled: use ddp, or one GPU", s.Parallel.Strategy)
+		if s.Parallel.IsZeRO() && sim.sum.QuantizedBytes > 0 {
+			// DeepSpeed partitions the packed codes too: not modelled
+			return nil, fmt.Errorf("quantized weights under %s are not modelled: use ddp, fsdp or fsdp2, or one GPU", s.Parallel.Strategy)
+		}
+		if err := checkFSDPDTypes(g, s); err != nil {
+			return nil, err
 		}
 		sim.setupParallel(g)
 	}

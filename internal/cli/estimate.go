@@ -307,10 +307,6 @@ func writeTraining(w io.Writer, res *predict.Result) {
 		fmt.Fprintf(tw, "cuDNN workspace\t%s\t(the largest, freed after each convolution: an upper bound)\t\n", fmtBytes(sum.ConvWorkspaceBytes))
 	}
 	tw.Flush()
-	if a := res.Config.Adapters; a != nil && a.Rank > 0 && res.Config.Quant == nil && (res.Setup.Precision == train.True16 || res.Setup.Precision == train.TrueBF16) {
-		// never under-predict silently
-		fmt.Fprintln(w, "note: PEFT 0.12 and later keep LoRA adapters in float32 on a half-precision base and cast their input to float32 (autocast_adapter_dtype); batchfit builds them in the base's dtype, so expect somewhat more memory than shown")
-	}
 	if len(res.Stages) > 0 {
 		fmt.Fprintln(w)
 		fmt.Fprintln(w, "every pipeline stage (the breakdown is the one that fits worst):")

@@ -85,6 +85,7 @@ type jobFlags struct {
 	nodeGPUs      int
 	offload       bool
 	noSync        bool
+	fsdpWrap      string
 	offloadParams bool
 	bucketMB      float64
 	bucketView    bool
@@ -103,6 +104,7 @@ type jobFlags struct {
 	bnbVersion   string
 	quantVia     string
 	loraImpl     string
+	peftVersion  string
 	mode         string
 	prompt       int64
 	newTokens    int64
@@ -164,6 +166,7 @@ func (j *jobFlags) register(fs *flag.FlagSet, batchDefault string) {
 	fs.BoolVar(&j.offload, "offload", false, "FSDP's CPU offload of parameters, gradients and the step, or ZeRO's offload_optimizer")
 	fs.BoolVar(&j.offloadParams, "offload-params", false, "ZeRO-3's offload_param")
 	fs.BoolVar(&j.noSync, "no-sync", false, "FSDP: every accumulating micro-batch runs inside no_sync() (Fabric's no_backward_sync, Accelerate's accumulate), keeping the whole unsharded gradients until the last")
+	fs.StringVar(&j.fsdpWrap, "fsdp-wrap", "", "FSDP's wrap policy: block (one unit per block; with LoRA, use_orig_params=True and the whole flat gradient), lora (PEFT's fsdp_auto_wrap_policy: adapters in units of their own, frozen weights get no gradient) or param (fsdp2's per-parameter sharding); default: lora for PEFT adapters under fsdp, as transformers' Trainer sets it, block otherwise, param under fsdp2")
 	fs.Float64Var(&j.bucketMB, "bucket-mb", train.DDPBucketMB, "DDP's bucket_cap_mb")
 	fs.BoolVar(&j.bucketView, "bucket-view", false, "DDP's gradient_as_bucket_view")
 	fs.Float64Var(&j.reduceBucket, "reduce-bucket", train.ZeROReduceBucket, "ZeRO's reduce_bucket_size (elements)")
@@ -179,6 +182,7 @@ func (j *jobFlags) register(fs *flag.FlagSet, batchDefault string) {
 	fs.Int64Var(&j.quantBlock, "quant-blocksize", 64, "4-bit quantization block: one absmax per this many elements (bitsandbytes' default 64)")
 	fs.StringVar(&j.bnbVersion, "bnb-version", "", "the bitsandbytes release whose 4-bit rules apply (default: current; before 0.43.2 each 4-bit layer also keeps its input for backward, before 0.43.0 dequantizes through float16)")
 	fs.StringVar(&j.quantVia, "quant-via", "transformers", "what quantizes the Linear layers (--quant): transformers (BitsAndBytesConfig; lm_head kept), fabric (Lightning Fabric's BitsandbytesPrecision, LitGPT's --quantize: every Linear, the head too, quantized from a float16 copy) or torchao (torchao's NF4Tensor, torchtune's QLoRA; --quant nf4)")
+	fs.StringVar(&j.peftVersion, "peft-version", "", "the PEFT release whose adapter dtype applies (default: current; from 0.12 autocast_adapter_dtype keeps adapters float32 on a half-precision base, before it they take the base weight's dtype when that is floating)")
 	fs.StringVar(&j.loraImpl, "lora-impl", "peft", "whose LoRA layers: peft, or litgpt or torchtune (on a quantized base: adapters in the model's dtype, no casts and no clone)")
 }
 
@@ -269,9 +273,23 @@ func (j *jobFlags) parallel() (train.Parallel, error) {
 	if j.bucketMB == 0 {
 		return p, usagef("--bucket-mb must be positive")
 	}
+	wrap, err := train.ParseWrap(j.fsdpWrap)
+	if err != nil {
+		return p, usagef("--fsdp-wrap: %v", err)
+	}
+	if wrap == "" && strat == train.FSDP && j.lora > 0 && j.loraImpl == "peft" {
+		// transformers' Trainer replaces accelerate's policy with PEFT's
+		// fsdp_auto_wrap_policy for a PEFT model
+		// (Trainer._fsdp_qlora_plugin_updates), as the PEFT FSDP guide
+		// and Answer.AI's fsdp_qlora do; LitGPT's Fabric wraps each Block
+		wrap = train.WrapLoRA
+	}
+	if wrap == train.WrapLoRA && j.lora == 0 {
+		return p, usagef("--fsdp-wrap lora wraps LoRA adapters: it needs --lora R")
+	}
 	p = train.Parallel{Strategy: strat, GPUs: j.gpus, NodeGPUs: j.nodeGPUs, Sharding: sh, Offload: j.offload,
 		OffloadParams: j.offloadParams, NoSync: j.noSync, BucketMB: j.bucketMB, BucketView: j.bucketView,
-		ReduceBucket: int64(j.reduceBucket), PrefetchBucket: int64(j.prefetch)}
+		ReduceBucket: int64(j.reduceBucket), PrefetchBucket: int64(j.prefetch), Wrap: wrap}
 	if j.prefetch == 0 {
 		p.PrefetchBucket = -1
 	}
@@ -361,12 +379,20 @@ func (j *jobFlags) adapters() (*graph.Adapters, error) {
 		return nil, usagef("--lora-impl %q: want peft, litgpt or torchtune", j.loraImpl)
 	}
 	if j.lora == 0 && j.freeze == "" {
-		if j.loraTargets != "" || j.loraDropout != 0 || j.loraAlpha != 8 || j.loraImpl != "peft" {
-			return nil, usagef("--lora-targets, --lora-alpha, --lora-dropout and --lora-impl need --lora R")
+		if j.loraTargets != "" || j.loraDropout != 0 || j.loraAlpha != 8 || j.loraImpl != "peft" || j.peftVersion != "" {
+			return nil, usagef("--lora-targets, --lora-alpha, --lora-dropout, --lora-impl and --peft-version need --lora R")
 		}
 		return nil, nil
 	}
-	a := &graph.Adapters{Rank: j.lora, Alpha: j.loraAlpha, Dropout: j.loraDropout, Targets: list(j.loraTargets), Freeze: list(j.freeze), Native: j.loraImpl != "peft"}
+	f32, err := graph.PeftFloat32Adapters(j.peftVersion)
+	if err != nil {
+		return nil, usagef("--peft-version: %v", err)
+	}
+	if j.peftVersion != "" && (j.lora == 0 || j.loraImpl != "peft") {
+		return nil, usagef("--peft-version applies to PEFT's LoRA adapters (--lora R with --lora-impl peft)")
+	}
+	a := &graph.Adapters{Rank: j.lora, Alpha: j.loraAlpha, Dropout: j.loraDropout, Targets: list(j.loraTargets), Freeze: list(j.freeze), Native: j.loraImpl != "peft",
+		Float32: f32 && j.loraImpl == "peft" && j.lora > 0}
 	if err := a.Check(); err != nil {
 		return nil, usageError{err}
 	}
@@ -652,6 +678,15 @@ func (j *jobFlags) requestFor(src predict.Source) (predict.Request, error) {
 		// was saved with (QuantState.from_dict)
 		half, _ := graph.BnbHalfState(j.bnbVersion)
 		q.HalfState = q.HalfState || half && !q.Prequantized
+		if st, _ := train.ParseStrategy(j.strategy); st == train.FSDP || st == train.FSDP2 {
+			// FSDP flattens float tensors only: FSDP-QLoRA stores the
+			// codes in the model's dtype (bnb_4bit_quant_storage,
+			// bitsandbytes 0.43.0 and later)
+			if old, _ := graph.BnbHalfState(j.bnbVersion); old && j.bnbVersion != "" {
+				return r, usagef("--bnb-version %s: FSDP with 4-bit weights needs bnb_4bit_quant_storage, bitsandbytes 0.43.0 or later", j.bnbVersion)
+			}
+			q.FloatStorage = true
+		}
 	} else if j.bnbVersion != "" {
 		return r, usagef("--bnb-version applies to bitsandbytes' 4-bit weights (--quant nf4 or fp4, or such a checkpoint)")
 	}

@@ -42,10 +42,10 @@ func TestPublishedFigures(t *testing.T) {
 		// LitGPT finetune/lora.py at 8641822: r 8, alpha 16, dropout 0.05
 		// on query and value, AdamW with weight decay 0.01, --precision
 		// bf16-true, A100-SXM4-40GB.
-		litLoRA = "--precision bf16-true --optimizer adamw --weight-decay 0.01 --lora 8 --lora-alpha 16 --lora-dropout 0.05 --gpu a100-40gb"
+		litLoRA = "--precision bf16-true --optimizer adamw --weight-decay 0.01 --lora 8 --lora-alpha 16 --lora-dropout 0.05 --gpu a100-40gb --lora-impl litgpt"
 		// LitGPT config_hub/finetune/*/lora.yaml: alpha 16, dropout 0.05,
 		// AdamW with weight decay 0, max_seq_length 512, A10G.
-		hubLoRA = "--seq 512 --precision bf16-true --optimizer adamw --weight-decay 0 --lora-alpha 16 --lora-dropout 0.05 --gpu a10g"
+		hubLoRA = "--seq 512 --precision bf16-true --optimizer adamw --weight-decay 0 --lora-alpha 16 --lora-dropout 0.05 --gpu a10g --lora-impl litgpt"
 	)
 	cases := []struct {
 		name string

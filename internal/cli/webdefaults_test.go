@@ -57,6 +57,7 @@ func TestWebDefaultsAreTheCommandLines(t *testing.T) {
 		{"quant", selected("quant")},
 		{"quant-via", selected("quant-via")},
 		{"lora-impl", selected("lora-impl")},
+		{"fsdp-wrap", selected("fsdp-wrap")},
 		{"batch", input("batch")},
 		{"accumulate", input("accumulate")},
 		{"lora", input("lora")},
@@ -131,6 +132,14 @@ func TestWebOffersEstimatesChoices(t *testing.T) {
 		}},
 		{"lora-impl", func(v string) []string {
 			return []string{"--lora", "8", "--lora-targets", "q_proj,v_proj", "--lora-impl", v}
+		}},
+		{"fsdp-wrap", func(v string) []string {
+			// param is fully_shard's, the others FSDP1's
+			st := "fsdp"
+			if v == "param" {
+				st = "fsdp2"
+			}
+			return []string{"--lora", "8", "--lora-targets", "q_proj,v_proj", "--gpus", "2", "--strategy", st, "--fsdp-wrap", v}
 		}},
 	} {
 		for _, v := range options(c.id) {

@@ -143,6 +143,7 @@ function jobFields() {
   if ($("#channels-last").checked) f["memory-format"] = "channels_last";
   if ($("#loop-overhead").value.trim()) f["loop-overhead"] = $("#loop-overhead").value.trim();
   if ($("#no-sync").checked) f["no-sync"] = "true";
+  if ($("#fsdp-wrap").value) f["fsdp-wrap"] = $("#fsdp-wrap").value;
   if (!uploaded) f.model = $("#model").value;
   return f;
 }
