@@ -12,7 +12,7 @@ import (
 )
 
 // searchedOnly is what a message says of GPUs searched without a fit.
-var searchedOnly = regexp.MustCompile(`\([^()]*searched\)|the search on [^;]* stopped at --max-predictions without a fit`)
+var searchedOnly = regexp.MustCompile(`\([^()]*searched\)|the search on [^;]* stopped at --max-predictions without a fit|no plan the search found fits on [^;]*`)
 
 // namedLarger lists the catalog GPUs other than the job's that a message
 // names as holding a plan (not those it lists as searched without a fit),
