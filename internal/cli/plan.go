@@ -405,7 +405,7 @@ func nothingFits(r predict.Request, ans *plan.Answer, lg *largerGPUs) error {
 		}
 		p := fmt.Sprintf("on %s the least a plan simulated in full needs is %s with the margin (%s", r.GPU.Name, least, ans.NeedFrom)
 		if ans.NeedAtLeast {
-			p += ": it runs out of memory, and needs its requested peak with the context at least"
+			p += ": it runs out of memory, so this is its requested peak and the context, a lower bound"
 		}
 		p += ")"
 		if ans.Screened > 0 {
