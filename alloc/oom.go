@@ -19,8 +19,14 @@ type OOMError struct {
 	Device      int   // device ordinal
 	DeviceTotal int64 // total capacity cudaMemGetInfo reports
 	DeviceFree  int64 // free bytes cudaMemGetInfo reports
-	Allocated   int64 // allocated_bytes.all.current
-	Reserved    int64 // reserved_bytes.all.current
+	// HeldBack is what of DeviceTotal a prediction's margin keeps free:
+	// the allocator was replayed on a device that much smaller, and
+	// DeviceFree counts none of it. PyTorch has no such figure; when it is
+	// set the message says so after the total capacity, so that the
+	// total quoted stays the GPU's own.
+	HeldBack  int64
+	Allocated int64 // allocated_bytes.all.current
+	Reserved  int64 // reserved_bytes.all.current
 	// AllocatedInPrivatePools is memory held by CUDA graph pools; the
 	// simulator has none, so it is 0 unless set by hand.
 	AllocatedInPrivatePools int64
@@ -45,7 +51,8 @@ type ProcessMemory struct {
 
 // Error returns the message of PyTorch 2.1 and later, word for word
 // (c10/cuda/CUDACachingAllocator.cpp, TORCH_CHECK_WITH(OutOfMemoryError,...)),
-// double spaces included.
+// double spaces included; with HeldBack set it adds what the margin holds
+// back, which no real message has.
 func (e *OOMError) Error() string {
 	var s strings.Builder
 	s.WriteString("CUDA out of memory. Tried to allocate ")
@@ -54,7 +61,13 @@ func (e *OOMError) Error() string {
 	s.WriteString(strconv.Itoa(e.Device))
 	s.WriteString(" has a total capacity of ")
 	s.WriteString(FormatSize(e.DeviceTotal))
-	s.WriteString(" of which ")
+	if e.HeldBack > 0 {
+		s.WriteString(", of which the margin holds back ")
+		s.WriteString(FormatSize(e.HeldBack))
+		s.WriteString(" and ")
+	} else {
+		s.WriteString(" of which ")
+	}
 	s.WriteString(FormatSize(e.DeviceFree))
 	s.WriteString(" is free. ")
 	for _, p := range e.Processes {
@@ -100,6 +113,10 @@ func (e *OOMError) LegacyMessage() string {
 	s.WriteString("; ")
 	s.WriteString(FormatSize(e.DeviceTotal))
 	s.WriteString(" total capacity; ")
+	if e.HeldBack > 0 {
+		s.WriteString(FormatSize(e.HeldBack))
+		s.WriteString(" held back by the margin; ")
+	}
 	s.WriteString(FormatSize(e.Allocated))
 	s.WriteString(" already allocated; ")
 	s.WriteString(FormatSize(e.DeviceFree))

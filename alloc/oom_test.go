@@ -1,6 +1,9 @@
 package alloc
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 func TestFormatSize(t *testing.T) {
 	for _, tc := range []struct {
@@ -66,5 +69,23 @@ func TestOOMMessage(t *testing.T) {
 	const legacyFull = "CUDA out of memory. Tried to allocate 20.00 MiB (GPU 1; 80.00 GiB total capacity; 76.00 GiB already allocated; 19.00 MiB free; 40.00 GiB allowed; 79.00 GiB reserved in total by PyTorch) If reserved memory is >> allocated memory try setting max_split_size_mb to avoid fragmentation.  See documentation for Memory Management and PYTORCH_CUDA_ALLOC_CONF"
 	if got := e.LegacyMessage(); got != legacyFull {
 		t.Errorf("LegacyMessage() =\n%q\nwant\n%q", got, legacyFull)
+	}
+}
+
+// A margin's replay runs on the device less the margin: the message
+// quotes the GPU's own total and what the margin holds back, not the
+// smaller device's total. An 80 GiB GPU with a 12 GiB margin, 19 MiB free
+// beyond the margin.
+func TestOOMMessageHeldBack(t *testing.T) {
+	e := &OOMError{AllocSize: 20 * MiB, DeviceTotal: 80 * GiB, HeldBack: 12 * GiB, DeviceFree: 19 * MiB, Allocated: 67 * GiB, Reserved: 68 * GiB}
+	for _, tc := range []struct {
+		name, got, want string
+	}{
+		{"current", e.Error(), "GPU 0 has a total capacity of 80.00 GiB, of which the margin holds back 12.00 GiB and 19.00 MiB is free. Of the allocated memory 67.00 GiB"},
+		{"legacy", e.LegacyMessage(), "(GPU 0; 80.00 GiB total capacity; 12.00 GiB held back by the margin; 67.00 GiB already allocated; 19.00 MiB free; 68.00 GiB reserved"},
+	} {
+		if !strings.Contains(tc.got, tc.want) {
+			t.Errorf("%s: %q\nwant it to contain %q", tc.name, tc.got, tc.want)
+		}
 	}
 }

@@ -250,11 +250,24 @@ type Answer struct {
 	Evaluated []*Plan
 	// Pruned lists the combinations not searched, with the reason.
 	Pruned []Pruned
-	// Need is, when nothing fits, the least memory any combination
-	// needs (its static lower bound or its smallest predicted device
-	// total), and NeedFrom names that combination.
-	Need     int64
-	NeedFrom string
+	// Need is, when nothing fits, the least device total (margin
+	// included) of the plans simulated in full, and NeedFrom names that
+	// plan. NeedAtLeast: that plan ran out of memory, so Need is its
+	// requested peak with the context, a lower bound (see Need). Plans
+	// screened out are not among them: their simulation stopped once
+	// they requested more than the device leaves, so what they would
+	// need is not known (Screened counts them).
+	Need        int64
+	NeedFrom    string
+	NeedAtLeast bool
+	Screened    int
+	// StatesNeed is, when nothing fits, the least that the combinations
+	// ruled out without simulation need for their parameters, gradients
+	// and optimizer state alone, with the context and the margin: a lower
+	// bound before any activation, never a device total. StatesFrom
+	// names that combination.
+	StatesNeed int64
+	StatesFrom string
 	// Margin is the headroom the plans were held to.
 	Margin int64
 	// GlobalBatch is the samples of a step over all ranks; RankBatch
@@ -271,7 +284,12 @@ type Answer struct {
 	// tried.
 	Simulations int
 	Stopped     bool
+	// req turns a candidate into the request that predicts it
+	req func(Candidate) predict.Request
 }
+
+// request is the prediction request of a candidate of this search.
+func (a *Answer) request(c Candidate) predict.Request { return a.req(c) }
 
 // combo is a candidate without its accumulation.
 type combo struct {
@@ -463,6 +481,7 @@ func Run(ctx context.Context, o Options) (*Answer, error) {
 	for _, l := range levers {
 		pl.allow[l] = true
 	}
+	pl.ans.req = pl.request
 	cudaCtx := o.Base.GPU.ContextSize
 	if o.Base.Context >= 0 {
 		cudaCtx = o.Base.Context
@@ -655,17 +674,17 @@ func (pl *planner) evaluate(c Candidate) (*Plan, error) {
 	}
 	pl.ans.Evaluated = append(pl.ans.Evaluated, p)
 	pl.seen[c] = p
-	if !p.Fits {
-		pl.noteNeed(need(res)+r.Margin, c)
+	switch {
+	case res.Screened:
+		// simulated only until it requested more than the device
+		// leaves: what the whole step needs is not known
+		pl.ans.Screened++
+	case !p.Fits:
+		if n := need(res) + r.Margin; pl.ans.Need == 0 || n < pl.ans.Need {
+			pl.ans.Need, pl.ans.NeedFrom, pl.ans.NeedAtLeast = n, describe(c), res.Timeline.OOM != nil
+		}
 	}
 	return p, nil
-}
-
-func (pl *planner) noteNeed(need int64, c Candidate) {
-	if pl.ans.Need == 0 || need < pl.ans.Need {
-		pl.ans.Need = need
-		pl.ans.NeedFrom = describe(c)
-	}
 }
 
 // timeOf predicts the step time of a candidate without simulating its
@@ -1052,10 +1071,12 @@ func (pl *planner) run() error {
 										fmt.Sprintf("parameters, gradients and optimizer state alone need %s", alloc.FormatSize(need)))
 								}
 							}
+							// a bound of the model states alone, kept apart
+							// from the simulated plans' device totals
 							total := need + (pl.o.Base.GPU.Capacity - pl.capLeft)
-							if pl.ans.Need == 0 || total < pl.ans.Need {
-								pl.ans.Need = total
-								pl.ans.NeedFrom = fmt.Sprintf("%s: parameters, gradients and optimizer state %s, the CUDA context and the margin", strategyPrefix(par)+string(p)+tuneSuffix(tune, optim), alloc.FormatSize(need))
+							if pl.ans.StatesNeed == 0 || total < pl.ans.StatesNeed {
+								pl.ans.StatesNeed = total
+								pl.ans.StatesFrom = fmt.Sprintf("%s: parameters, gradients and optimizer state %s, the CUDA context and the margin", strategyPrefix(par)+string(p)+tuneSuffix(tune, optim), alloc.FormatSize(need))
 							}
 							continue
 						}

@@ -407,6 +407,17 @@ func finish(ctx context.Context, r Request, setup train.Setup, sim *train.Simula
 	res.Relies = r.reliancesOf(g0)
 	res.Band = BandFor(res.Relies)
 	res.DeviceTotal = tl.PeakReserved + cudaCtx
+	if tl.OOM != nil && r.Margin > 0 {
+		// The replay ran on the device less the margin, and the error it
+		// raised quotes that device's total: the message quotes the GPU's
+		// own total (what cudaMemGetInfo reports on it) and says what the
+		// margin holds back of it. The free figure stays that of the
+		// smaller device: the margin is not free to the job.
+		oom := *tl.OOM
+		oom.DeviceTotal += r.Margin
+		oom.HeldBack = r.Margin
+		tl.OOM = &oom
+	}
 	if tl.OOM != nil {
 		res.Fits = false
 		res.Decider = fmt.Sprintf("the allocator runs out of memory: %s", tl.OOM.Error())

@@ -58,6 +58,11 @@ func (r Request) Reliances() (Reliance, error) {
 	if !r.Setup.CPU {
 		c := r.Config
 		c.Batch = 1
+		if c.Stage < 0 {
+			// every stage is predicted: the first tells whether the
+			// model has convolutions as well as any
+			c.Stage = 0
+		}
 		var err error
 		if g, err = r.Graphs.Build(r.Source, c); err != nil {
 			return 0, err

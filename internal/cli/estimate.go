@@ -74,9 +74,13 @@ func runEstimate(e *env, args []string) error {
 	// fit, from the planner, with the same criterion as the verdict (no
 	// margin) and the same samples per optimizer step.
 	var sugg *plan.Answer
+	var lg *largerGPUs
 	var suggErr error
 	if len(batches) == 1 && !res.Fits && r.Infer == nil {
-		sugg, suggErr = plan.Run(e.context(), plan.Options{Base: r, Objective: plan.FewestChanges, Top: 3})
+		so := plan.Options{Base: r, Objective: plan.FewestChanges, Top: 3}
+		if sugg, suggErr = plan.Run(e.context(), so); suggErr == nil && len(sugg.Best) == 0 {
+			lg, suggErr = searchLarger(e.context(), so, "0")
+		}
 	}
 	if j.json {
 		out := estimateJSON(res, batches)
@@ -85,6 +89,7 @@ func runEstimate(e *env, args []string) error {
 				out.Suggestions = append(out.Suggestions, planEntry(sugg, p))
 			}
 		}
+		out.LargerGPUs, out.LargerSearched = largerJSON(lg)
 		if suggErr != nil {
 			out.SuggestionsError = suggErr.Error()
 		}
@@ -97,7 +102,7 @@ func runEstimate(e *env, args []string) error {
 			fmt.Fprintf(stdout, "\ntimeline chart: %s\n", *timeline)
 		}
 		if sugg != nil {
-			writeSuggestions(stdout, res, sugg)
+			writeSuggestions(stdout, res, sugg, lg)
 		}
 		if suggErr != nil {
 			fmt.Fprintf(stdout, "\nno suggestions: %v\n", suggErr)
@@ -110,11 +115,11 @@ func runEstimate(e *env, args []string) error {
 	return nil
 }
 
-func writeSuggestions(w io.Writer, res *predict.Result, ans *plan.Answer) {
+func writeSuggestions(w io.Writer, res *predict.Result, ans *plan.Answer, lg *largerGPUs) {
 	fmt.Fprintln(w)
 	if len(ans.Best) == 0 {
 		fmt.Fprintf(w, "no change of micro-batch and accumulation, precision, checkpointing, optimizer, allocator, LoRA or QLoRA adapters, or 8-bit or Adafactor states makes it fit: ")
-		fmt.Fprintln(w, strings.TrimPrefix(nothingFits(predict.Request{GPU: res.GPU}, ans, "0").Error(), "nothing fits on "+res.GPU.Name+" with a margin of 0 bytes: "))
+		fmt.Fprintln(w, strings.TrimPrefix(nothingFits(predict.Request{GPU: res.GPU}, ans, lg).Error(), "nothing fits on "+res.GPU.Name+" with a margin of 0 bytes: "))
 		return
 	}
 	fmt.Fprintf(w, "the %s that make it fit (same %d samples per optimizer step; 'batchfit plan' ranks every plan by speed):\n",

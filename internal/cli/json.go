@@ -101,6 +101,11 @@ type EstimateJSON struct {
 	// SuggestionsError says why there are none, when the planner could
 	// not run.
 	SuggestionsError string `json:"suggestions_error,omitempty"`
+	// LargerGPUs are, when no change fits on the GPU, the larger catalog
+	// GPUs on which a plan was simulated and fits, smallest first;
+	// LargerSearched every larger GPU searched.
+	LargerGPUs     []LargerGPUJSON `json:"larger_gpus,omitempty"`
+	LargerSearched []string        `json:"larger_gpus_searched,omitempty"`
 }
 
 // TimeJSON is the step-time model's prediction for one optimizer step.

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"io"
@@ -56,10 +57,29 @@ type PlanJSON struct {
 	Best        []PlanEntryJSON `json:"best"`
 	Evaluated   []PlanEntryJSON `json:"evaluated"`
 	Pruned      []PrunedJSON    `json:"pruned"`
-	NeedBytes   int64           `json:"need_bytes,omitempty"`
-	NeedFrom    string          `json:"need_from,omitempty"`
-	Predictions int             `json:"predictions"`
-	Levers      []string        `json:"levers"`
+	// NeedBytes is, when nothing fits, the least device total with the
+	// margin of the plans simulated in full, NeedFrom that plan;
+	// NeedAtLeast: it ran out of memory, so the figure is a lower bound
+	// (its requested peak with the context). Screened counts the plans
+	// whose simulation stopped once they requested more than the device
+	// leaves (not among them).
+	NeedBytes   int64  `json:"need_bytes,omitempty"`
+	NeedFrom    string `json:"need_from,omitempty"`
+	NeedAtLeast bool   `json:"need_at_least,omitempty"`
+	Screened    int    `json:"screened,omitempty"`
+	// StatesNeedBytes is the least the combinations ruled out without
+	// simulation need for the model states alone (parameters, gradients,
+	// optimizer state) with the context and the margin: a lower bound
+	// before any activation.
+	StatesNeedBytes int64  `json:"states_need_bytes,omitempty"`
+	StatesNeedFrom  string `json:"states_need_from,omitempty"`
+	// LargerGPUs are, when nothing fits, the larger catalog GPUs on which
+	// a plan was simulated and fits, smallest first; LargerSearched every
+	// larger GPU searched.
+	LargerGPUs     []LargerGPUJSON `json:"larger_gpus,omitempty"`
+	LargerSearched []string        `json:"larger_gpus_searched,omitempty"`
+	Predictions    int             `json:"predictions"`
+	Levers         []string        `json:"levers"`
 	// Simulations counts the simulations (each pipeline stage one);
 	// Stopped: the search stopped at --max-predictions with combinations
 	// unsearched.
@@ -100,6 +120,27 @@ type PlanEntryJSON struct {
 	BoundStepSeconds   float64          `json:"bound_step_seconds,omitempty"`
 	PeakSavingBytes    int64            `json:"peak_saving_bytes"`
 	SavingsBytes       map[string]int64 `json:"savings_bytes,omitempty"`
+}
+
+// LargerGPUJSON is a larger GPU on which a plan was simulated and fits;
+// the plan's figures are those of its prediction on that GPU (no savings
+// against the current setup, which ran on another).
+type LargerGPUJSON struct {
+	GPU           string        `json:"gpu"`
+	CapacityBytes int64         `json:"capacity_bytes"`
+	MarginBytes   int64         `json:"margin_bytes"`
+	Plan          PlanEntryJSON `json:"plan"`
+}
+
+func largerJSON(lg *largerGPUs) ([]LargerGPUJSON, []string) {
+	if lg == nil {
+		return nil, nil
+	}
+	var out []LargerGPUJSON
+	for _, f := range lg.fits {
+		out = append(out, LargerGPUJSON{GPU: f.GPU.Name, CapacityBytes: f.GPU.Capacity, MarginBytes: f.Margin, Plan: planEntry(&plan.Answer{}, f.Plan)})
+	}
+	return out, lg.searched
 }
 
 // PrunedJSON is a combination ruled out without a search.
@@ -331,44 +372,111 @@ func runPlan(e *env, args []string) error {
 	if err != nil {
 		return err
 	}
+	var lg *largerGPUs
+	if len(ans.Best) == 0 {
+		if lg, err = searchLarger(e.context(), o, pf.margin); err != nil {
+			return err
+		}
+	}
 	if j.json {
-		if err := writeJSON(stdout, planJSON(r, o, ans)); err != nil {
+		if err := writeJSON(stdout, planJSON(r, o, ans, lg)); err != nil {
 			return err
 		}
 	} else {
 		writePlan(stdout, r, o, ans)
 	}
 	if len(ans.Best) == 0 {
-		return nothingFits(r, ans, pf.margin)
+		return nothingFits(r, ans, lg)
 	}
 	return nil
 }
 
-// nothingFits says what would be needed when no plan fits. margin is
-// the --margin the plans were held to: a larger GPU is named only if the
-// least need fits on it with that margin taken of its own capacity (the
-// band and a share grow with the GPU) and its own CUDA context.
-func nothingFits(r predict.Request, ans *plan.Answer, margin string) error {
+// largerGPUs is what the planner found on the catalog GPUs larger than
+// the job's, when nothing fits on the job's.
+type largerGPUs struct {
+	fits              []plan.Elsewhere
+	searched, stopped []string
+}
+
+// searchLarger runs the planner on every catalog GPU larger than the
+// job's, with margin (--margin) taken of each GPU's own capacity (the
+// band and a share grow with the GPU), to name only GPUs on which a plan
+// was simulated and fits.
+func searchLarger(ctx context.Context, o plan.Options, margin string) (*largerGPUs, error) {
+	marginOn := func(g gpu.GPU) (int64, error) { return parseMargin(margin, g.Capacity, predict.SafetyBand) }
+	if o.MarginFor != nil {
+		// each plan takes its own band of each GPU (Options.MarginFor);
+		// the screens the least the levers reach
+		marginOn = func(g gpu.GPU) (int64, error) {
+			r := o.Base
+			r.GPU = g
+			return leastBandMargin(r, o.Levers)
+		}
+	}
+	fits, searched, stopped, err := plan.Larger(ctx, o, gpu.All(), marginOn)
+	if err != nil {
+		return nil, err
+	}
+	return &largerGPUs{fits: fits, searched: searched, stopped: stopped}, nil
+}
+
+// nothingFits says what would be needed when no plan fits: the least a
+// plan simulated in full needs, the bound of the model states where the
+// combinations ruled out without simulation could need less, and the
+// larger GPUs on which a plan was simulated and fits (lg; nil: not
+// searched).
+func nothingFits(r predict.Request, ans *plan.Answer, lg *largerGPUs) error {
 	msg := fmt.Sprintf("nothing fits on %s with a margin of %s", r.GPU.Name, fmtBytes(ans.Margin))
-	if ans.Need > 0 {
-		msg += fmt.Sprintf(": the least any plan needs is %s (%s)", fmtBytes(ans.Need), ans.NeedFrom)
-		bare := ans.Need - ans.Margin - r.GPU.ContextSize
-		var larger []string
-		for _, g := range gpu.All() {
-			m, err := parseMargin(margin, g.Capacity, predict.SafetyBand)
-			if err == nil && bare+g.ContextSize+m <= g.Capacity {
-				larger = append(larger, g.Name)
+	var parts []string
+	if lg != nil {
+		switch {
+		case len(lg.fits) > 0:
+			var gs []string
+			for _, f := range lg.fits {
+				held := ""
+				if f.Margin > 0 {
+					held = fmt.Sprintf(", margin %s", fmtBytes(f.Margin))
+				}
+				gs = append(gs, fmt.Sprintf("%s (%s of %s%s: %s)", f.GPU.Name, fmtBytes(f.Plan.Result.DeviceTotal), fmtBytes(f.GPU.Capacity), held, f.Plan.Candidate))
 			}
+			parts = append(parts, fmt.Sprintf("a plan simulated on a larger GPU fits with the margin on %s; or several GPUs that shard the parameters, gradients and optimizer state", strings.Join(gs, ", ")))
+			if n := len(lg.searched) - len(lg.fits); n > 0 {
+				// the walk goes down from the largest and ends at the
+				// first GPU on which nothing fits
+				parts = append(parts, fmt.Sprintf("no plan the search found fits on %s, the next GPU down, and no smaller GPU was searched", lg.searched[0]))
+			}
+		case len(lg.searched) > 0:
+			parts = append(parts, fmt.Sprintf("no plan simulated on a larger GPU fits either (%s searched); several GPUs that shard the parameters, gradients and optimizer state may", strings.Join(lg.searched, ", ")))
+		default:
+			parts = append(parts, "no GPU of the catalog is larger; several GPUs that shard the parameters, gradients and optimizer state may fit it")
 		}
-		if len(larger) > 0 {
-			msg += fmt.Sprintf("; a GPU on which that fits with the margin (%s)", strings.Join(larger, ", "))
-		} else {
-			msg += "; no single GPU of the catalog has that much memory"
+		if len(lg.stopped) > 0 {
+			parts = append(parts, fmt.Sprintf("the search on %s stopped at --max-predictions without a fit", strings.Join(lg.stopped, ", ")))
 		}
-		msg += ", or several GPUs that shard the parameters, gradients and optimizer state"
+	}
+	if ans.Need > 0 {
+		least := fmtBytes(ans.Need)
+		if ans.NeedAtLeast {
+			least = "at least " + least
+		}
+		p := fmt.Sprintf("on %s the least a plan simulated in full needs is %s with the margin (%s", r.GPU.Name, least, ans.NeedFrom)
+		if ans.NeedAtLeast {
+			p += ": it runs out of memory, so this is its requested peak and the context, a lower bound"
+		}
+		p += ")"
+		if ans.Screened > 0 {
+			p += fmt.Sprintf(", and %d more were stopped once they requested more than the device leaves the allocator", ans.Screened)
+		}
+		parts = append(parts, p)
+	}
+	if ans.StatesNeed > 0 && (ans.Need == 0 || ans.StatesNeed < ans.Need) {
+		parts = append(parts, fmt.Sprintf("the combinations ruled out without simulation need at least %s for the model states alone, before any activation (%s)", fmtBytes(ans.StatesNeed), ans.StatesFrom))
 	}
 	if ans.Stopped {
-		msg += fmt.Sprintf("; the search stopped after %d simulations with combinations left (--max-predictions, --levers)", ans.Simulations)
+		parts = append(parts, fmt.Sprintf("the search stopped after %d simulations with combinations left (--max-predictions, --levers)", ans.Simulations))
+	}
+	if len(parts) > 0 {
+		msg += ": " + strings.Join(parts, "; ")
 	}
 	return fmt.Errorf("%s", msg)
 }
@@ -409,13 +517,14 @@ func planEntry(ans *plan.Answer, p *plan.Plan) PlanEntryJSON {
 	return e
 }
 
-func planJSON(r predict.Request, o plan.Options, ans *plan.Answer) PlanJSON {
+func planJSON(r predict.Request, o plan.Options, ans *plan.Answer, lg *largerGPUs) PlanJSON {
 	out := PlanJSON{Model: r.Source.Name(), GPU: r.GPU.Name, GlobalBatch: ans.GlobalBatch, RankBatch: ans.RankBatch, Ranks: ans.Ranks, Seq: r.Config.Seq, MarginBytes: ans.Margin,
 		Current: planEntry(ans, ans.Base), Best: []PlanEntryJSON{}, Evaluated: []PlanEntryJSON{}, Pruned: []PrunedJSON{},
-		NeedBytes: ans.Need, NeedFrom: ans.NeedFrom, Predictions: len(ans.Evaluated),
-		Simulations: ans.Simulations, Stopped: ans.Stopped}
-	if len(ans.Best) > 0 {
-		out.NeedBytes, out.NeedFrom = 0, ""
+		Predictions: len(ans.Evaluated), Simulations: ans.Simulations, Stopped: ans.Stopped}
+	if len(ans.Best) == 0 {
+		out.NeedBytes, out.NeedFrom, out.NeedAtLeast, out.Screened = ans.Need, ans.NeedFrom, ans.NeedAtLeast, ans.Screened
+		out.StatesNeedBytes, out.StatesNeedFrom = ans.StatesNeed, ans.StatesFrom
+		out.LargerGPUs, out.LargerSearched = largerJSON(lg)
 	}
 	if out.Seq == 0 && ans.Base.Result != nil {
 		out.Seq = ans.Base.Result.Config.Seq

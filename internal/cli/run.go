@@ -575,12 +575,17 @@ func writeRunOOM(w io.Writer, j *jobFlags, set map[string]bool, s record.Summary
 			setupLine(res), fmtBytes(res.DeviceTotal), fmtBytes(msg.Total))
 		return
 	}
-	ans, err := plan.Run(context.Background(), plan.Options{Base: r, Objective: plan.FewestChanges, Top: 3})
+	so := plan.Options{Base: r, Objective: plan.FewestChanges, Top: 3}
+	ans, err := plan.Run(context.Background(), so)
+	var lg *largerGPUs
+	if err == nil && len(ans.Best) == 0 {
+		lg, err = searchLarger(context.Background(), so, "0")
+	}
 	if err != nil {
 		fmt.Fprintf(w, "\nno suggestions: %v\n", err)
 		return
 	}
-	writeSuggestions(w, res, ans)
+	writeSuggestions(w, res, ans, lg)
 }
 
 func indent(s, prefix string) string {

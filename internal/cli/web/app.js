@@ -221,6 +221,18 @@ function showEstimate(e) {
     for (const p of e.suggestions) ol.append(el("li", {}, p.changes.join("; ") + ` — device total ${fmtBytes(p.device_total_bytes)}`));
     s.append(ol);
   } else if (e.suggestions_error) s.append(el("p", {}, "No suggestions: " + e.suggestions_error));
+  else if (e.larger_gpus && e.larger_gpus.length) {
+    // named only where a plan simulated on that GPU fits it
+    s.append(el("p", {}, "No change makes it fit on this GPU. A plan simulated on a larger GPU fits on:"));
+    const ol = el("ol", {});
+    for (const g of e.larger_gpus) {
+      const what = g.plan.changes.length ? g.plan.changes.join("; ") : "the job as it is";
+      ol.append(el("li", {}, `${g.gpu}: ${what} — device total ${fmtBytes(g.plan.device_total_bytes)} of ${fmtBytes(g.capacity_bytes)}`));
+    }
+    s.append(ol);
+  } else if (e.larger_gpus_searched && e.larger_gpus_searched.length) {
+    s.append(el("p", {}, `No change makes it fit on this GPU, and no plan simulated on a larger GPU fits (${e.larger_gpus_searched.join(", ")} searched).`));
+  }
 }
 
 async function update() {
