@@ -94,6 +94,15 @@ func (r Rates) Known() bool { return r.FP32 > 0 && r.Bandwidth > 0 }
 // 300 MB with lazy module loading (pytorch issue 107667); cuDNN and cuBLAS
 // handles and their kernels add to it on first use. These figures are
 // estimates until measured; measured values replace them.
+// EagerContextSize is the CUDA context when every kernel of libtorch,
+// cuDNN and cuBLAS loads at start-up: PyTorch built for a CUDA runtime
+// before 11.7, which has no lazy module loading (pytorch pull request
+// 86509), or CUDA_MODULE_LOADING=EAGER. The one published measurement on a
+// named GPU is the Hugging Face transformers guide's (2022, V100, torch
+// about 1.10): 1343 MiB outside the allocator; a maintainer puts it at
+// more than 1000 MB (pytorch issue 107667). docs/accuracy.md §3.1.
+const EagerContextSize = 1343 * mib
+
 var contextByFamily = map[string]int64{
 	"volta":     400 * mib,
 	"turing":    400 * mib,

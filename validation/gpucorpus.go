@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/batchfit/batchfit/graph"
@@ -488,4 +489,85 @@ func (c GPUCase) ResolvedArgs() []string {
 		args[i] = a
 	}
 	return args
+}
+
+// FailedBatch is the batch a case shows to have run out of memory: the
+// first that failed in a largest-batch search, or the batch of a run that
+// ran out of memory; 0 when the case shows none.
+func (c GPUCase) FailedBatch() int64 {
+	if c.Measured.FirstOOMBatch > 0 {
+		return c.Measured.FirstOOMBatch
+	}
+	if c.Measured.OOM {
+		for i, a := range c.Args {
+			if (a == "--batch" || a == "-batch") && i+1 < len(c.Args) {
+				if b, err := strconv.ParseInt(c.Args[i+1], 10, 64); err == nil {
+					return b
+				}
+			}
+		}
+	}
+	return 0
+}
+
+// FailureBound is what a batch that ran out of memory says of batchfit's
+// error. The real job needed more than the GPU's capacity C at that
+// batch; batchfit, by its own rules, fits it on less, down to C − m for
+// the largest margin m at which the prediction still fits (the allocator
+// frees its cache and retries on a smaller device, so this is less than
+// the device total predicted on the whole GPU). The prediction therefore
+// fell short by more than m/C of the real need, and a band must allow at
+// least that for an answer held to it to stay below the failed batch.
+// FailureBound returns −m/C and true, or false where the case has no
+// failed batch or batchfit predicts the failure too; m is found to within
+// a two-thousandth of C. The request is the case's command line at the
+// failed batch; rel is what the prediction relies on.
+func FailureBound(c GPUCase) (bound float64, rel predict.Reliance, ok bool, err error) {
+	f := c.FailedBatch()
+	if f == 0 {
+		return 0, 0, false, nil
+	}
+	if EstimateRequest == nil {
+		return 0, 0, false, errors.New("no estimate command line reader linked (import internal/cli)")
+	}
+	args := c.ResolvedArgs()
+	for i := range args {
+		if (args[i] == "--batch" || args[i] == "-batch") && i+1 < len(args) {
+			args[i+1] = strconv.FormatInt(f, 10)
+		}
+	}
+	r, err := EstimateRequest(args)
+	if err != nil {
+		return 0, 0, false, fmt.Errorf("%s: field \"args\": %w", c.File, err)
+	}
+	fits := func(m int64) (bool, predict.Reliance, error) {
+		rm := r
+		rm.Margin = m
+		res, err := predict.Run(context.Background(), rm)
+		if err != nil {
+			return false, 0, fmt.Errorf("%s: predicting batch %d: %w", c.File, f, err)
+		}
+		return res.Fits, res.Relies, nil
+	}
+	ok, rel, err = fits(0)
+	if err != nil || !ok {
+		return 0, rel, false, err
+	}
+	capacity := r.GPU.Capacity
+	lo, hi := int64(0), capacity // fits at lo; hi is beyond any margin
+	for hi-lo > capacity/2000 {
+		mid := lo + (hi-lo)/2
+		var yes bool
+		if yes, _, err = fits(mid); err != nil {
+			// a margin that leaves nothing of the device beside the
+			// context is an error: nothing fits there
+			yes, err = false, nil
+		}
+		if yes {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	return -float64(lo) / float64(capacity), rel, true, nil
 }

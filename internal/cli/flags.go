@@ -63,6 +63,7 @@ type jobFlags struct {
 	steps         int
 	allocConf     string
 	context       string
+	cuda          string
 	ncclBuffsize  string
 	emptyCache    bool
 	cudnnBench    bool
@@ -140,6 +141,7 @@ func (j *jobFlags) register(fs *flag.FlagSet, batchDefault string) {
 	fs.IntVar(&j.steps, "steps", 3, "optimizer steps to simulate (at most 1000)")
 	fs.StringVar(&j.allocConf, "alloc-conf", "", "PYTORCH_CUDA_ALLOC_CONF (default: the environment variable)")
 	fs.StringVar(&j.context, "context", "", "CUDA context size (default: the GPU family's estimate)")
+	fs.StringVar(&j.cuda, "cuda", "", "the CUDA runtime PyTorch was built for (torch.version.cuda, e.g. 11.3): before 11.7 every kernel loads at start-up, and the CUDA context is the eager one measured on a GPU (1343 MiB) unless --context gives it")
 	fs.StringVar(&j.ncclBuffsize, "nccl-buffsize", "", "NCCL_BUFFSIZE, the Simple protocol's buffer per NCCL connection (default: NCCL's 4 MiB)")
 	fs.BoolVar(&j.emptyCache, "empty-cache", false, "call torch.cuda.empty_cache() after every step")
 	fs.BoolVar(&j.cudnnBench, "cudnn-benchmark", false, "torch.backends.cudnn.benchmark = True: the first step searches cuDNN's convolution algorithms")
@@ -761,6 +763,18 @@ func (j *jobFlags) requestFor(src predict.Source) (predict.Request, error) {
 	if err != nil {
 		return r, usageError{err}
 	}
+	if j.cuda != "" {
+		eager, err := eagerModuleLoading(j.cuda)
+		if err != nil {
+			return r, usagef("--cuda: %v", err)
+		}
+		if eager && prof.CudaModuleLoading == "lazy" {
+			return r, usagef("--cuda %s: PyTorch %s was built for CUDA 11.7 or later only", j.cuda, prof.Version)
+		}
+		if eager && r.Context < 0 {
+			r.Context = gpu.EagerContextSize
+		}
+	}
 	if j.accumulate < 1 {
 		return r, usagef("--accumulate must be at least 1, got %d", j.accumulate)
 	}
@@ -926,4 +940,18 @@ func (j *jobFlags) inference() (*predict.Inference, error) {
 	}
 	in.NewTokens, in.Beams = j.newTokens, j.beams
 	return in, nil
+}
+
+// eagerModuleLoading reads a CUDA runtime version (torch.version.cuda,
+// "11.3") and says whether it loads every kernel at start-up: lazy module
+// loading came with CUDA 11.7, and PyTorch turns it on from 1.13 (pull
+// request 86509).
+func eagerModuleLoading(v string) (bool, error) {
+	major, minor, ok := strings.Cut(strings.TrimSpace(v), ".")
+	ma, err1 := strconv.Atoi(major)
+	mi, err2 := strconv.Atoi(strings.SplitN(minor, ".", 2)[0])
+	if !ok || err1 != nil || err2 != nil || ma < 1 || mi < 0 {
+		return false, fmt.Errorf("%q: want a CUDA version such as 11.3 or 12.1", v)
+	}
+	return ma < 11 || (ma == 11 && mi < 7), nil
 }
