@@ -4,6 +4,10 @@ import (
 	"math"
 	"strings"
 	"testing"
+
+	"github.com/batchfit/batchfit/graph"
+	"github.com/batchfit/batchfit/models"
+	"github.com/batchfit/batchfit/train"
 )
 
 func TestBandOf(t *testing.T) {
@@ -72,7 +76,67 @@ func TestSafetyBandCommitted(t *testing.T) {
 	if !SafetyBand.Covers(published) || SafetyBand.Cases <= 0 || SafetyBand.Source == "" || SafetyBand.Under >= 1 {
 		t.Errorf("committed band %+v", SafetyBand)
 	}
-	if s := SafetyBand.String(); !strings.Contains(s, "−14.5 %") || !strings.Contains(s, "78 real GPU figures") {
-		t.Errorf("band prints as %q", s)
+	for _, c := range []struct {
+		b    Band
+		want string
+	}{
+		{Band{Under: 0.2557, Over: 0.6771, Cases: 76}, "within −25.6 %/+67.7 % of measured on 76 real GPU figures"},
+		{Band{Under: 0.0404, Over: 0.0107, Cases: 7, Limits: 1, Group: "convolutions"},
+			"within −4.0 %/+1.1 % of measured on 7 real GPU figures of convolutions and 1 batch that ran out of memory"},
+		{Band{Under: 0.1, Over: 0.2, Cases: 9, Limits: 2, Group: "adapters, sharded"},
+			"within −10.0 %/+20.0 % of measured on 9 real GPU figures of adapters, sharded and 2 batches that ran out of memory"},
+	} {
+		if s := c.b.String(); s != c.want {
+			t.Errorf("band prints as %q, want %q", s, c.want)
+		}
+	}
+	// every group's band is narrower than the one of all predictions,
+	// which answers where a group has too few figures
+	for rel, b := range Bands {
+		if b.Under > SafetyBand.Under || b.Cases < MinBandFigures || b.Group != rel.String() {
+			t.Errorf("%s: %+v", rel, b)
+		}
+		if got := BandFor(rel); got != b {
+			t.Errorf("BandFor(%s) = %+v", rel, got)
+		}
+	}
+	if got := BandFor(ForwardOnly | Quantized); got != SafetyBand {
+		t.Errorf("a group with no band of its own: %+v", got)
+	}
+}
+
+// What a request relies on, from its configuration and its graph.
+func TestReliances(t *testing.T) {
+	if s := (Convolutions | Adapters).String(); s != "convolutions, adapters" {
+		t.Errorf("%q", s)
+	}
+	if s := Reliance(0).String(); s != "dense training" {
+		t.Errorf("%q", s)
+	}
+	zoo := func(name string) Source {
+		m, err := models.Lookup(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return Zoo{M: m}
+	}
+	for _, c := range []struct {
+		r    Request
+		want Reliance
+	}{
+		{Request{Source: zoo("resnet50")}, Convolutions},
+		{Request{Source: zoo("gpt2")}, 0},
+		{Request{Source: zoo("gpt2"), Config: models.Config{Adapters: &graph.Adapters{Rank: 8, Targets: []string{"c_attn"}}}}, Adapters},
+		{Request{Source: zoo("gpt2"), Infer: &Inference{}}, ForwardOnly},
+		// the CPU runs no cuDNN
+		{Request{Source: zoo("resnet50"), Setup: train.Setup{CPU: true}}, 0},
+	} {
+		got, err := c.r.Reliances()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got != c.want {
+			t.Errorf("%s: %s, want %s", c.r.Source.Name(), got, c.want)
+		}
 	}
 }
