@@ -37,7 +37,6 @@ autocast region of a loop ends; for "each", the last forward's end).
 """
 
 import argparse
-import difflib
 import json
 import os
 import sys
@@ -244,17 +243,8 @@ def main():
     ap.add_argument("--check", action="store_true", help="regenerate and diff against the committed file")
     ap.add_argument("--out", default=OUT)
     args = ap.parse_args()
-    text = dump(generate())
-    if args.check:
-        with open(args.out) as f:
-            old = f.read()
-        if old != text:
-            sys.stdout.writelines(difflib.unified_diff(old.splitlines(True), text.splitlines(True), args.out, "regenerated"))
-            return 1
-        return 0
-    with open(args.out, "w") as f:
-        f.write(text)
-    return 0
+    import step
+    return step.write_or_check(dump(generate()), args.out, args.check)
 
 
 if __name__ == "__main__":

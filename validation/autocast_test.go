@@ -8,7 +8,6 @@ import (
 
 	"github.com/batchfit/batchfit/graph"
 	"github.com/batchfit/batchfit/profile"
-	"github.com/batchfit/batchfit/trace"
 	"github.com/batchfit/batchfit/train"
 )
 
@@ -120,28 +119,7 @@ func TestAutocastEvalAgainstTorchCPU(t *testing.T) {
 				t.Fatal(err)
 			}
 			tr := sim.Trace()
-			type forward struct{ peak, end int64 }
-			var got []forward
-			live, cur := int64(0), forward{}
-			size := map[int64]int64{}
-			for _, e := range tr.Events {
-				switch e.Action {
-				case trace.Alloc:
-					size[e.ID] = e.Size
-					live += e.Size
-					cur.peak = max(cur.peak, live)
-				case trace.Free:
-					live -= size[e.ID]
-				case trace.StepEnd:
-					cur.end = live
-					got = append(got, cur)
-					cur = forward{peak: live}
-					continue
-				}
-				if e.Phase == trace.Setup {
-					cur.peak = live // the parameters, before the first forward
-				}
-			}
+			got, live := forwardFigures(tr, nil)
 			if len(got) != len(c.Forwards) {
 				t.Fatalf("%d forwards simulated, %d measured", len(got), len(c.Forwards))
 			}

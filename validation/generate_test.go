@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/batchfit/batchfit/graph"
@@ -92,39 +93,7 @@ func TestGenerateAgainstTorchCPU(t *testing.T) {
 				t.Fatal(err)
 			}
 			tr := sim.Trace()
-			type forward struct {
-				peak, end int64
-				cache     []int64
-			}
-			var got []forward
-			live, cur := int64(0), forward{}
-			size := map[int64]int64{}
-			for _, e := range tr.Events {
-				switch e.Action {
-				case trace.Alloc:
-					size[e.ID] = e.Size
-					live += e.Size
-					cur.peak = max(cur.peak, live)
-				case trace.Free:
-					live -= size[e.ID]
-				case trace.StepEnd:
-					cur.end = live
-					got = append(got, cur)
-					cur = forward{peak: live}
-					continue
-				}
-				if e.Phase == trace.Setup {
-					cur.peak = live // the parameters, before the first forward
-					continue
-				}
-				if n := tr.SiteName(e.Site); len(n) > 6 && n[len(n)-6:] == ".cache" {
-					d := size[e.ID]
-					if e.Action == trace.Free {
-						d = -d
-					}
-					cur.cache = append(cur.cache, d)
-				}
-			}
+			got, _ := forwardFigures(tr, func(site string) bool { return strings.HasSuffix(site, ".cache") })
 			if len(got) != len(c.Forwards) {
 				t.Fatalf("%d forwards simulated, %d measured", len(got), len(c.Forwards))
 			}
@@ -136,4 +105,49 @@ func TestGenerateAgainstTorchCPU(t *testing.T) {
 			}
 		})
 	}
+}
+
+// forwardFigure is one forward of an inference trace, as the CPU
+// references record it: the most bytes requested and alive during it
+// (from what was alive when it began), the bytes alive at its end, and the
+// allocations (positive) and frees (negative) of the sites listed.
+type forwardFigure struct {
+	peak, end int64
+	cache     []int64
+}
+
+// forwardFigures splits an inference trace at its step ends into its
+// forwards; listed picks the sites whose events forwardFigure.cache lists
+// (nil: none). It also returns the bytes alive after the last event.
+func forwardFigures(tr *trace.Trace, listed func(site string) bool) ([]forwardFigure, int64) {
+	var got []forwardFigure
+	live, cur := int64(0), forwardFigure{}
+	size := map[int64]int64{}
+	for _, e := range tr.Events {
+		switch e.Action {
+		case trace.Alloc:
+			size[e.ID] = e.Size
+			live += e.Size
+			cur.peak = max(cur.peak, live)
+		case trace.Free:
+			live -= size[e.ID]
+		case trace.StepEnd:
+			cur.end = live
+			got = append(got, cur)
+			cur = forwardFigure{peak: live}
+			continue
+		}
+		if e.Phase == trace.Setup {
+			cur.peak = live // the parameters, before the first forward
+			continue
+		}
+		if listed != nil && listed(tr.SiteName(e.Site)) {
+			d := size[e.ID]
+			if e.Action == trace.Free {
+				d = -d
+			}
+			cur.cache = append(cur.cache, d)
+		}
+	}
+	return got, live
 }

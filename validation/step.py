@@ -510,6 +510,22 @@ def dump(obj):
     return text
 
 
+def write_or_check(text, out, check):
+    """The one-file references' output (generate.py, autocast.py): text
+    written to out, or with check compared with the committed out, a
+    unified diff printed where they differ. Returns the exit status."""
+    if not check:
+        with open(out, "w") as f:
+            f.write(text)
+        return 0
+    with open(out) as f:
+        old = f.read()
+    if old != text:
+        sys.stdout.writelines(difflib.unified_diff(old.splitlines(True), text.splitlines(True), out, "regenerated"))
+        return 1
+    return 0
+
+
 def write(out_dir, only=None, jobs=2):
     data = generate(only, jobs)
     os.makedirs(out_dir, exist_ok=True)
