@@ -76,7 +76,9 @@ type Timeline struct {
 	PeakAllocated, PeakReserved, PeakActive int64
 	// PeakAllocatedEvent and PeakReservedEvent are the event indexes where
 	// each peak was first reached; -1 when nothing was ever allocated, or
-	// when the peak is the starting state (ReplayOptions.Initial).
+	// when the peak is the starting state (ReplayOptions.Initial); the
+	// index of a trace.ResetPeaks event when the peak is what was held
+	// there.
 	PeakAllocatedEvent, PeakReservedEvent int
 	// AtPeak is allocated (rounded block) bytes by category at the
 	// allocated peak; RequestedAtPeak the unrounded bytes asked for.
@@ -321,6 +323,13 @@ func (rp *replayer) event(e *trace.Event) (done bool, err error) {
 		}
 		rp.step.Released += n
 	case trace.StepEnd:
+	case trace.ResetPeaks:
+		// reset_peak_memory_stats: every peak is the current value
+		a.ResetPeaks()
+		tl.PeakAllocated, tl.PeakAllocatedEvent = a.allocated, i
+		tl.PeakReserved, tl.PeakReservedEvent = a.reserved, i
+		tl.AtPeak, tl.RequestedAtPeak = rp.cat, rp.req
+		rp.step.PeakAllocated, rp.step.PeakReserved = a.allocated, a.reserved
 	default:
 		return false, fmt.Errorf("replaying trace: event %d: unknown action %d", i, uint8(e.Action))
 	}

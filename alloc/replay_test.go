@@ -211,3 +211,46 @@ func TestReplayFallback(t *testing.T) {
 		t.Errorf("num_ooms %d, want 2 (the caught raise counts, as in PyTorch)", tl.Final.NumOOMs)
 	}
 }
+
+// TestReplayResetPeaks: reset_peak_memory_stats after a transient keeps
+// what is reserved then as the peak reserved, and the allocated peak
+// starts from what is allocated then. After each event, allocated /
+// reserved in MiB:
+//
+//	0 transient 30 MiB      30 / 30  (a 30 MiB segment)
+//	1 parameter 50 MiB      80 / 80  (a 50 MiB segment)
+//	2 free transient        50 / 80
+//	3 reset_peaks           peaks: 50 / 80
+//	4 activation 20 MiB     70 / 80  (the cached 30 MiB block, split: 10 MiB > 1 MiB stays free)
+//	5 free                  50 / 80
+//
+// Without the reset the allocated peak would be the 80 MiB of event 1.
+func TestReplayResetPeaks(t *testing.T) {
+	tr := &trace.Trace{Events: []trace.Event{
+		alloc(1, 30*MiB, trace.Transient),
+		alloc(2, 50*MiB, trace.Parameter),
+		free(1),
+		{Action: trace.ResetPeaks},
+		alloc(3, 20*MiB, trace.Activation),
+		free(3),
+	}}
+	tl, err := Replay(tr, Config{}, Device{}, ReplayOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tl.PeakAllocated != 70*MiB || tl.PeakAllocatedEvent != 4 {
+		t.Errorf("peak allocated %d MiB at event %d, want 70 MiB at 4", tl.PeakAllocated/MiB, tl.PeakAllocatedEvent)
+	}
+	if tl.PeakReserved != 80*MiB || tl.PeakReservedEvent != 3 {
+		t.Errorf("peak reserved %d MiB at event %d, want 80 MiB at 3 (the reset)", tl.PeakReserved/MiB, tl.PeakReservedEvent)
+	}
+	if tl.AtPeak[trace.Parameter] != 50*MiB || tl.AtPeak[trace.Activation] != 20*MiB || tl.AtPeak[trace.Transient] != 0 {
+		t.Errorf("at the peak: %v", tl.AtPeak)
+	}
+	if tl.Final.PeakAllocated != 70*MiB || tl.Final.PeakReserved != 80*MiB {
+		t.Errorf("allocator's own peaks %d / %d MiB, want 70 / 80", tl.Final.PeakAllocated/MiB, tl.Final.PeakReserved/MiB)
+	}
+	if len(tl.Steps) != 1 || tl.Steps[0].PeakAllocated != 70*MiB || tl.Steps[0].PeakReserved != 80*MiB {
+		t.Errorf("steps %+v", tl.Steps)
+	}
+}

@@ -20,6 +20,13 @@ const (
 	// StepEnd marks the end of a training step (optimizer.step and zero_grad
 	// done); it carries no memory and lets consumers report per-step figures.
 	StepEnd
+	// ResetPeaks is torch.cuda.reset_peak_memory_stats(): the peaks start
+	// again from what is allocated and reserved now (the allocator's
+	// reset_peak_stats sets each peak to its current value), so what was
+	// cached before it counts in the peak reserved and a transient peak
+	// before it does not. A training script calls it after loading the
+	// model, before its first step. It has no block.
+	ResetPeaks
 )
 
 func (a Action) String() string {
@@ -32,6 +39,8 @@ func (a Action) String() string {
 		return "empty_cache"
 	case StepEnd:
 		return "step_end"
+	case ResetPeaks:
+		return "reset_peaks"
 	}
 	return fmt.Sprintf("action(%d)", uint8(a))
 }

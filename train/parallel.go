@@ -195,6 +195,9 @@ type Parallel struct {
 	// Wrap is FSDP's wrap policy: block or lora under FSDP1 (default
 	// block), param under FSDP2 (its only one).
 	Wrap Wrap
+	// Load is how FSDP1 builds its sharded units before the first step
+	// (fsdpload.go); LoadNone lays the shards out with nothing cached.
+	Load Load
 }
 
 // DeepSpeed's defaults (deepspeed/runtime/zero/config.py).
@@ -351,6 +354,14 @@ func (p Parallel) normalize() (Parallel, error) {
 		return p, fmt.Errorf("wrap param is fully_shard's per-parameter sharding: use strategy fsdp2")
 	case p.Strategy != FSDP && p.Wrap != "":
 		return p, fmt.Errorf("a wrap policy is FSDP's; strategy %s does not take it", p.Strategy)
+	}
+	l, err := ParseLoad(string(p.Load))
+	if err != nil {
+		return p, err
+	}
+	p.Load = l
+	if err := checkLoad(p); err != nil {
+		return p, err
 	}
 	if p.OffloadParams && p.Strategy != ZeRO3 {
 		return p, fmt.Errorf("parameter offload needs zero3")
@@ -511,7 +522,9 @@ func (sim *Simulator) setupParallel(g *graph.Graph) {
 		ps.st.refs = 1
 		sim.sum.ParametersBytes += ps.st.bytes
 	}
-	if p.Strategy == FSDP {
+	if p.Strategy == FSDP && p.Load != LoadNone {
+		sim.loadUnits(g)
+	} else if p.Strategy == FSDP {
 		for u := range sim.units {
 			un := &sim.units[u]
 			if !un.sharded() {

@@ -357,7 +357,13 @@ func NewValidated(g *graph.Graph, s Setup) (*Simulator, error) {
 		if t.KeepDType {
 			ps.odt = dt
 		}
+		if t.Quant != nil && shardsQuant(s, t.Quant) && s.Parallel.Load == LoadMeta {
+			return nil, fmt.Errorf("4-bit weights with the FSDP load meta are not modelled (each rank quantizes before FSDP materializes it): use sync or none")
+		}
 		switch {
+		case t.Quant != nil && shardsQuant(s, t.Quant) && s.Parallel.Load == LoadSync:
+			sim.quantizeOnLoad(ps, t)
+			ps.sdt, ps.odt = ps.dt, ps.dt
 		case t.Quant != nil && shardsQuant(s, t.Quant):
 			sim.loadQuantizedSharded(ps, t)
 			ps.sdt, ps.odt = ps.dt, ps.dt
@@ -378,6 +384,11 @@ func NewValidated(g *graph.Graph, s Setup) (*Simulator, error) {
 			sim.trained = append(sim.trained, ps)
 		}
 		sim.sum.ParamCount += n
+	}
+	if s.Parallel.Load == LoadSync && sim.sum.QuantizedBytes > 0 {
+		// fsdp_qlora's train.py empties the cache after quantizing
+		// ("cleanup any extra memory usage from parallel loading")
+		sim.EmptyCache()
 	}
 	if s.Parallel.On() {
 		if s.Parallel.IsZeRO() && sim.sum.QuantizedBytes > 0 {
@@ -407,6 +418,13 @@ func NewValidated(g *graph.Graph, s Setup) (*Simulator, error) {
 	}
 	if s.Parallel.On() {
 		sim.setupReducer()
+	}
+	if s.Parallel.Load != LoadNone {
+		// the script resets the peaks once the model is wrapped, before
+		// its first step (fsdp_qlora's train.py:
+		// torch.cuda.reset_peak_memory_stats before the epoch loop)
+		sim.tr.Add(trace.Event{Action: trace.ResetPeaks, Step: sim.step, Site: -1})
+		sim.sum.PeakRequested = sim.live
 	}
 	return sim, nil
 }

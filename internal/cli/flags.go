@@ -87,6 +87,7 @@ type jobFlags struct {
 	offload       bool
 	noSync        bool
 	fsdpWrap      string
+	fsdpLoad      string
 	offloadParams bool
 	bucketMB      float64
 	bucketView    bool
@@ -169,6 +170,7 @@ func (j *jobFlags) register(fs *flag.FlagSet, batchDefault string) {
 	fs.BoolVar(&j.offloadParams, "offload-params", false, "ZeRO-3's offload_param")
 	fs.BoolVar(&j.noSync, "no-sync", false, "FSDP: every accumulating micro-batch runs inside no_sync() (Fabric's no_backward_sync, Accelerate's accumulate), keeping the whole unsharded gradients until the last")
 	fs.StringVar(&j.fsdpWrap, "fsdp-wrap", "", "FSDP's wrap policy: block (one unit per block; with LoRA, use_orig_params=True and the whole flat gradient), lora (PEFT's fsdp_auto_wrap_policy: adapters in units of their own, frozen weights get no gradient) or param (fsdp2's per-parameter sharding); default: lora for PEFT adapters under fsdp, as transformers' Trainer sets it, block otherwise, param under fsdp2")
+	fs.StringVar(&j.fsdpLoad, "fsdp-load", "none", "how FSDP builds its sharded units before the first step, which decides what stays cached when the script resets its peaks: none (the shards alone, nothing cached), sync (rank 0 of sync_module_states=True from a model on the CPU, unit by unit: moved to the GPU, broadcast in 250 MiB buckets, flattened, sharded; Answer.AI's fsdp_qlora low_memory, accelerate's cpu_ram_efficient_loading) or meta (each unit materialized on the GPU from the meta device, flattened, sharded); sync and meta reset the peaks after loading, as those scripts do")
 	fs.Float64Var(&j.bucketMB, "bucket-mb", train.DDPBucketMB, "DDP's bucket_cap_mb")
 	fs.BoolVar(&j.bucketView, "bucket-view", false, "DDP's gradient_as_bucket_view")
 	fs.Float64Var(&j.reduceBucket, "reduce-bucket", train.ZeROReduceBucket, "ZeRO's reduce_bucket_size (elements)")
@@ -289,9 +291,13 @@ func (j *jobFlags) parallel() (train.Parallel, error) {
 	if wrap == train.WrapLoRA && j.lora == 0 {
 		return p, usagef("--fsdp-wrap lora wraps LoRA adapters: it needs --lora R")
 	}
+	load, err := train.ParseLoad(j.fsdpLoad)
+	if err != nil {
+		return p, usagef("--fsdp-load: %v", err)
+	}
 	p = train.Parallel{Strategy: strat, GPUs: j.gpus, NodeGPUs: j.nodeGPUs, Sharding: sh, Offload: j.offload,
 		OffloadParams: j.offloadParams, NoSync: j.noSync, BucketMB: j.bucketMB, BucketView: j.bucketView,
-		ReduceBucket: int64(j.reduceBucket), PrefetchBucket: int64(j.prefetch), Wrap: wrap}
+		ReduceBucket: int64(j.reduceBucket), PrefetchBucket: int64(j.prefetch), Wrap: wrap, Load: load}
 	if j.prefetch == 0 {
 		p.PrefetchBucket = -1
 	}
