@@ -38,22 +38,26 @@ type Band struct {
 	Group string
 }
 
+// PublishedRunsUnder is the worst under-prediction on the 10 published
+// training runs batchfit was first checked against (BERT-large under the
+// Hugging Face Trainer on a V100, torchvision's ViT-L/16 under torch 2.1),
+// whose measurements are not committed: the SafetyBand keeps it.
+const PublishedRunsUnder = 0.145
+
 // SafetyBand is the band of every prediction together: the one an
 // answer carries when the predictions relying on what it does have too few
-// real figures for a band of their own (BandFor). It must cover the worst
+// real figures for a band of their own (BandFor). It covers the worst
 // under-prediction on the committed GPU recordings (TestSafetyBand in
 // package validation recomputes it from testdata/gpu): 76 figures there,
 // each case's device-level figure where it has one, else its peak
-// reserved, else its peak allocated; worst −25.6 % (Answer.AI's FSDP QLoRA
-// row at 512 tokens, whose reserved figure holds what loading and
-// quantizing the model left cached before the first step, which batchfit
-// does not simulate), worst over +67.7 % (torchtune's rows under
-// torch.compile and chunked cross-entropy, which batchfit does not
-// model), median −1.5 %. It is deeper than the −14.5 % of the 10
-// published training runs batchfit was first checked against, whose
-// measurements are not committed.
-var SafetyBand = Band{Under: 0.2557, Over: 0.6771, Median: -0.0152, Cases: 76,
-	Source: "the GPU corpus (76 figures, testdata/gpu)"}
+// reserved, else its peak allocated, and the batches that ran out of
+// memory; worst −13.2 % (LitGPT's config_hub QLoRA rows, whose gap above
+// the source's rules is documented but not explained), worst over +67.7 %
+// (torchtune's rows under torch.compile and chunked cross-entropy, which
+// batchfit does not model), median −1.3 %. The under-prediction it allows
+// is the deeper of that and PublishedRunsUnder.
+var SafetyBand = Band{Under: PublishedRunsUnder, Over: 0.6771, Median: -0.013, Cases: 86,
+	Source: "the GPU corpus (76 figures, testdata/gpu) and 10 published training runs"}
 
 // Bands are the bands earned by the predictions that rely on the same
 // things (Request.Reliances), each over the figures of the GPU corpus
@@ -72,7 +76,7 @@ var Bands = map[Reliance]Band{
 	Adapters | Quantized: {Under: 0.1319, Over: 0.6771, Median: -0.0713, Cases: 11, Source: corpusSource(Adapters | Quantized), Group: (Adapters | Quantized).String()},
 	// LitGPT's FSDP LoRA rows, torchtune's 70B LoRA on eight A100s,
 	// Answer.AI's FSDP LoRA rows on two RTX 3090s.
-	Adapters | Sharded: {Under: 0.1509, Over: 0.1972, Median: -0.0234, Cases: 9, Source: corpusSource(Adapters | Sharded), Group: (Adapters | Sharded).String()},
+	Adapters | Sharded: {Under: 0.0942, Over: 0.1972, Median: -0.0111, Cases: 9, Source: corpusSource(Adapters | Sharded), Group: (Adapters | Sharded).String()},
 	// OpenMMLab's ResNet and MobileNetV2 training logs, and timm's
 	// largest batches on an RTX 3090 (EfficientNet-B0's failed batch).
 	Convolutions: {Under: 0.0404, Over: 0.0107, Median: 0.0026, Cases: 7, Limits: 1, Source: corpusSource(Convolutions), Group: (Convolutions).String()},

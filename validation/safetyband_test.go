@@ -136,7 +136,11 @@ func TestSafetyBand(t *testing.T) {
 	if r, err := predict.BandOf(reserved, "the GPU corpus"); err == nil {
 		t.Logf("peak reserved: %s, median %+.1f %%", r, 100*r.Median)
 	}
-	// (a)
+	// (a), and no wider than the corpus and the published runs
+	if want := max(got.Under, predict.PublishedRunsUnder); predict.SafetyBand.Under > want+0.001 {
+		t.Errorf("the committed band allows %.1f %% under, wider than the corpus's %.1f %% and the published runs' %.1f %%",
+			100*predict.SafetyBand.Under, 100*got.Under, 100*predict.PublishedRunsUnder)
+	}
 	if !predict.SafetyBand.Covers(got) {
 		t.Errorf("the committed band allows %.1f %% under, the corpus shows %.1f %%: set predict.SafetyBand to Under %.4f, Over %.4f, Median %.4f, Cases %d",
 			100*predict.SafetyBand.Under, 100*got.Under, math.Ceil(got.Under*1e4)/1e4, got.Over, got.Median, got.Cases)

@@ -259,8 +259,12 @@ type BandJSON struct {
 	Cases  int     `json:"cases"`
 	Source string  `json:"source"`
 	// Group is what the predictions the band was measured on rely on
-	// (empty: the band of all of them).
-	Group string `json:"group,omitempty"`
+	// (empty: the band of all of them), Limits the batches that ran out of
+	// memory among its evidence.
+	Group  string `json:"group,omitempty"`
+	Limits int    `json:"limits,omitempty"`
+	// Text is the band as every output words it.
+	Text string `json:"text"`
 	// DeviceTotalHighBytes is the real device total the band allows:
 	// the prediction over 1 − under.
 	DeviceTotalHighBytes int64 `json:"device_total_high_bytes"`
@@ -270,7 +274,7 @@ type BandJSON struct {
 func bandJSON(res *predict.Result) *BandJSON {
 	b := res.Band
 	high := int64(math.Ceil(float64(res.DeviceTotal) / (1 - b.Under)))
-	return &BandJSON{Under: b.Under, Over: b.Over, Cases: b.Cases, Source: b.Source, Group: b.Group, DeviceTotalHighBytes: high, FitsWithBand: high <= res.GPU.Capacity}
+	return &BandJSON{Under: b.Under, Over: b.Over, Cases: b.Cases, Source: b.Source, Group: b.Group, Limits: b.Limits, Text: b.String(), DeviceTotalHighBytes: high, FitsWithBand: high <= res.GPU.Capacity}
 }
 
 // StageJSON is one pipeline stage's figures.

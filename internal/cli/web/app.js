@@ -211,7 +211,7 @@ function showEstimate(e) {
   // the safety band, worded as estimate prints it
   const b = e.band;
   $("#band").textContent = b
-    ? `band: batchfit's device total has been within −${fixed(100 * b.under, 1)} %/+${fixed(100 * b.over, 1)} % of measured on ${b.cases} real GPU figures: the real one may reach ${fmtBytes(b.device_total_high_bytes)}, ${b.fits_with_band ? "fits even then" : "which would not fit"}`
+    ? `band: batchfit's device total has been ${b.text}: the real one may reach ${fmtBytes(b.device_total_high_bytes)}, ${b.fits_with_band ? "fits even then" : "which would not fit"}`
     : "";
   const s = $("#suggestions");
   s.replaceChildren();
