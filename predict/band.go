@@ -27,9 +27,9 @@ type Band struct {
 	Median float64
 	Cases  int
 	// Limits counts the batches that ran out of memory on a real GPU
-	// where batchfit predicted a device total below its capacity: each
-	// says the prediction fell short by more than 1 − predicted/capacity,
-	// and Under covers the deepest of them too.
+	// which batchfit fits on the GPU less a margin m: each says the
+	// prediction fell short by more than m as a share of the GPU, and
+	// Under covers the deepest of them too.
 	Limits int
 	// Source says which recordings the figures come from.
 	Source string
@@ -69,21 +69,23 @@ var SafetyBand = Band{Under: PublishedRunsUnder, Over: 0.6771, Median: -0.013, C
 var Bands = map[Reliance]Band{
 	// CS336's transformer LMs, BERT-large under the Hugging Face Trainer,
 	// torchtune's and LitGPT's full fine-tunes.
-	Reliance(0): {Under: 0.0967, Over: 0.1905, Median: -0.0141, Cases: 19, Source: corpusSource(0), Group: Reliance(0).String()},
+	0: earned(0, 0.0967, 0.1905, -0.0141, 19, 0),
 	// LitGPT's and torchtune's LoRA rows, PEFT's.
-	Adapters: {Under: 0.0767, Over: 0.3555, Median: -0.0038, Cases: 21, Source: corpusSource(Adapters), Group: (Adapters).String()},
+	Adapters: earned(Adapters, 0.0767, 0.3555, -0.0038, 21, 0),
 	// LitGPT's and torchtune's QLoRA rows.
-	Adapters | Quantized: {Under: 0.1319, Over: 0.6771, Median: -0.0713, Cases: 11, Source: corpusSource(Adapters | Quantized), Group: (Adapters | Quantized).String()},
+	Adapters | Quantized: earned(Adapters|Quantized, 0.1319, 0.6771, -0.0713, 11, 0),
 	// LitGPT's FSDP LoRA rows, torchtune's 70B LoRA on eight A100s,
 	// Answer.AI's FSDP LoRA rows on two RTX 3090s.
-	Adapters | Sharded: {Under: 0.0942, Over: 0.1972, Median: -0.0111, Cases: 9, Source: corpusSource(Adapters | Sharded), Group: (Adapters | Sharded).String()},
+	Adapters | Sharded: earned(Adapters|Sharded, 0.0942, 0.1972, -0.0111, 9, 0),
 	// OpenMMLab's ResNet and MobileNetV2 training logs, and timm's
 	// largest batches on an RTX 3090 (EfficientNet-B0's failed batch).
-	Convolutions: {Under: 0.0404, Over: 0.0107, Median: 0.0026, Cases: 7, Limits: 1, Source: corpusSource(Convolutions), Group: (Convolutions).String()},
+	Convolutions: earned(Convolutions, 0.0404, 0.0107, 0.0026, 7, 1),
 }
 
-func corpusSource(r Reliance) string {
-	return "the GPU corpus's predictions of " + r.String() + " (testdata/gpu)"
+// earned is the band of the corpus's predictions that rely on r.
+func earned(r Reliance, under, over, median float64, cases, limits int) Band {
+	return Band{Under: under, Over: over, Median: median, Cases: cases, Limits: limits,
+		Source: "the GPU corpus's predictions of " + r.String() + " (testdata/gpu)", Group: r.String()}
 }
 
 // BandFor is the band a prediction relying on rel answers with: its

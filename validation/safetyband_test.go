@@ -182,7 +182,7 @@ func TestSafetyBand(t *testing.T) {
 		case len(errs) < predict.MinBandFigures:
 		case !ok || !committed.Covers(b) || committed.Under > b.Under+0.001 || committed.Cases != b.Cases || committed.Limits != b.Limits ||
 			math.Abs(committed.Over-b.Over) > 0.001 || math.Abs(committed.Median-b.Median) > 0.001:
-			t.Errorf("%s: want predict.Bands[%d] = Band{Under: %.4f, Over: %.4f, Median: %.4f, Cases: %d, Limits: %d}, have %+v",
+			t.Errorf("%s: want predict.Bands[%d] = earned(…, %.4f, %.4f, %.4f, %d, %d), have %+v",
 				rel, uint8(rel), math.Ceil(b.Under*1e4)/1e4, b.Over, b.Median, b.Cases, b.Limits, committed)
 		}
 	}
