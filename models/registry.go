@@ -41,6 +41,12 @@ type Config struct {
 	// transformers' generate() instead of a training step: Seq tokens
 	// (the prompt, or 1) for Batch rows, with a key/value cache.
 	Decode *Decode
+	// Transformers is the Hugging Face transformers release whose modeling
+	// code runs the model ("4.39", "4.45.2"; "" = the current code): it
+	// sets TransformerConfig.Version for the models BuildTransformer
+	// builds (the zoo's transformers models, Hugging Face configs) and is
+	// ignored by the others.
+	Transformers string
 }
 
 // Decode describes one forward pass of generate().

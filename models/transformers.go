@@ -16,7 +16,9 @@ import (
 // Which transformers the op sequences follow
 //
 // The modeling code changed in ways that change what autograd saves.
-// TransformerConfig.Version picks the release; the default ("") is the
+// TransformerConfig.Version (set from Config.Transformers, batchfit's
+// --transformers) picks the release, 4.36 or later (see
+// transformers_release.go for the releases read); the default ("") is the
 // current code, transformers 4.56 and later (through 5.x). Always assumed:
 // torch ≥ 2.5, attn_implementation "sdpa" (the default) unless AttnImpl is
 // "eager", no padding in the batch (attention_mask absent or all ones, so
@@ -37,13 +39,15 @@ import (
 //     Every version: attn_output.transpose(1, 2).contiguous() (a copy),
 //     then a view for the output projection. BERT's own SDPA class never
 //     copies q, k, v without a mask.
-//   - Causal-LM loss: ≥ 4.46 loss_utils.ForCausalLMLoss: logits.float(),
-//     labels padded with F.pad(labels, (0, 1), value=-100), then
-//     labels[..., 1:].contiguous(), cross_entropy over [B·L, V]. Before
-//     4.46 the logits were sliced: logits[..., :-1, :].contiguous() (a
-//     [B, L-1, V] copy, after logits.float() in the Llama family, 4.45
-//     and earlier) and labels[..., 1:].contiguous(). The masked-LM and T5
-//     losses call CrossEntropyLoss on logits.view(-1, V) in every version.
+//   - Causal-LM loss (transformers_release.go, causalLMLoss): ≤ 4.45 the
+//     Llama family's forward upcasts every position's logits
+//     (logits.float()) and returns the float32 copy; the loss, inline or
+//     loss_utils.ForCausalLMLoss (Llama, Qwen2, Gemma, Phi3 from 4.46;
+//     Mistral, GPT-2, OPT from 4.48; GPT-NeoX from 4.49), copies
+//     logits[..., :-1, :].contiguous() before 4.49 and pads the labels
+//     instead from 4.49; ForCausalLMLoss upcasts inside the loss. The
+//     masked-LM and T5 losses call CrossEntropyLoss on logits.view(-1, V)
+//     in every version.
 //   - GPT-2's "gelu_new" is activations.NewGELUActivation, a Python
 //     composite 0.5*x*(1+tanh(√(2/π)*(x+0.044715*x³))) of eight elementwise
 //     ops that together save four tensors of the input's size, not the fused
@@ -193,6 +197,9 @@ func BuildTransformer(name string, tc TransformerConfig, c Config) (*graph.Graph
 		if c.Image > 0 {
 			tc.ImageSize = c.Image
 		}
+	}
+	if c.Transformers != "" {
+		tc.Version = c.Transformers
 	}
 	tc, err := tc.withOverrides(c)
 	if err != nil {
@@ -391,7 +398,7 @@ func (tc TransformerConfig) check(arch hfArch, c Config) error {
 	default:
 		return fmt.Errorf("unknown attn_implementation %q (want sdpa or eager)", tc.AttnImpl)
 	}
-	if _, err := parseHFVersion(tc.Version); err != nil {
+	if err := tc.checkRelease(); err != nil {
 		return err
 	}
 	if _, err := hfActivation(tc.Activation); err != nil {
@@ -649,55 +656,6 @@ func (t *hfBuilder) act(name string, x graph.TensorID) graph.TensorID {
 		y = b.Mul("mul", a, e)
 	})
 	return y
-}
-
-// causalLMLoss is the causal-LM loss on logits [B, L, V]. From 4.46 it is
-// loss_utils.ForCausalLMLoss:
-//
-//	logits = logits.float()                                  # a copy unless float32
-//	labels = F.pad(labels, (0, 1), value=-100)               # new [B, L+1] int64
-//	shift_labels = labels[..., 1:].contiguous()              # copy [B, L]
-//	logits = logits.view(-1, V); shift_labels = shift_labels.view(-1)
-//	F.cross_entropy(logits, shift_labels, ignore_index=-100)  # mean (sum / n with num_items_in_batch)
-//
-// The Builder has no pad, so the padded labels are cat(labels, labels[:, :1])
-// along dim 1: the same new [B, L+1] int64 storage. Before 4.46 each model
-// computed it inline:
-//
-//	logits = logits.float()                          # Llama family only
-//	shift_logits = logits[..., :-1, :].contiguous()  # copy [B, L-1, V] (a view when B = 1)
-//	shift_labels = labels[..., 1:].contiguous()      # copy [B, L-1]
-//	CrossEntropyLoss()(shift_logits.view(-1, V), shift_labels.view(-1))
-//
-// The output returns the logits the loss read (CausalLMOutputWithPast(loss,
-// logits)): the float32 copy where the forward upcast them, lm_head's
-// otherwise (graph.Returned; eval keeps them with the output).
-func (t *hfBuilder) causalLMLoss(logits, labels graph.TensorID) {
-	b := t.b
-	V := t.tc.VocabSize
-	if t.tc.version() < 4046 {
-		b.Scope("loss", func() {
-			switch t.tc.Arch {
-			case "llama", "mistral", "qwen2", "gemma", "phi3":
-				logits = b.Cast("float", logits, graph.F32)
-			}
-			b.Return(logits)
-			sl := b.Contiguous("shift_logits", b.Narrow("shift_logits_slice", logits, 1, t.L-1))
-			lab := b.Contiguous("shift_labels", b.Narrow("shift_labels_slice", labels, 1, t.L-1))
-			b.CrossEntropy("cross_entropy", b.Reshape("view_logits", sl, -1, V), b.Reshape("view_labels", lab, -1))
-		})
-		return
-	}
-	b.Return(logits)
-	b.Scope("loss", func() {
-		lf := b.Cast("float", logits, graph.F32)
-		padded := b.Cat("pad", 1, labels, b.Narrow("pad_value", labels, 1, 1))
-		shift := b.Narrow("shift", padded, 1, t.L)
-		shift = b.Contiguous("contiguous", shift)
-		flat := b.Reshape("view_logits", lf, -1, V)
-		target := b.Reshape("view_labels", shift, -1)
-		b.CrossEntropy("cross_entropy", flat, target)
-	})
 }
 
 // maskedLMLoss is CrossEntropyLoss()(logits.view(-1, V), labels.view(-1)),

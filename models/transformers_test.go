@@ -426,13 +426,13 @@ func TestTransformerCausalLoss(t *testing.T) {
 		t.Errorf("4.45 shift_logits %v %s view=%d, want a float32 [2, 31, 128256] copy", out.Shape, out.DType, out.View)
 	}
 	gpt2 := hfZooEntry(t, "gpt2").tc
-	gpt2.Layers, gpt2.Version = 1, "4.40"
-	g = hfBuild(t, "gpt2-4.40", gpt2, c)
+	gpt2.Layers, gpt2.Version = 1, "4.45"
+	g = hfBuild(t, "gpt2-4.45", gpt2, c)
 	if n := hfCount(g, graph.Cast, "loss"); n != 0 {
-		t.Errorf("gpt2 4.40: %d casts in the loss", n)
+		t.Errorf("gpt2 4.45: %d casts in the loss", n)
 	}
 	if ce := hfOp(t, g, "loss.cross_entropy"); g.Tensor(ce.Inputs[0]).Shape.String() != "[62, 50257]" {
-		t.Errorf("gpt2 4.40 cross_entropy over %v", g.Tensor(ce.Inputs[0]).Shape)
+		t.Errorf("gpt2 4.45 cross_entropy over %v", g.Tensor(ce.Inputs[0]).Shape)
 	}
 }
 
@@ -493,6 +493,9 @@ func TestTransformerErrors(t *testing.T) {
 		{"unknown arch", TransformerConfig{Arch: "mamba"}, Config{Batch: 1, Seq: 8}, "unsupported model_type"},
 		{"bad impl", hfWith(gpt2, func(tc *TransformerConfig) { tc.AttnImpl = "flash" }), Config{Batch: 1, Seq: 8}, "attn_implementation"},
 		{"bad version", hfWith(gpt2, func(tc *TransformerConfig) { tc.Version = "four" }), Config{Batch: 1, Seq: 8}, "version"},
+		{"release too old", gpt2, Config{Batch: 1, Seq: 8, Transformers: "4.35"}, "oldest release"},
+		{"release unread", gpt2, Config{Batch: 1, Seq: 8, Transformers: "6.0"}, "newer than any release"},
+		{"gpt2 before its sdpa", gpt2, Config{Batch: 1, Seq: 8, Transformers: "4.40"}, "gpt2 is followed from 4.44"},
 		{"bad act", hfWith(gpt2, func(tc *TransformerConfig) { tc.Activation = "mish" }), Config{Batch: 1, Seq: 8}, "activation"},
 		{"bad gqa", hfWith(gpt2, func(tc *TransformerConfig) { tc.KVHeads = 5 }), Config{Batch: 1, Seq: 8}, "key/value heads"},
 	}

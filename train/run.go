@@ -245,11 +245,11 @@ func (m *micro) runOp(i int) {
 		c.out = value{st: st, dt: dt}
 	}
 	m.val[out] = c.out
-	if sim.noGrad && !recomputing && slices.Contains(m.g.Returned, out) {
+	if (sim.noGrad || sim.s.KeepOutput) && !recomputing && slices.Contains(m.g.Returned, out) {
 		// the forward returns it (a ModelOutput's logits): alive to the
 		// forward's end and beyond, whatever its last use. In training
-		// it is not kept: what holds the output then is the loop's
-		// (Trainer.compute_loss drops it before backward).
+		// it is kept only when the loop holds the output (Setup.KeepOutput):
+		// Trainer.compute_loss drops it before backward.
 		sim.ref(c.out.st)
 		m.returned = append(m.returned, c.out.st)
 	}

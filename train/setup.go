@@ -337,6 +337,15 @@ type Setup struct {
 	CublasWorkspaceConfig string
 	// EmptyCache calls torch.cuda.empty_cache() after every step.
 	EmptyCache bool
+	// KeepOutput: the training loop holds the forward's output (a
+	// ModelOutput beside its loss: the graph's Returned tensors, a Hugging
+	// Face model's logits) through backward and the optimizer step, until
+	// the next forward's output rebinds the name, as a script does with
+	// output = model(...); loss = output.loss; loss.backward() (Answer.AI's
+	// fsdp_qlora train.py). transformers' Trainer.compute_loss drops the
+	// outputs before it returns the loss, so by default they go at their
+	// last use.
+	KeepOutput bool
 	// Parallel spreads the step over data-parallel ranks (DDP, FSDP,
 	// ZeRO); the zero value is one GPU.
 	Parallel Parallel

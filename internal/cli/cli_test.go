@@ -155,6 +155,12 @@ func TestBadInput(t *testing.T) {
 		{[]string{"estimate", "mlp", "--lora", "2", "--lora-targets", "linear", "--quant", "fp4", "--quant-via", "torchao"}, 2, "torchao's NF4Tensor"},
 		{[]string{"estimate", "mlp", "--lora", "2", "--lora-targets", "linear", "--quant", "nf4", "--quant-via", "torchao", "--bnb-version", "0.42"}, 2, "--bnb-version is bitsandbytes'"},
 		{[]string{"estimate", "mlp", "--lora", "2", "--lora-impl", "hf"}, 2, "want peft, litgpt or torchtune"},
+		{[]string{"estimate", "resnet18", "--transformers", "4.39"}, 2, "--transformers applies to models run by transformers' modeling code"},
+		{[]string{"estimate", "gpt2", "--transformers", "4.30"}, 2, "oldest release batchfit follows is 4.36"},
+		{[]string{"estimate", "gpt2", "--transformers", "7.1"}, 2, "newer than any release"},
+		{[]string{"estimate", "gpt2", "--transformers", "four"}, 2, "--transformers: transformers version"},
+		{[]string{"estimate", "gpt2", "--transformers", "4.40"}, 1, "gpt2 is followed from 4.44"},
+		{[]string{"estimate", "mlp", "--mode", "eval", "--keep-output"}, 2, "--keep-output is for training"},
 		// inference (--mode)
 		{[]string{"estimate", "mlp", "--new-tokens", "5"}, 2, "--new-tokens is for --mode generate"},
 		{[]string{"estimate", "mlp", "--mode", "eval", "--beams", "2"}, 2, "--beams is for --mode generate"},

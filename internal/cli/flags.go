@@ -66,6 +66,7 @@ type jobFlags struct {
 	cuda          string
 	ncclBuffsize  string
 	emptyCache    bool
+	keepOutput    bool
 	cudnnBench    bool
 	noCastCache   bool
 	castLoop      bool
@@ -107,6 +108,7 @@ type jobFlags struct {
 	quantVia     string
 	loraImpl     string
 	peftVersion  string
+	transformers string
 	mode         string
 	prompt       int64
 	newTokens    int64
@@ -145,6 +147,7 @@ func (j *jobFlags) register(fs *flag.FlagSet, batchDefault string) {
 	fs.StringVar(&j.cuda, "cuda", "", "the CUDA runtime PyTorch was built for (torch.version.cuda, e.g. 11.3): before 11.7 every kernel loads at start-up, and the CUDA context is the eager one measured on a GPU (1343 MiB) unless --context gives it")
 	fs.StringVar(&j.ncclBuffsize, "nccl-buffsize", "", "NCCL_BUFFSIZE, the Simple protocol's buffer per NCCL connection (default: NCCL's 4 MiB)")
 	fs.BoolVar(&j.emptyCache, "empty-cache", false, "call torch.cuda.empty_cache() after every step")
+	fs.BoolVar(&j.keepOutput, "keep-output", false, "the training loop holds the model's output (a transformers model's logits) through backward and the step, until the next forward: output = model(...); output.loss.backward(), as Answer.AI's fsdp_qlora does (default: dropped at its last use, as transformers' Trainer does)")
 	fs.BoolVar(&j.cudnnBench, "cudnn-benchmark", false, "torch.backends.cudnn.benchmark = True: the first step searches cuDNN's convolution algorithms")
 	fs.BoolVar(&j.noCastCache, "no-autocast-cache", false, "torch.autocast(..., cache_enabled=False): the mixed precisions cast a weight anew at every use and free the copy with the op, instead of keeping one copy per weight until the autocast region ends")
 	fs.BoolVar(&j.castLoop, "autocast-around-loop", false, "eval: one autocast region encloses the whole loop of forwards (autocast entered before the loop), so the weight copies the first forward makes stay until the loop ends (default: autocast around each forward)")
@@ -187,6 +190,7 @@ func (j *jobFlags) register(fs *flag.FlagSet, batchDefault string) {
 	fs.StringVar(&j.bnbVersion, "bnb-version", "", "the bitsandbytes release whose 4-bit rules apply (default: current; before 0.43.2 each 4-bit layer also keeps its input for backward, before 0.43.0 dequantizes through float16)")
 	fs.StringVar(&j.quantVia, "quant-via", "transformers", "what quantizes the Linear layers (--quant): transformers (BitsAndBytesConfig; lm_head kept), fabric (Lightning Fabric's BitsandbytesPrecision, LitGPT's --quantize: every Linear, the head too, quantized from a float16 copy) or torchao (torchao's NF4Tensor, torchtune's QLoRA; --quant nf4)")
 	fs.StringVar(&j.peftVersion, "peft-version", "", "the PEFT release whose adapter dtype applies (default: current; from 0.12 autocast_adapter_dtype keeps adapters float32 on a half-precision base, before it they take the base weight's dtype when that is floating)")
+	fs.StringVar(&j.transformers, "transformers", "", "the Hugging Face transformers release whose modeling code runs the model, for the zoo's transformers models and Hugging Face configs (default: current; 4.36 or later): before 4.46 the Llama family's forward upcasts every position's logits to float32 and returns them, before 4.49 the loss copies logits[..., :-1, :] (a float32 copy at batch > 1); the attention's copies differ too (docs/accuracy.md)")
 	fs.StringVar(&j.loraImpl, "lora-impl", "peft", "whose LoRA layers: peft, or litgpt or torchtune (on a quantized base: adapters in the model's dtype, no casts and no clone)")
 }
 
@@ -633,6 +637,19 @@ func takesImage(src predict.Source) bool {
 	return false
 }
 
+// builtByTransformers reports whether src is built by
+// models.BuildTransformer, which follows a transformers release
+// (Config.Transformers).
+func builtByTransformers(src predict.Source) bool {
+	switch s := src.(type) {
+	case predict.Zoo:
+		return s.M.Family == "transformers"
+	case *hf.Model:
+		return true
+	}
+	return false
+}
+
 // requestFor builds a prediction request for src from the flags.
 func (j *jobFlags) requestFor(src predict.Source) (predict.Request, error) {
 	var r predict.Request
@@ -653,6 +670,15 @@ func (j *jobFlags) requestFor(src predict.Source) (predict.Request, error) {
 		return r, err
 	}
 	r.Config = models.Config{Seq: j.seq, Layers: j.layers, Hidden: j.hidden, Image: j.image, Adapters: ad}
+	if j.transformers != "" {
+		if !builtByTransformers(src) {
+			return r, usagef("--transformers applies to models run by transformers' modeling code (the zoo's transformers models, Hugging Face configs); %s is not one", src.Name())
+		}
+		if err := models.CheckTransformersRelease(j.transformers); err != nil {
+			return r, usagef("--transformers: %v", err)
+		}
+		r.Config.Transformers = j.transformers
+	}
 	if err := j.modelParallel(&r.Config); err != nil {
 		return r, err
 	}
@@ -819,6 +845,10 @@ func (j *jobFlags) requestFor(src predict.Source) (predict.Request, error) {
 	r.Setup = train.Setup{Precision: prec, Optimizer: train.Optimizer{Kind: opt, Momentum: j.momentum, Impl: impl, WeightDecay: wd, Bits8: on.Bits8, Paged: on.Paged, AMSGrad: j.amsgrad},
 		Accumulate: j.accumulate, Checkpoint: ck, Attention: att, Steps: j.steps, EmptyCache: j.emptyCache, Profile: prof, Parallel: par}
 	r.Setup.CudnnBenchmark = j.cudnnBench
+	if j.keepOutput && r.Infer != nil {
+		return r, usagef("--keep-output is for training: in eval and generate the loop always holds the output until the next forward")
+	}
+	r.Setup.KeepOutput = j.keepOutput
 	if _, amp := prec.Autocast(); !amp && (j.noCastCache || j.castLoop) {
 		return r, usagef("--no-autocast-cache and --autocast-around-loop are for the mixed precisions (16-mixed, bf16-mixed), which run under autocast")
 	}
