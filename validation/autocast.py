@@ -36,8 +36,6 @@ largest bytes alive within it) and ``end`` (alive when it returns), and ``exit``
 autocast region of a loop ends; for "each", the last forward's end).
 """
 
-import argparse
-import json
 import os
 import sys
 
@@ -234,17 +232,9 @@ def generate():
             "mlp": list(MLP), "block": list(BLOCK), "conv": list(CONV), "cases": cases}
 
 
-def dump(data):
-    return json.dumps(data, indent=1, sort_keys=True) + "\n"
-
-
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--check", action="store_true", help="regenerate and diff against the committed file")
-    ap.add_argument("--out", default=OUT)
-    args = ap.parse_args()
     import step
-    return step.write_or_check(dump(generate()), args.out, args.check)
+    return step.one_file_main(__doc__, OUT, generate)
 
 
 if __name__ == "__main__":

@@ -32,8 +32,6 @@ bytes alive within it), ``end`` (alive when it returns) and ``cache`` (the event
 updates in order, positive for an allocation, negative for a free).
 """
 
-import argparse
-import json
 import os
 import sys
 
@@ -202,17 +200,9 @@ def generate():
     return {"torch": torch.__version__.split("+")[0], "vocab": VOCAB, "embed": EMBED, "layers": LAYERS, "cases": cases}
 
 
-def dump(data):
-    return json.dumps(data, indent=1, sort_keys=True) + "\n"
-
-
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--check", action="store_true", help="regenerate and diff against the committed file")
-    ap.add_argument("--out", default=OUT)
-    args = ap.parse_args()
     import step
-    return step.write_or_check(dump(generate()), args.out, args.check)
+    return step.one_file_main(__doc__, OUT, generate)
 
 
 if __name__ == "__main__":

@@ -510,6 +510,18 @@ def dump(obj):
     return text
 
 
+def one_file_main(doc, out, generate):
+    """The command line of a one-file reference (generate.py,
+    autocast.py): --check regenerates and diffs against the committed
+    file, --out names another. Returns the exit status."""
+    ap = argparse.ArgumentParser(description=doc.split("\n")[0])
+    ap.add_argument("--check", action="store_true", help="regenerate and diff against the committed file")
+    ap.add_argument("--out", default=out)
+    args = ap.parse_args()
+    text = json.dumps(generate(), indent=1, sort_keys=True) + "\n"
+    return write_or_check(text, args.out, args.check)
+
+
 def write_or_check(text, out, check):
     """The one-file references' output (generate.py, autocast.py): text
     written to out, or with check compared with the committed out, a
