@@ -91,34 +91,74 @@ func (a *Allocator) skip(before counters, times, base, shift int64) {
 	}
 }
 
-// stateLog keeps the states at the boundaries of one repetition's runs.
+// stateWindow is how many of the latest looked-at boundaries' states a
+// replay keeps: a state seen again among them marks a period, and the rest
+// of the runs are skipped. The batch of each micro-batch is allocated
+// before the last one's is freed, so consecutive runs may use two places
+// in turn, and small blocks can walk through a free block of the small
+// pool a kilobyte a period before their places come back (ResNet-50 at
+// batch 4 under gradient accumulation: a period of tens of runs). The
+// first lookEvery boundaries are all looked at; after them every
+// lookEvery-th, which finds a period P as a multiple of it (the least
+// common multiple of P and lookEvery), at an eighth of the cost.
+const (
+	stateWindow = 128
+	lookEvery   = 8
+)
+
+// looks reports whether the boundary before run k is looked at.
+func looks(k int) bool { return k <= lookEvery || k%lookEvery == 0 }
+
+// stateLog keeps the states at the latest looked-at boundaries of one
+// repetition's runs.
 type stateLog struct {
-	states [][]int64
-	counts []counters
-	n      int
+	states [stateWindow][]int64
+	hashes [stateWindow]uint64
+	counts [stateWindow]counters
+	at     [stateWindow]int // the boundary of each state
+	n      int              // states recorded since the reset
 }
 
 func (l *stateLog) reset() { l.n = 0 }
 
-// add records the state at the next boundary, its ids relative to base,
-// and reports the earlier boundary with the same state, if any. fellBack
-// is the replay's count of allocations that fell back so far
+// add records the state at boundary k (counted from the reset, the
+// template's start being 0), its ids relative to base, and reports the
+// latest earlier boundary kept with the same state, if any. fellBack is
+// the replay's count of allocations that fell back so far
 // (Timeline.FellBack): a run in which one fell back changed a caller's
 // cached choice, so the runs after it are not the runs before it even
 // where the allocator's blocks look the same.
-func (l *stateLog) add(a *Allocator, base, fellBack int64) (int, bool) {
-	if l.n == len(l.states) {
-		l.states = append(l.states, nil)
-		l.counts = append(l.counts, counters{})
-	}
-	cur := append(a.canonical(l.states[l.n][:0], base), fellBack)
-	l.states[l.n], l.counts[l.n] = cur, a.counters()
-	for p := 0; p < l.n; p++ {
-		if slices.Equal(l.states[p], cur) {
-			l.n++
-			return p, true
+func (l *stateLog) add(a *Allocator, k int, base, fellBack int64) (p int, found bool) {
+	slot := l.n % stateWindow
+	cur := append(a.canonical(l.states[slot][:0], base), fellBack)
+	h := hashState(cur)
+	l.states[slot], l.hashes[slot], l.counts[slot], l.at[slot] = cur, h, a.counters(), k
+	for i := l.n - 1; i >= 0 && i > l.n-stateWindow; i-- {
+		if q := i % stateWindow; l.hashes[q] == h && slices.Equal(l.states[q], cur) {
+			p, found = l.at[q], true
+			break
 		}
 	}
 	l.n++
-	return 0, false
+	return p, found
+}
+
+// countsAt are the counters at boundary p, one add returned.
+func (l *stateLog) countsAt(p int) counters {
+	for i := range stateWindow {
+		if l.at[i] == p {
+			return l.counts[i]
+		}
+	}
+	return counters{}
+}
+
+// hashState is FNV-1a over a state's numbers, to compare states cheaply.
+func hashState(s []int64) uint64 {
+	h := uint64(14695981039346656037)
+	for _, v := range s {
+		h ^= uint64(v)
+		h *= 1099511628211
+	}
+	return h
 }

@@ -166,7 +166,7 @@ func ReplayContext(ctx context.Context, t *trace.Trace, cfg Config, dev Device, 
 		}
 		if r != nil && i == r.Start && skipping {
 			seen.reset()
-			seen.add(rp.a, r.Base-r.Delta, int64(rp.tl.FellBack))
+			seen.add(rp.a, 0, r.Base-r.Delta, int64(rp.tl.FellBack))
 		}
 		if done, err := rp.event(&t.Events[i]); done || err != nil {
 			return rp.result(err)
@@ -191,14 +191,14 @@ func ReplayContext(ctx context.Context, t *trace.Trace, cfg Config, dev Device, 
 		looking := skipping && r.Grow == nil && (ends == 0 || t.Events[r.End-1].Action == trace.StepEnd)
 		for k := 1; k <= r.Times; {
 			// the boundary before run k (the template is run 0)
-			if looking && k <= maxBoundaries {
-				if p, ok := seen.add(rp.a, r.Base+int64(k-1)*r.Delta, int64(rp.tl.FellBack)); ok {
+			if looking && looks(k) {
+				if p, ok := seen.add(rp.a, k, r.Base+int64(k-1)*r.Delta, int64(rp.tl.FellBack)); ok {
 					// the state of boundary p again: skip whole periods
 					// of the runs left
 					period := k - p
 					m := (r.Times + 1 - k) / period * period
 					if m > 0 {
-						rp.a.skip(seen.counts[p], int64(m/period), r.Base+int64(k-1)*r.Delta, int64(m)*r.Delta)
+						rp.a.skip(seen.countsAt(p), int64(m/period), r.Base+int64(k-1)*r.Delta, int64(m)*r.Delta)
 						rp.skipSteps(ends*period, m/period, period*n)
 						rp.v += m * n
 						rp.tl.Skipped += m * n
@@ -367,13 +367,6 @@ func (rp *replayer) skipSteps(per, times, span int) {
 		}
 	}
 }
-
-// maxBoundaries is how many runs of a repetition are replayed while
-// looking for a state seen before: the batch of each micro-batch is
-// allocated before the last one's is freed, so consecutive micro-batches
-// may use two places in turn, and small blocks may take a few runs to
-// settle.
-const maxBoundaries = 8
 
 // closeStep appends the step ending at event i and starts the next one
 // from the current state.
