@@ -482,10 +482,7 @@ func Run(ctx context.Context, o Options) (*Answer, error) {
 		pl.allow[l] = true
 	}
 	pl.ans.req = pl.request
-	cudaCtx := o.Base.GPU.ContextSize
-	if o.Base.Context >= 0 {
-		cudaCtx = o.Base.Context
-	}
+	cudaCtx := o.Base.ContextSize()
 	pl.capLeft = o.Base.GPU.Capacity - cudaCtx - o.Margin
 	if err := pl.accumulations(); err != nil {
 		return nil, err

@@ -80,6 +80,11 @@ type Request struct {
 	GPU    gpu.GPU
 	// Context overrides the GPU's CUDA context size when not negative.
 	Context int64
+	// EagerModules: PyTorch was built for a CUDA runtime before 11.7,
+	// which loads every kernel at start-up (no lazy module loading), so
+	// the context is at least gpu.EagerContextSize on whatever GPU the
+	// job runs (ContextSize).
+	EagerModules bool
 	// NCCLBuffSize is NCCL_BUFFSIZE, the Simple protocol's buffer per
 	// connection; 0 takes NCCL's default (profile.NCCLSimpleBuffSize).
 	NCCLBuffSize int64
@@ -178,6 +183,20 @@ type Result struct {
 	// Generation its cache figures when it generated.
 	Infer      *Inference
 	Generation *train.GenerationSummary
+}
+
+// ContextSize is the CUDA context the request's job has before the
+// libraries' own allocations: the one given (Context), else the GPU
+// family's lazy-loading estimate, or the eager one where every kernel
+// loads at start-up (EagerModules), whichever is larger.
+func (r Request) ContextSize() int64 {
+	if r.Context >= 0 {
+		return r.Context
+	}
+	if r.EagerModules {
+		return max(r.GPU.ContextSize, gpu.EagerContextSize)
+	}
+	return r.GPU.ContextSize
 }
 
 // Timed reports whether a step time is predicted for r: training steps,
@@ -306,10 +325,7 @@ func normalize(r Request) (Request, train.Setup, error) {
 // libraries' workspaces, which are known only once the step has run: a
 // step that requests more cannot fit (Request.Screen).
 func screenLimit(r Request) int64 {
-	ctx := r.GPU.ContextSize
-	if r.Context >= 0 {
-		ctx = r.Context
-	}
+	ctx := r.ContextSize()
 	return max(r.GPU.Capacity-r.Margin-ctx-NCCLBytes(r.Setup.Parallel, r.Config.TP, r.Config.PP, r.NCCLBuffSize), 1)
 }
 
@@ -324,10 +340,7 @@ func finish(ctx context.Context, r Request, setup train.Setup, sim *train.Simula
 	// after a first tiny tensor) lacks them; one measured after the step
 	// counts them twice, the safe side.
 	lib := sim.Summary().LibraryBytes
-	cudaCtx := r.GPU.ContextSize + lib
-	if r.Context >= 0 {
-		cudaCtx = r.Context + lib
-	}
+	cudaCtx := r.ContextSize() + lib
 	// NCCL's buffers come on top of a given context too: one measured
 	// before init_process_group lacks them, one measured after counts
 	// them twice, the safe side.

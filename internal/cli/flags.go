@@ -803,9 +803,7 @@ func (j *jobFlags) requestFor(src predict.Source) (predict.Request, error) {
 		if eager && prof.CudaModuleLoading == "lazy" {
 			return r, usagef("--cuda %s: PyTorch %s was built for CUDA 11.7 or later only", j.cuda, prof.Version)
 		}
-		if eager && r.Context < 0 {
-			r.Context = gpu.EagerContextSize
-		}
+		r.EagerModules = eager
 	}
 	if j.accumulate < 1 {
 		return r, usagef("--accumulate must be at least 1, got %d", j.accumulate)
