@@ -268,8 +268,10 @@ type Answer struct {
 	// names that combination.
 	StatesNeed int64
 	StatesFrom string
-	// Margin is the headroom the plans were held to.
-	Margin int64
+	// Margin is the headroom the plans were held to; with
+	// Options.MarginFor (OwnMargins) the least of their own margins.
+	Margin     int64
+	OwnMargins bool
 	// GlobalBatch is the samples of a step over all ranks; RankBatch
 	// one rank's share (micro-batch × accumulation), Ranks the
 	// data-parallel ranks.
@@ -471,7 +473,7 @@ func Run(ctx context.Context, o Options) (*Answer, error) {
 		o.Base.Config.Seq = o.Base.Source.DefaultSeq()
 	}
 	pl := &planner{ctx: ctx, o: o, graphs: map[graphKey]*graph.Graph{}, runs: map[recKey][]train.OpRun{}, runsOn: map[recKey]*graph.Graph{},
-		ans: &Answer{Margin: o.Margin, GlobalBatch: o.GlobalBatch, RankBatch: o.GlobalBatch / ranks, Ranks: ranks, Untimed: untimed}, allow: map[Lever]bool{}, src: o.Base.Source,
+		ans: &Answer{Margin: o.Margin, OwnMargins: o.MarginFor != nil, GlobalBatch: o.GlobalBatch, RankBatch: o.GlobalBatch / ranks, Ranks: ranks, Untimed: untimed}, allow: map[Lever]bool{}, src: o.Base.Source,
 		seen: map[Candidate]*Plan{}, dead: map[deadKey]int{}, aligned: map[alignKey][]train.OpRun{},
 		steps: map[stepKey]cost.Estimate{}, comms: map[commKey]train.Comms{}, passes: map[passKey]*cost.Pass{}, built: predict.NewGraphs()}
 	levers := o.Levers

@@ -192,3 +192,42 @@ func TestLikeNamesACatalogGPU(t *testing.T) {
 		t.Errorf("a catalog GPU: exit %d: %s", code, errs)
 	}
 }
+
+// With the band, plan holds each plan to its own band: the JSON gives
+// each plan's margin, the current setup's at the top, and the least the
+// levers reach, which the screens took. gpt2 on one GPU relies on nothing
+// (dense training) as it stands; the lora lever reaches adapters and, with
+// 4-bit weights, adapters and quantized: the least is the adapters' band.
+func TestPlanOwnMargins(t *testing.T) {
+	out, errs, code := run("plan", "gpt2", "--seq", "256", "--gpu", "a10g", "--global-batch", "8", "--top", "3", "--json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	var p PlanJSON
+	if err := json.Unmarshal([]byte(out), &p); err != nil {
+		t.Fatal(err)
+	}
+	a10g, err := gpu.Lookup("a10g")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dense, lora := predict.Bands[0], predict.Bands[predict.Adapters]
+	if want := dense.Margin(a10g.Capacity); p.MarginBytes != want || p.Current.MarginBytes != want {
+		t.Errorf("current setup's margin %d (top %d), want the dense band's %d", p.Current.MarginBytes, p.MarginBytes, want)
+	}
+	if want := lora.Margin(a10g.Capacity); p.LeastMarginBytes != want {
+		t.Errorf("least margin %d, want the adapters' band's %d", p.LeastMarginBytes, want)
+	}
+	for _, e := range p.Evaluated {
+		want := dense.Margin(a10g.Capacity)
+		switch e.Trains {
+		case "lora":
+			want = lora.Margin(a10g.Capacity)
+		case "qlora":
+			want = predict.Bands[predict.Adapters|predict.Quantized].Margin(a10g.Capacity)
+		}
+		if e.MarginBytes != want {
+			t.Errorf("plan %+v: margin %d, want %d", e, e.MarginBytes, want)
+		}
+	}
+}

@@ -49,14 +49,18 @@ type PlanJSON struct {
 	GlobalBatch int64  `json:"global_batch"`
 	// RankBatch is one data-parallel rank's share of the global batch
 	// (micro-batch × accumulation), Ranks the data-parallel ranks.
-	RankBatch   int64           `json:"rank_batch"`
-	Ranks       int64           `json:"ranks"`
-	Seq         int64           `json:"seq,omitempty"`
-	MarginBytes int64           `json:"margin_bytes"`
-	Current     PlanEntryJSON   `json:"current"`
-	Best        []PlanEntryJSON `json:"best"`
-	Evaluated   []PlanEntryJSON `json:"evaluated"`
-	Pruned      []PrunedJSON    `json:"pruned"`
+	RankBatch int64 `json:"rank_batch"`
+	Ranks     int64 `json:"ranks"`
+	Seq       int64 `json:"seq,omitempty"`
+	// MarginBytes is the current setup's margin; with --margin band each
+	// plan has its own (PlanEntryJSON.MarginBytes), and LeastMarginBytes
+	// is the least of them, which the screens took.
+	MarginBytes      int64           `json:"margin_bytes"`
+	LeastMarginBytes int64           `json:"least_margin_bytes,omitempty"`
+	Current          PlanEntryJSON   `json:"current"`
+	Best             []PlanEntryJSON `json:"best"`
+	Evaluated        []PlanEntryJSON `json:"evaluated"`
+	Pruned           []PrunedJSON    `json:"pruned"`
 	// NeedBytes is, when nothing fits, the least device total with the
 	// margin of the plans simulated in full, NeedFrom that plan;
 	// NeedAtLeast: it ran out of memory, so the figure is a lower bound
@@ -89,6 +93,9 @@ type PlanJSON struct {
 
 // PlanEntryJSON is one plan.
 type PlanEntryJSON struct {
+	// MarginBytes is the headroom the plan was held to: its own band's
+	// with --margin band.
+	MarginBytes        int64  `json:"margin_bytes"`
 	MicroBatch         int64  `json:"micro_batch"`
 	Accumulate         int    `json:"accumulate"`
 	Precision          string `json:"precision"`
@@ -427,6 +434,9 @@ func searchLarger(ctx context.Context, o plan.Options, margin string) (*largerGP
 // searched).
 func nothingFits(r predict.Request, ans *plan.Answer, lg *largerGPUs) error {
 	msg := fmt.Sprintf("nothing fits on %s with a margin of %s", r.GPU.Name, fmtBytes(ans.Margin))
+	if ans.OwnMargins {
+		msg = fmt.Sprintf("nothing fits on %s with each plan's own band as its margin (at least %s)", r.GPU.Name, fmtBytes(ans.Margin))
+	}
 	var parts []string
 	if lg != nil {
 		switch {
@@ -489,6 +499,7 @@ func planEntry(ans *plan.Answer, p *plan.Plan) PlanEntryJSON {
 		e.Changes = []string{}
 	}
 	if res := p.Result; res != nil {
+		e.MarginBytes = res.Margin
 		tl := res.Timeline
 		e.PeakAllocatedBytes, e.PeakReservedBytes, e.DeviceTotalBytes = tl.PeakAllocated, tl.PeakReserved, res.DeviceTotal
 		e.NeedBytes = plan.Need(res)
@@ -521,6 +532,12 @@ func planJSON(r predict.Request, o plan.Options, ans *plan.Answer, lg *largerGPU
 	out := PlanJSON{Model: r.Source.Name(), GPU: r.GPU.Name, GlobalBatch: ans.GlobalBatch, RankBatch: ans.RankBatch, Ranks: ans.Ranks, Seq: r.Config.Seq, MarginBytes: ans.Margin,
 		Current: planEntry(ans, ans.Base), Best: []PlanEntryJSON{}, Evaluated: []PlanEntryJSON{}, Pruned: []PrunedJSON{},
 		Predictions: len(ans.Evaluated), Simulations: ans.Simulations, Stopped: ans.Stopped}
+	if ans.OwnMargins {
+		out.LeastMarginBytes = ans.Margin
+		if ans.Base != nil && ans.Base.Result != nil {
+			out.MarginBytes = ans.Base.Result.Margin
+		}
+	}
 	if len(ans.Best) == 0 {
 		out.NeedBytes, out.NeedFrom, out.NeedAtLeast, out.Screened = ans.Need, ans.NeedFrom, ans.NeedAtLeast, ans.Screened
 		out.StatesNeedBytes, out.StatesNeedFrom = ans.StatesNeed, ans.StatesFrom

@@ -58,6 +58,7 @@ func TestWebDefaultsAreTheCommandLines(t *testing.T) {
 		{"quant-via", selected("quant-via")},
 		{"lora-impl", selected("lora-impl")},
 		{"fsdp-wrap", selected("fsdp-wrap")},
+		{"fsdp-load", selected("fsdp-load")},
 		{"batch", input("batch")},
 		{"accumulate", input("accumulate")},
 		{"lora", input("lora")},
@@ -141,6 +142,9 @@ func TestWebOffersEstimatesChoices(t *testing.T) {
 			}
 			return []string{"--lora", "8", "--lora-targets", "q_proj,v_proj", "--gpus", "2", "--strategy", st, "--fsdp-wrap", v}
 		}},
+		{"fsdp-load", func(v string) []string {
+			return []string{"--lora", "8", "--lora-targets", "q_proj,v_proj", "--gpus", "2", "--strategy", "fsdp", "--fsdp-load", v}
+		}},
 	} {
 		for _, v := range options(c.id) {
 			args := append([]string{"Llama-3.2-1B", "--batch", "1", "--seq", "64"}, c.args(v)...)
@@ -150,7 +154,7 @@ func TestWebOffersEstimatesChoices(t *testing.T) {
 		}
 	}
 	// the checkboxes are estimate's boolean flags
-	for _, id := range []string{"cudnn-benchmark", "no-sync"} {
+	for _, id := range []string{"cudnn-benchmark", "no-sync", "no-autocast-cache", "keep-output"} {
 		if !regexp.MustCompile(`<input id="` + id + `" name="` + id + `" type="checkbox"`).Match(page) {
 			t.Errorf("the page has no checkbox #%s", id)
 		}

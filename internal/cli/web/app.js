@@ -139,11 +139,12 @@ function jobFields() {
   if (Number($("#lora").value) > 0 && $("#lora-impl").value !== "peft") f["lora-impl"] = $("#lora-impl").value;
   if ($("#cudnn-benchmark").checked) f["cudnn-benchmark"] = "true";
   if ($("#no-autocast-cache").checked) f["no-autocast-cache"] = "true";
-  if ($("#autocast-around-loop").checked) f["autocast-around-loop"] = "true";
   if ($("#channels-last").checked) f["memory-format"] = "channels_last";
   if ($("#loop-overhead").value.trim()) f["loop-overhead"] = $("#loop-overhead").value.trim();
   if ($("#no-sync").checked) f["no-sync"] = "true";
   if ($("#fsdp-wrap").value) f["fsdp-wrap"] = $("#fsdp-wrap").value;
+  if ($("#fsdp-load").value !== "none") f["fsdp-load"] = $("#fsdp-load").value;
+  if ($("#keep-output").checked) f["keep-output"] = "true";
   if (!uploaded) f.model = $("#model").value;
   return f;
 }
