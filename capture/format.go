@@ -149,14 +149,23 @@ func OpenRegular(path string) (*os.File, error) {
 	// Stat of the open file, not of the path: the file read is the one
 	// checked
 	info, err := fh.Stat()
-	if err == nil && !info.Mode().IsRegular() {
-		err = fmt.Errorf("%s: not a regular file (%s)", path, kind(info.Mode()))
+	if err == nil {
+		err = NotRegular(path, info.Mode())
 	}
 	if err != nil {
 		fh.Close()
 		return nil, err
 	}
 	return fh, nil
+}
+
+// NotRegular is the refusal of a model path whose mode m is not a
+// regular file's (nil for a regular file).
+func NotRegular(path string, m os.FileMode) error {
+	if m.IsRegular() {
+		return nil
+	}
+	return fmt.Errorf("%s: not a regular file (%s)", path, kind(m))
 }
 
 func kind(m os.FileMode) string {
@@ -196,6 +205,11 @@ func Read(name string, r io.Reader) (*Model, error) {
 	f, err := readFile(name, r)
 	if err != nil {
 		return nil, err
+	}
+	if r != io.Reader(br) {
+		if _, err := br.ReadByte(); err != io.EOF {
+			return nil, fmt.Errorf("capture: %s: data after the gzip stream (a graph file is one JSON object)", name)
+		}
 	}
 	if err := f.check(); err != nil {
 		return nil, fmt.Errorf("capture: %s: %w", name, err)
