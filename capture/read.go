@@ -130,16 +130,17 @@ func decodeFile(dec *json.Decoder) (*file, error) {
 		return nil, err
 	}
 	if _, err := dec.Token(); err != io.EOF {
-		if err == nil {
-			err = errors.New("data after the graph's JSON document")
-		}
-		return nil, recordf("after the document at byte %d: %v (a graph file is one JSON object)", dec.InputOffset(), err)
+		return nil, recordf("data after the graph's JSON document (byte %d): a graph file is one JSON object", dec.InputOffset())
 	}
 	return &f, nil
 }
 
 // decodeArray decodes a JSON array (or null) into *dst element by
-// element, refusing the element past max before decoding it.
+// element, refusing the element past max before decoding it. Elements
+// are decoded in place into chunks of a fixed length and copied once into
+// a slice of the exact length at the end: append's growth (by 1.25 past a
+// few hundred elements) would allocate about five times the records' size
+// in all, the chunks and the copy twice.
 func decodeArray[T any](dec *json.Decoder, key string, max int, dst *[]T, check func(int, *T) error) error {
 	tok, err := dec.Token()
 	if err != nil {
@@ -151,27 +152,41 @@ func decodeArray[T any](dec *json.Decoder, key string, max int, dst *[]T, check 
 	if d, ok := tok.(json.Delim); !ok || d != '[' {
 		return &json.UnmarshalTypeError{Value: fmt.Sprint(tok), Type: typeOf[[]T](), Field: key, Offset: dec.InputOffset()}
 	}
+	const chunk = 1024
+	var chunks [][]T
+	n := 0
 	for dec.More() {
-		if len(*dst) >= max {
+		if n >= max {
 			return recordf("more than %d %s: more than batchfit reads", max, strings.ReplaceAll(key, "_", " "))
 		}
-		var v T
-		if err := dec.Decode(&v); err != nil {
+		if n%chunk == 0 {
+			chunks = append(chunks, make([]T, 0, chunk))
+		}
+		c := &chunks[len(chunks)-1]
+		*c = (*c)[:len(*c)+1]
+		v := &(*c)[len(*c)-1]
+		if err := dec.Decode(v); err != nil {
 			var te *json.UnmarshalTypeError
 			if errors.As(err, &te) {
-				te.Field = fmt.Sprintf("%s[%d].%s", key, len(*dst), te.Field)
+				te.Field = fmt.Sprintf("%s[%d].%s", key, n, te.Field)
 			}
 			return err
 		}
 		if check != nil {
-			if err := check(len(*dst), &v); err != nil {
+			if err := check(n, v); err != nil {
 				return err
 			}
 		}
-		*dst = append(*dst, v)
+		n++
 	}
-	_, err = dec.Token()
-	return err
+	if _, err := dec.Token(); err != nil {
+		return err
+	}
+	*dst = make([]T, 0, n)
+	for _, c := range chunks {
+		*dst = append(*dst, c...)
+	}
+	return nil
 }
 
 func delim(dec *json.Decoder, want json.Delim) error {
