@@ -124,6 +124,12 @@ func FuzzRead(f *testing.F) {
 	f.Add(data)
 	f.Add([]byte(`{"format":"batchfit-graph","version":1,"batch":{"captured":[2,3]},"tensors":[],"ops":[],"loss":0}`))
 	f.Add([]byte{0x1f, 0x8b, 0, 0})
+	// one seed per shape of hostile file (hostile_test.go), and a small
+	// bomb of ops
+	for _, c := range hostileCases {
+		f.Add(bytes.Replace(data, []byte(c.old), []byte(c.new), 1))
+	}
+	f.Add(bomb(f, 100))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		m, err := Read("fuzz.bfgraph", bytes.NewReader(b))
 		if err == nil {

@@ -1,6 +1,7 @@
 package capture
 
 import (
+	"fmt"
 	"strings"
 
 	"github.com/batchfit/batchfit/graph"
@@ -244,7 +245,13 @@ func (x *bctx) aten(o *op) {
 		}
 		return x.in(o, id)
 	}
-	isT := func(i int) bool { _, ok := as[i].tensor(); return i < len(as) && ok }
+	isT := func(i int) bool {
+		if i >= len(as) {
+			return false
+		}
+		_, ok := as[i].tensor()
+		return ok
+	}
 	rec := func(i int) *tensor {
 		p := out(i)
 		if p == nil {
@@ -300,23 +307,23 @@ func (x *bctx) aten(o *op) {
 		return
 	}
 
-	if name == "slice" && len(o.Out) == 1 {
+	if name == "slice" && len(o.Out) == 1 && len(as) > 1 {
 		// x[a:b:c]: a view whose backward writes into zeros of x's size
 		// (slice_backward), the builders' Slice
 		d, _ := x.ints(as[1])
 		var start, end, step int64 = 0, 1 << 62, 1
 		if len(as) > 2 {
-			if v, ok := x.ints(as[2]); ok {
+			if v, ok := x.ints(as[2]); ok && len(v) > 0 {
 				start = v[0]
 			}
 		}
 		if len(as) > 3 {
-			if v, ok := x.ints(as[3]); ok {
+			if v, ok := x.ints(as[3]); ok && len(v) > 0 {
 				end = v[0]
 			}
 		}
 		if len(as) > 4 {
-			if v, ok := x.ints(as[4]); ok {
+			if v, ok := x.ints(as[4]); ok && len(v) > 0 {
 				step = v[0]
 			}
 		}
@@ -397,10 +404,16 @@ func (x *bctx) aten(o *op) {
 		return
 	case "clone", "contiguous":
 		r := rec(0)
+		if r == nil {
+			return
+		}
 		x.set(out(0), b.CopyAs(mod, t(0), x.shape(r)))
 		return
 	case "_to_copy", "to":
 		r := rec(0)
+		if r == nil {
+			return
+		}
 		dt, _ := graph.ParseDType(r.DType)
 		src := t(0)
 		if src != graph.None && b.DTypeOf(src) == dt {
@@ -412,7 +425,7 @@ func (x *bctx) aten(o *op) {
 	case "convolution", "_convolution":
 		transposed, _ := as[6].boolean()
 		r := rec(0)
-		if len(r.Shape) != 4 {
+		if r == nil || len(r.Shape) != 4 {
 			x.err = x.ruleError(o, "only 2-D convolution")
 			return
 		}
@@ -503,6 +516,9 @@ func (x *bctx) aten(o *op) {
 		}
 	case "_softmax", "_log_softmax":
 		d, _ := x.ints(as[1])
+		if len(d) != 1 {
+			break
+		}
 		x.set(out(0), b.Softmax(mod, t(0), int(d[0]), name == "_log_softmax"))
 		return
 	case "max_pool2d_with_indices", "avg_pool2d":
@@ -534,6 +550,9 @@ func (x *bctx) aten(o *op) {
 		if o.Overload == "default" {
 			x.set(out(0), b.MeanAll(mod, t(0)))
 			return
+		}
+		if r == nil || len(as) < 2 {
+			break
 		}
 		dims, _ := x.ints(as[1])
 		ds := make([]int, len(dims))
@@ -595,7 +614,7 @@ func (x *bctx) aten(o *op) {
 		}
 		d := int64(0)
 		if len(as) > 1 {
-			if v, ok := x.ints(as[1]); ok {
+			if v, ok := x.ints(as[1]); ok && len(v) > 0 {
 				d = v[0]
 			}
 		}
@@ -605,7 +624,7 @@ func (x *bctx) aten(o *op) {
 		var xs []graph.TensorID
 		d := int64(0)
 		if len(as) > 1 {
-			if v, ok := x.ints(as[1]); ok {
+			if v, ok := x.ints(as[1]); ok && len(v) > 0 {
 				d = v[0]
 			}
 		}
@@ -618,6 +637,10 @@ func (x *bctx) aten(o *op) {
 			dd := int(d)
 			if dd < 0 {
 				dd += len(s) + 1
+			}
+			if dd < 0 || dd > len(s) {
+				x.err = x.ruleError(o, fmt.Sprintf("stack along dimension %d of a tensor of rank %d", d, len(s)))
+				return
 			}
 			ns := append(append(s[:dd:dd].Clone(), 1), s[dd:]...)
 			xs = append(xs, b.ViewAs(mod, in, ns, b.Contig(in)))
@@ -638,17 +661,20 @@ func (x *bctx) aten(o *op) {
 		x.set(out(0), b.Dropout(mod, t(0), p, false))
 		return
 	case "max":
-		if o.Overload == "dim" {
+		if r := rec(0); o.Overload == "dim" && r != nil && len(as) > 1 {
 			d, _ := x.ints(as[1])
+			if len(d) != 1 {
+				break
+			}
 			m := b.MaxDim(mod, t(0), int(d[0]))
-			if r := rec(0); m != graph.None && len(x.shape(r)) != len(b.Shape(m)) {
+			if m != graph.None && len(x.shape(r)) != len(b.Shape(m)) {
 				m = b.ViewAs(mod, m, x.shape(r), true)
 			}
 			x.set(out(0), m)
 			return
 		}
 	case "sum":
-		if o.Overload == "dim_IntList" {
+		if r := rec(0); o.Overload == "dim_IntList" && r != nil && len(as) > 1 {
 			d, _ := x.ints(as[1])
 			if len(d) >= 1 {
 				dims := make([]int, len(d))
@@ -656,7 +682,7 @@ func (x *bctx) aten(o *op) {
 					dims[i] = int(v)
 				}
 				m := b.SumDims(mod, t(0), dims)
-				if r := rec(0); m != graph.None && len(x.shape(r)) != len(b.Shape(m)) {
+				if m != graph.None && len(x.shape(r)) != len(b.Shape(m)) {
 					m = b.ViewAs(mod, m, x.shape(r), true)
 				}
 				x.set(out(0), m)
@@ -665,6 +691,9 @@ func (x *bctx) aten(o *op) {
 		}
 	case "gather":
 		d, _ := x.ints(as[1])
+		if len(d) != 1 {
+			break
+		}
 		x.set(out(0), b.Gather(mod, t(0), t(2), int(d[0])))
 		return
 	case "index":

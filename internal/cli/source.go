@@ -35,6 +35,13 @@ func resolveSource(arg string) (predict.Source, error) {
 		}
 		return nil, errors.New(msg)
 	}
+	if statErr == nil && !info.IsDir() && !info.Mode().IsRegular() {
+		// a device (/dev/zero), a FIFO or a socket has no end, or one
+		// that costs gigabytes before a reader's allowance refuses it:
+		// refused from its mode (after symbolic links), before any reader
+		// reads from it, whatever the extension
+		return nil, fmt.Errorf("%w; a model is a zoo name or a .yaml, .onnx, .bfgraph, config.json or model directory", capture.NotRegular(arg, info.Mode()))
+	}
 	switch {
 	case ext == ".bfgraph" || strings.HasSuffix(strings.ToLower(arg), ".bfgraph.gz"):
 		m, err := capture.Load(arg)
