@@ -157,6 +157,16 @@ func FuzzRead(f *testing.F) {
 	f.Add([]byte("\x80\x04X\xff\xff\xff\xffabc"))
 	f.Add([]byte("\x80\x02}q\x00X\x08\x00\x00\x00segmentsh\x00s."))
 	f.Add([]byte("\x80\x04]\x94(K\x01K\x02eh\x00a."))
+	// The shapes of the budgets and range checks (limits_test.go): a memo
+	// bomb of 3000 references, nested references, a string past
+	// MaxString, and each nonsense snapshot.
+	bomb, _ := io.ReadAll(newBomb(3000))
+	f.Add(bomb)
+	f.Add(laughs())
+	f.Add([]byte("\x80\x04X\x01\x00\x10\x00"))
+	for _, c := range rangeCases {
+		f.Add(c.data)
+	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		if len(data) > 1<<20 {
 			return
