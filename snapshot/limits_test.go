@@ -32,7 +32,6 @@ func snap(segs *pyList, entries ...any) []byte {
 	return pyPickle(dict(kv{"segments", segs}, kv{"device_traces", lst(lst(entries...))}), 4)
 }
 
-
 // rangeCases are snapshots whose figures no allocator writes, each with
 // the place and field its refusal must name.
 var rangeCases = []struct {
