@@ -26,6 +26,9 @@ import (
 //   - og-rek's memo bug for lists is worked around (see rememo below);
 //   - with Options.Frames false, the values of "frames" keys are replaced
 //     by None as they stream past, so og-rek never builds them.
+//   - the work is counted against MaxOps, each memo reference (og-rek has
+//     no hook for them) costing the size of what it refers to, and
+//     strings against MaxString and MaxText (limits.go).
 //
 // The guard tracks the shape of the pickle machine's stack (marks, lists,
 // dicts, strings; never values), which is what these checks need.
