@@ -23,8 +23,11 @@ import (
 type converter struct {
 	opts   Options
 	budget int64
-	strs   map[string]string
-	frames map[listKey]framesInfo
+	// entries counts segments, blocks, trace entries and distinct frames
+	// against maxEntries (MaxEntries).
+	entries, maxEntries int64
+	strs                map[string]string
+	frames              map[listKey]framesInfo
 }
 
 // listKey identifies a decoded list: og-rek decodes every reference to one
@@ -40,15 +43,24 @@ type framesInfo struct {
 }
 
 func newConverter(opts Options, inputBytes int64) *converter {
+	maxEntries := int64(MaxEntries)
+	if opts.MaxEntries > 0 && opts.MaxEntries < maxEntries {
+		maxEntries = opts.MaxEntries
+	}
 	return &converter{
-		opts:   opts,
-		budget: inputBytes + 64,
-		strs:   make(map[string]string),
-		frames: make(map[listKey]framesInfo),
+		opts:       opts,
+		maxEntries: maxEntries,
+		budget:     inputBytes + 64,
+		strs:       make(map[string]string),
+		frames:     make(map[listKey]framesInfo),
 	}
 }
 
 func (c *converter) spend(n int, path string) error {
+	c.entries += int64(n)
+	if c.entries > c.maxEntries {
+		return fmt.Errorf("%s: the snapshot holds more than %d segments, blocks, trace entries and stacks (snapshot.MaxEntries)", path, c.maxEntries)
+	}
 	c.budget -= int64(n)
 	if c.budget < 0 {
 		return fmt.Errorf("%s: the snapshot holds more objects than its input has bytes (shared references?)", path)

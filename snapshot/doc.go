@@ -18,6 +18,14 @@
 // around an og-rek bug that would empty every list referenced more than
 // once (see guard.go), which real snapshots do for shared stack traces.
 //
+// Reading is bounded by the limits in limits.go: the guard counts the
+// pickle's work (a memo reference costing the size of what it refers to,
+// each time), string lengths and string bytes, and the converter the
+// segments, blocks, entries and stacks it builds. The decoded snapshot is
+// then range-checked (check.go): sizes, segments that do not overlap,
+// blocks inside their segment, allocations of an address not already
+// allocated, known actions.
+//
 // [Snapshot.Convert] (and its shorthands [Snapshot.Trace] and
 // [Snapshot.RecordedSegments]) turns one device's recorded events into the
 // alloc/free events the allocator simulator replays, keeping the

@@ -26,6 +26,9 @@ import (
 //   - og-rek's memo bug for lists is worked around (see rememo below);
 //   - with Options.Frames false, the values of "frames" keys are replaced
 //     by None as they stream past, so og-rek never builds them.
+//   - the work is counted against MaxOps, each memo reference (og-rek has
+//     no hook for them) costing the size of what it refers to, and
+//     strings against MaxString and MaxText (limits.go).
 //
 // The guard tracks the shape of the pickle machine's stack (marks, lists,
 // dicts, strings; never values), which is what these checks need.
@@ -46,10 +49,10 @@ import (
 const maxStack = 1 << 20
 
 const (
-	maxNumberLine = 4096    // INT, LONG, FLOAT: og-rek parses big decimals in superlinear time
-	maxKeyLine    = 32      // GET, PUT memo keys
-	maxTextLine   = 1 << 20 // STRING, UNICODE, GLOBAL, PERSID
-	shortPayload  = 64      // string payloads up to this size are inspected ("frames")
+	maxNumberLine = 4096      // INT, LONG, FLOAT: og-rek parses big decimals in superlinear time
+	maxKeyLine    = 32        // GET, PUT memo keys
+	maxTextLine   = MaxString // STRING, UNICODE, GLOBAL, PERSID
+	shortPayload  = 64        // string payloads up to this size are inspected ("frames")
 )
 
 // PickleError is a problem found in the pickle stream itself.
@@ -218,6 +221,18 @@ type slot struct {
 	rememo  uint8  // how to store this list in the memo again: remNone, remBin, remPut
 	markIdx int32  // index of the nearest mark below, -1 if none
 	memoKey uint32 // its memo key, for rememo
+	// weight is the number of opcodes that built the object, what a memo
+	// reference to it costs (MaxOps); memo is 1 + the index of its memo
+	// entry in guard.memoEnt, 0 if none, so that items added to it after
+	// it was memoized raise the weight its references cost.
+	weight int32
+	memo   int32
+}
+
+// memoEntry is what the guard knows of a memoized object.
+type memoEntry struct {
+	kind   uint8
+	weight int32
 }
 
 const (
@@ -264,8 +279,13 @@ type guard struct {
 
 	memoStyle uint8
 	memoN     int64            // memo entries made by MEMOIZE
-	memoKinds []uint8          // kinds memoized by MEMOIZE, by index
-	memoMap   map[string]uint8 // kinds memoized by PUT/BINPUT/LONG_BINPUT
+	memoEnt   []memoEntry      // memoized objects: by MEMOIZE index, or as memoMap says
+	memoMap   map[string]int32 // index in memoEnt of the keys of PUT/BINPUT/LONG_BINPUT
+
+	// ops is the work so far against maxOps (MaxOps); text the bytes of
+	// strings and text arguments against MaxText.
+	ops, maxOps int64
+	text        int64
 
 	skipping bool // inside a "frames" value that is being dropped
 	skipBase int  // stack index of that value
@@ -343,6 +363,40 @@ func (g *guard) fail(err error) error {
 		g.err = err
 	}
 	return g.err
+}
+
+// charge counts n opcodes of work (see MaxOps).
+func (g *guard) charge(n int32) error {
+	g.ops += int64(n)
+	if g.ops > g.maxOps {
+		return g.errorf("the pickle costs more than %d opcodes, counting each memo reference as the size of what it refers to (snapshot.MaxOps; shared references multiplied?)", g.maxOps)
+	}
+	return nil
+}
+
+// satAdd adds two non-negative weights, saturating at maxWeight: a
+// weight past MaxOps is refused when referenced, so its exact value does
+// not matter.
+func satAdd(a, b int32) int32 {
+	if a > maxWeight-b {
+		return maxWeight
+	}
+	return a + b
+}
+
+// maxWeight is where weights saturate, above MaxOps.
+const maxWeight = 1 << 30
+
+// addText counts n bytes of string data or text argument against MaxText.
+func (g *guard) addText(n int64) error {
+	if n > MaxString {
+		return g.errorf("a string or text argument of %d bytes, beyond the %d-byte limit (snapshot.MaxString)", n, MaxString)
+	}
+	g.text += n
+	if g.text > MaxText {
+		return g.errorf("more than %d bytes of strings (snapshot.MaxText)", MaxText)
+	}
+	return nil
 }
 
 func (g *guard) errorf(format string, args ...any) error {
@@ -488,12 +542,19 @@ func (g *guard) step() error {
 	case argTextLine:
 		arg, err = g.readLine(maxTextLine)
 	case argTwoLines:
-		if _, err = g.readLine(maxTextLine); err == nil {
-			_, err = g.readLine(maxTextLine)
+		var a, b []byte
+		if a, err = g.readLine(maxTextLine); err == nil {
+			b, err = g.readLine(maxTextLine)
 		}
+		arg = g.out[1 : 1+len(a)+len(b)]
 	}
 	if err != nil {
 		return err
+	}
+	if declared < 0 && arg != nil && info.arg >= argNumberLine {
+		if err := g.addText(int64(len(arg))); err != nil {
+			return err
+		}
 	}
 	if declared > g.remaining() {
 		if g.size >= 0 {
@@ -502,6 +563,11 @@ func (g *guard) step() error {
 		pe := g.errorf("declares %d bytes of data, beyond the %d-byte limit", declared, g.limit).(*PickleError)
 		pe.Err = ErrTooLarge
 		return pe
+	}
+	if declared >= 0 {
+		if err := g.addText(declared); err != nil {
+			return err
+		}
 	}
 
 	// Kind of what a push or get puts on the stack.
@@ -528,8 +594,21 @@ func (g *guard) step() error {
 	if kind == kStr && (op == 'S' && (string(arg) == `'frames'` || string(arg) == `"frames"`) || op == 'V' && string(arg) == "frames") {
 		kind = kStrFrames
 	}
+	// Work: one opcode, or for a memo reference the size of what it
+	// refers to (MaxOps), except as the value of a "frames" key, whose
+	// shared stack is converted once.
+	weight, memoRef := int32(1), int32(0)
 	if info.eff == effGet {
-		kind = g.memoKind(op, arg)
+		kind = kOther
+		if idx := g.memoIndex(op, arg); idx >= 0 {
+			kind, memoRef = g.memoEnt[idx].kind, idx+1
+			if !g.atFramesValue() {
+				weight = max(1, g.memoEnt[idx].weight)
+			}
+		}
+	}
+	if err := g.charge(weight); err != nil {
+		return err
 	}
 
 	// Drop "frames" values: decide before the stack changes.
@@ -558,7 +637,7 @@ func (g *guard) step() error {
 			g.out = append(g.out, 'N') // None takes the value's place
 		}
 	}
-	err = g.apply(op, info, kind, arg, deliver)
+	err = g.apply(op, info, kind, arg, deliver, weight, memoRef)
 	if g.dropped >= len(g.stack) {
 		g.dropped = -1
 	}
@@ -568,10 +647,14 @@ func (g *guard) step() error {
 
 // apply updates the stack shape for op and appends any extra bytes og-rek
 // needs. When deliver is false the opcode itself is not passed on.
-func (g *guard) apply(op byte, info *opInfo, kind uint8, arg []byte, deliver bool) error {
+func (g *guard) apply(op byte, info *opInfo, kind uint8, arg []byte, deliver bool, weight, memoRef int32) error {
 	switch info.eff {
-	case effMark, effPush, effGet:
-		return g.push(kind)
+	case effMark:
+		return g.push(kind, 0, 0)
+	case effPush:
+		return g.push(kind, 1, 0)
+	case effGet:
+		return g.push(kind, weight, memoRef)
 	case effStop:
 		if len(g.stack) == 0 {
 			return g.errorf("STOP with an empty stack")
@@ -589,7 +672,12 @@ func (g *guard) apply(op byte, info *opInfo, kind uint8, arg []byte, deliver boo
 		if len(g.stack) == 0 {
 			return g.errorf("stack underflow")
 		}
-		return g.push(g.stack[len(g.stack)-1].kind)
+		// DUP is one more reference to the top object.
+		top := g.stack[len(g.stack)-1]
+		if err := g.charge(top.weight); err != nil {
+			return err
+		}
+		return g.push(top.kind, top.weight, top.memo)
 	case effPopPush:
 		if len(g.stack) < info.n {
 			return g.errorf("stack underflow: needs %d items", info.n)
@@ -599,15 +687,17 @@ func (g *guard) apply(op byte, info *opInfo, kind uint8, arg []byte, deliver boo
 				return g.errorf("MARK among the %d items it takes", info.n)
 			}
 		}
+		w := 1 + weightOf(g.stack[len(g.stack)-info.n:])
 		g.stack = g.stack[:len(g.stack)-info.n]
-		return g.push(kind)
+		return g.push(kind, w, 0)
 	case effPopMarkPush:
 		m, err := g.topMark()
 		if err != nil {
 			return err
 		}
+		w := 1 + weightOf(g.stack[m+1:])
 		g.stack = g.stack[:m]
-		return g.push(kind)
+		return g.push(kind, w, 0)
 	case effAppend:
 		if len(g.stack) < 2 {
 			return g.errorf("stack underflow: needs a list and an item")
@@ -615,6 +705,7 @@ func (g *guard) apply(op byte, info *opInfo, kind uint8, arg []byte, deliver boo
 		if g.stack[len(g.stack)-1].kind == kMark {
 			return g.errorf("MARK as the item to append")
 		}
+		g.grow(len(g.stack)-2, g.stack[len(g.stack)-1:])
 		g.stack = g.stack[:len(g.stack)-1]
 		if len(g.stack)-1 == g.dropped {
 			return g.errorf("a \"frames\" list holds an item that is not a frame dict")
@@ -630,6 +721,7 @@ func (g *guard) apply(op byte, info *opInfo, kind uint8, arg []byte, deliver boo
 		if m < 1 {
 			return g.errorf("no list below the MARK")
 		}
+		g.grow(m-1, g.stack[m+1:])
 		g.stack = g.stack[:m]
 		if m-1 == g.dropped {
 			return g.errorf("a \"frames\" list holds an item that is not a frame dict")
@@ -641,6 +733,7 @@ func (g *guard) apply(op byte, info *opInfo, kind uint8, arg []byte, deliver boo
 		if len(g.stack) < 3 {
 			return g.errorf("stack underflow: needs a dict, a key and a value")
 		}
+		g.grow(len(g.stack)-3, g.stack[len(g.stack)-2:])
 		g.stack = g.stack[:len(g.stack)-2]
 	case effSetitems:
 		m, err := g.topMark()
@@ -650,6 +743,7 @@ func (g *guard) apply(op byte, info *opInfo, kind uint8, arg []byte, deliver boo
 		if m < 1 {
 			return g.errorf("no dict below the MARK")
 		}
+		g.grow(m-1, g.stack[m+1:])
 		g.stack = g.stack[:m]
 	case effMemo:
 		return g.memo(op, arg, deliver)
@@ -673,7 +767,27 @@ func (g *guard) apply(op byte, info *opInfo, kind uint8, arg []byte, deliver boo
 	return nil
 }
 
-func (g *guard) push(kind uint8) error {
+// weightOf sums the weights of stack slots.
+func weightOf(items []slot) int32 {
+	var w int32
+	for i := range items {
+		w = satAdd(w, items[i].weight)
+	}
+	return w
+}
+
+// grow adds items to the container at stack index c (APPEND, SETITEM and
+// their batches), and to its memo entry, so that later references to it
+// cost what it holds.
+func (g *guard) grow(c int, items []slot) {
+	s := &g.stack[c]
+	s.weight = satAdd(s.weight, weightOf(items))
+	if s.memo > 0 {
+		g.memoEnt[s.memo-1].weight = s.weight
+	}
+}
+
+func (g *guard) push(kind uint8, weight, memo int32) error {
 	if len(g.stack) >= maxStack {
 		return g.errorf("stack deeper than %d items", maxStack)
 	}
@@ -685,7 +799,7 @@ func (g *guard) push(kind uint8) error {
 			mark = g.stack[n-1].markIdx
 		}
 	}
-	g.stack = append(g.stack, slot{kind: kind, markIdx: mark})
+	g.stack = append(g.stack, slot{kind: kind, markIdx: mark, weight: weight, memo: memo})
 	return nil
 }
 
@@ -718,7 +832,7 @@ func (g *guard) memo(op byte, arg []byte, deliver bool) error {
 	if g.memoStyle == memoUnset {
 		g.memoStyle = style
 		if style == memoByKey {
-			g.memoMap = make(map[string]uint8)
+			g.memoMap = make(map[string]int32)
 		}
 	} else if g.memoStyle != style {
 		// og-rek numbers MEMOIZE entries by the memo's size, which is only
@@ -727,22 +841,24 @@ func (g *guard) memo(op byte, arg []byte, deliver bool) error {
 		return g.errorf("mixes MEMOIZE with PUT opcodes")
 	}
 	rem, key := remBin, uint32(0)
+	if len(g.memoEnt) >= 1<<31-1 {
+		return g.errorf("too many memo entries")
+	}
+	idx := int32(len(g.memoEnt))
+	g.memoEnt = append(g.memoEnt, memoEntry{kind: top.kind, weight: top.weight})
+	top.memo = idx + 1
 	switch op {
 	case 0x94: // MEMOIZE: the key is the number of entries so far
-		if g.memoN >= 1<<32-1 {
-			return g.errorf("too many memo entries")
-		}
 		key = uint32(g.memoN)
-		g.memoKinds = append(g.memoKinds, top.kind)
 		g.memoN++
 	case 'q': // BINPUT
 		key = uint32(arg[0])
-		g.memoMap[strconv.Itoa(int(arg[0]))] = top.kind
+		g.memoMap[strconv.Itoa(int(arg[0]))] = idx
 	case 'r': // LONG_BINPUT
 		key = binary.LittleEndian.Uint32(arg)
-		g.memoMap[strconv.FormatUint(uint64(key), 10)] = top.kind
+		g.memoMap[strconv.FormatUint(uint64(key), 10)] = idx
 	case 'p': // PUT: og-rek keys the memo by the line as written
-		g.memoMap[string(arg)] = top.kind
+		g.memoMap[string(arg)] = idx
 		v, err := strconv.ParseUint(string(arg), 10, 32)
 		if err == nil && strconv.FormatUint(v, 10) == string(arg) {
 			rem, key = remPut, uint32(v)
@@ -779,8 +895,9 @@ func (g *guard) memo(op byte, arg []byte, deliver bool) error {
 	return nil
 }
 
-// memoKind returns the kind stored under the key of a GET opcode.
-func (g *guard) memoKind(op byte, arg []byte) uint8 {
+// memoIndex returns the index in memoEnt of the object stored under the
+// key of a GET opcode, -1 if none.
+func (g *guard) memoIndex(op byte, arg []byte) int32 {
 	var key string
 	var idx uint64
 	switch op {
@@ -801,13 +918,15 @@ func (g *guard) memoKind(op byte, arg []byte) uint8 {
 	}
 	switch g.memoStyle {
 	case memoByCount:
-		if idx < uint64(len(g.memoKinds)) {
-			return g.memoKinds[idx]
+		if idx < uint64(len(g.memoEnt)) {
+			return int32(idx)
 		}
 	case memoByKey:
-		return g.memoMap[key]
+		if i, ok := g.memoMap[key]; ok {
+			return i
+		}
 	}
-	return kOther
+	return -1
 }
 
 // atFramesValue reports whether the top of the stack is the key "frames"

@@ -23,7 +23,7 @@ func TestHostile(t *testing.T) {
 		want    string // in the error, with the input's size known
 		wantLen string // in the error, with the size unknown (Read of a plain io.Reader)
 	}{
-		{"BINUNICODE 4 GiB", "\x80\x04X\xff\xff\xff\xffabc", "declares 4294967295 bytes of data but only 3 remain", "beyond the 2147483648-byte limit"},
+		{"BINUNICODE 4 GiB", "\x80\x04X\xff\xff\xff\xffabc", "declares 4294967295 bytes of data but only 3 remain", "beyond the 872415232-byte limit"},
 		{"BINBYTES 4 GiB", "\x80\x04B\xff\xff\xff\xffabc", "declares 4294967295 bytes", "beyond the"},
 		{"BINSTRING 2 GiB", "\x80\x02T\xff\xff\xff\x7fabc", "declares 2147483647 bytes", "beyond the"},
 		{"BYTEARRAY8 huge", "\x80\x05\x96\xff\xff\xff\xff\xff\xff\xff\x3fabc", "declares 4611686018427387903 bytes", "beyond the"},
@@ -85,7 +85,9 @@ func TestSharedAmplification(t *testing.T) {
 	}
 	data := pyPickle(dict(kv{"segments", segs}, kv{"device_traces", lst()}), 4)
 	_, err := Read(bytes.NewReader(data), Options{})
-	if err == nil || !strings.Contains(err.Error(), "more objects than its input has bytes") {
+	// Each BINGET costs the segment's size (about 6 opcodes a block: 20000
+	// × 6 × 20000 = 2.4e9, beyond MaxOps) and is refused while decoding.
+	if err == nil || !strings.Contains(err.Error(), "snapshot.MaxOps") {
 		t.Errorf("Read of %d bytes sharing one segment 20000 times: %v", len(data), err)
 	}
 }
@@ -155,6 +157,16 @@ func FuzzRead(f *testing.F) {
 	f.Add([]byte("\x80\x04X\xff\xff\xff\xffabc"))
 	f.Add([]byte("\x80\x02}q\x00X\x08\x00\x00\x00segmentsh\x00s."))
 	f.Add([]byte("\x80\x04]\x94(K\x01K\x02eh\x00a."))
+	// The shapes of the budgets and range checks (limits_test.go): a memo
+	// bomb of 3000 references, nested references, a string past
+	// MaxString, and each nonsense snapshot.
+	bomb, _ := io.ReadAll(newBomb(3000))
+	f.Add(bomb)
+	f.Add(laughs())
+	f.Add([]byte("\x80\x04X\x01\x00\x10\x00"))
+	for _, c := range rangeCases {
+		f.Add(c.data)
+	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		if len(data) > 1<<20 {
 			return

@@ -11,9 +11,6 @@ import (
 	ogórek "github.com/kisielk/og-rek"
 )
 
-// DefaultMaxBytes is the input size limit when Options.MaxBytes is 0.
-const DefaultMaxBytes = 2 << 30
-
 // Options control Read.
 type Options struct {
 	// Frames keeps the stack frames of segments, blocks and trace entries.
@@ -23,6 +20,9 @@ type Options struct {
 	// MaxBytes caps the input read; 0 means DefaultMaxBytes. Decoded
 	// memory is proportional to the input read.
 	MaxBytes int64
+	// MaxOps and MaxEntries lower the limits of the same names (limits.go)
+	// when positive; they never raise them.
+	MaxOps, MaxEntries int64
 }
 
 // Snapshot is the content of a torch.cuda.memory._dump_snapshot pickle:
@@ -103,6 +103,9 @@ const (
 	ActionSegmentUnmap  = "segment_unmap"
 	ActionSnapshot      = "snapshot"
 	ActionOOM           = "oom"
+	// ActionUserDefined is an annotation (TraceEntry::USER_DEFINED) of
+	// releases that record them; like snapshot and oom, not a memory event.
+	ActionUserDefined = "user_defined"
 )
 
 // TraceEntry is one recorded allocator event.
@@ -217,12 +220,23 @@ func read(r io.Reader, size int64, opts Options) (*Snapshot, error) {
 		return nil, fmt.Errorf("input is %d bytes: %w (%d bytes)", size, ErrTooLarge, limit)
 	}
 	g := newGuard(bufio.NewReaderSize(r, 64<<10), size, limit, !opts.Frames)
+	g.maxOps = MaxOps
+	if opts.MaxOps > 0 && opts.MaxOps < MaxOps {
+		g.maxOps = opts.MaxOps
+	}
 	v, err := decode(g)
 	if err != nil {
 		return nil, err
 	}
 	c := newConverter(opts, g.off)
-	return c.snapshot(v)
+	s, err := c.snapshot(v)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	return s, nil
 }
 
 // decode runs og-rek over the guarded stream.
