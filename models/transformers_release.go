@@ -14,13 +14,15 @@ import (
 // loss/loss_utils.py) and the current main branch. Before 4.36 no decoder
 // had an SDPA attention class (LlamaSdpaAttention arrived in 4.36), so
 // every model ran eager attention by default, which the graphs of a
-// release do not follow: older releases are refused, and so are releases
-// after the 5.x series, which nobody has read.
+// release do not follow: older releases are refused. Releases after
+// 4.50.3 up to the 5.x series are taken to be the main branch read (the
+// loss there is 4.49's); a major series after 5 is refused.
 
 const (
 	// hfOldestRelease is the oldest release the graphs follow.
 	hfOldestRelease hfVersion = 4036
-	// hfNewestMajor is the newest major series read (5.x).
+	// hfNewestMajor is the newest major series accepted (5.x, taken as
+	// the main branch read).
 	hfNewestMajor = 5
 )
 

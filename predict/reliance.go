@@ -9,7 +9,8 @@ import (
 
 // Reliance is what a prediction relies on beyond the rules every training
 // step shares: each is a group of rules whose error on real GPUs is
-// measured apart (the band of an answer is the worst of its reliances').
+// measured apart. The predictions that rely on exactly the same set make
+// one group, which earns its own band (Bands, BandFor).
 type Reliance uint8
 
 const (

@@ -129,8 +129,14 @@ type Event struct {
 	// (cuDNN's benchmark_cache, keyed by the convolution's parameters):
 	// once an allocation of a key fell back, later ones of the key start
 	// from the choice that worked, which takes nothing. Below 0 the
-	// choice is not cached. Consumers that do not model the fallback read
-	// such an event as the plain Alloc it is when memory suffices.
+	// choice is not cached. The loop's list falls to algorithms that need
+	// less, ending with one that needs none; which sizes lie between is
+	// cuDNN's heuristic's, not known without the GPU, so the fallback
+	// takes none at once: the fit is decided as PyTorch decides it, and
+	// near the limit the transient workspace may be less than the one
+	// PyTorch found (which fitted). Consumers that do not model the
+	// fallback read such an event as the plain Alloc it is when memory
+	// suffices.
 	Fallback int32
 }
 

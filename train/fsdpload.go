@@ -39,7 +39,13 @@ const (
 	//     tensor is a view) that ProcessGroupNCCL records on its stream,
 	//     so its free completes only once the broadcast has (the blocks
 	//     come back when the next unit's synchronous host-to-device copy
-	//     has waited for it);
+	//     has waited for it). broadcast_coalesced
+	//     (torch/csrc/distributed/c10d/comm.cpp) keeps at most two
+	//     buckets in flight on the host (max_in_flight), but finish()
+	//     only orders the streams: a host running ahead of the GPU has
+	//     not waited for the broadcast, so every bucket of a unit is
+	//     taken as held until the unit is built, the larger figure for a
+	//     unit of more than two buckets (a 70B model's block);
 	//   - FlatParamHandle's flatten_tensors concatenates the parameters
 	//     into the unsharded flat parameter (torch.cat, no padding with
 	//     use_orig_params=False), and shard() clones this rank's chunk

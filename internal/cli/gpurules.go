@@ -13,10 +13,10 @@ func gpuRuleNotes(res *predict.Result) []string {
 	var out []string
 	s, sum := res.Setup, res.Summary
 	if sum.ConvWorkspaceBytes > 0 {
-		out = append(out, fmt.Sprintf("cuDNN convolution workspaces are taken at an upper bound, the explicit-GEMM algorithm's unfolded input (the largest here %s), because the algorithm cuDNN's heuristic picks is not known without the GPU: it usually needs less; FFT algorithms, seldom picked, can need more. A workspace never fails a step: where the allocator cannot supply one even after freeing its cache, PyTorch catches the out-of-memory error and takes the next algorithm, down to one that needs none (Conv_v7.cpp try_all, Conv_v8.cpp try_configs), and so does batchfit", fmtBytes(sum.ConvWorkspaceBytes)))
+		out = append(out, fmt.Sprintf("cuDNN convolution workspaces are taken at an upper bound, the explicit-GEMM algorithm's unfolded input (the largest here %s), because the algorithm cuDNN's heuristic picks is not known without the GPU: it usually needs less; FFT algorithms, seldom picked, can need more. A workspace never fails a step: where the allocator cannot supply one even after freeing its cache, PyTorch catches the out-of-memory error and takes the next algorithm, down to one that needs none (Conv_v7.cpp try_all, Conv_v8.cpp try_configs); batchfit, not knowing the sizes in between, takes the one that needs none", fmtBytes(sum.ConvWorkspaceBytes)))
 	}
 	if n := res.Timeline.FellBack; n > 0 {
-		out = append(out, fmt.Sprintf("%d cuDNN workspace allocations did not fit even after the allocator freed its cache, so those convolutions ran an algorithm that needs no workspace (cuDNN's cache keeps that choice for the configuration); this step is near the device's limit", n))
+		out = append(out, fmt.Sprintf("%d cuDNN workspace allocations did not fit even after the allocator freed its cache, so those convolutions ran another algorithm, taken to need no workspace (cuDNN's cache keeps the choice for the configuration); this step is near the device's limit", n))
 	}
 	if sum.CudnnSearches > 0 {
 		n := fmt.Sprintf("--cudnn-benchmark: %d cuDNN algorithm searches in the first step, each taken at the same bound; a search may use up to the largest free block (CUDACachingAllocator::cacheInfo), so the first step's peak reserved can be higher than shown, though a search alone never runs out of memory", sum.CudnnSearches)
