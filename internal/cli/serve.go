@@ -67,8 +67,9 @@ type serveOptions struct {
 	// workers is how many requests are answered at once; the others wait
 	// their turn (none is refused for being one too many).
 	workers int
-	// timeout bounds the computing of one answer (0: none): past it the
-	// prediction stops and the request is answered 503.
+	// timeout bounds the reading of a request's upload, and then the
+	// computing of its answer (0: none): past it the work stops and the
+	// request is answered 503.
 	timeout time.Duration
 	// loopback: the server listens on the loopback interface, so it
 	// answers only requests addressed to this machine by a loopback name
@@ -92,7 +93,7 @@ func runServe(e *env, args []string) error {
 	addr := flags.String("addr", "127.0.0.1:8080", "address to listen on")
 	maxUpload := flags.String("max-upload", "64MiB", "largest request body (a model file, a snapshot)")
 	workers := flags.Int("workers", runtime.NumCPU(), "requests answered at once; more wait their turn")
-	timeout := flags.Duration("timeout", defaultServeTimeout, "longest time one answer is computed; past it the request is answered 503 (0: no limit)")
+	timeout := flags.Duration("timeout", defaultServeTimeout, "longest time one request's upload is read, and then its answer computed; past it the request is answered 503 (0: no limit)")
 	pos, err := parseArgs(flags, args)
 	if err != nil {
 		return err
