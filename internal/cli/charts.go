@@ -2,7 +2,6 @@ package cli
 
 import (
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 
@@ -356,8 +355,5 @@ func (e *env) writeChart(path string, c *chart.Chart) error {
 	if e.web {
 		return fmt.Errorf("a web request draws no chart to a file")
 	}
-	if err := os.WriteFile(path, svg, 0o644); err != nil {
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	return nil
+	return writeFile(path, svg)
 }

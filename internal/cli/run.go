@@ -66,7 +66,7 @@ type cannotStart struct{ err error }
 func (c cannotStart) Error() string { return c.err.Error() }
 func (c cannotStart) Unwrap() error { return c.err }
 
-func runRun(e *env, args []string) error {
+func runRun(e *env, args []string) (err error) {
 	// The child and the live line write to stderr at once: a file takes
 	// whole writes in turn, any other writer is given a lock.
 	stderr := e.stderr
@@ -103,12 +103,24 @@ func runRun(e *env, args []string) error {
 	}
 
 	var w *record.Writer
+	started := false // the command started and its recording is whole: it is kept
 	if *out != "" {
-		f, err := os.Create(*out)
+		// The recording is written beside --out and put in its place
+		// once the run ends: a command that cannot start, or a write
+		// that fails, leaves the file there (an earlier recording).
+		f, err := createOutput(*out)
 		if err != nil {
 			return fmt.Errorf("creating %s: %w", *out, err)
 		}
-		defer f.Close()
+		defer func() {
+			if !started {
+				f.Abort()
+				return
+			}
+			if cerr := f.Commit(); cerr != nil && err == nil {
+				err = cerr
+			}
+		}()
 		w = record.NewWriter(f)
 		w.Write(&record.Record{Kind: record.KindRun, Command: command, Args: flagArgs, Started: time.Now().UTC().Format(time.RFC3339)})
 	}
@@ -137,10 +149,13 @@ func runRun(e *env, args []string) error {
 		}
 		return err
 	}
+	started = true
 	live.finish()
 	if w != nil {
 		if err := w.Write(&res.Records[len(res.Records)-1]); err != nil {
-			fmt.Fprintf(stderr, "batchfit: writing %s: %v (the recording is incomplete)\n", *out, err)
+			// A part of the recording does not replace what was there.
+			fmt.Fprintf(stderr, "batchfit: writing %s: %v (no recording written: the file there is left as it was)\n", *out, err)
+			started = false
 		}
 	}
 	s := record.Summarize(res.Records)
@@ -154,7 +169,7 @@ func runRun(e *env, args []string) error {
 	if s.OOM != nil {
 		writeRunOOM(stderr, j, set, s, snapPath)
 	}
-	if w != nil {
+	if w != nil && started {
 		fmt.Fprintf(stderr, "\nrecording: %s ('batchfit validate %s' compares it with the prediction)\n", *out, *out)
 	}
 	if res.Code != 0 {

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bytes"
+	"compress/gzip"
 	"context"
 	"embed"
 	"encoding/json"
@@ -19,6 +20,7 @@ import (
 	"path"
 	"regexp"
 	"runtime"
+	"runtime/debug"
 	"slices"
 	"sort"
 	"strconv"
@@ -65,14 +67,24 @@ type serveOptions struct {
 	// workers is how many requests are answered at once; the others wait
 	// their turn (none is refused for being one too many).
 	workers int
-	// timeout bounds the computing of one answer (0: none): past it the
-	// prediction stops and the request is answered 503.
+	// timeout bounds the reading of a request's upload, and then the
+	// computing of its answer (0: none): past it the work stops and the
+	// request is answered 503.
 	timeout time.Duration
 	// loopback: the server listens on the loopback interface, so it
 	// answers only requests addressed to this machine by a loopback name
 	// (a web page elsewhere cannot reach it by rebinding a name of its
 	// own to 127.0.0.1).
 	loopback bool
+	// base ends when the server stops: the work under way stops and its
+	// requests are answered 503 (nil: never).
+	base context.Context
+	// log receives the requests' internal errors (nil: standard error).
+	log io.Writer
+	// bodyGrace and minBodyRate: a body must arrive at minBodyRate bytes
+	// a second after bodyGrace (0: defaultBodyGrace, defaultMinBodyRate).
+	bodyGrace   time.Duration
+	minBodyRate int64
 }
 
 func runServe(e *env, args []string) error {
@@ -81,7 +93,7 @@ func runServe(e *env, args []string) error {
 	addr := flags.String("addr", "127.0.0.1:8080", "address to listen on")
 	maxUpload := flags.String("max-upload", "64MiB", "largest request body (a model file, a snapshot)")
 	workers := flags.Int("workers", runtime.NumCPU(), "requests answered at once; more wait their turn")
-	timeout := flags.Duration("timeout", defaultServeTimeout, "longest time one answer is computed; past it the request is answered 503 (0: no limit)")
+	timeout := flags.Duration("timeout", defaultServeTimeout, "longest time one request's upload is read, and then its answer computed; past it the request is answered 503 (0: no limit)")
 	pos, err := parseArgs(flags, args)
 	if err != nil {
 		return err
@@ -113,11 +125,13 @@ func runServe(e *env, args []string) error {
 	if *timeout > 0 {
 		write = *timeout + time.Minute
 	}
-	srv := &http.Server{Handler: newServer(serveOptions{maxUpload: lim, workers: *workers, loopback: loopback, timeout: *timeout}),
-		ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 2 * time.Minute, WriteTimeout: write, IdleTimeout: time.Minute}
-	fmt.Fprintf(stdout, "batchfit: serving http://%s/ (Ctrl-C stops)\n", ln.Addr())
+	// An interrupt or SIGTERM ends ctx: the work under way stops and its
+	// requests are answered 503 while the server shuts down.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	srv := &http.Server{Handler: newServer(serveOptions{maxUpload: lim, workers: *workers, loopback: loopback, timeout: *timeout, base: ctx, log: stderr}),
+		ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 2 * time.Minute, WriteTimeout: write, IdleTimeout: time.Minute}
+	fmt.Fprintf(stdout, "batchfit: serving http://%s/ (Ctrl-C stops)\n", ln.Addr())
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ln) }()
 	select {
@@ -166,6 +180,11 @@ type server struct {
 	// flags are the flags each served command accepts, for requests that
 	// name one it does not.
 	flags map[string][]string
+	// base is opts.base, never nil.
+	base context.Context
+	// openModel reads an uploaded model file (uploadedModel; a test
+	// replaces it).
+	openModel func(*upload) (predict.Source, error)
 }
 
 // endpoint is one POST of the API: the command it runs and what it
@@ -210,7 +229,10 @@ var webSolveLimit = map[string]int64{"layers": bounds["layers"].web, "hidden": b
 
 func newServer(o serveOptions) *server {
 	s := &server{opts: o, mux: http.NewServeMux(), slots: make(chan struct{}, o.workers), reading: make(chan struct{}, 4*o.workers),
-		flags: map[string][]string{}}
+		flags: map[string][]string{}, base: o.base, openModel: uploadedModel}
+	if s.base == nil {
+		s.base = context.Background()
+	}
 	for _, ep := range endpoints {
 		s.flags[ep.cmd] = commandFlags(ep.cmd)
 	}
@@ -231,7 +253,20 @@ func newServer(o serveOptions) *server {
 
 // ServeHTTP adds the headers every answer carries: the page fetches
 // nothing from elsewhere and runs no script but its own.
+// A panic anywhere in answering a request is recovered, logged and
+// answered 500; the slots the request held are given back by their
+// deferred releases as the panic unwinds.
 func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	defer func() {
+		if v := recover(); v != nil {
+			if v == http.ErrAbortHandler {
+				panic(v)
+			}
+			err := internalError{strings.Join(strings.Fields(fmt.Sprint(v)), " ")}
+			s.logf("%s %s: %v\n%s", r.Method, r.URL.Path, err, debug.Stack())
+			writeError(w, http.StatusInternalServerError, err)
+		}
+	}()
 	if s.opts.loopback && !loopbackHost(r.Host) {
 		writeError(w, http.StatusMisdirectedRequest, fmt.Errorf("this server answers requests for localhost only, not %q", r.Host))
 		return
@@ -240,12 +275,14 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// A page of another site may send a form here; it may not have
 		// it answered.
 		if o := r.Header.Get("Origin"); o != "" {
-			if u, err := url.Parse(o); err != nil || u.Host != r.Host {
+			if !sameOrigin(o, r) {
 				writeError(w, http.StatusForbidden, fmt.Errorf("requests from %s are refused: only this server's own page may post", o))
 				return
 			}
 		}
-		if r.Header.Get("Sec-Fetch-Site") == "cross-site" {
+		// Header values such as this one are compared case-insensitively
+		// (Fetch Metadata's values are tokens).
+		if strings.EqualFold(strings.TrimSpace(r.Header.Get("Sec-Fetch-Site")), "cross-site") {
 			writeError(w, http.StatusForbidden, errors.New("cross-site requests are refused"))
 			return
 		}
@@ -255,6 +292,49 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("Referrer-Policy", "no-referrer")
 	s.mux.ServeHTTP(w, r)
+}
+
+// logf writes one line to the server's log.
+func (s *server) logf(format string, args ...any) {
+	w := s.opts.log
+	if w == nil {
+		w = os.Stderr
+	}
+	fmt.Fprintf(w, "batchfit serve: "+format+"\n", args...)
+}
+
+// sameOrigin reports whether an Origin header names this server: the same
+// scheme, host and port (RFC 6454 section 5: an origin is the triple), with
+// a port left out meaning the scheme's default; an origin carries no user
+// information, path, query or fragment.
+func sameOrigin(origin string, r *http.Request) bool {
+	u, err := url.Parse(origin)
+	if err != nil || u.User != nil || u.Opaque != "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" {
+		return false
+	}
+	scheme := "http"
+	if r.TLS != nil {
+		scheme = "https"
+	}
+	if !strings.EqualFold(u.Scheme, scheme) {
+		return false
+	}
+	host, port := splitHostPort(u.Host, scheme)
+	rhost, rport := splitHostPort(r.Host, scheme)
+	return host != "" && strings.EqualFold(host, rhost) && port == rport
+}
+
+// splitHostPort splits a Host header or an origin's host into the host and
+// the port, the scheme's default when none is given.
+func splitHostPort(hostport, scheme string) (string, string) {
+	host, port, err := net.SplitHostPort(hostport)
+	if err != nil {
+		host, port = strings.TrimSuffix(strings.TrimPrefix(hostport, "["), "]"), ""
+	}
+	if port == "" {
+		port = map[string]string{"http": "80", "https": "443"}[scheme]
+	}
+	return host, port
 }
 
 // commandFlags lists the flags a command defines, read from its help.
@@ -377,22 +457,30 @@ func loopbackHost(host string) bool {
 
 func (s *server) handle(ep endpoint) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
+		// The work stops when the client leaves (r.Context is cancelled
+		// when its connection closes) or the server stops (s.base).
+		ctx, stop := s.requestContext(r)
+		defer stop()
 		select {
 		case s.reading <- struct{}{}:
-		case <-r.Context().Done():
+		case <-ctx.Done():
+			s.writeStopped(w, context.Cause(ctx))
 			return
 		}
-		r.Body = http.MaxBytesReader(w, r.Body, s.opts.maxUpload)
-		req, err := s.read(r, ep)
-		<-s.reading
+		req, err := s.readBody(ctx, w, r, ep)
 		if err != nil {
 			var re *requestError
 			var mbe *http.MaxBytesError
 			switch {
-			case errors.As(err, &mbe):
-				writeError(w, http.StatusRequestEntityTooLarge, fmt.Errorf("the request is larger than the %s this server accepts (batchfit serve --max-upload)", fmtBytes(mbe.Limit)))
+			// A body refused (too slow, bad) ends the connection's
+			// reading, which cancels r.Context: that is no client
+			// leaving, and is answered first.
 			case errors.As(err, &re):
 				writeError(w, re.code, re)
+			case ctx.Err() != nil || errors.Is(err, errTimeout):
+				s.writeStopped(w, err)
+			case errors.As(err, &mbe):
+				writeError(w, http.StatusRequestEntityTooLarge, fmt.Errorf("the request is larger than the %s this server accepts (batchfit serve --max-upload)", fmtBytes(mbe.Limit)))
 			default:
 				writeError(w, http.StatusBadRequest, err)
 			}
@@ -401,19 +489,15 @@ func (s *server) handle(ep endpoint) http.HandlerFunc {
 		select {
 		case s.slots <- struct{}{}:
 			defer func() { <-s.slots }()
-		case <-r.Context().Done():
+		case <-ctx.Done():
+			s.writeStopped(w, context.Cause(ctx))
 			return
 		}
 		n := s.active.Add(1)
 		defer s.active.Add(-1)
 		for m := s.maxActive.Load(); n > m && !s.maxActive.CompareAndSwap(m, n); m = s.maxActive.Load() {
 		}
-		// The prediction stops when the client leaves (r.Context is
-		// cancelled when its connection closes) or the deadline passes.
-		ctx, cancel := r.Context(), context.CancelFunc(func() {})
-		if s.opts.timeout > 0 {
-			ctx, cancel = context.WithTimeout(ctx, s.opts.timeout)
-		}
+		ctx, cancel := s.withTimeout(ctx)
 		defer cancel()
 		var out, chartOut, errb bytes.Buffer
 		e := &env{web: true, stdin: strings.NewReader(req.message), stdout: &out, stderr: &errb,
@@ -423,11 +507,8 @@ func (s *server) handle(ep endpoint) http.HandlerFunc {
 		}
 		runErr := safeRun(commands[ep.cmd], e, append(req.args, ep.extra...))
 		switch {
-		case r.Context().Err() != nil:
-			// the client left: nobody reads an answer
-			return
-		case ctx.Err() != nil:
-			writeError(w, http.StatusServiceUnavailable, fmt.Errorf("the answer took longer than the %s this server computes one for (batchfit serve --timeout): ask for less (fewer levers, a smaller search) or raise the limit", s.opts.timeout))
+		case ctx.Err() != nil || s.base.Err() != nil:
+			s.writeStopped(w, context.Cause(ctx))
 		case ep.svg && chartOut.Len() > 0:
 			w.Header().Set("Content-Type", "image/svg+xml")
 			w.Write(chartOut.Bytes())
@@ -439,6 +520,7 @@ func (s *server) handle(ep endpoint) http.HandlerFunc {
 		case runErr == nil:
 			writeError(w, http.StatusInternalServerError, errors.New("the command gave no answer"))
 		case errors.As(runErr, new(internalError)):
+			s.logf("%s %s: %v", r.Method, r.URL.Path, runErr)
 			writeError(w, http.StatusInternalServerError, runErr)
 		case IsUsage(runErr):
 			writeError(w, http.StatusBadRequest, s.explainFlag(ep.cmd, runErr))
@@ -447,6 +529,139 @@ func (s *server) handle(ep endpoint) http.HandlerFunc {
 		}
 	}
 }
+
+// requestContext is the context of a request's work: it ends when the
+// client leaves or the server stops.
+func (s *server) requestContext(r *http.Request) (context.Context, func()) {
+	ctx, cancel := context.WithCancel(r.Context())
+	if s.base.Err() != nil {
+		// stopped already: AfterFunc would cancel ctx a moment late
+		cancel()
+	}
+	unhook := context.AfterFunc(s.base, cancel)
+	return ctx, func() { unhook(); cancel() }
+}
+
+// errTimeout is the cause of a context ended by --timeout.
+var errTimeout = errors.New("the request's time (batchfit serve --timeout) passed")
+
+// withTimeout bounds ctx by --timeout, if set.
+func (s *server) withTimeout(ctx context.Context) (context.Context, context.CancelFunc) {
+	if s.opts.timeout > 0 {
+		return context.WithTimeoutCause(ctx, s.opts.timeout, errTimeout)
+	}
+	return context.WithCancel(ctx)
+}
+
+// writeStopped answers a request whose work stopped, cause saying why:
+// the server is stopping (503), --timeout passed (503), or the client
+// left (nobody reads an answer).
+func (s *server) writeStopped(w http.ResponseWriter, cause error) {
+	switch {
+	case s.base.Err() != nil:
+		writeError(w, http.StatusServiceUnavailable, errors.New("the server is stopping: send the request again once it is restarted"))
+	case errors.Is(cause, errTimeout):
+		writeError(w, http.StatusServiceUnavailable, fmt.Errorf("the answer took longer than the %s this server computes one for (batchfit serve --timeout): ask for less (fewer levers, a smaller search) or raise the limit", s.opts.timeout))
+	}
+}
+
+// readBody reads and parses a request's body holding one of the reading
+// slots, given back on every path, and within --timeout: a body that
+// arrives slower than the server's minimum rate, or outlives the
+// request's context, stops being read.
+func (s *server) readBody(ctx context.Context, w http.ResponseWriter, r *http.Request, ep endpoint) (req *webRequest, err error) {
+	defer func() { <-s.reading }()
+	ctx, cancel := s.withTimeout(ctx)
+	defer cancel()
+	rc := http.NewResponseController(w)
+	// A read blocked on the connection returns when ctx ends: its
+	// deadline is moved to now.
+	unhook := context.AfterFunc(ctx, func() { rc.SetReadDeadline(time.Now()) })
+	defer func() {
+		if !unhook() && err == nil {
+			// ctx ended while the body was parsed: its deadline may
+			// stand, and would end the connection under the answer.
+			err = context.Cause(ctx)
+		}
+		if err != nil {
+			// Nothing more is read: the rest of a body refused is not
+			// waited for (net/http would read it before answering), and
+			// the connection, whose context the deadline's passing
+			// cancels, closes after the answer.
+			w.Header().Set("Connection", "close")
+			rc.SetReadDeadline(time.Now())
+			return
+		}
+		// The body is read: the connection's deadline is cleared, or
+		// the server's wait for the client's leaving would take its
+		// passing for the client closing.
+		rc.SetReadDeadline(time.Time{})
+	}()
+	grace, rate := s.opts.bodyGrace, s.opts.minBodyRate
+	if grace <= 0 {
+		grace = defaultBodyGrace
+	}
+	if rate <= 0 {
+		rate = defaultMinBodyRate
+	}
+	r.Body = http.MaxBytesReader(w, &paceReader{r: r.Body, ctx: ctx, rc: rc, start: time.Now(), grace: grace, rate: rate}, s.opts.maxUpload)
+	return s.read(ctx, r, ep)
+}
+
+// A body must arrive at defaultMinBodyRate after defaultBodyGrace: a
+// client sending a byte now and then holds a reading slot for seconds,
+// not for the server's whole read timeout. At this rate the largest
+// default upload (64 MiB) takes about half an hour: any working link is
+// faster.
+const (
+	defaultBodyGrace   = 5 * time.Second
+	defaultMinBodyRate = 32 << 10 // bytes a second
+)
+
+// errSlowBody is a body arriving slower than the server reads bodies.
+var errSlowBody = &requestError{http.StatusRequestTimeout, errors.New("the request's body arrived too slowly: the server stopped reading it")}
+
+// paceReader reads a request's body while it arrives at rate bytes a
+// second after grace, and while ctx lasts: before each read the
+// connection's deadline is set to when the next byte is due.
+type paceReader struct {
+	r     io.ReadCloser
+	ctx   context.Context
+	rc    *http.ResponseController
+	start time.Time
+	grace time.Duration
+	rate  int64
+	n     int64
+}
+
+func (p *paceReader) Read(b []byte) (int, error) {
+	if p.ctx.Err() != nil {
+		return 0, context.Cause(p.ctx)
+	}
+	due := p.start.Add(p.grace + time.Duration(p.n+1)*time.Second/time.Duration(p.rate))
+	if time.Now().After(due) {
+		return 0, errSlowBody
+	}
+	// Where the connection takes no deadline (not HTTP/1), the rate
+	// is checked between reads only.
+	_ = p.rc.SetReadDeadline(due)
+	n, err := p.r.Read(b)
+	p.n += int64(n)
+	if err != nil && !errors.Is(err, io.EOF) {
+		// The connection's deadline passing cancels r.Context, and so
+		// ctx: the rate's deadline is told from ctx's own end (which
+		// moves the deadline to now) by the time.
+		if errors.Is(err, os.ErrDeadlineExceeded) && !time.Now().Before(due) {
+			return n, errSlowBody
+		}
+		if p.ctx.Err() != nil {
+			return n, context.Cause(p.ctx)
+		}
+	}
+	return n, err
+}
+
+func (p *paceReader) Close() error { return p.r.Close() }
 
 // explainFlag turns the flag package's complaint about an unknown field
 // into one that names the nearest field the endpoint takes.
@@ -471,7 +686,7 @@ var fieldName = regexp.MustCompile(`^[a-z][a-z0-9-]{0,39}$`)
 // read decodes a request: a JSON object, an urlencoded form or a
 // multipart form of fields named as the command's flags, and in a
 // multipart form the uploads.
-func (s *server) read(r *http.Request, ep endpoint) (*webRequest, error) {
+func (s *server) read(ctx context.Context, r *http.Request, ep endpoint) (*webRequest, error) {
 	req := &webRequest{}
 	fields := map[string]string{}
 	ct, params, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
@@ -506,7 +721,7 @@ func (s *server) read(r *http.Request, ep endpoint) (*webRequest, error) {
 		var obj map[string]any
 		if err := dec.Decode(&obj); err != nil {
 			var mbe *http.MaxBytesError
-			if errors.As(err, &mbe) {
+			if errors.As(err, &mbe) || errors.Is(err, errSlowBody) || ctx.Err() != nil {
 				return nil, err
 			}
 			if errors.Is(err, io.EOF) {
@@ -535,7 +750,7 @@ func (s *server) read(r *http.Request, ep endpoint) (*webRequest, error) {
 			fields[k] = v[len(v)-1]
 		}
 	case "multipart/form-data":
-		if err := s.readMultipart(r, ep, params["boundary"], fields, req); err != nil {
+		if err := s.readMultipart(ctx, r, ep, params["boundary"], fields, req); err != nil {
 			return nil, err
 		}
 	default:
@@ -570,7 +785,14 @@ func (s *server) read(r *http.Request, ep endpoint) (*webRequest, error) {
 		req.args = append(req.args, "--"+k+"="+v)
 	}
 	if ep.cmd == "maxbatch" {
-		if d, ok := webSolveLimit[fields["solve"]]; ok && fields["limit"] == "" {
+		// The search's own limit (solve.DefaultLimit, 2^24) is past
+		// this server's bound of --limit: a request that sets none gets
+		// the bound, the dimension's where it has one.
+		d, ok := webSolveLimit[fields["solve"]]
+		if !ok {
+			d = bounds["limit"].web
+		}
+		if fields["limit"] == "" {
 			req.args = append(req.args, "--limit="+strconv.FormatInt(d, 10))
 		} else if ok {
 			if n, err := strconv.ParseInt(fields["limit"], 0, 64); err == nil && n > d {
@@ -619,26 +841,36 @@ func webLimit(k, v string) error {
 // Hugging Face model directory, safetensors files as their headers, with
 // the whole sizes in fields size:NAME and the directory's name in dir), and
 // snapshot (a memory snapshot pickle).
-func (s *server) readMultipart(r *http.Request, ep endpoint, boundary string, fields map[string]string, req *webRequest) error {
+func (s *server) readMultipart(ctx context.Context, r *http.Request, ep endpoint, boundary string, fields map[string]string, req *webRequest) error {
 	if boundary == "" {
 		return badRequest("multipart form without a boundary")
 	}
 	mr := multipart.NewReader(r.Body, boundary)
 	var dir []*upload
 	var modelFile, snapFile *upload
+	seen := map[string]bool{}
 	for {
+		if ctx.Err() != nil {
+			return context.Cause(ctx)
+		}
 		p, err := mr.NextPart()
 		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {
 			var mbe *http.MaxBytesError
-			if errors.As(err, &mbe) {
+			if errors.As(err, &mbe) || errors.Is(err, errSlowBody) || ctx.Err() != nil {
 				return err
 			}
 			return badRequest("reading the multipart form: %v", err)
 		}
 		name := p.FormName()
+		// Of two parts of one name one would be dropped unsaid: only
+		// model_dir's files share a name.
+		if seen[name] && name != "model_dir" {
+			return badRequest("field %q is sent twice", name)
+		}
+		seen[name] = true
 		if len(fields) > webMaxFields {
 			return badRequest("more than %d fields", webMaxFields)
 		}
@@ -690,7 +922,7 @@ func (s *server) readMultipart(r *http.Request, ep endpoint, boundary string, fi
 	var err error
 	switch {
 	case modelFile != nil:
-		req.source, err = uploadedModel(modelFile)
+		req.source, err = s.openModel(modelFile)
 	case len(dir) > 0:
 		req.source, err = uploadedDir(dir, fields)
 	}
@@ -703,13 +935,55 @@ func (s *server) readMultipart(r *http.Request, ep endpoint, boundary string, fi
 		}
 	}
 	if snapFile != nil {
-		snap, err := snapshot.Read(bytes.NewReader(snapFile.data), snapshot.Options{Frames: true})
+		snap, err := s.readSnapshot(ctx, snapFile)
 		if err != nil {
+			if ctx.Err() != nil {
+				return context.Cause(ctx)
+			}
 			return &requestError{http.StatusUnprocessableEntity, fmt.Errorf("%s: %w", snapFile.name, err)}
 		}
 		req.snap, req.snapName = snap, snapFile.name
 	}
 	return nil
+}
+
+// readSnapshot reads an uploaded snapshot, gzip-compressed or not (the
+// command line reads both: snapshot.ReadFile), while ctx lasts.
+func (s *server) readSnapshot(ctx context.Context, u *upload) (*snapshot.Snapshot, error) {
+	opts := snapshot.Options{Frames: true}
+	var r io.Reader = &ctxReader{ctx: ctx, Reader: bytes.NewReader(u.data)}
+	if len(u.data) >= 2 && u.data[0] == 0x1f && u.data[1] == 0x8b {
+		zr, err := gzip.NewReader(bytes.NewReader(u.data))
+		if err != nil {
+			return nil, fmt.Errorf("reading the gzip stream: %w", err)
+		}
+		defer zr.Close()
+		r = &ctxReader{ctx: ctx, Reader: zr}
+		// Decompressed, the snapshot is bounded as an upload is.
+		opts.MaxBytes = s.opts.maxUpload
+	}
+	return snapshot.Read(r, opts)
+}
+
+// ctxReader reads while ctx lasts; it has its reader's length, if any, so
+// that snapshot.Read checks declared lengths against it.
+type ctxReader struct {
+	ctx context.Context
+	io.Reader
+}
+
+func (c *ctxReader) Read(b []byte) (int, error) {
+	if c.ctx.Err() != nil {
+		return 0, context.Cause(c.ctx)
+	}
+	return c.Reader.Read(b)
+}
+
+func (c *ctxReader) Len() int {
+	if l, ok := c.Reader.(interface{ Len() int }); ok {
+		return l.Len()
+	}
+	return -1
 }
 
 type upload struct {

@@ -417,6 +417,18 @@ func TestServeOrigin(t *testing.T) {
 		{"evil.example:8080", "", "", 421},
 		{"", "http://evil.example", "", 403},
 		{"", "", "cross-site", 403},
+		// an origin is scheme, host and port (RFC 6454): another
+		// scheme, or user information before the host, is another
+		// origin or none
+		{"", "http://HOST", "", 200},
+		{"", "https://HOST", "", 403},
+		{"", "ftp://HOST", "", 403},
+		{"", "http://user@HOST", "", 403},
+		{"", "http://user:pw@HOST", "", 403},
+		{"", "null", "", 403},
+		// Fetch Metadata's tokens compare whatever their case
+		{"", "", "Cross-Site", 403},
+		{"", "", "CROSS-SITE", 403},
 	} {
 		req, _ := http.NewRequest("POST", ts.URL+"/api/estimate", strings.NewReader(body))
 		req.Header.Set("Content-Type", "application/json")
@@ -426,7 +438,7 @@ func TestServeOrigin(t *testing.T) {
 		if c.origin == "ORIGIN" {
 			req.Header.Set("Origin", ts.URL)
 		} else if c.origin != "" {
-			req.Header.Set("Origin", c.origin)
+			req.Header.Set("Origin", strings.Replace(c.origin, "HOST", ts.Listener.Addr().String(), 1))
 		}
 		if c.site != "" {
 			req.Header.Set("Sec-Fetch-Site", c.site)
@@ -571,7 +583,7 @@ func FuzzServeRequest(f *testing.F) {
 		r := httptest.NewRequest("POST", "/api/estimate", bytes.NewReader(body))
 		r.Header.Set("Content-Type", ct)
 		r.Body = http.MaxBytesReader(httptest.NewRecorder(), r.Body, 1<<20)
-		req, err := s.read(r, endpoints["/api/estimate"])
+		req, err := s.read(r.Context(), r, endpoints["/api/estimate"])
 		if err != nil {
 			return
 		}

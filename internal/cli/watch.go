@@ -77,7 +77,7 @@ type WatchProcessJSON struct {
 	Outside *int64 `json:"outside_pytorch_bytes,omitempty"`
 }
 
-func runWatch(e *env, args []string) error {
+func runWatch(e *env, args []string) (err error) {
 	stdout, stderr := e.stdout, e.stderr
 	if e.web {
 		return usagef("watch reads this machine's GPUs: not from the web page")
@@ -108,14 +108,20 @@ func runWatch(e *env, args []string) error {
 		return err
 	}
 	defer r.Close()
-	var rec io.Writer
+	var rec *outFile
 	if *out != "" {
-		f, err := os.Create(*out)
-		if err != nil {
+		if rec, err = createOutput(*out); err != nil {
 			return fmt.Errorf("creating %s: %w", *out, err)
 		}
-		defer f.Close()
-		rec = f
+		// The samples recorded replace the file there; a watch that
+		// failed (a full disk) leaves it.
+		defer func() {
+			if err != nil {
+				rec.Abort()
+				return
+			}
+			err = rec.Commit()
+		}()
 	}
 	stop := make(chan os.Signal, 1)
 	signal.Notify(stop, os.Interrupt, syscall.SIGTERM)
