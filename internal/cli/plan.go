@@ -449,7 +449,11 @@ func nothingFits(r predict.Request, ans *plan.Answer, lg *largerGPUs) error {
 				}
 				gs = append(gs, fmt.Sprintf("%s (%s of %s%s: %s)", f.GPU.Name, fmtBytes(f.Plan.Result.DeviceTotal), fmtBytes(f.GPU.Capacity), held, f.Plan.Candidate))
 			}
-			parts = append(parts, fmt.Sprintf("a plan simulated on a larger GPU fits with the margin on %s; or several GPUs that shard the parameters, gradients and optimizer state", strings.Join(gs, ", ")))
+			held := "with the margin "
+			if ans.Margin == 0 && !ans.OwnMargins {
+				held = ""
+			}
+			parts = append(parts, fmt.Sprintf("a plan simulated on a larger GPU fits %son %s; or several GPUs that shard the parameters, gradients and optimizer state", held, strings.Join(gs, ", ")))
 			if n := len(lg.searched) - len(lg.fits); n > 0 {
 				// the walk goes down from the largest and ends at the
 				// first GPU on which nothing fits
