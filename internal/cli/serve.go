@@ -829,7 +829,8 @@ func webLimit(k, v string) error {
 		}
 	case "gpu":
 		if n, err := gpu.ParseSize(v); err == nil && n > webMaxGPU {
-			return badRequest("field \"gpu\": %s is more than %s on this server", fmtBytes(n), fmtBytes(webMaxGPU))
+			got, lim := fmtBytesApart(n, webMaxGPU)
+			return badRequest("field \"gpu\": %s is more than %s on this server", got, lim)
 		}
 	}
 	return nil
