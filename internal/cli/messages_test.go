@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"testing"
@@ -105,6 +107,32 @@ func TestRefusedCombinations(t *testing.T) {
 	} {
 		if _, errs, code := run(args...); code != 0 {
 			t.Errorf("%v: exit %d: %s", args, code, errs)
+		}
+	}
+}
+
+// Input quoted in an error is clipped as the server clips it: 63 bytes
+// of a 900,000-byte model_type, then how long it was, so the line stays
+// short.
+func TestLongInputErrorsClipped(t *testing.T) {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "config.json")
+	long := strings.Repeat("x", 900000)
+	if err := os.WriteFile(cfg, []byte(`{"model_type": "`+long+`"}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		// 64 bytes kept, the opening quote and 63 of the 900000 between
+		// the quotes (serve.go, clipQuoted: maxQuoted-16).
+		{[]string{"estimate", cfg}, `"` + strings.Repeat("x", 63) + `…" (900000 bytes)`},
+		{[]string{long[:5000]}, `unknown command "` + strings.Repeat("x", 63) + `…" (5000 bytes)`},
+	} {
+		_, errs, code := run(c.args...)
+		if code == 0 || !strings.Contains(errs, c.want) || len(errs) > 2000 {
+			t.Errorf("%.40v: exit %d, %d bytes: %.300s, want %q", c.args, code, len(errs), errs, c.want)
 		}
 	}
 }
