@@ -1,6 +1,7 @@
 package gpu
 
 import (
+	"errors"
 	"fmt"
 	"sort"
 	"strconv"
@@ -370,9 +371,16 @@ func nearest(key string, names []string) []string {
 	return out
 }
 
+// sizeUnits is what ParseSize accepts after the number, for its messages.
+const sizeUnits = "B, K, KB, KiB, M, MB, MiB, G, GB, GiB, T, TB or TiB (all powers of 1024), or none for bytes"
+
+// maxSize bounds a parsed size: 2^60 bytes (1 EiB), far past any device,
+// so products of sizes stay inside an int64.
+const maxSize = 1 << 60
+
 // ParseSize reads a byte size the way people write them: "80GB", "80GiB",
-// "81559MiB", "1.5 GiB", "512", "20 MB". Like nvidia-smi and PyTorch, both
-// the decimal-looking and binary units mean powers of 1024.
+// "81559MiB", "1.5 GiB", "512", "20 MB", "1e3MiB". Like nvidia-smi and
+// PyTorch, both the decimal-looking and binary units mean powers of 1024.
 func ParseSize(s string) (int64, error) {
 	t := strings.TrimSpace(s)
 	i := 0
@@ -380,20 +388,34 @@ func ParseSize(s string) (int64, error) {
 		i++
 	}
 	if i == 0 {
-		return 0, fmt.Errorf("size %q: want a number with an optional unit (B, KiB, MiB, GiB, TiB)", s)
+		return 0, fmt.Errorf("size %q: want a non-negative number with an optional unit: %s", s, sizeUnits)
+	}
+	// An exponent ("1e3GB"): no unit starts with e, so it is never a unit.
+	if i < len(t) && (t[i] == 'e' || t[i] == 'E') {
+		j := i + 1
+		if j < len(t) && (t[j] == '+' || t[j] == '-') {
+			j++
+		}
+		k := j
+		for k < len(t) && t[k] >= '0' && t[k] <= '9' {
+			k++
+		}
+		if k > j {
+			i = k
+		}
 	}
 	v, err := strconv.ParseFloat(t[:i], 64)
-	if err != nil {
-		return 0, fmt.Errorf("size %q: %w", s, err)
+	if err != nil && !errors.Is(err, strconv.ErrRange) {
+		return 0, fmt.Errorf("size %q: %q is not a number", s, t[:i])
 	}
 	unit := strings.ToLower(strings.TrimSpace(t[i:]))
 	mult := map[string]float64{"": 1, "b": 1, "bytes": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mb": 1 << 20, "mib": 1 << 20,
 		"g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30, "t": 1 << 40, "tb": 1 << 40, "tib": 1 << 40}[unit]
 	if mult == 0 {
-		return 0, fmt.Errorf("size %q: unknown unit %q (want B, KiB, MiB, GiB or TiB)", s, t[i:])
+		return 0, fmt.Errorf("size %q: unknown unit %q; want %s", s, t[i:], sizeUnits)
 	}
-	if v*mult > 1<<60 {
-		return 0, fmt.Errorf("size %q is too large", s)
+	if err != nil || v*mult > maxSize {
+		return 0, fmt.Errorf("size %q is too large: more than 2^60 bytes (1 EiB)", s)
 	}
 	return int64(v * mult), nil
 }

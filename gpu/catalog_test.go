@@ -17,11 +17,35 @@ func TestParseSize(t *testing.T) {
 		{"80GB", 80 << 30, false}, {"80GiB", 80 << 30, false}, {"81559MiB", 81559 << 20, false},
 		{"1.5 GiB", 3 << 29, false}, {"512", 512, false}, {"20 MB", 20 << 20, false},
 		{"", 0, true}, {"GB", 0, true}, {"12 parsecs", 0, true}, {"1e30GB", 0, true}, {"99999999999TB", 0, true},
+		// 1e3 MiB = 1000·2^20; 2.5e-1 GiB = 2^28.
+		{"1e3MiB", 1000 << 20, false}, {"2.5e-1GiB", 1 << 28, false}, {"1.2.3GB", 0, true},
 	}
 	for _, c := range cases {
 		got, err := ParseSize(c.in)
 		if (err != nil) != c.bad || (!c.bad && got != c.want) {
 			t.Errorf("ParseSize(%q) = %d, %v; want %d (error %v)", c.in, got, err, c.want, c.bad)
+		}
+	}
+}
+
+// Refusals say what went wrong: an overflow is "too large", never an
+// unknown unit, and an unknown unit lists every unit that is accepted.
+func TestParseSizeMessages(t *testing.T) {
+	for _, c := range []struct{ in, want string }{
+		{"1e20GB", "too large"},   // 1e20 · 2^30 > 2^60
+		{"1E+19TB", "too large"},  // 1e19 · 2^40 > 2^60
+		{"1e999GB", "too large"},  // past float64 itself
+		{"2048PiB", "GB, GiB"},    // PiB is not a unit; GB is listed
+		{"12 parsecs", "KB, KiB"}, // every accepted spelling is named
+		{"1.2.3GB", `"1.2.3" is not a number`},
+		{"-5GB", "non-negative number"},
+	} {
+		_, err := ParseSize(c.in)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("ParseSize(%q): %v, want %q", c.in, err, c.want)
+		}
+		if err != nil && strings.Contains(err.Error(), "strconv") {
+			t.Errorf("ParseSize(%q): %v leaks strconv", c.in, err)
 		}
 	}
 }

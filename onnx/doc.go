@@ -23,8 +23,8 @@
 //
 // Declared shapes of more than 2^40 elements, data that does not match
 // its shape, truncated or non-protobuf files, files without a graph, an
-// ir_version or an opset are refused with an error naming the file and
-// what was expected. Parse never panics (FuzzLoad).
+// ir_version or an opset, and opsets newer than 20, are refused with an
+// error naming the file and what was expected. Parse never panics (FuzzLoad).
 //
 // # Shapes
 //
@@ -43,7 +43,7 @@
 //
 // # Operators
 //
-// Supported (opset 7 to 18, as torch 1.13 exports opset 13 to 17):
+// Supported (opset 7 to 20, as torch 1.13 exports opset 13 to 17):
 //
 //	Conv (2-D)                 → Conv2d; W, B are parameters
 //	BatchNormalization         → BatchNorm (training mode always; scale and

@@ -35,6 +35,12 @@ const (
 	// (shape vectors, scalars, position ids); larger constants keep only
 	// their shape.
 	maxConstElements = 1 << 16
+	// maxOpset is the newest default-domain opset whose operator versions
+	// the reader follows: Gelu (opset 20) is the newest operator it reads,
+	// and an op's meaning may change in a later opset (as Pad's did in 18),
+	// so a file from a newer opset is refused rather than read with the
+	// older rules.
+	maxOpset = 20
 )
 
 // maxNodes is MaxNodes, lowered by tests.
@@ -103,8 +109,11 @@ func fromProto(mp *onnxpb.ModelProto, name string) (*Model, error) {
 	if opset < 0 {
 		return nil, fmt.Errorf("reading ONNX model %s: no opset_import for the default ONNX domain; expected an ONNX ModelProto", name)
 	}
-	if opset < 1 || opset > 1000 {
-		return nil, fmt.Errorf("reading ONNX model %s: opset %d out of range", name, opset)
+	if opset < 1 {
+		return nil, fmt.Errorf("reading ONNX model %s: opset %d out of range; ONNX opsets start at 1", name, opset)
+	}
+	if opset > maxOpset {
+		return nil, fmt.Errorf("reading ONNX model %s: opset %d is newer than opset %d, the newest batchfit reads; export with opset_version=%d or lower", name, opset, maxOpset, maxOpset)
 	}
 	if n := len(g.GetNode()); n > maxNodes {
 		return nil, fmt.Errorf("reading ONNX model %s: %d nodes, more than the limit of %d", name, n, maxNodes)

@@ -215,6 +215,16 @@ func (n *nctx) pair(name string, def int64) [2]int64 {
 		n.fail("attribute %s = %v: only 2-D (two values) is supported", name, v)
 		return [2]int64{def, def}
 	}
+	// Every kernel_shape, strides and dilations entry must be positive:
+	// PyTorch refuses the others before running the op
+	// (aten/src/ATen/native/Convolution.cpp, check_shape_forward:
+	// "non-positive stride is not supported", "dilation should be greater
+	// than zero"), and a zero stride would otherwise divide the output size
+	// by zero or be reported as a kernel larger than the input.
+	if v[0] <= 0 || v[1] <= 0 {
+		n.fail("attribute %s = %v: every value must be positive", name, v)
+		return [2]int64{def, def}
+	}
 	return [2]int64{v[0], v[1]}
 }
 

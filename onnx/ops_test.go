@@ -8,6 +8,7 @@ import (
 	"github.com/batchfit/batchfit/graph"
 	"github.com/batchfit/batchfit/models"
 	"github.com/batchfit/batchfit/onnx"
+	"github.com/batchfit/batchfit/onnx/onnxpb"
 	"github.com/batchfit/batchfit/train"
 )
 
@@ -428,5 +429,46 @@ func TestPadErrors(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: err = %v, want %q", c.name, err, c.want)
 		}
+	}
+}
+
+// Attributes and opsets out of range are refused with the node, the
+// attribute or the opset named, never read as something else: a zero
+// stride once came out as "kernel larger than the input".
+func TestAttributeRangeErrors(t *testing.T) {
+	conv := func(opset int64, attrs ...*onnxpb.AttributeProto) *mb {
+		return newModel(opset).input("img", tFloat, "batch", 3, 8, 8).weight("conv.weight", 4, 3, 3, 3).
+			node("Conv", "/conv/Conv", ins("img", "conv.weight"), ins("c"), attrs...).output("c")
+	}
+	pool := func(attrs ...*onnxpb.AttributeProto) *mb {
+		return newModel(17).input("img", tFloat, "batch", 3, 8, 8).
+			node("MaxPool", "/pool", ins("img"), ins("p"), attrs...).output("p")
+	}
+	for _, c := range []struct {
+		name string
+		b    *mb
+		want []string
+	}{
+		{"conv strides 0", conv(17, aInts("strides", 0, 0)), []string{`Conv node "/conv/Conv"`, "strides = [0 0]", "positive"}},
+		{"conv strides -1", conv(17, aInts("strides", 1, -1)), []string{"strides = [1 -1]", "positive"}},
+		{"conv dilations 0", conv(17, aInts("dilations", 0, 1)), []string{"dilations = [0 1]", "positive"}},
+		{"conv kernel 0", conv(17, aInts("kernel_shape", 0, 0)), []string{"kernel_shape = [0 0]", "positive"}},
+		{"pool strides 0", pool(aInts("kernel_shape", 2, 2), aInts("strides", 0, 0)), []string{`MaxPool node "/pool"`, "strides = [0 0]", "positive"}},
+		{"pool kernel -2", pool(aInts("kernel_shape", -2, 2)), []string{"kernel_shape = [-2 2]", "positive"}},
+		{"opset 1000", conv(1000), []string{"opset 1000", "newest batchfit reads", "opset_version=20"}},
+		{"opset 21", conv(21), []string{"opset 21", "opset 20"}},
+		{"opset 0", conv(0), []string{"opset 0 out of range"}},
+	} {
+		_, err := onnx.Parse(c.b.bytes(t), "m.onnx")
+		for _, w := range c.want {
+			if err == nil || !strings.Contains(err.Error(), w) {
+				t.Errorf("%s: err = %v, want %q", c.name, err, w)
+				break
+			}
+		}
+	}
+	// The newest opset read still reads.
+	if _, err := onnx.Parse(conv(20, aInts("strides", 2, 2)).bytes(t), "m.onnx"); err != nil {
+		t.Errorf("opset 20: %v", err)
 	}
 }

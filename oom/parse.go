@@ -351,7 +351,7 @@ func parseCurrent(m *Message, rest string, score int) (int, int, error) {
 	}
 	score++
 	var err error
-	if m.DeviceIndex, err = intAt(body, c, 2); err != nil {
+	if m.DeviceIndex, err = intAt(body, c, 2, "GPU device index"); err != nil {
 		return score, 0, err
 	}
 	if m.Total, err = sizeAt(body, c, 4); err != nil {
@@ -369,7 +369,7 @@ func parseCurrent(m *Message, rest string, score int) (int, int, error) {
 	for _, l := range otherRE.FindAllStringSubmatchIndex(body, -1) {
 		score++
 		var p Process
-		if p.PID, err = intAt(body, l, 2); err != nil {
+		if p.PID, err = intAt(body, l, 2, "process id"); err != nil {
 			return score, 0, err
 		}
 		if p.Bytes, err = sizeAt(body, l, 4); err != nil {
@@ -424,7 +424,7 @@ func parseLegacy(m *Message, rest string, score int) (int, int, error) {
 	}
 	score++
 	var err error
-	if m.DeviceIndex, err = intAt(rest, l, 2); err != nil {
+	if m.DeviceIndex, err = intAt(rest, l, 2, "GPU device index"); err != nil {
 		return score, 0, err
 	}
 	seen := map[string]bool{}
@@ -498,13 +498,25 @@ func incomplete(m *Message, what string) error {
 	return fmt.Errorf("incomplete CUDA out-of-memory message (Tried to allocate %s): expected %s", alloc.FormatSize(m.Requested), what)
 }
 
-// intAt returns submatch i (by index pair) of s as an int.
-func intAt(s string, loc []int, i int) (int, error) {
-	v, err := strconv.Atoi(s[loc[i]:loc[i+1]])
-	if err != nil {
-		return 0, fmt.Errorf("reading %q: %w", s[loc[i]:loc[i+1]], err)
+// intAt returns submatch i (by index pair) of s, a run of digits, as a
+// non-negative int32; what names it in the error. No GPU index or process
+// id reaches 2^31 (PyTorch's c10::DeviceIndex is a small integer, Linux's
+// pid_max at most 2^22), so a larger one is not a message PyTorch printed.
+func intAt(s string, loc []int, i int, what string) (int, error) {
+	digits := s[loc[i]:loc[i+1]]
+	v, err := strconv.ParseInt(digits, 10, 32)
+	if err != nil || v < 0 {
+		return 0, fmt.Errorf("CUDA out-of-memory message: %s %s is out of range (at most %d)", what, clipDigits(digits), math.MaxInt32)
 	}
-	return v, nil
+	return int(v), nil
+}
+
+// clipDigits shortens a long run of digits for a message.
+func clipDigits(d string) string {
+	if len(d) <= 24 {
+		return d
+	}
+	return d[:20] + fmt.Sprintf("… (%d digits)", len(d))
 }
 
 // sizeAt reads the size whose number is submatch i and unit submatch i+2.

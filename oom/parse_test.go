@@ -296,6 +296,11 @@ func TestParseErrors(t *testing.T) {
 		{"legacy cut", "CUDA out of memory. Tried to allocate 8.74 GiB (GPU 0; 15.90 GiB total capacity; 8.84 GiB already allocated; 6.32 GiB free;", `expected ". GPU <n> has a total capacity`, false},
 		{"legacy missing free", "CUDA out of memory. Tried to allocate 8.74 GiB (GPU 0; 15.90 GiB total capacity; 8.84 GiB already allocated; 8.86 GiB reserved in total by PyTorch)", `expected "<size> free"`, false},
 		{"other layout", "CUDA out of memory. Tried to allocate 20.00 MiB; whatever", `expected ". GPU <n>`, false},
+		// A device index or process id past any GPU or pid is named, not
+		// strconv's "value out of range".
+		{"huge device", "CUDA out of memory. Tried to allocate 20.00 MiB. GPU 99999999999999999999 has a total capacity of 79.10 GiB of which 3.44 MiB is free.", `GPU device index 99999999999999999999 is out of range`, false},
+		{"huge legacy device", "CUDA out of memory. Tried to allocate 8.74 GiB (GPU 4294967296; 15.90 GiB total capacity; 8.84 GiB already allocated; 6.32 GiB free; 8.86 GiB reserved in total by PyTorch)", `GPU device index 4294967296 is out of range`, false},
+		{"huge pid", "CUDA out of memory. Tried to allocate 20.00 MiB. GPU 0 has a total capacity of 79.10 GiB of which 3.44 MiB is free. Process 123456789012345678901234567890 has 1.00 GiB memory in use.", `process id 12345678901234567890… (30 digits) is out of range`, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

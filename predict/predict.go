@@ -11,6 +11,7 @@ import (
 	"github.com/batchfit/batchfit/gpu"
 	"github.com/batchfit/batchfit/graph"
 	"github.com/batchfit/batchfit/models"
+	"github.com/batchfit/batchfit/profile"
 	"github.com/batchfit/batchfit/trace"
 	"github.com/batchfit/batchfit/train"
 )
@@ -351,6 +352,14 @@ func finish(ctx context.Context, r Request, setup train.Setup, sim *train.Simula
 	cudaCtx += nccl
 	if r.Margin < 0 {
 		return nil, fmt.Errorf("the margin must not be negative, got %d bytes", r.Margin)
+	}
+	if cudaCtx >= r.GPU.Capacity && nccl > 0 {
+		simple := r.NCCLBuffSize
+		if simple == 0 {
+			simple = profile.NCCLSimpleBuffSize
+		}
+		return nil, fmt.Errorf("NCCL's communicator buffers (%s, NCCL_BUFFSIZE of %s per connection) and the CUDA context (%s) leave nothing of the %s device",
+			alloc.FormatSize(nccl), alloc.FormatSize(simple), alloc.FormatSize(cudaCtx-nccl), alloc.FormatSize(r.GPU.Capacity))
 	}
 	if cudaCtx >= r.GPU.Capacity {
 		return nil, fmt.Errorf("the CUDA context (%s) leaves nothing of the %s device", alloc.FormatSize(cudaCtx), alloc.FormatSize(r.GPU.Capacity))

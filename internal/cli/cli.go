@@ -115,7 +115,7 @@ func Run(args []string, stdout, stderr io.Writer) int {
 			names = append(names, n)
 		}
 		sort.Strings(names)
-		msg := fmt.Sprintf("batchfit: unknown command %q", args[0])
+		msg := clipQuoted(fmt.Sprintf("batchfit: unknown command %q", args[0]))
 		if near := models.Nearest(args[0], names, 2); len(near) > 0 {
 			msg += fmt.Sprintf("; did you mean %s?", strings.Join(near, " or "))
 		}
@@ -130,7 +130,7 @@ func Run(args []string, stdout, stderr io.Writer) int {
 		if errors.As(err, &st) {
 			return int(st)
 		}
-		fmt.Fprintf(stderr, "batchfit %s: %v\n", args[0], err)
+		fmt.Fprintf(stderr, "batchfit %s: %s\n", args[0], clipQuoted(err.Error()))
 		var cs cannotStart
 		if errors.As(err, &cs) {
 			return 127

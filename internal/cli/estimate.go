@@ -142,6 +142,17 @@ func writeSuggestions(w io.Writer, res *predict.Result, ans *plan.Answer, lg *la
 
 func fmtBytes(n int64) string { return alloc.FormatSize(n) }
 
+// fmtBytesApart prints two different sizes that a message compares, in
+// bytes as well when their rounded forms are the same ("2048.00 GiB is
+// more than 2048.00 GiB" says nothing).
+func fmtBytesApart(a, b int64) (string, string) {
+	sa, sb := fmtBytes(a), fmtBytes(b)
+	if sa == sb && a != b {
+		return fmt.Sprintf("%s (%d bytes)", sa, a), fmt.Sprintf("%s (%d bytes)", sb, b)
+	}
+	return sa, sb
+}
+
 func setupLine(res *predict.Result) string {
 	s := res.Setup
 	opt := string(s.Optimizer.Kind)

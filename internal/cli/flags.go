@@ -759,6 +759,9 @@ func (j *jobFlags) requestFor(src predict.Source) (predict.Request, error) {
 		if n <= 0 {
 			return r, usagef("--nccl-buffsize: NCCL_BUFFSIZE must be positive, got %q", j.ncclBuffsize)
 		}
+		if err := checkNCCLBuffsize(n, g); err != nil {
+			return r, err
+		}
 		r.NCCLBuffSize = n
 	}
 	on, err := train.ParseOptimizerName(j.optimizer)

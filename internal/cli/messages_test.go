@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"testing"
@@ -42,6 +44,10 @@ func TestOneLineErrors(t *testing.T) {
 		{[]string{"estimate", "mlp", "--xyzzy"}, 2, []string{"unknown flag --xyzzy"}, "did you mean"},
 		{[]string{"oom", "testdata/missing.txt"}, 1, []string{"testdata/missing.txt: file not found"}, "no CUDA out-of-memory message"},
 		{[]string{"oom", "oops"}, 1, []string{"oops: file not found"}, ""},
+		{[]string{"oom", "testdata"}, 1, []string{"testdata is a directory"}, "no CUDA out-of-memory message"},
+		{[]string{"oom", "CUDA out of memory. Tried to allocate 2.00 MiB. GPU 99999999999999999999 has a total capacity of 8.00 GiB of which 1.00 MiB is free."}, 1, []string{"GPU device index 99999999999999999999 is out of range"}, "strconv"},
+		{[]string{"estimate", "mlp", "--gpu", "1e20GB"}, 2, []string{`gpu "1e20GB"`, "too large"}, "want B, KiB"},
+		{[]string{"estimate", "mlp", "--gpu", "80PB"}, 2, []string{`unknown unit "PB"`, "GB, GiB"}, ""},
 		{[]string{"snapshot", "testdata/missing.pickle"}, 1, []string{"testdata/missing.pickle: file not found"}, "reading snapshot"},
 		{[]string{"estimate", "testdata/no-such-model/"}, 1, []string{"testdata/no-such-model/: not found"}, "unknown model"},
 		{[]string{"estimate", "./Llama-3-8B"}, 1, []string{"not found"}, "unknown model"},
@@ -101,6 +107,32 @@ func TestRefusedCombinations(t *testing.T) {
 	} {
 		if _, errs, code := run(args...); code != 0 {
 			t.Errorf("%v: exit %d: %s", args, code, errs)
+		}
+	}
+}
+
+// Input quoted in an error is clipped as the server clips it: 63 bytes
+// of a 900,000-byte model_type, then how long it was, so the line stays
+// short.
+func TestLongInputErrorsClipped(t *testing.T) {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "config.json")
+	long := strings.Repeat("x", 900000)
+	if err := os.WriteFile(cfg, []byte(`{"model_type": "`+long+`"}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		// 64 bytes kept, the opening quote and 63 of the 900000 between
+		// the quotes (serve.go, clipQuoted: maxQuoted-16).
+		{[]string{"estimate", cfg}, `"` + strings.Repeat("x", 63) + `…" (900000 bytes)`},
+		{[]string{long[:5000]}, `unknown command "` + strings.Repeat("x", 63) + `…" (5000 bytes)`},
+	} {
+		_, errs, code := run(c.args...)
+		if code == 0 || !strings.Contains(errs, c.want) || len(errs) > 2000 {
+			t.Errorf("%.40v: exit %d, %d bytes: %.300s, want %q", c.args, code, len(errs), errs, c.want)
 		}
 	}
 }

@@ -47,3 +47,28 @@ func TestEstimateNCCLBuffers(t *testing.T) {
 		}
 	}
 }
+
+// An NCCL_BUFFSIZE that leaves nothing of the device is refused as NCCL's
+// buffers, never as a CUDA context. One communicator holds 64 channels ×
+// 5 connections × (Simple + LL 524,288 + LL128 4,915,200 bytes):
+// at 1 GiB, 320 × 1,079,181,312 = 345,338,019,840 bytes = 321.62 GiB, more
+// than an H100's 79.11 GiB; at 128 MiB, 320 × 139,657,216 = 44,690,309,120
+// bytes (41.62 GiB) each, and HYBRID_SHARD's two communicators 83.24 GiB.
+// 1 TiB is past NCCL's int. The context (500 MiB) is named apart.
+func TestNCCLBuffsizeErrors(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"--gpus", "8", "--strategy", "ddp", "--nccl-buffsize", "1TiB"}, 2, "more than NCCL reads (an int: at most 2147483647 bytes"},
+		{[]string{"--gpus", "8", "--strategy", "ddp", "--nccl-buffsize", "1GiB"}, 2, "one NCCL communicator's buffers take 321.62 GiB"},
+		{[]string{"--gpus", "16", "--strategy", "fsdp", "--sharding", "hybrid", "--nccl-buffsize", "128MiB"}, 1, "NCCL's communicator buffers (83.24 GiB, NCCL_BUFFSIZE of 128.00 MiB per connection)"},
+	} {
+		args := append([]string{"estimate", "mlp", "--batch", "32", "--optimizer", "sgd"}, c.args...)
+		_, errs, code := run(args...)
+		if code != c.code || !strings.Contains(errs, c.want) || strings.Contains(errs, ": the CUDA context") {
+			t.Errorf("%v: exit %d: %s, want exit %d and %q", c.args, code, errs, c.code, c.want)
+		}
+	}
+}

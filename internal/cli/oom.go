@@ -54,7 +54,9 @@ func runOOM(e *env, args []string) error {
 		}
 		text = string(b)
 	case len(pos) == 1:
-		if st, err := os.Stat(pos[0]); err == nil && !st.IsDir() {
+		if st, err := os.Stat(pos[0]); err == nil && st.IsDir() {
+			return fmt.Errorf("%s is a directory; give the file that holds the message, the message in quotes, or - for standard input", pos[0])
+		} else if err == nil {
 			f, err := os.Open(pos[0])
 			if err != nil {
 				return err

@@ -392,18 +392,25 @@ var quoted = regexp.MustCompile(`"(?:[^"\\]|\\.)*"`)
 // maxQuoted to their beginning, saying how much was cut, and the message
 // to maxMessage bytes.
 func clipMessage(msg string) string {
-	msg = quoted.ReplaceAllStringFunc(msg, func(q string) string {
+	msg = clipQuoted(msg)
+	if len(msg) > maxMessage {
+		keep := runeCut(msg, maxMessage)
+		msg = fmt.Sprintf("%s… (%d bytes cut)", keep, len(msg)-len(keep))
+	}
+	return msg
+}
+
+// clipQuoted shortens the quoted strings of a message longer than
+// maxQuoted to their beginning, saying how much was cut: the command line
+// repeats input no more than the server does.
+func clipQuoted(msg string) string {
+	return quoted.ReplaceAllStringFunc(msg, func(q string) string {
 		if len(q) <= maxQuoted {
 			return q
 		}
 		keep := runeCut(q, maxQuoted-16)
 		return fmt.Sprintf("%s…\" (%d bytes)", keep, len(q)-2)
 	})
-	if len(msg) > maxMessage {
-		keep := runeCut(msg, maxMessage)
-		msg = fmt.Sprintf("%s… (%d bytes cut)", keep, len(msg)-len(keep))
-	}
-	return msg
 }
 
 // runeCut is s cut to at most n bytes on a character boundary.
@@ -829,7 +836,8 @@ func webLimit(k, v string) error {
 		}
 	case "gpu":
 		if n, err := gpu.ParseSize(v); err == nil && n > webMaxGPU {
-			return badRequest("field \"gpu\": %s is more than %s on this server", fmtBytes(n), fmtBytes(webMaxGPU))
+			got, lim := fmtBytesApart(n, webMaxGPU)
+			return badRequest("field \"gpu\": %s is more than %s on this server", got, lim)
 		}
 	}
 	return nil

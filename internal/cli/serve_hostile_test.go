@@ -260,3 +260,18 @@ func TestServeMaxbatchBound(t *testing.T) {
 		t.Errorf("max_batch %d limited %v, want %d limited", ans.Max, ans.Limited, 1<<20)
 	}
 }
+
+// A size just past the server's bound is told apart from the bound:
+// 2097153 MiB = 2^41 + 2^20 bytes = 2199024304128 and the bound 2 TiB =
+// 2^41 = 2199023255552 both round to 2048.00 GiB.
+func TestServeGPUBoundMessage(t *testing.T) {
+	for _, c := range []struct{ gpu, want string }{
+		{"2097153MiB", "2048.00 GiB (2199024304128 bytes) is more than 2048.00 GiB (2199023255552 bytes)"},
+		{"4TiB", "4096.00 GiB is more than 2048.00 GiB on this server"},
+	} {
+		err := webLimit("gpu", c.gpu)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("gpu %s: %v, want %q", c.gpu, err, c.want)
+		}
+	}
+}
