@@ -103,7 +103,7 @@ func checkBounds(fs *flag.FlagSet) error {
 			return
 		}
 		if what, ok := positive[f.Name]; ok && n <= 0 {
-			err = usagef("--%s %d: want %s, at least 1 (leave the flag out for the default; see 'batchfit %s -h')", f.Name, n, what, fs.Name())
+			err = usagef("--%s must be positive (%s), got %d: leave the flag out for the default (see 'batchfit %s -h')", f.Name, what, n, fs.Name())
 			return
 		}
 		if b, ok := bounds[f.Name]; ok && b.cli != 0 && n > b.cli {
