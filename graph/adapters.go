@@ -130,7 +130,7 @@ func (a *Adapters) Check() error {
 	if a.Rank > 0 && len(a.Targets) == 0 {
 		return fmt.Errorf("LoRA needs target modules (PEFT's target_modules), such as q_proj,v_proj")
 	}
-	if a.Dropout < 0 || a.Dropout >= 1 {
+	if !(a.Dropout >= 0 && a.Dropout < 1) { // NaN too
 		return fmt.Errorf("LoRA dropout must be in [0, 1), got %g", a.Dropout)
 	}
 	return nil

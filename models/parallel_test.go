@@ -62,6 +62,10 @@ func TestModelParallelErrors(t *testing.T) {
 		{llama, Config{Batch: 1, Seq: 8, PP: 2, StageLayers: []int64{10, 10}}, "add up to 20"},
 		{llama, Config{Batch: 1, Seq: 8, PP: 2, StageLayers: []int64{32}}, "1 stage sizes given for 2"},
 		{llama, Config{Batch: 1, Seq: 8, PP: 64}, "64 pipeline stages for 32 layers"},
+		// a stage of no layers, as the even split refuses more stages
+		// than layers: every stage holds at least one
+		{llama, Config{Batch: 1, Seq: 8, PP: 2, StageLayers: []int64{0, 32}}, "stage 0 has 0 layers"},
+		{llama, Config{Batch: 1, Seq: 8, PP: 4, Stage: 3, StageLayers: []int64{16, 16, 0, 0}}, "stage 2 has 0 layers"},
 	} {
 		_, err := BuildTransformer(c.m.name, c.m.tc, c.c)
 		if err == nil || !strings.Contains(err.Error(), c.want) {

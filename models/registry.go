@@ -73,8 +73,11 @@ func (c Config) StageRange(n int64) (lo, hi int64, err error) {
 		}
 		var sum int64
 		for i, l := range c.StageLayers {
-			if l < 0 {
-				return 0, 0, fmt.Errorf("stage %d has %d layers", i, l)
+			// every stage holds at least one layer, as the even split
+			// below requires (pp ≤ n): a stage of none has no block to
+			// run, the split the pipeline libraries make never gives one
+			if l < 1 {
+				return 0, 0, fmt.Errorf("stage %d has %d layers: each pipeline stage holds at least one", i, l)
 			}
 			if int64(i) < c.Stage {
 				lo += l

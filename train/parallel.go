@@ -267,6 +267,12 @@ func (p Parallel) normalize() (Parallel, error) {
 	if p.Sharding == "" {
 		p.Sharding = FullShard
 	}
+	if p.IsFSDP() && p.Sharding == HybridShard && p.GPUs > p.NodeGPUs && p.GPUs%p.NodeGPUs != 0 {
+		// FSDP's _init_intra_node_process_group makes the shard groups
+		// with dist.new_subgroups(group_size=GPUs per node), which raises
+		// "The world size must be divisible by 'group_size'"
+		return p, fmt.Errorf("%d GPUs per node do not divide %d GPUs: hybrid sharding shards within whole nodes", p.NodeGPUs, p.GPUs)
+	}
 	if _, err := ParseSharding(string(p.Sharding)); err != nil {
 		return p, err
 	}

@@ -1,6 +1,7 @@
 package train
 
 import (
+	"math"
 	"slices"
 	"strings"
 	"testing"
@@ -300,6 +301,8 @@ func TestParallelErrors(t *testing.T) {
 		{Parallel{Strategy: DDP, BucketMB: -1}, "bucket size"},
 		{Parallel{Strategy: FSDP2, NoSync: true}, "FSDP1"},
 		{Parallel{Strategy: DDP, NoSync: true}, "FSDP1"},
+		// dist.new_subgroups: 16 ranks do not split into groups of 3
+		{Parallel{Strategy: FSDP, GPUs: 16, NodeGPUs: 3, Sharding: HybridShard}, "do not divide 16"},
 	} {
 		_, err := (Setup{Parallel: c.p}).Normalize()
 		if err == nil || !strings.Contains(err.Error(), c.want) {
@@ -308,6 +311,15 @@ func TestParallelErrors(t *testing.T) {
 	}
 	if _, err := ParseStrategy("DeepSpeed_Stage_3"); err != nil {
 		t.Error(err)
+	}
+	// torch.optim refuses a negative momentum or weight decay; NaN and
+	// ±Inf are no values at all
+	nan, inf := math.NaN(), math.Inf(1)
+	for _, o := range []Optimizer{{Kind: SGD, Momentum: nan}, {Kind: SGD, Momentum: inf}, {Kind: SGD, Momentum: -0.5},
+		{Kind: AdamW, WeightDecay: nan}, {Kind: AdamW, WeightDecay: -1}, {Kind: AdamW, WeightDecay: -inf}} {
+		if _, err := (Setup{Optimizer: o}).Normalize(); err == nil {
+			t.Errorf("%+v: want an error", o)
+		}
 	}
 }
 

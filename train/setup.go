@@ -2,6 +2,7 @@ package train
 
 import (
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -417,8 +418,14 @@ func (s Setup) Normalize() (Setup, error) {
 	if s.Attention == "" {
 		s.Attention = AttentionAuto
 	}
-	if s.Optimizer.Momentum < 0 {
-		return s, fmt.Errorf("momentum must not be negative, got %g", s.Optimizer.Momentum)
+	// torch.optim.SGD raises "Invalid momentum value" and every optimizer
+	// "Invalid weight_decay value" below 0; NaN fails both comparisons
+	// there and is refused here too
+	if !(s.Optimizer.Momentum >= 0) || math.IsInf(s.Optimizer.Momentum, 0) {
+		return s, fmt.Errorf("momentum must be a finite number of 0 or more, got %g", s.Optimizer.Momentum)
+	}
+	if !(s.Optimizer.WeightDecay >= 0) || math.IsInf(s.Optimizer.WeightDecay, 0) {
+		return s, fmt.Errorf("weight decay must be a finite number of 0 or more, got %g", s.Optimizer.WeightDecay)
 	}
 	if s.Profile == nil {
 		s.Profile = profile.Default()

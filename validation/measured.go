@@ -91,6 +91,58 @@ type MeasuredCase struct {
 	Env        map[string]string `json:"env"`
 }
 
+// UnmarshalJSON reads a case with measure.py's default accumulation
+// (CASE_DEFAULTS' "accum": 1) where the file gives none, so that an
+// "accum" of 0 written in the file is told apart from one left out.
+func (c *MeasuredCase) UnmarshalJSON(b []byte) error {
+	type plain MeasuredCase
+	p := plain{Accum: 1}
+	if err := json.Unmarshal(b, &p); err != nil {
+		return err
+	}
+	*c = MeasuredCase(p)
+	return nil
+}
+
+// check refuses a result measure.py could not have written: its
+// check_case requires positive batches, accum and steps, and the
+// figures are torch.cuda.max_memory_allocated and max_memory_reserved,
+// which count bytes (never negative) and of which the allocated part
+// never exceeds the reserved (every allocated block lies in a reserved
+// segment). Each refusal names the result and the field.
+func (r MeasuredResult) check(i int) error {
+	at := fmt.Sprintf("results[%d]", i)
+	if r.ID != "" {
+		at += fmt.Sprintf(" (%s)", r.ID)
+	}
+	c := r.Case
+	for _, f := range []struct {
+		name string
+		v    int64
+		min  int64
+	}{{"case.accum", int64(c.Accum), 1}, {"case.batch", c.Batch, 0}, {"case.steps", int64(c.Steps), 0}, {"case.seq_len", c.SeqLen, 0},
+		{"max_memory_allocated", r.MaxMemoryAllocated, 0}, {"max_memory_reserved", r.MaxMemoryReserved, 0},
+		{"context.context_bytes", r.Context.Bytes, 0}} {
+		if f.v < f.min {
+			return fmt.Errorf("%s: %q is %d, want %d or more", at, f.name, f.v, f.min)
+		}
+	}
+	for _, b := range c.Batches {
+		if b < 1 {
+			return fmt.Errorf("%s: \"case.batches\" holds %d, want batch sizes of 1 or more", at, b)
+		}
+	}
+	if r.MaxMemoryAllocated > r.MaxMemoryReserved && r.MaxMemoryReserved > 0 {
+		return fmt.Errorf("%s: \"max_memory_allocated\" %d is more than \"max_memory_reserved\" %d", at, r.MaxMemoryAllocated, r.MaxMemoryReserved)
+	}
+	for j, st := range r.Steps {
+		if st.TimeS < 0 || st.Batch < 0 {
+			return fmt.Errorf("%s: \"steps[%d]\" has batch %d and time %g s, want neither negative", at, j, st.Batch, st.TimeS)
+		}
+	}
+	return nil
+}
+
 // maxFile bounds what Load reads.
 const maxFile = 256 << 20
 
@@ -114,6 +166,11 @@ func Load(path string) (*Measurements, error) {
 	}
 	if len(m.Results) == 0 {
 		return nil, fmt.Errorf("%s: no results (expected the \"results\" list measure.py writes)", path)
+	}
+	for i, r := range m.Results {
+		if err := r.check(i); err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
 	}
 	return &m, nil
 }

@@ -4,6 +4,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/batchfit/batchfit/train"
@@ -98,5 +99,33 @@ func TestLoadErrors(t *testing.T) {
 	}
 	if _, err := Load(filepath.Join(dir, "missing.json")); err == nil {
 		t.Error("missing file: want an error")
+	}
+}
+
+// Load refuses a case measure.py could not have written (its check_case:
+// accum ≥ 1; PyTorch's peaks count bytes, allocated within reserved),
+// naming the file and the field; an accum left out is measure.py's
+// default 1.
+func TestLoadImpossibleFigures(t *testing.T) {
+	dir := t.TempDir()
+	for _, c := range []struct{ name, result, field string }{
+		{"accum", `"case": {"model": "mlp", "batch": 8, "accum": -5}`, "case.accum"},
+		{"accum0", `"case": {"model": "mlp", "batch": 8, "accum": 0}`, "case.accum"},
+		{"batches", `"case": {"model": "mlp", "batches": [8, 0]}`, "case.batches"},
+		{"alloc", `"case": {"model": "mlp", "batch": 8}, "max_memory_allocated": -5`, "max_memory_allocated"},
+		{"context", `"case": {"model": "mlp", "batch": 8}, "context": {"context_bytes": -1}`, "context.context_bytes"},
+		{"over", `"case": {"model": "mlp", "batch": 8}, "max_memory_allocated": 10, "max_memory_reserved": 5`, "max_memory_allocated"},
+	} {
+		p := filepath.Join(dir, c.name+".json")
+		os.WriteFile(p, []byte(`{"results": [{"id": "x", "status": "ok", `+c.result+`}]}`), 0o644)
+		_, err := Load(p)
+		if err == nil || !strings.Contains(err.Error(), p) || !strings.Contains(err.Error(), c.field) {
+			t.Errorf("%s: %v; want an error naming %s and %s", c.name, err, p, c.field)
+		}
+	}
+	p := filepath.Join(dir, "default.json")
+	os.WriteFile(p, []byte(`{"results": [{"id": "x", "status": "ok", "case": {"model": "mlp", "batch": 8}}]}`), 0o644)
+	if m, err := Load(p); err != nil || m.Results[0].Case.Accum != 1 {
+		t.Errorf("accum left out: %v, %+v; want measure.py's default 1", err, m)
 	}
 }

@@ -116,6 +116,9 @@ type jobFlags struct {
 	beams        int64
 	// inference: the command answers for --mode eval and generate too
 	inferOK bool
+	// zooOnly: the model is looked up in the zoo, never opened as a path
+	// (a model named inside a recording)
+	zooOnly bool
 }
 
 func (j *jobFlags) register(fs *flag.FlagSet, batchDefault string) {
@@ -234,6 +237,11 @@ func (j *jobFlags) modelParallel(c *models.Config) error {
 		if err != nil || n < 0 || n > 1<<20 {
 			return usagef("--stage-layers: %q is not a number of layers", f)
 		}
+		if n == 0 {
+			// a stage of no layers holds no block to run: the even split
+			// refuses more stages than layers (models.Config.StageRange)
+			return usagef("--stage-layers %s: stage %d has no layers; each pipeline stage holds at least one", j.stageLayers, len(c.StageLayers))
+		}
 		c.StageLayers = append(c.StageLayers, n)
 	}
 	if len(c.StageLayers) > 0 && int64(len(c.StageLayers)) != j.pp {
@@ -269,6 +277,15 @@ func (j *jobFlags) parallel() (train.Parallel, error) {
 	}
 	if sh != train.FullShard && strat != train.FSDP && strat != train.FSDP2 {
 		return p, usagef("--sharding is FSDP's; --strategy %s does not take it", strat)
+	}
+	if j.nodeGPUs < 1 {
+		return p, usagef("--node-gpus must be at least 1, got %d", j.nodeGPUs)
+	}
+	if sh == train.HybridShard && j.gpus > j.nodeGPUs && j.gpus%j.nodeGPUs != 0 {
+		// HYBRID_SHARD shards within groups of a node's GPUs
+		// (dist.new_subgroups), which raises "The world size must be
+		// divisible by 'group_size'"
+		return p, usagef("--node-gpus %d does not divide --gpus %d: hybrid sharding shards within whole nodes", j.nodeGPUs, j.gpus)
 	}
 	for _, f := range []struct {
 		name string
@@ -575,9 +592,9 @@ func (j *jobFlags) request(model string) (predict.Request, error) {
 		return predict.Request{}, usagef("no model given: name one from 'batchfit models' or give a path (.yaml, config.json, model directory)")
 	}
 	var src predict.Source
-	if j.web() {
+	if j.web() || j.zooOnly {
 		// A web request names a zoo model or uploads one; it never names a
-		// file of the server's.
+		// file of the server's. Nor does a recording validate reads.
 		m, err := models.Lookup(model)
 		if err != nil {
 			return predict.Request{}, usageError{err}

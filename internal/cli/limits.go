@@ -2,6 +2,7 @@ package cli
 
 import (
 	"flag"
+	"math"
 	"strconv"
 	"strings"
 
@@ -43,17 +44,69 @@ var bounds = map[string]bound{
 	"beams":           {0, 64},
 }
 
+// positive are the numeric flags whose default (0, or the solver's own
+// limit) means "the model's" or "derived": given on the command line, 0
+// or less is refused rather than taken silently as that default.
+var positive = map[string]string{
+	"seq":          "a sequence length",
+	"layers":       "a number of layers",
+	"hidden":       "a hidden size",
+	"image":        "an image side",
+	"limit":        "the largest value to try",
+	"global-batch": "samples per optimizer step",
+}
+
+// fractions are the float flags and the range each takes, from the
+// library's own check: lo ≤ v, v < hi (hi excluded when open), or
+// v > lo when lo is open. NaN and ±Inf are refused for all of them.
+var fractions = map[string]struct {
+	lo, hi         float64
+	loOpen, hiOpen bool
+	what           string
+}{
+	// torch.optim.SGD.__init__ raises "Invalid momentum value" below 0;
+	// at 1 or more the buffer (buf.mul_(momentum).add_(grad)) never
+	// decays, which no training uses
+	"momentum": {0, 1, false, true, "SGD's momentum, from 0 up to (not including) 1"},
+	// every torch.optim optimizer raises "Invalid weight_decay value"
+	// below 0
+	"weight-decay": {0, math.Inf(1), false, true, "a weight decay of 0 or more"},
+	// PEFT's LoraLayer.update_layer takes nn.Dropout(p=lora_dropout);
+	// graph.Adapters.Check keeps it below 1 (a dropout of 1 zeroes every
+	// adapter input)
+	"lora-dropout": {0, 1, false, true, "a dropout probability, from 0 up to (not including) 1"},
+	// PEFT's scaling = lora_alpha / r: 0 or less makes the adapters
+	// contribute nothing or the opposite
+	"lora-alpha": {0, math.Inf(1), true, true, "a positive alpha"},
+}
+
 // checkBounds refuses a numeric flag set beyond its command-line bound,
-// naming the flag, before any work starts.
+// an explicit 0 or negative where the default stands for "the model's",
+// and a float flag out of its range or not a number, naming the flag,
+// before any work starts.
 func checkBounds(fs *flag.FlagSet) error {
 	var err error
 	fs.Visit(func(f *flag.Flag) {
-		b, ok := bounds[f.Name]
-		if !ok || b.cli == 0 || err != nil {
+		if err != nil {
 			return
 		}
-		n, perr := strconv.ParseInt(strings.TrimSpace(f.Value.String()), 0, 64)
-		if perr == nil && n > b.cli {
+		v := strings.TrimSpace(f.Value.String())
+		if r, ok := fractions[f.Name]; ok {
+			x, perr := strconv.ParseFloat(v, 64)
+			if perr == nil && (math.IsNaN(x) || math.IsInf(x, 0) || x < r.lo || r.loOpen && x == r.lo || x > r.hi || r.hiOpen && x == r.hi) {
+				err = usagef("--%s %s: want %s (see 'batchfit %s -h')", f.Name, v, r.what, fs.Name())
+			}
+			return
+		}
+		n, perr := strconv.ParseInt(v, 0, 64)
+		if perr != nil {
+			return
+		}
+		if what, ok := positive[f.Name]; ok && n <= 0 {
+			err = usagef("--%s must be positive (%s), got %d: leave the flag out for the default (see 'batchfit %s -h')", f.Name, what, n, fs.Name())
+			return
+		}
+		if b, ok := bounds[f.Name]; ok && b.cli != 0 && n > b.cli {
 			err = usagef("--%s %d: at most %d (see 'batchfit %s -h')", f.Name, n, b.cli, fs.Name())
 		}
 	})

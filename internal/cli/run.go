@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/batchfit/batchfit/gpu"
+	"github.com/batchfit/batchfit/models"
 	"github.com/batchfit/batchfit/oom"
 	"github.com/batchfit/batchfit/plan"
 	"github.com/batchfit/batchfit/predict"
@@ -218,17 +219,34 @@ func parseRunFlags(e *env, args []string) (*runFlags, error) {
 
 // compareRecording predicts the job of a recording and compares it with
 // what the run measured, as validate does for measure.py's cases.
-func compareRecording(e *env, path string, recs []record.Record) ([]validation.Comparison, error) {
+//
+// A recording may come from anyone: a model path written in it is never
+// opened (it may name a device or a file built to cost gigabytes). The
+// recorded model is taken when it is a zoo name; otherwise model, a path
+// the user named on validate's command line, stands for it.
+func compareRecording(e *env, path string, recs []record.Record, model string) ([]validation.Comparison, error) {
 	s := record.Summarize(recs)
 	rf, err := parseRunFlags(&env{stdin: e.stdin, stdout: io.Discard, stderr: io.Discard}, recs[0].Args)
 	if err != nil {
 		return nil, fmt.Errorf("%s: the recorded flags %q: %w", path, recs[0].Args, err)
 	}
+	if model != "" {
+		rf.job.model = model
+	} else if rf.job.model != "" {
+		if _, err := models.Lookup(rf.job.model); err != nil {
+			return nil, usagef("%s", clipMessage(fmt.Sprintf("%s: the recorded model %q is not a zoo name, and validate opens no path a recording names: give the model as --model PATH", path, rf.job.model)))
+		}
+		rf.job.zooOnly = true
+	}
 	switch {
 	case rf.job.model == "":
 		return nil, fmt.Errorf("%s: recorded without --model, so there is no job to predict (record with 'batchfit run --model MODEL ... -- COMMAND')", path)
-	case s.PeakAllocated == nil:
+	case s.PeakAllocated == nil || s.PeakReserved == nil:
 		return nil, fmt.Errorf("%s: the run reported no CUDA figures (it ran on the CPU or never stepped an optimizer): nothing to compare", path)
+	case *s.PeakAllocated < 0 || *s.PeakReserved < 0:
+		// torch.cuda.max_memory_allocated and max_memory_reserved count
+		// bytes: a negative one was not written by PyTorch
+		return nil, fmt.Errorf("%s: the steps' \"max_allocated\" (largest %d) and \"max_reserved\" (largest %d) must not be negative", path, *s.PeakAllocated, *s.PeakReserved)
 	}
 	r, err := runRequest(&rf.job, rf.set, s)
 	if err != nil {

@@ -52,7 +52,7 @@ func fileKind(path string) string {
 // compareWatch reads a 'batchfit watch --out' file and compares every
 // process in it that 'batchfit run --model' started: the recording that
 // run would have written, rebuilt from what watch saw of it.
-func compareWatch(e *env, path string) ([]validation.Comparison, error) {
+func compareWatch(e *env, path, model string) ([]validation.Comparison, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
@@ -102,7 +102,7 @@ func compareWatch(e *env, path string) ([]validation.Comparison, error) {
 	}
 	var cs []validation.Comparison
 	for _, pid := range order {
-		c, err := compareRecording(e, fmt.Sprintf("%s (process %d)", path, pid), procs[pid].recs)
+		c, err := compareRecording(e, fmt.Sprintf("%s (process %d)", path, pid), procs[pid].recs, model)
 		if err != nil {
 			return nil, err
 		}
@@ -118,6 +118,7 @@ func runValidate(e *env, args []string) error {
 	stdout, stderr := e.stdout, e.stderr
 	fs := newFlagSet("validate", stderr, validateUsage)
 	asJSON := fs.Bool("json", false, "print JSON")
+	model := fs.String("model", "", "the model of a recording's job, a path (a .yaml, .onnx, .bfgraph, config.json or model directory): a path written inside a recording is never opened, a zoo name there is taken")
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return err
@@ -132,14 +133,17 @@ func runValidate(e *env, args []string) error {
 		if err != nil {
 			return err
 		}
-		if cs, err = compareRecording(e, pos[0], recs); err != nil {
+		if cs, err = compareRecording(e, pos[0], recs, *model); err != nil {
 			return err
 		}
 	case "gpus":
-		if cs, err = compareWatch(e, pos[0]); err != nil {
+		if cs, err = compareWatch(e, pos[0], *model); err != nil {
 			return err
 		}
 	default:
+		if *model != "" {
+			return usagef("--model is for a recording of 'batchfit run' or 'batchfit watch'; a measure.py file names its cases' models")
+		}
 		m, err := validation.Load(pos[0])
 		if err != nil {
 			return err
