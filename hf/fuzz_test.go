@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -59,6 +60,15 @@ func FuzzLoadConfig(f *testing.F) {
 	}
 	f.Add([]byte(`{"model_type": "vit"}`))
 	f.Add([]byte(`[]`))
+	// hostile shapes: a 900 KB model_type, zero, negative, huge and
+	// non-finite sizes, a deep document
+	f.Add(mustJSON(f, with(tinyLlama(), "model_type", strings.Repeat("x", 900<<10))))
+	f.Add(mustJSON(f, with(tinyLlama(), "num_hidden_layers", 0, "hidden_size", 0)))
+	f.Add(mustJSON(f, with(tinyLlama(), "num_hidden_layers", -1, "vocab_size", -5)))
+	f.Add(mustJSON(f, with(tinyLlama(), "hidden_size", 1e300, "max_position_embeddings", 9223372036854775807)))
+	f.Add(mustJSON(f, with(tinyViT(), "image_size", 0, "patch_size", 0)))
+	f.Add([]byte(`{"model_type": "llama", "hidden_size": NaN, "rope_scaling": {"factor": Infinity}}`))
+	f.Add([]byte(strings.Repeat(`{"a":`, 100000) + "1" + strings.Repeat("}", 100000)))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		c, err := ParseConfig(data, "fuzz/config.json")
 		if err != nil {

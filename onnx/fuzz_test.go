@@ -7,6 +7,7 @@ import (
 
 	"github.com/batchfit/batchfit/models"
 	"github.com/batchfit/batchfit/onnx"
+	"github.com/batchfit/batchfit/onnx/onnxpb"
 )
 
 // FuzzLoad: no input makes Parse or Build panic.
@@ -25,6 +26,20 @@ func FuzzLoad(f *testing.F) {
 	f.Add(padModel().bytes(f))
 	f.Add([]byte{})
 	f.Add([]byte("\x08\x07\x3a\x00"))
+	// hostile shapes: an opset no exporter writes, a Conv with zero
+	// strides, negative pads, a kernel larger than its input
+	conv := func(opset int64, attrs ...*onnxpb.AttributeProto) []byte {
+		return newModel(opset).input("img", tFloat, "batch", 3, 8, 8).
+			weight("conv.weight", 4, 3, 3, 3).
+			node("Conv", "/conv/Conv", ins("img", "conv.weight"), ins("c"), attrs...).
+			output("c").bytes(f)
+	}
+	f.Add(conv(1000))
+	f.Add(conv(14, aInts("strides", 0, 0)))
+	f.Add(conv(14, aInts("strides", -1, -1)))
+	f.Add(conv(14, aInts("pads", -5, -5, -5, -5)))
+	f.Add(conv(14, aInts("kernel_shape", 99, 99)))
+	f.Add(conv(14, aInts("dilations", 1<<40, 1<<40)))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		m, err := onnx.Parse(data, "fuzz.onnx")
 		if err != nil {

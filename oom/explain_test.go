@@ -175,6 +175,11 @@ func FuzzParse(f *testing.F) {
 		msgLegacyCached, msgFragmented, msgTooLarge, msgOthers,
 		wrap(msgCurrentFull, 60, true), traceback(3, msgLegacySeed),
 		"CUDA out of memory. Tried to allocate", "", "CUDA error: out of memory",
+		// hostile shapes: a device index past int64, sizes past any GPU,
+		// negative and non-finite figures
+		"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB. GPU 99999999999999999999 has a total capacity of 14.75 GiB of which 3.06 MiB is free.",
+		"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1e20 GiB. GPU 0 has a total capacity of 1e308 GiB of which -5.00 MiB is free.",
+		"CUDA out of memory. Tried to allocate nan MiB (GPU 0; inf GiB total capacity; -1.00 GiB already allocated; 0 bytes free; 99999999999999999999.00 GiB reserved in total by PyTorch)",
 	} {
 		f.Add(s)
 	}

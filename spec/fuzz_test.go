@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -26,6 +27,20 @@ func FuzzParse(f *testing.F) {
 		"input: {shape: [seq], dtype: int64}\nlayers:\n  - embedding: {num: 9, dim: 4}\n  - attention: 2\n",
 		"input: [3, 8, 8]\nloss: mse\nlayers:\n  - conv2d: {out: 2, kernel: [3, 1], padding: same}\n  - maxpool2d: {kernel: 2, ceil_mode: true}\n",
 		"input: [8]\nparams: {n: 3}\nlayers:\n  - repeat: $n * 2 - 1\n    block: [linear: 8, {residual: [layernorm]}]\n",
+	} {
+		f.Add([]byte(s))
+	}
+	// hostile shapes: zero, negative, huge and non-finite sizes, aliases
+	// that multiply (each level names the last twice), deep nesting
+	for _, s := range []string{
+		"input: [0]\nlayers: [linear: 0]\n",
+		"input: [-8]\nlayers: [linear: -2]\n",
+		"input: [8]\nlayers: [linear: 9223372036854775807]\n",
+		"input: [8]\nlayers: [{dropout: .nan}, {linear: .inf}]\n",
+		"input: [8]\nlayers:\n  - repeat: 1000000000\n    block: [linear: 8]\n",
+		"input: [8]\nparams: {n: 1e308}\nlayers:\n  - repeat: $n * $n\n    block: [linear: 8]\n",
+		"a: &a [x, x]\nb: &b [*a, *a]\nc: &c [*b, *b]\nd: &d [*c, *c]\ne: &e [*d, *d]\ninput: [8]\nlayers: [linear: 8]\n",
+		"input: [8]\nlayers: " + strings.Repeat("[", 10000) + strings.Repeat("]", 10000) + "\n",
 	} {
 		f.Add([]byte(s))
 	}
