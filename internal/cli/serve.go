@@ -611,8 +611,17 @@ func (s *server) readBody(ctx context.Context, w http.ResponseWriter, r *http.Re
 	if rate <= 0 {
 		rate = defaultMinBodyRate
 	}
-	r.Body = http.MaxBytesReader(w, &paceReader{r: r.Body, ctx: ctx, rc: rc, start: time.Now(), grace: grace, rate: rate}, s.opts.maxUpload)
-	return s.read(ctx, r, ep)
+	pace := &paceReader{r: r.Body, ctx: ctx, rc: rc, start: time.Now(), grace: grace, rate: rate}
+	r.Body = http.MaxBytesReader(w, pace, s.opts.maxUpload)
+	req, err = s.read(ctx, r, ep)
+	if err != nil && pace.slow {
+		// The parser that met the slow body (a multipart part's header,
+		// read through a bufio.Reader) may hand on another error, or
+		// none but the context the deadline's passing cancelled: the
+		// body was too slow, whatever came of it.
+		err = errSlowBody
+	}
+	return req, err
 }
 
 // A body must arrive at defaultMinBodyRate after defaultBodyGrace: a
@@ -639,6 +648,8 @@ type paceReader struct {
 	grace time.Duration
 	rate  int64
 	n     int64
+	// slow: the body fell behind the rate, and stopped being read.
+	slow bool
 }
 
 func (p *paceReader) Read(b []byte) (int, error) {
@@ -647,6 +658,7 @@ func (p *paceReader) Read(b []byte) (int, error) {
 	}
 	due := p.start.Add(p.grace + time.Duration(p.n+1)*time.Second/time.Duration(p.rate))
 	if time.Now().After(due) {
+		p.slow = true
 		return 0, errSlowBody
 	}
 	// Where the connection takes no deadline (not HTTP/1), the rate
@@ -659,6 +671,7 @@ func (p *paceReader) Read(b []byte) (int, error) {
 		// ctx: the rate's deadline is told from ctx's own end (which
 		// moves the deadline to now) by the time.
 		if errors.Is(err, os.ErrDeadlineExceeded) && !time.Now().Before(due) {
+			p.slow = true
 			return n, errSlowBody
 		}
 		if p.ctx.Err() != nil {
