@@ -29,8 +29,12 @@ import (
 // needs less, so the figure errs towards more memory; FFT kernels can
 // need more and are not covered (docs/accuracy.md says so). Both paths
 // catch an out-of-memory error for the workspace and try the next
-// algorithm, so a workspace never fails a step by itself, but its
-// allocation does count while it lives.
+// algorithm (Conv_v7.cpp AlgoIterator::try_all, Conv_v8.cpp try_configs
+// and try_plans), caching the one that ran per configuration, so a
+// workspace never fails a step. Each workspace allocation is therefore
+// marked to fall back (trace.Event.Fallback) under its benchmark-cache
+// entry, and the allocator's replay decides, as PyTorch does at run time,
+// whether the bound's workspace is taken or none (cudnnKernel).
 //
 // With torch.backends.cudnn.benchmark, the first time a configuration is
 // seen (the benchmark cache key: shapes, strides, padding, dtype, layout)
