@@ -269,17 +269,7 @@ func generateToy(t *testing.T, tc models.TransformerConfig, gen Generation, prec
 //	+4 → 3916, those two go → 3784, then the old loss and logits (the old
 //	output, rebound) → 3652.
 func TestEvalReturnedLogits(t *testing.T) {
-	b := graph.NewBuilder("mlp-returned")
-	x := b.Input("x", graph.Shape{4, 16}, graph.F32)
-	y := b.Target("y", graph.Shape{4}, graph.I64)
-	h := b.Act(graph.ReLU, "relu", b.Linear("fc1", x, 32, true), false)
-	logits := b.Linear("head", h, 8, true)
-	b.Return(logits)
-	b.CrossEntropy("loss", logits, y)
-	g, err := b.Graph()
-	if err != nil {
-		t.Fatal(err)
-	}
+	g := returnedMLP(t, 4, 16, 32, 8)
 	for _, c := range []struct {
 		forwards  int
 		peak, end int64
@@ -346,4 +336,23 @@ func TestEvalAutocastRegion(t *testing.T) {
 			}
 		})
 	}
+}
+
+// returnedMLP is Linear(in, hidden) → ReLU → Linear(hidden, classes) on a
+// batch of n, whose logits the model returns beside the cross-entropy
+// loss, as a transformers model returns them (graph.Builder.Return).
+func returnedMLP(t *testing.T, n, in, hidden, classes int64) *graph.Graph {
+	t.Helper()
+	b := graph.NewBuilder("mlp-returned")
+	x := b.Input("x", graph.Shape{n, in}, graph.F32)
+	y := b.Target("y", graph.Shape{n}, graph.I64)
+	h := b.Act(graph.ReLU, "relu", b.Linear("fc1", x, hidden, true), false)
+	logits := b.Linear("head", h, classes, true)
+	b.Return(logits)
+	b.CrossEntropy("loss", logits, y)
+	g, err := b.Graph()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
 }

@@ -2,8 +2,6 @@ package train
 
 import (
 	"testing"
-
-	"github.com/batchfit/batchfit/graph"
 )
 
 // Setup.KeepOutput: the loop's output = model(...) holds the returned
@@ -22,17 +20,7 @@ import (
 //	both held (+256), is below it by more than the two gradients
 //	(2·128 B) that the backward adds, so the peak stays where it was.
 func TestKeepOutputHoldsLogits(t *testing.T) {
-	b := graph.NewBuilder("mlp-returned")
-	x := b.Input("x", graph.Shape{16, 4}, graph.F32)
-	y := b.Target("y", graph.Shape{16}, graph.I64)
-	h := b.Act(graph.ReLU, "relu", b.Linear("linear", x, 8, true), false)
-	logits := b.Linear("head", h, 2, true)
-	b.Return(logits)
-	b.CrossEntropy("loss", logits, y)
-	g, err := b.Graph()
-	if err != nil {
-		t.Fatal(err)
-	}
+	g := returnedMLP(t, 16, 4, 8, 2)
 	run := func(keep bool) (peak, end int64) {
 		tr, _, err := Simulate(g, Setup{CPU: true, Profile: mustProfile(t, "2.5"), Optimizer: Optimizer{Kind: SGD}, Steps: 2, KeepOutput: keep})
 		if err != nil {
