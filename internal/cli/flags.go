@@ -598,7 +598,7 @@ func (j *jobFlags) requestFor(src predict.Source) (predict.Request, error) {
 		return r, usageError{err}
 	}
 	if j.cuda != "" {
-		eager, err := eagerModuleLoading(j.cuda)
+		eager, err := profile.EagerModuleLoading(j.cuda)
 		if err != nil {
 			return r, usagef("--cuda: %v", err)
 		}
@@ -776,18 +776,4 @@ func (j *jobFlags) inference() (*predict.Inference, error) {
 	}
 	in.NewTokens, in.Beams = j.newTokens, j.beams
 	return in, nil
-}
-
-// eagerModuleLoading reads a CUDA runtime version (torch.version.cuda,
-// "11.3") and says whether it loads every kernel at start-up: lazy module
-// loading came with CUDA 11.7, and PyTorch turns it on from 1.13 (pull
-// request 86509).
-func eagerModuleLoading(v string) (bool, error) {
-	major, minor, ok := strings.Cut(strings.TrimSpace(v), ".")
-	ma, err1 := strconv.Atoi(major)
-	mi, err2 := strconv.Atoi(strings.SplitN(minor, ".", 2)[0])
-	if !ok || err1 != nil || err2 != nil || ma < 1 || mi < 0 {
-		return false, fmt.Errorf("%q: want a CUDA version such as 11.3 or 12.1", v)
-	}
-	return ma < 11 || (ma == 11 && mi < 7), nil
 }

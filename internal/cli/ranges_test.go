@@ -1,10 +1,13 @@
 package cli
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/batchfit/batchfit/gpu"
 )
 
 // Bad numbers on the command line are usage errors (exit 2) that name the
@@ -143,6 +146,44 @@ func TestValidateImpossibleCase(t *testing.T) {
 		out, errs, code := run("validate", p)
 		if code == 0 || !strings.Contains(errs, p) || !strings.Contains(errs, c.field) || strings.Contains(out, "%") {
 			t.Errorf("%s: exit %d, %q %q; want a refusal naming %s and %s", c.name, code, errs, out, p, c.field)
+		}
+	}
+}
+
+// --cuda: a build for a CUDA runtime before 11.7 has the eager context
+// (gpu.EagerContextSize) in place of the GPU family's lazy one; 11.7 and
+// later change nothing; a 2.x release has no such build, and a version
+// that is not one is a usage error.
+func TestCUDAEagerContext(t *testing.T) {
+	ctx := func(args ...string) int64 {
+		t.Helper()
+		out, errs, code := run(append([]string{"estimate", "resnet18", "--batch", "8", "--gpu", "a100-40gb", "--json"}, args...)...)
+		if code != 0 {
+			t.Fatalf("%v: exit %d: %s", args, code, errs)
+		}
+		var e EstimateJSON
+		if err := json.Unmarshal([]byte(out), &e); err != nil {
+			t.Fatal(err)
+		}
+		return e.ContextBytes
+	}
+	a100, err := gpu.Lookup("a100-40gb")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lazy := ctx("--torch", "1.13")
+	if got := ctx("--torch", "1.13", "--cuda", "11.3") - lazy; got != gpu.EagerContextSize-a100.ContextSize {
+		t.Errorf("--cuda 11.3 adds %d bytes to the context, want %d", got, gpu.EagerContextSize-a100.ContextSize)
+	}
+	if got := ctx("--torch", "1.13", "--cuda", "11.7"); got != lazy {
+		t.Errorf("--cuda 11.7: context %d, want the lazy %d", got, lazy)
+	}
+	if got := ctx("--torch", "1.13", "--cuda", "11.3", "--context", "1GiB") - ctx("--torch", "1.13", "--context", "1GiB"); got != 0 {
+		t.Errorf("--context given: --cuda 11.3 moves it by %d bytes", got)
+	}
+	for _, args := range [][]string{{"--cuda", "11.3"}, {"--torch", "1.13", "--cuda", "eleven"}} {
+		if _, errs, code := run(append([]string{"estimate", "resnet18", "--gpu", "a100-40gb"}, args...)...); code != 2 || !strings.Contains(errs, "--cuda") {
+			t.Errorf("%v: exit %d: %s", args, code, errs)
 		}
 	}
 }
