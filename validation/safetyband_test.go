@@ -2,6 +2,7 @@ package validation_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"math"
 	"strconv"
@@ -272,5 +273,53 @@ func TestSafetyBandHelpers(t *testing.T) {
 	})
 	if len(dev) != 3 || dev[0] != -0.05 || dev[1] != -0.12 || dev[2] != -0.07 || len(res) != 2 {
 		t.Errorf("bandErrors: device %v, reserved %v", dev, res)
+	}
+}
+
+// FailureBound's margin is the largest at which the failed batch still
+// fits: it fits at that share of the GPU and not at a step of the
+// bisection (a two-thousandth of the GPU) beyond it. A case with no
+// failed batch says nothing.
+func TestFailureBound(t *testing.T) {
+	cases, err := validation.LoadGPUCorpus(safetyCorpusDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checked := 0
+	for _, c := range cases {
+		b, _, ok, err := validation.FailureBound(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.FailedBatch() == 0 && ok {
+			t.Errorf("%s: a bound without a failed batch", c.ID)
+		}
+		if !ok {
+			continue
+		}
+		checked++
+		args := c.ResolvedArgs()
+		for i := range args {
+			if args[i] == "--batch" {
+				args[i+1] = strconv.FormatInt(c.FailedBatch(), 10)
+			}
+		}
+		r, err := validation.EstimateRequest(args)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fits := func(share float64) bool {
+			rm := r
+			rm.Margin = int64(share * float64(r.GPU.Capacity))
+			res, err := predict.Run(context.Background(), rm)
+			return err == nil && res.Fits
+		}
+		if !fits(-b) || fits(-b+2.0/2000) {
+			t.Errorf("%s: batch %d fits at %.3f %% of the GPU held back %v, at %.3f %% %v; want yes, then no",
+				c.ID, c.FailedBatch(), -100*b, fits(-b), 100*(-b+2.0/2000), fits(-b+2.0/2000))
+		}
+	}
+	if checked == 0 {
+		t.Error("no failed batch in the corpus gave a bound")
 	}
 }
