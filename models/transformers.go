@@ -133,6 +133,17 @@ type TransformerConfig struct {
 	// not modelled.
 	ProblemType string
 
+	// Head is the task head in place of the language-model head ("": the
+	// class named above for each model type): HeadSequenceClassification,
+	// HeadTokenClassification or HeadQuestionAnswering (see
+	// transformers_heads.go for the classes and which model types have
+	// them). NumLabels sizes its classifier as for vit, ProblemType picks
+	// a sequence classifier's loss, and ClassifierDropoutP is the dropout
+	// before a BERT-family classifier (classifier_dropout, else
+	// hidden_dropout_prob).
+	Head               string
+	ClassifierDropoutP float64
+
 	// AttnImpl is attn_implementation: "sdpa" (default) or "eager" (each
 	// model's eager_attention_forward: matmul, softmax, dropout, matmul).
 	// T5 is always eager: its attention adds a learned position bias,
@@ -206,6 +217,9 @@ func BuildTransformer(name string, tc TransformerConfig, c Config) (*graph.Graph
 		return nil, fmt.Errorf("building %s: %w", name, err)
 	}
 	if err := tc.check(arch, c); err != nil {
+		return nil, fmt.Errorf("building %s: %w", name, err)
+	}
+	if err := tc.checkHead(c); err != nil {
 		return nil, fmt.Errorf("building %s: %w", name, err)
 	}
 	if c.Decode != nil {

@@ -3,7 +3,8 @@ package models
 import "github.com/batchfit/batchfit/graph"
 
 // bert builds BertForMaskedLM, or RobertaForMaskedLM for Arch "roberta"
-// (modeling_bert.py, modeling_roberta.py). Neither has a pooler.
+// (modeling_bert.py, modeling_roberta.py). Neither has a pooler. With a
+// Head the encoder carries that head instead (transformers_heads.go).
 //
 //	embeddings: word(input_ids) + token_type(token_type_ids) + position(position_ids),
 //	            LayerNorm, dropout. BERT: position_ids = the position_ids buffer [:, :L];
@@ -28,7 +29,12 @@ func (t *hfBuilder) bert() {
 	}
 	E, V := tc.Hidden, tc.VocabSize
 	ids := b.Input("input_ids", graph.Shape{t.B, t.L}, graph.I64)
-	labels := b.Target("labels", graph.Shape{t.B, t.L}, graph.I64)
+	labels, tg := graph.None, headTargets{}
+	if tc.Head == "" {
+		labels = b.Target("labels", graph.Shape{t.B, t.L}, graph.I64)
+	} else {
+		tg = t.headTargets()
+	}
 	var word, h graph.TensorID
 	b.Scope(prefix, func() {
 		b.Scope("embeddings", func() {
@@ -62,6 +68,10 @@ func (t *hfBuilder) bert() {
 			}
 		})
 	})
+	if tc.Head != "" {
+		t.encoderHead(prefix, h, tg)
+		return
+	}
 	var logits graph.TensorID
 	headScope, norm := "cls.predictions", "LayerNorm"
 	if roberta {

@@ -13,6 +13,8 @@ import "github.com/batchfit/batchfit/graph"
 //	model.norm
 //	lm_head on hidden_states[:, 0:, :]; ForCausalLMLoss
 //
+// (or, with Head, *ForSequenceClassification's score: transformers_heads.go)
+//
 // The norms are b.RMSNorm, one op. LlamaRMSNorm (also Mistral, Qwen2, Phi3)
 // is not fused; its forward is
 //
@@ -39,8 +41,13 @@ func (t *hfBuilder) llama() {
 		// receives, which require grad (their gradient is sent back)
 		ids = b.Received("hidden_states", graph.Shape{t.B, t.L / max(t.sp, 1), tc.Hidden})
 	}
+	tg := headTargets{}
 	if t.last && t.dec == nil {
-		labels = b.Target("labels", graph.Shape{t.B, t.L}, graph.I64)
+		if tc.Head == "" {
+			labels = b.Target("labels", graph.Shape{t.B, t.L}, graph.I64)
+		} else {
+			tg = t.headTargets()
+		}
 	}
 	rot := tc.headDim()
 	var embed, h graph.TensorID
@@ -80,6 +87,12 @@ func (t *hfBuilder) llama() {
 	if !t.last {
 		// the stage's output is sent on; its gradient comes back
 		b.Output(h)
+		return
+	}
+	if tc.Head != "" {
+		// *ForSequenceClassification: no lm_head (a tied one has nothing
+		// to share), the score head on the normed hidden states
+		t.decoderHead(h, tg)
 		return
 	}
 	head := embed
