@@ -37,10 +37,14 @@ type Config struct {
 	// ModelType is config.json's model_type.
 	ModelType string
 	// Architectures is config.json's architectures: the class the
-	// checkpoint was saved from. The graph is always the class batchfit
-	// trains (see models.BuildTransformer): *ForCausalLM,
+	// checkpoint was saved from, and the class the graph is built as
+	// (Transformer.Head): the language-model class (*ForCausalLM,
 	// BertForMaskedLM, RobertaForMaskedLM, T5ForConditionalGeneration,
-	// ViTForImageClassification.
+	// ViTForImageClassification; also when architectures is absent or
+	// names the headless base model), or a task class models builds for
+	// the model type (BERT and RoBERTa sequence and token classification
+	// and question answering, the Llama family's sequence
+	// classification). Any other class is refused by name.
 	Architectures []string
 	// TorchDType is torch_dtype (transformers 5 writes dtype): the
 	// checkpoint's storage type, "" when absent. It is not the training
@@ -111,6 +115,8 @@ func ParseConfig(data []byte, name string) (*Config, error) {
 	c.Transformer = fam.parse(f, mt, c)
 	c.Transformer.Arch = mt
 	c.Architectures = f.strings("architectures")
+	c.Transformer.Head = parseHead(f, mt, c)
+	parseHeadFields(f, mt, c)
 	c.TorchDType = f.str("torch_dtype", "")
 	if c.TorchDType == "" {
 		c.TorchDType = f.str("dtype", "")

@@ -185,9 +185,10 @@ func (m *Model) Range(d models.Dim, c models.Config) models.Range {
 	return m.Config.Transformer.Range(d, c)
 }
 
-// className is the transformers class the graph follows.
-func (c *Config) className() string {
-	switch c.ModelType {
+// lmClassName is the transformers class batchfit builds for model_type mt
+// when the config asks for no task head (see Config.Architectures).
+func lmClassName(mt string) string {
+	switch mt {
 	case "bert":
 		return "BertForMaskedLM"
 	case "roberta":
@@ -207,7 +208,7 @@ func (c *Config) className() string {
 	case "vit":
 		return "ViTForImageClassification"
 	}
-	return strings.ToUpper(c.ModelType[:1]) + c.ModelType[1:] + "ForCausalLM"
+	return strings.ToUpper(mt[:1]) + mt[1:] + "ForCausalLM"
 }
 
 func dominant(bytes map[string]int64) string {
@@ -335,7 +336,7 @@ func matchName(name, pattern string) bool {
 // masked-LM class lacks, ViT's pooler, T5's unused cross-attention bias,
 // and second copies of tied weights).
 func (c *Config) Count(ck *Checkpoint) *Tally {
-	rules := countRulesByType[c.ModelType]
+	rules := c.countRules()
 	t := &Tally{Bytes: map[string]int64{}}
 	type loc struct {
 		file string
