@@ -138,3 +138,20 @@ func TestCountPooler(t *testing.T) {
 		}
 	}
 }
+
+// The report names the class built and the config's notes.
+func TestModelNoteClass(t *testing.T) {
+	dir := modelDir(t, with(tinyLlama(), "architectures", []any{"LlamaForSequenceClassification"}), nil)
+	m, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"LlamaForSequenceClassification from ", "pad_token_id is not set"} {
+		if n := m.Note(); !strings.Contains(n, want) {
+			t.Errorf("note %q lacks %q", n, want)
+		}
+	}
+	if len(m.Notes()) != 1 {
+		t.Errorf("notes %q, want the pad_token_id one", m.Notes())
+	}
+}

@@ -1,15 +1,29 @@
 package hf
 
-import "fmt"
+import (
+	"fmt"
+	"strings"
+)
 
-// Note describes the checkpoint behind the model for reports: its stored
-// dtype and that its parameter count agreed with the config.
+// Note describes the model behind the graph for reports: the transformers
+// class built (from architectures), the checkpoint's stored dtype and that
+// its parameter count agreed with the config, then the config's notes.
 func (m *Model) Note() string {
-	if m.Checkpoint == nil || m.StoredDType == "" {
-		return fmt.Sprintf("from %s (config only, no weights read)", m.Config.Path)
+	var s string
+	switch {
+	case m.Checkpoint == nil || m.StoredDType == "":
+		s = fmt.Sprintf("%s from %s (config only, no weights read)", m.Config.className(), m.Config.Path)
+	case m.Config.Quant != nil:
+		s = fmt.Sprintf("%s from %s: checkpoint stores %s in %d bytes of tensors (quantized pieces as the format stores them, matching the config), %d parameters", m.Config.className(), m.Config.Path, m.Config.Quant, m.StoredBytes, m.ParamCount)
+	default:
+		s = fmt.Sprintf("%s from %s: checkpoint stored as %s, %d parameters in its safetensors headers, matching the config", m.Config.className(), m.Config.Path, m.StoredDType, m.ParamCount)
 	}
-	if q := m.Config.Quant; q != nil {
-		return fmt.Sprintf("from %s: checkpoint stores %s in %d bytes of tensors (quantized pieces as the format stores them, matching the config), %d parameters", m.Config.Path, q, m.StoredBytes, m.ParamCount)
+	if ns := m.Notes(); len(ns) > 0 {
+		s += "; " + strings.Join(ns, "; ")
 	}
-	return fmt.Sprintf("from %s: checkpoint stored as %s, %d parameters in its safetensors headers, matching the config", m.Config.Path, m.StoredDType, m.ParamCount)
+	return s
 }
+
+// Notes are the config's facts that the graph does not model or that
+// decided it (Config.Notes), for reports that list notes one by one.
+func (m *Model) Notes() []string { return append([]string(nil), m.Config.Notes...) }
