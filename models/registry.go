@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"unicode"
 
 	"github.com/batchfit/batchfit/graph"
 	"github.com/batchfit/batchfit/suggest"
@@ -189,8 +190,10 @@ func All() []Model {
 	return ms
 }
 
-// Lookup finds a model by name (case-insensitive; "-" and "_" and "." are
-// interchangeable). An unknown name gets an error naming the nearest ones.
+// Lookup finds a model by its name (case-insensitive; "-" and "_" and "."
+// are interchangeable). Only the whole name names a model: a prefix is
+// answered with an error listing the names it begins (see unknownModel),
+// so that "Llama-3-7" is never taken for Llama-3-70B without a word.
 func Lookup(name string) (Model, error) {
 	key := strings.ToLower(name)
 	if m, ok := registry[key]; ok {
@@ -202,26 +205,95 @@ func Lookup(name string) (Model, error) {
 			return m, nil
 		}
 	}
-	// A unique prefix names one model unambiguously ("Mistral-7B" for
-	// "Mistral-7B-v0.1").
-	var prefixed []Model
-	for k, m := range registry {
-		if len(norm) >= 4 && strings.HasPrefix(normalize(k), norm) {
-			prefixed = append(prefixed, m)
-		}
-	}
-	if len(prefixed) == 1 {
-		return prefixed[0], nil
-	}
-	names := make([]string, 0, len(registry))
+	return Model{}, unknownModel(name)
+}
+
+// maxSuggest bounds the names an unknown model's error lists.
+const maxSuggest = 6
+
+// unknownModel is the error for a name that is no zoo model. It suggests,
+// in this order, the names that begin with it, the names that contain it,
+// and the nearest names of its family (the name's leading letters:
+// "resnet" for resnet5O, "mixtral" for mixtral-8x7b); a family the zoo
+// lacks is said to be missing rather than answered with a look-alike of
+// another family (mixtral is not the dense mistral). A family counts as
+// the same when it is spelt with one letter transposed, dropped or added
+// ("lalma", "lama"), not one changed letter, which makes another name.
+func unknownModel(name string) error {
+	norm := normalize(name)
+	var names []string
 	for _, m := range registry {
 		names = append(names, m.Name)
 	}
-	near := Nearest(name, names, 3)
-	if len(near) == 0 {
-		return Model{}, fmt.Errorf("unknown model %q (see 'batchfit models')", name)
+	sort.Strings(names)
+	var prefixed, containing []string
+	for _, n := range names {
+		switch nn := normalize(n); {
+		case norm == "":
+		case strings.HasPrefix(nn, norm):
+			prefixed = append(prefixed, n)
+		case strings.Contains(nn, norm):
+			containing = append(containing, n)
+		}
 	}
-	return Model{}, fmt.Errorf("unknown model %q; did you mean %s? (see 'batchfit models')", name, strings.Join(quote(near), ", "))
+	near := prefixed
+	if len(near) == 0 {
+		near = containing
+	}
+	fam := family(name)
+	if len(near) == 0 && fam != "" {
+		var same []string
+		for _, n := range names {
+			if sameFamily(fam, family(n)) {
+				same = append(same, n)
+			}
+		}
+		sort.SliceStable(same, func(i, j int) bool {
+			return suggest.Distance(norm, normalize(same[i])) < suggest.Distance(norm, normalize(same[j]))
+		})
+		near = same
+		if len(near) == 0 && len(fam) <= 32 {
+			return fmt.Errorf("unknown model %q: the zoo has no %s models (see 'batchfit models'; a Hugging Face config.json or model directory builds others)", name, fam)
+		}
+	}
+	if len(near) == 0 {
+		return fmt.Errorf("unknown model %q (see 'batchfit models')", name)
+	}
+	list := quote(near)
+	if len(list) > maxSuggest {
+		list = append(list[:maxSuggest:maxSuggest], fmt.Sprintf("and %d more", len(near)-maxSuggest))
+	}
+	return fmt.Errorf("unknown model %q; did you mean %s? (see 'batchfit models')", name, strings.Join(list, ", "))
+}
+
+// family is a model name's leading letters, lower-cased: "llama" for
+// Llama-3-8B, "resnet" for resnet50, "convnext" for convnext_tiny.
+func family(name string) string {
+	i := strings.IndexFunc(name, func(r rune) bool { return !unicode.IsLetter(r) })
+	if i < 0 {
+		i = len(name)
+	}
+	return strings.ToLower(name[:i])
+}
+
+// sameFamily reports whether families a and b are one word, b perhaps
+// misspelt by one transposition, insertion or deletion.
+func sameFamily(a, b string) bool {
+	if a == b {
+		return true
+	}
+	if len(a) < 3 || len(b) < 3 || suggest.Distance(a, b) != 1 {
+		return false
+	}
+	if len(a) != len(b) {
+		return true // one letter added or dropped
+	}
+	// equal lengths one edit apart: a transposition keeps the letters, a
+	// substitution (mixtral, mistral) changes them
+	ra, rb := []byte(a), []byte(b)
+	sort.Slice(ra, func(i, j int) bool { return ra[i] < ra[j] })
+	sort.Slice(rb, func(i, j int) bool { return rb[i] < rb[j] })
+	return string(ra) == string(rb)
 }
 
 func normalize(s string) string { return suggest.Normalize(s) }

@@ -6,22 +6,48 @@ import (
 )
 
 func TestLookup(t *testing.T) {
-	for in, want := range map[string]string{"resnet50": "resnet50", "RESNET-50": "resnet50", "vit-b-16": "vit_b_16", "Mistral-7B": "Mistral-7B-v0.1", "llama-3-8b": "Llama-3-8B"} {
+	for in, want := range map[string]string{"resnet50": "resnet50", "RESNET-50": "resnet50", "vit-b-16": "vit_b_16", "mistral-7b-v0.1": "Mistral-7B-v0.1", "llama-3-8b": "Llama-3-8B"} {
 		m, err := Lookup(in)
 		if err != nil || m.Name != want {
 			t.Errorf("Lookup(%q) = %q, %v; want %q", in, m.Name, err, want)
 		}
 	}
-	// "resnet" is a prefix of several models: ambiguous, so an error with
-	// suggestions rather than a guess.
-	if _, err := Lookup("resnet"); err == nil {
-		t.Error("Lookup(resnet): want an error, the prefix is ambiguous")
-	}
-	if _, err := Lookup("resnet5O"); err == nil || !strings.Contains(err.Error(), `"resnet50"`) {
-		t.Errorf("Lookup(resnet5O): %v", err)
-	}
 	if err := Check(); err != nil {
 		t.Error(err)
+	}
+}
+
+// Only whole names name a model. A prefix, even of one model only, is an
+// error that lists the names it begins; then names that contain it; then
+// the nearest of its family; a family the zoo lacks is said to be missing
+// (mixtral is a mixture of experts, not the dense Mistral-7B).
+func TestLookupUnknown(t *testing.T) {
+	for _, c := range []struct {
+		in, want string
+		not      string // a name the message must not suggest
+	}{
+		{"resnet5", `unknown model "resnet5"; did you mean "resnet50"?`, "wide_resnet50_2"},
+		{"Llama-3-7", `unknown model "Llama-3-7"; did you mean "Llama-3-70B"?`, ""},
+		{"Mistral-7B", `did you mean "Mistral-7B-v0.1"?`, ""},
+		{"resnet", `did you mean "resnet101", "resnet152", "resnet18", "resnet34", "resnet50"?`, "wide_resnet50_2"},
+		{"vgg1", `"vgg11", "vgg11_bn", "vgg13", "vgg13_bn", "vgg16", "vgg16_bn", and 2 more?`, ""},
+		{"uncased", `did you mean "bert-base-uncased", "bert-large-uncased"?`, ""},
+		{"resnet5O", `unknown model "resnet5O"; did you mean "resnet50", `, ""},
+		{"lama-3-8b", `did you mean "Llama-3-8B"?`, ""},
+		{"lalma-3-8b", `did you mean "Llama-3-8B", `, ""},
+		{"mixtral", `unknown model "mixtral": the zoo has no mixtral models`, "Mistral"},
+		{"mixtral-8x7b", `the zoo has no mixtral models`, "Mistral"},
+		{"bart-base", `the zoo has no bart models`, "bert"},
+		{"12345", `unknown model "12345" (see 'batchfit models')`, ""},
+	} {
+		_, err := Lookup(c.in)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("Lookup(%q): %v, want …%s…", c.in, err, c.want)
+			continue
+		}
+		if c.not != "" && strings.Contains(err.Error(), c.not) {
+			t.Errorf("Lookup(%q): %v suggests %s", c.in, err, c.not)
+		}
 	}
 }
 

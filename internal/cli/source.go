@@ -62,6 +62,10 @@ func resolveSource(arg string) (predict.Source, error) {
 		if err != nil {
 			return nil, err
 		}
+		if z, err := models.Lookup(arg); err == nil && !looksLikePath(arg, ext) {
+			// a bare name is a path first: say so where the zoo has it too
+			m.Config.Notes = append(m.Config.Notes, fmt.Sprintf("%s is the directory here, not the zoo's %s (run from elsewhere for the zoo model)", arg, z.Name))
+		}
 		return m, nil
 	case ext == ".onnx":
 		m, err := onnx.Load(arg)
