@@ -232,6 +232,7 @@ func (v *value) setData(ti *tensorInfo) {
 
 func (cv *converter) finishNotes() {
 	m := cv.m
+	cv.noteFoldedBatchNorms()
 	if cv.evalBN {
 		m.notes = append(m.notes, "the file was exported in eval mode (BatchNormalization without training_mode): batch norm is simulated in training mode, and any dropout the export removed is not modelled")
 	}

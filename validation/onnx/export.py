@@ -56,6 +56,10 @@ Models
   decomposed into ReduceMean/Sub/Pow/Sqrt/Div/Mul/Add), batch and sequence axes dynamic.
 * ``tinyformer17``: the same at opset 17 (LayerNormalization nodes), only the batch axis
   dynamic (the exported sequence length, 16, is baked in).
+* ``convbn``: two bias-free 3×3 convolutions, each followed by BatchNorm2d and ReLU, a max pool
+  and a Linear classifier, at 32 px. ``eval/convbn.onnx`` is the same module exported with
+  torch.onnx.export's defaults (eval mode): the BatchNorms are folded into the convolutions,
+  whose new weights and biases are named ``onnx::Conv_<n>`` (see ``EVAL_DIR``).
 """
 
 import argparse
@@ -132,6 +136,14 @@ class TinyFormer(nn.Module):
         return self.head(self.ln(x)[:, 0])
 
 
+def convbn(classes=10):
+    """Two bias-free convolutions each followed by BatchNorm2d: what eval-mode export folds."""
+    return nn.Sequential(
+        nn.Conv2d(3, 16, 3, padding=1, bias=False), nn.BatchNorm2d(16), nn.ReLU(),
+        nn.Conv2d(16, 32, 3, padding=1, bias=False), nn.BatchNorm2d(32), nn.ReLU(),
+        nn.MaxPool2d(2), nn.Flatten(), nn.Linear(32 * 16 * 16, classes))
+
+
 def image(shape):
     return lambda b: torch.randn(b, *shape)
 
@@ -149,9 +161,39 @@ MODELS = {
                  {0: "batch"}, "external"),
     "mobilenet_v3_small": (lambda: torchvision.models.mobilenet_v3_small(weights=None),
                            image((3, 224, 224)), 1000, 14, {0: "batch"}, "external"),
+    "convbn": (convbn, image((3, 32, 32)), 10, 14, {0: "batch"}, "external"),
     "tinyformer": (TinyFormer, tokens, 10, 14, {0: "batch", 1: "sequence"}, "external"),
     "tinyformer17": (TinyFormer, tokens, 10, 17, {0: "batch"}, "external"),
 }
+
+
+# The eval-mode set (testdata/onnx/eval/): models of MODELS exported the way torch.onnx.export
+# does by default (training=TrainingMode.EVAL, do_constant_folding=True), which folds each
+# BatchNorm into the convolution before it (torch/onnx/utils.py _model_to_graph runs
+# _C._jit_pass_onnx_eval_peephole in eval mode; its fuseConvBatchNorm gives the folded weight
+# and bias new names, onnx::Conv_<n>). Their training figures are those of torch-cpu.json for
+# the same name: what the module really saves, which the folded file does not show.
+EVAL_DIR = "eval"
+EVAL_MODELS = ("convbn",)
+
+
+def export_eval(name):
+    """The ONNX ModelProto of name exported with torch.onnx.export's defaults, weights stripped."""
+    _, example, _, opset, axes, _ = MODELS[name]
+    model = build(name).eval()
+    torch.manual_seed(SEED)
+    x = example(EXPORT_BATCH)
+    f = io.BytesIO()
+    torch.onnx.export(model, x, f, opset_version=opset, input_names=["input"], output_names=["logits"],
+                      dynamic_axes={"input": axes, "logits": {0: "batch"}})
+    m = onnx.load_from_string(f.getvalue())
+    onnx.checker.check_model(m)
+    strip(m, name)
+    m.doc_string = ("exported by validation/onnx/export.py (torch %s, torchvision %s); eval-mode export "
+                    "(torch.onnx.export's defaults: BatchNorm folded into the convolutions); "
+                    "floating-point initializers declared external, data not shipped"
+                    % (torch.__version__, torchvision.__version__))
+    return m
 
 
 # The zoo set (testdata/onnx/zoo/): every torchvision model of validation/reference.py,
@@ -321,6 +363,13 @@ def write(out_dir):
                       for b in measured["models"][name]["batches"])))
     with open(os.path.join(out_dir, MEASURED_FILE), "w", encoding="utf-8", newline="\n") as f:
         f.write(json.dumps(measured, sort_keys=True, indent=1) + "\n")
+    ev = os.path.join(out_dir, EVAL_DIR)
+    os.makedirs(ev, exist_ok=True)
+    for name in EVAL_MODELS:
+        data = export_eval(name).SerializeToString()
+        with open(os.path.join(ev, name + ".onnx"), "wb") as f:
+            f.write(data)
+        print("eval %-19s %7d bytes" % (name, len(data)))
     zoo = os.path.join(out_dir, ZOO_DIR)
     os.makedirs(zoo, exist_ok=True)
     index = {"generator": "validation/onnx/export.py", "torch": torch.__version__,
@@ -343,10 +392,14 @@ def check(committed):
     try:
         write(tmp)
         failed = False
-        fresh = sorted(os.listdir(tmp))
-        fresh = [f for f in fresh if f != ZOO_DIR] + [os.path.join(ZOO_DIR, f) for f in sorted(os.listdir(os.path.join(tmp, ZOO_DIR)))]
-        stale = sorted(set(os.path.join(ZOO_DIR, f) for f in os.listdir(os.path.join(committed, ZOO_DIR)))
-                       - set(fresh)) if os.path.isdir(os.path.join(committed, ZOO_DIR)) else []
+        subdirs = (ZOO_DIR, EVAL_DIR)
+        fresh = [f for f in sorted(os.listdir(tmp)) if f not in subdirs]
+        stale = []
+        for d in subdirs:
+            fresh += [os.path.join(d, f) for f in sorted(os.listdir(os.path.join(tmp, d)))]
+            if os.path.isdir(os.path.join(committed, d)):
+                stale += sorted(set(os.path.join(d, f) for f in os.listdir(os.path.join(committed, d)))
+                                - set(fresh))
         for fname in stale:
             print("export: %s is no longer exported" % os.path.join(committed, fname), file=sys.stderr)
             failed = True
