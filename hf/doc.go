@@ -84,6 +84,26 @@
 // heads not dividing the heads. A converted config is built once before
 // it is returned, so it always builds.
 //
+// # The class built
+//
+// architectures names the class the checkpoint was saved from, and the
+// graph is that class (heads.go; models/transformers_heads.go for the
+// modules): absent, or the language-model class (LlamaForCausalLM,
+// BertForMaskedLM, GPT2LMHeadModel, T5ForConditionalGeneration,
+// ViTForImageClassification, ...), it is the language model;
+// BertForSequenceClassification, BertForTokenClassification,
+// BertForQuestionAnswering and their RoBERTa twins, and the Llama family's
+// *ForSequenceClassification (llama, mistral, qwen2, gemma, phi3) build
+// that head, num_labels wide (len(id2label), else num_labels, else 2;
+// question answering needs 2), with problem_type for the sequence
+// classifiers and classifier_dropout (null: hidden_dropout_prob) for the
+// BERT family. A base model (BertModel, LlamaModel) is built as the
+// language model with a note; another model type's class of the same
+// kind (LlamaForCausalLM in a mistral config) as this type's, with a note;
+// any other class is refused by name with the classes batchfit builds for
+// the model type. A Llama-family sequence classifier without pad_token_id
+// gets a note: transformers refuses batches over one then.
+//
 // # Default sequence length
 //
 // A config whose graph has exactly the parameters (names and shapes) of a
