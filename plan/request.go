@@ -76,9 +76,13 @@ func (pl *planner) optimizer(name string, impl train.Impl) train.Optimizer {
 		return o
 	}
 	o.Kind, o.Bits8, o.Paged, o.AMSGrad = on.Kind, on.Bits8, on.Paged, false
+	if impl, single := train.SingleImplementation(o); single && impl != train.ImplDefault {
+		o.Impl = impl
+	}
 	if on.Kind == train.Adafactor {
-		// transformers' Adafactor loops over the parameters
-		o.Impl, o.WeightDecay = train.ForLoop, 0
+		// transformers' Adafactor takes no decay by default
+		// (weight_decay=0.0)
+		o.WeightDecay = 0
 	}
 	return o
 }
