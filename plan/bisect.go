@@ -1,6 +1,9 @@
 package plan
 
-import "fmt"
+import (
+	"fmt"
+	"slices"
+)
 
 // One combination's search: the accumulations that can still enter the
 // list, bisected for the smallest that fits.
@@ -16,13 +19,12 @@ func (pl *planner) search(cb *combo) error {
 	// probe; time rises with accumulation, so they are a prefix.
 	hi := len(pl.accs) - 1
 	if len(pl.ans.Best) >= pl.o.Top {
-		worst := pl.planKey(pl.ans.Best[pl.o.Top-1])
 		for ; hi >= 0; hi-- {
 			k, err := pl.comboKeyAt(cb, hi)
 			if err != nil {
 				return err
 			}
-			if less(k, worst) {
+			if pl.couldEnter(k, cb) {
 				break
 			}
 		}
@@ -122,11 +124,17 @@ func (pl *planner) bisect(cb *combo, lo, fitAt int, fit *Plan, expandable bool) 
 }
 
 // keptAt is the kept plan of the same precision and checkpointing as cb
-// with the smallest accumulation, and that accumulation's index.
+// with the smallest accumulation, and that accumulation's index; the best
+// plan on the current setup's GPUs is kept too, when the list leaves it
+// out.
 func (pl *planner) keptAt(cb *combo) (*Plan, int) {
 	var best *Plan
 	bi := 0
-	for _, q := range pl.ans.Best {
+	kept := pl.ans.Best
+	if s := pl.ans.SameGPUs; s != nil && !slices.Contains(kept, s) {
+		kept = append(slices.Clip(kept), s)
+	}
+	for _, q := range kept {
 		if q.Precision == cb.p && q.Checkpoint == cb.ck && q.Tune == cb.tune && q.Optim == cb.optim && q.Parallel == cb.par && (tensorOpt{q.TP, q.SP, q.PP}) == cb.tp {
 			if i := pl.indexOf(q.Accumulate); i >= 0 && (best == nil || i < bi) {
 				best, bi = q, i

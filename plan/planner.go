@@ -210,6 +210,7 @@ func Run(ctx context.Context, o Options) (*Answer, error) {
 	if err := pl.accumulations(); err != nil {
 		return nil, err
 	}
+	pl.ans.GPUs = pl.base.GPUs()
 	if err := pl.run(); err != nil {
 		return nil, err
 	}

@@ -147,10 +147,18 @@ func vary[T any](cbs []combo, values func(combo) []T, set func(*combo, T)) []com
 // reports stop when the budget of predictions is spent (Answer.Stopped).
 func (pl *planner) searchGroup(rc int, group []*combo) (stop bool, err error) {
 	if rc > 0 && len(pl.ans.Best) >= pl.o.Top && pl.ans.Best[pl.o.Top-1].resultChanges() < rc {
+		// only the best plan on the current setup's GPUs may still come
+		// from this group, while none that changes less of it fits there
+		same := pl.ans.SameGPUs == nil || pl.ans.SameGPUs.resultChanges() >= rc
+		var rest []*combo
 		for _, cb := range group {
+			if same && cb.gpus() == pl.ans.GPUs {
+				rest = append(rest, cb)
+				continue
+			}
 			pl.pruned(cb, "changes what is trained or how it is optimised, and enough plans that change less of it fit")
 		}
-		return false, nil
+		group = rest
 	}
 	var ready []*combo
 	for _, cb := range group {
@@ -165,16 +173,23 @@ func (pl *planner) searchGroup(rc int, group []*combo) (stop bool, err error) {
 		}
 		ready = append(ready, cb)
 	}
-	key := func(cb *combo) [3]float64 {
-		if pl.o.Objective == FewestChanges {
-			return [3]float64{float64(rc), float64(cb.changes), cb.times[0]}
-		}
-		return [3]float64{float64(rc), 0, cb.times[0]}
+	key := func(cb *combo) key {
+		return rankKey(pl.o.Objective, pl.ans.Untimed, rc, cb.changes, cb.gpus(), cb.times[0], 0)
 	}
-	sort.SliceStable(ready, func(i, j int) bool { return less(key(ready[i]), key(ready[j])) })
+	// The combinations on the current setup's GPUs first: the answer
+	// always shows the best plan that keeps them (Answer.SameGPUs), so
+	// the budget is spent on it before the layouts that take more or
+	// fewer GPUs; each part is visited in the order of its bound.
+	sort.SliceStable(ready, func(i, j int) bool {
+		si, sj := ready[i].gpus() == pl.ans.GPUs, ready[j].gpus() == pl.ans.GPUs
+		if si != sj {
+			return si
+		}
+		return less(key(ready[i]), key(ready[j]))
+	})
 	pl.searching = true
 	for _, cb := range ready {
-		if len(pl.ans.Best) >= pl.o.Top && !less(key(cb), pl.planKey(pl.ans.Best[pl.o.Top-1])) {
+		if !pl.couldEnter(key(cb), cb) {
 			pl.pruned(cb, "slower than the plans shown even at its largest micro-batch")
 			continue
 		}
@@ -254,6 +269,9 @@ func (pl *planner) keep(p *Plan) {
 		// only for want of step times keeps the job as it is when it fits
 		return
 	}
+	if p.GPUs() == pl.ans.GPUs && (pl.ans.SameGPUs == nil || less(pl.planKey(p), pl.planKey(pl.ans.SameGPUs))) {
+		pl.ans.SameGPUs = p
+	}
 	for i, q := range pl.ans.Best {
 		if q == p {
 			return
@@ -264,13 +282,13 @@ func (pl *planner) keep(p *Plan) {
 		if q.Precision == p.Precision && q.Checkpoint == p.Checkpoint && q.Accumulate == p.Accumulate && q.Tune == p.Tune && q.Optim == p.Optim && sameLayout(q.Candidate, p.Candidate) {
 			if less(pl.planKey(p), pl.planKey(q)) {
 				pl.ans.Best[i] = p
-				sort.SliceStable(pl.ans.Best, func(i, j int) bool { return less(pl.planKey(pl.ans.Best[i]), pl.planKey(pl.ans.Best[j])) })
+				sortPlans(pl.ans.Best, pl.o.Objective, pl.ans.Untimed)
 			}
 			return
 		}
 	}
 	best := append(pl.ans.Best, p)
-	sort.SliceStable(best, func(i, j int) bool { return less(pl.planKey(best[i]), pl.planKey(best[j])) })
+	sortPlans(best, pl.o.Objective, pl.ans.Untimed)
 	if len(best) > pl.o.Top {
 		best = best[:pl.o.Top]
 	}

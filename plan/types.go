@@ -101,10 +101,13 @@ func ParseLevers(s string) ([]Lever, error) {
 type Objective int
 
 const (
-	// Throughput ranks plans by predicted step time.
+	// Throughput ranks plans by predicted samples a second per GPU: the
+	// fewest GPU-seconds a step (step time × GPUs), the global batch
+	// being the same for every plan.
 	Throughput Objective = iota
 	// FewestChanges ranks plans by how many levers they move from the
-	// current setup, then by step time: the smallest changes that fit.
+	// current setup, then as Throughput does: the smallest changes that
+	// fit.
 	FewestChanges
 )
 
@@ -199,6 +202,16 @@ type Plan struct {
 	Fits bool
 }
 
+// GPUs is the GPUs the candidate takes: its data-parallel ranks × its
+// tensor parallelism × its pipeline stages, each rank of one a rank of the
+// others.
+func (c Candidate) GPUs() int64 { return Ranks(c.Parallel) * max(c.TP, 1) * max(c.PP, 1) }
+
+// ThroughputPerGPU is samples per second per GPU the plan takes
+// (Candidate.GPUs): what the plans are ranked by, since a plan that is
+// faster on more GPUs is not the better use of them.
+func (p *Plan) ThroughputPerGPU() float64 { return p.Throughput() / float64(p.GPUs()) }
+
 // Throughput is samples per second over all data-parallel ranks.
 func (p *Plan) Throughput() float64 {
 	if p.Seconds <= 0 {
@@ -232,8 +245,16 @@ type Pruned struct {
 type Answer struct {
 	// Base is the current setup at the global batch.
 	Base *Plan
-	// Best are the plans found, best first.
+	// Best are the plans found, best first: by samples a second per GPU
+	// (the fewest GPU-seconds a step), with no step times by the fewest
+	// GPUs, then the least device total (see Objective).
 	Best []*Plan
+	// GPUs is the GPUs the current setup takes (Candidate.GPUs), and
+	// SameGPUs the best plan found that takes as many, whether or not it
+	// is among Best: the answer for a job that keeps its GPUs (nil when
+	// none fits).
+	GPUs     int64
+	SameGPUs *Plan
 	// Evaluated lists every simulated plan, in the order simulated.
 	Evaluated []*Plan
 	// Pruned lists the combinations not searched, with the reason.
