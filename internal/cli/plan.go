@@ -25,7 +25,9 @@ least speed. Every combination of the levers — gradient accumulation
 checkpointing, the optimizer's implementation and the allocator's
 expandable segments — is predicted (memory through the simulator and the
 allocator, time through the calibrated step-time model); the plans that fit
-with the margin are ranked by throughput. The flags that describe the job
+with the margin are ranked by samples a second per GPU, each showing the
+GPUs it takes (data × tensor × pipeline parallelism), and the best plan that
+keeps the job's GPUs is always shown, marked =. The flags that describe the job
 (--batch, --accumulate, --precision, ...) are the current setup, which
 every plan is compared with; --global-batch counts the samples of a step
 over every GPU (--gpus). When nothing that trains the job as it is fits,
