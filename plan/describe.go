@@ -153,3 +153,26 @@ func (a *Answer) PeakSaving(p *Plan) int64 {
 	}
 	return need(a.Base.Result) - need(p.Result)
 }
+
+// tuneSuffix names what a combination trains and steps with, ", LoRA,
+// optimizer adamw8bit", or nothing.
+func tuneSuffix(t Tune, optim string) string {
+	var s string
+	switch t {
+	case LoRATune:
+		s += ", LoRA"
+	case QLoRATune:
+		s += ", QLoRA"
+	}
+	if optim != "" {
+		s += ", optimizer " + optim
+	}
+	return s
+}
+
+func abs(n int64) int64 {
+	if n < 0 {
+		return -n
+	}
+	return n
+}

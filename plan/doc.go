@@ -5,8 +5,11 @@
 // implementation and the allocator's expandable segments — predicts the
 // memory of each combination through the whole pipeline (simulator and
 // allocator, package predict) and its step time (package cost), and keeps
-// the combinations that fit the GPU with a margin, ranked by throughput or
-// by how little they change.
+// the combinations that fit the GPU with a margin, ranked by samples a
+// second per GPU (the fewest GPU-seconds a step, the global batch being
+// the same for every plan) or by how little they change. The best plan on
+// the job's own GPUs is kept apart (Answer.SameGPUs) and its combinations
+// searched first, so that the answer always has it.
 //
 // The search is a branch and bound over the lever combinations. Two facts
 // make it cheap:

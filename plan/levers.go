@@ -65,8 +65,11 @@ func (pl *planner) checkpoints(g *graph.Graph) []train.Checkpoint {
 }
 
 func (pl *planner) impls(optim string) []train.Impl {
-	if !pl.allow[Optimizer] || pl.o.Base.Setup.Optimizer.Kind == train.NoOptimizer || optim != "" || pl.o.Base.Setup.Optimizer.Bnb() || pl.o.Base.Setup.Optimizer.Kind == train.Adafactor {
-		// bitsandbytes' optimizers and Adafactor have one implementation
+	// the optimizer the plan steps with: every one the optimizer-kind
+	// lever swaps in has one implementation, as bitsandbytes' and
+	// Adafactor have
+	_, single := train.SingleImplementation(pl.optimizer(optim, pl.base.Impl))
+	if !pl.allow[Optimizer] || pl.o.Base.Setup.Optimizer.Kind == train.NoOptimizer || single {
 		return []train.Impl{pl.base.Impl}
 	}
 	out := []train.Impl{pl.base.Impl}
@@ -118,16 +121,19 @@ func (pl *planner) staticBytes(p train.Precision, par train.Parallel, tp tensorO
 	if par.Offload || par.OffloadParams {
 		return 0
 	}
-	r := int64(max(par.ShardRanks(), 1))
-	switch {
-	case !par.On() || par.Strategy == train.DDP || par.IsFSDP() && par.Sharding == train.NoShard:
-		return P + G + S
-	case par.Strategy == train.ZeRO1:
-		return P + G + S/r
-	case par.Strategy == train.ZeRO2:
-		return P + (G+S)/r
+	sh := par.Shards()
+	var whole, sharded int64
+	for _, s := range []struct {
+		bytes int64
+		on    bool
+	}{{P, sh.Params}, {G, sh.Grads}, {S, sh.State}} {
+		if s.on {
+			sharded += s.bytes
+		} else {
+			whole += s.bytes
+		}
 	}
-	return (P + G + S) / r
+	return whole + sharded/int64(max(par.ShardRanks(), 1))
 }
 
 // tensors lists the tensor parallelism the tensor lever may try: the

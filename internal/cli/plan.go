@@ -25,7 +25,9 @@ least speed. Every combination of the levers — gradient accumulation
 checkpointing, the optimizer's implementation and the allocator's
 expandable segments — is predicted (memory through the simulator and the
 allocator, time through the calibrated step-time model); the plans that fit
-with the margin are ranked by throughput. The flags that describe the job
+with the margin are ranked by samples a second per GPU, each showing the
+GPUs it takes (data × tensor × pipeline parallelism), and the best plan that
+keeps the job's GPUs is always shown, marked =. The flags that describe the job
 (--batch, --accumulate, --precision, ...) are the current setup, which
 every plan is compared with; --global-batch counts the samples of a step
 over every GPU (--gpus). When nothing that trains the job as it is fits,
@@ -51,7 +53,12 @@ type PlanJSON struct {
 	// (micro-batch × accumulation), Ranks the data-parallel ranks.
 	RankBatch int64 `json:"rank_batch"`
 	Ranks     int64 `json:"ranks"`
-	Seq       int64 `json:"seq,omitempty"`
+	// GPUsTotal is the GPUs the current setup takes (data × tensor ×
+	// pipeline parallelism); SameGPUs the best plan that takes as many,
+	// whether or not it is among Best (absent when none fits).
+	GPUsTotal int64          `json:"gpus_total"`
+	SameGPUs  *PlanEntryJSON `json:"same_gpus_plan,omitempty"`
+	Seq       int64          `json:"seq,omitempty"`
 	// MarginBytes is the current setup's margin; with --margin band each
 	// plan has its own (PlanEntryJSON.MarginBytes), and LeastMarginBytes
 	// is the least of them, which the screens took.
@@ -107,26 +114,33 @@ type PlanEntryJSON struct {
 	SP                 bool   `json:"sp,omitempty"`
 	PP                 int64  `json:"pp,omitempty"`
 	Fits               bool   `json:"fits"`
+	// GPUsTotal is the GPUs the plan takes: data × tensor × pipeline
+	// parallelism. SameGPUs marks the best plan that takes as many as the
+	// current setup.
+	GPUsTotal int64 `json:"gpus_total"`
+	SameGPUs  bool  `json:"same_gpus,omitempty"`
 	// Trains is "lora" or "qlora" for a plan that trains adapters
 	// instead of what the job trains; Optimizer the optimizer a plan
 	// swaps the job's for; ChangesResults marks either (the model the
 	// job produces can differ).
-	Trains             string           `json:"trains,omitempty"`
-	Optimizer          string           `json:"optimizer,omitempty"`
-	ChangesResults     bool             `json:"changes_results"`
-	Changes            []string         `json:"changes"`
-	PeakAllocatedBytes int64            `json:"peak_allocated_bytes"`
-	PeakReservedBytes  int64            `json:"peak_reserved_bytes"`
-	DeviceTotalBytes   int64            `json:"device_total_bytes"`
-	NeedBytes          int64            `json:"need_bytes"`
-	OOM                string           `json:"oom_message,omitempty"`
-	StepSeconds        float64          `json:"step_seconds"`
-	SamplesPerSecond   float64          `json:"samples_per_second"`
-	TokensPerSecond    float64          `json:"tokens_per_second,omitempty"`
-	MFU                float64          `json:"mfu"`
-	BoundStepSeconds   float64          `json:"bound_step_seconds,omitempty"`
-	PeakSavingBytes    int64            `json:"peak_saving_bytes"`
-	SavingsBytes       map[string]int64 `json:"savings_bytes,omitempty"`
+	Trains             string   `json:"trains,omitempty"`
+	Optimizer          string   `json:"optimizer,omitempty"`
+	ChangesResults     bool     `json:"changes_results"`
+	Changes            []string `json:"changes"`
+	PeakAllocatedBytes int64    `json:"peak_allocated_bytes"`
+	PeakReservedBytes  int64    `json:"peak_reserved_bytes"`
+	DeviceTotalBytes   int64    `json:"device_total_bytes"`
+	NeedBytes          int64    `json:"need_bytes"`
+	OOM                string   `json:"oom_message,omitempty"`
+	StepSeconds        float64  `json:"step_seconds"`
+	SamplesPerSecond   float64  `json:"samples_per_second"`
+	// SamplesPerSecondPerGPU is what the plans are ranked by.
+	SamplesPerSecondPerGPU float64          `json:"samples_per_second_per_gpu"`
+	TokensPerSecond        float64          `json:"tokens_per_second,omitempty"`
+	MFU                    float64          `json:"mfu"`
+	BoundStepSeconds       float64          `json:"bound_step_seconds,omitempty"`
+	PeakSavingBytes        int64            `json:"peak_saving_bytes"`
+	SavingsBytes           map[string]int64 `json:"savings_bytes,omitempty"`
 }
 
 // LargerGPUJSON is a larger GPU on which a plan was simulated and fits;
@@ -498,7 +512,8 @@ func nothingFits(r predict.Request, ans *plan.Answer, lg *largerGPUs) error {
 func planEntry(ans *plan.Answer, p *plan.Plan) PlanEntryJSON {
 	e := PlanEntryJSON{Strategy: strategyOf(p.Parallel), SP: p.SP, MicroBatch: p.MicroBatch, Accumulate: p.Accumulate, Precision: string(p.Precision), Checkpoint: p.Checkpoint.String(),
 		OptimizerImpl: string(p.Impl), ExpandableSegments: p.Expandable, Fits: p.Fits, Changes: p.Changes, StepSeconds: p.Seconds,
-		SamplesPerSecond: p.Throughput(), Trains: string(p.Tune), Optimizer: p.Optim, ChangesResults: p.ChangesResults()}
+		SamplesPerSecond: p.Throughput(), Trains: string(p.Tune), Optimizer: p.Optim, ChangesResults: p.ChangesResults(),
+		GPUsTotal: p.GPUs(), SamplesPerSecondPerGPU: p.ThroughputPerGPU(), SameGPUs: p == ans.SameGPUs}
 	if e.Changes == nil {
 		e.Changes = []string{}
 	}
@@ -535,7 +550,11 @@ func planEntry(ans *plan.Answer, p *plan.Plan) PlanEntryJSON {
 func planJSON(r predict.Request, o plan.Options, ans *plan.Answer, lg *largerGPUs) PlanJSON {
 	out := PlanJSON{Model: r.Source.Name(), GPU: r.GPU.Name, GlobalBatch: ans.GlobalBatch, RankBatch: ans.RankBatch, Ranks: ans.Ranks, Seq: r.Config.Seq, MarginBytes: ans.Margin,
 		Current: planEntry(ans, ans.Base), Best: []PlanEntryJSON{}, Evaluated: []PlanEntryJSON{}, Pruned: []PrunedJSON{},
-		Predictions: len(ans.Evaluated), Simulations: ans.Simulations, Stopped: ans.Stopped}
+		Predictions: len(ans.Evaluated), Simulations: ans.Simulations, Stopped: ans.Stopped, GPUsTotal: ans.GPUs}
+	if ans.SameGPUs != nil {
+		e := planEntry(ans, ans.SameGPUs)
+		out.SameGPUs = &e
+	}
 	if ans.OwnMargins {
 		out.LeastMarginBytes = ans.Margin
 		if ans.Base != nil && ans.Base.Result != nil {
@@ -622,19 +641,19 @@ func writePlan(w io.Writer, r predict.Request, o plan.Options, ans *plan.Answer)
 			verdict += " with the margin"
 		}
 	}
-	fmt.Fprintf(w, "current: %s — %s", b.Candidate, verdict)
+	fmt.Fprintf(w, "current: %s, %s — %s", b.Candidate, plural(int(ans.GPUs), "GPU"), verdict)
 	if b.Seconds > 0 {
 		fmt.Fprintf(w, ", %s a step", fmtSeconds(b.Seconds))
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintln(w)
 	if len(ans.Best) > 0 {
-		title := "plans that fit, fastest first"
+		title := "plans that fit, most samples/s per GPU first"
 		if o.Objective == plan.FewestChanges || ans.Untimed {
 			title = "smallest changes that fit"
 		}
 		fmt.Fprintln(w, title+":")
-		writePlanTable(w, ans, ans.Best)
+		writePlanTable(w, ans)
 	}
 	fmt.Fprintf(w, "\n%s simulated; %s ruled out without simulation (--json lists every one)\n",
 		plural(len(ans.Evaluated), "plan"), plural(len(ans.Pruned), "combination"))
@@ -652,13 +671,37 @@ func writePlan(w io.Writer, r predict.Request, o plan.Options, ans *plan.Answer)
 	}
 }
 
-func writePlanTable(w io.Writer, ans *plan.Answer, plans []*plan.Plan) {
+// writePlanTable prints the plans kept, and the best plan on the current
+// setup's GPUs after them when it ranks below the cut. That plan is marked
+// = wherever a plan shown takes another number of GPUs.
+func writePlanTable(w io.Writer, ans *plan.Answer) {
+	plans := ans.Best
+	same := ans.SameGPUs
+	below := same != nil && !slices.Contains(plans, same)
+	if below {
+		plans = append(slices.Clip(plans), same)
+	}
+	otherGPUs := slices.ContainsFunc(plans, func(p *plan.Plan) bool { return p.GPUs() != ans.GPUs })
+	multi := ans.GPUs > 1 || slices.ContainsFunc(plans, func(p *plan.Plan) bool { return p.GPUs() > 1 })
+	label := func(i int, p *plan.Plan) string {
+		n := fmt.Sprint(i + 1)
+		if i >= len(ans.Best) {
+			n = ""
+		}
+		if otherGPUs && p == same {
+			n += "="
+		}
+		return n
+	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	seq := ans.Base.Result != nil && ans.Base.Result.Time != nil && ans.Base.Result.Time.Tokens > 0
 	par := ans.Base.Parallel.On() || ans.Base.TP > 1 || ans.Base.PP > 1 || slices.ContainsFunc(plans, func(p *plan.Plan) bool { return p.TP > 1 || p.PP > 1 })
 	tuned := slices.ContainsFunc(plans, func(p *plan.Plan) bool { return p.Tune != plan.FullTune })
 	marked := slices.ContainsFunc(plans, func(p *plan.Plan) bool { return p.ChangesResults() })
-	hdr := "  #\tmicro × acc\tprecision\tcheckpointing\toptimizer\texpandable\tpeak reserved\tdevice total\tstep time\tsamples/s\t"
+	hdr := "  #\tGPUs\tmicro × acc\tprecision\tcheckpointing\toptimizer\texpandable\tpeak reserved\tdevice total\tstep time\tsamples/s\t"
+	if multi {
+		hdr += "per GPU\t"
+	}
 	if tuned {
 		hdr = "  #\ttrains" + strings.TrimPrefix(hdr, "  #")
 	}
@@ -679,12 +722,15 @@ func writePlanTable(w io.Writer, ans *plan.Answer, plans []*plan.Plan) {
 		if p.Optim != "" {
 			opt = p.Optim
 		}
-		num := fmt.Sprint(i + 1)
+		num := label(i, p)
 		if p.ChangesResults() {
 			num += "*"
 		}
-		line := fmt.Sprintf("\t%d × %d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t", p.MicroBatch, p.Accumulate, p.Precision, p.Checkpoint, opt, exp,
+		line := fmt.Sprintf("\t%d\t%d × %d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t", p.GPUs(), p.MicroBatch, p.Accumulate, p.Precision, p.Checkpoint, opt, exp,
 			fmtBytes(res.Timeline.PeakReserved), fmtBytes(res.DeviceTotal), secondsOrDash(p.Seconds), rateOrDash(p.Throughput()))
+		if multi {
+			line += rateOrDash(p.ThroughputPerGPU()) + "\t"
+		}
 		if tuned {
 			line = "\t" + trainsWord(p.Tune) + line
 		}
@@ -710,12 +756,24 @@ func writePlanTable(w io.Writer, ans *plan.Answer, plans []*plan.Plan) {
 	if pure {
 		fmt.Fprintln(w, "  (bf16-true and 16-true keep the weights themselves in 16 bits, with no float32 master copy: a numerical change as well as a memory one)")
 	}
+	if otherGPUs {
+		// the job asked for its GPUs: the plan that keeps them is the
+		// answer to that, whatever a plan on more of them gives a GPU
+		switch {
+		case same == nil:
+			fmt.Fprintf(w, "  no plan on the job's %s fits; GPUs: data × tensor × pipeline parallelism\n", plural(int(ans.GPUs), "GPU"))
+		case below:
+			fmt.Fprintf(w, "  = the best plan on the job's %s, ranked below those shown; GPUs: data × tensor × pipeline parallelism\n", plural(int(ans.GPUs), "GPU"))
+		default:
+			fmt.Fprintf(w, "  = the best plan on the job's %s; GPUs: data × tensor × pipeline parallelism\n", plural(int(ans.GPUs), "GPU"))
+		}
+	}
 	if marked {
 		fmt.Fprintln(w, "  * changes what is trained (LoRA or QLoRA adapters instead of every parameter) or how it is optimised (8-bit, paged or Adafactor states):")
 		fmt.Fprintln(w, "    the model it trains can differ, unlike accumulation, checkpointing, the allocator or the layout; such plans rank after every plan that changes neither")
 	}
 	for i, p := range plans {
-		fmt.Fprintf(w, "  %d: ", i+1)
+		fmt.Fprintf(w, "  %s: ", label(i, p))
 		if len(p.Changes) == 0 {
 			fmt.Fprint(w, "the current setup")
 		} else {
