@@ -117,18 +117,10 @@ type Explanation struct {
 	Steps []string `json:"steps"`
 }
 
-// Segment sizes from CUDACachingAllocator.cpp (get_allocation_size).
-const (
-	smallSize     = 1 << 20  // kSmallSize: largest request of the small pool
-	smallBuffer   = 2 << 20  // kSmallBuffer: segment size of the small pool
-	minLargeAlloc = 10 << 20 // kMinLargeAlloc
-	largeBuffer   = 20 << 20 // kLargeBuffer: segment size for 1–10 MiB requests
-	roundLarge    = 2 << 20  // kRoundLarge
-	// max_split_size_mb must be more than kLargeBuffer/MiB in PyTorch ≤ 2.x
-	// ("must be > 20"), at least 20 in the newest AcceleratorAllocatorConfig;
-	// recommending at least 21 is valid in all.
-	minMaxSplitMB = 21
-)
+// max_split_size_mb must be more than kLargeBuffer/MiB in PyTorch ≤ 2.x
+// ("must be > 20"), at least 20 in the newest AcceleratorAllocatorConfig;
+// recommending at least 21 is valid in all.
+const minMaxSplitMB = alloc.LargeBuffer/miB + 1
 
 // Explain diagnoses m. Every statement in the result follows from m's
 // figures and from the caching allocator's rules
@@ -319,7 +311,7 @@ func (e *Explanation) fragmentationSteps(s func(string, ...any)) {
 	} else {
 		s("Set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: a segment then grows by mapping pages (2 MiB small pool, 20 MiB large pool) instead of being a fixed-size cudaMalloc block, so free space is not stranded in segments that still hold live tensors.")
 	}
-	mib := m.Requested / (1 << 20)
+	mib := m.Requested / miB
 	if mib >= minMaxSplitMB {
 		n := mib
 		if n >= 32 {
@@ -345,13 +337,13 @@ func (e *Explanation) fragmentationSteps(s func(string, ...any)) {
 // segment, larger ones a segment of their size rounded up to 2 MiB.
 func requestMeaning(r int64) (string, bool) {
 	switch {
-	case r == smallBuffer:
+	case r == alloc.SmallBuffer:
 		return "2.00 MiB is the segment size of the small pool, so the tensor itself needed at most 1 MiB (every request up to 1 MiB asks for a 2 MiB segment).", true
-	case r == largeBuffer:
+	case r == alloc.LargeBuffer:
 		return "20.00 MiB is the segment size for requests between 1 MiB and 10 MiB, so the tensor itself needed between 1 and 10 MiB — or between 18 and 20 MiB, since requests of 10 MiB or more ask for their size rounded up to 2 MiB.", true
-	case r >= minLargeAlloc:
+	case r >= alloc.MinLargeAlloc:
 		return "the allocator asks for requests of 10 MiB or more rounded up to a multiple of 2 MiB, so this is the tensor's size to within 2 MiB.", false
-	case r < smallBuffer:
+	case r < alloc.SmallBuffer:
 		return "this is smaller than any segment PyTorch allocates (2 MiB at least), so the message did not come from the default caching allocator's segment sizes.", false
 	}
 	return "the allocator asks for 2 MiB segments for requests up to 1 MiB and 20 MiB segments for requests below 10 MiB, so this figure is not a segment size of the default allocator; an allocator setting (such as expandable segments) may have changed it.", false
