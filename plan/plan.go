@@ -1213,7 +1213,7 @@ func need(r *predict.Result) int64 {
 
 // Need reports the device total a prediction needs, including what an
 // out-of-memory prediction asked for.
-func Need(r *predict.Result) int64 { return need(r) }
+func Need(r *predict.Result) int64 { return predict.Need(r) }
 
 func abs(n int64) int64 {
 	if n < 0 {
