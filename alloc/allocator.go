@@ -8,14 +8,32 @@ import (
 	"slices"
 )
 
-// Constants of c10/cuda/CUDACachingAllocator.cpp.
+// Constants of c10/cuda/CUDACachingAllocator.cpp, under PyTorch's names
+// without the k. They are exported so that code reading PyTorch's own
+// figures (OOM messages, memory snapshots) applies the same rules as the
+// simulator instead of keeping copies.
 const (
-	kMinBlockSize  = 512      // all sizes are rounded to at least 512 bytes
-	kSmallSize     = 1 << 20  // largest "small" allocation is 1 MiB
-	kSmallBuffer   = 2 << 20  // "small" allocations are packed in 2 MiB blocks
-	kMinLargeAlloc = 10 << 20 // allocations between 1 and 10 MiB may use kLargeBuffer
-	kRoundLarge    = 2 << 20  // round up large allocations to 2 MiB
-	kLargeBuffer   = 20 << 20 // "large" allocations may be packed in 20 MiB blocks
+	// MinBlockSize is kMinBlockSize: all sizes are rounded to at least 512
+	// bytes, and up to a multiple of it (round_size).
+	MinBlockSize = 512
+	// SmallSize is kSmallSize: the largest "small" allocation, 1 MiB
+	// (get_pool), and the remainder should_split must exceed to split a
+	// large-pool block.
+	SmallSize = 1 << 20
+	// SmallBuffer is kSmallBuffer: "small" allocations are packed in 2 MiB
+	// segments (get_allocation_size), and expandable segments map the small
+	// pool in 2 MiB pages.
+	SmallBuffer = 2 << 20
+	// MinLargeAlloc is kMinLargeAlloc: allocations between 1 and 10 MiB may
+	// use a LargeBuffer segment.
+	MinLargeAlloc = 10 << 20
+	// RoundLarge is kRoundLarge: larger allocations get a segment rounded up
+	// to a multiple of 2 MiB.
+	RoundLarge = 2 << 20
+	// LargeBuffer is kLargeBuffer: "large" allocations may be packed in
+	// 20 MiB segments; expandable segments map the large pool in 20 MiB
+	// pages, and it is max_non_split_rounding's default.
+	LargeBuffer = 20 << 20
 )
 
 // maxRequest is the 1 EB limit NativeCachingAllocator::allocate checks
@@ -333,16 +351,16 @@ func (a *Allocator) Segments() []Segment {
 
 // roundSize is round_size.
 func (a *Allocator) roundSize(size int64) int64 {
-	if size < kMinBlockSize {
-		return kMinBlockSize
+	if size < MinBlockSize {
+		return MinBlockSize
 	}
 	if a.divisions {
 		div := int64(a.cfg.RoundupPower2Divisions[divisionIndex(size)])
-		if div > 1 && size > kMinBlockSize*div {
+		if div > 1 && size > MinBlockSize*div {
 			return roundupPower2NextDivision(size, div)
 		}
 	}
-	return kMinBlockSize * ((size + kMinBlockSize - 1) / kMinBlockSize)
+	return MinBlockSize * ((size + MinBlockSize - 1) / MinBlockSize)
 }
 
 // divisionIndex is the interval index of CUDAAllocatorConfig::
@@ -379,12 +397,12 @@ func roundupPower2NextDivision(size, divisions int64) int64 {
 // rounded request.
 func allocationSize(size int64) int64 {
 	switch {
-	case size <= kSmallSize:
-		return kSmallBuffer
-	case size < kMinLargeAlloc:
-		return kLargeBuffer
+	case size <= SmallSize:
+		return SmallBuffer
+	case size < MinLargeAlloc:
+		return LargeBuffer
 	}
-	return kRoundLarge * ((size + kRoundLarge - 1) / kRoundLarge)
+	return RoundLarge * ((size + RoundLarge - 1) / RoundLarge)
 }
 
 func alignUp(x, a int64) int64 { return (x + a - 1) / a * a }
@@ -468,7 +486,7 @@ func (a *Allocator) malloc(id, orig int64, stream int32, tag uint8) (*block, err
 		return nil, fmt.Errorf("malloc of block %d: %d bytes is more than the 1 EB PyTorch accepts", id, orig)
 	}
 	size := a.roundSize(orig)
-	p := a.poolFor(stream, size <= kSmallSize)
+	p := a.poolFor(stream, size <= SmallSize)
 	allocSize := allocationSize(size)
 
 	// get_free_block, then (no free-memory callbacks fire in one process)
@@ -581,9 +599,9 @@ func expandableSize(b *block) int64 {
 func (a *Allocator) shouldSplit(p *pool, b *block, size int64) bool {
 	rem := b.size - size
 	if p.small || a.cfg.ExpandableSegments {
-		return rem >= kMinBlockSize
+		return rem >= MinBlockSize
 	}
-	return size < a.maxSplit && rem > kSmallSize
+	return size < a.maxSplit && rem > SmallSize
 }
 
 // allocFound is alloc_found_block: the front of b is handed out and, when
@@ -668,7 +686,7 @@ func (a *Allocator) allocBlock(p *pool, size, allocSize int64, retry bool) *bloc
 		return nil // cudaErrorMemoryAllocation
 	}
 	s := &segment{addr: a.nextAddr, size: allocSize, pool: p}
-	a.nextAddr += alignUp(allocSize, kSmallBuffer)
+	a.nextAddr += alignUp(allocSize, SmallBuffer)
 	b := a.newBlock()
 	b.addr, b.size, b.seg, b.mapped = s.addr, allocSize, s, true
 	s.head = b

@@ -44,7 +44,7 @@ type Config struct {
 // rounding, no garbage collection, no expandable segments, 20 MiB
 // non-split rounding.
 func DefaultConfig() Config {
-	return Config{MaxNonSplitRounding: kLargeBuffer}
+	return Config{MaxNonSplitRounding: LargeBuffer}
 }
 
 // maxSplit returns the effective max_split_size in bytes.
@@ -57,7 +57,7 @@ func (c Config) maxSplit() int64 {
 
 func (c Config) maxNonSplitRounding() int64 {
 	if c.MaxNonSplitRounding <= 0 {
-		return kLargeBuffer
+		return LargeBuffer
 	}
 	return c.MaxNonSplitRounding
 }
@@ -65,10 +65,10 @@ func (c Config) maxNonSplitRounding() int64 {
 // Validate reports a setting that PyTorch's parser would have refused.
 // ParseConfig never returns an invalid Config; hand-built ones may be.
 func (c Config) Validate() error {
-	if c.MaxSplitSize != 0 && c.MaxSplitSize < kLargeBuffer {
+	if c.MaxSplitSize != 0 && c.MaxSplitSize < LargeBuffer {
 		return fmt.Errorf("max_split_size %d bytes is below the minimum of 20 MiB", c.MaxSplitSize)
 	}
-	if c.MaxNonSplitRounding != 0 && c.MaxNonSplitRounding < kLargeBuffer {
+	if c.MaxNonSplitRounding != 0 && c.MaxNonSplitRounding < LargeBuffer {
 		return fmt.Errorf("max_non_split_rounding %d bytes is below the minimum of 20 MiB", c.MaxNonSplitRounding)
 	}
 	for i, d := range c.RoundupPower2Divisions {
@@ -92,7 +92,7 @@ func (c Config) String() string {
 	if c.MaxSplitSize > 0 {
 		parts = append(parts, "max_split_size_mb:"+strconv.FormatInt(c.MaxSplitSize/mib, 10))
 	}
-	if r := c.MaxNonSplitRounding; r > 0 && r != kLargeBuffer {
+	if r := c.MaxNonSplitRounding; r > 0 && r != LargeBuffer {
 		parts = append(parts, "max_non_split_rounding_mb:"+strconv.FormatInt(r/mib, 10))
 	}
 	if s := divisionsString(c.RoundupPower2Divisions); s != "" {
@@ -350,8 +350,8 @@ func (p *confParser) sizeMB(key string) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	if n < kLargeBuffer/mib {
-		return 0, fmt.Errorf("parsing allocator config: %s: %d is too small, must be >= %d", key, n, kLargeBuffer/mib)
+	if n < LargeBuffer/mib {
+		return 0, fmt.Errorf("parsing allocator config: %s: %d is too small, must be >= %d", key, n, LargeBuffer/mib)
 	}
 	return n * mib, nil
 }

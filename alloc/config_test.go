@@ -147,7 +147,7 @@ func TestConfigString(t *testing.T) {
 		back, err := ParseConfig(tc.c.String())
 		want := tc.c
 		if want.MaxNonSplitRounding == 0 {
-			want.MaxNonSplitRounding = kLargeBuffer
+			want.MaxNonSplitRounding = LargeBuffer
 		}
 		if err != nil || back != want {
 			t.Errorf("ParseConfig(%q) = %+v, %v; want %+v", tc.c.String(), back, err, want)

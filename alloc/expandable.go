@@ -78,9 +78,9 @@ func (a *Allocator) findExpandable(p *pool, size int64) *block {
 			return c
 		}
 	}
-	page := int64(kLargeBuffer)
+	page := int64(LargeBuffer)
 	if p.small {
-		page = kSmallBuffer
+		page = SmallBuffer
 	}
 	total := a.total
 	if total <= 0 || total > vaMaxTotal {

@@ -112,7 +112,7 @@ func (a *Allocator) Restore(segs []Segment) error {
 		}
 		end = max(end, e)
 	}
-	a.nextAddr = alignUp(end, kLargeBuffer)
+	a.nextAddr = alignUp(end, LargeBuffer)
 	a.peakAlloc, a.peakRes, a.peakAct, a.peakReq = a.allocated, a.reserved, a.active, a.requested
 	return nil
 }
@@ -191,9 +191,9 @@ func (a *Allocator) restoreBlocks(p *pool, seg *segment, addr, size int64, block
 // reservation's end.
 func (a *Allocator) restoreExpandable(rs []Segment, from, limit int64) (int64, error) {
 	p := a.poolFor(rs[0].Stream, rs[0].Pool == SmallPool)
-	page := int64(kLargeBuffer)
+	page := int64(LargeBuffer)
 	if p.small {
-		page = kSmallBuffer
+		page = SmallBuffer
 	}
 	base := rs[0].Address - (rs[0].Address-min(from, rs[0].Address))/page*page
 	last := rs[len(rs)-1]

@@ -19,8 +19,10 @@
 // in bytes as a [Message]. [Explain] turns a Message into a diagnosis that
 // follows only from those figures and from the allocator's rules: how much
 // was requested and what that figure means, whether the cached but unused
-// memory alone could have served it (fragmentation), how much memory is used
-// outside PyTorch, the shortfall, and concrete next steps.
+// memory alone could have served it (fragmentation) or lies in pieces too
+// small for any allocator setting to join while the live tensors fill the
+// GPU (the job's size), how much memory is used outside PyTorch, the
+// shortfall, and concrete next steps.
 //
 // # Precision
 //

@@ -20,6 +20,11 @@ const (
 	// CauseFragmentation: cached but unallocated memory alone was larger
 	// than the request, but no cached block was large enough.
 	CauseFragmentation Cause = "fragmentation"
+	// CauseTensorsFillGPU: the live tensors take most of what PyTorch
+	// reserved and the request is no larger than a page of an expandable
+	// segment, so the memory not in use lies in pieces that no allocator
+	// setting can join for it: the job is too large for the GPU.
+	CauseTensorsFillGPU Cause = "tensors_fill_gpu"
 	// CauseSplitFree: free device memory and cached memory together covered
 	// the request, neither alone did.
 	CauseSplitFree Cause = "free_memory_split"
@@ -44,6 +49,8 @@ func (c Cause) Words() string {
 		return "refused by the per-process memory fraction limit"
 	case CauseFragmentation:
 		return "the cache is fragmented: enough memory is cached, but no cached block is large enough"
+	case CauseTensorsFillGPU:
+		return "the job's live tensors fill the GPU: what is left lies in pieces too small for the request, which no allocator setting can join"
 	case CauseSplitFree:
 		return "the memory it needed was split between free GPU memory and PyTorch's cache, neither large enough alone"
 	case CauseOtherProcesses:
@@ -107,6 +114,10 @@ type Explanation struct {
 	// fragmentation (or the block being on another stream or pool) kept
 	// the cache from serving the request.
 	CachedCouldServe bool `json:"cached_could_serve"`
+	// Stranded is true when Free and ReservedUnallocated together covered
+	// the request, yet no allocator setting could have served it from them:
+	// see strandedPieces.
+	Stranded bool `json:"stranded,omitempty"`
 	// MaxSplitSizeMB is the max_split_size_mb value recommended against
 	// fragmentation, or 0 when that setting cannot help this request.
 	MaxSplitSizeMB int64 `json:"max_split_size_mb,omitempty"`
@@ -117,18 +128,10 @@ type Explanation struct {
 	Steps []string `json:"steps"`
 }
 
-// Segment sizes from CUDACachingAllocator.cpp (get_allocation_size).
-const (
-	smallSize     = 1 << 20  // kSmallSize: largest request of the small pool
-	smallBuffer   = 2 << 20  // kSmallBuffer: segment size of the small pool
-	minLargeAlloc = 10 << 20 // kMinLargeAlloc
-	largeBuffer   = 20 << 20 // kLargeBuffer: segment size for 1–10 MiB requests
-	roundLarge    = 2 << 20  // kRoundLarge
-	// max_split_size_mb must be more than kLargeBuffer/MiB in PyTorch ≤ 2.x
-	// ("must be > 20"), at least 20 in the newest AcceleratorAllocatorConfig;
-	// recommending at least 21 is valid in all.
-	minMaxSplitMB = 21
-)
+// max_split_size_mb must be more than kLargeBuffer/MiB in PyTorch ≤ 2.x
+// ("must be > 20"), at least 20 in the newest AcceleratorAllocatorConfig;
+// recommending at least 21 is valid in all.
+const minMaxSplitMB = alloc.LargeBuffer/miB + 1
 
 // Explain diagnoses m. Every statement in the result follows from m's
 // figures and from the caching allocator's rules
@@ -163,6 +166,7 @@ func Explain(m *Message) Explanation {
 	e.ExceedsDevice = m.Requested > m.Total
 	e.ExceedsAllowed = m.Allowed > 0 && m.Reserved+m.Requested > m.Allowed
 	e.CachedCouldServe = m.ReservedUnallocated >= m.Requested
+	e.Stranded = e.Deficit <= 0 && strandedPieces(m)
 	e.RequestMeaning, e.SegmentSized = requestMeaning(m.Requested)
 
 	req := alloc.FormatSize(m.Requested)
@@ -198,6 +202,10 @@ func Explain(m *Message) Explanation {
 	case m.Free-m.Requested > Resolution(m.Free)+Resolution(m.Requested):
 		e.Cause = CauseUnexplained
 		e.Summary = fmt.Sprintf("The driver reported %s free, more than the %s requested, so these figures do not account for the failure.", free, req)
+	case e.Stranded:
+		e.Cause = CauseTensorsFillGPU
+		e.Summary = fmt.Sprintf("The live tensors fill the GPU: %s allocated of the %s PyTorch could hold (free + reserved); the %s reserved but unallocated lies in pieces each smaller than this %s request, and only %s was free.",
+			alloc.FormatSize(m.Allocated), alloc.FormatSize(m.Free+m.Reserved), unalloc, req, free)
 	case e.CachedCouldServe:
 		e.Cause = CauseFragmentation
 		e.Summary = fmt.Sprintf("Fragmentation: %s was reserved by PyTorch but unallocated, %s the %s requested, yet no cached block was large enough.",
@@ -230,7 +238,10 @@ func Explain(m *Message) Explanation {
 		f("PyTorch reserved %s: %s allocated to tensors and %s reserved but unallocated.", alloc.FormatSize(m.Reserved), alloc.FormatSize(m.Allocated), unalloc)
 	}
 	if m.ReservedUnallocated > 0 {
-		if e.CachedCouldServe {
+		if e.Stranded {
+			f("No cached block of the request's stream and pool was as large as the tensor behind it (at most %s), so every piece of the %s reserved but unallocated that could have served it was smaller than %s: smaller than a page of an expandable segment (%s in the large pool, %s in the small one). An allocator never moves live tensors, and expandable segments return only whole free pages to the driver, so no setting joins such pieces for this request; nor could a new page be mapped with %s free.",
+				req, unalloc, req, alloc.FormatSize(alloc.LargeBuffer), alloc.FormatSize(alloc.SmallBuffer), free)
+		} else if e.CachedCouldServe {
 			f("The reserved-but-unallocated %s alone is %s the request (%s), but it lies in segments that also hold live tensors (wholly free ones were released unless a CUDA graph capture was under way), and a request is served only by one contiguous cached block of the same stream and pool: the cache is fragmented.",
 				unalloc, atLeast(m.ReservedUnallocated-m.Requested, e.Uncertainty), req)
 		} else {
@@ -283,6 +294,11 @@ func Explain(m *Message) Explanation {
 		if m.Free >= m.Requested {
 			s("The device itself had room: %s free for a request of %s.", free, req)
 		}
+	case CauseTensorsFillGPU:
+		s("Reduce peak memory: the live tensors hold %s, %s of the %s the GPU leaves PyTorch. This allocation alone needed %s more free (%s requested, %s free), and the step allocates more after it: %s.",
+			alloc.FormatSize(m.Allocated), pctOf(m.Allocated, m.Free+m.Reserved), alloc.FormatSize(m.Free+m.Reserved), alloc.FormatSize(m.Requested-m.Free), req, free, reduce)
+		s("Run `batchfit maxbatch` (or `batchfit oom` with --model) for this model and GPU to find the largest batch that fits.")
+		s("PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True changes where later tensors are placed and may win back part of the %s reserved but unallocated, never more: it does not make room for the live tensors.", unalloc)
 	case CauseFragmentation, CauseSplitFree:
 		e.fragmentationSteps(s)
 	case CauseUnexplained:
@@ -319,7 +335,7 @@ func (e *Explanation) fragmentationSteps(s func(string, ...any)) {
 	} else {
 		s("Set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: a segment then grows by mapping pages (2 MiB small pool, 20 MiB large pool) instead of being a fixed-size cudaMalloc block, so free space is not stranded in segments that still hold live tensors.")
 	}
-	mib := m.Requested / (1 << 20)
+	mib := m.Requested / miB
 	if mib >= minMaxSplitMB {
 		n := mib
 		if n >= 32 {
@@ -339,19 +355,51 @@ func (e *Explanation) fragmentationSteps(s func(string, ...any)) {
 	}
 }
 
+// strandedPieces reports whether the memory not in use could not have
+// served m's request under any allocator setting, from
+// CUDACachingAllocator.cpp's rules:
+//   - "Tried to allocate" is alloc_size, at least the rounded tensor, and
+//     malloc only asks for a new segment after get_free_block found no
+//     cached block of the same stream and pool as large as the tensor; so
+//     every such free block was smaller than the request.
+//   - Expandable segments (the setting against fragmentation) map and
+//     unmap memory in pages of kLargeBuffer (large pool) or kSmallBuffer
+//     (small pool), and live blocks never move; a free piece smaller than a
+//     page holds no whole page to unmap and map again where the request
+//     needs it. A request of at most kLargeBuffer therefore leaves only
+//     such pieces, and the free device memory (less than the request, or
+//     cudaMalloc would have succeeded) is less than a page too.
+//
+// That alone does not make the job's size the cause: a cache that holds
+// more than the live tensors is itself the larger part of reserved memory,
+// and its history (which expandable segments change) is what to fix. The
+// live tensors must also be at least as large as the reserved but
+// unallocated memory, so that shrinking them is the larger lever.
+func strandedPieces(m *Message) bool {
+	return m.Requested <= alloc.LargeBuffer && m.Allocated >= m.ReservedUnallocated
+}
+
+// pctOf is part as a percentage of whole, for the report.
+func pctOf(part, whole int64) string {
+	if whole <= 0 {
+		return "all"
+	}
+	return fmt.Sprintf("%.1f%%", 100*float64(part)/float64(whole))
+}
+
 // requestMeaning says what a "Tried to allocate" figure implies about the
 // tensor, from get_allocation_size in CUDACachingAllocator.cpp: requests up
 // to 1 MiB get a 2 MiB small-pool segment, requests under 10 MiB a 20 MiB
 // segment, larger ones a segment of their size rounded up to 2 MiB.
 func requestMeaning(r int64) (string, bool) {
 	switch {
-	case r == smallBuffer:
+	case r == alloc.SmallBuffer:
 		return "2.00 MiB is the segment size of the small pool, so the tensor itself needed at most 1 MiB (every request up to 1 MiB asks for a 2 MiB segment).", true
-	case r == largeBuffer:
+	case r == alloc.LargeBuffer:
 		return "20.00 MiB is the segment size for requests between 1 MiB and 10 MiB, so the tensor itself needed between 1 and 10 MiB — or between 18 and 20 MiB, since requests of 10 MiB or more ask for their size rounded up to 2 MiB.", true
-	case r >= minLargeAlloc:
+	case r >= alloc.MinLargeAlloc:
 		return "the allocator asks for requests of 10 MiB or more rounded up to a multiple of 2 MiB, so this is the tensor's size to within 2 MiB.", false
-	case r < smallBuffer:
+	case r < alloc.SmallBuffer:
 		return "this is smaller than any segment PyTorch allocates (2 MiB at least), so the message did not come from the default caching allocator's segment sizes.", false
 	}
 	return "the allocator asks for 2 MiB segments for requests up to 1 MiB and 20 MiB segments for requests below 10 MiB, so this figure is not a segment size of the default allocator; an allocator setting (such as expandable segments) may have changed it.", false

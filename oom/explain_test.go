@@ -59,6 +59,7 @@ func TestExplain(t *testing.T) {
 		findings   []string // substrings that must appear among the findings
 		steps      []string // substrings that must appear among the steps
 		notInSteps []string
+		firstStep  string // a substring of the first, most effective step
 	}{
 		{
 			name: "fragmentation", text: msgFragmented, cause: CauseFragmentation, maxSplit: 4096,
@@ -66,10 +67,13 @@ func TestExplain(t *testing.T) {
 			steps:    []string{"PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True", "max_split_size_mb:4096", "empty_cache() will not help"},
 		},
 		{
-			name: "small request, container pid", text: msgCurrent21, cause: CauseFragmentation,
+			// 2 MiB ≤ kLargeBuffer, and 22.94 GiB allocated ≥ 246.39 MiB
+			// reserved but unallocated: the tensors fill the GPU.
+			name: "small request, container pid", text: msgCurrent21, cause: CauseTensorsFillGPU,
 			findings:   []string{"2.00 MiB is the segment size of the small pool, so the tensor itself needed at most 1 MiB", "probably this one", "Even a fixed-size 2.00 MiB segment could not be obtained"},
-			steps:      []string{"expandable_segments:True", "max_split_size_mb cannot help this request"},
-			notInSteps: []string{"Free the GPU from other processes"},
+			steps:      []string{"Reduce peak memory", "may win back part of the 246.39 MiB reserved but unallocated"},
+			notInSteps: []string{"Free the GPU from other processes", "max_split_size_mb"},
+			firstStep:  "Reduce peak memory",
 		},
 		{
 			name: "20 MiB request", text: msgCurrentFull, cause: CauseMemoryFraction,
@@ -92,9 +96,54 @@ func TestExplain(t *testing.T) {
 			steps:    []string{"they hold 10.95 GiB, the shortfall is 412.00 MiB"},
 		},
 		{
-			name: "legacy fragmentation within rounding", text: msgLegacyCached, cause: CauseFragmentation,
+			// 12.50 MiB ≤ kLargeBuffer; 10.31 GiB allocated ≥ 10.33 − 10.31
+			// GiB reserved but unallocated.
+			name: "legacy, tensors fill the GPU", text: msgLegacyCached, cause: CauseTensorsFillGPU,
+			findings: []string{"every piece of the 20.48 MiB reserved but unallocated that could have served it was smaller than 12.50 MiB"},
+			steps:    []string{"Reduce peak memory", "11.44 MiB more free (12.50 MiB requested, 1.06 MiB free)"},
+		},
+		{
+			// 10.33 − 10.29 GiB = 40.96 MiB reserved but unallocated
+			// against 40 MiB requested: 0.96 MiB apart, less than the
+			// rounding of the two GiB figures (2 × 5.37 MB). 40 MiB is
+			// more than a 20 MiB page, so fragmentation; max_split_size_mb
+			// is 40 rounded down to a power of two, 32.
+			name: "legacy fragmentation within rounding", cause: CauseFragmentation, maxSplit: 32,
+			text:     "RuntimeError: CUDA out of memory. Tried to allocate 40.00 MiB (GPU 0; 10.92 GiB total capacity; 10.29 GiB already allocated; 1.06 MiB free; 10.33 GiB reserved in total by PyTorch)",
 			findings: []string{"as large as, to within the rounding of the printed figures,"},
-			steps:    []string{"Upgrade PyTorch and set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True", "max_split_size_mb cannot help"},
+			steps:    []string{"Upgrade PyTorch and set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True", "max_split_size_mb:32"},
+		},
+		{
+			// A nearly full GPU: 20 MiB (the segment of a 1–10 MiB tensor)
+			// fits neither the 10 MiB free nor, by get_free_block, any
+			// cached piece; such pieces are smaller than a 20 MiB page, so
+			// no setting joins them. Live: 14.56 GiB = 14909.44 MiB of
+			// 10 + 14909.44 + 921.60 = 15841.04 MiB (15.47 GiB), 94.1%.
+			name:       "nearly full GPU",
+			text:       "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB. GPU 0 has a total capacity of 15.78 GiB of which 10.00 MiB is free. Of the allocated memory 14.56 GiB is allocated by PyTorch, and 921.60 MiB is reserved by PyTorch but unallocated.",
+			cause:      CauseTensorsFillGPU,
+			findings:   []string{"smaller than a page of an expandable segment (20.00 MiB in the large pool, 2.00 MiB in the small one)"},
+			steps:      []string{"the live tensors hold 14.56 GiB, 94.1% of the 15.47 GiB the GPU leaves PyTorch", "needed 10.00 MiB more free (20.00 MiB requested, 10.00 MiB free)", "batch size", "activation checkpointing", "bf16/fp16", "may win back part of the 921.60 MiB reserved but unallocated, never more", "empty_cache() will not help"},
+			notInSteps: []string{"max_split_size_mb", "the settings are not enough"},
+			firstStep:  "Reduce peak memory",
+		},
+		{
+			// Free (10 MiB) and cached (15 MiB) together cover 20 MiB,
+			// neither alone does; all in pieces under a page, live
+			// tensors far larger than the cache: the tensors fill it.
+			name:  "split but stranded",
+			text:  "CUDA out of memory. Tried to allocate 20.00 MiB. GPU 0 has a total capacity of 15.78 GiB of which 10.00 MiB is free. Of the allocated memory 15.00 GiB is allocated by PyTorch, and 15.00 MiB is reserved by PyTorch but unallocated.",
+			cause: CauseTensorsFillGPU,
+			steps: []string{"Reduce peak memory"},
+		},
+		{
+			// The same request while the cache (11 GiB) holds more than the
+			// live tensors (4 GiB): the cache's history is the larger part,
+			// so fragmentation.
+			name:  "small request, cache larger than tensors",
+			text:  "CUDA out of memory. Tried to allocate 20.00 MiB. GPU 0 has a total capacity of 15.78 GiB of which 10.00 MiB is free. Of the allocated memory 4.00 GiB is allocated by PyTorch, and 11.00 GiB is reserved by PyTorch but unallocated.",
+			cause: CauseFragmentation,
+			steps: []string{"expandable_segments:True", "max_split_size_mb cannot help this request"},
 		},
 		{
 			name:  "split between free and cache",
@@ -135,6 +184,9 @@ func TestExplain(t *testing.T) {
 				if !strings.Contains(steps, want) {
 					t.Errorf("steps do not contain %q:\n%s", want, steps)
 				}
+			}
+			if tt.firstStep != "" && (len(e.Steps) == 0 || !strings.Contains(e.Steps[0], tt.firstStep)) {
+				t.Errorf("first step is not %q:\n%s", tt.firstStep, steps)
 			}
 			for _, bad := range tt.notInSteps {
 				if strings.Contains(steps, bad) {
@@ -227,7 +279,7 @@ func TestParseLargeInput(t *testing.T) {
 
 // Every cause has words of its own for the report, not its JSON label.
 func TestCauseWords(t *testing.T) {
-	for _, c := range []Cause{CauseExceedsDevice, CauseMemoryFraction, CauseFragmentation, CauseSplitFree, CauseOtherProcesses, CauseInsufficientMemory, CauseUnexplained} {
+	for _, c := range []Cause{CauseExceedsDevice, CauseMemoryFraction, CauseFragmentation, CauseTensorsFillGPU, CauseSplitFree, CauseOtherProcesses, CauseInsufficientMemory, CauseUnexplained} {
 		if w := c.Words(); w == string(c) || strings.Contains(w, "_") {
 			t.Errorf("%s: %q", c, w)
 		}

@@ -55,21 +55,10 @@ func (pl *planner) fitsFloor(p *Plan) bool {
 	return p != nil && p.Result.Summary.PeakRequested <= pl.capLeft
 }
 
-// need is the device total of a prediction; for one screened out, its
-// requested peak with the context; for one that ran out of memory, the larger of what the failing request asked for and the
-// requested peak of the whole step (which the simulator knows past the
-// failure) with the context: a lower bound, since the allocator rounds
-// and caches on top.
-func need(r *predict.Result) int64 {
-	if r.Screened {
-		return r.Summary.PeakRequested + r.Context
-	}
-	if r.Timeline.OOM != nil {
-		return max(r.GPU.Capacity-r.Headroom(), r.Summary.PeakRequested+r.Context)
-	}
-	return r.DeviceTotal
-}
+// need is predict.Need: the device total a prediction needs, a lower
+// bound for one screened out or out of memory.
+func need(r *predict.Result) int64 { return predict.Need(r) }
 
 // Need reports the device total a prediction needs, including what an
 // out-of-memory prediction asked for.
-func Need(r *predict.Result) int64 { return need(r) }
+func Need(r *predict.Result) int64 { return predict.Need(r) }

@@ -10,9 +10,6 @@ import (
 
 // Sizes of CUDACachingAllocator.cpp that the rebuilt state relies on.
 const (
-	smallSegment = 2 << 20 // kSmallBuffer: every small-pool segment
-	smallSize    = 1 << 20 // kSmallSize: should_split's large-pool remainder
-	largePage    = 20 << 20
 	// maxReservation bounds how far apart two addresses of one
 	// expandable segment's reservation can be: ExpandableSegment reserves
 	// segment_size * max_handles, 1.125 times the device's memory
@@ -116,7 +113,7 @@ func newStartState(s *Snapshot, device int, entries []TraceEntry, cfg alloc.Conf
 		for i := range entries {
 			switch e := &entries[i]; e.Action {
 			case ActionAlloc, ActionFreeRequested, ActionFreeCompleted:
-				st.known[e.Stream] = append(st.known[e.Stream], poolPoint{e.Addr, cfg.RoundSize(max(e.Size, 1)) <= smallSize})
+				st.known[e.Stream] = append(st.known[e.Stream], poolPoint{e.Addr, cfg.RoundSize(max(e.Size, 1)) <= alloc.SmallSize})
 			}
 		}
 		for k := range st.known {
@@ -156,7 +153,7 @@ func newStartState(s *Snapshot, device int, entries []TraceEntry, cfg alloc.Conf
 			st.dropBlocks(st.segs[j].addr, st.segs[j].end())
 			st.segs = slices.Delete(st.segs, j, j+1)
 		case ActionSegmentFree:
-			st.addSegment(rseg{e.Addr, e.Size, e.Stream, e.Size == smallSegment, false})
+			st.addSegment(rseg{e.Addr, e.Size, e.Stream, e.Size == alloc.SmallBuffer, false})
 		case ActionSegmentMap:
 			st.unmapRange(e.Addr, e.Size)
 		case ActionSegmentUnmap:
@@ -198,7 +195,7 @@ func (st *startState) undoFree(e *TraceEntry) {
 		gapEnd = min(gapEnd, st.blks[j].addr)
 	}
 	size := st.cfg.RoundSize(max(e.Size, 1))
-	if e.Addr+size > gapEnd || !g.small && !st.cfg.ExpandableSegments && gapEnd-e.Addr-size <= smallSize {
+	if e.Addr+size > gapEnd || !g.small && !st.cfg.ExpandableSegments && gapEnd-e.Addr-size <= alloc.SmallSize {
 		size = gapEnd - e.Addr
 	}
 	st.blks = slices.Insert(st.blks, j, rblk{addr: e.Addr, size: size, requested: e.Size, stream: g.stream, site: e.Site, estimated: true})
@@ -228,7 +225,7 @@ func (st *startState) widenLarge() {
 		if j+1 < len(st.blks) {
 			end = min(end, st.blks[j+1].addr)
 		}
-		if rem := end - b.addr - b.size; rem > 0 && rem <= smallSize {
+		if rem := end - b.addr - b.size; rem > 0 && rem <= alloc.SmallSize {
 			b.size += rem
 		}
 	}
@@ -301,7 +298,7 @@ func (st *startState) mergeRanges() {
 // reservation's reach; with none, the large pool, whose pages a whole
 // number of 20 MiB is.
 func (st *startState) expandableSmall(e *TraceEntry) bool {
-	if e.Size%largePage != 0 {
+	if e.Size%alloc.LargeBuffer != 0 {
 		return true
 	}
 	pts := st.known[e.Stream]
@@ -338,9 +335,9 @@ func (st *startState) reserved() int64 {
 // from a reservation's lowest free address up, so pages unmapped below
 // the lowest range at the start are the first a replay may map again.
 func (st *startState) reservedFrom(entries []TraceEntry, stream int64, small bool, lowest int64) int64 {
-	page := int64(largePage)
+	page := int64(alloc.LargeBuffer)
 	if small {
-		page = smallSegment
+		page = alloc.SmallBuffer
 	}
 	var from int64
 	for i := range entries {
@@ -351,7 +348,7 @@ func (st *startState) reservedFrom(entries []TraceEntry, stream int64, small boo
 		var sm bool
 		switch e.Action {
 		case ActionAlloc, ActionFreeRequested, ActionFreeCompleted:
-			sm = st.cfg.RoundSize(max(e.Size, 1)) <= smallSize
+			sm = st.cfg.RoundSize(max(e.Size, 1)) <= alloc.SmallSize
 		case ActionSegmentMap, ActionSegmentUnmap:
 			sm = st.expandableSmall(e)
 		default:

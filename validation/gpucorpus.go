@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/batchfit/batchfit/alloc"
 	"github.com/batchfit/batchfit/graph"
 	"github.com/batchfit/batchfit/models"
 	"github.com/batchfit/batchfit/predict"
@@ -328,10 +329,6 @@ func (c *GPUCase) readRecording() error {
 	return nil
 }
 
-// kMinBlockSize of c10/cuda/CUDACachingAllocator.cpp: every request is
-// rounded up to a multiple of it (round_size).
-const minBlockSize = 512
-
 // MeasureSnapshot reads the peaks of a recording: the most bytes
 // allocated and reserved on device at any point of its recorded window,
 // the state before the window included.
@@ -364,7 +361,9 @@ func MeasureSnapshot(s *snapshot.Snapshot, device int) (*RecordedWindow, error) 
 	for i, e := range conv.Trace.Events {
 		switch e.Action {
 		case trace.Alloc:
-			n := max(minBlockSize, (e.Size+minBlockSize-1)/minBlockSize*minBlockSize)
+			// round_size with the default configuration: a multiple of
+			// kMinBlockSize (CUDACachingAllocator.cpp).
+			n := max(alloc.MinBlockSize, (e.Size+alloc.MinBlockSize-1)/alloc.MinBlockSize*alloc.MinBlockSize)
 			sizes[e.ID] = n
 			cur += n
 			if i < conv.PreExisting {

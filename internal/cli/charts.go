@@ -7,7 +7,6 @@ import (
 
 	"github.com/batchfit/batchfit/alloc"
 	"github.com/batchfit/batchfit/internal/chart"
-	"github.com/batchfit/batchfit/plan"
 	"github.com/batchfit/batchfit/predict"
 	"github.com/batchfit/batchfit/solve"
 	"github.com/batchfit/batchfit/trace"
@@ -45,7 +44,7 @@ func sweepChart(pts []solve.Point) *chart.Chart {
 		// A batch that runs out of memory stops the replay: its figures
 		// are those at the failure, so what it needs is drawn too.
 		if r.Timeline.OOM != nil {
-			need = append(need, chart.Point{X: x, Y: float64(plan.Need(r))})
+			need = append(need, chart.Point{X: x, Y: float64(predict.Need(r))})
 		}
 		if r.Fits && (fit < 0 || p.Value > pts[fit].Value) {
 			fit = i

@@ -18,7 +18,8 @@ const oomUsage = `usage: batchfit oom [MESSAGE | FILE | -] [--model MODEL and jo
 Explains a CUDA out-of-memory message — the current format and the pre-2.1
 one — given as an argument, a file (a whole log or traceback is fine) or on
 standard input. With --model and the run's setup it also finds the largest
-batch that would fit on that GPU.
+batch that would fit on that GPU, with the same margin as maxbatch
+(--margin).
 
 Examples:
   batchfit oom < train.log
@@ -34,6 +35,9 @@ func runOOM(e *env, args []string) error {
 	fs := newFlagSet("oom", stderr, oomUsage)
 	j := jobFlags{e: e}
 	j.register(fs, "1")
+	// The same margin as maxbatch: a batch that oom answers must leave the
+	// headroom a batch that maxbatch answers leaves on the same GPU.
+	margin := fs.String("margin", "band", marginHelp)
 	// --model (from the job flags) names the model that ran, to find the
 	// batch that would have fit.
 	pos, err := parseArgs(fs, args)
@@ -87,7 +91,10 @@ func runOOM(e *env, args []string) error {
 	type fitJSON struct {
 		Model    string `json:"model"`
 		MaxBatch int64  `json:"max_batch"`
+		// MarginBytes is the headroom the answer left (--margin).
+		MarginBytes int64 `json:"margin_bytes"`
 	}
+	var marginText string
 	var fit *fitJSON
 	if j.model != "" {
 		r, err := j.request(j.model)
@@ -103,11 +110,19 @@ func runOOM(e *env, args []string) error {
 			return err
 		}
 		r.Config.Batch = b[0]
+		band, err := requestBand(r)
+		if err != nil {
+			return err
+		}
+		if r.Margin, err = parseMargin(*margin, r.GPU.Capacity, band); err != nil {
+			return usagef("--margin: %v", err)
+		}
+		marginText = marginLine(r.Margin, r.GPU.Capacity, band)
 		ans, err := solve.MaxBatch(e.context(), r, 0)
 		if err != nil {
 			return err
 		}
-		fit = &fitJSON{Model: r.Source.Name(), MaxBatch: ans.Max}
+		fit = &fitJSON{Model: r.Source.Name(), MaxBatch: ans.Max, MarginBytes: r.Margin}
 	}
 	if j.json {
 		return writeJSON(stdout, struct {
@@ -117,12 +132,17 @@ func runOOM(e *env, args []string) error {
 	}
 	fmt.Fprint(stdout, ex.Text())
 	if fit != nil {
-		if fit.MaxBatch > 0 {
-			fmt.Fprintf(stdout, "\nWith %s and this setup, the largest batch that fits this GPU (%s, with %s outside PyTorch) is %d.\n",
-				fit.Model, fmtBytes(msg.Total), fmtBytes(max(0, ex.OutsidePyTorch)), fit.MaxBatch)
-		} else {
-			fmt.Fprintf(stdout, "\n%s does not fit this GPU even at batch 1 with this setup.\n", fit.Model)
+		with := ""
+		if fit.MarginBytes > 0 {
+			with = " with the margin"
 		}
+		if fit.MaxBatch > 0 {
+			fmt.Fprintf(stdout, "\nWith %s and this setup, the largest batch that fits this GPU (%s, with %s outside PyTorch)%s is %d.\n",
+				fit.Model, fmtBytes(msg.Total), fmtBytes(max(0, ex.OutsidePyTorch)), with, fit.MaxBatch)
+		} else {
+			fmt.Fprintf(stdout, "\n%s does not fit this GPU even at batch 1 with this setup%s.\n", fit.Model, with)
+		}
+		fmt.Fprintln(stdout, marginText)
 	}
 	return nil
 }

@@ -484,7 +484,7 @@ func uploadedModel(u *upload) (predict.Source, error) {
 		if err != nil {
 			return nil, err
 		}
-		return specSource{s: sp, name: u.name}, nil
+		return spec.NewSource(sp, u.name), nil
 	case ".onnx":
 		return onnx.Parse(u.data, u.name)
 	case ".bfgraph", ".gz":

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"slices"
-	"strings"
 	"text/tabwriter"
 
 	"github.com/batchfit/batchfit/alloc"
@@ -86,182 +85,6 @@ type CategoryJSON struct {
 	Bytes    int64  `json:"bytes"`
 }
 
-// sizeClasses split requests where the caching allocator's rules change:
-// 1 MiB is kSmallSize (the small pool below), 10 MiB kMinLargeAlloc
-// (below it a 20 MiB segment is shared), and decades above.
-var sizeClasses = []struct {
-	name     string
-	min, max int64
-}{
-	{"< 1 MiB (small pool)", 0, 1 << 20},
-	{"1–10 MiB", 1 << 20, 10 << 20},
-	{"10–100 MiB", 10 << 20, 100 << 20},
-	{"100 MiB–1 GiB", 100 << 20, 1 << 30},
-	{"≥ 1 GiB", 1 << 30, 0},
-}
-
-// Phases compared, with the simulator's phases each takes.
-var comparePhases = []struct {
-	name   string
-	phases []trace.Phase
-}{
-	{"forward", []trace.Phase{trace.Forward, trace.Loss}},
-	{"backward", []trace.Phase{trace.Backward}},
-	{"optimizer", []trace.Phase{trace.OptimizerStep, trace.ZeroGrad}},
-}
-
-// phaseRange is a stretch of the recording's events [start, end) in one
-// phase (an index of comparePhases).
-type phaseRange struct{ phase, start, end int }
-
-// recordingPhases finds the recording's phases. With stack frames on most
-// allocations it reads them: PyTorch records the Python stack of the
-// thread that allocates (torch.cuda.memory._record_memory_history), so an
-// allocation under torch/optim/ is the optimizer's, one under a frame
-// named backward (torch.autograd.backward, Tensor.backward) or with no
-// Python frames (autograd's engine runs CUDA backward on a thread of its
-// own, which has none) is backward's, and the rest forward's. Without
-// frames it reads the allocation pattern of one step: forward allocates
-// the activations autograd saves and backward frees them, so forward ends
-// where the tensors that the recording both allocates and frees hold the
-// most bytes, and backward once 95 % of those bytes are freed; the
-// optimizer step is the rest. Parameters, gradients and optimizer state
-// are not freed within a step (unless the recording includes
-// zero_grad(set_to_none=True), whose freed gradients can then be taken
-// for activations).
-func recordingPhases(snap *snapshot.Snapshot, device int, conv *snapshot.Conversion) (ranges []phaseRange, from, how string) {
-	n := len(conv.Trace.Events)
-	var entries []snapshot.TraceEntry
-	if device < len(snap.Traces) {
-		entries = snap.Traces[device]
-	}
-	allocs, framed := 0, 0
-	for i := range entries {
-		if entries[i].Action == snapshot.ActionAlloc {
-			allocs++
-			if len(entries[i].Frames) > 0 {
-				framed++
-			}
-		}
-	}
-	if allocs > 0 && framed*2 >= allocs && len(conv.EntryEvent) == len(entries) {
-		label := make([]int, n)
-		cur := 0
-		next := 0
-		for i := range entries {
-			e := &entries[i]
-			if e.Action == snapshot.ActionAlloc {
-				cur = framePhase(e.Frames)
-			}
-			end := n
-			if i+1 < len(entries) {
-				end = conv.EntryEvent[i+1]
-			}
-			for ; next < end; next++ {
-				label[next] = cur
-			}
-		}
-		for i := 0; i < n; {
-			j := i
-			for j < n && label[j] == label[i] {
-				j++
-			}
-			ranges = append(ranges, phaseRange{label[i], i, j})
-			i = j
-		}
-		return ranges, "stack frames", "allocations under torch/optim/ are the optimizer's; under a frame named backward, or without Python frames (autograd's engine thread), backward's; the rest forward's"
-	}
-	how = "forward runs until the most memory is held by tensors that the recording both allocates and frees (autograd's saved activations: forward allocates them, backward frees them); backward until 95 % of those bytes are freed; the optimizer step is the rest"
-	if n == 0 {
-		return nil, "allocation pattern", how
-	}
-	// Blocks allocated and freed within the recording: parameters,
-	// gradients and optimizer state allocated before it or kept after it
-	// do not count.
-	freedLater := map[int64]bool{}
-	allocated := map[int64]bool{}
-	for _, e := range conv.Trace.Events {
-		switch e.Action {
-		case trace.Alloc:
-			allocated[e.ID] = true
-		case trace.Free:
-			if allocated[e.ID] {
-				freedLater[e.ID] = true
-			}
-		}
-	}
-	size := map[int64]int64{}
-	var cur, best int64
-	fwdEnd := -1
-	for i, e := range conv.Trace.Events {
-		switch e.Action {
-		case trace.Alloc:
-			if freedLater[e.ID] {
-				size[e.ID] = e.Size
-				cur += e.Size
-			}
-		case trace.Free:
-			cur -= size[e.ID]
-		}
-		if cur > best {
-			best, fwdEnd = cur, i
-		}
-	}
-	if fwdEnd < 0 {
-		return []phaseRange{{0, 0, n}}, "allocation pattern", how
-	}
-	live := map[int64]int64{}
-	for i := 0; i <= fwdEnd; i++ {
-		e := conv.Trace.Events[i]
-		switch e.Action {
-		case trace.Alloc:
-			if freedLater[e.ID] {
-				live[e.ID] = e.Size
-			}
-		case trace.Free:
-			delete(live, e.ID)
-		}
-	}
-	bwEnd := n
-	var freed int64
-	for i := fwdEnd + 1; i < n; i++ {
-		e := conv.Trace.Events[i]
-		if sz, ok := live[e.ID]; ok && e.Action == trace.Free {
-			freed += sz
-			if freed*100 >= best*95 {
-				bwEnd = i + 1
-				break
-			}
-		}
-	}
-	ranges = append(ranges, phaseRange{0, 0, fwdEnd + 1})
-	if fwdEnd+1 < n {
-		ranges = append(ranges, phaseRange{1, fwdEnd + 1, bwEnd})
-	}
-	if bwEnd < n {
-		ranges = append(ranges, phaseRange{2, bwEnd, n})
-	}
-	return ranges, "allocation pattern", how
-}
-
-// framePhase labels an allocation by its stack (see recordingPhases).
-func framePhase(frames []snapshot.Frame) int {
-	if len(frames) == 0 {
-		return 1
-	}
-	for _, f := range frames {
-		if strings.Contains(f.Filename, "torch/optim/") {
-			return 2
-		}
-	}
-	for _, f := range frames {
-		if f.Name == "backward" || strings.Contains(f.Name, "_engine_run_backward") {
-			return 1
-		}
-	}
-	return 0
-}
-
 // comparePrediction replays the prediction's trace and sets it beside the
 // recording analysed in an.
 func comparePrediction(an *snapshotAnalysis, snap *snapshot.Snapshot, device int, conv *snapshot.Conversion, res *predict.Result, top int) (*SnapshotPredictionJSON, error) {
@@ -290,20 +113,20 @@ func comparePrediction(an *snapshotAnalysis, snap *snapshot.Snapshot, device int
 
 	// The recording per phase, from its replay's samples.
 	tl := an.tl
-	ranges, from, how := recordingPhases(snap, device, conv)
+	ranges, from, how := snapshot.RecordingPhases(snap, device, conv)
 	if res.Infer != nil {
 		// Inference has no backward or optimizer step to find.
-		ranges = []phaseRange{{0, 0, len(conv.Trace.Events)}}
+		ranges = []snapshot.PhaseRange{{Phase: snapshot.PhaseForward, Start: 0, End: len(conv.Trace.Events)}}
 		from, how = "job", "the job predicted is inference, so the whole recording is taken as forward"
 	}
 	out.PhasesFrom, out.PhasesHow = from, how
 	var ra, rr [3]int64
 	var rn [3]int
 	for _, r := range ranges {
-		for i := r.start; i < r.end && i < len(tl.Samples); i++ {
+		for i := r.Start; i < r.End && i < len(tl.Samples); i++ {
 			s := tl.Samples[i]
-			ra[r.phase], rr[r.phase] = max(ra[r.phase], s.Allocated), max(rr[r.phase], s.Reserved)
-			rn[r.phase]++
+			ra[r.Phase], rr[r.Phase] = max(ra[r.Phase], s.Allocated), max(rr[r.Phase], s.Reserved)
+			rn[r.Phase]++
 		}
 	}
 	out.Overall = PhaseCompareJSON{Phase: "all", InRecording: true, RecordedEvents: len(conv.Trace.Events),
@@ -311,10 +134,10 @@ func comparePrediction(an *snapshotAnalysis, snap *snapshot.Snapshot, device int
 		PredictedPeakAllocatedBytes: ptl.PeakAllocated, PredictedPeakReservedBytes: ptl.PeakReserved}
 	out.Overall.AllocatedDiffBytes = out.Overall.PredictedPeakAllocatedBytes - out.Overall.RecordedPeakAllocatedBytes
 	out.Overall.ReservedDiffBytes = out.Overall.PredictedPeakReservedBytes - out.Overall.RecordedPeakReservedBytes
-	for k, cp := range comparePhases {
-		pc := PhaseCompareJSON{Phase: cp.name, InRecording: rn[k] > 0, RecordedEvents: rn[k],
+	for k, cp := range snapshot.StepPhases {
+		pc := PhaseCompareJSON{Phase: cp.Name, InRecording: rn[k] > 0, RecordedEvents: rn[k],
 			RecordedPeakAllocatedBytes: ra[k], RecordedPeakReservedBytes: rr[k]}
-		for _, p := range cp.phases {
+		for _, p := range cp.Phases {
 			if seen[p] {
 				pc.PredictedPeakAllocatedBytes = max(pc.PredictedPeakAllocatedBytes, pa[p])
 				pc.PredictedPeakReservedBytes = max(pc.PredictedPeakReservedBytes, pr[p])
@@ -330,9 +153,9 @@ func comparePrediction(an *snapshotAnalysis, snap *snapshot.Snapshot, device int
 	// What is live at each side's allocated peak, by requested size.
 	recLive := liveAt(conv.Trace, conv.Initial, tl.PeakAllocatedEvent)
 	predLive := liveAt(tr, nil, ptl.PeakAllocatedEvent)
-	for _, c := range sizeClasses {
-		sc := SizeClassJSON{Class: c.name, MinBytes: c.min, MaxBytes: c.max}
-		in := func(n int64) bool { return n >= c.min && (c.max == 0 || n < c.max) }
+	for _, c := range snapshot.SizeClasses {
+		sc := SizeClassJSON{Class: c.Name, MinBytes: c.Min, MaxBytes: c.Max}
+		in := c.Contains
 		for _, e := range recLive {
 			if in(e.Size) {
 				sc.RecordedBlocks++

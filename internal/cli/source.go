@@ -54,7 +54,7 @@ func resolveSource(arg string) (predict.Source, error) {
 		if err != nil {
 			return nil, err
 		}
-		return specSource{s: s, name: arg}, nil
+		return spec.NewSource(s, arg), nil
 	case ext == ".json", statErr == nil && info.IsDir():
 		// A Hugging Face config.json or model directory (config plus
 		// safetensors headers, sharded or not).
@@ -91,79 +91,6 @@ func looksLikePath(arg, ext string) bool {
 		return true
 	}
 	return strings.ContainsAny(arg, `/\`) || strings.HasPrefix(arg, ".") || strings.HasPrefix(arg, "~")
-}
-
-type specSource struct {
-	s    *spec.Spec
-	name string
-}
-
-func (s specSource) Name() string { return s.name }
-
-func (s specSource) Build(c models.Config) (*graph.Graph, error) {
-	over, err := s.overrides(c)
-	if err != nil {
-		return nil, err
-	}
-	return s.s.BuildAdapted(c.Batch, c.Seq, over, c.Adapters)
-}
-
-// overrides are --layers and --hidden as the spec's parameters.
-func (s specSource) overrides(c models.Config) (map[string]int64, error) {
-	over := map[string]int64{}
-	declared := s.s.Params()
-	for name, v := range map[string]int64{"layers": c.Layers, "hidden": c.Hidden} {
-		if v == 0 {
-			continue
-		}
-		if _, ok := declared[name]; !ok {
-			return nil, fmt.Errorf("%s declares no %q parameter to override", s.name, name)
-		}
-		over[name] = v
-	}
-	return over, nil
-}
-
-// Range bounds the sequence by the spec's learned position tables
-// (spec.SeqLimit); the other dimensions take every positive value.
-func (s specSource) Range(d models.Dim, c models.Config) models.Range {
-	if d != models.DimSeq {
-		return models.AnyPositive
-	}
-	over, err := s.overrides(c)
-	if err != nil {
-		return models.AnyPositive
-	}
-	n, err := s.s.SeqLimit(over)
-	if err != nil || n <= 0 {
-		return models.AnyPositive
-	}
-	return models.Range{Min: 1, Step: 1, Max: n, MaxWhy: fmt.Sprintf("the %d learned positions of its position_embedding", n)}
-}
-
-func (s specSource) DefaultSeq() int64 {
-	if v, ok := s.s.Params()["seq"]; ok {
-		return v
-	}
-	if s.s.UsesSeq() {
-		return 512
-	}
-	return 0
-}
-
-func (s specSource) Dims() []models.Dim {
-	var ds []models.Dim
-	p := s.s.Params()
-	if _, ok := p["layers"]; ok {
-		ds = append(ds, models.DimLayers)
-	}
-	if _, ok := p["hidden"]; ok {
-		ds = append(ds, models.DimHidden)
-	}
-	if s.s.UsesSeq() {
-		ds = append(ds, models.DimSeq)
-	}
-	return ds
 }
 
 // sourceQuant is the quantized format a source stores its weights in (a
