@@ -13,3 +13,7 @@ func (m *Model) Note() string {
 	}
 	return fmt.Sprintf("from %s: checkpoint stored as %s, %d parameters in its safetensors headers, matching the config", m.Config.Path, m.StoredDType, m.ParamCount)
 }
+
+// Notes are the facts about the config that the graph does not model
+// (Config.Notes), for the prediction's notes (predict.Noter).
+func (m *Model) Notes() []string { return append([]string(nil), m.Config.Notes...) }
