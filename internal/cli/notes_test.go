@@ -173,3 +173,39 @@ func TestAttentionUsage(t *testing.T) {
 		})
 	}
 }
+
+// estimate's suggestions and plan say the same of bf16-true, from the
+// change's own description (plan.NumericsWarning): gpt2 at seq 1024,
+// batch 32 in 32-true does not fit an a10g's 24 GB, and one of the three
+// smallest changes moves to bf16-true.
+func TestBF16TrueSuggestionWarns(t *testing.T) {
+	args := []string{"estimate", "gpt2", "--seq", "1024", "--batch", "32", "--gpu", "a10g"}
+	out, _, _ := run(args...)
+	const want = "precision 32-true → bf16-true — changes the numerics: the weights themselves are kept in 16 bits, with no float32 master copy"
+	if !strings.Contains(out, want) {
+		t.Errorf("text suggestions lack %q:\n%s", want, out)
+	}
+	out, _, _ = run(append(args, "--json")...)
+	var e struct {
+		Suggestions []struct {
+			Precision string   `json:"precision"`
+			Changes   []string `json:"changes"`
+		} `json:"suggestions"`
+	}
+	if err := json.Unmarshal([]byte(out), &e); err != nil {
+		t.Fatal(err)
+	}
+	seen := false
+	for _, s := range e.Suggestions {
+		if s.Precision != "bf16-true" {
+			continue
+		}
+		seen = true
+		if !strings.Contains(strings.Join(s.Changes, "; "), want) {
+			t.Errorf("JSON suggestion's changes %q lack the warning", s.Changes)
+		}
+	}
+	if !seen {
+		t.Errorf("no bf16-true suggestion in %s", out)
+	}
+}

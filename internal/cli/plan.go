@@ -705,10 +705,10 @@ func writePlanTable(w io.Writer, ans *plan.Answer, plans []*plan.Plan) {
 	tw.Flush()
 	pure := false
 	for _, p := range plans {
-		pure = pure || p.Precision == train.TrueBF16 || p.Precision == train.True16
+		pure = pure || plan.ChangesNumerics(p.Precision)
 	}
 	if pure {
-		fmt.Fprintln(w, "  (bf16-true and 16-true keep the weights themselves in 16 bits, with no float32 master copy: a numerical change as well as a memory one)")
+		fmt.Fprintf(w, "  (bf16-true or 16-true %s)\n", plan.NumericsWarning)
 	}
 	if marked {
 		fmt.Fprintln(w, "  * changes what is trained (LoRA or QLoRA adapters instead of every parameter) or how it is optimised (8-bit, paged or Adafactor states):")
