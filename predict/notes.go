@@ -65,9 +65,7 @@ func notesOf(r Request, res *Result, g0 *graph.Graph) []Note {
 		out = append(out, parallelNotes(res)...)
 	}
 	out = append(out, gpuRuleNotes(res)...)
-	for _, t := range quantNotes(res.Config.Quant) {
-		add("quantization", t)
-	}
+	out = append(out, quantNotes(res.Config.Quant)...)
 	if n, ok := attentionNote(res, g0); ok {
 		out = append(out, n)
 	}
@@ -159,37 +157,38 @@ func gpuRuleNotes(res *Result) []Note {
 
 // quantNotes are the uncertain rules of a quantized prediction, said where
 // the figure may be off (see docs/accuracy.md).
-func quantNotes(q *graph.Quant) []string {
+func quantNotes(q *graph.Quant) []Note {
 	if q == nil {
 		return nil
 	}
-	var out []string
+	var out []Note
+	add := func(code, text string) { out = append(out, Note{Code: code, Text: text}) }
 	switch q.Format {
 	case graph.NF4, graph.FP4:
 		if q.Torchao {
-			out = append(out, "nf4 follows torchao v0.1's NF4Tensor, as torchtune's QLoRA builds it on the device: to_nf4 compares each element with the 16 codes at once ([n, 16] temporaries while each weight is quantized), and every use rebuilds the bfloat16 weight through int64 codes; later torchao releases may hold less")
+			add("quant-torchao-nf4", "nf4 follows torchao v0.1's NF4Tensor, as torchtune's QLoRA builds it on the device: to_nf4 compares each element with the 16 codes at once ([n, 16] temporaries while each weight is quantized), and every use rebuilds the bfloat16 weight through int64 codes; later torchao releases may hold less")
 			break
 		}
 		if q.Head {
-			out = append(out, graph.FabricExcessNote)
+			add("quant-fabric-head", graph.FabricExcessNote)
 		}
 		if q.HalfState {
-			out = append(out, "the 4-bit weights were quantized from a float16 copy (bitsandbytes before 0.43.0, or Lightning Fabric's BitsandbytesPrecision): each dequantized copy is float16, then cast to the compute dtype")
+			add("quant-half-state", "the 4-bit weights were quantized from a float16 copy (bitsandbytes before 0.43.0, or Lightning Fabric's BitsandbytesPrecision): each dequantized copy is float16, then cast to the compute dtype")
 		}
 		if q.KeepsInput {
-			out = append(out, "each 4-bit weight is dequantized whole for every forward and backward use, and each quantized layer keeps its input for backward, as bitsandbytes before 0.43.2 does")
+			add("quant-keeps-input", "each 4-bit weight is dequantized whole for every forward and backward use, and each quantized layer keeps its input for backward, as bitsandbytes before 0.43.2 does")
 			break
 		}
-		out = append(out, "each 4-bit weight is dequantized whole for every forward and backward use, as bitsandbytes 0.49's MatMul4Bit does; 0.50's fused gemm_4bit skips that copy for some shapes (less); releases before 0.43.2 also keep every quantized layer's input for backward: say --bnb-version")
+		add("quant-dequantize", "each 4-bit weight is dequantized whole for every forward and backward use, as bitsandbytes 0.49's MatMul4Bit does; 0.50's fused gemm_4bit skips that copy for some shapes (less); releases before 0.43.2 also keep every quantized layer's input for backward: say --bnb-version")
 	case graph.Int8:
-		out = append(out, "LLM.int8's outlier columns (llm_int8_threshold) depend on the data and are not modelled: each adds a float16 slice of the input and of the weight")
+		add("quant-int8-outliers", "LLM.int8's outlier columns (llm_int8_threshold) depend on the data and are not modelled: each adds a float16 slice of the input and of the weight")
 	case graph.GPTQ:
-		out = append(out, "gptq follows auto-gptq's torch path (exllama off, as for fine-tuning): the float16 weight is rebuilt in each forward and saved for backward; gptqmodel's and marlin's kernels may hold less")
+		add("quant-gptq", "gptq follows auto-gptq's torch path (exllama off, as for fine-tuning): the float16 weight is rebuilt in each forward and saved for backward; gptqmodel's and marlin's kernels may hold less")
 	case graph.AWQ:
-		out = append(out, "awq follows autoawq 0.2.9's WQLinearMMFunction: the weight is dequantized in backward and repeated per sample of the batch")
+		add("quant-awq", "awq follows autoawq 0.2.9's WQLinearMMFunction: the weight is dequantized in backward and repeated per sample of the batch")
 	}
 	if q.Compute != graph.F32 && !q.Torchao && !q.Head {
-		out = append(out, "PEFT's prepare_model_for_kbit_training casts the unquantized parameters to float32 and turns on gradient checkpointing; batchfit keeps them in the precision's dtype: use --precision bf16-mixed and --checkpoint full to follow it")
+		add("quant-kbit-prep", "PEFT's prepare_model_for_kbit_training casts the unquantized parameters to float32 and turns on gradient checkpointing; batchfit keeps them in the precision's dtype: use --precision bf16-mixed and --checkpoint full to follow it")
 	}
 	return out
 }

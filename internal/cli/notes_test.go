@@ -209,3 +209,22 @@ func TestBF16TrueSuggestionWarns(t *testing.T) {
 		t.Errorf("no bf16-true suggestion in %s", out)
 	}
 }
+
+// maxbatch's and sweep's text print their results' notes as estimate
+// does, a sweep each kind once however many batches have it: the mlp in
+// bf16-mixed on a T4, whose bfloat16 note holds at every batch.
+func TestNotesSearchText(t *testing.T) {
+	const want = "note: bf16-mixed on t4: compute capability 7.5 has no bfloat16 tensor cores"
+	for _, args := range [][]string{
+		{"maxbatch", "mlp", "--gpu", "t4", "--precision", "bf16-mixed"},
+		{"sweep", "mlp", "--batch", "1:4", "--gpu", "t4", "--precision", "bf16-mixed"},
+	} {
+		out, errs, code := run(args...)
+		if code != 0 {
+			t.Fatalf("%s: exit %d: %s", args[0], code, errs)
+		}
+		if n := strings.Count(out, want); n != 1 {
+			t.Errorf("%s: the bf16 note %d times, want once:\n%s", args[0], n, out)
+		}
+	}
+}
