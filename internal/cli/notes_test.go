@@ -228,3 +228,17 @@ func TestNotesSearchText(t *testing.T) {
 		}
 	}
 }
+
+// A job that names flash attention is planned only in the precisions
+// flash takes (float16 and bfloat16, sdp_utils check_tensor_dtype): the
+// planner's suggestions do not fail on a 32-true candidate. gpt2 at batch
+// 64, seq 1024 in bf16-mixed runs out of memory on an a10g.
+func TestFlashSuggestionsKeep16Bits(t *testing.T) {
+	out, errs, _ := run("estimate", "gpt2", "--attention", "flash", "--precision", "bf16-mixed", "--batch", "64", "--seq", "1024", "--gpu", "a10g")
+	if strings.Contains(out, "no suggestions") || !strings.Contains(out, "make it fit") {
+		t.Errorf("want suggestions:\n%s%s", out, errs)
+	}
+	if strings.Contains(out, "→ 32-true") {
+		t.Errorf("a suggestion moves flash attention to 32-true:\n%s", out)
+	}
+}
