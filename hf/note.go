@@ -1,13 +1,11 @@
 package hf
 
-import (
-	"fmt"
-	"strings"
-)
+import "fmt"
 
 // Note describes the model behind the graph for reports: the transformers
 // class built (from architectures), the checkpoint's stored dtype and that
-// its parameter count agreed with the config, then the config's notes.
+// its parameter count agreed with the config. The config's notes reach the
+// prediction's notes through Notes, not this line.
 func (m *Model) Note() string {
 	var s string
 	switch {
@@ -18,12 +16,9 @@ func (m *Model) Note() string {
 	default:
 		s = fmt.Sprintf("%s from %s: checkpoint stored as %s, %d parameters in its safetensors headers, matching the config", m.Config.className(), m.Config.Path, m.StoredDType, m.ParamCount)
 	}
-	if ns := m.Notes(); len(ns) > 0 {
-		s += "; " + strings.Join(ns, "; ")
-	}
 	return s
 }
 
 // Notes are the config's facts that the graph does not model or that
-// decided it (Config.Notes), for reports that list notes one by one.
+// decided it (Config.Notes): the prediction's notes (predict.Noter).
 func (m *Model) Notes() []string { return append([]string(nil), m.Config.Notes...) }

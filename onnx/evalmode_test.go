@@ -40,8 +40,8 @@ func TestEvalModeExport(t *testing.T) {
 		if got := strings.Contains(notes, want); got != c.note {
 			t.Errorf("%s: notes %q; want the eval-mode note: %v", c.path, notes, c.note)
 		}
-		if c.note && !strings.Contains(m.Note(), "training=torch.onnx.TrainingMode.TRAINING") {
-			t.Errorf("%s: report note %q does not say how to export for training", c.path, m.Note())
+		if c.note && !strings.Contains(notes, "training=torch.onnx.TrainingMode.TRAINING") {
+			t.Errorf("%s: notes %q do not say how to export for training", c.path, notes)
 		}
 		if c.params == 0 {
 			continue

@@ -17,6 +17,17 @@ func sameLayout(a, b Candidate) bool {
 	return a.Parallel == b.Parallel && a.TP == b.TP && a.SP == b.SP && a.PP == b.PP
 }
 
+// NumericsWarning is what a move to a "-true" 16-bit precision changes
+// besides memory, said with every such plan: Lightning's bf16-true and
+// 16-true cast the module itself (no float32 master weights, unlike the
+// -mixed precisions under autocast), so the optimizer's updates are
+// rounded to 16 bits.
+const NumericsWarning = "changes the numerics: the weights themselves are kept in 16 bits, with no float32 master copy"
+
+// ChangesNumerics reports a precision that keeps the weights in 16 bits
+// (NumericsWarning).
+func ChangesNumerics(p train.Precision) bool { return p == train.TrueBF16 || p == train.True16 }
+
 // changes describes how c differs from the current setup.
 func (pl *planner) changes(c Candidate) []string {
 	b := pl.base
@@ -25,7 +36,11 @@ func (pl *planner) changes(c Candidate) []string {
 		out = append(out, fmt.Sprintf("accumulate %d → %d (micro-batch %d → %d)", b.Accumulate, c.Accumulate, b.MicroBatch, c.MicroBatch))
 	}
 	if c.Precision != b.Precision {
-		out = append(out, fmt.Sprintf("precision %s → %s", b.Precision, c.Precision))
+		s := fmt.Sprintf("precision %s → %s", b.Precision, c.Precision)
+		if ChangesNumerics(c.Precision) && !ChangesNumerics(b.Precision) {
+			s += " — " + NumericsWarning
+		}
+		out = append(out, s)
 	}
 	if c.Checkpoint != b.Checkpoint {
 		out = append(out, fmt.Sprintf("checkpointing %s → %s", b.Checkpoint, c.Checkpoint))

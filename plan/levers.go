@@ -26,6 +26,11 @@ func (pl *planner) precisions() []train.Precision {
 		if (p == train.MixedBF16 || p == train.TrueBF16) && pl.o.Base.GPU.Major > 0 && pl.o.Base.GPU.Major < 8 {
 			continue
 		}
+		// flash attention takes float16 and bfloat16 only (sdp_utils
+		// check_tensor_dtype): a job that names it keeps 16 bits
+		if p == train.FP32 && pl.o.Base.Setup.Attention == train.AttentionFlash {
+			continue
+		}
 		out = append(out, p)
 	}
 	return out

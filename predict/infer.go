@@ -56,6 +56,9 @@ func simulateInference(ctx context.Context, r Request, setup train.Setup) (*trai
 		if err != nil {
 			return nil, nil, nil, err
 		}
+		if err := checkAttention(r, setup, g); err != nil {
+			return nil, nil, nil, err
+		}
 		sim, err := train.NewInference(g, setup)
 		if err != nil {
 			return nil, nil, nil, err
@@ -95,6 +98,9 @@ func simulateInference(ctx context.Context, r Request, setup train.Setup) (*trai
 		}
 		if !slices.ContainsFunc(prefill.Ops, func(op graph.Op) bool { return op.Kind == graph.KVCache }) {
 			return nil, nil, nil, noCache
+		}
+		if err := checkAttention(r, setup, prefill); err != nil {
+			return nil, nil, nil, err
 		}
 		steps := &decodeGraphs{ctx: ctx, src: r.Source, c: c, first: gen.Prompt}
 		sim, gs, err := train.Generate(prefill, steps.at, setup, gen)

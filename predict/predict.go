@@ -170,6 +170,9 @@ type Result struct {
 	// Note is what the source says about itself (a checkpoint's stored
 	// dtype and parameter count), when it has a Note method.
 	Note string
+	// Notes are the prediction's caveats (Note), in the order every
+	// output shows them.
+	Notes []Note
 	// Stages are every pipeline stage's figures when the request named
 	// no stage; the Result is then the stage that fits worst.
 	Stages []StageResult
@@ -377,10 +380,12 @@ func finish(ctx context.Context, r Request, setup train.Setup, sim *train.Simula
 	// say: its trace is only a prefix of the step.
 	if req := sim.Summary().PeakRequested - sim.Summary().ConvWorkspaceBytes; sim.Stopped() || (r.Screen && req > dev.Capacity) {
 		sim.CompactTrace().Release()
-		return &Result{Model: r.Source.Name(), Config: r.Config, Setup: sim.Setup(), GPU: r.GPU, Summary: sim.Summary(),
+		res := &Result{Model: r.Source.Name(), Config: r.Config, Setup: sim.Setup(), GPU: r.GPU, Summary: sim.Summary(),
 			Timeline: &alloc.Timeline{PeakAllocatedEvent: -1, PeakReservedEvent: -1}, Context: cudaCtx, Libraries: lib, NCCL: nccl, Margin: r.Margin,
 			Screened: true, Relies: r.reliancesOf(g0), Band: BandFor(r.reliancesOf(g0)), Decider: fmt.Sprintf("the step requests %s at its peak, more than the %s the device leaves the allocator: no allocator setting fits it",
-				alloc.FormatSize(sim.Summary().PeakRequested), alloc.FormatSize(dev.Capacity))}, nil
+				alloc.FormatSize(sim.Summary().PeakRequested), alloc.FormatSize(dev.Capacity))}
+		res.Notes = notesOf(r, res, g0)
+		return res, nil
 	}
 	// A replay reads repeated micro-batches once (and skips their copies
 	// when the allocator's state comes back); a kept or recorded trace is
@@ -429,6 +434,7 @@ func finish(ctx context.Context, r Request, setup train.Setup, sim *train.Simula
 	res.Relies = r.reliancesOf(g0)
 	res.Band = BandFor(res.Relies)
 	res.DeviceTotal = tl.PeakReserved + cudaCtx
+	res.Notes = notesOf(r, res, g0)
 	if tl.OOM != nil && r.Margin > 0 {
 		// The replay ran on the device less the margin, and the error it
 		// raised quotes that device's total: the message quotes the GPU's
@@ -563,6 +569,9 @@ func simulateTraining(ctx context.Context, r Request, setup train.Setup) (*train
 	}
 	g0, err := build(sched[0])
 	if err != nil {
+		return nil, nil, err
+	}
+	if err := checkAttention(r, setup, g0); err != nil {
 		return nil, nil, err
 	}
 	sim, err := r.Graphs.simulator(g0, setup)

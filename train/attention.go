@@ -8,7 +8,9 @@ import (
 // kernel picks the attention kernel the way PyTorch's SDPA dispatcher does
 // on CUDA (sdp_utils.cpp): flash for fp16/bf16 with a head dim that is a
 // multiple of 8 up to 256 on sm80+, then memory-efficient (which also takes
-// float32), then the math fallback. Profiles whose nn.MultiheadAttention and
+// float32, but bfloat16 only from sm80: less_than_sm80_mem_efficient_dtypes
+// is float16 and float32), then the math fallback. Profiles whose
+// nn.MultiheadAttention and
 // default attention are explicit Python ops take the eager path.
 func (m *micro) kernel(c *fwdCtx) Attention {
 	s := m.sim.s
@@ -25,6 +27,9 @@ func (m *micro) kernel(c *fwdCtx) Attention {
 	dt := c.in[0].dt
 	if (dt == graph.F16 || dt == graph.BF16) && d <= 256 && d%8 == 0 && s.ComputeMajor >= 8 {
 		return AttentionFlash
+	}
+	if dt == graph.BF16 && s.ComputeMajor < 8 {
+		return AttentionMath
 	}
 	if d%8 == 0 || (dt == graph.F32 && d%4 == 0) {
 		return AttentionEfficient

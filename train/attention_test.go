@@ -69,6 +69,40 @@ func TestAttentionKernels(t *testing.T) {
 	}
 }
 
+// auto follows sdp_utils.cpp's order, flash, memory-efficient, math, by
+// their checks on the GPU (ComputeMajor) and the dtype; the savings are
+// TestAttentionKernels' (the same graph): flash 42,240 B, efficient
+// +768, the math kernel of 2.5 +70,400. On sm75 flash is out
+// (check_flash_attention_hardware_support), and so is efficient for
+// bfloat16 (less_than_sm80_mem_efficient_dtypes is float16 and float32):
+// math. float16 takes efficient there.
+func TestAttentionAutoByGPU(t *testing.T) {
+	g := attnGraph(t, 2, 40, 4, 16)
+	saved := func(p Precision, a Attention, major int) int64 {
+		_, sum, err := Simulate(g, Setup{Precision: p, Attention: a, Steps: 1, Profile: mustProfile(t, "2.5"), ComputeMajor: major})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return sum.ActivationsBytes
+	}
+	for _, c := range []struct {
+		p     Precision
+		major int
+		want  Attention
+		diff  int64 // over flash on sm90
+	}{
+		{TrueBF16, 9, AttentionFlash, 0},
+		{TrueBF16, 8, AttentionFlash, 0},
+		{TrueBF16, 7, AttentionMath, 70400},
+		{True16, 7, AttentionEfficient, 768},
+	} {
+		flash := saved(c.p, AttentionFlash, 9)
+		if got := saved(c.p, AttentionAuto, c.major) - flash; got != c.diff {
+			t.Errorf("%s on sm%d0: auto saves %d bytes more than flash, want %d (the %s kernel)", c.p, c.major, got, c.diff, c.want)
+		}
+	}
+}
+
 // Checkpointing the attention core alone (the selective policy): the core
 // keeps only q, k and v, which its Linear outputs already are, and drops
 // what the kernel saves beyond them. Same sizes as TestAttentionKernels:

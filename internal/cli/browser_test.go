@@ -264,6 +264,20 @@ func TestBrowserPredict(t *testing.T) {
 	if band == "" || !strings.Contains(text, band+"\n") {
 		t.Errorf("the page's band line %q is not estimate's:\n%s", band, text)
 	}
+	// the notes are estimate's "note: …" lines (gpt2 in bf16-mixed on an
+	// a10g, 8.6: SDPA's flash kernel, named for --attention auto)
+	notes, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS("#notes")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(notes, "note: attention: ") {
+		t.Errorf("the page's notes %q lack the attention kernel", notes)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(notes), "\n") {
+		if !strings.Contains(text, line+"\n") {
+			t.Errorf("the page's note %q is not estimate's:\n%s", line, text)
+		}
+	}
 
 	// The charts shown are the API's charts.
 	for _, c := range []struct{ sel, path, batch string }{{"#sweep-chart svg", "/api/sweep.svg", "1:64"}, {"#timeline-chart svg", "/api/estimate.svg", "12"}} {

@@ -10,7 +10,6 @@ import (
 	"github.com/batchfit/batchfit/alloc"
 	"github.com/batchfit/batchfit/cost"
 	"github.com/batchfit/batchfit/gpu"
-	"github.com/batchfit/batchfit/graph"
 	"github.com/batchfit/batchfit/internal/chart"
 	"github.com/batchfit/batchfit/plan"
 	"github.com/batchfit/batchfit/predict"
@@ -337,31 +336,7 @@ func writeTraining(w io.Writer, res *predict.Result) {
 		}
 		st.Flush()
 	}
-	if res.Setup.Parallel.On() || res.Config.TP > 1 || res.Config.PP > 1 {
-		// never under-predict silently
-		if res.NCCL > 0 {
-			fmt.Fprintln(w, "note: NCCL buffers are an upper bound from NCCL's source constants (MAXCHANNELS 64 channels × ring and tree connections × the Simple, LL and LL128 buffers, per communicator); NCCL picks fewer channels from the topology at run time, so nvidia-smi usually shows less; --nccl-buffsize sets NCCL_BUFFSIZE")
-		}
-		if res.Setup.Parallel.On() && res.Setup.Parallel.Strategy != train.DDP {
-			fmt.Fprintln(w, "note: a block freed while a collective on another stream still reads it is taken as free at once (record_stream delays that): reserved memory may run somewhat higher")
-			fmt.Fprintln(w, "note: this is the sharded training step; a model built or loaded whole on each GPU before it is sharded (model.cuda() before wrapping, a full state dict loaded on the device) needs its whole parameters there first, which is not counted")
-		}
-		if p := res.Setup.Parallel; p.NoSync && res.Setup.Accumulate <= 1 {
-			// accepted, but said: the only micro-batch is the syncing one
-			fmt.Fprintln(w, "note: --no-sync changes nothing without --accumulate: the step's only micro-batch is the one that synchronises")
-		}
-		if p := res.Setup.Parallel; p.Strategy == train.FSDP && res.Setup.Accumulate > 1 && !p.NoSync {
-			// never under-predict silently: Fabric and Accelerate
-			// accumulate inside no_sync() by default
-			fmt.Fprintln(w, "note: each micro-batch is taken to reduce-scatter its gradients; accumulating inside FSDP's no_sync() (Lightning Fabric's no_backward_sync, Accelerate's accumulate) keeps the whole unsharded gradients on every GPU instead: add --no-sync")
-		}
-	}
-	for _, n := range gpuRuleNotes(res) {
-		fmt.Fprintln(w, "note: "+n)
-	}
-	for _, n := range quantNotes(res.Config.Quant) {
-		fmt.Fprintln(w, "note: "+n)
-	}
+	writeNotes(w, res)
 	if sum.TrainableParamCount != sum.ParamCount {
 		// PEFT's print_trainable_parameters, figure for figure
 		fmt.Fprintf(w, "trainable params: %s || all params: %s || trainable%%: %.4f\n", commas(sum.TrainableParamCount), commas(sum.ParamCount),
@@ -549,39 +524,12 @@ func explainSchedule(steps []alloc.StepStats, batches []int64, context int64) []
 	return out
 }
 
-// quantNotes are the uncertain rules of a quantized prediction, said where
-// the figure may be off (see docs/accuracy.md).
-func quantNotes(q *graph.Quant) []string {
-	if q == nil {
-		return nil
+// writeNotes prints the prediction's notes (predict.Result.Notes) as
+// "note: …" lines; the communication's are printed with the step time.
+func writeNotes(w io.Writer, res *predict.Result) {
+	for _, n := range res.Notes {
+		if n.Code != predict.CommNoteCode {
+			fmt.Fprintln(w, "note: "+n.Text)
+		}
 	}
-	var out []string
-	switch q.Format {
-	case graph.NF4, graph.FP4:
-		if q.Torchao {
-			out = append(out, "nf4 follows torchao v0.1's NF4Tensor, as torchtune's QLoRA builds it on the device: to_nf4 compares each element with the 16 codes at once ([n, 16] temporaries while each weight is quantized), and every use rebuilds the bfloat16 weight through int64 codes; later torchao releases may hold less")
-			break
-		}
-		if q.Head {
-			out = append(out, graph.FabricExcessNote)
-		}
-		if q.HalfState {
-			out = append(out, "the 4-bit weights were quantized from a float16 copy (bitsandbytes before 0.43.0, or Lightning Fabric's BitsandbytesPrecision): each dequantized copy is float16, then cast to the compute dtype")
-		}
-		if q.KeepsInput {
-			out = append(out, "each 4-bit weight is dequantized whole for every forward and backward use, and each quantized layer keeps its input for backward, as bitsandbytes before 0.43.2 does")
-			break
-		}
-		out = append(out, "each 4-bit weight is dequantized whole for every forward and backward use, as bitsandbytes 0.49's MatMul4Bit does; 0.50's fused gemm_4bit skips that copy for some shapes (less); releases before 0.43.2 also keep every quantized layer's input for backward: say --bnb-version")
-	case graph.Int8:
-		out = append(out, "LLM.int8's outlier columns (llm_int8_threshold) depend on the data and are not modelled: each adds a float16 slice of the input and of the weight")
-	case graph.GPTQ:
-		out = append(out, "gptq follows auto-gptq's torch path (exllama off, as for fine-tuning): the float16 weight is rebuilt in each forward and saved for backward; gptqmodel's and marlin's kernels may hold less")
-	case graph.AWQ:
-		out = append(out, "awq follows autoawq 0.2.9's WQLinearMMFunction: the weight is dequantized in backward and repeated per sample of the batch")
-	}
-	if q.Compute != graph.F32 && !q.Torchao && !q.Head {
-		out = append(out, "PEFT's prepare_model_for_kbit_training casts the unquantized parameters to float32 and turns on gradient checkpointing; batchfit keeps them in the precision's dtype: use --precision bf16-mixed and --checkpoint full to follow it")
-	}
-	return out
 }

@@ -30,10 +30,11 @@ func (u usageError) Unwrap() error { return u.err }
 
 func usagef(format string, args ...any) error { return usageError{fmt.Errorf(format, args...)} }
 
-// IsUsage reports whether err is a command-line usage error.
+// IsUsage reports whether err is a command-line usage error: bad flags,
+// or a setup that cannot apply to the model or the GPU (predict.SetupError).
 func IsUsage(err error) bool {
 	var u usageError
-	return errors.As(err, &u)
+	return errors.As(err, &u) || predict.IsSetupError(err)
 }
 
 // jobFlags are the flags that describe a training job, shared by estimate,

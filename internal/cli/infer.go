@@ -110,12 +110,7 @@ func writeInference(w io.Writer, res *predict.Result) {
 		fmt.Fprintf(tw, "prefill peak reserved\t%s\t\t\n", fmtBytes(g.PrefillPeakReservedBytes))
 	}
 	tw.Flush()
-	if g := generationFigures(res); g != nil && g.Cache == "static" {
-		// never under-predict silently
-		mask := g.Rows * g.Prompt * g.KVCachePositions * res.Setup.Precision.ParamDType().Size()
-		fmt.Fprintf(w, "note: with a static cache transformers passes SDPA a 4-D attention mask, [rows, 1, new positions, %d] (up to %s in the prefill: bool from 4.53, the model's dtype before), which is not modelled and rules out the flash kernel\n",
-			g.KVCachePositions, fmtBytes(mask))
-	}
+	writeNotes(w, res)
 }
 
 // peakWhere says where an inference's peak was reached.

@@ -106,6 +106,25 @@ type EstimateJSON struct {
 	// LargerSearched every larger GPU searched.
 	LargerGPUs     []LargerGPUJSON `json:"larger_gpus,omitempty"`
 	LargerSearched []string        `json:"larger_gpus_searched,omitempty"`
+	// Notes are the prediction's caveats (predict.Note), the same as the
+	// text output's "note: …" lines; an empty list when there are none.
+	Notes []NoteJSON `json:"notes"`
+}
+
+// NoteJSON is one caveat of a prediction: Code is a stable kebab-case id,
+// Text the caveat in words.
+type NoteJSON struct {
+	Code string `json:"code"`
+	Text string `json:"text"`
+}
+
+// notesJSON is a prediction's notes, never null.
+func notesJSON(res *predict.Result) []NoteJSON {
+	out := []NoteJSON{}
+	for _, n := range res.Notes {
+		out = append(out, NoteJSON{Code: n.Code, Text: n.Text})
+	}
+	return out
 }
 
 // TimeJSON is the step-time model's prediction for one optimizer step.
@@ -226,6 +245,7 @@ func estimateJSON(res *predict.Result, batches []int64) EstimateJSON {
 		out.NeedsAtLeast = plan.Need(res)
 	}
 	out.Time = timeJSON(res)
+	out.Notes = notesJSON(res)
 	out.GPUSMITotalBytes, out.MarginBytes = res.GPU.SMITotal, res.Margin
 	if tl.OOM == nil {
 		out.Band = bandJSON(res)

@@ -183,6 +183,7 @@ func runMaxBatch(e *env, args []string) error {
 			fmt.Fprintf(stdout, "  at %d: does not fit — %s\n", ans.Next, ans.Over.Decider)
 		}
 		fmt.Fprintln(stdout, marginLine(r.Margin, r.GPU.Capacity, band))
+		writeNotes(stdout, ans.Fit)
 		if fast != nil {
 			writeFastest(stdout, fast)
 		}

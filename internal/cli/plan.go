@@ -751,10 +751,10 @@ func writePlanTable(w io.Writer, ans *plan.Answer) {
 	tw.Flush()
 	pure := false
 	for _, p := range plans {
-		pure = pure || p.Precision == train.TrueBF16 || p.Precision == train.True16
+		pure = pure || plan.ChangesNumerics(p.Precision)
 	}
 	if pure {
-		fmt.Fprintln(w, "  (bf16-true and 16-true keep the weights themselves in 16 bits, with no float32 master copy: a numerical change as well as a memory one)")
+		fmt.Fprintf(w, "  (bf16-true or 16-true %s)\n", plan.NumericsWarning)
 	}
 	if otherGPUs {
 		// the job asked for its GPUs: the plan that keeps them is the

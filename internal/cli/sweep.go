@@ -155,6 +155,23 @@ func runSweep(e *env, args []string) error {
 	fmt.Fprintf(stdout, "\nGPU capacity %s (%s)\n", fmtBytes(pts[0].Result.GPU.Capacity), capacityNote(pts[0].Result.GPU))
 	// the one line maxbatch and plan print too: "fits" is held to it
 	fmt.Fprintln(stdout, marginLine(r.Margin, r.GPU.Capacity, band))
+	// every kind of note once, as the largest point that has it words it
+	// (a figure in it, such as the largest cuDNN workspace, grows with
+	// the batch)
+	// (several notes of one code, such as a source's, are told apart by
+	// their order)
+	seen := map[string]bool{}
+	for i := len(pts) - 1; i >= 0; i-- {
+		nth := map[string]int{}
+		for _, n := range pts[i].Result.Notes {
+			key := fmt.Sprintf("%s#%d", n.Code, nth[n.Code])
+			nth[n.Code]++
+			if !seen[key] && n.Code != predict.CommNoteCode {
+				seen[key] = true
+				fmt.Fprintln(stdout, "note: "+n.Text)
+			}
+		}
+	}
 	if *svg != "" {
 		fmt.Fprintf(stdout, "chart: %s\n", *svg)
 	}

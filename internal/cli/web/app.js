@@ -214,6 +214,10 @@ function showEstimate(e) {
   $("#band").textContent = b
     ? `band: batchfit's device total has been ${b.text}: the real one may reach ${fmtBytes(b.device_total_high_bytes)}, ${b.fits_with_band ? "fits even then" : "which would not fit"}`
     : "";
+  // the prediction's caveats, the lines estimate prints as "note: …"
+  const notes = $("#notes");
+  notes.replaceChildren();
+  for (const n of e.notes || []) notes.append(el("li", { "data-code": n.code }, "note: " + n.text));
   const s = $("#suggestions");
   s.replaceChildren();
   if (e.suggestions && e.suggestions.length) {

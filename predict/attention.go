@@ -1,0 +1,154 @@
+package predict
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/batchfit/batchfit/graph"
+	"github.com/batchfit/batchfit/train"
+)
+
+// SetupError is a request whose setup cannot apply to its model or its GPU
+// (an attention kernel for a model without attention, flash attention on a
+// GPU or in a dtype PyTorch refuses it): bad input, not a failure of the
+// prediction.
+type SetupError struct{ Err error }
+
+func (e SetupError) Error() string { return e.Err.Error() }
+func (e SetupError) Unwrap() error { return e.Err }
+
+// IsSetupError reports whether err is, or wraps, a SetupError.
+func IsSetupError(err error) bool {
+	var s SetupError
+	return errors.As(err, &s)
+}
+
+// attentionDType is the dtype scaled_dot_product_attention computes in
+// under the setup: autocast's lower-precision dtype under a mixed
+// precision (scaled_dot_product_attention is on CUDA autocast's
+// lower_precision_fp list, autocast_mode.cpp), else the parameters'.
+func attentionDType(s train.Setup) graph.DType {
+	if dt, ok := s.Precision.Autocast(); ok {
+		return dt
+	}
+	return s.Precision.ParamDType()
+}
+
+// headDims are the head dimensions of g's attention ops (q is [B, H, L,
+// D]).
+func headDims(g *graph.Graph) []int64 {
+	var out []int64
+	for i := range g.Ops {
+		op := &g.Ops[i]
+		if op.Kind != graph.Attention || len(op.Inputs) == 0 {
+			continue
+		}
+		if sh := g.Tensors[op.Inputs[0]].Shape; len(sh) == 4 && !slices.Contains(out, sh[3]) {
+			out = append(out, sh[3])
+		}
+	}
+	return out
+}
+
+// checkAttention refuses a kernel named for a model or GPU it cannot run
+// on, by the constraints of PyTorch's SDPA dispatcher on CUDA
+// (aten/src/ATen/native/transformers/cuda/sdp_utils.cpp): where
+// sdpa_kernel() allows only a kernel whose checks fail, PyTorch raises "No
+// available kernel" rather than falling back, so the job would not run.
+func checkAttention(r Request, s train.Setup, g *graph.Graph) error {
+	k := s.Attention
+	if k == train.AttentionAuto || k == "" || s.CPU {
+		return nil
+	}
+	dims := headDims(g)
+	if len(dims) == 0 {
+		// an ONNX file's attention, or a captured model's written out by
+		// hand, is its own matmuls and softmax: no kernel to choose
+		return SetupError{fmt.Errorf("the attention kernel %s applies to scaled_dot_product_attention, and %s has none (a model without attention, or one whose attention is its own matmuls and softmax)", k, r.Source.Name())}
+	}
+	major, minor := r.GPU.Major, r.GPU.Minor
+	dt := attentionDType(s)
+	switch k {
+	case train.AttentionFlash:
+		// check_flash_attention_hardware_support: sm80 and above
+		if major > 0 && major < 8 {
+			return SetupError{fmt.Errorf("flash attention needs compute capability 8.0 or higher (PyTorch's sdp_utils check_flash_attention_hardware_support), and %s has %d.%d: use efficient or math", r.GPU.Name, major, minor)}
+		}
+		// check_tensor_dtype: flash takes float16 and bfloat16 only
+		if dt != graph.F16 && dt != graph.BF16 {
+			return SetupError{fmt.Errorf("flash attention takes float16 or bfloat16 inputs only (PyTorch's sdp_utils check_tensor_dtype), and %s computes attention in %s: use a 16-bit precision, or efficient or math", s.Precision, dt)}
+		}
+		// check_head_dim_size_flash: a multiple of 8, at most 256
+		for _, d := range dims {
+			if d%8 != 0 || d > 256 {
+				return SetupError{fmt.Errorf("flash attention needs a head dimension that is a multiple of 8 and at most 256 (PyTorch's sdp_utils check_head_dim_size_flash), and %s's is %d", r.Source.Name(), d)}
+			}
+		}
+	case train.AttentionEfficient:
+		// can_use_mem_efficient_attention: bfloat16 only from sm80
+		// (less_than_sm80_mem_efficient_dtypes is float16 and float32)
+		if dt == graph.BF16 && major > 0 && major < 8 {
+			return SetupError{fmt.Errorf("the memory-efficient attention kernel takes bfloat16 only from compute capability 8.0 (PyTorch's sdp_utils less_than_sm80_mem_efficient_dtypes), and %s has %d.%d: use math, or 16-mixed", r.GPU.Name, major, minor)}
+		}
+	}
+	return nil
+}
+
+// attentionNote names the kernel PyTorch's dispatcher picks for --attention
+// auto, from what the simulation ran (train.OpRun.Kernel), and why not the
+// ones before it in sdp_utils.cpp's priority order (flash, then
+// memory-efficient, then math).
+func attentionNote(res *Result, g *graph.Graph) (Note, bool) {
+	s := res.Setup
+	if s.Attention != train.AttentionAuto || g == nil {
+		return Note{}, false
+	}
+	var kernels []train.Attention
+	var dt graph.DType
+	for i := range g.Ops {
+		if g.Ops[i].Kind != graph.Attention || i >= len(res.Summary.Ops) {
+			continue
+		}
+		run := res.Summary.Ops[i]
+		if !slices.Contains(kernels, run.Kernel) {
+			kernels = append(kernels, run.Kernel)
+		}
+		dt = run.In
+	}
+	if len(kernels) == 0 {
+		return Note{}, false
+	}
+	var names []string
+	for _, k := range kernels {
+		names = append(names, string(k))
+	}
+	text := fmt.Sprintf("attention: PyTorch's scaled_dot_product_attention picks the %s kernel here", strings.Join(names, " and "))
+	switch {
+	case len(kernels) == 1 && kernels[0] == train.AttentionEager:
+		text = fmt.Sprintf("attention: under PyTorch %s's rules nn.MultiheadAttention and Hugging Face's default attention are explicit matmul and softmax ops (eager), not scaled_dot_product_attention", s.Profile.Version)
+	case len(kernels) == 1 && kernels[0] != train.AttentionFlash:
+		var why []string
+		if dt != graph.F16 && dt != graph.BF16 {
+			why = append(why, fmt.Sprintf("flash takes float16 and bfloat16 only, and the attention runs in %s", dt))
+		}
+		if res.GPU.Major > 0 && res.GPU.Major < 8 {
+			why = append(why, fmt.Sprintf("flash needs compute capability 8.0, %s has %d.%d", res.GPU.Name, res.GPU.Major, res.GPU.Minor))
+		}
+		if kernels[0] == train.AttentionMath && dt == graph.BF16 && res.GPU.Major > 0 && res.GPU.Major < 8 {
+			why = append(why, "the memory-efficient kernel takes bfloat16 only from 8.0")
+		}
+		for _, d := range headDims(g) {
+			if d%8 != 0 || d > 256 {
+				why = append(why, fmt.Sprintf("head dimension %d is not a multiple of 8 up to 256", d))
+				break
+			}
+		}
+		if len(why) > 0 {
+			text += " (" + strings.Join(why, "; ") + ")"
+		}
+	}
+	text += "; sdp_utils.cpp tries flash, then memory-efficient, then math; --attention names one"
+	return Note{Code: "attention-kernel", Text: text}, true
+}
