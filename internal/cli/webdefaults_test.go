@@ -6,6 +6,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/batchfit/batchfit/job"
 )
 
 // The page's form starts from the command line's defaults: a user who
@@ -22,7 +24,7 @@ func TestWebDefaultsAreTheCommandLines(t *testing.T) {
 	fs := flag.NewFlagSet("estimate", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	var j jobFlags
-	j.register(fs, "32") // estimate's, as runEstimate registers it
+	j.register(fs) // estimate's, as runEstimate registers it
 	// the first option of a select, or the one marked selected
 	selected := func(id string) string {
 		m := regexp.MustCompile(`(?s)<select id="` + id + `"[^>]*>(.*?)</select>`).FindSubmatch(page)
@@ -77,7 +79,7 @@ func TestWebDefaultsAreTheCommandLines(t *testing.T) {
 	}
 	sw := flag.NewFlagSet("sweep", flag.ContinueOnError)
 	var js2 jobFlags
-	js2.register(sw, "1:256") // sweep's, as runSweep registers it
+	js2.register(sw) // sweep's, as runSweep registers it
 	if want := sw.Lookup("batch").DefValue; input("sweep") != want {
 		t.Errorf("the page's chart sweeps %q; sweep's default is %q", input("sweep"), want)
 	}
@@ -105,7 +107,7 @@ func TestWebOffersEstimatesChoices(t *testing.T) {
 	// the names in the flags' help, where the help lists them
 	fs := flag.NewFlagSet("estimate", flag.ContinueOnError)
 	var j jobFlags
-	j.register(fs, "32")
+	j.register(fs)
 	listed := func(flagName string) []string {
 		var out []string
 		for _, w := range regexp.MustCompile(`[a-z][a-z0-9_]*`).FindAllString(fs.Lookup(flagName).Usage, -1) {
@@ -148,7 +150,7 @@ func TestWebOffersEstimatesChoices(t *testing.T) {
 	} {
 		for _, v := range options(c.id) {
 			args := append([]string{"Llama-3.2-1B", "--batch", "1", "--seq", "64"}, c.args(v)...)
-			if _, err := EstimateRequest(args); err != nil {
+			if _, _, err := job.Parse("estimate", args, job.Options{Inference: true}); err != nil {
 				t.Errorf("the page's %s option %q: %v", c.id, v, err)
 			}
 		}
