@@ -15,8 +15,8 @@ import (
 	"strings"
 
 	"github.com/batchfit/batchfit/graph"
-	"github.com/batchfit/batchfit/models"
 	"github.com/batchfit/batchfit/job"
+	"github.com/batchfit/batchfit/models"
 	"github.com/batchfit/batchfit/predict"
 	"github.com/batchfit/batchfit/snapshot"
 	"github.com/batchfit/batchfit/trace"
