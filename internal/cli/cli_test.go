@@ -29,6 +29,10 @@ func run(args ...string) (string, string, int) {
 // output; the figures in them are checked against the semantics by the
 // train, alloc and validation tests, not here. Refresh with -update.
 func TestGolden(t *testing.T) {
+	// The shell's allocator settings reach only the command line's entry
+	// (Run): a test runs without them, whatever its shell says.
+	t.Setenv("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
+	t.Setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
 	cases := []struct {
 		name string
 		args []string
