@@ -22,6 +22,10 @@ const (
 	TrueBF16  Precision = "bf16-true"
 )
 
+// Precisions are the precisions simulated, by Lightning's names: the
+// flags' choices and the page's options.
+var Precisions = []Precision{FP32, Mixed16, MixedBF16, True16, TrueBF16}
+
 // Lightning's precision names (lightning/fabric/plugins/precision/precision.py,
 // _PRECISION_INPUT_STR, Lightning 2.x, Apache-2.0) and the short forms its
 // connector converts (_PRECISION_INPUT_STR_ALIAS_CONVERSION: "64" is
@@ -166,28 +170,94 @@ func (o Optimizer) Name() string {
 	return n
 }
 
-// ParseOptimizerName reads torch.optim's names (sgd, adam, adamw, none)
-// and bitsandbytes' Adams (adam8bit, adamw8bit, paged_adam8bit,
-// paged_adamw8bit, and the 32-bit paged_adam, paged_adamw),
-// case-insensitively, with or without underscores.
+// OptimizerEntry is one optimizer batchfit simulates: the name a user
+// gives (--optimizer), the Python class a training run reports, and the
+// optimizer it is.
+type OptimizerEntry struct {
+	Name  string
+	Class string
+	Optimizer
+}
+
+// Optimizers is the one table of the optimizers batchfit simulates:
+// torch.optim's and transformers' first, then bitsandbytes' Adams. The
+// flags' help, the page's options, the server's accepted values and a
+// recorded run's optimizer are all read from it, so an optimizer added
+// here appears in each.
+var Optimizers = []OptimizerEntry{
+	{"sgd", "SGD", Optimizer{Kind: SGD}},
+	{"adam", "Adam", Optimizer{Kind: Adam}},
+	{"adamw", "AdamW", Optimizer{Kind: AdamW}},
+	{"adafactor", "Adafactor", Optimizer{Kind: Adafactor}},
+	{"none", "", Optimizer{Kind: NoOptimizer}},
+	{"adam8bit", "Adam8bit", Optimizer{Kind: Adam, Bits8: true}},
+	{"adamw8bit", "AdamW8bit", Optimizer{Kind: AdamW, Bits8: true}},
+	{"paged_adam8bit", "PagedAdam8bit", Optimizer{Kind: Adam, Bits8: true, Paged: true}},
+	{"paged_adamw8bit", "PagedAdamW8bit", Optimizer{Kind: AdamW, Bits8: true, Paged: true}},
+	{"paged_adam", "PagedAdam", Optimizer{Kind: Adam, Paged: true}},
+	{"paged_adamw", "PagedAdamW", Optimizer{Kind: AdamW, Paged: true}},
+}
+
+// OptimizerNames are the names of Optimizers, in the table's order.
+func OptimizerNames() []string {
+	out := make([]string, len(Optimizers))
+	for i, o := range Optimizers {
+		out[i] = o.Name
+	}
+	return out
+}
+
+// OptimizerList says the optimizers' names for a help text or an error:
+// torch.optim's (and transformers') first, then bitsandbytes'.
+func OptimizerList() string {
+	var torch, bnb []string
+	for _, o := range Optimizers {
+		if o.Bnb() {
+			bnb = append(bnb, o.Name)
+		} else {
+			torch = append(torch, o.Name)
+		}
+	}
+	s := strings.Join(torch, ", ")
+	if len(bnb) > 0 {
+		s += ", or bitsandbytes' " + strings.Join(bnb, ", ")
+	}
+	return s
+}
+
+// OptimizerByClass is the optimizer of a Python class name a training run
+// reports (torch.optim.AdamW is "AdamW"), false for one not simulated.
+func OptimizerByClass(class string) (OptimizerEntry, bool) {
+	for _, o := range Optimizers {
+		if o.Class != "" && o.Class == class {
+			return o, true
+		}
+	}
+	return OptimizerEntry{}, false
+}
+
+// ParseOptimizerName reads the names of Optimizers case-insensitively,
+// with or without underscores (paged_adamw8bit, PagedAdamW8bit).
 func ParseOptimizerName(s string) (Optimizer, error) {
-	k := strings.ReplaceAll(strings.ToLower(strings.TrimSpace(s)), "_", "")
-	var o Optimizer
-	if strings.HasPrefix(k, "paged") {
-		o.Paged, k = true, strings.TrimPrefix(k, "paged")
+	squash := func(s string) string { return strings.ReplaceAll(strings.ToLower(strings.TrimSpace(s)), "_", "") }
+	k := squash(s)
+	for _, o := range Optimizers {
+		if squash(o.Name) == k {
+			return o.Optimizer, nil
+		}
 	}
-	if strings.HasSuffix(k, "8bit") {
-		o.Bits8, k = true, strings.TrimSuffix(k, "8bit")
+	if strings.HasPrefix(k, "paged") || strings.HasSuffix(k, "8bit") {
+		var bnb []string
+		for _, o := range Optimizers {
+			if o.Bnb() {
+				bnb = append(bnb, o.Name)
+			}
+		}
+		if kind, err := ParseOptimizer(strings.TrimSuffix(strings.TrimPrefix(k, "paged"), "8bit")); err == nil && kind != Adam && kind != AdamW {
+			return Optimizer{}, fmt.Errorf("optimizer %q: batchfit knows bitsandbytes' Adam and AdamW (%s)", s, strings.Join(bnb, ", "))
+		}
 	}
-	kind, err := ParseOptimizer(k)
-	switch {
-	case err != nil:
-		return o, fmt.Errorf("unknown optimizer %q (want sgd, adam, adamw, adafactor, none, or bitsandbytes' adam8bit, adamw8bit, paged_adam8bit, paged_adamw8bit, paged_adam, paged_adamw)", s)
-	case (o.Bits8 || o.Paged) && kind != Adam && kind != AdamW:
-		return o, fmt.Errorf("optimizer %q: batchfit knows bitsandbytes' Adam and AdamW (adam8bit, adamw8bit, paged_adam8bit, paged_adamw8bit, paged_adam, paged_adamw)", s)
-	}
-	o.Kind = kind
-	return o, nil
+	return Optimizer{}, fmt.Errorf("unknown optimizer %q (want %s)", s, OptimizerList())
 }
 
 // Attention names the attention kernel.
@@ -200,6 +270,10 @@ const (
 	AttentionFlash     Attention = "flash"
 	AttentionEfficient Attention = "efficient"
 )
+
+// Attentions are the attention kernels by the names ParseAttention
+// gives: the flags' choices and the page's options.
+var Attentions = []Attention{AttentionAuto, AttentionEager, AttentionFlash, AttentionEfficient, AttentionMath}
 
 // ParseAttention accepts the kernel names, and "eager"/"sdpa" as Hugging
 // Face spells attn_implementation.

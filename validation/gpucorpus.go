@@ -16,6 +16,7 @@ import (
 
 	"github.com/batchfit/batchfit/alloc"
 	"github.com/batchfit/batchfit/graph"
+	"github.com/batchfit/batchfit/job"
 	"github.com/batchfit/batchfit/models"
 	"github.com/batchfit/batchfit/predict"
 	"github.com/batchfit/batchfit/snapshot"
@@ -436,20 +437,21 @@ type GPUComparison struct {
 	Reliance predict.Reliance
 }
 
-// EstimateRequest turns an estimate command line into its prediction
-// request. The command line's package (internal/cli, which imports this
-// one) sets it, so that a case is predicted by the very code that reads
-// the flags of 'batchfit estimate'; a program that does not link that package
-// gets an error from CompareGPUCorpus.
-var EstimateRequest func(args []string) (predict.Request, error)
+// EstimateRequest turns the arguments of 'batchfit estimate' (without the
+// word estimate) into the prediction request the command would run, read
+// by package job as the command reads them: a case is predicted by the
+// very code that reads the flags of 'batchfit estimate'. Only the first
+// batch size of a --batch list is kept. No environment variable is read:
+// a case's allocator settings are its command line's.
+func EstimateRequest(args []string) (predict.Request, error) {
+	r, _, err := job.Parse("estimate", args, job.Options{Inference: true}, "timeline")
+	return r, err
+}
 
 // CompareGPUCorpus predicts every case with batchfit, from its command
 // line exactly as 'batchfit estimate' reads it (EstimateRequest), and sets
 // the prediction beside the measured figures.
 func CompareGPUCorpus(cases []GPUCase) ([]GPUComparison, error) {
-	if EstimateRequest == nil {
-		return nil, errors.New("comparing the GPU corpus: no estimate command line reader linked (import internal/cli)")
-	}
 	out := make([]GPUComparison, 0, len(cases))
 	for _, c := range cases {
 		r, err := EstimateRequest(c.ResolvedArgs())
@@ -525,9 +527,6 @@ func FailureBound(c GPUCase) (bound float64, rel predict.Reliance, ok bool, err 
 	f := c.FailedBatch()
 	if f == 0 {
 		return 0, 0, false, nil
-	}
-	if EstimateRequest == nil {
-		return 0, 0, false, errors.New("no estimate command line reader linked (import internal/cli)")
 	}
 	args := c.ResolvedArgs()
 	for i := range args {

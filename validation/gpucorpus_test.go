@@ -11,7 +11,7 @@ import (
 	"testing"
 	"text/tabwriter"
 
-	// The estimate command line reader (validation.EstimateRequest).
+	// 'batchfit estimate' itself, whose printed notes a case is held to.
 	"github.com/batchfit/batchfit/internal/cli"
 	"github.com/batchfit/batchfit/validation"
 )

@@ -9,8 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	// The estimate command line reader (validation.EstimateRequest) and
-	// the maxbatch command itself.
+	// The maxbatch command itself.
 	"github.com/batchfit/batchfit/internal/cli"
 	"github.com/batchfit/batchfit/predict"
 	"github.com/batchfit/batchfit/validation"

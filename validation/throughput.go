@@ -245,9 +245,6 @@ func (r ThroughputRow) setup() string {
 // default); no estimate flag says so, so the row's tf32_matmul column
 // does.
 func ThroughputRequest(r ThroughputRow) (predict.Request, error) {
-	if EstimateRequest == nil {
-		return predict.Request{}, errors.New("no estimate command line reader linked (import internal/cli)")
-	}
 	args := r.Args
 	if len(args) == 0 {
 		return predict.Request{}, errors.New("field \"args\" is empty, expected an estimate command line")

@@ -10,7 +10,6 @@ import (
 	"testing"
 
 	"github.com/batchfit/batchfit/gpu"
-	_ "github.com/batchfit/batchfit/internal/cli"
 	"github.com/batchfit/batchfit/predict"
 	"github.com/batchfit/batchfit/validation"
 )

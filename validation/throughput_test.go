@@ -7,8 +7,6 @@ import (
 	"testing"
 	"text/tabwriter"
 
-	// The estimate command line reader (validation.EstimateRequest).
-	_ "github.com/batchfit/batchfit/internal/cli"
 	"github.com/batchfit/batchfit/profile"
 	"github.com/batchfit/batchfit/validation"
 )

@@ -34,7 +34,7 @@ Flags:
 `
 
 func runCapture(e *env, args []string) error {
-	if e.web {
+	if !e.policy.machine {
 		return usagef("capture runs your own Python; it is not available from the web page (upload the .bfgraph file instead)")
 	}
 	var then []string

@@ -351,7 +351,7 @@ func (e *env) writeChart(path string, c *chart.Chart) error {
 		_, err := e.chart.Write(svg)
 		return err
 	}
-	if e.web {
+	if !e.policy.files {
 		return fmt.Errorf("a web request draws no chart to a file")
 	}
 	return writeFile(path, svg)

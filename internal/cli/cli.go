@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/batchfit/batchfit/job"
 	"github.com/batchfit/batchfit/models"
 	"github.com/batchfit/batchfit/predict"
 	"github.com/batchfit/batchfit/snapshot"
@@ -38,9 +39,6 @@ Run 'batchfit <command> -h' for a command's flags and examples.
 
 type command func(e *env, args []string) error
 
-// Stdin is where commands that read standard input read it.
-var Stdin io.Reader = os.Stdin
-
 // env is where a command reads and writes. On the command line it is the
 // process' standard streams and files; the web page runs the same
 // commands with what a request uploaded in place of files, and never lets
@@ -48,10 +46,12 @@ var Stdin io.Reader = os.Stdin
 type env struct {
 	stdin          io.Reader
 	stdout, stderr io.Writer
-	// web is set for a command run for the web page: a model is a zoo
-	// name or the upload in source, never a path, and the allocator
-	// configuration is the request's, not the server's environment.
-	web bool
+	// policy is what the command may reach of this machine.
+	policy policy
+	// jobEnv are the environment's values of the job's fields
+	// (PYTORCH_CUDA_ALLOC_CONF, ...): read once by Run; a web request
+	// has none, so the server's environment never shapes an answer.
+	jobEnv job.Env
 	// source is an uploaded model (web only).
 	source predict.Source
 	// snap and snapName are an uploaded snapshot (web only).
@@ -65,6 +65,25 @@ type env struct {
 	// the command line.
 	ctx context.Context
 }
+
+// policy is what a command may reach of the machine it runs on: the
+// command line reaches all of it (local); a web request only what it
+// sent (remote): zoo names and its uploads, never a path of the
+// server's, no process started, no chart written to a file.
+type policy struct {
+	// sources: where a model may come from.
+	sources job.Sources
+	// files: flags may name files to read or write (a snapshot, a chart).
+	files bool
+	// machine: the command may start processes and read this machine's
+	// devices (run, capture, watch).
+	machine bool
+}
+
+var (
+	local  = policy{sources: job.Paths, files: true, machine: true}
+	remote = policy{sources: job.ZooOnly}
+)
 
 // context is the context the command's predictions run under.
 func (e *env) context() context.Context {
@@ -98,9 +117,28 @@ func init() {
 	commands["watch"] = runWatch
 }
 
-// Run executes the command line args (without the program name) and
-// returns the process exit code: 0 ok, 1 failure, 2 usage.
+// Options are what a command line runs with besides its arguments and
+// output: its standard input, and the environment's values of the job's
+// fields (job.EnvFrom). The zero Options read no input and no
+// environment.
+type Options struct {
+	Stdin io.Reader
+	Env   job.Env
+}
+
+// Run executes the command line args (without the program name) with the
+// process' standard input and environment, and returns the process exit
+// code: 0 ok, 1 failure, 2 usage.
 func Run(args []string, stdout, stderr io.Writer) int {
+	return RunWith(args, stdout, stderr, Options{Stdin: os.Stdin, Env: job.EnvFrom(os.Getenv)})
+}
+
+// RunWith is Run with the input and environment given: a test gives its
+// own, so that no answer depends on the shell it runs in.
+func RunWith(args []string, stdout, stderr io.Writer, o Options) int {
+	if o.Stdin == nil {
+		o.Stdin = strings.NewReader("")
+	}
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		fmt.Fprint(stdout, mainUsage)
 		if len(args) == 0 {
@@ -122,7 +160,8 @@ func Run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, msg+" (run 'batchfit -h')")
 		return 2
 	}
-	if err := safeRun(cmd, &env{stdin: Stdin, stdout: stdout, stderr: stderr}, args[1:]); err != nil {
+	e := &env{stdin: o.Stdin, stdout: stdout, stderr: stderr, policy: local, jobEnv: o.Env}
+	if err := safeRun(cmd, e, args[1:]); err != nil {
 		if err.Error() == "flag: help requested" {
 			return 0
 		}

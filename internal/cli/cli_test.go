@@ -20,7 +20,8 @@ var update = flag.Bool("update", false, "rewrite the golden files in testdata")
 
 func run(args ...string) (string, string, int) {
 	var out, errb bytes.Buffer
-	code := Run(args, &out, &errb)
+	// no environment: the answers are the flags' alone
+	code := RunWith(args, &out, &errb, Options{})
 	return out.String(), errb.String(), code
 }
 
@@ -28,6 +29,10 @@ func run(args ...string) (string, string, int) {
 // output; the figures in them are checked against the semantics by the
 // train, alloc and validation tests, not here. Refresh with -update.
 func TestGolden(t *testing.T) {
+	// The shell's allocator settings reach only the command line's entry
+	// (Run): a test runs without them, whatever its shell says.
+	t.Setenv("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
+	t.Setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
 	cases := []struct {
 		name string
 		args []string
@@ -194,9 +199,10 @@ func TestBadInput(t *testing.T) {
 // 8.84 = 0.02 GiB cached, so the request exceeds what there was.
 func TestOOMCommand(t *testing.T) {
 	msg := "Traceback (most recent call last):\n  File \"train.py\", line 9\nRuntimeError: CUDA out of memory. Tried to allocate 8.74 GiB (GPU 0; 15.90 GiB total capacity; 8.84 GiB already allocated; 6.32 GiB free; 8.86 GiB reserved in total by PyTorch)\n"
-	Stdin = strings.NewReader(msg)
-	defer func() { Stdin = os.Stdin }()
-	out, errs, code := run("oom", "--json")
+	t.Parallel()
+	var outb, errb bytes.Buffer
+	code := RunWith([]string{"oom", "--json"}, &outb, &errb, Options{Stdin: strings.NewReader(msg)})
+	out, errs := outb.String(), errb.String()
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errs)
 	}

@@ -46,7 +46,7 @@ func runEstimate(e *env, args []string) error {
 	stdout, stderr := e.stdout, e.stderr
 	fs := newFlagSet("estimate", stderr, estimateUsage)
 	j := jobFlags{e: e, inferOK: true}
-	j.register(fs, "32")
+	j.register(fs)
 	timeline := fs.String("timeline", "", "write allocated (by what it holds) and reserved memory over the simulated steps to this SVG file")
 	r, batches, err := j.job(fs, "estimate", args)
 	if err != nil {

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/batchfit/batchfit/job"
 )
 
 // The sizes and the work a user asks for are bounded on the command line
@@ -70,9 +72,9 @@ func TestBatchRangeDoesNotWrap(t *testing.T) {
 // The server's bounds are within the command line's: a request can never
 // ask for more than the library answers.
 func TestWebBoundsWithinCLI(t *testing.T) {
-	for name, b := range bounds {
-		if b.web <= 0 || (b.cli > 0 && b.web > b.cli) {
-			t.Errorf("%s: web %d, command line %d", name, b.web, b.cli)
+	for name, b := range job.Bounds {
+		if b.Web <= 0 || (b.CLI > 0 && b.Web > b.CLI) {
+			t.Errorf("%s: web %d, command line %d", name, b.Web, b.CLI)
 		}
 	}
 }

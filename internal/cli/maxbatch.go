@@ -83,7 +83,7 @@ func runMaxBatch(e *env, args []string) error {
 	stdout, stderr := e.stdout, e.stderr
 	fs := newFlagSet("maxbatch", stderr, maxbatchUsage)
 	j := jobFlags{e: e, inferOK: true}
-	j.register(fs, "1")
+	j.register(fs)
 	dim := fs.String("solve", "batch", "dimension to maximize: batch, layers, hidden or seq")
 	limit := fs.Int64("limit", solve.DefaultLimit, "largest value to try")
 	objective := fs.String("objective", "memory", "memory: the largest batch that fits; throughput: the batch that trains fastest among those that fit")

@@ -34,7 +34,7 @@ func runOOM(e *env, args []string) error {
 	stdin, stdout, stderr := e.stdin, e.stdout, e.stderr
 	fs := newFlagSet("oom", stderr, oomUsage)
 	j := jobFlags{e: e}
-	j.register(fs, "1")
+	j.register(fs)
 	// The same margin as maxbatch: a batch that oom answers must leave the
 	// headroom a batch that maxbatch answers leaves on the same GPU.
 	margin := fs.String("margin", "band", marginHelp)
@@ -46,7 +46,7 @@ func runOOM(e *env, args []string) error {
 	}
 	var text string
 	switch {
-	case e.web && len(pos) > 0:
+	case !e.policy.files && len(pos) > 0:
 		return usagef("the message is the request's body, not an argument")
 	case len(pos) == 0 || (len(pos) == 1 && pos[0] == "-"):
 		b, err := io.ReadAll(io.LimitReader(stdin, maxInput+1))
@@ -96,8 +96,8 @@ func runOOM(e *env, args []string) error {
 	}
 	var marginText string
 	var fit *fitJSON
-	if j.model != "" {
-		r, err := j.request(j.model)
+	if j.Model != "" {
+		r, err := j.request(j.Model)
 		if err != nil {
 			return err
 		}
@@ -105,7 +105,7 @@ func runOOM(e *env, args []string) error {
 		// PyTorch (context, other processes) taken as the context.
 		r.GPU = gpu.GPU{Name: fmt.Sprintf("GPU %d", msg.DeviceIndex), Marketing: "the GPU of the message", Capacity: msg.Total,
 			Major: r.GPU.Major, ContextSize: max(0, ex.OutsidePyTorch)}
-		b, err := parseBatches(j.batch)
+		b, err := parseBatches(j.Batch)
 		if err != nil {
 			return err
 		}

@@ -367,7 +367,7 @@ func runPlan(e *env, args []string) error {
 	stdout, stderr := e.stdout, e.stderr
 	fs := newFlagSet("plan", stderr, planUsage)
 	j := jobFlags{e: e}
-	j.register(fs, "1")
+	j.register(fs)
 	var pf planFlags
 	pf.register(fs)
 	r, batches, err := j.job(fs, "plan", args)

@@ -20,12 +20,14 @@ import (
 	"time"
 
 	"github.com/batchfit/batchfit/gpu"
+	"github.com/batchfit/batchfit/job"
 	"github.com/batchfit/batchfit/models"
 	"github.com/batchfit/batchfit/oom"
 	"github.com/batchfit/batchfit/plan"
 	"github.com/batchfit/batchfit/predict"
 	"github.com/batchfit/batchfit/record"
 	"github.com/batchfit/batchfit/snapshot"
+	"github.com/batchfit/batchfit/train"
 	"github.com/batchfit/batchfit/validation"
 )
 
@@ -74,7 +76,7 @@ func runRun(e *env, args []string) (err error) {
 	if _, ok := stderr.(*os.File); !ok {
 		stderr = &lockedWriter{w: stderr}
 	}
-	if e.web {
+	if !e.policy.machine {
 		return usagef("run starts a process: not from the web page")
 	}
 	i := slices.Index(args, "--")
@@ -97,8 +99,8 @@ func runRun(e *env, args []string) (err error) {
 	j, set, out, snap, snapFile, every := &rf.job, rf.set, &rf.out, &rf.snapshot, &rf.snapshotFile, &rf.every
 	// The job is checked before anything runs: a typo in a flag should not
 	// cost a training run.
-	if j.model != "" {
-		if _, err := j.request(j.model); err != nil {
+	if j.Model != "" {
+		if _, err := j.request(j.Model); err != nil {
 			return err
 		}
 	}
@@ -162,7 +164,7 @@ func runRun(e *env, args []string) (err error) {
 	s := record.Summarize(res.Records)
 	fmt.Fprintln(stderr)
 	writeRunSummary(stderr, s, res)
-	if j.model != "" {
+	if j.Model != "" {
 		if err := writeRunPrediction(stderr, j, set, s); err != nil {
 			fmt.Fprintf(stderr, "no prediction: %v\n", err)
 		}
@@ -195,7 +197,7 @@ type runFlags struct {
 func parseRunFlags(e *env, args []string) (*runFlags, error) {
 	rf := &runFlags{job: jobFlags{e: e}, set: map[string]bool{}}
 	fs := newFlagSet("run", e.stderr, runUsage)
-	rf.job.register(fs, "")
+	rf.job.register(fs)
 	fs.StringVar(&rf.out, "out", "", "write the recording to this file (JSON lines; 'batchfit validate' reads it)")
 	fs.BoolVar(&rf.snapshot, "snapshot", false, "record the allocator's history from the start and dump a memory snapshot if an out-of-memory error ends the run")
 	fs.StringVar(&rf.snapshotFile, "snapshot-file", "oom-snapshot.pickle", "where --snapshot writes the snapshot")
@@ -205,8 +207,8 @@ func parseRunFlags(e *env, args []string) (*runFlags, error) {
 		return nil, err
 	}
 	switch {
-	case len(pos) == 1 && rf.job.model == "":
-		rf.job.model = pos[0]
+	case len(pos) == 1 && rf.job.Model == "":
+		rf.job.Model = pos[0]
 	case len(pos) > 0:
 		return nil, usagef("unexpected %q before --: the model is --model MODEL", pos[0])
 	}
@@ -231,15 +233,15 @@ func compareRecording(e *env, path string, recs []record.Record, model string) (
 		return nil, fmt.Errorf("%s: the recorded flags %q: %w", path, recs[0].Args, err)
 	}
 	if model != "" {
-		rf.job.model = model
-	} else if rf.job.model != "" {
-		if _, err := models.Lookup(rf.job.model); err != nil {
-			return nil, usagef("%s", clipMessage(fmt.Sprintf("%s: the recorded model %q is not a zoo name, and validate opens no path a recording names: give the model as --model PATH", path, rf.job.model)))
+		rf.job.Model = model
+	} else if rf.job.Model != "" {
+		if _, err := models.Lookup(rf.job.Model); err != nil {
+			return nil, usagef("%s", clipMessage(fmt.Sprintf("%s: the recorded model %q is not a zoo name, and validate opens no path a recording names: give the model as --model PATH", path, rf.job.Model)))
 		}
-		rf.job.zooOnly = true
+		rf.job.sources = job.ZooOnly
 	}
 	switch {
-	case rf.job.model == "":
+	case rf.job.Model == "":
 		return nil, fmt.Errorf("%s: recorded without --model, so there is no job to predict (record with 'batchfit run --model MODEL ... -- COMMAND')", path)
 	case s.PeakAllocated == nil || s.PeakReserved == nil:
 		return nil, fmt.Errorf("%s: the run reported no CUDA figures (it ran on the CPU or never stepped an optimizer): nothing to compare", path)
@@ -424,10 +426,10 @@ func runRequest(j *jobFlags, set map[string]bool, s record.Summary) (predict.Req
 		if s.Batch == nil {
 			return predict.Request{}, errors.New("the run showed no batch size: give --batch")
 		}
-		jj.batch = strconv.FormatInt(*s.Batch, 10)
+		jj.Batch = strconv.FormatInt(*s.Batch, 10)
 	}
 	if !set["accumulate"] && s.MicroBatches > 1 {
-		jj.accumulate = s.MicroBatches
+		jj.Accumulate = s.MicroBatches
 	}
 	if !set["optimizer"] {
 		runOptimizer(&jj, set, s)
@@ -435,13 +437,13 @@ func runRequest(j *jobFlags, set map[string]bool, s record.Summary) (predict.Req
 	if !set["torch"] && s.Torch != "" {
 		// the rules of the PyTorch that ran (its profile, or the nearest
 		// older one)
-		jj.torch = s.Torch
+		jj.Torch = s.Torch
 	}
-	r, err := jj.request(jj.model)
+	r, err := jj.request(jj.Model)
 	if err != nil {
 		return r, err
 	}
-	b, err := parseBatches(jj.batch)
+	b, err := parseBatches(jj.Batch)
 	if err != nil {
 		return r, err
 	}
@@ -466,33 +468,27 @@ func runRequest(j *jobFlags, set map[string]bool, s record.Summary) (predict.Req
 	return r, nil
 }
 
-// runOptimizers are the optimizer classes batchfit simulates, by the name
-// a run reports, with the --optimizer that stands for each.
-var runOptimizers = map[string]string{"SGD": "sgd", "Adam": "adam", "AdamW": "adamw", "Adafactor": "adafactor",
-	"Adam8bit": "adam8bit", "AdamW8bit": "adamw8bit", "PagedAdam8bit": "paged_adam8bit", "PagedAdamW8bit": "paged_adamw8bit",
-	"PagedAdam": "paged_adam", "PagedAdamW": "paged_adamw"}
-
 // runOptimizer sets the job's optimizer to the run's first one where
 // batchfit simulates its class, with its momentum, weight decay and
 // implementation unless the flags give them.
 func runOptimizer(j *jobFlags, set map[string]bool, s record.Summary) {
-	kind, ok := runOptimizers[s.Optimizer]
+	o, ok := train.OptimizerByClass(s.Optimizer)
 	if !ok {
 		return
 	}
-	j.optimizer = kind
+	j.Optimizer = o.Name
 	if v, ok := s.OptimizerSettings["amsgrad"].(bool); ok && v {
-		j.amsgrad = true
+		j.AMSGrad = true
 	}
 	num := func(k string) (float64, bool) {
 		v, ok := s.OptimizerSettings[k].(float64)
 		return v, ok
 	}
 	if v, ok := num("momentum"); ok && !set["momentum"] {
-		j.momentum = v
+		j.Momentum = v
 	}
 	if v, ok := num("weight_decay"); ok && !set["weight-decay"] {
-		j.weightDecay = v
+		j.WeightDecay = &v
 	}
 	if set["foreach"] || set["fused"] || set["forloop"] {
 		return
@@ -502,11 +498,11 @@ func runOptimizer(j *jobFlags, set map[string]bool, s record.Summary) {
 	foreach, isSet := s.OptimizerSettings["foreach"].(bool)
 	switch {
 	case fused:
-		j.fused = true
+		j.Fused = true
 	case isSet && foreach:
-		j.foreach = true
+		j.Foreach = true
 	case isSet && !foreach:
-		j.forloop = true
+		j.ForLoop = true
 	}
 }
 
@@ -520,8 +516,8 @@ func writeRunPrediction(w io.Writer, j *jobFlags, set map[string]bool, s record.
 		return err
 	}
 	fmt.Fprintf(w, "\nbatchfit's prediction (%s):\n", setupLine(res))
-	if _, known := runOptimizers[s.Optimizer]; s.Optimizer != "" && !set["optimizer"] && !known {
-		fmt.Fprintf(w, "  (the run's optimizer is %s, which batchfit does not simulate: the prediction uses --optimizer %s)\n", s.Optimizer, j.optimizer)
+	if _, known := train.OptimizerByClass(s.Optimizer); s.Optimizer != "" && !set["optimizer"] && !known {
+		fmt.Fprintf(w, "  (the run's optimizer is %s, which batchfit does not simulate: the prediction uses --optimizer %s)\n", s.Optimizer, j.Optimizer)
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "  \tpredicted\tmeasured\terror\t")
@@ -586,7 +582,7 @@ func writeRunOOM(w io.Writer, j *jobFlags, set map[string]bool, s record.Summary
 	case snapPath == "":
 		fmt.Fprintln(w, "\n(run again with --snapshot for a memory snapshot of the failure)")
 	}
-	if j.model == "" || msg == nil {
+	if j.Model == "" || msg == nil {
 		return
 	}
 	r, err := runRequest(j, set, s)

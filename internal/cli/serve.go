@@ -17,6 +17,7 @@ import (
 	"regexp"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"sort"
 	"strings"
 	"sync/atomic"
@@ -25,6 +26,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/batchfit/batchfit/gpu"
+	"github.com/batchfit/batchfit/job"
 	"github.com/batchfit/batchfit/predict"
 	"github.com/batchfit/batchfit/snapshot"
 )
@@ -74,6 +76,8 @@ type serveOptions struct {
 	// a second after bodyGrace (0: defaultBodyGrace, defaultMinBodyRate).
 	bodyGrace   time.Duration
 	minBodyRate int64
+	// fields are the job's fields requests are read by (nil: job.Fields).
+	fields job.Table
 }
 
 func runServe(e *env, args []string) error {
@@ -174,6 +178,8 @@ type server struct {
 	// openModel reads an uploaded model file (uploadedModel; a test
 	// replaces it).
 	openModel func(*upload) (predict.Source, error)
+	// fields are the job's fields (job.Fields unless a test gives others).
+	fields job.Table
 }
 
 // endpoint is one POST of the API: the command it runs and what it
@@ -183,19 +189,28 @@ type endpoint struct {
 	svg bool
 	// extra are arguments the endpoint adds itself.
 	extra []string
+	// own are the fields of the command's own flags a request may set;
+	// the job's fields (job.Fields) it takes besides.
+	own []string
 }
 
 var endpoints = map[string]endpoint{
 	"/api/estimate":     {cmd: "estimate", extra: []string{"--json"}},
 	"/api/estimate.svg": {cmd: "estimate", svg: true, extra: []string{"--json", "--timeline", "chart"}},
-	"/api/sweep":        {cmd: "sweep", extra: []string{"--json"}},
-	"/api/sweep.svg":    {cmd: "sweep", svg: true, extra: []string{"--json", "--svg", "chart"}},
-	"/api/maxbatch":     {cmd: "maxbatch", extra: []string{"--json"}},
-	"/api/plan":         {cmd: "plan", extra: []string{"--json"}},
+	"/api/sweep":        {cmd: "sweep", extra: []string{"--json"}, own: sweepOwn},
+	"/api/sweep.svg":    {cmd: "sweep", svg: true, extra: []string{"--json", "--svg", "chart"}, own: sweepOwn},
+	"/api/maxbatch":     {cmd: "maxbatch", extra: []string{"--json"}, own: []string{"limit", "margin", "objective", "solve"}},
+	"/api/plan": {cmd: "plan", extra: []string{"--json"}, own: []string{"fixed-precision", "global-batch", "levers", "margin",
+		"max-accumulate", "max-predictions", "min-micro-batch", "no-checkpointing", "top"}},
 	"/api/oom":          {cmd: "oom", extra: []string{"--json"}},
-	"/api/snapshot":     {cmd: "snapshot", extra: []string{"--json"}},
-	"/api/snapshot.svg": {cmd: "snapshot", svg: true, extra: []string{"--json", "--timeline", "chart"}},
+	"/api/snapshot":     {cmd: "snapshot", extra: []string{"--json"}, own: snapshotOwn},
+	"/api/snapshot.svg": {cmd: "snapshot", svg: true, extra: []string{"--json", "--timeline", "chart"}, own: snapshotOwn},
 }
+
+var (
+	sweepOwn    = []string{"margin"}
+	snapshotOwn = []string{"device", "top"}
+)
 
 // reserved are the fields a request may not set: the server sets the
 // output format and where charts go.
@@ -214,16 +229,19 @@ const (
 
 // webSolveLimit bounds maxbatch's search of a dimension other than the
 // batch, where each probe's cost grows with the value.
-var webSolveLimit = map[string]int64{"layers": bounds["layers"].web, "hidden": bounds["hidden"].web, "seq": bounds["seq"].web}
+var webSolveLimit = map[string]int64{"layers": job.Bounds["layers"].Web, "hidden": job.Bounds["hidden"].Web, "seq": job.Bounds["seq"].Web}
 
 func newServer(o serveOptions) *server {
 	s := &server{opts: o, mux: http.NewServeMux(), slots: make(chan struct{}, o.workers), reading: make(chan struct{}, 4*o.workers),
-		flags: map[string][]string{}, base: o.base, openModel: uploadedModel}
+		flags: map[string][]string{}, base: o.base, openModel: uploadedModel, fields: o.fields}
 	if s.base == nil {
 		s.base = context.Background()
 	}
+	if s.fields == nil {
+		s.fields = job.Fields
+	}
 	for _, ep := range endpoints {
-		s.flags[ep.cmd] = commandFlags(ep.cmd)
+		s.flags[ep.cmd] = acceptedFields(s.fields, ep)
 	}
 	static, _ := fs.Sub(webFiles, "web")
 	s.mux.Handle("GET /static/", http.StripPrefix("/static/", http.FileServer(http.FS(static))))
@@ -234,6 +252,7 @@ func newServer(o serveOptions) *server {
 	})
 	s.mux.HandleFunc("GET /api/models", s.catalog("models"))
 	s.mux.HandleFunc("GET /api/gpus", s.catalog("gpus"))
+	s.mux.HandleFunc("GET /api/fields", s.serveFields)
 	for p, ep := range endpoints {
 		s.mux.HandleFunc("POST "+p, s.handle(ep))
 	}
@@ -326,27 +345,45 @@ func splitHostPort(hostport, scheme string) (string, string) {
 	return host, port
 }
 
-// commandFlags lists the flags a command defines, read from its help.
-func commandFlags(cmd string) []string {
-	var help bytes.Buffer
-	_ = safeRun(commands[cmd], &env{stdin: strings.NewReader(""), stdout: io.Discard, stderr: &help, web: true}, []string{"-h"})
+// acceptedFields are the fields a request to ep may set: the job's fields
+// its command takes, and the command's own.
+func acceptedFields(t job.Table, ep endpoint) []string {
 	var out []string
-	for _, line := range strings.Split(help.String(), "\n") {
-		if f, ok := strings.CutPrefix(line, "  -"); ok {
-			name, _, _ := strings.Cut(f, " ")
-			if !reserved[name] {
-				out = append(out, name)
-			}
+	if jobCommands[ep.cmd] {
+		out = append(out, t.Names(ep.cmd)...)
+	}
+	for _, name := range ep.own {
+		if !slices.Contains(out, name) {
+			out = append(out, name)
 		}
 	}
 	sort.Strings(out)
 	return out
 }
 
+// jobCommands are the commands that take a job's fields (jobFlags).
+var jobCommands = map[string]bool{"estimate": true, "sweep": true, "maxbatch": true, "plan": true, "oom": true, "snapshot": true}
+
+// fieldsJSON is /api/fields: the job's fields, and the fields each
+// command takes, from which the page builds its controls and options.
+type fieldsJSON struct {
+	Fields   []job.Field         `json:"fields"`
+	Commands map[string][]string `json:"commands"`
+}
+
+func (s *server) serveFields(w http.ResponseWriter, r *http.Request) {
+	out := fieldsJSON{Fields: s.fields, Commands: map[string][]string{}}
+	for _, ep := range endpoints {
+		out.Commands[ep.cmd] = s.flags[ep.cmd]
+	}
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(out)
+}
+
 func (s *server) catalog(cmd string) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		var out bytes.Buffer
-		if err := safeRun(commands[cmd], &env{stdout: &out, stderr: io.Discard, web: true}, []string{"--json"}); err != nil {
+		if err := safeRun(commands[cmd], &env{stdout: &out, stderr: io.Discard, policy: remote}, []string{"--json"}); err != nil {
 			writeError(w, http.StatusInternalServerError, err)
 			return
 		}
@@ -496,7 +533,7 @@ func (s *server) handle(ep endpoint) http.HandlerFunc {
 		ctx, cancel := s.withTimeout(ctx)
 		defer cancel()
 		var out, chartOut, errb bytes.Buffer
-		e := &env{web: true, stdin: strings.NewReader(req.message), stdout: &out, stderr: &errb,
+		e := &env{policy: remote, stdin: strings.NewReader(req.message), stdout: &out, stderr: &errb,
 			source: req.source, snap: req.snap, snapName: req.snapName, ctx: ctx}
 		if ep.svg {
 			e.chart = &chartOut

@@ -23,7 +23,7 @@ import (
 	"github.com/batchfit/batchfit/capture"
 	"github.com/batchfit/batchfit/gpu"
 	"github.com/batchfit/batchfit/hf"
-	"github.com/batchfit/batchfit/models"
+	"github.com/batchfit/batchfit/job"
 	"github.com/batchfit/batchfit/onnx"
 	"github.com/batchfit/batchfit/predict"
 	"github.com/batchfit/batchfit/snapshot"
@@ -151,14 +151,14 @@ func (p *paceReader) Close() error { return p.r.Close() }
 func (s *server) explainFlag(cmd string, err error) error {
 	name, ok := undefinedFlag(err)
 	if !ok {
-		var fe flagError
+		var fe job.FlagError
 		if errors.As(err, &fe) {
-			return fe.err // a field, not a command-line flag: no pointer to -h
+			return fe.Err // a field, not a command-line flag: no pointer to -h
 		}
 		return err
 	}
 	msg := fmt.Sprintf("unknown field %q", name)
-	if near := models.Nearest(name, s.flags[cmd], 3); len(near) > 0 {
+	if near := job.Nearest(name, s.flags[cmd], 3); len(near) > 0 {
 		msg += fmt.Sprintf("; did you mean %s?", strings.Join(near, " or "))
 	}
 	return errors.New(msg + " (fields: " + strings.Join(s.flags[cmd], ", ") + ")")
@@ -262,6 +262,13 @@ func (s *server) read(ctx context.Context, r *http.Request, ep endpoint) (*webRe
 		if !slices.Contains(s.flags[ep.cmd], k) {
 			return nil, s.explainFlag(ep.cmd, fmt.Errorf("flag provided but not defined: -%s", k))
 		}
+		if f, ok := s.fields.Lookup(k); ok && jobCommands[ep.cmd] {
+			// the job's fields are type-checked, and their choices
+			// checked, before the command runs
+			if err := f.Check(v); err != nil {
+				return nil, badRequest("field %q: %v", k, err)
+			}
+		}
 		if err := webLimit(k, v); err != nil {
 			return nil, err
 		}
@@ -273,7 +280,7 @@ func (s *server) read(ctx context.Context, r *http.Request, ep endpoint) (*webRe
 		// the bound, the dimension's where it has one.
 		d, ok := webSolveLimit[fields["solve"]]
 		if !ok {
-			d = bounds["limit"].web
+			d = job.Bounds["limit"].Web
 		}
 		if fields["limit"] == "" {
 			req.args = append(req.args, "--limit="+strconv.FormatInt(d, 10))
@@ -290,9 +297,9 @@ func (s *server) read(ctx context.Context, r *http.Request, ep endpoint) (*webRe
 // as the flag package does (any base, underscores), so that no spelling
 // of a number passes the check and then means more.
 func webLimit(k, v string) error {
-	if b, ok := bounds[k]; ok {
-		if n, err := strconv.ParseInt(strings.TrimSpace(v), 0, 64); err == nil && (n > b.web || n < 0) {
-			lim := b.web
+	if b, ok := job.Bounds[k]; ok {
+		if n, err := strconv.ParseInt(strings.TrimSpace(v), 0, 64); err == nil && (n > b.Web || n < 0) {
+			lim := b.Web
 			return badRequest("field %q: %d is outside 0…%d on this server", k, n, lim)
 		}
 	}
@@ -306,8 +313,8 @@ func webLimit(k, v string) error {
 			return badRequest("field \"batch\": %d batch sizes, at most %d on this server", len(b), webMaxBatches)
 		}
 		for _, n := range b {
-			if n > bounds["global-batch"].web {
-				return badRequest("field \"batch\": %d is more than %d on this server", n, bounds["global-batch"].web)
+			if n > job.Bounds["global-batch"].Web {
+				return badRequest("field \"batch\": %d is more than %d on this server", n, job.Bounds["global-batch"].Web)
 			}
 		}
 	case "gpu":

@@ -99,7 +99,7 @@ func runSnapshot(e *env, args []string) error {
 	// allocator configuration).
 	j := jobFlags{e: e, inferOK: true}
 	jfs := newFlagSet("snapshot", stderr, snapshotUsage)
-	j.register(jfs, "32")
+	j.register(jfs)
 	jfs.VisitAll(func(f *flag.Flag) {
 		if fs.Lookup(f.Name) == nil {
 			fs.Var(f.Value, f.Name, f.Usage)
@@ -116,7 +116,7 @@ func runSnapshot(e *env, args []string) error {
 	switch {
 	case snap != nil && len(pos) > 0:
 		return usagef("a snapshot was uploaded and %q named too: give one", pos[0])
-	case snap == nil && e.web:
+	case snap == nil && !e.policy.files:
 		return usagef("no snapshot uploaded")
 	case snap == nil && len(pos) != 1:
 		return usagef("snapshot takes one file, got %d arguments", len(pos))
@@ -141,7 +141,7 @@ func runSnapshot(e *env, args []string) error {
 		}
 	}
 	// --model, or on the web page a model uploaded beside the snapshot
-	if j.model != "" || e.source != nil {
+	if j.Model != "" || e.source != nil {
 		p, err := predictBeside(&j, an, snap, *device, *top)
 		if err != nil {
 			return err
@@ -207,18 +207,18 @@ func runSnapshot(e *env, args []string) error {
 // predictBeside predicts the job of j's flags with the recording's
 // allocator configuration and compares it with the recording.
 func predictBeside(j *jobFlags, an *snapshotAnalysis, snap *snapshot.Snapshot, device, top int) (*SnapshotPredictionJSON, error) {
-	batches, err := parseBatches(j.batch)
+	batches, err := parseBatches(j.Batch)
 	if err != nil {
 		return nil, err
 	}
 	var r predict.Request
 	switch src := j.e.source; {
-	case src != nil && j.model != "":
-		return nil, usagef("a model was uploaded and %q named too: give one", j.model)
+	case src != nil && j.Model != "":
+		return nil, usagef("a model was uploaded and %q named too: give one", j.Model)
 	case src != nil:
 		r, err = j.requestFor(src)
 	default:
-		r, err = j.request(j.model)
+		r, err = j.request(j.Model)
 	}
 	if err != nil {
 		return nil, err

@@ -27,7 +27,7 @@ func runSweep(e *env, args []string) error {
 	stdout, stderr := e.stdout, e.stderr
 	fs := newFlagSet("sweep", stderr, sweepUsage)
 	j := jobFlags{e: e, inferOK: true}
-	j.register(fs, "1:256")
+	j.register(fs)
 	asCSV := fs.Bool("csv", false, "print CSV")
 	svg := fs.String("svg", "", "also write the chart of memory (and step time) over batch size to this SVG file")
 	margin := fs.String("margin", "band", marginHelp)

@@ -11,6 +11,8 @@ import (
 	"testing"
 
 	"github.com/batchfit/batchfit/internal/chart"
+
+	"github.com/batchfit/batchfit/job"
 )
 
 func TestParseBatches(t *testing.T) {
@@ -77,7 +79,7 @@ func FuzzParseBatches(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if len(got) == 0 || len(got) > maxBatchSizes {
+		if len(got) == 0 || len(got) > job.MaxBatchSizes {
 			t.Fatalf("%q: %d sizes", s, len(got))
 		}
 		for _, b := range got {

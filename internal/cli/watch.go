@@ -79,7 +79,7 @@ type WatchProcessJSON struct {
 
 func runWatch(e *env, args []string) (err error) {
 	stdout, stderr := e.stdout, e.stderr
-	if e.web {
+	if !e.policy.machine {
 		return usagef("watch reads this machine's GPUs: not from the web page")
 	}
 	fs := newFlagSet("watch", stderr, watchUsage)

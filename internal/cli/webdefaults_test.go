@@ -6,6 +6,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/batchfit/batchfit/job"
 )
 
 // The page's form starts from the command line's defaults: a user who
@@ -22,13 +24,19 @@ func TestWebDefaultsAreTheCommandLines(t *testing.T) {
 	fs := flag.NewFlagSet("estimate", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	var j jobFlags
-	j.register(fs, "32") // estimate's, as runEstimate registers it
-	// the first option of a select, or the one marked selected
+	j.register(fs) // estimate's, as runEstimate registers it
+	// the first option of a select, or the one marked selected; a select
+	// of the table's choices starts at the field's default (app.js)
 	selected := func(id string) string {
-		m := regexp.MustCompile(`(?s)<select id="` + id + `"[^>]*>(.*?)</select>`).FindSubmatch(page)
+		m := regexp.MustCompile(`(?s)<select id="` + id + `"([^>]*)>(.*?)</select>`).FindSubmatch(page)
 		if m == nil {
 			t.Fatalf("no select #%s", id)
 		}
+		if strings.Contains(string(m[1]), "data-choices") {
+			f, _ := job.Fields.Lookup(id)
+			return f.DefaultFor("estimate")
+		}
+		m = m[1:]
 		opts := regexp.MustCompile(`<option( value="([^"]*)")?( selected)?>([^<]*)</option>`).FindAllSubmatch(m[1], -1)
 		pick := opts[0]
 		for _, o := range opts {
@@ -77,7 +85,7 @@ func TestWebDefaultsAreTheCommandLines(t *testing.T) {
 	}
 	sw := flag.NewFlagSet("sweep", flag.ContinueOnError)
 	var js2 jobFlags
-	js2.register(sw, "1:256") // sweep's, as runSweep registers it
+	js2.register(sw) // sweep's, as runSweep registers it
 	if want := sw.Lookup("batch").DefValue; input("sweep") != want {
 		t.Errorf("the page's chart sweeps %q; sweep's default is %q", input("sweep"), want)
 	}
@@ -91,29 +99,36 @@ func TestWebOffersEstimatesChoices(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// a select's options: its own, and for a select of the table's
+	// choices those the page adds from /api/fields
 	options := func(id string) []string {
-		m := regexp.MustCompile(`(?s)<select id="` + id + `"[^>]*>(.*?)</select>`).FindSubmatch(page)
+		m := regexp.MustCompile(`(?s)<select id="` + id + `"([^>]*)>(.*?)</select>`).FindSubmatch(page)
 		if m == nil {
 			t.Fatalf("no select #%s", id)
 		}
 		var out []string
+		if strings.Contains(string(m[1]), "data-choices") {
+			f, _ := job.Fields.Lookup(id)
+			out = append(out, f.Choices...)
+		}
+		m = m[1:]
 		for _, o := range regexp.MustCompile(`<option[^>]*>([^<]*)</option>`).FindAllSubmatch(m[1], -1) {
 			out = append(out, string(o[1]))
 		}
 		return out
 	}
-	// the names in the flags' help, where the help lists them
 	fs := flag.NewFlagSet("estimate", flag.ContinueOnError)
 	var j jobFlags
-	j.register(fs, "32")
+	j.register(fs)
+	// the optimizers --optimizer takes: the table's choices, which its help lists
 	listed := func(flagName string) []string {
-		var out []string
-		for _, w := range regexp.MustCompile(`[a-z][a-z0-9_]*`).FindAllString(fs.Lookup(flagName).Usage, -1) {
-			if w != "or" && w != "bitsandbytes" && w != "s" {
-				out = append(out, w)
+		f, _ := job.Fields.Lookup(flagName)
+		for _, c := range f.Choices {
+			if !strings.Contains(fs.Lookup(flagName).Usage, c) {
+				t.Errorf("--%s's help lacks %q", flagName, c)
 			}
 		}
-		return out
+		return f.Choices
 	}
 	have := strings.Join(options("optimizer"), " ") + " "
 	for _, name := range listed("optimizer") {
@@ -148,7 +163,7 @@ func TestWebOffersEstimatesChoices(t *testing.T) {
 	} {
 		for _, v := range options(c.id) {
 			args := append([]string{"Llama-3.2-1B", "--batch", "1", "--seq", "64"}, c.args(v)...)
-			if _, err := EstimateRequest(args); err != nil {
+			if _, _, err := job.Parse("estimate", args, job.Options{Inference: true}); err != nil {
 				t.Errorf("the page's %s option %q: %v", c.id, v, err)
 			}
 		}

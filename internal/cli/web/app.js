@@ -391,7 +391,16 @@ async function replaySnapshot() {
 
 async function start() {
   const get = async (p) => (await fetch(p)).json();
-  const [zoo, gpus] = await Promise.all([get("/api/models"), get("/api/gpus")]);
+  const [zoo, gpus, table] = await Promise.all([get("/api/models"), get("/api/gpus"), get("/api/fields")]);
+  // The job's choices come from the one table the flags are made of
+  // (/api/fields), each select starting at estimate's default.
+  const fields = new Map(table.fields.map((f) => [f.name, f]));
+  for (const sel of document.querySelectorAll("select[data-choices]")) {
+    const f = fields.get(sel.name);
+    if (!f) continue;
+    for (const c of f.choices || []) sel.append(el("option", { value: c }, c));
+    sel.value = (f.defaults && f.defaults.estimate) || f.default || "";
+  }
   const model = $("#model");
   const families = new Map();
   for (const m of zoo) {

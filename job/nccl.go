@@ -1,8 +1,9 @@
-package cli
+package job
 
 import (
 	"math"
 
+	"github.com/batchfit/batchfit/alloc"
 	"github.com/batchfit/batchfit/gpu"
 	"github.com/batchfit/batchfit/profile"
 )
@@ -15,11 +16,11 @@ import (
 // NCCL's buffers, said so, not a CUDA context.
 func checkNCCLBuffsize(n int64, g gpu.GPU) error {
 	if n > math.MaxInt32 {
-		return usagef("--nccl-buffsize: NCCL_BUFFSIZE of %s is more than NCCL reads (an int: at most %d bytes, 2 GiB)", fmtBytes(n), math.MaxInt32)
+		return Usagef("--nccl-buffsize: NCCL_BUFFSIZE of %s is more than NCCL reads (an int: at most %d bytes, 2 GiB)", alloc.FormatSize(n), math.MaxInt32)
 	}
 	if comm := profile.NCCLCommBytes(2, n); g.Capacity > 0 && comm >= g.Capacity {
-		return usagef("--nccl-buffsize: at NCCL_BUFFSIZE of %s one NCCL communicator's buffers take %s (%d channels × %d connections), more than the %s of %s",
-			fmtBytes(n), fmtBytes(comm), profile.NCCLMaxChannels, profile.NCCLConnsPerChannel, fmtBytes(g.Capacity), g.Name)
+		return Usagef("--nccl-buffsize: at NCCL_BUFFSIZE of %s one NCCL communicator's buffers take %s (%d channels × %d connections), more than the %s of %s",
+			alloc.FormatSize(n), alloc.FormatSize(comm), profile.NCCLMaxChannels, profile.NCCLConnsPerChannel, alloc.FormatSize(g.Capacity), g.Name)
 	}
 	return nil
 }

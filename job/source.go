@@ -1,4 +1,4 @@
-package cli
+package job
 
 import (
 	"errors"
@@ -17,10 +17,39 @@ import (
 	"github.com/batchfit/batchfit/spec"
 )
 
-// resolveSource turns the model argument into a Source: a zoo name, a path
-// to a YAML layer spec, a Hugging Face config.json or model directory, or
-// an ONNX file.
-func resolveSource(arg string) (predict.Source, error) {
+// Sources says where a job's model may come from.
+type Sources int
+
+const (
+	// Paths: a zoo name or a path on this machine (the command line).
+	Paths Sources = iota
+	// ZooOnly: a zoo name, never a path of this machine's. A web request
+	// names a zoo model or uploads one (given to Request as its source);
+	// validate does not open a path a recording names.
+	ZooOnly
+)
+
+// Open turns a model argument into a Source as sources allow: a zoo name,
+// or with Paths a path to a YAML layer spec, a Hugging Face config.json
+// or model directory, a captured .bfgraph, or an ONNX file.
+func Open(arg string, sources Sources) (predict.Source, error) {
+	if arg == "" {
+		return nil, Usagef("no model given: name one from 'batchfit models' or give a path (.yaml, config.json, model directory)")
+	}
+	if sources == ZooOnly {
+		m, err := models.Lookup(arg)
+		if err != nil {
+			return nil, UsageError{err}
+		}
+		return predict.Zoo{M: m}, nil
+	}
+	return openPath(arg)
+}
+
+// openPath turns the model argument into a Source: a zoo name, a path to
+// a YAML layer spec, a Hugging Face config.json or model directory, or an
+// ONNX file.
+func openPath(arg string) (predict.Source, error) {
 	ext := strings.ToLower(filepath.Ext(arg))
 	info, statErr := os.Stat(arg)
 	if errors.Is(statErr, fs.ErrNotExist) && looksLikePath(arg, ext) {
@@ -78,7 +107,7 @@ func resolveSource(arg string) (predict.Source, error) {
 	}
 	m, err := models.Lookup(arg)
 	if err != nil {
-		return nil, usageError{err}
+		return nil, UsageError{err}
 	}
 	return predict.Zoo{M: m}, nil
 }

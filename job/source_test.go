@@ -1,4 +1,4 @@
-package cli
+package job
 
 import (
 	"os"
@@ -27,7 +27,7 @@ func TestResolveSourceShadowsZoo(t *testing.T) {
 		{"gpt2", "gpt2 is the directory here, not the zoo's gpt2"},
 		{"./gpt2", ""},
 	} {
-		src, err := resolveSource(c.arg)
+		src, err := Open(c.arg, Paths)
 		if err != nil {
 			t.Fatalf("%s: %v", c.arg, err)
 		}
@@ -35,7 +35,7 @@ func TestResolveSourceShadowsZoo(t *testing.T) {
 		if !ok {
 			t.Fatalf("%s: a %T, want the directory's model", c.arg, src)
 		}
-		note := m.Note()
+		note := strings.Join(m.Notes(), "; ")
 		if c.want == "" && strings.Contains(note, "zoo") || !strings.Contains(note, c.want) {
 			t.Errorf("%s: note %q, want …%s…", c.arg, note, c.want)
 		}

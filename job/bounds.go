@@ -1,4 +1,4 @@
-package cli
+package job
 
 import (
 	"flag"
@@ -10,16 +10,16 @@ import (
 	"github.com/batchfit/batchfit/predict"
 )
 
-// bound is the largest value of a numeric flag: cli on the command line,
-// web in a request to batchfit serve (answered on the server's machine,
-// so tighter). 0 in cli: no bound of the flag's own; the sizes it makes
+// Bound is the largest value of a numeric flag: CLI on the command line,
+// Web in a request to batchfit serve (answered on the server's machine,
+// so tighter). 0 in CLI: no bound of the flag's own; the sizes it makes
 // are bounded (graph.MaxBytes, graph.MaxOps).
-type bound struct{ cli, web int64 }
+type Bound struct{ CLI, Web int64 }
 
-// bounds is the one table of the numeric flags' bounds: the command
+// Bounds is the one table of the numeric flags' bounds: the command
 // line's come from the library's (predict's), which refuses beyond them
-// whoever asks, and the server's are read from here too (webLimit).
-var bounds = map[string]bound{
+// whoever asks, and the server's are read from here too (the server's check of a request).
+var Bounds = map[string]Bound{
 	"steps":           {predict.MaxSteps, 20},
 	"layers":          {predict.MaxLayers, 512},
 	"hidden":          {0, 65536},
@@ -80,11 +80,11 @@ var fractions = map[string]struct {
 	"lora-alpha": {0, math.Inf(1), true, true, "a positive alpha"},
 }
 
-// checkBounds refuses a numeric flag set beyond its command-line bound,
+// CheckBounds refuses a numeric flag set beyond its command-line bound,
 // an explicit 0 or negative where the default stands for "the model's",
 // and a float flag out of its range or not a number, naming the flag,
 // before any work starts.
-func checkBounds(fs *flag.FlagSet) error {
+func CheckBounds(fs *flag.FlagSet) error {
 	var err error
 	fs.Visit(func(f *flag.Flag) {
 		if err != nil {
@@ -94,7 +94,7 @@ func checkBounds(fs *flag.FlagSet) error {
 		if r, ok := fractions[f.Name]; ok {
 			x, perr := strconv.ParseFloat(v, 64)
 			if perr == nil && (math.IsNaN(x) || math.IsInf(x, 0) || x < r.lo || r.loOpen && x == r.lo || x > r.hi || r.hiOpen && x == r.hi) {
-				err = usagef("--%s %s: want %s (see 'batchfit %s -h')", f.Name, v, r.what, fs.Name())
+				err = Usagef("--%s %s: want %s (see 'batchfit %s -h')", f.Name, v, r.what, fs.Name())
 			}
 			return
 		}
@@ -103,11 +103,11 @@ func checkBounds(fs *flag.FlagSet) error {
 			return
 		}
 		if what, ok := positive[f.Name]; ok && n <= 0 {
-			err = usagef("--%s must be positive (%s), got %d: leave the flag out for the default (see 'batchfit %s -h')", f.Name, what, n, fs.Name())
+			err = Usagef("--%s must be positive (%s), got %d: leave the flag out for the default (see 'batchfit %s -h')", f.Name, what, n, fs.Name())
 			return
 		}
-		if b, ok := bounds[f.Name]; ok && b.cli != 0 && n > b.cli {
-			err = usagef("--%s %d: at most %d (see 'batchfit %s -h')", f.Name, n, b.cli, fs.Name())
+		if b, ok := Bounds[f.Name]; ok && b.CLI != 0 && n > b.CLI {
+			err = Usagef("--%s %d: at most %d (see 'batchfit %s -h')", f.Name, n, b.CLI, fs.Name())
 		}
 	})
 	return err
