@@ -65,7 +65,7 @@ func TestGolden(t *testing.T) {
 				t.Fatalf("%v (run go test -update)", err)
 			}
 			if out != string(want) {
-				t.Errorf("output differs from %s (run go test ./internal/cli -update after checking):\n%s", path, out)
+				t.Errorf("output differs from %s (run go test ./internal/cli -update after checking):\n%s", path, lineDiff(path, string(want), "output", out))
 			}
 		})
 	}

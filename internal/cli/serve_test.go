@@ -129,7 +129,7 @@ func TestServeAnswersAsTheCommandLine(t *testing.T) {
 				t.Fatalf("%d %s: %s", res.StatusCode, res.Header.Get("Content-Type"), body)
 			}
 			if string(body) != c.want {
-				t.Errorf("the API's answer differs from the command line's:\n%s\n---\n%s", body, c.want)
+				t.Errorf("the API's answer differs from the command line's:\n%s", lineDiff("command line", c.want, "API", string(body)))
 			}
 		})
 	}
