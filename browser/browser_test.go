@@ -598,7 +598,7 @@ func TestBrowserFormatting(t *testing.T) {
 		bytesIn = append(bytesIn, rng.Int64N(1<<42)>>uint(rng.IntN(40)))
 	}
 	var floats []float64
-	for _, v := range []float64{2254.05, 4.215, 0.0005, 0.00125, 0.0105, 9.995, 10.05, 99.995, 100.5, 101.5, 1e-7, 12.345, 1234.5} {
+	for _, v := range []float64{2254.05, 4.215, 0.0005, 0.00125, 0.0105, 9.995, 10.05, 99.995, 100.5, 101.5, 1e-7, 12.345, 1234.5, 59.95, 60, 90, 3599.9, 3600, 54984} {
 		floats = append(floats, v)
 	}
 	for i := 0; i < 1500; i++ {

@@ -94,7 +94,10 @@ type specSource struct {
 	name string
 }
 
-func (s specSource) Name() string { return s.name }
+// Name is the spec's name: its name field, or else the file's base name
+// (spec.Spec.Name), as a zoo model's or a config's is its own; the path
+// stays in name for the messages about the file.
+func (s specSource) Name() string { return s.s.Name }
 
 func (s specSource) Build(c models.Config) (*graph.Graph, error) {
 	over, err := s.overrides(c)
