@@ -427,7 +427,8 @@ func TestBrowserUploads(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.HasPrefix(status, "mlp.yaml · batch 32") {
+	// the header names the spec by its name: field (examples/mlp.yaml's is mlp)
+	if !strings.HasPrefix(status, "mlp · batch 32") {
 		t.Errorf("status %q, want the uploaded spec's prediction", status)
 	}
 	data, _ := os.ReadFile(spec)
