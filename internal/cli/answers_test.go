@@ -145,3 +145,14 @@ func TestSweepNoThroughputOutOfMemory(t *testing.T) {
 		t.Errorf("the out-of-memory row shows a throughput, or the row that fits none:\n%s", out)
 	}
 }
+
+// cliExit is the output of a command that must end with status code: an
+// answer that does not fit is printed, then exits 1.
+func cliExit(t testing.TB, code int, args ...string) string {
+	t.Helper()
+	out, errs, got := run(args...)
+	if got != code {
+		t.Fatalf("batchfit %s: exit %d, want %d: %s", strings.Join(args, " "), got, code, errs)
+	}
+	return out
+}
