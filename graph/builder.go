@@ -62,6 +62,14 @@ func (b *Builder) Fail(format string, args ...any) {
 	}
 }
 
+// ModuleNameError is the error of adapters that name a module the model
+// does not have (Adapters.Freeze, Adapters.Targets): the names given are
+// wrong, not the model, so a command line calls it a usage error.
+type ModuleNameError struct{ Err error }
+
+func (e ModuleNameError) Error() string { return e.Err.Error() }
+func (e ModuleNameError) Unwrap() error { return e.Err }
+
 // Graph finishes the build.
 func (b *Builder) Graph() (*Graph, error) {
 	if b.err != nil {
@@ -75,7 +83,7 @@ func (b *Builder) Graph() (*Graph, error) {
 			}
 		}
 		if len(miss) > 0 {
-			return nil, fmt.Errorf("building %s: --freeze %s names no module of the model", b.g.Name, strings.Join(miss, ", "))
+			return nil, ModuleNameError{fmt.Errorf("building %s: --freeze %s names no module of the model", b.g.Name, strings.Join(miss, ", "))}
 		}
 	}
 	if a := b.Adapters; a != nil && a.Rank > 0 {
@@ -85,7 +93,7 @@ func (b *Builder) Graph() (*Graph, error) {
 				names = append(names, n)
 			}
 			slices.Sort(names)
-			return nil, fmt.Errorf("building %s: LoRA target modules %s match no Linear layer of the model (its Linear layers are named %s)", b.g.Name, strings.Join(miss, ", "), strings.Join(names, ", "))
+			return nil, ModuleNameError{fmt.Errorf("building %s: LoRA target modules %s match no Linear layer of the model (its Linear layers are named %s)", b.g.Name, strings.Join(miss, ", "), strings.Join(names, ", "))}
 		}
 	}
 	if err := b.g.Validate(); err != nil {

@@ -23,8 +23,10 @@ type Source struct {
 // NewSource is s as a model source named name (its file's name).
 func NewSource(s *Spec, name string) Source { return Source{s: s, name: name} }
 
-// Name is the name the source was given, its file's name.
-func (s Source) Name() string { return s.name }
+// Name is the spec's name: its name field, or else the file's base name
+// (Spec.Name), as a zoo model's or a config's is its own; the path stays in
+// name for the messages about the file.
+func (s Source) Name() string { return s.s.Name }
 
 // Build builds the spec's graph for c: its batch and sequence, its layers
 // and hidden as the spec's parameters, and its adapters.

@@ -37,7 +37,7 @@ func TestAutocastFlags(t *testing.T) {
 	want := cli(t, "estimate", "mlp", "--batch", "64", "--mode", "eval", "--precision", "bf16-mixed", "--no-autocast-cache", "--json")
 	res, body := postJSON(t, ts.URL+"/api/estimate", map[string]any{"model": "mlp", "batch": 64, "mode": "eval", "precision": "bf16-mixed", "no-autocast-cache": true})
 	if res.StatusCode != 200 || string(body) != want {
-		t.Errorf("the API's answer (%d) differs from the command line's:\n%s\n---\n%s", res.StatusCode, body, want)
+		t.Errorf("the API's answer (%d) differs from the command line's:\n%s", res.StatusCode, lineDiff("command line", want, "API", string(body)))
 	}
 
 	for _, c := range []struct {

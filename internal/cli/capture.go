@@ -29,8 +29,6 @@ size and returns {"model": nn.Module, "inputs": tensor(s) or shape(s),
 "targets": optional, "loss": optional callable}; see the README. It runs
 with your interpreter (--python) on the meta device, at two batch sizes, to
 find which sizes follow the batch.
-
-Flags:
 `
 
 func runCapture(e *env, args []string) error {

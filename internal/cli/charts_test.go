@@ -39,7 +39,7 @@ func goldenSVG(t *testing.T, name string, args ...string) *chart.Doc {
 	} else if want, err := os.ReadFile(golden); err != nil {
 		t.Fatalf("%v (run go test -update)", err)
 	} else if string(want) != string(got) {
-		t.Errorf("%s differs from %s (run go test ./internal/cli -update after checking)", path, golden)
+		t.Errorf("%s differs from %s (run go test ./internal/cli -update after checking):\n%s", path, golden, lineDiff(golden, string(want), path, string(got)))
 	}
 	d, err := chart.Inspect(got)
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/batchfit/batchfit/job"
+	"github.com/batchfit/batchfit/graph"
 	"github.com/batchfit/batchfit/models"
 	"github.com/batchfit/batchfit/predict"
 	"github.com/batchfit/batchfit/snapshot"
@@ -35,6 +36,11 @@ Commands:
   watch      every GPU and process, as nvidia-smi shows them, with PyTorch's figures
 
 Run 'batchfit <command> -h' for a command's flags and examples.
+
+Exit status: 0 when it fits (or the command answered), 1 when it does not fit
+(estimate: fits: no; sweep: no batch fits; maxbatch: nothing fits; plan: no
+plan fits) or another failure, 2 for a usage error (a bad command, flag or
+value). run exits with the training command's status.
 `
 
 type command func(e *env, args []string) error
@@ -174,7 +180,9 @@ func RunWith(args []string, stdout, stderr io.Writer, o Options) int {
 		if errors.As(err, &cs) {
 			return 127
 		}
-		if IsUsage(err) {
+		// adapters naming a module the model lacks are found only once
+		// the model is built, but the flags are what is wrong
+		if IsUsage(err) || errors.As(err, new(graph.ModuleNameError)) {
 			return 2
 		}
 		return 1

@@ -107,9 +107,17 @@ func runEstimate(e *env, args []string) error {
 			fmt.Fprintf(stdout, "\nno suggestions: %v\n", suggErr)
 		}
 	}
-	// the same answer ends with the same status in every output mode
-	if len(batches) == 1 && !res.Fits && res.Config.Batch == 1 {
+	// the same answer ends with the same status in every output mode, and
+	// "does not fit" fails (exit 1), so that `batchfit estimate … && launch`
+	// launches only a job that fits
+	switch {
+	case res.Fits:
+	case len(batches) > 1:
+		return fmt.Errorf("%s does not fit on %s with the batch schedule %s", res.Model, res.GPU.Name, strings.ReplaceAll(strings.Trim(fmt.Sprint(batches), "[]"), " ", ","))
+	case res.Config.Batch == 1:
 		return fmt.Errorf("%s does not fit on %s even at batch 1", res.Model, res.GPU.Name)
+	default:
+		return fmt.Errorf("%s does not fit on %s at batch %d", res.Model, res.GPU.Name, res.Config.Batch)
 	}
 	return nil
 }
@@ -121,8 +129,8 @@ func writeSuggestions(w io.Writer, res *predict.Result, ans *plan.Answer, lg *la
 		fmt.Fprintln(w, strings.TrimPrefix(nothingFits(predict.Request{GPU: res.GPU}, ans, lg).Error(), "nothing fits on "+res.GPU.Name+" with a margin of 0 bytes: "))
 		return
 	}
-	fmt.Fprintf(w, "the %s that make it fit (same %d samples per optimizer step; 'batchfit plan' ranks every plan by speed):\n",
-		map[bool]string{true: "smallest change", false: fmt.Sprintf("%d smallest changes", len(ans.Best))}[len(ans.Best) == 1], ans.GlobalBatch)
+	fmt.Fprintf(w, "the %s that make it fit (same %s per optimizer step; 'batchfit plan' ranks every plan by speed):\n",
+		map[bool]string{true: "smallest change", false: fmt.Sprintf("%d smallest changes", len(ans.Best))}[len(ans.Best) == 1], plural(int(ans.GlobalBatch), "sample"))
 	for i, p := range ans.Best {
 		fmt.Fprintf(w, "  %d. %s\n", i+1, strings.Join(p.Changes, "; "))
 		line := fmt.Sprintf("device total %s", fmtBytes(p.Result.DeviceTotal))
@@ -429,8 +437,14 @@ func throughputLine(e *cost.Estimate) string {
 		100*e.MFU, fmtRate(e.BoundSamplesPerSecond()), 100*e.Bound.MFU, commas(e.Kernels))
 }
 
+// fmtSeconds prints a duration with three digits or so: a step of hours
+// (a large model on a small GPU) in hours or minutes, not 54984.0 s.
 func fmtSeconds(s float64) string {
 	switch {
+	case s >= 3600:
+		return fmt.Sprintf("%.1f h", s/3600)
+	case s >= 60:
+		return fmt.Sprintf("%.1f min", s/60)
 	case s >= 10:
 		return fmt.Sprintf("%.1f s", s)
 	case s >= 1:

@@ -74,7 +74,7 @@ func TestServeGPURuleFields(t *testing.T) {
 		t.Fatalf("%d: %s", res.StatusCode, body)
 	}
 	if string(body) != want {
-		t.Errorf("the API's answer differs from the command line's:\n%s\n---\n%s", body, want)
+		t.Errorf("the API's answer differs from the command line's:\n%s", lineDiff("command line", want, "API", string(body)))
 	}
 	if !strings.Contains(want, `"cudnn_searches": 5`) {
 		t.Errorf("no searches in %s", want)

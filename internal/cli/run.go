@@ -351,8 +351,16 @@ func (l *liveLine) finish() {
 
 func stepLine(r *record.Record) string {
 	parts := []string{fmt.Sprintf("step %d", r.Step)}
-	if r.Optimizer > 0 || r.OptimizerClass != "" {
-		parts[0] += fmt.Sprintf(" (%s #%d)", r.OptimizerClass, r.Optimizer)
+	// the step is the optimizer's own count, 1-based; the recorder numbers
+	// a process' optimizers from 0, which "#0" beside "step 1" reads as a
+	// second count: only a second or later optimizer is named, 1-based
+	switch {
+	case r.Optimizer > 0 && r.OptimizerClass != "":
+		parts[0] += fmt.Sprintf(" (%s, optimizer #%d)", r.OptimizerClass, r.Optimizer+1)
+	case r.Optimizer > 0:
+		parts[0] += fmt.Sprintf(" (optimizer #%d)", r.Optimizer+1)
+	case r.OptimizerClass != "":
+		parts[0] += fmt.Sprintf(" (%s)", r.OptimizerClass)
 	}
 	if r.Batch != nil {
 		b := fmt.Sprintf("batch %d", *r.Batch)
@@ -382,7 +390,7 @@ func writeRunSummary(w io.Writer, s record.Summary, res *record.Result) {
 		fmt.Fprintf(w, "batchfit: the command ended (%s) and no Python process it started imported torch: nothing was recorded\n", how)
 		return
 	}
-	fmt.Fprintf(w, "batchfit: %d optimizer steps recorded", s.Steps)
+	fmt.Fprintf(w, "batchfit: %s recorded", plural(s.Steps, "optimizer step"))
 	if s.Optimizers > 1 {
 		fmt.Fprintf(w, " (%d optimizers)", s.Optimizers)
 	}

@@ -37,7 +37,7 @@ func TestRunCommand(t *testing.T) {
 	}
 	for _, want := range []string{
 		"batchfit: recording · PyTorch 1.13",
-		"step 5 (SGD #0) · batch 8 × 2 micro-batches · resident",
+		"step 5 (SGD) · batch 8 × 2 micro-batches · resident",
 		"batchfit: 5 optimizer steps recorded; the command ended with exit status 0",
 		"forward passes a step  2",
 		// the prediction takes the batch, the accumulation, the optimizer

@@ -114,7 +114,7 @@ func TestServeAnswersAsTheCommandLine(t *testing.T) {
 		{"/api/estimate", map[string]any{"model": "resnet18", "batch": 8, "gpu": "t4"}, cli(t, "estimate", "resnet18", "--batch", "8", "--gpu", "t4", "--json"), "application/json"},
 		{"/api/estimate", map[string]any{"model": "resnet18", "batch": 8, "gpu": "t4", "loop-overhead": "5ms"}, cli(t, "estimate", "resnet18", "--batch", "8", "--gpu", "t4", "--loop-overhead", "5ms", "--json"), "application/json"},
 		// A job that does not fit carries the planner's suggestions.
-		{"/api/estimate", map[string]any{"model": "gpt2", "batch": "32", "seq": 1024, "gpu": "a10g"}, cli(t, "estimate", "gpt2", "--batch", "32", "--seq", "1024", "--gpu", "a10g", "--json"), "application/json"},
+		{"/api/estimate", map[string]any{"model": "gpt2", "batch": "32", "seq": 1024, "gpu": "a10g"}, cliExit(t, 1, "estimate", "gpt2", "--batch", "32", "--seq", "1024", "--gpu", "a10g", "--json"), "application/json"},
 		{"/api/sweep", map[string]any{"model": "mlp", "batch": "1:64", "gpu": "t4", "precision": "16-mixed", "empty-cache": true}, cli(t, "sweep", "mlp", "--batch", "1:64", "--gpu", "t4", "--precision", "16-mixed", "--empty-cache", "--json"), "application/json"},
 		{"/api/maxbatch", map[string]any{"model": "resnet50", "gpu": "a100-40gb"}, cli(t, "maxbatch", "resnet50", "--gpu", "a100-40gb", "--json"), "application/json"},
 		{"/api/plan", map[string]any{"model": "gpt2", "seq": 1024, "gpu": "a10g", "global-batch": 64, "batch": 64, "top": 3}, cli(t, "plan", "gpt2", "--seq", "1024", "--gpu", "a10g", "--global-batch", "64", "--batch", "64", "--top", "3", "--json"), "application/json"},
@@ -129,7 +129,7 @@ func TestServeAnswersAsTheCommandLine(t *testing.T) {
 				t.Fatalf("%d %s: %s", res.StatusCode, res.Header.Get("Content-Type"), body)
 			}
 			if string(body) != c.want {
-				t.Errorf("the API's answer differs from the command line's:\n%s\n---\n%s", body, c.want)
+				t.Errorf("the API's answer differs from the command line's:\n%s", lineDiff("command line", c.want, "API", string(body)))
 			}
 		})
 	}

@@ -135,9 +135,15 @@ func runSweep(e *env, args []string) error {
 			line += need + "\t"
 		}
 		if timed {
-			line += fmt.Sprintf("%s\t%s\t", fmtSeconds(r.Time.Seconds), fmtRate(r.Time.SamplesPerSecond()))
+			// a step that runs out of memory trains no samples: its
+			// throughput is shown as none, not as a rate it never reaches
+			sps, tps := fmtRate(r.Time.SamplesPerSecond()), fmtRate(r.Time.TokensPerSecond())
+			if r.Timeline.OOM != nil {
+				sps, tps = "-", "-"
+			}
+			line += fmt.Sprintf("%s\t%s\t", fmtSeconds(r.Time.Seconds), sps)
 			if tok {
-				line += fmtRate(r.Time.TokensPerSecond()) + "\t"
+				line += tps + "\t"
 			}
 			line += fmtSeconds(r.Time.Bound.Seconds) + "\t"
 		}
@@ -179,15 +185,24 @@ func runSweep(e *env, args []string) error {
 }
 
 // notEvenOne is a sweep's status, the same in every output mode: a sweep
-// whose batch 1 does not fit has answered that the job fails (exit 1, as
+// none of whose batches fits has answered that the job fails (exit 1, as
 // estimate's and maxbatch's do), after printing every row.
 func notEvenOne(pts []solve.Point) error {
 	for _, p := range pts {
-		if p.Value == 1 && !p.Result.Fits {
-			return fmt.Errorf("%s does not fit on %s even at batch 1", p.Result.Model, p.Result.GPU.Name)
+		if p.Result.Fits {
+			return nil
 		}
 	}
-	return nil
+	if len(pts) == 0 {
+		return nil
+	}
+	res := pts[0].Result
+	for _, p := range pts {
+		if p.Value == 1 {
+			return fmt.Errorf("%s does not fit on %s even at batch 1", res.Model, res.GPU.Name)
+		}
+	}
+	return fmt.Errorf("%s does not fit on %s at any batch of the sweep", res.Model, res.GPU.Name)
 }
 
 // needOf is the device total an out-of-memory point needs (plan.Need: the

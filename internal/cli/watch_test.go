@@ -67,7 +67,7 @@ func TestWatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	if out != string(want) {
-		t.Errorf("watch output differs from %s (go test -update after checking):\n%s", path, out)
+		t.Errorf("watch output differs from %s (go test -update after checking):\n%s", path, lineDiff(path, string(want), "output", out))
 	}
 	// the worked-out figures: 44 GiB used by NVML − 42 GiB reserved = 2 GiB
 	// outside PyTorch; the process that left and the one that came

@@ -34,6 +34,8 @@ function fmtBytes(n) {
 }
 
 function fmtSeconds(s) {
+  if (s >= 3600) return fixed(s / 3600, 1) + " h";
+  if (s >= 60) return fixed(s / 60, 1) + " min";
   if (s >= 10) return fixed(s, 1) + " s";
   if (s >= 1) return fixed(s, 2) + " s";
   if (s >= 1e-3) return fixed(s * 1e3, 1) + " ms";

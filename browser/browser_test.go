@@ -1,4 +1,4 @@
-package cli
+package browser
 
 import (
 	"bytes"
@@ -6,8 +6,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"math/rand/v2"
+	"mime/multipart"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,8 +21,10 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+	ogórek "github.com/kisielk/og-rek"
 
 	"github.com/batchfit/batchfit/internal/chart"
+	"github.com/batchfit/batchfit/internal/cli"
 )
 
 // The browser tests drive Debian's chromium (or $BATCHFIT_CHROMIUM) through
@@ -162,8 +168,8 @@ func checkBytes(t *testing.T, where string, got []shown, want map[string]any) {
 			continue
 		}
 		n := int64(v)
-		if s.Value != strconv.FormatInt(n, 10) || s.Text != fmtBytes(n) {
-			t.Errorf("%s: %s shown as %s (%q), the API says %d (%q)", where, s.Field, s.Value, s.Text, n, fmtBytes(n))
+		if s.Value != strconv.FormatInt(n, 10) || s.Text != cli.FormatBytes(n) {
+			t.Errorf("%s: %s shown as %s (%q), the API says %d (%q)", where, s.Field, s.Value, s.Text, n, cli.FormatBytes(n))
 		}
 	}
 }
@@ -191,7 +197,7 @@ func screenshot(ctx context.Context, t *testing.T, name string) {
 
 func TestBrowserPredict(t *testing.T) {
 	ctx := browse(t)
-	ts := testServer(t, serveOptions{})
+	ts := testServer(t, 64<<20)
 	ready := `#results[data-state="ready"]`
 	err := chromedp.Do(ctx,
 		chromedp.Navigate(ts.URL),
@@ -231,9 +237,9 @@ func TestBrowserPredict(t *testing.T) {
 			continue // tokens/s of a model without tokens
 		}
 		got, err := strconv.ParseFloat(s.Value, 64)
-		want := fmtRate(v)
+		want := cli.FormatRate(v)
 		if s.Field == "step_seconds" {
-			want = fmtSeconds(v)
+			want = cli.FormatSeconds(v)
 		}
 		if err != nil || got != v || s.Text != want {
 			t.Errorf("%s shown as %s (%q), the API says %v (%q)", s.Field, s.Value, s.Text, v, want)
@@ -244,7 +250,7 @@ func TestBrowserPredict(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := int64(est["param_count"].(float64)); tp != commas(n)+" of "+commas(n) {
+	if n := int64(est["param_count"].(float64)); tp != chart.Commas(n)+" of "+chart.Commas(n) {
 		t.Errorf("trainable parameters shown as %q", tp)
 	}
 	verdict, err := chromedp.Run(ctx, chromedp.AttributeValue(chromedp.CSS("#verdict"), "data-fits"))
@@ -403,7 +409,7 @@ func TestBrowserPredict(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("estimate: %s", errs)
 	}
-	var want EstimateJSON
+	var want cli.EstimateJSON
 	if err := json.Unmarshal([]byte(out), &want); err != nil {
 		t.Fatal(err)
 	}
@@ -414,8 +420,8 @@ func TestBrowserPredict(t *testing.T) {
 
 func TestBrowserUploads(t *testing.T) {
 	ctx := browse(t)
-	ts := testServer(t, serveOptions{})
-	spec, err := filepath.Abs("../../examples/mlp.yaml")
+	ts := testServer(t, 64<<20)
+	spec, err := filepath.Abs("../examples/mlp.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -435,7 +441,8 @@ func TestBrowserUploads(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.HasPrefix(status, "mlp.yaml · batch 32") {
+	// the header names the spec by its name: field (examples/mlp.yaml's is mlp)
+	if !strings.HasPrefix(status, "mlp · batch 32") {
 		t.Errorf("status %q, want the uploaded spec's prediction", status)
 	}
 	data, _ := os.ReadFile(spec)
@@ -519,8 +526,8 @@ func TestBrowserUploads(t *testing.T) {
 			args = append(args, "--"+k+"="+v)
 		}
 	}
-	var sj SnapshotJSON
-	if err := json.Unmarshal([]byte(cli(t, args...)), &sj); err != nil || sj.Prediction == nil {
+	var sj cli.SnapshotJSON
+	if err := json.Unmarshal([]byte(runOK(t, args...)), &sj); err != nil || sj.Prediction == nil {
 		t.Fatalf("snapshot --model: %v", err)
 	}
 	rows, err := chromedp.Run(ctx, chromedp.Evaluate[map[string]string](
@@ -544,8 +551,8 @@ func TestBrowserUploads(t *testing.T) {
 // an answer about its tensors shows that only the header went.
 func TestBrowserModelDirectory(t *testing.T) {
 	ctx := browse(t)
-	ts := testServer(t, serveOptions{maxUpload: 64 << 10})
-	cfg, err := os.ReadFile("../../hf/testdata/configs/gpt2/config.json")
+	ts := testServer(t, 64<<10)
+	cfg, err := os.ReadFile("../hf/testdata/configs/gpt2/config.json")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -593,7 +600,7 @@ func TestBrowserModelDirectory(t *testing.T) {
 // digit for digit: values near and at decimal ties, and many others.
 func TestBrowserFormatting(t *testing.T) {
 	ctx := browse(t)
-	ts := testServer(t, serveOptions{})
+	ts := testServer(t, 64<<20)
 	if err := chromedp.Do(ctx, chromedp.Navigate(ts.URL), chromedp.WaitVisible(chromedp.CSS(`#results[data-state="ready"]`))); err != nil {
 		t.Fatal(err)
 	}
@@ -606,7 +613,7 @@ func TestBrowserFormatting(t *testing.T) {
 		bytesIn = append(bytesIn, rng.Int64N(1<<42)>>uint(rng.IntN(40)))
 	}
 	var floats []float64
-	for _, v := range []float64{2254.05, 4.215, 0.0005, 0.00125, 0.0105, 9.995, 10.05, 99.995, 100.5, 101.5, 1e-7, 12.345, 1234.5} {
+	for _, v := range []float64{2254.05, 4.215, 0.0005, 0.00125, 0.0105, 9.995, 10.05, 99.995, 100.5, 101.5, 1e-7, 12.345, 1234.5, 59.95, 60, 90, 3599.9, 3600, 54984} {
 		floats = append(floats, v)
 	}
 	for i := 0; i < 1500; i++ {
@@ -627,19 +634,134 @@ func TestBrowserFormatting(t *testing.T) {
 	}
 	bad := 0
 	for i, n := range bytesIn {
-		if got.Bytes[i] != fmtBytes(n) && bad < 10 {
+		if got.Bytes[i] != cli.FormatBytes(n) && bad < 10 {
 			bad++
-			t.Errorf("%d bytes: page %q, command line %q", n, got.Bytes[i], fmtBytes(n))
+			t.Errorf("%d bytes: page %q, command line %q", n, got.Bytes[i], cli.FormatBytes(n))
 		}
 	}
 	for i, v := range floats {
-		if got.Seconds[i] != fmtSeconds(v) && bad < 20 {
+		if got.Seconds[i] != cli.FormatSeconds(v) && bad < 20 {
 			bad++
-			t.Errorf("%v s: page %q, command line %q", v, got.Seconds[i], fmtSeconds(v))
+			t.Errorf("%v s: page %q, command line %q", v, got.Seconds[i], cli.FormatSeconds(v))
 		}
-		if got.Rates[i] != fmtRate(v) && bad < 30 {
+		if got.Rates[i] != cli.FormatRate(v) && bad < 30 {
 			bad++
-			t.Errorf("rate %v: page %q, command line %q", v, got.Rates[i], fmtRate(v))
+			t.Errorf("rate %v: page %q, command line %q", v, got.Rates[i], cli.FormatRate(v))
 		}
 	}
+}
+
+// testServer serves the page and its API on the loopback for the test,
+// taking request bodies of at most maxUpload bytes.
+func testServer(t testing.TB, maxUpload int64) *httptest.Server {
+	t.Helper()
+	ts := httptest.NewServer(cli.NewLoopbackHandler(maxUpload))
+	t.Cleanup(ts.Close)
+	return ts
+}
+
+func postJSON(t testing.TB, url string, body any) (*http.Response, []byte) {
+	t.Helper()
+	b, err := json.Marshal(body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := http.Post(url, "application/json", bytes.NewReader(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	out, err := io.ReadAll(res.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res, out
+}
+
+// run is batchfit's command line, in process: its output, its errors and
+// its exit status.
+func run(args ...string) (stdout, stderr string, code int) {
+	var out, errs bytes.Buffer
+	code = cli.Run(args, &out, &errs)
+	return out.String(), errs.String(), code
+}
+
+// runOK is the output of a command that must succeed.
+func runOK(t testing.TB, args ...string) string {
+	t.Helper()
+	out, errs, code := run(args...)
+	if code != 0 {
+		t.Fatalf("batchfit %s: exit %d: %s", strings.Join(args, " "), code, errs)
+	}
+	return out
+}
+
+// snapshotFixture is a recorded trace as torch.cuda.memory._dump_snapshot
+// writes it (pickle protocol 4): an 11 MiB and a 1.5 MiB block, allocated
+// and freed; the same as internal/cli's snapshot tests read.
+func snapshotFixture(t testing.TB) []byte {
+	const mib = 1 << 20
+	frame := func(line int) []any {
+		return []any{map[any]any{"filename": "train.py", "line": int64(line), "name": "forward"}}
+	}
+	entry := func(action string, addr, size int64, line int) map[any]any {
+		return map[any]any{"action": action, "addr": addr, "size": size, "stream": int64(0), "time_us": int64(line), "frames": frame(line)}
+	}
+	snap := map[any]any{
+		"segments": []any{},
+		"device_traces": []any{[]any{
+			entry("alloc", 2<<30, 11*mib, 10),
+			entry("alloc", 1<<30, 3*mib/2, 11),
+			entry("free_requested", 1<<30, 3*mib/2, 12),
+			entry("free_completed", 1<<30, 3*mib/2, 12),
+			entry("free_requested", 2<<30, 11*mib, 13),
+			entry("free_completed", 2<<30, 11*mib, 13),
+		}},
+		"allocator_settings": map[any]any{"PYTORCH_CUDA_ALLOC_CONF": ""},
+	}
+	var b bytes.Buffer
+	if err := ogórek.NewEncoderWithConfig(&b, &ogórek.EncoderConfig{Protocol: 4}).Encode(snap); err != nil {
+		t.Fatal(err)
+	}
+	return b.Bytes()
+}
+
+func writeSnapshotFixture(t testing.TB) string {
+	path := filepath.Join(t.TempDir(), "snap.pickle")
+	if err := os.WriteFile(path, snapshotFixture(t), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// part is a field of a multipart form: a value, or a file's name and data.
+type part struct {
+	field, value string
+	file         string
+	data         []byte
+}
+
+func postForm(t testing.TB, url string, parts ...part) (*http.Response, []byte) {
+	t.Helper()
+	var b bytes.Buffer
+	mw := multipart.NewWriter(&b)
+	for _, p := range parts {
+		if p.file == "" {
+			mw.WriteField(p.field, p.value)
+			continue
+		}
+		w, err := mw.CreateFormFile(p.field, p.file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.Write(p.data)
+	}
+	mw.Close()
+	res, err := http.Post(url, mw.FormDataContentType(), &b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	out, _ := io.ReadAll(res.Body)
+	return res, out
 }
