@@ -46,9 +46,15 @@ func TestSource(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			// the spec's name field, else the file's base name: tinygpt.yaml
+			// and mlp.yaml name themselves so, noSeqParam says "ids"
 			src := NewSource(s, tt.name+".yaml")
-			if src.Name() != tt.name+".yaml" {
-				t.Errorf("Name = %q", src.Name())
+			want := tt.name
+			if tt.text != "" {
+				want = "ids"
+			}
+			if src.Name() != want {
+				t.Errorf("Name = %q, want %q", src.Name(), want)
 			}
 			if got := src.Dims(); !slices.Equal(got, tt.dims) {
 				t.Errorf("Dims = %v, want %v", got, tt.dims)
