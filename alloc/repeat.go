@@ -65,7 +65,8 @@ func (a *Allocator) counters() counters {
 // skip advances the allocator past periods whole periods of copies that
 // leave its state as they found it: the counts grow by periods times what
 // one period added (since before), and the live allocations at or above
-// base (the last run's own) take the ids of the last copy skipped.
+// base (the last run's own, or the last Lag runs' under a
+// trace.Repeat.Lag) take the ids of the last copy skipped.
 func (a *Allocator) skip(before counters, times, base, shift int64) {
 	now := a.counters()
 	a.retries += times * (now.retries - before.retries)

@@ -166,7 +166,7 @@ func ReplayContext(ctx context.Context, t *trace.Trace, cfg Config, dev Device, 
 		}
 		if r != nil && i == r.Start && skipping {
 			seen.reset()
-			seen.add(rp.a, 0, r.Base-r.Delta, int64(rp.tl.FellBack))
+			seen.add(rp.a, 0, r.Moved(), int64(rp.tl.FellBack))
 		}
 		if done, err := rp.event(&t.Events[i]); done || err != nil {
 			return rp.result(err)
@@ -190,15 +190,18 @@ func ReplayContext(ctx context.Context, t *trace.Trace, cfg Config, dev Device, 
 		// the state: they are replayed one by one.
 		looking := skipping && r.Grow == nil && (ends == 0 || t.Events[r.End-1].Action == trace.StepEnd)
 		for k := 1; k <= r.Times; {
-			// the boundary before run k (the template is run 0)
+			// the boundary before run k (the template is run 0); the
+			// ids from moved on are the runs' own, in flight between
+			// them under a lag (trace.Repeat.Lag)
+			moved := r.Moved() + int64(k)*r.Delta
 			if looking && looks(k) {
-				if p, ok := seen.add(rp.a, k, r.Base+int64(k-1)*r.Delta, int64(rp.tl.FellBack)); ok {
+				if p, ok := seen.add(rp.a, k, moved, int64(rp.tl.FellBack)); ok {
 					// the state of boundary p again: skip whole periods
 					// of the runs left
 					period := k - p
 					m := (r.Times + 1 - k) / period * period
 					if m > 0 {
-						rp.a.skip(seen.countsAt(p), int64(m/period), r.Base+int64(k-1)*r.Delta, int64(m)*r.Delta)
+						rp.a.skip(seen.countsAt(p), int64(m/period), moved, int64(m)*r.Delta)
 						rp.skipSteps(ends*period, m/period, period*n)
 						rp.v += m * n
 						rp.tl.Skipped += m * n

@@ -26,6 +26,9 @@ type bctx struct {
 	// more use of the parameter in backward.
 	pview map[int]*op
 	err   error
+	// unknown counts the ops mapped by the default for ops without a
+	// rule, per name (unknown.go)
+	unknown map[string]int
 }
 
 // ruleError is the one-line refusal of an op batchfit has no rule for.
@@ -143,6 +146,7 @@ func (m *Model) Build(c models.Config) (*graph.Graph, error) {
 	if err := g.Validate(); err != nil {
 		return nil, fmt.Errorf("capture: %s: %w", m.path, err)
 	}
+	m.noteUnknown(x.unknown)
 	return g, nil
 }
 

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 
 	"github.com/batchfit/batchfit/graph"
 	"github.com/batchfit/batchfit/models"
@@ -123,6 +124,10 @@ type Model struct {
 	path string
 	f    *file
 	b0   int64
+	// unknown counts, per operator name, the ops a build mapped by the
+	// default for ops without a rule (UnknownOps); builds may run at once.
+	mu      sync.Mutex
+	unknown map[string]int
 }
 
 // Load reads a .bfgraph file (plain or gzip-compressed JSON). A path

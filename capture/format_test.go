@@ -3,7 +3,9 @@ package capture
 import (
 	"bytes"
 	"compress/gzip"
+	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 
@@ -138,4 +140,103 @@ func FuzzRead(f *testing.F) {
 			}
 		}
 	})
+}
+
+// withUnknownOps is testdata/linear.bfgraph with three ops batchfit has
+// no rule for, on the input (which does not require grad), before the
+// linear: aten::frobnicate twice (tensor 2 → 10 → 11) and the custom
+// op mylib::fuse with its overload in the name (2 → 12), each result a
+// [batch, 4] float32 tensor.
+func withUnknownOps(t *testing.T) []byte {
+	good, err := os.ReadFile("testdata/linear.bfgraph")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(good)
+	tensor := func(id int) string {
+		return fmt.Sprintf(`, {"id": %d, "shape": [2, 4], "batch": [1, 0], "stride": [4, 1], "offset": 0, "dtype": "float32", "storage": %d, "storage_nbytes": 32, "storage_nbytes_batch": 16, "role": "activation", "requires_grad": false}`, id, id-2)
+	}
+	op := func(name string, in, out int) string {
+		return fmt.Sprintf(`{"aten": %q, "overload": "", "args": [{"t": %d}], "out": [%d], "module": "", "grad": true}, `, name, in, out)
+	}
+	for _, e := range []struct{ old, new string }{
+		{`"requires_grad": false}], "ops": [`, `"requires_grad": false}` + tensor(10) + tensor(11) + tensor(12) + `], "ops": [`},
+		{`"ops": [`, `"ops": [` + op("aten::frobnicate", 2, 10) + op("aten::frobnicate", 10, 11) + op("mylib::fuse.out", 2, 12)},
+	} {
+		if !strings.Contains(s, e.old) {
+			t.Fatalf("the test file has no %q", e.old)
+		}
+		s = strings.Replace(s, e.old, e.new, 1)
+	}
+	return []byte(s)
+}
+
+// Ops without a rule that make no autograd node are mapped by the
+// default, and the reader says which: the clean file has none, the file
+// with aten::frobnicate twice and mylib::fuse.out once lists them, most
+// first, and its note counts 3 ops. The graph is the clean one's with
+// the three results as new tensors (graph.Full) before it.
+func TestUnknownOps(t *testing.T) {
+	clean, err := Load("testdata/linear.bfgraph")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ops, note := clean.UnknownOps(), clean.Note(); len(ops) != 0 || note != "" {
+		t.Errorf("the clean file: unknown ops %v, note %q", ops, note)
+	}
+	m, err := Read("unknown.bfgraph", bytes.NewReader(withUnknownOps(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []UnknownOp{{"aten::frobnicate", 2}, {"mylib::fuse.out", 1}}
+	if got := m.UnknownOps(); !slices.Equal(got, want) {
+		t.Errorf("unknown ops %v, want %v", got, want)
+	}
+	if note := m.Note(); !strings.HasPrefix(note, "3 ops batchfit has no rule for: aten::frobnicate (2), mylib::fuse.out: each treated as ") {
+		t.Errorf("note %q", note)
+	}
+	g, err := m.Build(models.Config{Batch: 7})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kinds []string
+	for _, op := range g.Ops {
+		kinds = append(kinds, string(op.Kind))
+	}
+	if got, want := strings.Join(kinds, " "), "full full full linear relu cross_entropy"; got != want {
+		t.Errorf("ops %q, want %q", got, want)
+	}
+	// A later build finds the same ops: the counts are the file's, not
+	// summed over builds.
+	if got := m.UnknownOps(); !slices.Equal(got, want) {
+		t.Errorf("after a second build: unknown ops %v, want %v", got, want)
+	}
+}
+
+// An overload written in the name is the overload field's: aten::t.default
+// and aten::addmm.default read as the clean file, whose linear they are.
+func TestOverloadInName(t *testing.T) {
+	good, err := os.ReadFile("testdata/linear.bfgraph")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := strings.Replace(string(good), `"aten": "aten::t", "overload": "default"`, `"aten": "aten::t.default", "overload": ""`, 1)
+	s = strings.Replace(s, `"aten": "aten::addmm", "overload": "default"`, `"aten": "aten::addmm.default", "overload": "default"`, 1)
+	if s == string(good) {
+		t.Fatal("the test file's ops were not edited")
+	}
+	m, err := Read("overload.bfgraph", strings.NewReader(s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ops := m.UnknownOps(); len(ops) != 0 {
+		t.Errorf("unknown ops %v, want none", ops)
+	}
+	g, err := m.Build(models.Config{Batch: 7})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(g.Ops) != 3 || g.Ops[0].Kind != graph.Linear {
+		t.Errorf("%d ops, the first %s; want linear, relu, cross_entropy", len(g.Ops), g.Ops[0].Kind)
+	}
 }

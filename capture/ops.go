@@ -730,8 +730,14 @@ func (x *bctx) aten(o *op) {
 	// An op none of whose operands requires grad records nothing for
 	// backward (autograd makes no node): its results are new tensors, made
 	// here and freed after their last reader, whatever the op (torch.arange,
-	// the rotary tables' outer, cos and sin, a mask).
+	// the rotary tables' outer, cos and sin, a mask). What the op itself
+	// does with memory is not known without a rule: the op is counted
+	// (UnknownOps), so that the prediction says so.
 	if !x.anyGrad(o) {
+		if x.unknown == nil {
+			x.unknown = map[string]int{}
+		}
+		x.unknown[opName(o)]++
 		for i := range o.Out {
 			if r := rec(i); r != nil {
 				dt, _ := graph.ParseDType(r.DType)

@@ -89,6 +89,9 @@ func decodeFile(dec *json.Decoder) (*file, error) {
 				if err := checkAten(o.Aten); err != nil {
 					return recordf("op %d: %v", i, err)
 				}
+				if err := splitOverload(o); err != nil {
+					return recordf("op %d: %v", i, err)
+				}
 				return nil
 			})
 		case "modules":
@@ -204,19 +207,37 @@ func delim(dec *json.Decoder, want json.Delim) error {
 }
 
 // checkAten refuses an op name that is not an operator's qualified name,
-// namespace::name (aten::addmm; a custom op's mylib::fused): the capture
-// writes torch's schema name (FunctionSchema.name) of whatever op ran,
-// so any operator of any PyTorch release may appear, and the ones
-// batchfit has no rule for are refused where their result matters (an
-// op on tensors that require grad: "has no rule in batchfit").
+// namespace::name[.overload] (aten::addmm, aten::add.Tensor; a custom
+// op's mylib::fused): the capture writes torch's schema name
+// (FunctionSchema.name) of whatever op ran, so any operator of any
+// PyTorch release may appear. The ones batchfit has no rule for are
+// refused where their result matters (an op on tensors that require grad:
+// "has no rule in batchfit") and otherwise mapped by a default the
+// prediction names (UnknownOps).
 func checkAten(s string) error {
 	ns, name, ok := strings.Cut(s, "::")
 	if s == "" {
 		return errors.New("no aten name")
 	}
-	if !ok || !ident(ns) || !ident(name) {
-		return fmt.Errorf("aten %q: not an operator's name (want namespace::name, such as aten::addmm)", clip(s))
+	name, overload, dotted := strings.Cut(name, ".")
+	if !ok || !ident(ns) || !ident(name) || dotted && !ident(overload) {
+		return fmt.Errorf("aten %q: not an operator's name (want namespace::name[.overload], such as aten::addmm or aten::add.Tensor)", clip(s))
 	}
+	return nil
+}
+
+// splitOverload moves an overload written in the op's name
+// (aten::add.Tensor, torch's OpOverload spelling) to its overload field,
+// where the rules look for it; both must agree when both are given.
+func splitOverload(o *op) error {
+	name, overload, ok := strings.Cut(o.Aten, ".")
+	if !ok {
+		return nil
+	}
+	if o.Overload != "" && o.Overload != overload {
+		return fmt.Errorf("aten %q: overload %q in the name, %q in the overload field", clip(o.Aten), clip(overload), clip(o.Overload))
+	}
+	o.Aten, o.Overload = name, overload
 	return nil
 }
 

@@ -158,14 +158,21 @@ type Trace struct {
 
 // Repeat says that Events[Start:End], the template, is followed in the
 // sequence by Times copies of itself that Events does not hold. Copy k
-// (from 1) has every id at or above Base-Delta raised by k·Delta: the
-// template allocates ids from Base on and may free ids of the run before
-// it (from Base-Delta on), which each copy takes from the copy before. Ids
-// below Base-Delta are the same in every copy. Copy k also has its Step
+// (from 1) has every id at or above Base-Delta (Moved, with Lag 1) raised
+// by k·Delta: the template allocates ids from Base on and may free ids of
+// the run before it (from Base-Delta on), which each copy takes from the
+// copy before. Ids below Moved are the same in every copy. Copy k also has its Step
 // raised by k·Steps (a template that is one step of its own), and, when
 // Grow is set, the Size of its allocation j (from Start) raised by
 // k·Grow[j]: runs alike but for sizes that grow a run (a growing cache).
 // Repeats are in order of Start and do not overlap.
+//
+// Lag, when above 1, says the template may free ids of the Lag runs
+// before it, not only of the one just before: a pipeline stage's steady
+// one-forward-one-backward pair frees what the forward of the pair Lag
+// pairs earlier saved (the micro-batches in flight between them). Every
+// id at or above Base-Lag·Delta then moves, and the Lag runs before the
+// template must have allocated their ids Delta apart as well.
 type Repeat struct {
 	Start, End int
 	Times      int
@@ -173,11 +180,18 @@ type Repeat struct {
 	Delta      int64
 	Steps      int32
 	Grow       []int64
+	Lag        int
+}
+
+// Moved is the lowest id of the template that its copies move: ids from
+// it on were allocated by the template or by the runs it may free from.
+func (r *Repeat) Moved() int64 {
+	return r.Base - int64(max(r.Lag, 1))*r.Delta
 }
 
 // Copy returns event j of the template as copy k has it.
 func (r *Repeat) Copy(e Event, k int) Event {
-	if e.ID >= r.Base-r.Delta {
+	if e.ID >= r.Moved() {
 		e.ID += int64(k) * r.Delta
 	}
 	e.Step += int32(k) * r.Steps

@@ -61,3 +61,36 @@ func TestRepeatGrow(t *testing.T) {
 		t.Errorf("Expand: %+v", tr.Events)
 	}
 }
+
+// A lagged repetition, a pipeline stage's steady pairs with two
+// micro-batches in flight: each run allocates one activation and frees
+// the one allocated two runs before. With Base 7, Delta 1 and Lag 2 the
+// ids from Base-2 = 5 on move (Moved): copy 1 allocates 8 and frees 6,
+// copy 2 allocates 9 and frees 7 (the template's own), copy 3 allocates
+// 10 and frees 8. Id 4, below 5, never moves.
+func TestRepeatLag(t *testing.T) {
+	r := Repeat{Start: 2, End: 5, Times: 3, Base: 7, Delta: 1, Lag: 2}
+	if got := r.Moved(); got != 5 {
+		t.Errorf("Moved = %d, want 5", got)
+	}
+	tr := &Trace{Events: []Event{
+		{Action: Alloc, ID: 5, Size: 8}, {Action: Alloc, ID: 6, Size: 8},
+		{Action: Alloc, ID: 7, Size: 8}, {Action: Free, ID: 5}, {Action: Free, ID: 4},
+	}, Repeats: []Repeat{r}}
+	want := []Event{
+		{Action: Alloc, ID: 5, Size: 8}, {Action: Alloc, ID: 6, Size: 8},
+		{Action: Alloc, ID: 7, Size: 8}, {Action: Free, ID: 5}, {Action: Free, ID: 4},
+		{Action: Alloc, ID: 8, Size: 8}, {Action: Free, ID: 6}, {Action: Free, ID: 4},
+		{Action: Alloc, ID: 9, Size: 8}, {Action: Free, ID: 7}, {Action: Free, ID: 4},
+		{Action: Alloc, ID: 10, Size: 8}, {Action: Free, ID: 8}, {Action: Free, ID: 4},
+	}
+	for i, w := range want {
+		if got := tr.At(i); got != w {
+			t.Errorf("At(%d) = %+v, want %+v", i, got, w)
+		}
+	}
+	tr.Expand()
+	if !slices.Equal(tr.Events, want) {
+		t.Errorf("Expand: %+v", tr.Events)
+	}
+}

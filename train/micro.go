@@ -142,7 +142,10 @@ func (m *micro) loadBatch() {
 		st.refs = 1
 		m.val[id] = value{st: st, dt: dt}
 		batch = append(batch, st)
-		if sim.stepsDone == 0 && len(sim.batch) == 0 {
+		// One micro-batch's batch, the first step's first: a pipeline
+		// stage holds its batches in m.batch, never in sim.batch, so
+		// only the micro-batch that records the ops is counted there.
+		if sim.stepsDone == 0 && len(sim.batch) == 0 && (!m.pipelined || m.ops != nil) {
 			sim.sum.BatchDataBytes += st.bytes
 		}
 	}

@@ -378,6 +378,23 @@ func TestPipelineInFlight(t *testing.T) {
 	}
 }
 
+// The batch data a pipeline stage reports is one micro-batch's, as
+// without a pipeline, however many micro-batches the step runs: what the
+// stage received, B·H·4 bytes.
+func TestPipelineBatchDataIsOneMicroBatch(t *testing.T) {
+	const B, H = 16, 256
+	for _, m := range []int{1, 4, 33} {
+		g := stageMLP(t, B, H)
+		_, sum, err := Simulate(g, Setup{Optimizer: Optimizer{Kind: SGD}, Accumulate: m, Stages: 2, Stage: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := int64(B * H * 4); sum.BatchDataBytes != want {
+			t.Errorf("accumulate %d: batch data %d bytes, want %d", m, sum.BatchDataBytes, want)
+		}
+	}
+}
+
 // Sequence parallelism, Megatron's way: a Linear fed by an all-gather
 // keeps the shard it was given ([B, L/2, H], not the gathered [B, L, H])
 // and gathers it again in its backward, a transient of the gathered size.

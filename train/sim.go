@@ -166,35 +166,64 @@ func (sim *Simulator) repeatMicro(evAt, idAt [5]int64, times int) bool {
 // repeatRuns is repeatMicro for runs that are steps of their own as well:
 // each run's events carry a Step steps higher than the run before.
 func (sim *Simulator) repeatRuns(evAt, idAt [5]int64, times int, steps int32) bool {
-	if times <= 0 {
+	return sim.repeatLagged(evAt[:], idAt[:], 1, times, steps)
+}
+
+// repeatLagged stands run t = len(evAt)-2 as the template of the times
+// runs after it, as repeatRuns does, for runs that may free what the lag
+// runs before them allocated (a pipeline stage's 1F1B pairs, lag pairs
+// apart from the forward whose activations each backward frees). evAt and
+// idAt are the event index and next id at the start of runs 0 to t and at
+// the template's end; run 0 is t-2·lag, the first whose frees reach only
+// runs that are compared. Runs t-lag to t-1 must equal the template with
+// ids and steps moved on, the runs from 0 must have taken ids delta apart,
+// and run t-lag must have left nothing behind by the template's end (the
+// template frees what it saved): then the storages alive of runs t-lag+1
+// to t take the ids of the last copy's matching runs.
+func (sim *Simulator) repeatLagged(evAt, idAt []int64, lag, times int, steps int32) bool {
+	t := len(evAt) - 2
+	if times <= 0 || lag < 1 || t < 2*lag || len(idAt) != len(evAt) {
 		return false
 	}
 	ev := sim.tr.Events
-	prev, tmpl := ev[evAt[2]:evAt[3]], ev[evAt[3]:evAt[4]]
-	delta := idAt[4] - idAt[3]
-	if len(prev) != len(tmpl) || idAt[3]-idAt[2] != delta || idAt[2]-idAt[1] != delta || delta <= 0 {
+	tmpl := ev[evAt[t]:evAt[t+1]]
+	delta := idAt[t+1] - idAt[t]
+	if delta <= 0 {
 		return false
 	}
-	for i := range tmpl {
-		a, b := prev[i], tmpl[i]
-		if a.ID >= idAt[1] {
-			a.ID += delta
-		}
-		a.Step += steps
-		if a != b {
+	for j := t - 2*lag; j < t; j++ {
+		if idAt[j+1]-idAt[j] != delta {
 			return false
 		}
 	}
-	// The third micro-batch must have left nothing behind by the end of
-	// the fourth (its batch and loss go when the fourth rebinds them):
-	// a copy does not free what its template kept.
+	for j := t - lag; j < t; j++ {
+		prev := ev[evAt[j]:evAt[j+1]]
+		if len(prev) != len(tmpl) {
+			return false
+		}
+		d := int64(t - j)
+		for i := range tmpl {
+			a, b := prev[i], tmpl[i]
+			if a.ID >= idAt[j-lag] {
+				a.ID += d * delta
+			}
+			a.Step += int32(d) * steps
+			if a != b {
+				return false
+			}
+		}
+	}
+	// Run t-lag must have left nothing behind by the end of the template
+	// (the fourth micro-batch's loop rebinds the third's batch and loss;
+	// a pair's backward frees what the forward lag pairs before saved): a
+	// copy does not free what its template kept.
 	for _, st := range sim.collected[:sim.collectedAt] {
 		if st.refs > 0 {
 			return false
 		}
 	}
-	base := idAt[3]
-	sim.tr.Repeats = append(sim.tr.Repeats, trace.Repeat{Start: int(evAt[3]), End: int(evAt[4]), Times: times, Base: base, Delta: delta, Steps: steps})
+	base := idAt[t]
+	sim.tr.Repeats = append(sim.tr.Repeats, trace.Repeat{Start: int(evAt[t]), End: int(evAt[t+1]), Times: times, Base: base, Delta: delta, Steps: steps, Lag: lag})
 	shift := int64(times) * delta
 	sim.next += shift
 	for _, st := range sim.collected[sim.collectedAt:] {
@@ -814,10 +843,35 @@ func (sim *Simulator) pipelineStep(g *graph.Graph) {
 	for i := 0; i < warm && sim.err == nil; i++ {
 		fwd()
 	}
-	for i := warm; i < n && sim.err == nil; i++ {
+	// The steady pairs repeat: pair p runs forward p+warm and backward p
+	// on the same graph with the same micro-batches in flight, so once
+	// the backwards free only what pairs saved, each emits the events of
+	// the pair before with the ids moved on (repeatLagged). Pair p's
+	// backward frees what the forward of pair p-warm saved: lag pairs.
+	// The first step's first pair makes the gradients, so the runs
+	// compared start at pair 1: the template is pair 2·lag+1, checked
+	// against the lag pairs before it; pairs t-lag to t are collected to
+	// move the ids of what stays in flight.
+	pairs := n - warm
+	lag := max(warm, 1)
+	t := 2*lag + 1
+	var evAt, idAt []int64
+	for p := 0; p < pairs && sim.err == nil; p++ {
+		if repeatMicroBatches && p >= 1 && p <= t+1 {
+			evAt, idAt = append(evAt, int64(len(sim.tr.Events))), append(idAt, sim.next)
+			if p == t+1 && sim.repeatLagged(evAt, idAt, lag, pairs-p, 0) {
+				done += pairs - p
+				break
+			}
+			sim.collecting = p >= t-lag && p <= t
+			if p == t-lag+1 {
+				sim.collectedAt = len(sim.collected)
+			}
+		}
 		fwd()
 		bwd()
 	}
+	sim.collecting, sim.collected = false, sim.collected[:0]
 	for len(inflight) > 0 && sim.err == nil {
 		bwd()
 	}
