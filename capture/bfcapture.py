@@ -158,9 +158,9 @@ def call_factory(torch, fn, batch, prev):
 
 def resize(torch, x, batch, first):
     # a factory without a batch_size parameter: dim 0 of every tensor is
-    # the batch, resized for the second capture
-    if first is None:
-        return x
+    # the batch, resized to the batch of each capture (the first too: the
+    # two captures are merged as taken at exactly those batches, whatever
+    # batch the factory's example had)
     if isinstance(x, torch.Tensor):
         if x.dim() == 0:
             return x

@@ -34,6 +34,7 @@ Commands:
   serve      a local web page with the same answers, charts and a JSON API
   run        run a training command and record its memory step by step
   watch      every GPU and process, as nvidia-smi shows them, with PyTorch's figures
+  version    the release of this binary
 
 Run 'batchfit <command> -h' for a command's flags and examples.
 
@@ -109,6 +110,7 @@ var commands = map[string]command{
 	"oom":      runOOM,
 	"snapshot": runSnapshot,
 	"validate": runValidate,
+	"version":  runVersion,
 }
 
 // serve is registered here: its handlers run the other commands, so the
@@ -144,6 +146,9 @@ func Run(args []string, stdout, stderr io.Writer) int {
 func RunWith(args []string, stdout, stderr io.Writer, o Options) int {
 	if o.Stdin == nil {
 		o.Stdin = strings.NewReader("")
+	}
+	if len(args) == 1 && args[0] == "--version" {
+		args = []string{"version"}
 	}
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		fmt.Fprint(stdout, mainUsage)

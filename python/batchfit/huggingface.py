@@ -1,0 +1,129 @@
+"""Setting a Hugging Face Trainer's batch size from batchfit's answer.
+
+transformers' ``auto_find_batch_size`` (accelerate's
+``find_executable_batch_size``) runs the training loop, halves the batch on
+every out-of-memory error and starts again. Here the Trainer's own model and
+arguments are read once, batchfit answers the largest batch that fits with
+its margin, and ``per_device_train_batch_size`` (with
+``gradient_accumulation_steps`` for a target global batch) is set before the
+first step — no trial on the GPU::
+
+    trainer = Trainer(model=model, args=args, train_dataset=ds,
+                      callbacks=[BatchSizeCallback(gpu="a100-40gb", global_batch=256)])
+
+A model whose ``config`` batchfit's Hugging Face reader knows (Llama, Mistral,
+Qwen2, Gemma, GPT-2, BERT, ...) is predicted from its config.json; any other
+is captured from one batch of the Trainer's data collator.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+from dataclasses import dataclass, field
+from typing import Any
+
+from transformers import TrainerCallback
+
+from . import api
+from .errors import UsageError
+from .results import MaxBatch
+
+# TrainingArguments.optim (transformers' OptimizerNames) → batchfit's
+# --optimizer and its implementation flag
+_OPTIMIZERS: dict[str, tuple[str, str]] = {
+    "adamw_torch": ("adamw", ""),
+    "adamw_hf": ("adamw", "forloop"),
+    "adamw_torch_fused": ("adamw", "fused"),
+    "adafactor": ("adafactor", ""),
+    "sgd": ("sgd", ""),
+    "adamw_bnb_8bit": ("adamw8bit", ""),
+    "adamw_8bit": ("adamw8bit", ""),
+    "paged_adamw_8bit": ("paged_adamw8bit", ""),
+    "paged_adamw_32bit": ("paged_adamw", ""),
+}
+
+
+def job_options(args: Any) -> dict[str, Any]:
+    """batchfit's options for a TrainingArguments: precision, optimizer,
+    checkpointing and weight decay, as the Trainer will run them."""
+    optim = str(getattr(args, "optim", "adamw_torch"))
+    optim = optim.split(".")[-1].lower()  # an OptimizerNames member prints as OptimizerNames.ADAMW_TORCH
+    if optim not in _OPTIMIZERS:
+        raise UsageError("TrainingArguments.optim %r: batchfit models %s" % (optim, ", ".join(sorted(_OPTIMIZERS))))
+    opt, impl = _OPTIMIZERS[optim]
+    # Trainer wraps the step in autocast for bf16/fp16 (mixed precision);
+    # the weights stay float32
+    precision = "bf16-mixed" if getattr(args, "bf16", False) else "16-mixed" if getattr(args, "fp16", False) else "32-true"
+    out: dict[str, Any] = {"precision": precision, "optimizer": opt, "weight_decay": float(getattr(args, "weight_decay", 0.0))}
+    if impl:
+        out[impl] = True
+    if getattr(args, "gradient_checkpointing", False):
+        out["checkpoint"] = "full"
+    return out
+
+
+def _world(args: Any) -> int:
+    return max(1, int(getattr(args, "world_size", 1) or 1))
+
+
+def split_global_batch(largest: int, global_batch: int, world: int) -> tuple[int, int]:
+    """(micro-batch, accumulation) for global_batch samples per optimizer step
+    over world ranks, with micro-batch ≤ largest: the fewest accumulation
+    steps, then the smallest micro-batch that still makes up the global
+    batch (micro × accumulation × world ≥ global)."""
+    if largest < 1:
+        raise UsageError("no batch fits: batchfit's largest batch is %d" % largest)
+    per_rank = math.ceil(global_batch / world)
+    accumulate = math.ceil(per_rank / largest)
+    return math.ceil(per_rank / accumulate), accumulate
+
+
+@dataclass
+class BatchSizeCallback(TrainerCallback):
+    """A TrainerCallback that sets the batch size when the Trainer is made.
+
+    ``gpu`` is the GPU the job runs on (a catalog name or a size such as
+    "24GB"); ``global_batch``, when given, is the samples per optimizer step
+    over every rank, made up with gradient accumulation; ``seq`` the
+    sequence length the data has (default: the model's). ``options`` are
+    more batchfit flags (``options={"alloc_conf": "expandable_segments:True"}``).
+    After on_init_end, ``answer`` holds batchfit's MaxBatch."""
+
+    gpu: str
+    global_batch: int | None = None
+    seq: int | None = None
+    options: dict[str, Any] = field(default_factory=dict)
+    answer: MaxBatch | None = None
+
+    def on_init_end(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> Any:
+        self.answer = largest_batch(model, args, gpu=self.gpu, seq=self.seq, **self.options)
+        apply(args, self.answer.max_batch, self.global_batch)
+        return control
+
+
+def apply(args: Any, largest: int, global_batch: int | None) -> None:
+    """Set args' per-device batch (and accumulation for global_batch)."""
+    if global_batch:
+        micro, acc = split_global_batch(largest, global_batch, _world(args))
+        args.per_device_train_batch_size = micro
+        args.gradient_accumulation_steps = acc
+    else:
+        args.per_device_train_batch_size = largest
+
+
+def largest_batch(model: Any, args: Any, *, gpu: str, seq: int | None = None, example: Any = None, **options: Any) -> MaxBatch:
+    """batchfit's largest batch for this model under these TrainingArguments."""
+    opts = job_options(args)
+    opts.update(options)
+    if seq:
+        opts["seq"] = seq
+    config = getattr(model, "config", None)
+    if config is not None and hasattr(config, "to_json_file") and example is None:
+        with tempfile.TemporaryDirectory(prefix="batchfit-") as d:
+            config.to_json_file(os.path.join(d, "config.json"))
+            return api.max_batch(d, gpu=gpu, **opts)
+    if example is None:
+        raise UsageError("the model has no Hugging Face config: pass example= (one batch of the collator's output)")
+    return api.max_batch(model, example, gpu=gpu, **opts)
