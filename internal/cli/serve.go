@@ -202,7 +202,7 @@ var endpoints = map[string]endpoint{
 	"/api/maxbatch":     {cmd: "maxbatch", extra: []string{"--json"}, own: []string{"limit", "margin", "objective", "solve"}},
 	"/api/plan": {cmd: "plan", extra: []string{"--json"}, own: []string{"fixed-precision", "global-batch", "levers", "margin",
 		"max-accumulate", "max-predictions", "min-micro-batch", "no-checkpointing", "top"}},
-	"/api/oom":          {cmd: "oom", extra: []string{"--json"}},
+	"/api/oom":          {cmd: "oom", extra: []string{"--json"}, own: []string{"margin"}},
 	"/api/snapshot":     {cmd: "snapshot", extra: []string{"--json"}, own: snapshotOwn},
 	"/api/snapshot.svg": {cmd: "snapshot", svg: true, extra: []string{"--json", "--timeline", "chart"}, own: snapshotOwn},
 }

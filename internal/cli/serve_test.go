@@ -164,7 +164,7 @@ func TestServeUploads(t *testing.T) {
 		part{field: "model_dir", file: "config.json", data: cfg})
 	want = cli(t, "estimate", "../../hf/testdata/configs/gpt2", "--batch", "2", "--json")
 	// the note names where the config was read: the upload's name
-	got := strings.Replace(string(body), `"from gpt2/config.json`, `"from ../../hf/testdata/configs/gpt2/config.json`, 1)
+	got := strings.Replace(string(body), ` from gpt2/config.json`, ` from ../../hf/testdata/configs/gpt2/config.json`, 1)
 	if res.StatusCode != 200 || got != want {
 		t.Errorf("directory upload: %d\n%s\nwant\n%s", res.StatusCode, body, want)
 	}
