@@ -115,12 +115,17 @@ def main(argv: list[str]) -> int:
     p.add_argument("--out", default="dist")
     p.add_argument("--platform", action="append", choices=sorted(PLATFORMS),
                    help="build only these (default: all five)")
+    p.add_argument("--binary", help="with one --platform: put this binary in the wheel instead of building one")
     a = p.parse_args(argv)
-    if shutil.which("go") is None:
+    keys = a.platform or sorted(PLATFORMS)
+    if a.binary and len(keys) != 1:
+        print("build_wheels: --binary goes with exactly one --platform", file=sys.stderr)
+        return 2
+    if not a.binary and shutil.which("go") is None:
         print("build_wheels: go is not on PATH", file=sys.stderr)
         return 1
-    for key in a.platform or sorted(PLATFORMS):
-        print(build(key, Path(a.out)))
+    for key in keys:
+        print(build(key, Path(a.out), Path(a.binary) if a.binary else None))
     return 0
 
 

@@ -6,12 +6,23 @@ import (
 	"github.com/batchfit/batchfit/version"
 )
 
-// runVersion prints the release the binary was built from: the same
-// string the Python package reports as batchfit.__version__.
+const versionUsage = `usage: batchfit version
+
+Prints the release this binary was built from (version/VERSION), the same
+string the Python package reports as batchfit.__version__. 'batchfit
+--version' is the same.
+`
+
+// runVersion prints the release the binary was built from.
 func runVersion(e *env, args []string) error {
-	if len(args) > 0 && args[0] != "-h" && args[0] != "--help" {
-		return usagef("version takes no arguments, got %q", args[0])
+	fs := newFlagSet("version", e.stderr, versionUsage)
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
 	}
-	_, err := fmt.Fprintf(e.stdout, "batchfit %s\n", version.Version())
+	if len(pos) > 0 {
+		return usagef("version takes no arguments, got %q", pos[0])
+	}
+	_, err = fmt.Fprintf(e.stdout, "batchfit %s\n", version.Version())
 	return err
 }

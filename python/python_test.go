@@ -1,0 +1,188 @@
+package python
+
+import (
+	"archive/zip"
+	"crypto/sha256"
+	"encoding/base64"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/batchfit/batchfit/version"
+)
+
+// debianPython is the interpreter with Debian's CPU PyTorch (python3-torch).
+const debianPython = "/usr/bin/python3"
+
+// need skips when what a test needs is missing, and fails instead where
+// CI says it must be there (BATCHFIT_REQUIRE_TORCH, BATCHFIT_REQUIRE_PYENV).
+func need(t *testing.T, ok bool, env, what string) {
+	t.Helper()
+	if ok {
+		return
+	}
+	if os.Getenv(env) != "" {
+		t.Fatalf("%s is missing and %s is set", what, env)
+	}
+	t.Skipf("%s is missing (set %s to fail instead)", what, env)
+}
+
+func hasModule(python, mod string) bool {
+	return exec.Command(python, "-c", "import "+mod).Run() == nil
+}
+
+// binary builds the command into the test's temporary directory.
+func binary(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "batchfit")
+	cmd := exec.Command(goCmd(), "build", "-o", bin, "../cmd/batchfit")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+func goCmd() string { return filepath.Join(runtime.GOROOT(), "bin", "go") }
+
+func unittest(t *testing.T, python, bin string, pattern string) {
+	t.Helper()
+	cmd := exec.Command(python, "-m", "unittest", "discover", "-s", "tests", "-p", pattern, "-v")
+	cmd.Env = append(os.Environ(), "PYTHONPATH=.", "BATCHFIT_BINARY="+bin, "PYTHONDONTWRITEBYTECODE=1")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s: %v\n%s", strings.Join(cmd.Args, " "), err, out)
+	}
+	if strings.Contains(string(out), "skipped") {
+		t.Fatalf("python tests skipped where they must run:\n%s", out)
+	}
+}
+
+// The API on the user's own module, the answers' types and the errors,
+// in Debian's CPU PyTorch.
+func TestPythonAPI(t *testing.T) {
+	need(t, hasModule(debianPython, "torch"), "BATCHFIT_REQUIRE_TORCH", debianPython+" with torch")
+	unittest(t, debianPython, binary(t), "test_api.py")
+}
+
+// The Trainer callback in a real one-step run, with transformers from the
+// package index (python/requirements-test.txt) in the environment
+// BATCHFIT_PYENV names (its python), which .ci/run makes.
+func TestHuggingFaceCallback(t *testing.T) {
+	py := os.Getenv("BATCHFIT_PYENV")
+	ok := py != "" && hasModule(py, "transformers") && hasModule(py, "torch")
+	need(t, ok, "BATCHFIT_REQUIRE_PYENV", "an interpreter with transformers (BATCHFIT_PYENV)")
+	unittest(t, py, binary(t), "test_huggingface.py")
+}
+
+// The linux wheel is well formed (PEP 427: every file's hash in RECORD, the
+// platform tags in WHEEL and the name) and, installed into a fresh virtual
+// environment without Go, runs the main job from its console script and
+// reports the same version as the binary.
+func TestWheel(t *testing.T) {
+	need(t, hasModule(debianPython, "venv") && hasModule(debianPython, "ensurepip"), "BATCHFIT_REQUIRE_TORCH", debianPython+" with venv")
+	if runtime.GOOS != "linux" || runtime.GOARCH != "amd64" {
+		t.Skip("the installed wheel is checked on linux/amd64")
+	}
+	dir := t.TempDir()
+	bin := binary(t)
+	out, err := exec.Command(debianPython, "build_wheels.py", "--out", dir, "--platform", "linux-amd64", "--binary", bin).CombinedOutput()
+	if err != nil {
+		t.Fatalf("build_wheels.py: %v\n%s", err, out)
+	}
+	v := version.Version()
+	name := fmt.Sprintf("batchfit-%s-py3-none-manylinux_2_17_x86_64.manylinux2014_x86_64.musllinux_1_1_x86_64.whl", v)
+	wheel := filepath.Join(dir, name)
+	checkWheel(t, wheel, v, []string{"manylinux_2_17_x86_64", "manylinux2014_x86_64", "musllinux_1_1_x86_64"})
+
+	venv := filepath.Join(dir, "venv")
+	if out, err := exec.Command(debianPython, "-m", "venv", venv).CombinedOutput(); err != nil {
+		t.Fatalf("venv: %v\n%s", err, out)
+	}
+	if out, err := exec.Command(filepath.Join(venv, "bin", "pip"), "install", "-q", "--no-index", wheel).CombinedOutput(); err != nil {
+		t.Fatalf("pip install: %v\n%s", err, out)
+	}
+	// no Go and no checkout on its PATH: only the virtual environment
+	env := []string{"PATH=" + filepath.Join(venv, "bin") + ":/usr/bin:/bin", "HOME=" + dir}
+	run := func(args ...string) string {
+		cmd := exec.Command(args[0], args[1:]...)
+		cmd.Env, cmd.Dir = env, dir
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return string(out)
+	}
+	got := run(filepath.Join(venv, "bin", "batchfit"), "estimate", "resnet50", "--batch", "64", "--gpu", "a100-40gb")
+	if !strings.Contains(got, "resnet50 · batch 64") || !strings.Contains(got, "fits") {
+		t.Errorf("the installed console script's answer:\n%s", got)
+	}
+	if got := run(filepath.Join(venv, "bin", "batchfit"), "version"); got != "batchfit "+v+"\n" {
+		t.Errorf("batchfit version = %q, want %q", got, "batchfit "+v+"\n")
+	}
+	if got := run(filepath.Join(venv, "bin", "python"), "-c", "import batchfit; print(batchfit.__version__)"); got != v+"\n" {
+		t.Errorf("batchfit.__version__ = %q, want %q", got, v)
+	}
+}
+
+func checkWheel(t *testing.T, path, v string, tags []string) {
+	t.Helper()
+	z, err := zip.OpenReader(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer z.Close()
+	files := map[string][]byte{}
+	for _, f := range z.File {
+		r, err := f.Open()
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := io.ReadAll(r)
+		r.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		files[f.Name] = b
+		if f.Name == "batchfit/bin/batchfit" && f.Mode()&0o111 == 0 {
+			t.Errorf("the binary is not executable in the wheel (%v)", f.Mode())
+		}
+	}
+	info := "batchfit-" + v + ".dist-info/"
+	for _, want := range []string{"batchfit/__init__.py", "batchfit/_bfcapture.py", "batchfit/py.typed", "batchfit/bin/batchfit", info + "METADATA", info + "WHEEL", info + "RECORD", info + "entry_points.txt", info + "LICENSE"} {
+		if _, ok := files[want]; !ok {
+			t.Errorf("the wheel lacks %s", want)
+		}
+	}
+	for _, tag := range tags {
+		if !strings.Contains(string(files[info+"WHEEL"]), "Tag: py3-none-"+tag+"\n") {
+			t.Errorf("WHEEL lacks the tag %s:\n%s", tag, files[info+"WHEEL"])
+		}
+	}
+	// RECORD: name,sha256=<urlsafe base64, no padding>,size for every file
+	// but itself
+	lines := strings.Split(strings.TrimSpace(string(files[info+"RECORD"])), "\n")
+	if len(lines) != len(files) {
+		t.Errorf("RECORD has %d lines for %d files", len(lines), len(files))
+	}
+	for _, l := range lines {
+		parts := strings.Split(l, ",")
+		if len(parts) != 3 {
+			t.Errorf("RECORD line %q", l)
+			continue
+		}
+		if parts[0] == info+"RECORD" {
+			continue
+		}
+		sum := sha256.Sum256(files[parts[0]])
+		want := fmt.Sprintf("sha256=%s", base64.RawURLEncoding.EncodeToString(sum[:]))
+		if parts[1] != want || parts[2] != fmt.Sprint(len(files[parts[0]])) {
+			t.Errorf("RECORD %s: %s,%s; want %s,%d", parts[0], parts[1], parts[2], want, len(files[parts[0]]))
+		}
+	}
+}
