@@ -9,8 +9,8 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/batchfit/batchfit/job"
 	"github.com/batchfit/batchfit/graph"
+	"github.com/batchfit/batchfit/job"
 	"github.com/batchfit/batchfit/models"
 	"github.com/batchfit/batchfit/predict"
 	"github.com/batchfit/batchfit/snapshot"
