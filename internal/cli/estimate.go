@@ -87,6 +87,10 @@ func runEstimate(e *env, args []string) error {
 			for _, p := range sugg.Best {
 				out.Suggestions = append(out.Suggestions, planEntry(sugg, p))
 			}
+			if sugg.SameGPUs != nil {
+				e := planEntry(sugg, sugg.SameGPUs)
+				out.SameGPUsPlan = &e
+			}
 		}
 		out.LargerGPUs, out.LargerSearched = largerJSON(lg)
 		if suggErr != nil {
