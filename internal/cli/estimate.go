@@ -546,7 +546,8 @@ func explainSchedule(steps []alloc.StepStats, batches []int64, context int64) []
 // "note: …" lines; the communication's are printed with the step time.
 func writeNotes(w io.Writer, res *predict.Result) {
 	for _, n := range res.Notes {
-		if n.Code != predict.CommNoteCode {
+		// the source's own note is printed under the header already
+		if n.Code != predict.CommNoteCode && n.Text != res.Note {
 			fmt.Fprintln(w, "note: "+n.Text)
 		}
 	}
