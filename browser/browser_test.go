@@ -765,3 +765,69 @@ func postForm(t testing.TB, url string, parts ...part) (*http.Response, []byte) 
 	out, _ := io.ReadAll(res.Body)
 	return res, out
 }
+
+// A job that does not fit lists the planner's suggestions, each with the
+// GPUs it takes in all and its samples/s per GPU as the API gives them,
+// and marks the best on the job's own GPUs (same_gpus). gpt2 at batch 64
+// and seq 1024 in 32-true on a 16 GB T4 keeps about 40 GB of
+// activations, so it does not fit, and on one GPU every plan keeps its
+// GPU count: one of them is marked.
+func TestBrowserSuggestions(t *testing.T) {
+	ctx := browse(t)
+	ts := testServer(t, 64<<20)
+	err := chromedp.Do(ctx,
+		chromedp.Navigate(ts.URL),
+		chromedp.WaitVisible(`#results[data-state="ready"]`),
+		chromedp.SetValue(chromedp.CSS("#model"), "gpt2"),
+		chromedp.SetValue(chromedp.CSS("#gpu"), "t4"),
+		chromedp.Evaluate[chromedp.Void](`document.querySelector("#model").dispatchEvent(new Event("change", {bubbles: true}))`),
+		chromedp.Clear(chromedp.CSS("#batch")),
+		chromedp.SendKeys(chromedp.CSS("#batch"), "64"),
+		chromedp.SendKeys(chromedp.CSS("#seq"), "1024"),
+		chromedp.WaitVisible(chromedp.CSS(`#results[data-state="ready"][data-request*='"batch":"64"'][data-request*='"seq":"1024"'][data-request*='"gpu":"t4"']`)),
+		chromedp.WaitVisible(chromedp.CSS(`#suggestions li`)),
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, err := chromedp.Run(ctx, chromedp.AttributeValue(chromedp.CSS("#results"), "data-request"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fields map[string]any
+	if err := json.Unmarshal([]byte(req.Value), &fields); err != nil {
+		t.Fatal(err)
+	}
+	est := apiJSON(t, ts.URL+"/api/estimate", fields)
+	type item struct{ GPUs, PerGPU, Same, Text string }
+	items, err := chromedp.Run(ctx, chromedp.Evaluate[[]item](`[...document.querySelectorAll("#suggestions li")].map((li) => ({GPUs: li.dataset.gpusTotal, PerGPU: li.dataset.perGpu, Same: li.dataset.sameGpus, Text: li.textContent}))`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sugg, _ := est["suggestions"].([]any)
+	if len(sugg) == 0 || len(items) != len(sugg) {
+		t.Fatalf("the page lists %d plans, the API %d", len(items), len(sugg))
+	}
+	marked := 0
+	for i, s := range sugg {
+		p := s.(map[string]any)
+		gpus, per := p["gpus_total"].(float64), p["samples_per_second_per_gpu"].(float64)
+		same, _ := p["same_gpus"].(bool)
+		it := items[i]
+		if it.GPUs != fmt.Sprint(gpus) || it.PerGPU != strconv.FormatFloat(per, 'f', -1, 64) || it.Same != fmt.Sprint(same) {
+			t.Errorf("plan %d shown with %s GPUs, %s samples/s per GPU, same GPUs %s; the API says %v, %v, %v", i+1, it.GPUs, it.PerGPU, it.Same, gpus, per, same)
+		}
+		if !strings.Contains(it.Text, "1 GPU,") || !strings.Contains(it.Text, cli.FormatRate(per)+" samples/s per GPU") {
+			t.Errorf("plan %d reads %q", i+1, it.Text)
+		}
+		if same {
+			marked++
+			if !strings.Contains(it.Text, "the best on the job's own GPUs") {
+				t.Errorf("plan %d keeps the job's GPUs but reads %q", i+1, it.Text)
+			}
+		}
+	}
+	if marked != 1 {
+		t.Errorf("%d plans marked as the best on the job's own GPUs, want 1", marked)
+	}
+}

@@ -3,14 +3,18 @@ package capture
 import (
 	"bytes"
 	"compress/gzip"
+	"context"
 	"fmt"
 	"os"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/batchfit/batchfit/gpu"
 	"github.com/batchfit/batchfit/graph"
 	"github.com/batchfit/batchfit/models"
+	"github.com/batchfit/batchfit/predict"
+	"github.com/batchfit/batchfit/train"
 )
 
 // TestBuildHandWritten maps a hand-written recording of
@@ -238,5 +242,28 @@ func TestOverloadInName(t *testing.T) {
 	}
 	if len(g.Ops) != 3 || g.Ops[0].Kind != graph.Linear {
 		t.Errorf("%d ops, the first %s; want linear, relu, cross_entropy", len(g.Ops), g.Ops[0].Kind)
+	}
+}
+
+// The ops without a rule reach a prediction's typed notes (predict.Noter),
+// which estimate's --json prints as "notes": the file of TestUnknownOps
+// predicted at batch 7 carries its note, word for word.
+func TestUnknownOpsReachTheNotes(t *testing.T) {
+	m, err := Read("unknown.bfgraph", bytes.NewReader(withUnknownOps(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := m.Note()
+	res, err := predict.Run(context.Background(), predict.Request{Source: m, Config: models.Config{Batch: 7}, GPU: gpu.GPU{Name: "test", Capacity: 1 << 40, Major: 9}, Context: 0,
+		Setup: train.Setup{Optimizer: train.Optimizer{Kind: train.Adam}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, n := range res.Notes {
+		found = found || n.Text == want
+	}
+	if want == "" || !found {
+		t.Errorf("the note %q is not among the prediction's notes %v", want, res.Notes)
 	}
 }

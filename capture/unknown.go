@@ -92,3 +92,13 @@ func (m *Model) Note() string {
 		"that makes new tensors of the recorded sizes, freed after their last reader; a view or an in-place op takes less, "+
 		"a kernel's own workspace more", total, what, strings.Join(names, ", "), each)
 }
+
+// Notes is the file's note as a prediction's typed notes take it
+// (predict.Noter): the ops without a rule reach Result.Notes, and so
+// estimate's --json "notes", not the header line alone.
+func (m *Model) Notes() []string {
+	if n := m.Note(); n != "" {
+		return []string{n}
+	}
+	return nil
+}

@@ -3,6 +3,7 @@ package plan
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/batchfit/batchfit/gpu"
 	"github.com/batchfit/batchfit/models"
@@ -86,4 +87,50 @@ func BenchmarkPlanLlama3_70BFSDP8(b *testing.B) {
 		n = ans.Simulations
 	}
 	b.ReportMetric(float64(n), "predictions")
+}
+
+// BenchmarkScreenedVsFull measures what a screened simulation costs next
+// to a full one, the ratio the planner's budget charges them by
+// (screenedPerFull): Llama-3-70B at seq 8192 on 8 H100s under FSDP, in
+// 32-true with no checkpointing (screened: its saved activations alone
+// exceed the device) and in bf16-true, full checkpointing, CPU offload (it
+// fits, simulated and replayed in full).
+func BenchmarkScreenedVsFull(b *testing.B) {
+	m, err := models.Lookup("Llama-3-70B")
+	if err != nil {
+		b.Fatal(err)
+	}
+	g, err := gpu.Lookup("h100-80gb")
+	if err != nil {
+		b.Fatal(err)
+	}
+	base := predict.Request{Source: predict.Zoo{M: m}, Config: models.Config{Batch: 1, Seq: 8192}, GPU: g, Context: -1, Screen: true,
+		Setup: train.Setup{Precision: train.FP32, Optimizer: train.Optimizer{Kind: train.AdamW, WeightDecay: 0.01, Impl: train.Foreach},
+			Parallel: train.Parallel{Strategy: train.FSDP, GPUs: 8}}, Graphs: predict.NewGraphs()}
+	fits := base
+	fits.Setup.Precision, fits.Setup.Checkpoint = train.TrueBF16, train.FullCheckpoint
+	fits.Setup.Optimizer.Impl = train.Fused
+	fits.Setup.Parallel.Offload = true
+	timeOf := func(r predict.Request, screened bool) float64 {
+		// the graphs are built once, as in a search (predict.Graphs)
+		if _, err := predict.Run(context.Background(), r); err != nil {
+			b.Fatal(err)
+		}
+		start := time.Now()
+		for i := 0; i < b.N; i++ {
+			res, err := predict.Run(context.Background(), r)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if res.Screened != screened {
+				b.Fatalf("screened %v, want %v", res.Screened, screened)
+			}
+		}
+		return float64(time.Since(start).Nanoseconds()) / float64(b.N)
+	}
+	b.ResetTimer()
+	s, f := timeOf(base, true), timeOf(fits, false)
+	b.ReportMetric(s/1e6, "ms/screened")
+	b.ReportMetric(f/1e6, "ms/full")
+	b.ReportMetric(f/s, "full/screened")
 }

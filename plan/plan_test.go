@@ -421,8 +421,57 @@ func TestBudgetStopsTheSearch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !cut.Stopped || cut.Simulations > o.MaxPredictions || cut.Simulations < before {
-		t.Errorf("budget %d: stopped %v after %d simulations", o.MaxPredictions, cut.Stopped, cut.Simulations)
+	if !cut.Stopped || cut.Spent() > float64(o.MaxPredictions) || cut.Simulations < before {
+		t.Errorf("budget %d: stopped %v after %d simulations (%g of the budget)", o.MaxPredictions, cut.Stopped, cut.Simulations, cut.Spent())
+	}
+}
+
+// A screened simulation costs the budget a fraction of a full one. Of
+// Llama-3-70B at seq 8192 under FSDP on 8 H100s (global batch 8), most
+// combinations on 8 GPUs cannot fit and are screened out: in 32-true with
+// AdamW, parameters, gradients and two moments are 16 bytes an element,
+// 70.6e9 × 16 / 8 = 141 GB a rank, more than the 84.9 GB (79.1 GiB)
+// device; in bf16-true 8 bytes, 70.6 GB, which with the 10 % margin
+// (8.5 GB) leaves under 6 GB for the gathered layers and the activations
+// of an 8192-token sequence (full checkpointing alone keeps 80 block
+// inputs of 8192 × 8192 × 2 bytes, 10.7 GB). Only CPU offload fits on 8
+// GPUs: the plan that keeps the job's GPUs. The search visits those 8-GPU
+// combinations first; charged as full simulations they spent the default
+// budget of 256 before any tensor-parallel layout. Charged as screened,
+// the whole search runs within it and finds tensor-parallel plans.
+func TestScreenedSimulationsSpendLess(t *testing.T) {
+	m, err := models.Lookup("Llama-3-70B")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := gpu.Lookup("h100-80gb")
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := Options{Base: predict.Request{Source: predict.Zoo{M: m}, Config: models.Config{Batch: 1, Seq: 8192}, GPU: g, Context: -1,
+		Setup: train.Setup{Precision: train.FP32, Optimizer: train.Optimizer{Kind: train.AdamW, WeightDecay: 0.01},
+			Parallel: train.Parallel{Strategy: train.FSDP, GPUs: 8}}},
+		GlobalBatch: 8, Margin: g.Capacity / 10}
+	ans, err := Run(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ans.Spent() > DefaultMaxPredictions || ans.ScreenedSimulations == 0 {
+		t.Errorf("spent %g of %d, %d of %d simulations screened", ans.Spent(), DefaultMaxPredictions, ans.ScreenedSimulations, ans.Simulations)
+	}
+	if ans.Stopped {
+		t.Errorf("stopped after %d simulations (%g of the budget)", ans.Simulations, ans.Spent())
+	}
+	same := ans.SameGPUs
+	if same == nil || same.GPUs() != 8 || !same.Parallel.Offload {
+		t.Errorf("the plan on the job's 8 GPUs: %+v, want one with CPU offload", same)
+	}
+	tp := false
+	for _, p := range ans.Best {
+		tp = tp || p.TP > 1
+	}
+	if !tp {
+		t.Errorf("no tensor-parallel plan among %d", len(ans.Best))
 	}
 }
 

@@ -135,7 +135,9 @@ func (pl *planner) evaluate(c Candidate) (*Plan, error) {
 	if r.Config.PP > 1 && r.Config.Stage < 0 {
 		sims = int(r.Config.PP) // every stage is simulated
 	}
-	if pl.searching && pl.ans.Simulations+sims > pl.o.MaxPredictions {
+	// whether a simulation is screened out is known only once it has
+	// run: it must fit in the budget as a full one
+	if pl.searching && pl.spent()+sims*screenedPerFull > pl.o.MaxPredictions*screenedPerFull {
 		return nil, errBudget
 	}
 	if pl.o.MarginFor != nil {
@@ -171,12 +173,18 @@ func (pl *planner) evaluate(c Candidate) (*Plan, error) {
 		// simulated only until it requested more than the device
 		// leaves: what the whole step needs is not known
 		pl.ans.Screened++
+		pl.ans.ScreenedSimulations += sims
 	case !p.Fits:
 		if n := need(res) + r.Margin; pl.ans.Need == 0 || n < pl.ans.Need {
 			pl.ans.Need, pl.ans.NeedFrom, pl.ans.NeedAtLeast = n, describe(c), res.Timeline.OOM != nil
 		}
 	}
 	return p, nil
+}
+
+// spent is the budget spent, in screened simulations (Answer.Spent).
+func (pl *planner) spent() int {
+	return (pl.ans.Simulations-pl.ans.ScreenedSimulations)*screenedPerFull + pl.ans.ScreenedSimulations
 }
 
 // timeOf predicts the step time of a candidate without simulating its

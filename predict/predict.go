@@ -43,6 +43,15 @@ func (z Zoo) DefaultSeq() int64 { return z.M.DefaultSeq }
 // Note is the zoo entry's note (models.Model.Note).
 func (z Zoo) Note() string { return z.M.Note }
 
+// Notes hands the entry's note to the typed notes (Noter), so that it
+// reaches Result.Notes as well as the header's line (the CS336 models').
+func (z Zoo) Notes() []string {
+	if z.M.Note == "" {
+		return nil
+	}
+	return []string{z.M.Note}
+}
+
 // ModelParallel reports that the zoo entry's builder splits for tensor
 // and pipeline parallelism (the transformers family; the builder checks
 // the architecture).

@@ -24,7 +24,7 @@ Commands:
   estimate   memory breakdown at the peak, and whether it fits a GPU
   sweep      memory over a list or range of batch sizes
   maxbatch   the largest batch (or depth, width, sequence) that fits
-  plan       what to change so that it fits, fastest first
+  plan       what to change so that it fits, most samples/s per GPU first
   capture    capture your own nn.Module (a factory in a .py file) into a .bfgraph file
   models     the built-in model zoo
   gpus       the GPU catalog

@@ -87,6 +87,10 @@ func runEstimate(e *env, args []string) error {
 			for _, p := range sugg.Best {
 				out.Suggestions = append(out.Suggestions, planEntry(sugg, p))
 			}
+			if sugg.SameGPUs != nil {
+				e := planEntry(sugg, sugg.SameGPUs)
+				out.SameGPUsPlan = &e
+			}
 		}
 		out.LargerGPUs, out.LargerSearched = largerJSON(lg)
 		if suggErr != nil {
@@ -542,7 +546,8 @@ func explainSchedule(steps []alloc.StepStats, batches []int64, context int64) []
 // "note: …" lines; the communication's are printed with the step time.
 func writeNotes(w io.Writer, res *predict.Result) {
 	for _, n := range res.Notes {
-		if n.Code != predict.CommNoteCode {
+		// the source's own note is printed under the header already
+		if n.Code != predict.CommNoteCode && n.Text != res.Note {
 			fmt.Fprintln(w, "note: "+n.Text)
 		}
 	}

@@ -98,6 +98,9 @@ type EstimateJSON struct {
 	// Suggestions are the smallest changes that fit, for a job that does
 	// not.
 	Suggestions []PlanEntryJSON `json:"suggestions,omitempty"`
+	// SameGPUsPlan is the best of them that takes as many GPUs as the
+	// job, as plan's same_gpus_plan, whether or not among Suggestions.
+	SameGPUsPlan *PlanEntryJSON `json:"same_gpus_plan,omitempty"`
 	// SuggestionsError says why there are none, when the planner could
 	// not run.
 	SuggestionsError string `json:"suggestions_error,omitempty"`

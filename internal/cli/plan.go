@@ -91,11 +91,15 @@ type PlanJSON struct {
 	LargerSearched []string        `json:"larger_gpus_searched,omitempty"`
 	Predictions    int             `json:"predictions"`
 	Levers         []string        `json:"levers"`
-	// Simulations counts the simulations (each pipeline stage one);
-	// Stopped: the search stopped at --max-predictions with combinations
-	// unsearched.
-	Simulations int  `json:"simulations"`
-	Stopped     bool `json:"stopped"`
+	// Simulations counts the simulations (each pipeline stage one),
+	// ScreenedSimulations those screened out, which --max-predictions
+	// charges a fraction of a full one (BudgetSpent, in full
+	// simulations); Stopped: the search stopped at --max-predictions
+	// with combinations unsearched.
+	Simulations         int     `json:"simulations"`
+	ScreenedSimulations int     `json:"screened_simulations"`
+	BudgetSpent         float64 `json:"budget_spent"`
+	Stopped             bool    `json:"stopped"`
 }
 
 // PlanEntryJSON is one plan.
@@ -200,7 +204,7 @@ func (p *planFlags) register(fs *flag.FlagSet) {
 	fs.Int64Var(&p.minMicro, "min-micro-batch", 1, "smallest micro-batch a plan may use")
 	fs.StringVar(&p.margin, "margin", "band", marginHelp)
 	fs.IntVar(&p.top, "top", 5, "number of plans to show")
-	fs.IntVar(&p.maxPredictions, "max-predictions", plan.DefaultMaxPredictions, "the most simulations the search runs (each pipeline stage one); past it the plans shown are the best of those tried")
+	fs.IntVar(&p.maxPredictions, "max-predictions", plan.DefaultMaxPredictions, "the most simulations the search runs (each pipeline stage one, a screened one a fraction); past it the plans shown are the best of those tried")
 }
 
 // options turns the flags into planner options around the request. When
@@ -501,7 +505,7 @@ func nothingFits(r predict.Request, ans *plan.Answer, lg *largerGPUs) error {
 		parts = append(parts, fmt.Sprintf("the combinations ruled out without simulation need at least %s for the model states alone, before any activation (%s)", fmtBytes(ans.StatesNeed), ans.StatesFrom))
 	}
 	if ans.Stopped {
-		parts = append(parts, fmt.Sprintf("the search stopped after %d simulations with combinations left (--max-predictions, --levers)", ans.Simulations))
+		parts = append(parts, fmt.Sprintf("the search stopped after %s with combinations left (--max-predictions, --levers)", spentText(ans)))
 	}
 	if len(parts) > 0 {
 		msg += ": " + strings.Join(parts, "; ")
@@ -550,7 +554,7 @@ func planEntry(ans *plan.Answer, p *plan.Plan) PlanEntryJSON {
 func planJSON(r predict.Request, o plan.Options, ans *plan.Answer, lg *largerGPUs) PlanJSON {
 	out := PlanJSON{Model: r.Source.Name(), GPU: r.GPU.Name, GlobalBatch: ans.GlobalBatch, RankBatch: ans.RankBatch, Ranks: ans.Ranks, Seq: r.Config.Seq, MarginBytes: ans.Margin,
 		Current: planEntry(ans, ans.Base), Best: []PlanEntryJSON{}, Evaluated: []PlanEntryJSON{}, Pruned: []PrunedJSON{},
-		Predictions: len(ans.Evaluated), Simulations: ans.Simulations, Stopped: ans.Stopped, GPUsTotal: ans.GPUs}
+		Predictions: len(ans.Evaluated), Simulations: ans.Simulations, ScreenedSimulations: ans.ScreenedSimulations, BudgetSpent: ans.Spent(), Stopped: ans.Stopped, GPUsTotal: ans.GPUs}
 	if ans.SameGPUs != nil {
 		e := planEntry(ans, ans.SameGPUs)
 		out.SameGPUs = &e
@@ -658,8 +662,8 @@ func writePlan(w io.Writer, r predict.Request, o plan.Options, ans *plan.Answer)
 	fmt.Fprintf(w, "\n%s simulated; %s ruled out without simulation (--json lists every one)\n",
 		plural(len(ans.Evaluated), "plan"), plural(len(ans.Pruned), "combination"))
 	if ans.Stopped {
-		fmt.Fprintf(w, "the search stopped after %d simulations (--max-predictions %d) with combinations left: the plans shown are the best of those tried; fewer --levers search the rest\n",
-			ans.Simulations, o.MaxPredictions)
+		fmt.Fprintf(w, "the search stopped after %s (--max-predictions %d) with combinations left: the plans shown are the best of those tried; fewer --levers search the rest\n",
+			spentText(ans), o.MaxPredictions)
 	}
 	if ans.Untimed {
 		fmt.Fprintln(w, "no step times: the GPU's interconnect is not known, so communication under parallelism cannot be timed; the plans are ranked by the fewest changes")
@@ -842,4 +846,15 @@ func strategyOf(p train.Parallel) string {
 		return ""
 	}
 	return p.Name()
+}
+
+// spentText says what a search spent of its budget: the simulations run
+// in full and those screened out, which the budget charges a fraction of
+// one (plan.ScreenedPerFull).
+func spentText(ans *plan.Answer) string {
+	full := ans.Simulations - ans.ScreenedSimulations
+	if ans.ScreenedSimulations == 0 {
+		return plural(full, "simulation")
+	}
+	return fmt.Sprintf("%s in full and %d screened out (each 1/%d of one): %.4g of the budget", plural(full, "simulation"), ans.ScreenedSimulations, plan.ScreenedPerFull, ans.Spent())
 }

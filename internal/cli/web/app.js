@@ -225,8 +225,14 @@ function showEstimate(e) {
   if (e.suggestions && e.suggestions.length) {
     s.append(el("p", {}, "The smallest changes that make it fit:"));
     const ol = el("ol", {});
-    for (const p of e.suggestions) ol.append(el("li", {}, p.changes.join("; ") + ` — device total ${fmtBytes(p.device_total_bytes)}`));
+    for (const p of e.suggestions) ol.append(planItem(p));
     s.append(ol);
+    // the best plan on the job's own GPUs, when none of those shown is it
+    const same = e.same_gpus_plan;
+    if (same && !e.suggestions.some((p) => p.same_gpus)) {
+      s.append(el("p", {}, "On the job's own GPUs:"));
+      s.append(el("ul", {}, planItem(same)));
+    }
   } else if (e.suggestions_error) s.append(el("p", {}, "No suggestions: " + e.suggestions_error));
   else if (e.larger_gpus && e.larger_gpus.length) {
     // named only where a plan simulated on that GPU fits it
@@ -240,6 +246,17 @@ function showEstimate(e) {
   } else if (e.larger_gpus_searched && e.larger_gpus_searched.length) {
     s.append(el("p", {}, `No change makes it fit on this GPU, and no plan simulated on a larger GPU fits (${e.larger_gpus_searched.join(", ")} searched).`));
   }
+}
+
+// planItem is one plan as the list shows it: its changes, device total,
+// the GPUs it takes in all and its samples/s per GPU (how plans are
+// ranked), and whether it keeps the job's GPU count.
+function planItem(p) {
+  const what = p.changes.length ? p.changes.join("; ") : "the job as it is";
+  let text = `${what} — device total ${fmtBytes(p.device_total_bytes)}, ${p.gpus_total} GPU${p.gpus_total === 1 ? "" : "s"}`;
+  if (p.samples_per_second_per_gpu) text += `, ${fmtRate(p.samples_per_second_per_gpu)} samples/s per GPU`;
+  if (p.same_gpus) text += " (the best on the job's own GPUs)";
+  return el("li", { "data-gpus-total": String(p.gpus_total), "data-per-gpu": String(p.samples_per_second_per_gpu || ""), "data-same-gpus": String(!!p.same_gpus) }, text);
 }
 
 async function update() {
