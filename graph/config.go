@@ -40,9 +40,9 @@ type Config struct {
 	Decode *Decode
 	// Transformers is the Hugging Face transformers release whose modeling
 	// code runs the model ("4.39", "4.45.2"; "" = the current code): it
-	// sets models.TransformerConfig.Version for the models models.BuildTransformer
-	// builds (the zoo's transformers models, Hugging Face configs) and is
-	// ignored by the others.
+	// sets models.TransformerConfig.Version for the models that
+	// models.BuildTransformer builds (the zoo's transformers models,
+	// Hugging Face configs) and is ignored by the others.
 	Transformers string
 }
 
