@@ -258,7 +258,7 @@ func analyzeSnapshot(ctx context.Context, snap *snapshot.Snapshot, name string, 
 	var rec, wrc *stepRecorder
 	if charts {
 		rec, wrc = newStepRecorder(timelineBuckets), newStepRecorder(timelineBuckets)
-		o.Observe, o.ObserveWhatIf = rec.observe, wrc.observe
+		o.Observe, o.ObserveWhatIf = rec.Observe, wrc.Observe
 	}
 	a, err := snapshot.Analyze(ctx, snap, name, o)
 	if we := (*snapshot.WhatIfConfError)(nil); errors.As(err, &we) {
