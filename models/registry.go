@@ -10,111 +10,21 @@ import (
 	"github.com/batchfit/batchfit/suggest"
 )
 
-// Config is what a builder needs beyond the model's own definition.
-type Config struct {
-	Batch int64
-	Seq   int64 // sequence length for sequence models; 0 = the model's default
-	// Overrides of the model's own dimensions, 0 = the model's default. A
-	// model lists the ones it honours in Model.Dims.
-	Layers int64
-	Hidden int64
-	// Image side for vision models; 0 = the model's default.
-	Image int64
-	// Adapters freeze parameters and add LoRA adapters (nil: full
-	// training); builders pass them to their graph.Builder.
-	Adapters *graph.Adapters
-	// Quant stores the Linear layers' weights quantized (nil: as
-	// parameters of the precision's dtype); builders pass it to their
-	// graph.Builder.
-	Quant *graph.Quant
-	// TP is the tensor-parallel degree: the graph is one rank's share of
-	// Megatron-style column and row splits (0 or 1: none). SP adds
-	// sequence parallelism to it.
-	TP int64
-	SP bool
-	// PP is the number of pipeline stages and Stage this graph's (0 ≤
-	// Stage < PP); StageLayers, when given, is each stage's number of
-	// layers (an uneven split), otherwise the layers are split evenly with
-	// the remainder on the first stages.
-	PP, Stage   int64
-	StageLayers []int64
-	// Decode, when set, asks a decoder language model for one forward of
-	// transformers' generate() instead of a training step: Seq tokens
-	// (the prompt, or 1) for Batch rows, with a key/value cache.
-	Decode *Decode
-	// Transformers is the Hugging Face transformers release whose modeling
-	// code runs the model ("4.39", "4.45.2"; "" = the current code): it
-	// sets TransformerConfig.Version for the models BuildTransformer
-	// builds (the zoo's transformers models, Hugging Face configs) and is
-	// ignored by the others.
-	Transformers string
-}
+// Config, Decode and Dim are owned by package graph, which every builder
+// of a graph imports; the names stay here so that the zoo's callers keep
+// reading models.Config.
+type (
+	Config = graph.Config
+	Decode = graph.Decode
+	Dim    = graph.Dim
+)
 
-// Decode describes one forward pass of generate().
-type Decode struct {
-	// Past is the number of positions in the cache before this forward.
-	Past int64
-	// StaticLen is a StaticCache's max_cache_len; 0 means a DynamicCache.
-	StaticLen int64
-	// LogSoftmax: beam search takes log_softmax of the next-token logits.
-	LogSoftmax bool
-}
-
-// StageRange is the layers [lo, hi) of stage s of a model of n layers
-// split over pp stages: StageLayers when given, otherwise evenly, the
-// first n mod pp stages taking one more.
-func (c Config) StageRange(n int64) (lo, hi int64, err error) {
-	pp := max(c.PP, 1)
-	if c.Stage < 0 || c.Stage >= pp {
-		return 0, 0, fmt.Errorf("stage %d is outside 0…%d", c.Stage, pp-1)
-	}
-	if len(c.StageLayers) > 0 {
-		if int64(len(c.StageLayers)) != pp {
-			return 0, 0, fmt.Errorf("%d stage sizes given for %d stages", len(c.StageLayers), pp)
-		}
-		var sum int64
-		for i, l := range c.StageLayers {
-			// every stage holds at least one layer, as the even split
-			// below requires (pp ≤ n): a stage of none has no block to
-			// run, the split the pipeline libraries make never gives one
-			if l < 1 {
-				return 0, 0, fmt.Errorf("stage %d has %d layers: each pipeline stage holds at least one", i, l)
-			}
-			if int64(i) < c.Stage {
-				lo += l
-			}
-			sum += l
-		}
-		if sum != n {
-			return 0, 0, fmt.Errorf("the stage sizes add up to %d layers, the model has %d", sum, n)
-		}
-		return lo, lo + c.StageLayers[c.Stage], nil
-	}
-	if pp > n {
-		return 0, 0, fmt.Errorf("%d pipeline stages for %d layers", pp, n)
-	}
-	per, rem := n/pp, n%pp
-	for s := int64(0); s < c.Stage; s++ {
-		lo += per
-		if s < rem {
-			lo++
-		}
-	}
-	hi = lo + per
-	if c.Stage < rem {
-		hi++
-	}
-	return lo, hi, nil
-}
-
-// Dim names a dimension a solver may vary.
-type Dim string
-
+// The dimensions a model may let a solver vary, as graph names them.
 const (
-	DimBatch  Dim = "batch"
-	DimSeq    Dim = "seq"
-	DimLayers Dim = "layers"
-	DimHidden Dim = "hidden"
+	DimBatch  = graph.DimBatch
+	DimSeq    = graph.DimSeq
+	DimLayers = graph.DimLayers
+	DimHidden = graph.DimHidden
 )
 
 // Model is one zoo entry.

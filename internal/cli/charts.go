@@ -111,123 +111,35 @@ func sweepSetupLine(pts []solve.Point) string {
 	return strings.Replace(setupLine(first), fmt.Sprintf(" · batch %d", first.Config.Batch), " · "+what, 1)
 }
 
-// stepRecorder keeps the allocator's state over a replay in at most
-// 2·buckets stretches of events, each holding the event of its stretch
-// with the most allocated (and its bytes by category) and the most
-// reserved; the phases of the step are kept as runs. Its memory does not
-// grow with the trace.
-type stepRecorder struct {
-	buckets int
-	width   int
-	b       []stateBucket
-	phases  []phaseRun
-	events  int
-}
+// stepRecorder keeps a replay's state for the timeline charts
+// (alloc.StepRecorder).
+type stepRecorder = alloc.StepRecorder
 
-type stateBucket struct {
-	from, to  int // events [from, to)
-	allocated int64
-	reserved  int64
-	cat       [trace.NumCategories]int64
-}
-
-type phaseRun struct {
-	from, to int
-	phase    trace.Phase
-	step     int32
-}
-
-func newStepRecorder(buckets int) *stepRecorder { return &stepRecorder{buckets: buckets, width: 1} }
-
-func (r *stepRecorder) observe(o alloc.Observation) {
-	i := o.Event
-	r.events = i + 1
-	if e := o.E; e != nil {
-		if n := len(r.phases); n > 0 && r.phases[n-1].phase == e.Phase && r.phases[n-1].step == e.Step {
-			r.phases[n-1].to = i + 1
-		} else {
-			if len(r.phases) >= 8*r.buckets {
-				r.thinPhases()
-			}
-			r.phases = append(r.phases, phaseRun{from: i, to: i + 1, phase: e.Phase, step: e.Step})
-		}
-	}
-	n := len(r.b)
-	if n == 0 || i >= r.b[n-1].from+r.width {
-		if n == 2*r.buckets {
-			r.halve()
-		}
-		r.b = append(r.b, stateBucket{from: i, allocated: -1})
-		n = len(r.b)
-	}
-	b := &r.b[n-1]
-	b.to = i + 1
-	if o.Allocated > b.allocated {
-		b.allocated = o.Allocated
-		if o.ByCategory != nil {
-			b.cat = *o.ByCategory
-		}
-	}
-	b.reserved = max(b.reserved, o.Reserved)
-}
-
-// thinPhases drops the phase runs narrower than the stretches drawn, the
-// narrowest first, until a quarter of the room is free: with thousands of
-// micro-batches a band per pass could not be seen, and would make the
-// runs grow with the trace.
-func (r *stepRecorder) thinPhases() {
-	for w := r.width; len(r.phases) > 6*r.buckets; w *= 2 {
-		kept := r.phases[:0]
-		for _, p := range r.phases {
-			if p.to-p.from >= w {
-				kept = append(kept, p)
-			}
-		}
-		r.phases = kept
-	}
-}
-
-// halve merges neighbouring buckets and doubles the width of new ones.
-func (r *stepRecorder) halve() {
-	out := r.b[:0]
-	for j := 0; j < len(r.b); j += 2 {
-		m := r.b[j]
-		if j+1 < len(r.b) {
-			o := r.b[j+1]
-			m.to = o.to
-			if o.allocated > m.allocated {
-				m.allocated, m.cat = o.allocated, o.cat
-			}
-			m.reserved = max(m.reserved, o.reserved)
-		}
-		out = append(out, m)
-	}
-	r.b = out
-	r.width *= 2
-}
+func newStepRecorder(buckets int) *stepRecorder { return alloc.NewStepRecorder(buckets) }
 
 // points gives each stretch [from, to) of events two points, at its
 // start and at its end (the next one's start), so that lines and areas
 // are drawn as the steps the allocator's state takes.
-func (r *stepRecorder) points(v func(b *stateBucket) int64) []chart.Point {
-	pts := make([]chart.Point, 0, 2*len(r.b))
-	for k := range r.b {
-		b := &r.b[k]
+func points(r *stepRecorder, v func(b *alloc.StateBucket) int64) []chart.Point {
+	bs := r.Buckets()
+	pts := make([]chart.Point, 0, 2*len(bs))
+	for k := range bs {
+		b := &bs[k]
 		y := float64(v(b))
-		pts = append(pts, chart.Point{X: float64(b.from), Y: y}, chart.Point{X: float64(b.to), Y: y})
+		pts = append(pts, chart.Point{X: float64(b.From), Y: y}, chart.Point{X: float64(b.To), Y: y})
 	}
 	return pts
 }
 
 // bands turns the phase runs into the chart's shaded stretches.
-func (r *stepRecorder) bands() []chart.Band {
+func bands(r *stepRecorder) []chart.Band {
 	var out []chart.Band
-	for _, p := range r.phases {
-		if p.phase == trace.Setup {
+	for _, p := range r.Phases() {
+		if p.Phase == trace.Setup {
 			continue
 		}
-		out = append(out, chart.Band{From: float64(p.from), To: float64(p.to), Class: p.phase.String(),
-			Label: fmt.Sprintf("%s %d", p.phase, p.step+1)})
+		out = append(out, chart.Band{From: float64(p.From), To: float64(p.To), Class: p.Phase.String(),
+			Label: fmt.Sprintf("%s %d", p.Phase, p.Step+1)})
 	}
 	return out
 }
@@ -240,14 +152,14 @@ func timelineChart(res *predict.Result, rec *stepRecorder) *chart.Chart {
 	c := &chart.Chart{
 		Title:    "Memory over the simulated steps: " + res.Model,
 		Subtitle: setupLine(res),
-		X:        chart.Axis{Label: fmt.Sprintf("allocator event (%s events, %d steps)", commas(int64(rec.events)), len(tl.Steps))},
+		X:        chart.Axis{Label: fmt.Sprintf("allocator event (%s events, %d steps)", commas(int64(rec.Events())), len(tl.Steps))},
 		Y:        chart.Axis{Label: "memory", Unit: chart.Bytes},
-		Bands:    rec.bands(),
+		Bands:    bands(rec),
 	}
 	for _, cat := range trace.Categories() {
 		seen := false
-		for k := range rec.b {
-			if rec.b[k].cat[cat] != 0 {
+		for _, b := range rec.Buckets() {
+			if b.ByCategory[cat] != 0 {
 				seen = true
 				break
 			}
@@ -256,9 +168,9 @@ func timelineChart(res *predict.Result, rec *stepRecorder) *chart.Chart {
 			continue
 		}
 		c.Stack = append(c.Stack, chart.Series{Name: strings.ReplaceAll(cat.String(), "_", " "), Class: cat.String(),
-			Points: rec.points(func(b *stateBucket) int64 { return b.cat[cat] })})
+			Points: points(rec, func(b *alloc.StateBucket) int64 { return b.ByCategory[cat] })})
 	}
-	c.Lines = []chart.Series{{Name: "reserved", Points: rec.points(func(b *stateBucket) int64 { return b.reserved })}}
+	c.Lines = []chart.Series{{Name: "reserved", Points: points(rec, func(b *alloc.StateBucket) int64 { return b.Reserved })}}
 	usable := res.GPU.Capacity - res.Context
 	if 4*tl.PeakReserved >= usable {
 		c.Rules = append(c.Rules, chart.Rule{Value: float64(usable), Class: "capacity",
@@ -320,16 +232,16 @@ func peakLabel(res *predict.Result) string {
 func snapshotChart(name string, rec *stepRecorder, tl *alloc.Timeline, top []SiteJSON, whatIf string, whatIfRec *stepRecorder) *chart.Chart {
 	c := &chart.Chart{
 		Title: "Memory over the snapshot's events: " + filepath.Base(name),
-		X:     chart.Axis{Label: fmt.Sprintf("recorded allocator event (%s events)", commas(int64(rec.events)))},
+		X:     chart.Axis{Label: fmt.Sprintf("recorded allocator event (%s events)", commas(int64(rec.Events())))},
 		Y:     chart.Axis{Label: "memory", Unit: chart.Bytes},
 	}
 	c.Lines = []chart.Series{
-		{Name: "allocated", Points: rec.points(func(b *stateBucket) int64 { return b.allocated })},
-		{Name: "reserved", Points: rec.points(func(b *stateBucket) int64 { return b.reserved })},
+		{Name: "allocated", Points: points(rec, func(b *alloc.StateBucket) int64 { return b.Allocated })},
+		{Name: "reserved", Points: points(rec, func(b *alloc.StateBucket) int64 { return b.Reserved })},
 	}
 	if whatIfRec != nil {
 		c.Lines = append(c.Lines, chart.Series{Name: "reserved with " + whatIf, Class: "what-if", Dashed: true,
-			Points: whatIfRec.points(func(b *stateBucket) int64 { return b.reserved })})
+			Points: points(whatIfRec, func(b *alloc.StateBucket) int64 { return b.Reserved })})
 	}
 	if tl.PeakAllocatedEvent >= 0 {
 		label := "peak " + fmtBytes(tl.PeakAllocated)

@@ -154,7 +154,7 @@ func TestTimelineChartKeepsThePeaks(t *testing.T) {
 			s := train.Setup{Precision: train.FP32, Optimizer: train.Optimizer{Kind: train.Adam}, Accumulate: 1, Steps: 3, Profile: prof}
 			c.setup(&s)
 			rec := newStepRecorder(20) // few stretches: thinning is exercised
-			res, err := predict.Run(context.Background(), predict.Request{Source: predict.Zoo{M: m}, Config: m.Small(c.batch, 256), Setup: s, GPU: g, Context: -1, Observe: rec.observe})
+			res, err := predict.Run(context.Background(), predict.Request{Source: predict.Zoo{M: m}, Config: m.Small(c.batch, 256), Setup: s, GPU: g, Context: -1, Observe: rec.Observe})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -167,24 +167,24 @@ func TestTimelineChartKeepsThePeaks(t *testing.T) {
 				t.Fatal(err)
 			}
 			tl := res.Timeline
-			if len(rec.b) > 40 {
-				t.Errorf("%d stretches kept, want at most 40", len(rec.b))
+			if len(rec.Buckets()) > 40 {
+				t.Errorf("%d stretches kept, want at most 40", len(rec.Buckets()))
 			}
 			var top, reserved float64
 			var atPeak int64
-			for k := range rec.b {
+			for k, b := range rec.Buckets() {
 				var sum int64
-				for _, n := range rec.b[k].cat {
+				for _, n := range b.ByCategory {
 					sum += n
 				}
-				if sum != rec.b[k].allocated {
-					t.Fatalf("stretch %d: categories sum to %d, allocated %d", k, sum, rec.b[k].allocated)
+				if sum != b.Allocated {
+					t.Fatalf("stretch %d: categories sum to %d, allocated %d", k, sum, b.Allocated)
 				}
 				top = math.Max(top, float64(sum))
-				reserved = math.Max(reserved, float64(rec.b[k].reserved))
-				if rec.b[k].from <= tl.PeakAllocatedEvent && tl.PeakAllocatedEvent < rec.b[k].to {
+				reserved = math.Max(reserved, float64(b.Reserved))
+				if b.From <= tl.PeakAllocatedEvent && tl.PeakAllocatedEvent < b.To {
 					atPeak = sum
-					for cat, n := range rec.b[k].cat {
+					for cat, n := range b.ByCategory {
 						if n != tl.AtPeak[cat] {
 							t.Errorf("category %d at the peak: chart %d, breakdown %d", cat, n, tl.AtPeak[cat])
 						}

@@ -58,7 +58,7 @@ func runEstimate(e *env, args []string) error {
 	var rec *stepRecorder
 	if *timeline != "" {
 		rec = newStepRecorder(timelineBuckets)
-		r.Observe = rec.observe
+		r.Observe = rec.Observe
 	}
 	res, err := predict.Run(e.context(), r)
 	if err != nil {

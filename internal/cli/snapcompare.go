@@ -1,16 +1,12 @@
 package cli
 
 import (
-	"cmp"
 	"fmt"
 	"io"
-	"slices"
 	"text/tabwriter"
 
-	"github.com/batchfit/batchfit/alloc"
 	"github.com/batchfit/batchfit/predict"
 	"github.com/batchfit/batchfit/snapshot"
-	"github.com/batchfit/batchfit/trace"
 )
 
 // SnapshotPredictionJSON sets a prediction beside a recording (snapshot
@@ -85,131 +81,31 @@ type CategoryJSON struct {
 	Bytes    int64  `json:"bytes"`
 }
 
-// comparePrediction replays the prediction's trace and sets it beside the
-// recording analysed in an.
-func comparePrediction(an *snapshotAnalysis, snap *snapshot.Snapshot, device int, conv *snapshot.Conversion, res *predict.Result, top int) (*SnapshotPredictionJSON, error) {
-	tr := res.Trace
-	if tr == nil {
-		return nil, fmt.Errorf("the prediction kept no trace")
-	}
-	out := &SnapshotPredictionJSON{Model: res.Model, Setup: setupLine(res)}
-	// The prediction per phase, from a replay that watches every event.
-	var pa, pr [trace.NumPhases]int64
-	seen := [trace.NumPhases]bool{}
-	obs := func(o alloc.Observation) {
-		p := o.E.Phase
-		if int(p) < trace.NumPhases {
-			pa[p], pr[p], seen[p] = max(pa[p], o.Allocated), max(pr[p], o.Reserved), true
-		}
-	}
-	// On an unbounded device, as the recording is replayed: the run
-	// that was recorded ran, so the question is where the memory went,
-	// not whether the job fits.
-	dev := alloc.Device{Capacity: 1 << 50, Total: 1 << 50}
-	ptl, err := alloc.Replay(tr, an.cfg, dev, alloc.ReplayOptions{Observe: obs})
+// comparePrediction sets the prediction res beside the recording
+// analysed in an (snapshot.ComparePrediction), in its JSON form.
+func comparePrediction(an *snapshotAnalysis, snap *snapshot.Snapshot, device int, res *predict.Result, top int) (*SnapshotPredictionJSON, error) {
+	c, err := snapshot.ComparePrediction(an.an, snap, device, snapshot.Prediction{Trace: res.Trace, Inference: res.Infer != nil}, top)
 	if err != nil {
-		return nil, fmt.Errorf("replaying the prediction: %w", err)
+		return nil, err
 	}
-
-	// The recording per phase, from its replay's samples.
-	tl := an.tl
-	ranges, from, how := snapshot.RecordingPhases(snap, device, conv)
-	if res.Infer != nil {
-		// Inference has no backward or optimizer step to find.
-		ranges = []snapshot.PhaseRange{{Phase: snapshot.PhaseForward, Start: 0, End: len(conv.Trace.Events)}}
-		from, how = "job", "the job predicted is inference, so the whole recording is taken as forward"
+	out := &SnapshotPredictionJSON{Model: res.Model, Setup: setupLine(res), PhasesFrom: c.PhasesFrom, PhasesHow: c.PhasesHow,
+		Overall: phaseCompareJSON(c.Overall)}
+	for _, p := range c.Phases {
+		out.Phases = append(out.Phases, phaseCompareJSON(p))
 	}
-	out.PhasesFrom, out.PhasesHow = from, how
-	var ra, rr [3]int64
-	var rn [3]int
-	for _, r := range ranges {
-		for i := r.Start; i < r.End && i < len(tl.Samples); i++ {
-			s := tl.Samples[i]
-			ra[r.Phase], rr[r.Phase] = max(ra[r.Phase], s.Allocated), max(rr[r.Phase], s.Reserved)
-			rn[r.Phase]++
-		}
+	for _, sc := range c.SizeClasses {
+		out.SizeClasses = append(out.SizeClasses, SizeClassJSON{Class: sc.Class.Name, MinBytes: sc.Class.Min, MaxBytes: sc.Class.Max,
+			RecordedBlocks: sc.RecordedBlocks, RecordedBytes: sc.RecordedBytes, PredictedBlocks: sc.PredictedBlocks,
+			PredictedBytes: sc.PredictedBytes, DiffBytes: sc.Diff})
 	}
-	out.Overall = PhaseCompareJSON{Phase: "all", InRecording: true, RecordedEvents: len(conv.Trace.Events),
-		RecordedPeakAllocatedBytes: tl.PeakAllocated, RecordedPeakReservedBytes: an.out.RecordedPeakReservedBytes,
-		PredictedPeakAllocatedBytes: ptl.PeakAllocated, PredictedPeakReservedBytes: ptl.PeakReserved}
-	out.Overall.AllocatedDiffBytes = out.Overall.PredictedPeakAllocatedBytes - out.Overall.RecordedPeakAllocatedBytes
-	out.Overall.ReservedDiffBytes = out.Overall.PredictedPeakReservedBytes - out.Overall.RecordedPeakReservedBytes
-	for k, cp := range snapshot.StepPhases {
-		pc := PhaseCompareJSON{Phase: cp.Name, InRecording: rn[k] > 0, RecordedEvents: rn[k],
-			RecordedPeakAllocatedBytes: ra[k], RecordedPeakReservedBytes: rr[k]}
-		for _, p := range cp.Phases {
-			if seen[p] {
-				pc.PredictedPeakAllocatedBytes = max(pc.PredictedPeakAllocatedBytes, pa[p])
-				pc.PredictedPeakReservedBytes = max(pc.PredictedPeakReservedBytes, pr[p])
-			}
-		}
-		if pc.InRecording {
-			pc.AllocatedDiffBytes = pc.PredictedPeakAllocatedBytes - pc.RecordedPeakAllocatedBytes
-			pc.ReservedDiffBytes = pc.PredictedPeakReservedBytes - pc.RecordedPeakReservedBytes
-		}
-		out.Phases = append(out.Phases, pc)
+	for _, d := range c.Sizes {
+		out.Sizes = append(out.Sizes, SizeDiffJSON{SizeBytes: d.Size, RecordedBlocks: d.RecordedBlocks, PredictedBlocks: d.PredictedBlocks, DiffBytes: d.Diff})
 	}
-
-	// What is live at each side's allocated peak, by requested size.
-	recLive := liveAt(conv.Trace, conv.Initial, tl.PeakAllocatedEvent)
-	predLive := liveAt(tr, nil, ptl.PeakAllocatedEvent)
-	for _, c := range snapshot.SizeClasses {
-		sc := SizeClassJSON{Class: c.Name, MinBytes: c.Min, MaxBytes: c.Max}
-		in := c.Contains
-		for _, e := range recLive {
-			if in(e.Size) {
-				sc.RecordedBlocks++
-				sc.RecordedBytes += e.Size
-			}
-		}
-		for _, e := range predLive {
-			if in(e.Size) {
-				sc.PredictedBlocks++
-				sc.PredictedBytes += e.Size
-			}
-		}
-		sc.DiffBytes = sc.PredictedBytes - sc.RecordedBytes
-		out.SizeClasses = append(out.SizeClasses, sc)
-	}
-	bySize := map[int64]*SizeDiffJSON{}
-	get := func(n int64) *SizeDiffJSON {
-		if d, ok := bySize[n]; ok {
-			return d
-		}
-		d := &SizeDiffJSON{SizeBytes: n}
-		bySize[n] = d
-		return d
-	}
-	for _, e := range recLive {
-		get(e.Size).RecordedBlocks++
-	}
-	for _, e := range predLive {
-		get(e.Size).PredictedBlocks++
-	}
-	for _, d := range bySize {
-		d.DiffBytes = int64(d.PredictedBlocks-d.RecordedBlocks) * d.SizeBytes
-		if d.DiffBytes != 0 {
-			out.Sizes = append(out.Sizes, *d)
-		}
-	}
-	slices.SortFunc(out.Sizes, func(x, y SizeDiffJSON) int {
-		if c := cmp.Compare(abs64(y.DiffBytes), abs64(x.DiffBytes)); c != 0 {
-			return c
-		}
-		return cmp.Compare(x.SizeBytes, y.SizeBytes)
-	})
-	if len(out.Sizes) > top {
-		out.Sizes = out.Sizes[:top]
-	}
-
 	out.RecordedSites = an.out.TopSites
-	out.PredictedSites = topSites(tr, predLive, top)
-	for _, c := range trace.Categories() {
-		if n := ptl.RequestedAtPeak[c]; n > 0 {
-			out.PredictedCategories = append(out.PredictedCategories, CategoryJSON{c.String(), n})
-		}
+	out.PredictedSites = siteJSON(c.PredictedSites)
+	for _, pc := range c.PredictedCategories {
+		out.PredictedCategories = append(out.PredictedCategories, CategoryJSON{pc.Category.String(), pc.Bytes})
 	}
-	slices.SortStableFunc(out.PredictedCategories, func(x, y CategoryJSON) int { return cmp.Compare(y.Bytes, x.Bytes) })
 
 	if an.out.StartLiveBlocks > 0 || an.out.StartReservedBytes > 0 {
 		out.Notes = append(out.Notes, fmt.Sprintf("the recording starts mid-run, with %s reserved and %d blocks live at its first entry; the prediction starts from an empty device and simulates %d step(s)",
@@ -218,65 +114,15 @@ func comparePrediction(an *snapshotAnalysis, snap *snapshot.Snapshot, device int
 	if !out.Phases[1].InRecording && !out.Phases[2].InRecording {
 		out.Notes = append(out.Notes, "the recording shows no backward or optimizer step: compare its forward with the prediction's")
 	}
-	out.Notes = append(out.Notes, "the recording's phases are estimated ("+how+"); sizes are requested bytes, live at each side's highest allocated point")
+	out.Notes = append(out.Notes, "the recording's phases are estimated ("+c.PhasesHow+"); sizes are requested bytes, live at each side's highest allocated point")
 	return out, nil
 }
 
-func abs64(n int64) int64 {
-	if n < 0 {
-		return -n
-	}
-	return n
-}
-
-// liveAt returns the blocks live after event peak (-1: at the start),
-// with the blocks of initial live from the start.
-func liveAt(tr *trace.Trace, initial []alloc.Segment, peak int) map[int64]trace.Event {
-	live := map[int64]trace.Event{}
-	for _, g := range initial {
-		for _, b := range g.Blocks {
-			live[b.ID] = trace.Event{Action: trace.Alloc, ID: b.ID, Size: b.Requested, Site: -1}
-		}
-	}
-	for i := 0; i <= peak && i < tr.Len(); i++ {
-		e := tr.At(i)
-		switch e.Action {
-		case trace.Alloc:
-			live[e.ID] = e
-		case trace.Free:
-			delete(live, e.ID)
-		}
-	}
-	return live
-}
-
-// topSites sums live bytes by site.
-func topSites(tr *trace.Trace, live map[int64]trace.Event, top int) []SiteJSON {
-	by := map[string]int64{}
-	for _, e := range live {
-		name := ""
-		if e.Site >= 0 {
-			name = tr.SiteName(e.Site)
-		}
-		if name == "" {
-			name = "unknown"
-		}
-		by[name] += e.Size
-	}
-	var out []SiteJSON
-	for s, n := range by {
-		out = append(out, SiteJSON{s, n})
-	}
-	slices.SortFunc(out, func(x, y SiteJSON) int {
-		if c := cmp.Compare(y.Bytes, x.Bytes); c != 0 {
-			return c
-		}
-		return cmp.Compare(x.Site, y.Site)
-	})
-	if len(out) > top {
-		out = out[:top]
-	}
-	return out
+func phaseCompareJSON(p snapshot.PhaseComparison) PhaseCompareJSON {
+	return PhaseCompareJSON{Phase: p.Phase, InRecording: p.InRecording, RecordedEvents: p.RecordedEvents,
+		RecordedPeakAllocatedBytes: p.RecordedPeakAllocated, RecordedPeakReservedBytes: p.RecordedPeakReserved,
+		PredictedPeakAllocatedBytes: p.PredictedPeakAllocated, PredictedPeakReservedBytes: p.PredictedPeakReserved,
+		AllocatedDiffBytes: p.AllocatedDiff, ReservedDiffBytes: p.ReservedDiff}
 }
 
 // writePrediction prints the comparison.

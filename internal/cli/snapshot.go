@@ -6,14 +6,12 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"sort"
 	"text/tabwriter"
 
 	"github.com/batchfit/batchfit/alloc"
 	"github.com/batchfit/batchfit/internal/chart"
 	"github.com/batchfit/batchfit/predict"
 	"github.com/batchfit/batchfit/snapshot"
-	"github.com/batchfit/batchfit/trace"
 )
 
 const snapshotUsage = `usage: batchfit snapshot FILE [flags]
@@ -233,12 +231,14 @@ func predictBeside(j *jobFlags, an *snapshotAnalysis, snap *snapshot.Snapshot, d
 	if err != nil {
 		return nil, err
 	}
-	return comparePrediction(an, snap, device, an.conv, res, top)
+	return comparePrediction(an, snap, device, res, top)
 }
 
 // snapshotAnalysis is a snapshot replayed with its recorded allocator
-// settings and with another, for the command line and the web page.
+// settings and with another (snapshot.Analyze), in the form the command
+// line and the web page print, with the charts' recorders.
 type snapshotAnalysis struct {
+	an       *snapshot.Analysis
 	out      SnapshotJSON
 	cfg      alloc.Config // the recorded allocator configuration
 	conv     *snapshot.Conversion
@@ -254,95 +254,45 @@ func (a *snapshotAnalysis) chart() *chart.Chart {
 // recorded allocator settings and with whatIf; with charts it also keeps
 // both replays' state over the events.
 func analyzeSnapshot(ctx context.Context, snap *snapshot.Snapshot, name string, device int, whatIf string, top int, charts bool) (*snapshotAnalysis, error) {
-	recordedConf := snap.AllocatorSettings.AllocConf
-	cfg, err := alloc.ParseConfig(recordedConf)
-	if err != nil {
-		return nil, fmt.Errorf("%s: the recorded PYTORCH_CUDA_ALLOC_CONF %q: %w", name, recordedConf, err)
-	}
-	// A recording usually starts mid-run (the trace is a ring buffer):
-	// the replay starts from the allocator's state at its first entry.
-	from := replayFromState
-	var fallback string
-	conv, err := snap.ConvertFromState(device, cfg)
-	if err != nil {
-		fallback = fmt.Sprintf("the allocator's state at the first recorded entry could not be rebuilt (%v): replayed from an empty allocator, with the blocks allocated before the recording allocated first", err)
-		from = "empty"
-		if conv, err = snap.Convert(device); err != nil {
-			return nil, fmt.Errorf("%s: %w", name, err)
-		}
-	}
-	wcfg, err := alloc.ParseConfig(whatIf)
-	if err != nil {
-		return nil, usagef("--alloc-conf %q: %v", whatIf, err)
-	}
-	an := &snapshotAnalysis{cfg: cfg, conv: conv}
-	opts, wopts := alloc.ReplayOptions{Record: true, Initial: conv.Initial}, alloc.ReplayOptions{Initial: conv.Initial}
+	o := snapshot.AnalyzeOptions{Device: device, WhatIf: whatIf, Top: top}
+	var rec, wrc *stepRecorder
 	if charts {
-		an.rec, an.wrc = newStepRecorder(timelineBuckets), newStepRecorder(timelineBuckets)
-		opts.Observe, wopts.Observe = an.rec.observe, an.wrc.observe
+		rec, wrc = newStepRecorder(timelineBuckets), newStepRecorder(timelineBuckets)
+		o.Observe, o.ObserveWhatIf = rec.Observe, wrc.Observe
 	}
-	// The snapshot does not record the device's size; replay on an
-	// unbounded one, since the program ran (or its OOM is a marker).
-	dev := alloc.Device{Capacity: 1 << 50, Total: 1 << 50}
-	tl, err := alloc.ReplayContext(ctx, conv.Trace, cfg, dev, opts)
+	a, err := snapshot.Analyze(ctx, snap, name, o)
+	if we := (*snapshot.WhatIfConfError)(nil); errors.As(err, &we) {
+		return nil, usagef("--alloc-conf %q: %v", we.Conf, we.Err)
+	}
 	if err != nil {
-		return nil, fmt.Errorf("%s: replaying: %w", name, err)
+		return nil, err
 	}
-	wtl, err := alloc.ReplayContext(ctx, conv.Trace, wcfg, dev, wopts)
-	if err != nil {
-		return nil, fmt.Errorf("%s: replaying with %s: %w", name, whatIf, err)
+	tl, wtl := a.Timeline, a.WhatIfTimeline
+	from := replayFromState
+	if !a.FromState {
+		from = "empty"
 	}
-	an.tl, an.wtl = tl, wtl
-	out := SnapshotJSON{File: name, Events: len(conv.Trace.Events), AllocConf: recordedConf, PeakAllocatedBytes: tl.PeakAllocated,
-		PeakReservedBytes: tl.PeakReserved, ReplaySegmentAllocs: tl.Final.NumDeviceAlloc, ReplayReservedBytes: tl.Final.Reserved,
-		WhatIfConf: whatIf, WhatIfReservedBytes: wtl.PeakReserved, Warnings: conv.Warnings, ReplayFrom: from}
-	if fallback != "" {
-		out.Warnings = append([]string{fallback}, out.Warnings...)
+	out := SnapshotJSON{File: name, Events: len(a.Conv.Trace.Events), AllocConf: snap.AllocatorSettings.AllocConf,
+		PeakAllocatedBytes: tl.PeakAllocated, PeakReservedBytes: tl.PeakReserved, MaxFragmentationBytes: a.MaxFragmentation,
+		ReplayFrom: from, StartReservedBytes: a.StartReserved, StartLiveBlocks: a.StartLiveBlocks,
+		RecordedSegmentAllocs: a.RecordedSegmentAllocs, ReplaySegmentAllocs: tl.Final.NumDeviceAlloc,
+		RecordedPeakReservedBytes: a.RecordedPeakReserved, RecordedReservedBytes: a.RecordedReserved,
+		ReplayReservedBytes: tl.Final.Reserved, ReplayAgrees: a.Agrees,
+		WhatIfConf: whatIf, WhatIfReservedBytes: wtl.PeakReserved, TopSites: siteJSON(a.TopSites), Warnings: a.Warnings}
+	for _, f := range a.Fragmentation {
+		out.Fragmentation = append(out.Fragmentation, FragJSON{f.Event, f.Allocated, f.Reserved, f.Reserved - f.Allocated})
 	}
-	for _, s := range tl.Samples {
-		out.MaxFragmentationBytes = max(out.MaxFragmentationBytes, s.Reserved-s.Allocated)
+	return &snapshotAnalysis{an: a, out: out, cfg: a.Config, conv: a.Conv, tl: tl, wtl: wtl, rec: rec, wrc: wrc}, nil
+}
+
+// siteJSON is sites in their JSON form (nil for none, as the analysis
+// gives them).
+func siteJSON(sites []snapshot.SiteBytes) []SiteJSON {
+	var out []SiteJSON
+	for _, s := range sites {
+		out = append(out, SiteJSON{s.Site, s.Bytes})
 	}
-	// Ten points spread over the replay, each the worst fragmentation in
-	// its stretch of events.
-	if n := len(tl.Samples); n > 0 {
-		points := min(10, n)
-		for p := 0; p < points; p++ {
-			lo, hi := p*n/points, (p+1)*n/points
-			best := tl.Samples[lo]
-			for _, s := range tl.Samples[lo:hi] {
-				if s.Reserved-s.Allocated > best.Reserved-best.Allocated {
-					best = s
-				}
-			}
-			out.Fragmentation = append(out.Fragmentation, FragJSON{best.Event, best.Allocated, best.Reserved, best.Reserved - best.Allocated})
-		}
-	}
-	for _, e := range conv.Segments {
-		if e.Action == "segment_alloc" || e.Action == "segment_map" {
-			out.RecordedSegmentAllocs++
-		}
-	}
-	for _, s := range snap.Segments {
-		if s.Device == device {
-			out.RecordedReservedBytes += s.TotalSize
-		}
-	}
-	var recEnd int64
-	out.StartReservedBytes, out.RecordedPeakReservedBytes, recEnd = conv.RecordedReserved()
-	if from != replayFromState {
-		// Without the starting state, the recording's own peak is only
-		// known relative to it: the snapshot's end is the best bound.
-		out.RecordedPeakReservedBytes = max(out.RecordedPeakReservedBytes-recEnd+out.RecordedReservedBytes, out.RecordedReservedBytes)
-	}
-	for _, g := range conv.Initial {
-		out.StartLiveBlocks += len(g.Blocks)
-	}
-	out.ReplayAgrees = int64(out.RecordedSegmentAllocs) == out.ReplaySegmentAllocs &&
-		within(out.ReplayReservedBytes, out.RecordedReservedBytes, replayTolerance) &&
-		within(out.PeakReservedBytes, out.RecordedPeakReservedBytes, replayTolerance)
-	out.TopSites = sitesAtPeak(conv, tl.PeakAllocatedEvent, top)
-	an.out = out
-	return an, nil
+	return out
 }
 
 func signed(n int64) string {
@@ -355,55 +305,3 @@ func signed(n int64) string {
 // replayFromState is SnapshotJSON.ReplayFrom for a replay from the
 // rebuilt state.
 const replayFromState = "recorded state"
-
-// replayTolerance is how far a replay's reserved bytes may be from the
-// recording's and still agree.
-const replayTolerance = 0.005
-
-func within(got, want int64, frac float64) bool {
-	d := float64(got - want)
-	return d <= frac*float64(want) && -d <= frac*float64(want)
-}
-
-// sitesAtPeak sums the requested bytes live at event peak (-1: the
-// starting state) by site.
-func sitesAtPeak(conv *snapshot.Conversion, peak, top int) []SiteJSON {
-	tr := conv.Trace
-	live := map[int64]trace.Event{}
-	for _, g := range conv.Initial {
-		for _, b := range g.Blocks {
-			live[b.ID] = trace.Event{Action: trace.Alloc, ID: b.ID, Size: b.Requested, Site: conv.InitialSites[b.ID]}
-		}
-	}
-	if peak < 0 && len(live) == 0 {
-		return nil
-	}
-	for i := 0; i <= peak && i < len(tr.Events); i++ {
-		e := tr.Events[i]
-		switch e.Action {
-		case trace.Alloc:
-			live[e.ID] = e
-		case trace.Free:
-			delete(live, e.ID)
-		}
-	}
-	by := map[string]int64{}
-	for _, e := range live {
-		name := tr.SiteName(e.Site)
-		if name == "" {
-			name = "unknown"
-		}
-		by[name] += e.Size
-	}
-	var out []SiteJSON
-	for s, n := range by {
-		out = append(out, SiteJSON{s, n})
-	}
-	sort.Slice(out, func(i, j int) bool {
-		return out[i].Bytes > out[j].Bytes || out[i].Bytes == out[j].Bytes && out[i].Site < out[j].Site
-	})
-	if len(out) > top {
-		out = out[:top]
-	}
-	return out
-}
