@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/batchfit/batchfit/graph"
+	"github.com/batchfit/batchfit/plan"
 	"github.com/batchfit/batchfit/predict"
 	"github.com/batchfit/batchfit/suggest"
 )
@@ -29,7 +30,11 @@ func Usagef(format string, args ...any) error { return UsageError{fmt.Errorf(for
 // setup that cannot apply to the model or the GPU (predict.SetupError).
 func IsUsage(err error) bool {
 	var u UsageError
-	return errors.As(err, &u) || predict.IsSetupError(err)
+	// Values beyond batchfit's bounds, adapters that name no module of
+	// the model and planner options that contradict each other are found
+	// only past the flags, but what the user gave is what is wrong.
+	return errors.As(err, &u) || predict.IsSetupError(err) || errors.Is(err, graph.ErrBound) ||
+		errors.As(err, new(graph.ModuleNameError)) || plan.IsInputError(err)
 }
 
 // ParseArgs parses flags that may come before or after the positional

@@ -148,10 +148,10 @@ func Run(ctx context.Context, o Options) (*Answer, error) {
 		o.MaxPredictions = DefaultMaxPredictions
 	}
 	if !o.Base.GPU.Rates.Known() {
-		return nil, fmt.Errorf("plans are ranked by step time, which needs %s's peak rates and memory bandwidth (the catalog GPUs have them)", o.Base.GPU.Name)
+		return nil, inputErrorf("plans are ranked by step time, which needs %s's peak rates and memory bandwidth (the catalog GPUs have them)", o.Base.GPU.Name)
 	}
 	if o.Margin < 0 {
-		return nil, fmt.Errorf("the margin must not be negative, got %d bytes", o.Margin)
+		return nil, inputErrorf("the margin must not be negative, got %d bytes", o.Margin)
 	}
 	s, err := o.Base.Setup.Normalize()
 	if err != nil {
@@ -164,7 +164,7 @@ func Run(ctx context.Context, o Options) (*Answer, error) {
 		o.Objective = FewestChanges
 	}
 	if o.Base.Config.Batch <= 0 {
-		return nil, fmt.Errorf("batch size must be positive, got %d", o.Base.Config.Batch)
+		return nil, inputErrorf("batch size must be positive, got %d", o.Base.Config.Batch)
 	}
 	ranks := Ranks(s.Parallel)
 	if o.GlobalBatch == 0 {
@@ -173,21 +173,21 @@ func Run(ctx context.Context, o Options) (*Answer, error) {
 			o.GlobalBatch, ok = graph.MulSize(o.GlobalBatch, ranks)
 		}
 		if !ok {
-			return nil, fmt.Errorf("batch %d × accumulation %d × %d ranks overflows", o.Base.Config.Batch, s.Accumulate, ranks)
+			return nil, inputErrorf("batch %d × accumulation %d × %d ranks overflows", o.Base.Config.Batch, s.Accumulate, ranks)
 		}
 	}
 	if o.GlobalBatch <= 0 {
-		return nil, fmt.Errorf("the global batch must be positive, got %d", o.GlobalBatch)
+		return nil, inputErrorf("the global batch must be positive, got %d", o.GlobalBatch)
 	}
 	if o.GlobalBatch%ranks != 0 {
-		return nil, fmt.Errorf("the global batch %d does not split evenly over %d data-parallel ranks", o.GlobalBatch, ranks)
+		return nil, inputErrorf("the global batch %d does not split evenly over %d data-parallel ranks", o.GlobalBatch, ranks)
 	}
 	if cur := o.Base.Config.Batch * int64(s.Accumulate) * ranks; cur != o.GlobalBatch {
 		on := ""
 		if ranks > 1 {
 			on = fmt.Sprintf(" on each of %d ranks", ranks)
 		}
-		return nil, fmt.Errorf("the current setup, micro-batch %d × accumulation %d%s, makes %d samples a step, not the global batch %d: give the current micro-batch and accumulation that make it",
+		return nil, inputErrorf("the current setup, micro-batch %d × accumulation %d%s, makes %d samples a step, not the global batch %d: give the current micro-batch and accumulation that make it",
 			o.Base.Config.Batch, s.Accumulate, on, cur, o.GlobalBatch)
 	}
 	if o.Base.Config.Seq == 0 {
@@ -230,7 +230,7 @@ func (pl *planner) accumulations() error {
 	pl.baseAC = o.Base.Alloc
 	if !pl.allow[Accumulate] {
 		if n/int64(a0) < o.MinMicroBatch {
-			return fmt.Errorf("the global batch %d with accumulation %d gives micro-batches of %d, below the minimum %d", o.GlobalBatch, a0, n/int64(a0), o.MinMicroBatch)
+			return inputErrorf("the global batch %d with accumulation %d gives micro-batches of %d, below the minimum %d", o.GlobalBatch, a0, n/int64(a0), o.MinMicroBatch)
 		}
 		pl.accs = []int{a0}
 		return nil
@@ -241,7 +241,7 @@ func (pl *planner) accumulations() error {
 		}
 	}
 	if len(pl.accs) == 0 {
-		return fmt.Errorf("no micro-batch of at least %d with at most %d accumulation steps makes a global batch of %d (%d a rank)", o.MinMicroBatch, o.MaxAccumulate, o.GlobalBatch, n)
+		return inputErrorf("no micro-batch of at least %d with at most %d accumulation steps makes a global batch of %d (%d a rank)", o.MinMicroBatch, o.MaxAccumulate, o.GlobalBatch, n)
 	}
 	return nil
 }

@@ -9,7 +9,6 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/batchfit/batchfit/graph"
 	"github.com/batchfit/batchfit/job"
 	"github.com/batchfit/batchfit/models"
 	"github.com/batchfit/batchfit/predict"
@@ -71,6 +70,8 @@ type env struct {
 	// context (the client left, or the request's deadline passed). Nil on
 	// the command line.
 	ctx context.Context
+	// hooks stand in for the machine's GPUs, clock and processes (tests).
+	hooks hooks
 }
 
 // policy is what a command may reach of the machine it runs on: the
@@ -132,6 +133,9 @@ func init() {
 type Options struct {
 	Stdin io.Reader
 	Env   job.Env
+	// hooks are the tests' stand-ins for the machine (see hooks); the
+	// zero value is the machine itself.
+	hooks hooks
 }
 
 // Run executes the command line args (without the program name) with the
@@ -171,7 +175,7 @@ func RunWith(args []string, stdout, stderr io.Writer, o Options) int {
 		fmt.Fprintln(stderr, msg+" (run 'batchfit -h')")
 		return 2
 	}
-	e := &env{stdin: o.Stdin, stdout: stdout, stderr: stderr, policy: local, jobEnv: o.Env}
+	e := &env{stdin: o.Stdin, stdout: stdout, stderr: stderr, policy: local, jobEnv: o.Env, hooks: o.hooks}
 	if err := safeRun(cmd, e, args[1:]); err != nil {
 		if err.Error() == "flag: help requested" {
 			return 0
@@ -185,9 +189,10 @@ func RunWith(args []string, stdout, stderr io.Writer, o Options) int {
 		if errors.As(err, &cs) {
 			return 127
 		}
-		// adapters naming a module the model lacks are found only once
-		// the model is built, but the flags are what is wrong
-		if IsUsage(err) || errors.As(err, new(graph.ModuleNameError)) {
+		// IsUsage covers what is found only past the flags (adapters
+		// naming a module the model lacks, a size beyond the bounds):
+		// the flags are still what is wrong
+		if IsUsage(err) {
 			return 2
 		}
 		return 1

@@ -149,7 +149,7 @@ func TestBadInput(t *testing.T) {
 		{[]string{"estimate", "mlp", "--loop-overhead", "8"}, 2, "invalid value"},
 		{[]string{"estimate", "mlp", "--checkpointing", "--checkpoint", "every-2"}, 2, "exclude each other"},
 		{[]string{"plan", "mlp", "--levers", "accumulate,precisoin"}, 2, "did you mean precision"},
-		{[]string{"plan", "mlp", "--global-batch", "8", "--min-micro-batch", "16"}, 1, "global batch of 8"},
+		{[]string{"plan", "mlp", "--global-batch", "8", "--min-micro-batch", "16"}, 2, "global batch of 8"},
 		{[]string{"plan", "mlp", "--global-batch", "-8"}, 2, "must be positive"},
 		{[]string{"plan", "mlp", "--margin", "120%"}, 2, "--margin"},
 		// without the levers that change what is trained: QLoRA fits it
@@ -524,7 +524,7 @@ func TestPlanCurrentSetup(t *testing.T) {
 		{[]string{"--batch", "8", "--gpus", "8"}, 0, []string{"global batch 64 (8 a rank × 8 GPUs)", "current: micro-batch 8 × 1, ddp"}},
 		{[]string{"--global-batch", "64", "--batch", "4", "--gpus", "8"}, 0, []string{"global batch 64 (8 a rank × 8 GPUs)", "current: micro-batch 4 × 2, ddp"}},
 		{[]string{"--global-batch", "60", "--batch", "8"}, 2, []string{"not a multiple of --batch 8"}},
-		{[]string{"--global-batch", "64", "--batch", "8", "--accumulate", "2"}, 1, []string{"makes 16 samples a step, not the global batch 64"}},
+		{[]string{"--global-batch", "64", "--batch", "8", "--accumulate", "2"}, 2, []string{"makes 16 samples a step, not the global batch 64"}},
 	} {
 		args := append([]string{"plan", "gpt2", "--seq", "256", "--gpu", "a10g", "--top", "1"}, c.args...)
 		out, errs, code := run(args...)

@@ -5,11 +5,13 @@ import (
 	"fmt"
 	"io"
 	iofs "io/fs"
+	"math"
 	"os"
 	"strings"
 
 	"github.com/batchfit/batchfit/gpu"
 	"github.com/batchfit/batchfit/oom"
+	"github.com/batchfit/batchfit/predict"
 	"github.com/batchfit/batchfit/solve"
 )
 
@@ -43,6 +45,24 @@ func runOOM(e *env, args []string) error {
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return err
+	}
+	// The flags are checked before the message is read: a bad flag is a
+	// usage error whether or not a message came with it. The margin's
+	// share or size is held to the device only once the message gives
+	// it.
+	if _, err := parseMargin(*margin, math.MaxInt64, predict.Band{}); err != nil {
+		return usagef("--margin: %v", err)
+	}
+	var r predict.Request
+	if j.Model != "" {
+		if r, err = j.request(j.Model); err != nil {
+			return err
+		}
+		b, err := parseBatches(j.Batch)
+		if err != nil {
+			return err
+		}
+		r.Config.Batch = b[0]
 	}
 	var text string
 	switch {
@@ -97,19 +117,10 @@ func runOOM(e *env, args []string) error {
 	var marginText string
 	var fit *fitJSON
 	if j.Model != "" {
-		r, err := j.request(j.Model)
-		if err != nil {
-			return err
-		}
 		// The device of the message: its total, with what was outside
 		// PyTorch (context, other processes) taken as the context.
 		r.GPU = gpu.GPU{Name: fmt.Sprintf("GPU %d", msg.DeviceIndex), Marketing: "the GPU of the message", Capacity: msg.Total,
 			Major: r.GPU.Major, ContextSize: max(0, ex.OutsidePyTorch)}
-		b, err := parseBatches(j.Batch)
-		if err != nil {
-			return err
-		}
-		r.Config.Batch = b[0]
 		band, err := requestBand(r)
 		if err != nil {
 			return err

@@ -221,6 +221,11 @@ func (p *planFlags) options(r predict.Request, accSet bool) (plan.Options, error
 			}
 			return plan.Options{}, usagef("--global-batch %d is not a multiple of %s: give the current micro-batch, and --accumulate if it is not the quotient", p.global, of)
 		}
+		// the quotient is checked here, where the flags that make it
+		// can be named: past MaxAccumulate the prediction refuses it
+		if acc := p.global / per; acc > predict.MaxAccumulate {
+			return plan.Options{}, usagef("--global-batch %d over --batch %d makes an accumulation of %d, more than the %d micro-batches a step batchfit takes: give a larger --batch", p.global, r.Config.Batch, acc, predict.MaxAccumulate)
+		}
 		r.Setup.Accumulate = int(p.global / per)
 	}
 	o := plan.Options{Base: r, GlobalBatch: p.global, MaxAccumulate: p.maxAccumulate, MinMicroBatch: p.minMicro,

@@ -135,7 +135,7 @@ func runRun(e *env, args []string) (err error) {
 		os.Remove(snapPath) // a snapshot left by an earlier run is not this run's
 	}
 	live := newLiveLine(stderr, *every)
-	reg := &runRegistry{command: command, args: flagArgs}
+	reg := &runRegistry{command: command, args: flagArgs, dir: e.hooks.runs()}
 	defer reg.remove()
 	res, err := record.Run(record.Options{Command: command, Snapshot: snapPath, Stdin: e.stdin, Stdout: e.stdout, Stderr: stderr,
 		OnRecord: func(r *record.Record) {
@@ -639,6 +639,8 @@ func indent(s, prefix string) string {
 // what PyTorch last said in them: a small file per child in
 // $TMPDIR/batchfit-runs, named by the child's PID, removed at the end.
 type runRegistry struct {
+	// dir is where the file goes (hooks.runs).
+	dir     string
 	command []string
 	args    []string
 	path    string
@@ -655,10 +657,10 @@ type RunState struct {
 	Last    *record.Record `json:"last,omitempty"`
 }
 
-// runsDir is where runs publish their state: a directory of this user's
-// alone (another user on a shared machine cannot plant files in it or
-// redirect writes); tests move it.
-var runsDir = func() string {
+// defaultRunsDir is where runs publish their state: a directory of this
+// user's alone (another user on a shared machine cannot plant files in it
+// or redirect writes); tests move it (hooks.runsDir).
+func defaultRunsDir() string {
 	return filepath.Join(os.TempDir(), "batchfit-runs-"+strconv.Itoa(os.Getuid()))
 }
 
@@ -685,10 +687,10 @@ func (g *runRegistry) update(r *record.Record) {
 			return // a second interpreter's start; the first one's file stays
 		}
 		g.start = r
-		if !ownDir(runsDir()) {
+		if !ownDir(g.dir) {
 			return
 		}
-		g.path = filepath.Join(runsDir(), strconv.Itoa(r.PID)+".json")
+		g.path = filepath.Join(g.dir, strconv.Itoa(r.PID)+".json")
 	case record.KindStep, record.KindOOM:
 		g.last = r
 	default:

@@ -34,19 +34,52 @@ Examples:
   batchfit watch --count 1              # one reading, then exit
 `
 
-// openSMI opens the GPU reader; tests replace it with a fake.
-var openSMI = smi.Open
+// hooks are what watch and run reach of this machine besides files: its
+// GPUs, its clock and zone, its processes and where runs publish their
+// state. A test gives its own on its env, so tests that stand in for them
+// run side by side; a nil field is the real one.
+type hooks struct {
+	openSMI       func() (smi.Reader, error)
+	now           func() time.Time
+	zone          *time.Location
+	runsDir       func() string
+	processExists func(pid int) bool
+}
 
-// now is the clock of watch's readings and zone where it shows them;
-// tests fix both.
-var (
-	now  = time.Now
-	zone = time.Local
-)
+func (h hooks) openGPUs() (smi.Reader, error) {
+	if h.openSMI != nil {
+		return h.openSMI()
+	}
+	return smi.Open()
+}
 
-// processExists tells whether a run's child is still there; tests stand
-// in for it.
-var processExists = func(pid int) bool {
+func (h hooks) clock() time.Time {
+	if h.now != nil {
+		return h.now()
+	}
+	return time.Now()
+}
+
+func (h hooks) location() *time.Location {
+	if h.zone != nil {
+		return h.zone
+	}
+	return time.Local
+}
+
+// runs is where runs publish their state (see defaultRunsDir).
+func (h hooks) runs() string {
+	if h.runsDir != nil {
+		return h.runsDir()
+	}
+	return defaultRunsDir()
+}
+
+// exists tells whether a run's child is still there.
+func (h hooks) exists(pid int) bool {
+	if h.processExists != nil {
+		return h.processExists(pid)
+	}
 	_, err := os.Stat("/proc/" + strconv.Itoa(pid))
 	return err == nil
 }
@@ -100,7 +133,7 @@ func runWatch(e *env, args []string) (err error) {
 	if *count < 0 {
 		return usagef("--count must not be negative")
 	}
-	r, err := openSMI()
+	r, err := e.hooks.openGPUs()
 	if err != nil {
 		if errors.Is(err, smi.ErrNoDriver) {
 			return fmt.Errorf("%w: batchfit watch needs an NVIDIA GPU and its driver on this machine", err)
@@ -140,7 +173,7 @@ func runWatch(e *env, args []string) (err error) {
 		if err != nil {
 			return fmt.Errorf("reading the GPUs: %w", err)
 		}
-		frame := watchFrame(gpus, readRuns(runsDir()))
+		frame := watchFrame(e.hooks.clock(), gpus, readRuns(e.hooks.runs(), e.hooks.exists))
 		if rec != nil {
 			b, _ := json.Marshal(frame)
 			if _, err := rec.Write(append(b, '\n')); err != nil {
@@ -160,7 +193,7 @@ func runWatch(e *env, args []string) (err error) {
 		for _, line := range processChanges(prev, gpus) {
 			fmt.Fprintln(stdout, line)
 		}
-		writeWatch(stdout, frame)
+		writeWatch(stdout, frame, e.hooks.location())
 		prev = gpus
 	}
 	return nil
@@ -168,7 +201,7 @@ func runWatch(e *env, args []string) (err error) {
 
 // readRuns reads the states 'batchfit run' publishes, by the child's PID;
 // the state of a process that no longer exists is left out.
-func readRuns(dir string) map[int]RunState {
+func readRuns(dir string, exists func(pid int) bool) map[int]RunState {
 	out := map[int]RunState{}
 	ents, err := os.ReadDir(dir)
 	if err != nil {
@@ -186,7 +219,7 @@ func readRuns(dir string) map[int]RunState {
 		if json.Unmarshal(b, &st) != nil || st.PID <= 0 {
 			continue
 		}
-		if !processExists(st.PID) {
+		if !exists(st.PID) {
 			continue
 		}
 		out[st.PID] = st
@@ -194,8 +227,8 @@ func readRuns(dir string) map[int]RunState {
 	return out
 }
 
-func watchFrame(gpus []smi.GPU, runs map[int]RunState) WatchFrame {
-	f := WatchFrame{Kind: "gpus", Time: now().UTC().Format(time.RFC3339Nano)}
+func watchFrame(now time.Time, gpus []smi.GPU, runs map[int]RunState) WatchFrame {
+	f := WatchFrame{Kind: "gpus", Time: now.UTC().Format(time.RFC3339Nano)}
 	for _, g := range gpus {
 		wg := WatchGPUJSON{GPU: g}
 		wg.GPU.Processes = nil
@@ -274,7 +307,7 @@ func percent(n int) string {
 	return strconv.Itoa(n) + "%"
 }
 
-func writeWatch(w io.Writer, f WatchFrame) {
+func writeWatch(w io.Writer, f WatchFrame, zone *time.Location) {
 	t, _ := time.Parse(time.RFC3339Nano, f.Time)
 	fmt.Fprintf(w, "%s\n", t.In(zone).Format("15:04:05"))
 	if len(f.GPUs) == 0 {

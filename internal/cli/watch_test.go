@@ -13,20 +13,27 @@ import (
 	"github.com/batchfit/batchfit/smi"
 )
 
-// fakeGPUs puts a fake reader, a fixed clock and an empty runs directory
-// in place for one test.
-func fakeGPUs(t *testing.T, f *smi.Fake) string {
+// fakeGPUs gives a fake reader, a fixed clock and an empty runs directory
+// to the commands one test runs (with runHooks), and returns the
+// directory.
+func fakeGPUs(t *testing.T, f *smi.Fake) (hooks, string) {
 	t.Helper()
-	oldOpen, oldNow, oldZone, oldRuns, oldExists := openSMI, now, zone, runsDir, processExists
-	openSMI = func() (smi.Reader, error) { return f, nil }
-	now = func() time.Time { return time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC) }
-	zone = time.UTC
 	dir := t.TempDir()
-	runsDir = func() string { return dir }
-	// 1234 is the job 'batchfit run' started; every other PID has ended
-	processExists = func(pid int) bool { return pid == 1234 }
-	t.Cleanup(func() { openSMI, now, zone, runsDir, processExists = oldOpen, oldNow, oldZone, oldRuns, oldExists })
-	return dir
+	return hooks{
+		openSMI: func() (smi.Reader, error) { return f, nil },
+		now:     func() time.Time { return time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC) },
+		zone:    time.UTC,
+		runsDir: func() string { return dir },
+		// 1234 is the job 'batchfit run' started; every other PID has ended
+		processExists: func(pid int) bool { return pid == 1234 },
+	}, dir
+}
+
+// runHooks is run with the machine's stand-ins given.
+func runHooks(h hooks, args ...string) (string, string, int) {
+	var out, errb strings.Builder
+	code := RunWith(args, &out, &errb, Options{hooks: h})
+	return out.String(), errb.String(), code
 }
 
 func i64(v int64) *int64 { return &v }
@@ -34,6 +41,7 @@ func i64(v int64) *int64 { return &v }
 // A reading of two GPUs, one running a job that 'batchfit run' started,
 // one process leaving and one appearing between readings.
 func TestWatch(t *testing.T) {
+	t.Parallel()
 	const gib = 1 << 30
 	me := 1234
 	a := []smi.GPU{
@@ -45,7 +53,7 @@ func TestWatch(t *testing.T) {
 		Processes: []smi.Process{{PID: 777, Used: -1}}}}
 	b[0].Processes = []smi.Process{a[0].Processes[0]}
 	f := &smi.Fake{Frames: [][]smi.GPU{a, b}}
-	dir := fakeGPUs(t, f)
+	h, dir := fakeGPUs(t, f)
 	st := RunState{PID: me, Command: []string{"python", "train.py"}, Args: []string{"--model", "resnet50"},
 		Start: &record.Record{Kind: record.KindStart, PID: me, Torch: "2.5.1"},
 		Last:  &record.Record{Kind: record.KindStep, Seq: 12, Step: 12, Reserved: i64(42 * gib), Allocated: i64(30 * gib), MaxAllocated: i64(40 * gib)}}
@@ -54,7 +62,7 @@ func TestWatch(t *testing.T) {
 	os.WriteFile(filepath.Join(dir, "2.json"), []byte(`{"pid": 4242, "command": ["ended"]}`), 0o644) // a state left by a run that is over
 	os.WriteFile(filepath.Join(dir, "3.json"), []byte(`not json`), 0o644)
 
-	out, errs, code := run("watch", "--count", "2", "--interval", "10ms")
+	out, errs, code := runHooks(h, "watch", "--count", "2", "--interval", "10ms")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
@@ -89,11 +97,12 @@ func TestWatch(t *testing.T) {
 // --json prints one reading a line; --out writes the same lines, which
 // validate reads as the recording of the job it saw.
 func TestWatchJSON(t *testing.T) {
+	t.Parallel()
 	const gib = 1 << 30
 	me := 1234
 	g := []smi.GPU{{Index: 0, Name: "NVIDIA H100 80GB HBM3", Total: 85520809984, Used: 5 * gib, Free: 85520809984 - 5*gib, Util: 50, MemUtil: 20,
 		Processes: []smi.Process{{PID: me, Name: "python", Used: 5 * gib}}}}
-	dir := fakeGPUs(t, &smi.Fake{Frames: [][]smi.GPU{g}})
+	h, dir := fakeGPUs(t, &smi.Fake{Frames: [][]smi.GPU{g}})
 	yes := true
 	st := RunState{PID: me, Command: []string{"python", "train.py"}, Args: []string{"--model", "resnet18", "--batch", "64"},
 		Start: &record.Record{Kind: record.KindStart, PID: me, Torch: "2.5.1", CUDA: &yes, Device: "NVIDIA H100 80GB HBM3", DeviceTotal: i64(85520809984), Capability: "9.0"},
@@ -102,7 +111,7 @@ func TestWatchJSON(t *testing.T) {
 	js, _ := json.Marshal(st)
 	os.WriteFile(filepath.Join(dir, "x.json"), js, 0o644)
 	outFile := filepath.Join(t.TempDir(), "watch.jsonl")
-	out, errs, code := run("watch", "--count", "3", "--interval", "10ms", "--json", "--out", outFile)
+	out, errs, code := runHooks(h, "watch", "--count", "3", "--interval", "10ms", "--json", "--out", outFile)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
@@ -132,16 +141,17 @@ func TestWatchJSON(t *testing.T) {
 }
 
 func TestWatchErrors(t *testing.T) {
-	fakeGPUs(t, &smi.Fake{Err: errors.New("GPU is lost")})
-	if _, errs, code := run("watch", "--count", "1"); code != 1 || !strings.Contains(errs, "reading the GPUs: GPU is lost") {
+	t.Parallel()
+	h, _ := fakeGPUs(t, &smi.Fake{Err: errors.New("GPU is lost")})
+	if _, errs, code := runHooks(h, "watch", "--count", "1"); code != 1 || !strings.Contains(errs, "reading the GPUs: GPU is lost") {
 		t.Errorf("exit %d: %s", code, errs)
 	}
-	openSMI = func() (smi.Reader, error) { return nil, smi.ErrNoDriver }
-	if _, errs, code := run("watch"); code != 1 || !strings.Contains(errs, "no NVIDIA driver found") {
+	h.openSMI = func() (smi.Reader, error) { return nil, smi.ErrNoDriver }
+	if _, errs, code := runHooks(h, "watch"); code != 1 || !strings.Contains(errs, "no NVIDIA driver found") {
 		t.Errorf("no driver: exit %d: %s", code, errs)
 	}
 	for _, args := range [][]string{{"watch", "--interval", "1ns"}, {"watch", "--count", "-1"}, {"watch", "extra"}} {
-		if _, _, code := run(args...); code != 2 {
+		if _, _, code := runHooks(h, args...); code != 2 {
 			t.Errorf("%v: exit %d, want 2", args, code)
 		}
 	}
@@ -150,6 +160,7 @@ func TestWatchErrors(t *testing.T) {
 // On this machine NVML either works or says plainly that there is no
 // driver.
 func TestOpenNVML(t *testing.T) {
+	t.Parallel()
 	r, err := smi.Open()
 	if err == nil {
 		defer r.Close()
