@@ -91,7 +91,9 @@ func (m *Model) Build(c models.Config) (*graph.Graph, error) {
 		}
 	}
 	blocks := blockModules(f.Modules)
-	for i := 0; i < len(f.Ops) && x.err == nil && b.Err() == nil; {
+	// group is one torch function call (or one aten op) from op i; it
+	// returns where the next starts.
+	group := func(i int) int {
 		j := i + 1
 		o := &f.Ops[i]
 		if o.FnCall != 0 {
@@ -99,34 +101,44 @@ func (m *Model) Build(c models.Config) (*graph.Graph, error) {
 				j++
 			}
 		}
-		blk := blockOf(blocks, o.Module)
-		run := func() {
-			body := func() {
-				if !x.group(f.Ops[i:j]) {
-					for k := i; k < j && x.err == nil && b.Err() == nil; k++ {
-						x.aten(&f.Ops[k])
-					}
+		body := func() {
+			if !x.group(f.Ops[i:j]) {
+				for k := i; k < j && x.err == nil && b.Err() == nil; k++ {
+					x.aten(&f.Ops[k])
 				}
 			}
-			if !o.Grad {
-				// torch.no_grad(), or a custom Function's forward
-				b.NoGrad(body)
-			} else {
-				body()
-			}
-			if c := f.Ops[j-1].CustomCall; c != 0 && (j == len(f.Ops) || f.Ops[j].CustomCall != c) {
-				x.custom(&f.Ops[j-1], c)
-			}
 		}
-		if blk != "" {
-			x.scope = blk
-			b.Block(blk, run)
-			x.scope = ""
+		if !o.Grad {
+			// torch.no_grad(), or a custom Function's forward
+			b.NoGrad(body)
 		} else {
-			run()
+			body()
+		}
+		if c := f.Ops[j-1].CustomCall; c != 0 && (j == len(f.Ops) || f.Ops[j].CustomCall != c) {
+			x.custom(&f.Ops[j-1], c)
 		}
 		x.release(i, j)
-		i = j
+		return j
+	}
+	ok := func() bool { return x.err == nil && b.Err() == nil }
+	for i := 0; i < len(f.Ops) && ok(); {
+		blk := blockOf(blocks, f.Ops[i].Module)
+		if blk == "" {
+			i = group(i)
+			continue
+		}
+		// One call of a block module is one graph block, all its ops
+		// together: torch.utils.checkpoint wraps the module's forward
+		// whole, keeping only what the call reads from outside and
+		// recomputing the rest in backward. A block per op would keep
+		// every op's input instead.
+		x.scope = blk
+		b.Block(blk, func() {
+			for i < len(f.Ops) && ok() && blockOf(blocks, f.Ops[i].Module) == blk {
+				i = group(i)
+			}
+		})
+		x.scope = ""
 	}
 	if x.err != nil {
 		return nil, x.err

@@ -46,7 +46,7 @@ IMAGE = 32
 # their captures are held to the whole-step CPU reference (step.py's
 # capture-NAME cases).
 # An entry NAME:FACTORY captures another factory of the file than make.
-EXAMPLES = ["customfn", "finetune", "inplace", "rnn", "transformer", "unet", "nnunet2d:make_small"]
+EXAMPLES = ["customfn", "encoder", "finetune", "inplace", "rnn", "transformer", "unet", "nnunet2d:make_small"]
 
 
 # Published-throughput workloads that are captures (testdata/throughput
