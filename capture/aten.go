@@ -33,8 +33,18 @@ type bctx struct {
 
 // ruleError is the one-line refusal of an op batchfit has no rule for.
 func (c *bctx) ruleError(o *op, why string) error {
-	mod := o.Module
-	msg := fmt.Sprintf("capture: %s: op %s (module %q) has no rule in batchfit", c.m.path, o.Aten, mod)
+	mod := fmt.Sprintf("%q", o.Module)
+	if o.Module == "" {
+		// the model itself: its path is empty, so it is named by its class
+		typ := "?"
+		for _, m := range c.m.f.Modules {
+			if m.Path == "" {
+				typ = m.Type
+			}
+		}
+		mod = "<root: " + typ + ">"
+	}
+	msg := fmt.Sprintf("capture: %s: op %s (module %s) has no rule in batchfit", c.m.path, o.Aten, mod)
 	if why != "" {
 		msg += ": " + why
 	}
@@ -65,6 +75,7 @@ func (m *Model) Build(c models.Config) (*graph.Graph, error) {
 			x.lastUse[t] = i
 		}
 	}
+	conv1 := conv1dWeights(f)
 	// Parameters and buffers first, in the recording's order (that of
 	// model.named_parameters() and named_buffers()); then the batch.
 	for i := range f.Tensors {
@@ -73,7 +84,12 @@ func (m *Model) Build(c models.Config) (*graph.Graph, error) {
 		case "parameter":
 			dt, _ := graph.ParseDType(t.DType)
 			b.ParamDT = dt
-			x.ids[i] = b.NamedParam(t.Name, x.shape(t), t.RequiresGrad)
+			s := x.shape(t)
+			if conv1[i] {
+				// [out, in, k] as [out, in, 1, k]: see conv1d
+				s = graph.Shape{s[0], s[1], 1, s[2]}
+			}
+			x.ids[i] = b.NamedParam(t.Name, s, t.RequiresGrad)
 		case "buffer":
 			dt, _ := graph.ParseDType(t.DType)
 			x.ids[i] = b.NamedBuffer(t.Name, x.shape(t), dt)

@@ -11,6 +11,7 @@ _checkpoint_without_reentrant), so they are counted instead.
 
     /usr/bin/python3 capture/testdata/checkpoint_saved.py examples/capture/transformer.py:make:blocks 16
     /usr/bin/python3 capture/testdata/checkpoint_saved.py examples/capture/encoder.py:make:enc.layers 8
+    /usr/bin/python3 capture/testdata/checkpoint_saved.py examples/capture/gru.py:make 8   # no blocks: none only
 """
 import importlib.util
 import sys
@@ -20,7 +21,7 @@ import torch.utils.checkpoint as cp
 
 
 def load(spec):
-    path, fn, attr = spec.split(":")
+    path, fn, attr = (spec.split(":") + [""])[:3]
     s = importlib.util.spec_from_file_location("m", path)
     m = importlib.util.module_from_spec(s)
     s.loader.exec_module(m)
@@ -48,10 +49,10 @@ def saved(spec, batch, checkpoint):
         keep(t)
         return t
 
-    blocks = model
-    for a in attr.split("."):
-        blocks = getattr(blocks, a)
     if checkpoint:
+        blocks = model
+        for a in attr.split("."):
+            blocks = getattr(blocks, a)
         for blk in blocks:
             fwd = blk.forward
 
@@ -71,5 +72,5 @@ def saved(spec, batch, checkpoint):
 
 if __name__ == "__main__":
     spec, batch = sys.argv[1], int(sys.argv[2])
-    for c in (False, True):
+    for c in (False, True) if spec.count(":") > 1 else (False,):
         print("%s %d" % ("full" if c else "none", saved(spec, batch, c)))
