@@ -33,8 +33,18 @@ type bctx struct {
 
 // ruleError is the one-line refusal of an op batchfit has no rule for.
 func (c *bctx) ruleError(o *op, why string) error {
-	mod := o.Module
-	msg := fmt.Sprintf("capture: %s: op %s (module %q) has no rule in batchfit", c.m.path, o.Aten, mod)
+	mod := fmt.Sprintf("%q", o.Module)
+	if o.Module == "" {
+		// the model itself: its path is empty, so it is named by its class
+		typ := "?"
+		for _, m := range c.m.f.Modules {
+			if m.Path == "" {
+				typ = m.Type
+			}
+		}
+		mod = "<root: " + typ + ">"
+	}
+	msg := fmt.Sprintf("capture: %s: op %s (module %s) has no rule in batchfit", c.m.path, o.Aten, mod)
 	if why != "" {
 		msg += ": " + why
 	}
@@ -65,6 +75,7 @@ func (m *Model) Build(c models.Config) (*graph.Graph, error) {
 			x.lastUse[t] = i
 		}
 	}
+	conv1 := conv1dWeights(f)
 	// Parameters and buffers first, in the recording's order (that of
 	// model.named_parameters() and named_buffers()); then the batch.
 	for i := range f.Tensors {
@@ -73,7 +84,12 @@ func (m *Model) Build(c models.Config) (*graph.Graph, error) {
 		case "parameter":
 			dt, _ := graph.ParseDType(t.DType)
 			b.ParamDT = dt
-			x.ids[i] = b.NamedParam(t.Name, x.shape(t), t.RequiresGrad)
+			s := x.shape(t)
+			if conv1[i] {
+				// [out, in, k] as [out, in, 1, k]: see conv1d
+				s = graph.Shape{s[0], s[1], 1, s[2]}
+			}
+			x.ids[i] = b.NamedParam(t.Name, s, t.RequiresGrad)
 		case "buffer":
 			dt, _ := graph.ParseDType(t.DType)
 			x.ids[i] = b.NamedBuffer(t.Name, x.shape(t), dt)
@@ -91,7 +107,9 @@ func (m *Model) Build(c models.Config) (*graph.Graph, error) {
 		}
 	}
 	blocks := blockModules(f.Modules)
-	for i := 0; i < len(f.Ops) && x.err == nil && b.Err() == nil; {
+	// group is one torch function call (or one aten op) from op i; it
+	// returns where the next starts.
+	group := func(i int) int {
 		j := i + 1
 		o := &f.Ops[i]
 		if o.FnCall != 0 {
@@ -99,34 +117,44 @@ func (m *Model) Build(c models.Config) (*graph.Graph, error) {
 				j++
 			}
 		}
-		blk := blockOf(blocks, o.Module)
-		run := func() {
-			body := func() {
-				if !x.group(f.Ops[i:j]) {
-					for k := i; k < j && x.err == nil && b.Err() == nil; k++ {
-						x.aten(&f.Ops[k])
-					}
+		body := func() {
+			if !x.group(f.Ops[i:j]) {
+				for k := i; k < j && x.err == nil && b.Err() == nil; k++ {
+					x.aten(&f.Ops[k])
 				}
 			}
-			if !o.Grad {
-				// torch.no_grad(), or a custom Function's forward
-				b.NoGrad(body)
-			} else {
-				body()
-			}
-			if c := f.Ops[j-1].CustomCall; c != 0 && (j == len(f.Ops) || f.Ops[j].CustomCall != c) {
-				x.custom(&f.Ops[j-1], c)
-			}
 		}
-		if blk != "" {
-			x.scope = blk
-			b.Block(blk, run)
-			x.scope = ""
+		if !o.Grad {
+			// torch.no_grad(), or a custom Function's forward
+			b.NoGrad(body)
 		} else {
-			run()
+			body()
+		}
+		if c := f.Ops[j-1].CustomCall; c != 0 && (j == len(f.Ops) || f.Ops[j].CustomCall != c) {
+			x.custom(&f.Ops[j-1], c)
 		}
 		x.release(i, j)
-		i = j
+		return j
+	}
+	ok := func() bool { return x.err == nil && b.Err() == nil }
+	for i := 0; i < len(f.Ops) && ok(); {
+		blk := blockOf(blocks, f.Ops[i].Module)
+		if blk == "" {
+			i = group(i)
+			continue
+		}
+		// One call of a block module is one graph block, all its ops
+		// together: torch.utils.checkpoint wraps the module's forward
+		// whole, keeping only what the call reads from outside and
+		// recomputing the rest in backward. A block per op would keep
+		// every op's input instead.
+		x.scope = blk
+		b.Block(blk, func() {
+			for i < len(f.Ops) && ok() && blockOf(blocks, f.Ops[i].Module) == blk {
+				i = group(i)
+			}
+		})
+		x.scope = ""
 	}
 	if x.err != nil {
 		return nil, x.err

@@ -90,7 +90,7 @@ func TestReadErrors(t *testing.T) {
 		{"wrong type", edit(`"version": 1`, `"version": "one"`), `field "version"`},
 		{"batches", edit(`"captured": [`, `"captured": [3, `), "want two increasing batch sizes"},
 		{"tensor out of range", edit(`"args": [{"t": 0}]`, `"args": [{"t": 99}]`), "tensor 99 out of range"},
-		{"unknown op", edit(`"aten": "aten::relu_"`, `"aten": "aten::frobnicate_"`), `op aten::frobnicate_ (module "") has no rule in batchfit`},
+		{"unknown op", edit(`"aten": "aten::relu_"`, `"aten": "aten::frobnicate_"`), `op aten::frobnicate_ (module <root: Net>) has no rule in batchfit`},
 		{"role", edit(`"role": "input"`, `"role": "weights"`), `role "weights"`},
 		{"dtype", edit(`"dtype": "int64"`, `"dtype": "int3"`), `unknown dtype "int3"`},
 		{"no loss", edit(`"loss": 7,`, ``), "no loss"},

@@ -307,6 +307,9 @@ func (x *bctx) aten(o *op) {
 		return
 	}
 
+	if x.atenSaved(o) {
+		return
+	}
 	if name == "slice" && len(o.Out) == 1 && len(as) > 1 {
 		// x[a:b:c]: a view whose backward writes into zeros of x's size
 		// (slice_backward), the builders' Slice
@@ -376,8 +379,9 @@ func (x *bctx) aten(o *op) {
 			return
 		}
 	}
-	if len(o.Out) > 1 {
-		// multi-output views such as split and unbind
+	if len(o.Out) > 0 {
+		// multi-output views such as split and unbind (one output when
+		// the dimension has size 1: at::gru's unbind of a one-layer h0)
 		switch name {
 		case "split", "split_with_sizes", "unbind", "chunk", "unsafe_split", "unsafe_split_with_sizes", "tensor_split":
 			for i := range o.Out {
@@ -425,8 +429,12 @@ func (x *bctx) aten(o *op) {
 	case "convolution", "_convolution":
 		transposed, _ := as[6].boolean()
 		r := rec(0)
+		if r != nil && len(r.Shape) == 3 && !transposed {
+			x.set(out(0), x.conv1d(o, mod))
+			return
+		}
 		if r == nil || len(r.Shape) != 4 {
-			x.err = x.ruleError(o, "only 2-D convolution")
+			x.err = x.ruleError(o, "only 1-D and 2-D convolution")
 			return
 		}
 		w := t(1)

@@ -46,7 +46,8 @@ IMAGE = 32
 # their captures are held to the whole-step CPU reference (step.py's
 # capture-NAME cases).
 # An entry NAME:FACTORY captures another factory of the file than make.
-EXAMPLES = ["customfn", "finetune", "inplace", "rnn", "transformer", "unet", "nnunet2d:make_small"]
+EXAMPLES = ["amax", "clamp", "conv1d", "customfn", "encoder", "finetune", "groupnorm", "gru", "inplace", "normalize", "rnn",
+            "transformer", "unet", "nnunet2d:make_small"]
 
 
 # Published-throughput workloads that are captures (testdata/throughput

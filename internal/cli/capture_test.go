@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -66,6 +67,13 @@ func TestCaptureThenEstimate(t *testing.T) {
 	}
 	if _, err := os.Stat(out); err != nil {
 		t.Errorf("no graph file: %v", err)
+	}
+	// with --json, standard output is the JSON alone: the capture's own
+	// line goes to standard error
+	stdout, stderr, code = run("capture", "../../examples/capture/inplace.py:make", "--python", py, "-o", out, "--", "estimate", "--batch", "64", "--gpu", "t4", "--json")
+	var js map[string]any
+	if err := json.Unmarshal([]byte(stdout), &js); code != 0 || err != nil || !strings.Contains(stderr, "captured") {
+		t.Errorf("--json: exit %d, %v\nstdout:\n%s\nstderr:\n%s", code, err, stdout, stderr)
 	}
 	_, stderr, code = run("capture", "../../examples/capture/inplace.py:make", "--", "watch")
 	if code != 2 || !strings.Contains(stderr, "want estimate, sweep, maxbatch or plan") {
