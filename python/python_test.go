@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/batchfit/batchfit/version"
@@ -36,16 +37,40 @@ func hasModule(python, mod string) bool {
 	return exec.Command(python, "-c", "import "+mod).Run() == nil
 }
 
-// binary builds the command into the test's temporary directory.
+// binary builds the command once for the package's tests.
 func binary(t *testing.T) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "batchfit")
-	cmd := exec.Command(goCmd(), "build", "-o", bin, "../cmd/batchfit")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "batchfit-python-test")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		built = filepath.Join(dir, "batchfit")
+		cmd := exec.Command(goCmd(), "build", "-o", built, "../cmd/batchfit")
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
 	}
-	return bin
+	return built
+}
+
+var (
+	buildOnce sync.Once
+	built     string
+	buildErr  error
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if built != "" {
+		os.RemoveAll(filepath.Dir(built))
+	}
+	os.Exit(code)
 }
 
 func goCmd() string { return filepath.Join(runtime.GOROOT(), "bin", "go") }
@@ -70,14 +95,34 @@ func TestPythonAPI(t *testing.T) {
 	unittest(t, debianPython, binary(t), "test_api.py")
 }
 
-// The Trainer callback in a real one-step run, with transformers from the
-// package index (python/requirements-test.txt) in the environment
-// BATCHFIT_PYENV names (its python), which .ci/run makes.
-func TestHuggingFaceCallback(t *testing.T) {
+// pyenv is the interpreter BATCHFIT_PYENV names: PyTorch 2.x, Lightning
+// and transformers from the package index (python/requirements-test.txt),
+// which .ci/run makes.
+func pyenv(t *testing.T, mods ...string) string {
+	t.Helper()
 	py := os.Getenv("BATCHFIT_PYENV")
-	ok := py != "" && hasModule(py, "transformers") && hasModule(py, "torch")
-	need(t, ok, "BATCHFIT_REQUIRE_PYENV", "an interpreter with transformers (BATCHFIT_PYENV)")
-	unittest(t, py, binary(t), "test_huggingface.py")
+	ok := py != ""
+	for _, m := range mods {
+		ok = ok && hasModule(py, m)
+	}
+	need(t, ok, "BATCHFIT_REQUIRE_PYENV", "an interpreter with "+strings.Join(mods, ", ")+" (BATCHFIT_PYENV)")
+	return py
+}
+
+// The same API tests under PyTorch 2.x: the capture's 2.x paths (the
+// meta device context, untyped storages) on the user's own module.
+func TestPythonAPITorch2(t *testing.T) {
+	unittest(t, pyenv(t, "torch"), binary(t), "test_api.py")
+}
+
+// The Trainer callback in a real one-step run of transformers' Trainer.
+func TestHuggingFaceCallback(t *testing.T) {
+	unittest(t, pyenv(t, "torch", "transformers"), binary(t), "test_huggingface.py")
+}
+
+// The Lightning callback in a real one-step fit.
+func TestLightningCallback(t *testing.T) {
+	unittest(t, pyenv(t, "torch", "lightning"), binary(t), "test_lightning.py")
 }
 
 // The linux wheel is well formed (PEP 427: every file's hash in RECORD, the

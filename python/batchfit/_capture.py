@@ -38,16 +38,17 @@ def _module() -> ModuleType:
     return mod
 
 
-def meta_copy(module: Any) -> Any:
+def meta_copy(module: Any, keep: tuple[Any, ...] = ()) -> Any:
     """A copy of module whose parameters and buffers are meta tensors.
 
     copy.deepcopy consults its memo before copying anything, so a memo that
     already maps every parameter and buffer to a meta tensor of its shape
     copies the module's structure and leaves the weights alone (no host or
-    GPU memory for them)."""
+    GPU memory for them). Objects in keep are shared, not copied (a
+    trainer the module refers to)."""
     import torch
 
-    memo: dict[int, Any] = {}
+    memo: dict[int, Any] = {id(k): k for k in keep}
     for t in itertools.chain(module.parameters(), module.buffers()):
         if id(t) in memo:
             continue
@@ -58,7 +59,8 @@ def meta_copy(module: Any) -> Any:
     return copy.deepcopy(module, memo)
 
 
-def factory_for(model: Any, example_inputs: Any, targets: Any, loss: Callable[..., Any] | None) -> tuple[Callable[..., Any], str]:
+def factory_for(model: Any, example_inputs: Any, targets: Any, loss: Callable[..., Any] | None,
+                keep: tuple[Any, ...] = ()) -> tuple[Callable[..., Any], str]:
     """The capture module's factory for what the caller passed: a module
     instance with its example inputs, or a factory of the capture contract
     (``make(batch_size) -> {"model", "inputs", "targets", "loss"}``)."""
@@ -72,7 +74,7 @@ def factory_for(model: Any, example_inputs: Any, targets: Any, loss: Callable[..
         def make() -> dict[str, Any]:
             # a factory without a batch_size parameter: the capture resizes
             # dim 0 of every input and target tensor itself
-            return {"model": meta_copy(module), "inputs": example_inputs, "targets": targets, "loss": loss}
+            return {"model": meta_copy(module, keep), "inputs": example_inputs, "targets": targets, "loss": loss}
         return make, type(model).__name__
     if callable(model):
         if example_inputs is not None:
@@ -82,11 +84,11 @@ def factory_for(model: Any, example_inputs: Any, targets: Any, loss: Callable[..
 
 
 def capture(model: Any, example_inputs: Any = None, targets: Any = None, loss: Callable[..., Any] | None = None,
-            out: str | None = None) -> str:
+            out: str | None = None, keep: tuple[Any, ...] = ()) -> str:
     """Capture the model into a .bfgraph file and return its path (a new
     temporary file unless out names one)."""
     bf = _module()
-    fn, name = factory_for(model, example_inputs, targets, loss)
+    fn, name = factory_for(model, example_inputs, targets, loss, keep)
     if out is None:
         fd, out = tempfile.mkstemp(prefix="batchfit-", suffix=".bfgraph")
         os.close(fd)

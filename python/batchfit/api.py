@@ -36,18 +36,19 @@ def _flags(options: dict[str, Any]) -> list[str]:
     return out
 
 
-def _source(model: Any, example_inputs: Any, targets: Any, loss: Callable[..., Any] | None) -> tuple[str, str | None]:
+def _source(model: Any, example_inputs: Any, targets: Any, loss: Callable[..., Any] | None,
+            keep: tuple[Any, ...] = ()) -> tuple[str, str | None]:
     if isinstance(model, (str, os.PathLike)):
         if example_inputs is not None:
             raise ValueError("example_inputs go with a module, not a zoo name or a path")
         return os.fspath(model), None
-    path = capture(model, example_inputs, targets, loss)
+    path = capture(model, example_inputs, targets, loss, keep=keep)
     return path, path
 
 
 def _run(cmd: str, model: Any, example_inputs: Any, targets: Any, loss: Any, options: dict[str, Any],
-         extra: Sequence[str] = ()) -> Any:
-    src, tmp = _source(model, example_inputs, targets, loss)
+         extra: Sequence[str] = (), keep: tuple[Any, ...] = ()) -> Any:
+    src, tmp = _source(model, example_inputs, targets, loss, keep)
     try:
         return _binary.run([cmd, src, "--json"] + list(extra) + _flags(options))
     finally:
@@ -83,11 +84,14 @@ def estimate(model: Any, example_inputs: Any = None, *, batch_size: int, targets
 
 def max_batch(model: Any, example_inputs: Any = None, *, targets: Any = None, loss: Callable[..., Any] | None = None,
               gpu: str = "h100-80gb", precision: str = "32-true", optimizer: str = "adam", checkpoint: str = "none",
-              **options: Any) -> MaxBatch:
+              keep: tuple[Any, ...] = (), **options: Any) -> MaxBatch:
     """The largest batch that fits on gpu, leaving the margin its band has
-    earned on real GPUs (the command line's ``maxbatch``)."""
+    earned on real GPUs (the command line's ``maxbatch``).
+
+    ``keep`` are objects the module refers to that its meta copy shares
+    rather than copies (a trainer it holds)."""
     d = _run("maxbatch", model, example_inputs, targets, loss,
-             dict(gpu=gpu, precision=precision, optimizer=optimizer, checkpoint=checkpoint, **options))
+             dict(gpu=gpu, precision=precision, optimizer=optimizer, checkpoint=checkpoint, **options), keep=keep)
     return MaxBatch.from_json(d)
 
 
