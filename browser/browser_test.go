@@ -25,6 +25,7 @@ import (
 
 	"github.com/batchfit/batchfit/internal/chart"
 	"github.com/batchfit/batchfit/internal/cli"
+	"github.com/batchfit/batchfit/internal/report"
 )
 
 // The browser tests drive Debian's chromium (or $BATCHFIT_CHROMIUM) through
@@ -168,8 +169,8 @@ func checkBytes(t *testing.T, where string, got []shown, want map[string]any) {
 			continue
 		}
 		n := int64(v)
-		if s.Value != strconv.FormatInt(n, 10) || s.Text != cli.FormatBytes(n) {
-			t.Errorf("%s: %s shown as %s (%q), the API says %d (%q)", where, s.Field, s.Value, s.Text, n, cli.FormatBytes(n))
+		if s.Value != strconv.FormatInt(n, 10) || s.Text != report.FormatBytes(n) {
+			t.Errorf("%s: %s shown as %s (%q), the API says %d (%q)", where, s.Field, s.Value, s.Text, n, report.FormatBytes(n))
 		}
 	}
 }
@@ -237,9 +238,9 @@ func TestBrowserPredict(t *testing.T) {
 			continue // tokens/s of a model without tokens
 		}
 		got, err := strconv.ParseFloat(s.Value, 64)
-		want := cli.FormatRate(v)
+		want := report.FormatRate(v)
 		if s.Field == "step_seconds" {
-			want = cli.FormatSeconds(v)
+			want = report.FormatSeconds(v)
 		}
 		if err != nil || got != v || s.Text != want {
 			t.Errorf("%s shown as %s (%q), the API says %v (%q)", s.Field, s.Value, s.Text, v, want)
@@ -409,7 +410,7 @@ func TestBrowserPredict(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("estimate: %s", errs)
 	}
-	var want cli.EstimateJSON
+	var want report.EstimateJSON
 	if err := json.Unmarshal([]byte(out), &want); err != nil {
 		t.Fatal(err)
 	}
@@ -526,7 +527,7 @@ func TestBrowserUploads(t *testing.T) {
 			args = append(args, "--"+k+"="+v)
 		}
 	}
-	var sj cli.SnapshotJSON
+	var sj report.SnapshotJSON
 	if err := json.Unmarshal([]byte(runOK(t, args...)), &sj); err != nil || sj.Prediction == nil {
 		t.Fatalf("snapshot --model: %v", err)
 	}
@@ -634,19 +635,19 @@ func TestBrowserFormatting(t *testing.T) {
 	}
 	bad := 0
 	for i, n := range bytesIn {
-		if got.Bytes[i] != cli.FormatBytes(n) && bad < 10 {
+		if got.Bytes[i] != report.FormatBytes(n) && bad < 10 {
 			bad++
-			t.Errorf("%d bytes: page %q, command line %q", n, got.Bytes[i], cli.FormatBytes(n))
+			t.Errorf("%d bytes: page %q, command line %q", n, got.Bytes[i], report.FormatBytes(n))
 		}
 	}
 	for i, v := range floats {
-		if got.Seconds[i] != cli.FormatSeconds(v) && bad < 20 {
+		if got.Seconds[i] != report.FormatSeconds(v) && bad < 20 {
 			bad++
-			t.Errorf("%v s: page %q, command line %q", v, got.Seconds[i], cli.FormatSeconds(v))
+			t.Errorf("%v s: page %q, command line %q", v, got.Seconds[i], report.FormatSeconds(v))
 		}
-		if got.Rates[i] != cli.FormatRate(v) && bad < 30 {
+		if got.Rates[i] != report.FormatRate(v) && bad < 30 {
 			bad++
-			t.Errorf("rate %v: page %q, command line %q", v, got.Rates[i], cli.FormatRate(v))
+			t.Errorf("rate %v: page %q, command line %q", v, got.Rates[i], report.FormatRate(v))
 		}
 	}
 }
@@ -817,7 +818,7 @@ func TestBrowserSuggestions(t *testing.T) {
 		if it.GPUs != fmt.Sprint(gpus) || it.PerGPU != strconv.FormatFloat(per, 'f', -1, 64) || it.Same != fmt.Sprint(same) {
 			t.Errorf("plan %d shown with %s GPUs, %s samples/s per GPU, same GPUs %s; the API says %v, %v, %v", i+1, it.GPUs, it.PerGPU, it.Same, gpus, per, same)
 		}
-		if !strings.Contains(it.Text, "1 GPU,") || !strings.Contains(it.Text, cli.FormatRate(per)+" samples/s per GPU") {
+		if !strings.Contains(it.Text, "1 GPU,") || !strings.Contains(it.Text, report.FormatRate(per)+" samples/s per GPU") {
 			t.Errorf("plan %d reads %q", i+1, it.Text)
 		}
 		if same {

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/batchfit/batchfit/internal/report"
 	"github.com/batchfit/batchfit/record"
 )
 
@@ -50,7 +51,7 @@ func TestFmtSeconds(t *testing.T) {
 		{0.0000042, "4 µs"},
 	}
 	for _, c := range cases {
-		if got := fmtSeconds(c.s); got != c.want {
+		if got := report.FormatSeconds(c.s); got != c.want {
 			t.Errorf("fmtSeconds(%v) = %q, want %q", c.s, got, c.want)
 		}
 	}

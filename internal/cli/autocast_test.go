@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+
+	"github.com/batchfit/batchfit/internal/server"
 )
 
 // --no-autocast-cache and --autocast-around-loop reach the eval
@@ -33,7 +35,7 @@ func TestAutocastFlags(t *testing.T) {
 		t.Errorf("peak with autocast around the loop %d, around each forward %d: want higher", loop, on)
 	}
 
-	ts := testServer(t, serveOptions{})
+	ts := testServer(t, server.Options{})
 	want := cli(t, "estimate", "mlp", "--batch", "64", "--mode", "eval", "--precision", "bf16-mixed", "--no-autocast-cache", "--json")
 	res, body := postJSON(t, ts.URL+"/api/estimate", map[string]any{"model": "mlp", "batch": 64, "mode": "eval", "precision": "bf16-mixed", "no-autocast-cache": true})
 	if res.StatusCode != 200 || string(body) != want {

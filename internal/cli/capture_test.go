@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/batchfit/batchfit/internal/server"
 )
 
 // A captured graph is a model like a zoo name: on the command line, and
@@ -21,7 +23,7 @@ func TestCapturedGraphSource(t *testing.T) {
 			t.Errorf("%s: captured %q, zoo %q", key, a, b)
 		}
 	}
-	ts := testServer(t, serveOptions{})
+	ts := testServer(t, server.Options{})
 	data, err := os.ReadFile(file)
 	if err != nil {
 		t.Fatal(err)

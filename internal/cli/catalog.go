@@ -6,6 +6,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/batchfit/batchfit/gpu"
+	"github.com/batchfit/batchfit/internal/report"
 	"github.com/batchfit/batchfit/models"
 )
 
@@ -37,12 +38,12 @@ func runModels(e *env, args []string) error {
 		out = append(out, e)
 	}
 	if *asJSON {
-		return writeJSON(stdout, out)
+		return report.WriteJSON(stdout, out)
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "NAME\tFAMILY\tPARAMETERS\tDESCRIPTION")
 	for _, e := range out {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", e.Name, e.Family, commas(e.ParamCount), e.Description)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", e.Name, e.Family, report.Commas(e.ParamCount), e.Description)
 	}
 	return tw.Flush()
 }
@@ -84,7 +85,7 @@ func runGPUs(e *env, args []string) error {
 			r.FP32, r.TF32, r.FP16, r.BF16, r.Bandwidth, r.Source, r.SMs, r.BoostMHz, r.SMSource, r.Achievable.Matmul, r.Achievable.Bandwidth, r.Achievable.Source})
 	}
 	if *asJSON {
-		return writeJSON(stdout, out)
+		return report.WriteJSON(stdout, out)
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "NAME\tDEVICE\tCAPACITY\tNVIDIA-SMI\tCOMPUTE\tCUDA CONTEXT\tFP32\tTF32\tBF16\tFP16\tBANDWIDTH")
@@ -99,8 +100,8 @@ func runGPUs(e *env, args []string) error {
 		if strings.HasPrefix(e.CapacityFrom, "derived") {
 			derived = " *"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s (%d MiB)%s\t%d MiB\t%s\t%s\t%s\t%s\t%s\t%s\t%g TB/s\n", e.Name, e.Device, fmtBytes(e.CapacityBytes), e.CapacityBytes>>20, derived, e.SMITotalBytes>>20,
-			e.Compute, fmtBytes(e.ContextBytes), tf(e.FP32), tf(e.TF32), tf(e.BF16), tf(e.FP16), e.Bandwidth/1e12)
+		fmt.Fprintf(tw, "%s\t%s\t%s (%d MiB)%s\t%d MiB\t%s\t%s\t%s\t%s\t%s\t%s\t%g TB/s\n", e.Name, e.Device, report.FormatBytes(e.CapacityBytes), e.CapacityBytes>>20, derived, e.SMITotalBytes>>20,
+			e.Compute, report.FormatBytes(e.ContextBytes), tf(e.FP32), tf(e.TF32), tf(e.BF16), tf(e.FP16), e.Bandwidth/1e12)
 	}
 	if err := tw.Flush(); err != nil {
 		return err

@@ -10,8 +10,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/batchfit/batchfit/alloc"
 	"github.com/batchfit/batchfit/gpu"
 	"github.com/batchfit/batchfit/internal/chart"
+	"github.com/batchfit/batchfit/internal/report"
 	"github.com/batchfit/batchfit/models"
 	"github.com/batchfit/batchfit/predict"
 	"github.com/batchfit/batchfit/profile"
@@ -57,18 +59,18 @@ func TestSweepChart(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
-	var pts []EstimateJSON
+	var pts []report.EstimateJSON
 	if err := json.Unmarshal([]byte(out), &pts); err != nil {
 		t.Fatal(err)
 	}
 	if got := d.Axes["x"].Ticks; len(got) != 10 || got[0] != 1 || got[9] != 512 {
 		t.Errorf("x ticks %v, want the ten powers of two 1…512", got)
 	}
-	for name, field := range map[string]func(e EstimateJSON) float64{
-		"peak allocated": func(e EstimateJSON) float64 { return float64(e.PeakAllocatedBytes) },
-		"peak reserved":  func(e EstimateJSON) float64 { return float64(e.PeakReservedBytes) },
-		"device total":   func(e EstimateJSON) float64 { return float64(e.DeviceTotalBytes) },
-		"step time":      func(e EstimateJSON) float64 { return e.Time.StepSeconds },
+	for name, field := range map[string]func(e report.EstimateJSON) float64{
+		"peak allocated": func(e report.EstimateJSON) float64 { return float64(e.PeakAllocatedBytes) },
+		"peak reserved":  func(e report.EstimateJSON) float64 { return float64(e.PeakReservedBytes) },
+		"device total":   func(e report.EstimateJSON) float64 { return float64(e.DeviceTotalBytes) },
+		"step time":      func(e report.EstimateJSON) float64 { return e.Time.StepSeconds },
 	} {
 		s := d.Lines[name]
 		if len(s.Points) != len(pts) {
@@ -153,12 +155,12 @@ func TestTimelineChartKeepsThePeaks(t *testing.T) {
 			prof, _ := profile.Lookup("")
 			s := train.Setup{Precision: train.FP32, Optimizer: train.Optimizer{Kind: train.Adam}, Accumulate: 1, Steps: 3, Profile: prof}
 			c.setup(&s)
-			rec := newStepRecorder(20) // few stretches: thinning is exercised
+			rec := alloc.NewStepRecorder(20) // few stretches: thinning is exercised
 			res, err := predict.Run(context.Background(), predict.Request{Source: predict.Zoo{M: m}, Config: m.Small(c.batch, 256), Setup: s, GPU: g, Context: -1, Observe: rec.Observe})
 			if err != nil {
 				t.Fatal(err)
 			}
-			svg, err := timelineChart(res, rec).SVG()
+			svg, err := report.TimelineChart(res, rec).SVG()
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/batchfit/batchfit/internal/report"
 	"github.com/batchfit/batchfit/job"
 	"github.com/batchfit/batchfit/models"
 	"github.com/batchfit/batchfit/predict"
@@ -168,7 +169,7 @@ func RunWith(args []string, stdout, stderr io.Writer, o Options) int {
 			names = append(names, n)
 		}
 		sort.Strings(names)
-		msg := clipQuoted(fmt.Sprintf("batchfit: unknown command %q", args[0]))
+		msg := report.ClipQuoted(fmt.Sprintf("batchfit: unknown command %q", args[0]))
 		if near := models.Nearest(args[0], names, 2); len(near) > 0 {
 			msg += fmt.Sprintf("; did you mean %s?", strings.Join(near, " or "))
 		}
@@ -184,7 +185,7 @@ func RunWith(args []string, stdout, stderr io.Writer, o Options) int {
 		if errors.As(err, &st) {
 			return int(st)
 		}
-		fmt.Fprintf(stderr, "batchfit %s: %s\n", args[0], clipQuoted(err.Error()))
+		fmt.Fprintf(stderr, "batchfit %s: %s\n", args[0], report.ClipQuoted(err.Error()))
 		var cs cannotStart
 		if errors.As(err, &cs) {
 			return 127

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/batchfit/batchfit/internal/report"
 	"github.com/batchfit/batchfit/models"
 	"github.com/batchfit/batchfit/predict"
 )
@@ -371,7 +372,7 @@ func TestInputForms(t *testing.T) {
 		if code != 0 {
 			t.Fatalf("%s estimate: exit %d: %s", f.name, code, errs)
 		}
-		var est EstimateJSON
+		var est report.EstimateJSON
 		if err := json.Unmarshal([]byte(out), &est); err != nil || !est.Fits || est.ParamCount <= 0 {
 			t.Fatalf("%s estimate: %v %s", f.name, err, out)
 		}
@@ -387,7 +388,7 @@ func TestInputForms(t *testing.T) {
 		if code != 0 {
 			t.Fatalf("%s sweep: exit %d: %s", f.name, code, errs)
 		}
-		var pts []EstimateJSON
+		var pts []report.EstimateJSON
 		if err := json.Unmarshal([]byte(out), &pts); err != nil || len(pts) != 3 {
 			t.Fatalf("%s sweep: %v %s", f.name, err, out)
 		}
@@ -400,7 +401,7 @@ func TestInputForms(t *testing.T) {
 		if code != 0 {
 			t.Fatalf("%s maxbatch: exit %d: %s", f.name, code, errs)
 		}
-		var mb MaxBatchJSON
+		var mb report.MaxBatchJSON
 		if err := json.Unmarshal([]byte(out), &mb); err != nil {
 			t.Fatal(err)
 		}
@@ -463,7 +464,7 @@ func TestEveryZooModel(t *testing.T) {
 			if code != 0 && code != 1 {
 				t.Fatalf("estimate: exit %d: %s", code, errs)
 			}
-			var est EstimateJSON
+			var est report.EstimateJSON
 			if err := json.Unmarshal([]byte(out), &est); err != nil || est.ParamCount != m.ParamCount {
 				t.Fatalf("estimate: %v, %d parameters, models says %d", err, est.ParamCount, m.ParamCount)
 			}
@@ -478,7 +479,7 @@ func TestEveryZooModel(t *testing.T) {
 			if code != 0 && (code != 1 || est.Fits) {
 				t.Fatalf("sweep: exit %d: %s", code, errs)
 			}
-			var pts []EstimateJSON
+			var pts []report.EstimateJSON
 			if err := json.Unmarshal([]byte(out), &pts); err != nil || len(pts) != 2 || pts[1].PeakAllocatedBytes != est.PeakAllocatedBytes {
 				t.Fatalf("sweep: %v, %d points, batch 2 does not repeat estimate's peak %d", err, len(pts), est.PeakAllocatedBytes)
 			}
@@ -486,7 +487,7 @@ func TestEveryZooModel(t *testing.T) {
 			if code != 0 && code != 1 {
 				t.Fatalf("maxbatch: exit %d: %s", code, errs)
 			}
-			var mb MaxBatchJSON
+			var mb report.MaxBatchJSON
 			if err := json.Unmarshal([]byte(out), &mb); err != nil {
 				t.Fatalf("maxbatch: %v: %s", err, out)
 			}

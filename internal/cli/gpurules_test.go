@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+
+	"github.com/batchfit/batchfit/internal/server"
 )
 
 // The GPU-only rules through the command line, on the zoo's simpleconv at
@@ -67,7 +69,7 @@ func TestGPURuleFlags(t *testing.T) {
 // The web API takes the two flags as fields, and answers as the command
 // line does.
 func TestServeGPURuleFields(t *testing.T) {
-	ts := testServer(t, serveOptions{})
+	ts := testServer(t, server.Options{})
 	want := cli(t, "estimate", "simpleconv", "--batch", "8", "--gpu", "t4", "--cudnn-benchmark", "--cublas-workspace-config", ":16:8", "--json")
 	res, body := postJSON(t, ts.URL+"/api/estimate", map[string]any{"model": "simpleconv", "batch": 8, "gpu": "t4", "cudnn-benchmark": true, "cublas-workspace-config": ":16:8"})
 	if res.StatusCode != 200 {

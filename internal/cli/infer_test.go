@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+
+	"github.com/batchfit/batchfit/internal/report"
 )
 
 // Llama-3.2-1B cut to 2 layers (8 kv heads of 64 channels), float32,
@@ -16,16 +18,16 @@ func TestGenerateEstimateJSON(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
 	var m struct {
-		Mode       string           `json:"mode"`
-		AtPeak     map[string]int64 `json:"at_peak_bytes"`
-		Generation GenerationJSON   `json:"generation"`
+		Mode       string                `json:"mode"`
+		AtPeak     map[string]int64      `json:"at_peak_bytes"`
+		Generation report.GenerationJSON `json:"generation"`
 	}
 	if err := json.Unmarshal([]byte(out), &m); err != nil {
 		t.Fatal(err)
 	}
 	const row = 2 * 2 * 8 * 64 * 4
 	g := m.Generation
-	want := GenerationJSON{Prompt: 16, NewTokens: 4, Beams: 2, Cache: "dynamic", Rows: 4,
+	want := report.GenerationJSON{Prompt: 16, NewTokens: 4, Beams: 2, Cache: "dynamic", Rows: 4,
 		KVCacheBytes: 19 * 4 * row, KVCachePositions: 19, KVCachePrefillBytes: 16 * 4 * row, KVCacheBytesPerToken: 4 * row}
 	got := g
 	got.PeakAllocatedPerTokenBytes, got.PrefillPeakAllocatedBytes, got.PrefillPeakReservedBytes = 0, 0, 0

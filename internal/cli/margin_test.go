@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/batchfit/batchfit/gpu"
+	"github.com/batchfit/batchfit/internal/report"
 	"github.com/batchfit/batchfit/predict"
 )
 
@@ -59,13 +60,13 @@ func TestMaxBatchMargin(t *testing.T) {
 	if !ok {
 		t.Fatal("no band for convolutions")
 	}
-	answer := func(more ...string) MaxBatchJSON {
+	answer := func(more ...string) report.MaxBatchJSON {
 		t.Helper()
 		out, errs, code := run(append([]string{"maxbatch", "resnet18", "--gpu", "t4", "--json"}, more...)...)
 		if code != 0 {
 			t.Fatalf("exit %d: %s", code, errs)
 		}
-		var m MaxBatchJSON
+		var m report.MaxBatchJSON
 		if err := json.Unmarshal([]byte(out), &m); err != nil {
 			t.Fatal(err)
 		}
@@ -114,7 +115,7 @@ func TestGPUSize(t *testing.T) {
 		if code != 0 {
 			t.Fatalf("%v: exit %d: %s", args, code, errs)
 		}
-		var e EstimateJSON
+		var e report.EstimateJSON
 		if err := json.Unmarshal([]byte(out), &e); err != nil {
 			t.Fatal(err)
 		}
@@ -203,7 +204,7 @@ func TestPlanOwnMargins(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
-	var p PlanJSON
+	var p report.PlanJSON
 	if err := json.Unmarshal([]byte(out), &p); err != nil {
 		t.Fatal(err)
 	}

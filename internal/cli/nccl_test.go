@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+
+	"github.com/batchfit/batchfit/internal/report"
 )
 
 // NCCL's buffers join the device total outside the allocator: one
@@ -26,7 +28,7 @@ func TestEstimateNCCLBuffers(t *testing.T) {
 		if code != 0 {
 			t.Fatalf("%v: exit %d: %s", c.args, code, errs)
 		}
-		var got EstimateJSON
+		var got report.EstimateJSON
 		if err := json.Unmarshal([]byte(out), &got); err != nil {
 			t.Fatal(err)
 		}

@@ -6,13 +6,15 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/batchfit/batchfit/internal/report"
 )
 
 // notesIn decodes the notes of an estimate's JSON.
-func notesIn(t *testing.T, out string) []NoteJSON {
+func notesIn(t *testing.T, out string) []report.NoteJSON {
 	t.Helper()
 	var e struct {
-		Notes []NoteJSON `json:"notes"`
+		Notes []report.NoteJSON `json:"notes"`
 	}
 	if err := json.Unmarshal([]byte(out), &e); err != nil {
 		t.Fatalf("%v: %s", err, out)
@@ -20,7 +22,7 @@ func notesIn(t *testing.T, out string) []NoteJSON {
 	return e.Notes
 }
 
-func hasNote(ns []NoteJSON, code, text string) bool {
+func hasNote(ns []report.NoteJSON, code, text string) bool {
 	for _, n := range ns {
 		if n.Code == code && strings.Contains(n.Text, text) {
 			return true
@@ -86,7 +88,7 @@ func TestNotesSearchJSON(t *testing.T) {
 	}
 	var mb struct {
 		AtMax struct {
-			Notes []NoteJSON `json:"notes"`
+			Notes []report.NoteJSON `json:"notes"`
 		} `json:"at_max"`
 	}
 	if err := json.Unmarshal([]byte(out), &mb); err != nil {
@@ -100,7 +102,7 @@ func TestNotesSearchJSON(t *testing.T) {
 		t.Fatalf("sweep: exit %d: %s", code, errs)
 	}
 	var sw []struct {
-		Notes []NoteJSON `json:"notes"`
+		Notes []report.NoteJSON `json:"notes"`
 	}
 	if err := json.Unmarshal([]byte(out), &sw); err != nil {
 		t.Fatal(err)

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/batchfit/batchfit/gpu"
+	"github.com/batchfit/batchfit/internal/report"
 	"github.com/batchfit/batchfit/predict"
 )
 
@@ -93,11 +94,11 @@ func TestNothingFitsNamesOnlyLargerGPUs(t *testing.T) {
 	if code != 1 {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
-	var p PlanJSON
+	var p report.PlanJSON
 	if err := json.Unmarshal([]byte(out), &p); err != nil {
 		t.Fatal(err)
 	}
-	listed := map[string]LargerGPUJSON{}
+	listed := map[string]report.LargerGPUJSON{}
 	for _, l := range p.LargerGPUs {
 		listed[l.GPU] = l
 		if !l.Plan.Fits || l.Plan.DeviceTotalBytes+l.MarginBytes > l.CapacityBytes || l.MarginBytes != predict.SafetyBand.Margin(l.CapacityBytes) {

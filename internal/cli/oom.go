@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/batchfit/batchfit/gpu"
+	"github.com/batchfit/batchfit/internal/report"
 	"github.com/batchfit/batchfit/oom"
 	"github.com/batchfit/batchfit/predict"
 	"github.com/batchfit/batchfit/solve"
@@ -121,14 +122,14 @@ func runOOM(e *env, args []string) error {
 		// PyTorch (context, other processes) taken as the context.
 		r.GPU = gpu.GPU{Name: fmt.Sprintf("GPU %d", msg.DeviceIndex), Marketing: "the GPU of the message", Capacity: msg.Total,
 			Major: r.GPU.Major, ContextSize: max(0, ex.OutsidePyTorch)}
-		band, err := requestBand(r)
+		band, err := report.RequestBand(r)
 		if err != nil {
 			return err
 		}
 		if r.Margin, err = parseMargin(*margin, r.GPU.Capacity, band); err != nil {
 			return usagef("--margin: %v", err)
 		}
-		marginText = marginLine(r.Margin, r.GPU.Capacity, band)
+		marginText = report.MarginLine(r.Margin, r.GPU.Capacity, band)
 		ans, err := solve.MaxBatch(e.context(), r, 0)
 		if err != nil {
 			return err
@@ -136,7 +137,7 @@ func runOOM(e *env, args []string) error {
 		fit = &fitJSON{Model: r.Source.Name(), MaxBatch: ans.Max, MarginBytes: r.Margin}
 	}
 	if j.json {
-		return writeJSON(stdout, struct {
+		return report.WriteJSON(stdout, struct {
 			oom.Explanation
 			Fit *fitJSON `json:"fit,omitempty"`
 		}{ex, fit})
@@ -149,7 +150,7 @@ func runOOM(e *env, args []string) error {
 		}
 		if fit.MaxBatch > 0 {
 			fmt.Fprintf(stdout, "\nWith %s and this setup, the largest batch that fits this GPU (%s, with %s outside PyTorch)%s is %d.\n",
-				fit.Model, fmtBytes(msg.Total), fmtBytes(max(0, ex.OutsidePyTorch)), with, fit.MaxBatch)
+				fit.Model, report.FormatBytes(msg.Total), report.FormatBytes(max(0, ex.OutsidePyTorch)), with, fit.MaxBatch)
 		} else {
 			fmt.Fprintf(stdout, "\n%s does not fit this GPU even at batch 1 with this setup%s.\n", fit.Model, with)
 		}

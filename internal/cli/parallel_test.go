@@ -5,6 +5,8 @@ import (
 	"math"
 	"strings"
 	"testing"
+
+	"github.com/batchfit/batchfit/internal/report"
 )
 
 // One rank of FSDP over 8 GPUs holds an eighth of each of the seed MLP's
@@ -16,7 +18,7 @@ func TestEstimateFSDPJSON(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
-	var got EstimateJSON
+	var got report.EstimateJSON
 	if err := json.Unmarshal([]byte(out), &got); err != nil {
 		t.Fatal(err)
 	}
@@ -70,7 +72,7 @@ func TestEstimatePipelineStages(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
-	var got EstimateJSON
+	var got report.EstimateJSON
 	if err := json.Unmarshal([]byte(out), &got); err != nil {
 		t.Fatal(err)
 	}

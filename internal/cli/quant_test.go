@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/batchfit/batchfit/internal/report"
 )
 
 func TestQuantFlags(t *testing.T) {
@@ -100,7 +102,7 @@ func TestBnbVersion(t *testing.T) {
 		if code != 0 {
 			t.Fatalf("%v: exit %d: %s", extra, code, errs)
 		}
-		var e EstimateJSON
+		var e report.EstimateJSON
 		if err := json.Unmarshal([]byte(out), &e); err != nil {
 			t.Fatal(err)
 		}

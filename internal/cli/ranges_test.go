@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/batchfit/batchfit/gpu"
+	"github.com/batchfit/batchfit/internal/report"
 )
 
 // Bad numbers on the command line are usage errors (exit 2) that name the
@@ -161,7 +162,7 @@ func TestCUDAEagerContext(t *testing.T) {
 		if code != 0 {
 			t.Fatalf("%v: exit %d: %s", args, code, errs)
 		}
-		var e EstimateJSON
+		var e report.EstimateJSON
 		if err := json.Unmarshal([]byte(out), &e); err != nil {
 			t.Fatal(err)
 		}

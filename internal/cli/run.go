@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/batchfit/batchfit/gpu"
+	"github.com/batchfit/batchfit/internal/report"
 	"github.com/batchfit/batchfit/job"
 	"github.com/batchfit/batchfit/models"
 	"github.com/batchfit/batchfit/oom"
@@ -236,7 +237,7 @@ func compareRecording(e *env, path string, recs []record.Record, model string) (
 		rf.job.Model = model
 	} else if rf.job.Model != "" {
 		if _, err := models.Lookup(rf.job.Model); err != nil {
-			return nil, usagef("%s", clipMessage(fmt.Sprintf("%s: the recorded model %q is not a zoo name, and validate opens no path a recording names: give the model as --model PATH", path, rf.job.Model)))
+			return nil, usagef("%s", report.ClipMessage(fmt.Sprintf("%s: the recorded model %q is not a zoo name, and validate opens no path a recording names: give the model as --model PATH", path, rf.job.Model)))
 		}
 		rf.job.sources = job.ZooOnly
 	}
@@ -258,7 +259,7 @@ func compareRecording(e *env, path string, recs []record.Record, model string) (
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	c := validation.Comparison{ID: filepath.Base(path) + " (" + setupLine(res) + ")", Status: "ok",
+	c := validation.Comparison{ID: filepath.Base(path) + " (" + report.SetupLine(res) + ")", Status: "ok",
 		PredictedAllocated: res.Timeline.PeakAllocated, MeasuredAllocated: *s.PeakAllocated,
 		PredictedReserved: res.Timeline.PeakReserved, MeasuredReserved: *s.PeakReserved, PredictedFits: res.Fits}
 	if s.OOM != nil {
@@ -314,7 +315,7 @@ func (l *liveLine) add(r *record.Record) {
 		if r.CUDA != nil && *r.CUDA {
 			dev = r.Device
 			if r.DeviceTotal != nil {
-				dev += fmt.Sprintf(" (%s)", fmtBytes(*r.DeviceTotal))
+				dev += fmt.Sprintf(" (%s)", report.FormatBytes(*r.DeviceTotal))
 			}
 		}
 		l.print(fmt.Sprintf("batchfit: recording · PyTorch %s · %s", r.Torch, dev), true)
@@ -370,13 +371,13 @@ func stepLine(r *record.Record) string {
 		parts = append(parts, b)
 	}
 	if r.MaxAllocated != nil {
-		parts = append(parts, "allocated "+fmtBytes(*r.Allocated), "max "+fmtBytes(*r.MaxAllocated),
-			"reserved "+fmtBytes(*r.Reserved), "max "+fmtBytes(*r.MaxReserved))
+		parts = append(parts, "allocated "+report.FormatBytes(*r.Allocated), "max "+report.FormatBytes(*r.MaxAllocated),
+			"reserved "+report.FormatBytes(*r.Reserved), "max "+report.FormatBytes(*r.MaxReserved))
 		if r.NumAllocRetries != nil && *r.NumAllocRetries > 0 {
 			parts = append(parts, fmt.Sprintf("%d retries", *r.NumAllocRetries))
 		}
 	} else if r.RSS != nil {
-		parts = append(parts, "resident "+fmtBytes(*r.RSS))
+		parts = append(parts, "resident "+report.FormatBytes(*r.RSS))
 	}
 	return strings.Join(parts, " · ")
 }
@@ -390,22 +391,22 @@ func writeRunSummary(w io.Writer, s record.Summary, res *record.Result) {
 		fmt.Fprintf(w, "batchfit: the command ended (%s) and no Python process it started imported torch: nothing was recorded\n", how)
 		return
 	}
-	fmt.Fprintf(w, "batchfit: %s recorded", plural(s.Steps, "optimizer step"))
+	fmt.Fprintf(w, "batchfit: %s recorded", report.Plural(s.Steps, "optimizer step"))
 	if s.Optimizers > 1 {
 		fmt.Fprintf(w, " (%d optimizers)", s.Optimizers)
 	}
 	fmt.Fprintf(w, "; the command ended with %s\n", how)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	if s.PeakAllocated != nil {
-		fmt.Fprintf(tw, "  peak allocated\t%s\t(max_memory_allocated)\t\n", fmtBytes(*s.PeakAllocated))
-		fmt.Fprintf(tw, "  peak reserved\t%s\t(max_memory_reserved)\t\n", fmtBytes(*s.PeakReserved))
+		fmt.Fprintf(tw, "  peak allocated\t%s\t(max_memory_allocated)\t\n", report.FormatBytes(*s.PeakAllocated))
+		fmt.Fprintf(tw, "  peak reserved\t%s\t(max_memory_reserved)\t\n", report.FormatBytes(*s.PeakReserved))
 		if s.Outside != nil {
-			fmt.Fprintf(tw, "  outside PyTorch\t%s\t(CUDA context, libraries, other processes)\t\n", fmtBytes(*s.Outside))
+			fmt.Fprintf(tw, "  outside PyTorch\t%s\t(CUDA context, libraries, other processes)\t\n", report.FormatBytes(*s.Outside))
 		}
 		fmt.Fprintf(tw, "  allocator retries\t%d\t(num_alloc_retries: cudaMalloc failed and the cache was flushed)\t\n", s.Retries)
 		fmt.Fprintf(tw, "  out-of-memory errors\t%d\t(num_ooms)\t\n", s.OOMs)
 	} else if s.PeakRSS != nil {
-		fmt.Fprintf(tw, "  peak resident memory\t%s\t(the run was on the CPU: torch.cuda reports nothing)\t\n", fmtBytes(*s.PeakRSS))
+		fmt.Fprintf(tw, "  peak resident memory\t%s\t(the run was on the CPU: torch.cuda reports nothing)\t\n", report.FormatBytes(*s.PeakRSS))
 	}
 	if s.Batch != nil {
 		fmt.Fprintf(tw, "  batch\t%d\t(first dimension of the model's input)\t\n", *s.Batch)
@@ -414,7 +415,7 @@ func writeRunSummary(w io.Writer, s record.Summary, res *record.Result) {
 		fmt.Fprintf(tw, "  forward passes a step\t%d\t(gradient accumulation)\t\n", s.MicroBatches)
 	}
 	if s.StepSeconds > 0 {
-		fmt.Fprintf(tw, "  step time\t%s\t(median between steps)\t\n", fmtSeconds(s.StepSeconds))
+		fmt.Fprintf(tw, "  step time\t%s\t(median between steps)\t\n", report.FormatSeconds(s.StepSeconds))
 	}
 	tw.Flush()
 	for _, m := range s.Warnings {
@@ -523,7 +524,7 @@ func writeRunPrediction(w io.Writer, j *jobFlags, set map[string]bool, s record.
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(w, "\nbatchfit's prediction (%s):\n", setupLine(res))
+	fmt.Fprintf(w, "\nbatchfit's prediction (%s):\n", report.SetupLine(res))
 	if _, known := train.OptimizerByClass(s.Optimizer); s.Optimizer != "" && !set["optimizer"] && !known {
 		fmt.Fprintf(w, "  (the run's optimizer is %s, which batchfit does not simulate: the prediction uses --optimizer %s)\n", s.Optimizer, j.Optimizer)
 	}
@@ -531,10 +532,10 @@ func writeRunPrediction(w io.Writer, j *jobFlags, set map[string]bool, s record.
 	fmt.Fprintln(tw, "  \tpredicted\tmeasured\terror\t")
 	row := func(name string, pred int64, meas *int64) {
 		if meas == nil {
-			fmt.Fprintf(tw, "  %s\t%s\t—\t\t\n", name, fmtBytes(pred))
+			fmt.Fprintf(tw, "  %s\t%s\t—\t\t\n", name, report.FormatBytes(pred))
 			return
 		}
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%+.1f%%\t\n", name, fmtBytes(pred), fmtBytes(*meas), 100*float64(pred-*meas)/float64(max(*meas, 1)))
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%+.1f%%\t\n", name, report.FormatBytes(pred), report.FormatBytes(*meas), 100*float64(pred-*meas)/float64(max(*meas, 1)))
 	}
 	row("peak allocated", res.Timeline.PeakAllocated, s.PeakAllocated)
 	row("peak reserved", res.Timeline.PeakReserved, s.PeakReserved)
@@ -545,9 +546,9 @@ func writeRunPrediction(w io.Writer, j *jobFlags, set map[string]bool, s record.
 	if res.Time != nil {
 		m := "—"
 		if s.StepSeconds > 0 {
-			m = fmtSeconds(s.StepSeconds)
+			m = report.FormatSeconds(s.StepSeconds)
 		}
-		fmt.Fprintf(tw, "  step time\t%s\t%s\t(calibrated model; bound %s)\t\n", fmtSeconds(res.Time.Seconds), m, fmtSeconds(res.Time.Bound.Seconds))
+		fmt.Fprintf(tw, "  step time\t%s\t%s\t(calibrated model; bound %s)\t\n", report.FormatSeconds(res.Time.Seconds), m, report.FormatSeconds(res.Time.Bound.Seconds))
 	}
 	tw.Flush()
 	if s.PeakAllocated == nil {
@@ -575,9 +576,9 @@ func writeRunOOM(w io.Writer, j *jobFlags, set map[string]bool, s record.Summary
 			if an, err = analyzeSnapshot(context.Background(), sn, s.OOM.Snapshot, 0, "expandable_segments:True", 5, false); err == nil {
 				o := an.out
 				fmt.Fprintf(w, "\nthe snapshot (%s), replayed: peak allocated %s, peak reserved %s, at most %s reserved but unallocated; with expandable_segments:True %s reserved\n",
-					s.OOM.Snapshot, fmtBytes(o.PeakAllocatedBytes), fmtBytes(o.PeakReservedBytes), fmtBytes(o.MaxFragmentationBytes), fmtBytes(o.WhatIfReservedBytes))
+					s.OOM.Snapshot, report.FormatBytes(o.PeakAllocatedBytes), report.FormatBytes(o.PeakReservedBytes), report.FormatBytes(o.MaxFragmentationBytes), report.FormatBytes(o.WhatIfReservedBytes))
 				for _, site := range o.TopSites {
-					fmt.Fprintf(w, "  %s\t%s\n", fmtBytes(site.Bytes), site.Site)
+					fmt.Fprintf(w, "  %s\t%s\n", report.FormatBytes(site.Bytes), site.Site)
 				}
 				fmt.Fprintf(w, "  ('batchfit snapshot %s' tells more)\n", s.OOM.Snapshot)
 			}
@@ -609,12 +610,12 @@ func writeRunOOM(w io.Writer, j *jobFlags, set map[string]bool, s record.Summary
 		// The job as described fits that device: what filled it is
 		// something the description leaves out.
 		fmt.Fprintf(w, "\nbatchfit predicts that %s fits this GPU (device total %s of %s): the memory went to something the job's description leaves out — a larger batch or sequence than given, another process on the GPU, or tensors kept across steps (a loss summed with its graph, outputs stored for later).\n",
-			setupLine(res), fmtBytes(res.DeviceTotal), fmtBytes(msg.Total))
+			report.SetupLine(res), report.FormatBytes(res.DeviceTotal), report.FormatBytes(msg.Total))
 		return
 	}
 	so := plan.Options{Base: r, Objective: plan.FewestChanges, Top: 3}
 	ans, err := plan.Run(context.Background(), so)
-	var lg *largerGPUs
+	var lg *report.Larger
 	if err == nil && len(ans.Best) == 0 {
 		lg, err = searchLarger(context.Background(), so, "0")
 	}
@@ -622,7 +623,7 @@ func writeRunOOM(w io.Writer, j *jobFlags, set map[string]bool, s record.Summary
 		fmt.Fprintf(w, "\nno suggestions: %v\n", err)
 		return
 	}
-	writeSuggestions(w, res, ans, lg)
+	report.WriteSuggestions(w, res, ans, lg)
 }
 
 func indent(s, prefix string) string {

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/batchfit/batchfit/internal/report"
 	"github.com/batchfit/batchfit/record"
 )
 
@@ -166,7 +167,7 @@ func TestValidateRecording(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("estimate: %s", errs)
 	}
-	var e EstimateJSON
+	var e report.EstimateJSON
 	json.Unmarshal([]byte(est), &e)
 	if c.PredictedAllocated != e.PeakAllocatedBytes || c.PredictedReserved != e.PeakReservedBytes || !strings.Contains(c.ID, "resnet18 · batch 64 · bf16-mixed") {
 		t.Errorf("validate predicted %d %d (%s), estimate %d %d", c.PredictedAllocated, c.PredictedReserved, c.ID, e.PeakAllocatedBytes, e.PeakReservedBytes)

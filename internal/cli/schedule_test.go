@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/batchfit/batchfit/internal/report"
 )
 
 // A batch-size schedule with empty_cache() after every step, worked out by
@@ -60,7 +62,7 @@ func TestScheduleEmptyCacheHandWorked(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
-	var got struct{ Steps []StepJSON }
+	var got struct{ Steps []report.StepJSON }
 	if err := json.Unmarshal([]byte(out), &got); err != nil {
 		t.Fatal(err)
 	}
@@ -83,8 +85,8 @@ func TestScheduleEmptyCacheHandWorked(t *testing.T) {
 		}
 		// the text's row says the same, in the same step
 		row := fmt.Sprintf("  %d  %d  ", i+1, g.Batch)
-		cells := []string{fmtBytes(w.peakAlloc), fmtBytes(w.peakRes), fmtBytes(w.endAlloc), fmtBytes(w.endRes), fmtBytes(w.endRes + ctx),
-			fmtBytes(w.released), fmtBytes(w.after), fmtBytes(w.after + ctx)}
+		cells := []string{report.FormatBytes(w.peakAlloc), report.FormatBytes(w.peakRes), report.FormatBytes(w.endAlloc), report.FormatBytes(w.endRes), report.FormatBytes(w.endRes + ctx),
+			report.FormatBytes(w.released), report.FormatBytes(w.after), report.FormatBytes(w.after + ctx)}
 		var line string
 		for _, l := range strings.Split(text, "\n") {
 			if strings.HasPrefix(strings.Join(strings.Fields(l), "  "), strings.TrimSpace(row)) && strings.HasPrefix(l, "  ") {
@@ -94,7 +96,7 @@ func TestScheduleEmptyCacheHandWorked(t *testing.T) {
 		if norm := strings.Join(strings.Fields(line), " "); norm != strings.Join(strings.Fields(row+strings.Join(cells, " ")), " ") {
 			t.Errorf("text row for step %d: %q, want the cells %q", i+1, line, cells)
 		}
-		if s := fmt.Sprintf("after step %d: empty_cache() returned %s", i+1, fmtBytes(w.released)); !strings.Contains(text, s) {
+		if s := fmt.Sprintf("after step %d: empty_cache() returned %s", i+1, report.FormatBytes(w.released)); !strings.Contains(text, s) {
 			t.Errorf("text does not say %q:\n%s", s, text)
 		}
 	}

@@ -11,6 +11,10 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/batchfit/batchfit/internal/server"
+
+	"github.com/batchfit/batchfit/internal/report"
 )
 
 // slowPlan is a plan within the server's bounds that takes minutes to
@@ -26,7 +30,7 @@ func TestServeAbandonedRequestsStop(t *testing.T) {
 	if testing.Short() {
 		t.Skip("load test")
 	}
-	srv := newServer(serveOptions{maxUpload: 1 << 20, workers: 2, loopback: true})
+	srv := newServer(server.Options{MaxUpload: 1 << 20, Workers: 2, Loopback: true})
 	ts := httptest.NewServer(srv)
 	defer ts.Close()
 	const n = 4
@@ -53,14 +57,14 @@ func TestServeAbandonedRequestsStop(t *testing.T) {
 	}
 	// every request got a worker or is waiting for one
 	time.Sleep(200 * time.Millisecond)
-	if got := srv.active.Load(); got != 2 {
+	if got := srv.Active(); got != 2 {
 		t.Fatalf("%d requests computing while the clients wait, want 2 (the workers)", got)
 	}
 	wg.Wait()
 	left := time.Now()
-	for srv.active.Load() > 0 {
+	for srv.Active() > 0 {
 		if time.Since(left) > time.Second {
-			t.Fatalf("%d requests still computing a second after their clients left", srv.active.Load())
+			t.Fatalf("%d requests still computing a second after their clients left", srv.Active())
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
@@ -78,13 +82,13 @@ func TestServeTimeout(t *testing.T) {
 	if testing.Short() {
 		t.Skip("load test")
 	}
-	ts := testServer(t, serveOptions{timeout: 300 * time.Millisecond})
+	ts := testServer(t, server.Options{Timeout: 300 * time.Millisecond})
 	start := time.Now()
 	var body map[string]any
 	json.Unmarshal([]byte(slowPlan), &body)
 	res, b := postJSON(t, ts.URL+"/api/plan", body)
 	took := time.Since(start)
-	var e apiError
+	var e server.APIError
 	if err := json.Unmarshal(b, &e); err != nil {
 		t.Fatalf("%d: the error is not JSON: %s", res.StatusCode, b)
 	}
@@ -99,7 +103,7 @@ func TestServeTimeout(t *testing.T) {
 // An error body repeats at most the beginning of the input it refuses: a
 // 200 KB field does not come back inside a 400.
 func TestServeErrorsClipInput(t *testing.T) {
-	ts := testServer(t, serveOptions{})
+	ts := testServer(t, server.Options{})
 	long := strings.Repeat("x", 200<<10)
 	for _, c := range []struct {
 		name string
@@ -114,7 +118,7 @@ func TestServeErrorsClipInput(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			res, b := postJSON(t, ts.URL+"/api/estimate", c.body)
-			var e apiError
+			var e server.APIError
 			if err := json.Unmarshal(b, &e); err != nil {
 				t.Fatalf("%d: the error is not JSON: %.200s", res.StatusCode, b)
 			}
@@ -136,11 +140,11 @@ func TestClipMessage(t *testing.T) {
 		{`unknown model "` + long + `" (see)`, `unknown model "` + strings.Repeat("é", 31) + `…" (200 bytes) (see)`},
 		{`a "quoted \" quote"`, `a "quoted \" quote"`},
 	} {
-		if got := clipMessage(c.in); got != c.want {
+		if got := report.ClipMessage(c.in); got != c.want {
 			t.Errorf("clipMessage(%.40q…) = %q, want %q", c.in, got, c.want)
 		}
 	}
-	if got := clipMessage(strings.Repeat("y", 10000)); len(got) > maxMessage+32 || !strings.HasSuffix(got, "(5904 bytes cut)") {
+	if got := report.ClipMessage(strings.Repeat("y", 10000)); len(got) > report.MaxMessage+32 || !strings.HasSuffix(got, "(5904 bytes cut)") {
 		t.Errorf("an unquoted 10000-byte message became %d bytes: …%s", len(got), got[len(got)-30:])
 	}
 }

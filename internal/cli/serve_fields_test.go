@@ -6,9 +6,10 @@ import (
 	"io"
 	"net/http"
 	"slices"
-	"sort"
 	"strings"
 	"testing"
+
+	"github.com/batchfit/batchfit/internal/server"
 
 	"github.com/batchfit/batchfit/job"
 )
@@ -18,7 +19,7 @@ import (
 // refused by name before any command runs.
 func TestServeDecodesByTable(t *testing.T) {
 	t.Parallel()
-	ts := testServer(t, serveOptions{})
+	ts := testServer(t, server.Options{})
 	for _, c := range []struct {
 		body map[string]any
 		code int
@@ -44,7 +45,7 @@ func TestServeDecodesByTable(t *testing.T) {
 // default and help, and the fields each command takes.
 func TestServeFields(t *testing.T) {
 	t.Parallel()
-	ts := testServer(t, serveOptions{})
+	ts := testServer(t, server.Options{})
 	res, err := http.Get(ts.URL + "/api/fields")
 	if err != nil {
 		t.Fatal(err)
@@ -102,7 +103,7 @@ func TestServeExtraOptimizer(t *testing.T) {
 	t.Parallel()
 	c := job.DefaultChoices()
 	c.Optimizers = append(c.Optimizers, "lion")
-	ts := testServer(t, serveOptions{fields: job.NewTable(c)})
+	ts := testServer(t, server.Options{Fields: job.NewTable(c)})
 	res, err := http.Get(ts.URL + "/api/fields")
 	if err != nil {
 		t.Fatal(err)
@@ -124,33 +125,9 @@ func TestServeExtraOptimizer(t *testing.T) {
 	}
 }
 
-// The fields each endpoint lists as its command's own are the flags the
-// command defines besides the job's (its help), less the server's own:
-// the list the server decodes by stays the command's.
-func TestEndpointOwnFields(t *testing.T) {
-	t.Parallel()
-	for _, ep := range endpoints {
-		var help bytes.Buffer
-		_ = safeRun(commands[ep.cmd], &env{stdin: strings.NewReader(""), stdout: io.Discard, stderr: &help, policy: remote}, []string{"-h"})
-		var defined []string
-		for _, line := range strings.Split(help.String(), "\n") {
-			if f, ok := strings.CutPrefix(line, "  -"); ok {
-				name, _, _ := strings.Cut(f, " ")
-				if !reserved[name] {
-					defined = append(defined, name)
-				}
-			}
-		}
-		sort.Strings(defined)
-		if got := acceptedFields(job.Fields, ep); !slices.Equal(got, defined) {
-			t.Errorf("%s: the server takes %v; the command defines %v", ep.cmd, got, defined)
-		}
-	}
-}
-
 // errorOf is an error answer's message, or the body itself.
 func errorOf(body []byte) string {
-	var e apiError
+	var e server.APIError
 	if json.Unmarshal(body, &e) == nil && e.Error != "" {
 		return e.Error
 	}

@@ -8,16 +8,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"mime/multipart"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/batchfit/batchfit/predict"
+	"github.com/batchfit/batchfit/internal/server"
 )
 
 // syncBuffer is a log written by the server's handlers and read by the
@@ -59,95 +57,11 @@ func quickEstimate(t *testing.T, url string) {
 	}
 }
 
-// A parser's panic is answered 500 with a one-line error and logged, and
-// gives back the reading slot it held: more such uploads than there are
-// slots (4 a worker) leave the server answering.
-func TestServePanicReleasesSlots(t *testing.T) {
-	log := &syncBuffer{}
-	srv := newServer(serveOptions{maxUpload: 1 << 20, workers: 1, loopback: true, log: log})
-	srv.openModel = func(*upload) (predict.Source, error) { panic("parser bug\non two lines") }
-	ts := httptest.NewServer(srv)
-	defer ts.Close()
-	slots := cap(srv.reading)
-	for i := 0; i < slots+2; i++ {
-		var b bytes.Buffer
-		mw := multipart.NewWriter(&b)
-		w, _ := mw.CreateFormFile("model_file", "m.yaml")
-		w.Write([]byte("layers: []\n"))
-		mw.Close()
-		res, err := quickClient.Post(ts.URL+"/api/estimate", mw.FormDataContentType(), &b)
-		if err != nil {
-			t.Fatalf("upload %d: %v", i, err)
-		}
-		body, _ := io.ReadAll(res.Body)
-		res.Body.Close()
-		var e apiError
-		if res.StatusCode != 500 || json.Unmarshal(body, &e) != nil || !strings.Contains(e.Error, "internal error: parser bug on two lines") {
-			t.Fatalf("upload %d: %d %s, want 500 and the panic on one line", i, res.StatusCode, body)
-		}
-	}
-	if n := strings.Count(log.String(), "internal error: parser bug"); n != slots+2 {
-		t.Errorf("%d panics logged, want %d:\n%.500s", n, slots+2, log.String())
-	}
-	quickEstimate(t, ts.URL)
-}
-
-// slowClient posts a body declared 100000 bytes long a byte every 100ms
-// until the server stops reading or two seconds pass, and returns the
-// answer's status line (empty if none came within a second more).
-func slowClient(addr string, body string) string {
-	c, err := net.Dial("tcp", addr)
-	if err != nil {
-		return err.Error()
-	}
-	defer c.Close()
-	fmt.Fprintf(c, "POST /api/estimate HTTP/1.1\r\nHost: %s\r\nContent-Type: multipart/form-data; boundary=x\r\nContent-Length: 100000\r\n\r\n%s", addr, body)
-	for end := time.Now().Add(2 * time.Second); time.Now().Before(end); {
-		c.SetWriteDeadline(time.Now().Add(time.Second))
-		if _, err := c.Write([]byte("a")); err != nil {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	c.SetReadDeadline(time.Now().Add(time.Second))
-	line, _ := bufio.NewReader(c).ReadString('\n')
-	return strings.TrimSpace(line)
-}
-
-// Bodies that trickle in (10 bytes a second, under the 1000 the test's
-// server asks for after 200ms) stop holding the reading slots: a small
-// request posted while they fill every slot is answered within a second,
-// and the trickling clients are answered 408.
-func TestServeSlowBodies(t *testing.T) {
-	srv := newServer(serveOptions{maxUpload: 1 << 20, workers: 1, loopback: true, bodyGrace: 200 * time.Millisecond, minBodyRate: 1000})
-	ts := httptest.NewServer(srv)
-	defer ts.Close()
-	addr := ts.Listener.Addr().String()
-	slots := cap(srv.reading)
-	status := make([]string, slots)
-	var wg sync.WaitGroup
-	for i := range slots {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			status[i] = slowClient(addr, "--x\r\nContent-Disposition: form-data; name=\"model\"\r\n\r\n")
-		}()
-	}
-	time.Sleep(100 * time.Millisecond) // the slow clients hold every slot
-	quickEstimate(t, ts.URL)
-	wg.Wait()
-	for i, s := range status {
-		if !strings.Contains(s, " 408 ") {
-			t.Errorf("slow client %d: %q, want 408", i, s)
-		}
-	}
-}
-
 // Reading an upload stops at --timeout: a multipart body that stops
 // arriving after its first part (within the body rate's 5s of grace) is
 // answered 503 at the timeout, not held until the client gives up.
 func TestServeReadStopsAtTimeout(t *testing.T) {
-	ts := testServer(t, serveOptions{timeout: 300 * time.Millisecond})
+	ts := testServer(t, server.Options{Timeout: 300 * time.Millisecond})
 	addr := ts.Listener.Addr().String()
 	c, err := net.Dial("tcp", addr)
 	if err != nil {
@@ -177,7 +91,7 @@ func TestServeStopAnswers503(t *testing.T) {
 	}
 	base, stop := context.WithCancel(context.Background())
 	defer stop()
-	ts := testServer(t, serveOptions{base: base})
+	ts := testServer(t, server.Options{Base: base})
 	type answer struct {
 		code int
 		body string
@@ -211,7 +125,7 @@ func TestServeStopAnswers503(t *testing.T) {
 // line reads) is answered as the same snapshot uncompressed; two parts of
 // one field are refused, naming it.
 func TestServeSnapshotUploads(t *testing.T) {
-	ts := testServer(t, serveOptions{})
+	ts := testServer(t, server.Options{})
 	raw := snapshotFixture(t)
 	var gz bytes.Buffer
 	zw := gzip.NewWriter(&gz)
@@ -235,7 +149,7 @@ func TestServeSnapshotUploads(t *testing.T) {
 		{"a field twice", []part{{field: "snapshot", file: "a.pickle", data: raw}, {field: "alloc-conf", value: "expandable_segments:True"}, {field: "alloc-conf", value: "expandable_segments:False"}}, "alloc-conf"},
 	} {
 		res, body := postForm(t, ts.URL+"/api/snapshot", c.parts...)
-		var e apiError
+		var e server.APIError
 		if res.StatusCode != 400 || json.Unmarshal(body, &e) != nil || !strings.Contains(e.Error, `"`+c.field+`"`) {
 			t.Errorf("%s: %d %s, want 400 naming %q", c.name, res.StatusCode, body, c.field)
 		}
@@ -247,7 +161,7 @@ func TestServeSnapshotUploads(t *testing.T) {
 // 2 TiB GPU (the command line finds 16777216), so the answer is the bound,
 // marked limited.
 func TestServeMaxbatchBound(t *testing.T) {
-	ts := testServer(t, serveOptions{})
+	ts := testServer(t, server.Options{})
 	res, b := postJSON(t, ts.URL+"/api/maxbatch", map[string]any{"model": "mlp", "gpu": "2TiB"})
 	var ans struct {
 		Max     int64 `json:"max_batch"`
@@ -258,20 +172,5 @@ func TestServeMaxbatchBound(t *testing.T) {
 	}
 	if ans.Max != 1<<20 || !ans.Limited {
 		t.Errorf("max_batch %d limited %v, want %d limited", ans.Max, ans.Limited, 1<<20)
-	}
-}
-
-// A size just past the server's bound is told apart from the bound:
-// 2097153 MiB = 2^41 + 2^20 bytes = 2199024304128 and the bound 2 TiB =
-// 2^41 = 2199023255552 both round to 2048.00 GiB.
-func TestServeGPUBoundMessage(t *testing.T) {
-	for _, c := range []struct{ gpu, want string }{
-		{"2097153MiB", "2048.00 GiB (2199024304128 bytes) is more than 2048.00 GiB (2199023255552 bytes)"},
-		{"4TiB", "4096.00 GiB is more than 2048.00 GiB on this server"},
-	} {
-		err := webLimit("gpu", c.gpu)
-		if err == nil || !strings.Contains(err.Error(), c.want) {
-			t.Errorf("gpu %s: %v, want %q", c.gpu, err, c.want)
-		}
 	}
 }

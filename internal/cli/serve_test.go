@@ -18,17 +18,21 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/batchfit/batchfit/internal/server"
+
+	"github.com/batchfit/batchfit/internal/report"
 )
 
-func testServer(t testing.TB, o serveOptions) *httptest.Server {
+func testServer(t testing.TB, o server.Options) *httptest.Server {
 	t.Helper()
-	if o.maxUpload == 0 {
-		o.maxUpload = 64 << 20
+	if o.MaxUpload == 0 {
+		o.MaxUpload = 64 << 20
 	}
-	if o.workers == 0 {
-		o.workers = 2
+	if o.Workers == 0 {
+		o.Workers = 2
 	}
-	o.loopback = true
+	o.Loopback = true
 	ts := httptest.NewServer(newServer(o))
 	t.Cleanup(ts.Close)
 	return ts
@@ -97,7 +101,7 @@ func cli(t testing.TB, args ...string) string {
 // Every endpoint answers what the command line answers for the same
 // flags, byte for byte: the page and the command line are one code path.
 func TestServeAnswersAsTheCommandLine(t *testing.T) {
-	ts := testServer(t, serveOptions{})
+	ts := testServer(t, server.Options{})
 	svgPath := filepath.Join(t.TempDir(), "s.svg")
 	cli(t, "sweep", "gpt2", "--batch", "1:8", "--gpu", "t4", "--seq", "256", "--svg", svgPath)
 	sweepSVG, _ := os.ReadFile(svgPath)
@@ -143,7 +147,7 @@ func TestServeAnswersAsTheCommandLine(t *testing.T) {
 
 // Uploads are read by the same readers as files on the command line.
 func TestServeUploads(t *testing.T) {
-	ts := testServer(t, serveOptions{})
+	ts := testServer(t, server.Options{})
 	spec, err := os.ReadFile("../../examples/mlp.yaml")
 	if err != nil {
 		t.Fatal(err)
@@ -211,7 +215,7 @@ func TestServeUploads(t *testing.T) {
 	}
 	res, body = postForm(t, ts.URL+"/api/snapshot", part{field: "batch", value: "4"}, part{field: "model_file", file: "mlp.yaml", data: spec},
 		part{field: "snapshot", file: "snap.pickle", data: snapshotFixture(t)})
-	var up, cl SnapshotJSON
+	var up, cl report.SnapshotJSON
 	if res.StatusCode != 200 || json.Unmarshal(body, &up) != nil || up.Prediction == nil {
 		t.Fatalf("snapshot with an uploaded model: %d %s", res.StatusCode, body)
 	}
@@ -250,7 +254,7 @@ func jsonString(s string) string {
 
 // Bad requests get a status and a message that says what was wrong.
 func TestServeBadInput(t *testing.T) {
-	ts := testServer(t, serveOptions{maxUpload: 8 << 10})
+	ts := testServer(t, server.Options{MaxUpload: 8 << 10})
 	mlpSpec, err := os.ReadFile("../../examples/mlp.yaml")
 	if err != nil {
 		t.Fatal(err)
@@ -318,7 +322,7 @@ func TestServeBadInput(t *testing.T) {
 				r.Body.Close()
 				res = r
 			}
-			var e apiError
+			var e server.APIError
 			if err := json.Unmarshal(body, &e); err != nil {
 				t.Fatalf("%d: the error is not JSON: %s", res.StatusCode, body)
 			}
@@ -345,7 +349,7 @@ func TestServeBadInput(t *testing.T) {
 
 // The page is served from the binary and fetches nothing from elsewhere.
 func TestServePage(t *testing.T) {
-	ts := testServer(t, serveOptions{})
+	ts := testServer(t, server.Options{})
 	external := regexp.MustCompile(`(?i)(src|href|url)\s*[=(]\s*["']?(https?:)?//`)
 	for _, p := range []string{"/", "/static/app.js", "/static/style.css"} {
 		res, err := http.Get(ts.URL + p)
@@ -394,7 +398,7 @@ func TestServeFlags(t *testing.T) {
 // A body without uploads is a few fields: a megabyte at most, whatever
 // the upload limit.
 func TestServeFieldsBody(t *testing.T) {
-	ts := testServer(t, serveOptions{})
+	ts := testServer(t, server.Options{})
 	res, body := postJSON(t, ts.URL+"/api/oom", map[string]any{"message": strings.Repeat("x", 2<<20)})
 	if res.StatusCode != 413 || !strings.Contains(string(body), "a request without uploads is larger than 1024.00 KiB") {
 		t.Errorf("%d %s", res.StatusCode, body)
@@ -405,7 +409,7 @@ func TestServeFieldsBody(t *testing.T) {
 // rebound name of a web page's own) and posts from another site's page are
 // refused, while the page's own requests and command-line tools pass.
 func TestServeOrigin(t *testing.T) {
-	ts := testServer(t, serveOptions{})
+	ts := testServer(t, server.Options{})
 	body := `{"model":"mlp","batch":4}`
 	for _, c := range []struct {
 		host, origin, site string
@@ -452,23 +456,13 @@ func TestServeOrigin(t *testing.T) {
 			t.Errorf("host %q origin %q site %q: %d, want %d", c.host, c.origin, c.site, res.StatusCode, c.code)
 		}
 	}
-	for _, h := range []string{"127.0.0.1:80", "[::1]:8080", "localhost", "LOCALHOST:1"} {
-		if !loopbackHost(h) {
-			t.Errorf("%s is not taken for this machine", h)
-		}
-	}
-	for _, h := range []string{"10.0.0.1:80", "example.com", "127.0.0.1.nip.io"} {
-		if loopbackHost(h) {
-			t.Errorf("%s is taken for this machine", h)
-		}
-	}
 	// the default address is the loopback interface
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	if !isLoopback(ln.Addr()) || !strings.Contains(serveUsage, "[--addr 127.0.0.1:8080]") {
+	if !server.IsLoopback(ln.Addr()) || !strings.Contains(serveUsage, "[--addr 127.0.0.1:8080]") {
 		t.Error("the default address is not the loopback interface")
 	}
 }
@@ -480,7 +474,7 @@ func TestServeLoad(t *testing.T) {
 	if testing.Short() {
 		t.Skip("load test")
 	}
-	srv := newServer(serveOptions{maxUpload: 1 << 20, workers: 2, loopback: true})
+	srv := newServer(server.Options{MaxUpload: 1 << 20, Workers: 2, Loopback: true})
 	ts := httptest.NewServer(srv)
 	defer ts.Close()
 	want := cli(t, "estimate", "resnet18", "--batch", "16", "--gpu", "t4", "--json")
@@ -539,15 +533,15 @@ func TestServeLoad(t *testing.T) {
 		t.Errorf("%d of %d requests answered correctly, %d wrongly", ok.Load(), n, wrong.Load())
 	}
 	if grown := int64(peak.Load()) - int64(base.HeapAlloc); grown > 256<<20 {
-		t.Errorf("the heap grew by %s under load", fmtBytes(grown))
+		t.Errorf("the heap grew by %s under load", report.FormatBytes(grown))
 	}
-	if m := srv.maxActive.Load(); m < 1 || m > 2 {
+	if m := srv.MaxActive(); m < 1 || m > 2 {
 		t.Errorf("%d requests were computed at once, with 2 workers", m)
 	}
 }
 
 func BenchmarkServeEstimate(b *testing.B) {
-	ts := testServer(b, serveOptions{workers: runtime.NumCPU()})
+	ts := testServer(b, server.Options{Workers: runtime.NumCPU()})
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
 			res, err := http.Post(ts.URL+"/api/estimate", "application/json", strings.NewReader(`{"model":"resnet18","batch":16,"gpu":"t4"}`))
@@ -563,43 +557,10 @@ func BenchmarkServeEstimate(b *testing.B) {
 	})
 }
 
-// FuzzServeRequest: any body under any content type is read into a
-// request or refused with an error; reading never panics, and the fields
-// it passes on are flags the server allows.
-func FuzzServeRequest(f *testing.F) {
-	s := newServer(serveOptions{maxUpload: 1 << 20, workers: 1})
-	var mp bytes.Buffer
-	mw := multipart.NewWriter(&mp)
-	mw.WriteField("batch", "8")
-	w, _ := mw.CreateFormFile("model_file", "m.yaml")
-	w.Write([]byte("layers: []"))
-	mw.Close()
-	f.Add("application/json", []byte(`{"model":"mlp","batch":8,"fused":true}`))
-	f.Add("application/x-www-form-urlencoded", []byte("model=mlp&batch=1:8"))
-	f.Add(mw.FormDataContentType(), mp.Bytes())
-	f.Add("multipart/form-data; boundary=x", []byte("--x\r\nContent-Disposition: form-data; name=\"snapshot\"; filename=\"s\"\r\n\r\n\x80\x04\r\n--x--\r\n"))
-	f.Add("", []byte(`{"message": "CUDA out of memory"}`))
-	f.Fuzz(func(t *testing.T, ct string, body []byte) {
-		r := httptest.NewRequest("POST", "/api/estimate", bytes.NewReader(body))
-		r.Header.Set("Content-Type", ct)
-		r.Body = http.MaxBytesReader(httptest.NewRecorder(), r.Body, 1<<20)
-		req, err := s.read(r.Context(), r, endpoints["/api/estimate"])
-		if err != nil {
-			return
-		}
-		for _, a := range req.args {
-			name, _, _ := strings.Cut(strings.TrimPrefix(a, "--"), "=")
-			if !strings.HasPrefix(a, "--") || !fieldName.MatchString(name) || reserved[name] {
-				t.Fatalf("argument %q passed on", a)
-			}
-		}
-	})
-}
-
 // Different commands answered at the same time give what each gives
 // alone: no state is shared between requests (run with -race too).
 func TestServeConcurrentMix(t *testing.T) {
-	ts := testServer(t, serveOptions{workers: 4})
+	ts := testServer(t, server.Options{Workers: 4})
 	reqs := []struct {
 		path string
 		body map[string]any

@@ -6,10 +6,10 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"text/tabwriter"
 
 	"github.com/batchfit/batchfit/alloc"
 	"github.com/batchfit/batchfit/internal/chart"
+	"github.com/batchfit/batchfit/internal/report"
 	"github.com/batchfit/batchfit/predict"
 	"github.com/batchfit/batchfit/snapshot"
 )
@@ -37,52 +37,6 @@ Examples:
   batchfit snapshot memory.pickle --alloc-conf expandable_segments:True
   batchfit snapshot memory.pickle --timeline memory.svg
 `
-
-// SnapshotJSON is the stable JSON form of a snapshot replay.
-type SnapshotJSON struct {
-	File                  string `json:"file"`
-	Events                int    `json:"events"`
-	AllocConf             string `json:"alloc_conf"`
-	PeakAllocatedBytes    int64  `json:"peak_allocated_bytes"`
-	PeakReservedBytes     int64  `json:"peak_reserved_bytes"`
-	MaxFragmentationBytes int64  `json:"max_reserved_unallocated_bytes"`
-	// ReplayFrom is "recorded state" when the replay starts from the
-	// allocator's state rebuilt at the first recorded entry, "empty" when
-	// that state could not be rebuilt (see Warnings).
-	ReplayFrom                string `json:"replay_from"`
-	StartReservedBytes        int64  `json:"recorded_start_reserved_bytes"`
-	StartLiveBlocks           int    `json:"start_live_blocks"`
-	RecordedSegmentAllocs     int    `json:"recorded_segment_allocs"`
-	ReplaySegmentAllocs       int64  `json:"replay_segment_allocs"`
-	RecordedPeakReservedBytes int64  `json:"recorded_peak_reserved_bytes"`
-	RecordedReservedBytes     int64  `json:"recorded_reserved_bytes"`
-	ReplayReservedBytes       int64  `json:"replay_reserved_bytes"`
-	// ReplayAgrees: the same segment allocations, and peak and final
-	// reserved within 0.5 %.
-	ReplayAgrees        bool       `json:"replay_agrees"`
-	WhatIfConf          string     `json:"what_if_alloc_conf"`
-	WhatIfReservedBytes int64      `json:"what_if_peak_reserved_bytes"`
-	TopSites            []SiteJSON `json:"top_sites"`
-	Fragmentation       []FragJSON `json:"fragmentation_over_time"`
-	Warnings            []string   `json:"warnings,omitempty"`
-	// Prediction sets batchfit's prediction beside the recording (with
-	// --model).
-	Prediction *SnapshotPredictionJSON `json:"prediction,omitempty"`
-}
-
-// FragJSON is the allocator state at one point of the replay.
-type FragJSON struct {
-	Event                    int   `json:"event"`
-	AllocatedBytes           int64 `json:"allocated_bytes"`
-	ReservedBytes            int64 `json:"reserved_bytes"`
-	ReservedUnallocatedBytes int64 `json:"reserved_unallocated_bytes"`
-}
-
-// SiteJSON is one allocation site's live bytes at the peak.
-type SiteJSON struct {
-	Site  string `json:"site"`
-	Bytes int64  `json:"bytes"`
-}
 
 func runSnapshot(e *env, args []string) error {
 	stdout, stderr := e.stdout, e.stderr
@@ -146,56 +100,11 @@ func runSnapshot(e *env, args []string) error {
 		}
 		an.out.Prediction = p
 	}
-	out, tl, wtl, recordedConf := an.out, an.tl, an.wtl, an.out.AllocConf
+	out := an.out
 	if *asJSON {
-		return writeJSON(stdout, out)
+		return report.WriteJSON(stdout, out)
 	}
-	fmt.Fprintf(stdout, "%s: %d events replayed (PYTORCH_CUDA_ALLOC_CONF=%q)\n\n", pos[0], out.Events, recordedConf)
-	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(tw, "peak allocated\t%s\t\n", fmtBytes(out.PeakAllocatedBytes))
-	fmt.Fprintf(tw, "peak reserved\t%s\t\n", fmtBytes(out.PeakReservedBytes))
-	fmt.Fprintf(tw, "most reserved but unallocated\t%s\t(fragmentation)\n", fmtBytes(out.MaxFragmentationBytes))
-	fmt.Fprintf(tw, "with %s\t%s\tpeak reserved (%s)\n", *whatIf, fmtBytes(wtl.PeakReserved), signed(wtl.PeakReserved-tl.PeakReserved))
-	tw.Flush()
-	if out.ReplayFrom == replayFromState {
-		fmt.Fprintf(stdout, "\nreplay against the snapshot's own record (from the state rebuilt at the first recorded entry: %s reserved, %d blocks live):\n",
-			fmtBytes(out.StartReservedBytes), out.StartLiveBlocks)
-	} else {
-		fmt.Fprintln(stdout, "\nreplay against the snapshot's own record (from an empty allocator):")
-	}
-	tw = tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(tw, "  segments allocated\trecorded %d\treplayed %d\t\n", out.RecordedSegmentAllocs, out.ReplaySegmentAllocs)
-	fmt.Fprintf(tw, "  peak reserved\trecorded %s\treplayed %s\t\n", fmtBytes(out.RecordedPeakReservedBytes), fmtBytes(out.PeakReservedBytes))
-	fmt.Fprintf(tw, "  reserved at the end\trecorded %s\treplayed %s\t\n", fmtBytes(out.RecordedReservedBytes), fmtBytes(out.ReplayReservedBytes))
-	tw.Flush()
-	if out.ReplayAgrees {
-		fmt.Fprintln(stdout, "  they agree")
-	} else {
-		fmt.Fprintln(stdout, "  they disagree: another allocator setting may have been in force, or the recording is inconsistent (see the warnings)")
-	}
-	if len(out.Fragmentation) > 0 {
-		fmt.Fprintln(stdout, "\nfragmentation over the replay (worst point of each tenth):")
-		tw = tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "  event\tallocated\treserved\treserved but unallocated\t")
-		for _, f := range out.Fragmentation {
-			fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t\n", f.Event, fmtBytes(f.AllocatedBytes), fmtBytes(f.ReservedBytes), fmtBytes(f.ReservedUnallocatedBytes))
-		}
-		tw.Flush()
-	}
-	if len(out.TopSites) > 0 {
-		fmt.Fprintln(stdout, "\nlargest allocation sites at the peak:")
-		tw = tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-		for _, s := range out.TopSites {
-			fmt.Fprintf(tw, "  %s\t%s\n", fmtBytes(s.Bytes), s.Site)
-		}
-		tw.Flush()
-	}
-	for _, w := range out.Warnings {
-		fmt.Fprintf(stdout, "warning: %s\n", w)
-	}
-	if out.Prediction != nil {
-		writePrediction(stdout, out.Prediction)
-	}
+	report.WriteSnapshot(stdout, &out)
 	if *timeline != "" {
 		fmt.Fprintf(stdout, "\ntimeline chart: %s\n", *timeline)
 	}
@@ -204,7 +113,7 @@ func runSnapshot(e *env, args []string) error {
 
 // predictBeside predicts the job of j's flags with the recording's
 // allocator configuration and compares it with the recording.
-func predictBeside(j *jobFlags, an *snapshotAnalysis, snap *snapshot.Snapshot, device, top int) (*SnapshotPredictionJSON, error) {
+func predictBeside(j *jobFlags, an *snapshotAnalysis, snap *snapshot.Snapshot, device, top int) (*report.SnapshotPredictionJSON, error) {
 	batches, err := parseBatches(j.Batch)
 	if err != nil {
 		return nil, err
@@ -231,7 +140,7 @@ func predictBeside(j *jobFlags, an *snapshotAnalysis, snap *snapshot.Snapshot, d
 	if err != nil {
 		return nil, err
 	}
-	return comparePrediction(an, snap, device, res, top)
+	return report.ComparePrediction(an.an, &an.out, snap, device, res, top)
 }
 
 // snapshotAnalysis is a snapshot replayed with its recorded allocator
@@ -239,15 +148,15 @@ func predictBeside(j *jobFlags, an *snapshotAnalysis, snap *snapshot.Snapshot, d
 // line and the web page print, with the charts' recorders.
 type snapshotAnalysis struct {
 	an       *snapshot.Analysis
-	out      SnapshotJSON
+	out      report.SnapshotJSON
 	cfg      alloc.Config // the recorded allocator configuration
 	conv     *snapshot.Conversion
 	tl, wtl  *alloc.Timeline
-	rec, wrc *stepRecorder
+	rec, wrc *alloc.StepRecorder
 }
 
 func (a *snapshotAnalysis) chart() *chart.Chart {
-	return snapshotChart(a.out.File, a.rec, a.tl, a.out.TopSites, a.out.WhatIfConf, a.wrc)
+	return report.SnapshotChart(a.out.File, a.rec, a.tl, a.out.TopSites, a.out.WhatIfConf, a.wrc)
 }
 
 // analyzeSnapshot replays device's trace of snap (read from name) with the
@@ -255,9 +164,9 @@ func (a *snapshotAnalysis) chart() *chart.Chart {
 // both replays' state over the events.
 func analyzeSnapshot(ctx context.Context, snap *snapshot.Snapshot, name string, device int, whatIf string, top int, charts bool) (*snapshotAnalysis, error) {
 	o := snapshot.AnalyzeOptions{Device: device, WhatIf: whatIf, Top: top}
-	var rec, wrc *stepRecorder
+	var rec, wrc *alloc.StepRecorder
 	if charts {
-		rec, wrc = newStepRecorder(timelineBuckets), newStepRecorder(timelineBuckets)
+		rec, wrc = alloc.NewStepRecorder(timelineBuckets), alloc.NewStepRecorder(timelineBuckets)
 		o.Observe, o.ObserveWhatIf = rec.Observe, wrc.Observe
 	}
 	a, err := snapshot.Analyze(ctx, snap, name, o)
@@ -268,40 +177,6 @@ func analyzeSnapshot(ctx context.Context, snap *snapshot.Snapshot, name string, 
 		return nil, err
 	}
 	tl, wtl := a.Timeline, a.WhatIfTimeline
-	from := replayFromState
-	if !a.FromState {
-		from = "empty"
-	}
-	out := SnapshotJSON{File: name, Events: len(a.Conv.Trace.Events), AllocConf: snap.AllocatorSettings.AllocConf,
-		PeakAllocatedBytes: tl.PeakAllocated, PeakReservedBytes: tl.PeakReserved, MaxFragmentationBytes: a.MaxFragmentation,
-		ReplayFrom: from, StartReservedBytes: a.StartReserved, StartLiveBlocks: a.StartLiveBlocks,
-		RecordedSegmentAllocs: a.RecordedSegmentAllocs, ReplaySegmentAllocs: tl.Final.NumDeviceAlloc,
-		RecordedPeakReservedBytes: a.RecordedPeakReserved, RecordedReservedBytes: a.RecordedReserved,
-		ReplayReservedBytes: tl.Final.Reserved, ReplayAgrees: a.Agrees,
-		WhatIfConf: whatIf, WhatIfReservedBytes: wtl.PeakReserved, TopSites: siteJSON(a.TopSites), Warnings: a.Warnings}
-	for _, f := range a.Fragmentation {
-		out.Fragmentation = append(out.Fragmentation, FragJSON{f.Event, f.Allocated, f.Reserved, f.Reserved - f.Allocated})
-	}
+	out := report.NewSnapshot(a, snap, name, whatIf)
 	return &snapshotAnalysis{an: a, out: out, cfg: a.Config, conv: a.Conv, tl: tl, wtl: wtl, rec: rec, wrc: wrc}, nil
 }
-
-// siteJSON is sites in their JSON form (nil for none, as the analysis
-// gives them).
-func siteJSON(sites []snapshot.SiteBytes) []SiteJSON {
-	var out []SiteJSON
-	for _, s := range sites {
-		out = append(out, SiteJSON{s.Site, s.Bytes})
-	}
-	return out
-}
-
-func signed(n int64) string {
-	if n < 0 {
-		return "−" + fmtBytes(-n)
-	}
-	return "+" + fmtBytes(n)
-}
-
-// replayFromState is SnapshotJSON.ReplayFrom for a replay from the
-// rebuilt state.
-const replayFromState = "recorded state"

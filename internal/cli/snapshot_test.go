@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/batchfit/batchfit/internal/report"
 	ogórek "github.com/kisielk/og-rek"
 )
 
@@ -25,7 +26,7 @@ func TestSnapshotCommand(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
-	var got SnapshotJSON
+	var got report.SnapshotJSON
 	if err := json.Unmarshal([]byte(out), &got); err != nil {
 		t.Fatal(err)
 	}
@@ -136,7 +137,7 @@ func TestSnapshotCommandMidRun(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
-	var got SnapshotJSON
+	var got report.SnapshotJSON
 	if err := json.Unmarshal([]byte(out), &got); err != nil {
 		t.Fatal(err)
 	}
@@ -177,7 +178,7 @@ func TestSnapshotPrediction(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
-	var got SnapshotJSON
+	var got report.SnapshotJSON
 	if err := json.Unmarshal([]byte(out), &got); err != nil {
 		t.Fatal(err)
 	}

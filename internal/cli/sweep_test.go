@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/batchfit/batchfit/internal/chart"
+	"github.com/batchfit/batchfit/internal/report"
 
 	"github.com/batchfit/batchfit/job"
 )
@@ -100,7 +101,7 @@ func TestSweepOutOfMemoryRows(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
-	var pts []EstimateJSON
+	var pts []report.EstimateJSON
 	if err := json.Unmarshal([]byte(out), &pts); err != nil {
 		t.Fatal(err)
 	}
@@ -145,8 +146,8 @@ func TestSweepOutOfMemoryRows(t *testing.T) {
 				line = l
 			}
 		}
-		if !strings.Contains(line, "no: OOM*") || !strings.Contains(line, fmtBytes(p.NeedsAtLeast)) {
-			t.Errorf("batch %d: table row %q does not show the OOM and its need %s", p.Batch, line, fmtBytes(p.NeedsAtLeast))
+		if !strings.Contains(line, "no: OOM*") || !strings.Contains(line, report.FormatBytes(p.NeedsAtLeast)) {
+			t.Errorf("batch %d: table row %q does not show the OOM and its need %s", p.Batch, line, report.FormatBytes(p.NeedsAtLeast))
 		}
 	}
 	if oom == 0 || !strings.Contains(text, "* out of memory: ") || !strings.Contains(text, "largest batch swept that fits: 128\n") {

@@ -3,6 +3,8 @@ package cli
 import (
 	"encoding/json"
 	"testing"
+
+	"github.com/batchfit/batchfit/internal/report"
 )
 
 // --transformers reaches the graph: Llama-3.2-1B (vocabulary V = 128,256)
@@ -27,7 +29,7 @@ func TestTransformersFlag(t *testing.T) {
 		if code != 0 {
 			t.Fatalf("%v: exit %d: %s", extra, code, errs)
 		}
-		var e EstimateJSON
+		var e report.EstimateJSON
 		if err := json.Unmarshal([]byte(out), &e); err != nil {
 			t.Fatal(err)
 		}

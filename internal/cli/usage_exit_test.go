@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/batchfit/batchfit/internal/server"
+
 	"github.com/batchfit/batchfit/smi"
 )
 
@@ -59,7 +61,7 @@ func TestUsageErrorsExit2(t *testing.T) {
 // as it answers a bad field, not 422.
 func TestServeUsageErrors400(t *testing.T) {
 	t.Parallel()
-	ts := testServer(t, serveOptions{})
+	ts := testServer(t, server.Options{})
 	for _, c := range []struct {
 		name, path string
 		body       map[string]any
@@ -73,7 +75,7 @@ func TestServeUsageErrors400(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			res, b := postJSON(t, ts.URL+c.path, c.body)
-			var e apiError
+			var e server.APIError
 			if err := json.Unmarshal(b, &e); err != nil {
 				t.Fatalf("%d: the error is not JSON: %.200s", res.StatusCode, b)
 			}

@@ -10,6 +10,7 @@ import (
 	"os"
 	"text/tabwriter"
 
+	"github.com/batchfit/batchfit/internal/report"
 	"github.com/batchfit/batchfit/record"
 	"github.com/batchfit/batchfit/validation"
 )
@@ -177,7 +178,7 @@ func runValidate(e *env, args []string) error {
 			}
 			rows = append(rows, r)
 		}
-		return writeJSON(stdout, struct {
+		return report.WriteJSON(stdout, struct {
 			Cases   []row              `json:"cases"`
 			Summary validation.Summary `json:"summary"`
 		}{rows, sum})
@@ -193,8 +194,8 @@ func runValidate(e *env, args []string) error {
 			fmt.Fprintf(tw, "%s\tOOM on the GPU\t\t%s\t\t\n", c.ID, verdict)
 			continue
 		}
-		fmt.Fprintf(tw, "%s\t%s / %s\t%+.1f%%\t%s / %s\t%+.1f%%\t\n", c.ID, fmtBytes(c.PredictedAllocated), fmtBytes(c.MeasuredAllocated),
-			100*c.ErrAllocated(), fmtBytes(c.PredictedReserved), fmtBytes(c.MeasuredReserved), 100*c.ErrReserved())
+		fmt.Fprintf(tw, "%s\t%s / %s\t%+.1f%%\t%s / %s\t%+.1f%%\t\n", c.ID, report.FormatBytes(c.PredictedAllocated), report.FormatBytes(c.MeasuredAllocated),
+			100*c.ErrAllocated(), report.FormatBytes(c.PredictedReserved), report.FormatBytes(c.MeasuredReserved), 100*c.ErrReserved())
 	}
 	tw.Flush()
 	fmt.Fprintf(stdout, "\n%d cases: median |error| %.2f%% allocated, %.2f%% reserved; worst under-prediction %.2f%% (%s); measured OOMs predicted to fit: %d\n",

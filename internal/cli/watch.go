@@ -15,6 +15,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/batchfit/batchfit/internal/report"
 	"github.com/batchfit/batchfit/record"
 	"github.com/batchfit/batchfit/smi"
 )
@@ -297,7 +298,7 @@ func usedText(n int64) string {
 	if n < 0 {
 		return "memory NVML cannot attribute"
 	}
-	return fmtBytes(n)
+	return report.FormatBytes(n)
 }
 
 func percent(n int) string {
@@ -314,8 +315,8 @@ func writeWatch(w io.Writer, f WatchFrame, zone *time.Location) {
 		fmt.Fprintln(w, "no GPUs")
 	}
 	for _, g := range f.GPUs {
-		fmt.Fprintf(w, "GPU %d  %s  used %s of %s, %s free · utilisation %s, memory %s\n", g.Index, g.Name, fmtBytes(g.Used), fmtBytes(g.Total),
-			fmtBytes(g.Free), percent(g.Util), percent(g.MemUtil))
+		fmt.Fprintf(w, "GPU %d  %s  used %s of %s, %s free · utilisation %s, memory %s\n", g.Index, g.Name, report.FormatBytes(g.Used), report.FormatBytes(g.Total),
+			report.FormatBytes(g.Free), percent(g.Util), percent(g.MemUtil))
 		if len(g.Processes) == 0 {
 			fmt.Fprintln(w, "  no processes")
 			continue
@@ -327,9 +328,9 @@ func writeWatch(w io.Writer, f WatchFrame, zone *time.Location) {
 			if py := p.PyTorch; py != nil && py.Reserved != nil {
 				outside := "—"
 				if p.Outside != nil {
-					outside = fmtBytes(*p.Outside)
+					outside = report.FormatBytes(*p.Outside)
 				}
-				line += fmt.Sprintf("%s\t%s\t%s\t%s\t%d\t", fmtBytes(*py.Reserved), fmtBytes(*py.Allocated), fmtBytes(*py.MaxAllocated), outside, py.Step)
+				line += fmt.Sprintf("%s\t%s\t%s\t%s\t%d\t", report.FormatBytes(*py.Reserved), report.FormatBytes(*py.Allocated), report.FormatBytes(*py.MaxAllocated), outside, py.Step)
 			} else if p.Command != nil {
 				line += "\t\t\t\tstarting\t"
 			} else {

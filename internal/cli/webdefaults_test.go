@@ -3,6 +3,7 @@ package cli
 import (
 	"flag"
 	"io"
+	"os"
 	"regexp"
 	"strings"
 	"testing"
@@ -13,11 +14,11 @@ import (
 // The page's form starts from the command line's defaults: a user who
 // changes nothing sees what 'batchfit estimate MODEL' prints.
 func TestWebDefaultsAreTheCommandLines(t *testing.T) {
-	page, err := webFiles.ReadFile("web/index.html")
+	page, err := os.ReadFile("../server/web/index.html")
 	if err != nil {
 		t.Fatal(err)
 	}
-	js, err := webFiles.ReadFile("web/app.js")
+	js, err := os.ReadFile("../server/web/app.js")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +96,7 @@ func TestWebDefaultsAreTheCommandLines(t *testing.T) {
 // has, so that no setting the command line takes is missing from the page,
 // and each of its options is one the command line accepts.
 func TestWebOffersEstimatesChoices(t *testing.T) {
-	page, err := webFiles.ReadFile("web/index.html")
+	page, err := os.ReadFile("../server/web/index.html")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package cli
+package report
 
 import (
 	"fmt"
@@ -65,7 +65,7 @@ func generationFigures(res *predict.Result) *GenerationJSON {
 	return out
 }
 
-// inferenceLine is setupLine's middle for inference.
+// inferenceLine is SetupLine's middle for inference.
 func inferenceLine(res *predict.Result) []string {
 	in := res.Infer
 	if in.Mode != predict.ModeGenerate {
@@ -92,22 +92,22 @@ func inferenceLine(res *predict.Result) []string {
 func writeInference(w io.Writer, res *predict.Result) {
 	sum := res.Summary
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(tw, "parameters\t%s\t%s params\t\n", fmtBytes(sum.ParametersBytes), commas(sum.ParamCount))
-	fmt.Fprintf(tw, "batch data\t%s\t\t\n", fmtBytes(sum.BatchDataBytes))
+	fmt.Fprintf(tw, "parameters\t%s\t%s params\t\n", FormatBytes(sum.ParametersBytes), Commas(sum.ParamCount))
+	fmt.Fprintf(tw, "batch data\t%s\t\t\n", FormatBytes(sum.BatchDataBytes))
 	if sum.WorkspaceBytes > 0 {
-		fmt.Fprintf(tw, "cuBLAS workspace\t%s\t\t\n", fmtBytes(sum.WorkspaceBytes))
+		fmt.Fprintf(tw, "cuBLAS workspace\t%s\t\t\n", FormatBytes(sum.WorkspaceBytes))
 	}
 	if g := generationFigures(res); g != nil {
-		fmt.Fprintf(tw, "KV cache at the end\t%s\t(%d positions × %d rows)\t\n", fmtBytes(g.KVCacheBytes), g.KVCachePositions, g.Rows)
-		fmt.Fprintf(tw, "KV cache after the prefill\t%s\t\t\n", fmtBytes(g.KVCachePrefillBytes))
+		fmt.Fprintf(tw, "KV cache at the end\t%s\t(%d positions × %d rows)\t\n", FormatBytes(g.KVCacheBytes), g.KVCachePositions, g.Rows)
+		fmt.Fprintf(tw, "KV cache after the prefill\t%s\t\t\n", FormatBytes(g.KVCachePrefillBytes))
 		if g.Cache == "dynamic" {
-			fmt.Fprintf(tw, "KV cache per new token\t%s\t(a new, longer tensor per layer for keys and values each token)\t\n", fmtBytes(g.KVCacheBytesPerToken))
+			fmt.Fprintf(tw, "KV cache per new token\t%s\t(a new, longer tensor per layer for keys and values each token)\t\n", FormatBytes(g.KVCacheBytesPerToken))
 		}
 		if g.NewTokens >= 3 {
-			fmt.Fprintf(tw, "peak allocated per token\t%s\t(growth of a decode step's peak, per step)\t\n", fmtBytes(g.PeakAllocatedPerTokenBytes))
+			fmt.Fprintf(tw, "peak allocated per token\t%s\t(growth of a decode step's peak, per step)\t\n", FormatBytes(g.PeakAllocatedPerTokenBytes))
 		}
-		fmt.Fprintf(tw, "prefill peak allocated\t%s\t\t\n", fmtBytes(g.PrefillPeakAllocatedBytes))
-		fmt.Fprintf(tw, "prefill peak reserved\t%s\t\t\n", fmtBytes(g.PrefillPeakReservedBytes))
+		fmt.Fprintf(tw, "prefill peak allocated\t%s\t\t\n", FormatBytes(g.PrefillPeakAllocatedBytes))
+		fmt.Fprintf(tw, "prefill peak reserved\t%s\t\t\n", FormatBytes(g.PrefillPeakReservedBytes))
 	}
 	tw.Flush()
 	writeNotes(w, res)

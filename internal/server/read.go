@@ -1,4 +1,4 @@
-package cli
+package server
 
 import (
 	"bytes"
@@ -23,6 +23,7 @@ import (
 	"github.com/batchfit/batchfit/capture"
 	"github.com/batchfit/batchfit/gpu"
 	"github.com/batchfit/batchfit/hf"
+	"github.com/batchfit/batchfit/internal/report"
 	"github.com/batchfit/batchfit/job"
 	"github.com/batchfit/batchfit/onnx"
 	"github.com/batchfit/batchfit/predict"
@@ -39,7 +40,7 @@ import (
 // slots, given back on every path, and within --timeout: a body that
 // arrives slower than the server's minimum rate, or outlives the
 // request's context, stops being read.
-func (s *server) readBody(ctx context.Context, w http.ResponseWriter, r *http.Request, ep endpoint) (req *webRequest, err error) {
+func (s *Server) readBody(ctx context.Context, w http.ResponseWriter, r *http.Request, ep endpoint) (req *webRequest, err error) {
 	defer func() { <-s.reading }()
 	ctx, cancel := s.withTimeout(ctx)
 	defer cancel()
@@ -67,7 +68,7 @@ func (s *server) readBody(ctx context.Context, w http.ResponseWriter, r *http.Re
 		// passing for the client closing.
 		rc.SetReadDeadline(time.Time{})
 	}()
-	grace, rate := s.opts.bodyGrace, s.opts.minBodyRate
+	grace, rate := s.opts.BodyGrace, s.opts.MinBodyRate
 	if grace <= 0 {
 		grace = defaultBodyGrace
 	}
@@ -75,7 +76,7 @@ func (s *server) readBody(ctx context.Context, w http.ResponseWriter, r *http.Re
 		rate = defaultMinBodyRate
 	}
 	pace := &paceReader{r: r.Body, ctx: ctx, rc: rc, start: time.Now(), grace: grace, rate: rate}
-	r.Body = http.MaxBytesReader(w, pace, s.opts.maxUpload)
+	r.Body = http.MaxBytesReader(w, pace, s.opts.MaxUpload)
 	req, err = s.read(ctx, r, ep)
 	if err != nil && pace.slow {
 		// The parser that met the slow body (a multipart part's header,
@@ -148,8 +149,8 @@ func (p *paceReader) Close() error { return p.r.Close() }
 
 // explainFlag turns the flag package's complaint about an unknown field
 // into one that names the nearest field the endpoint takes.
-func (s *server) explainFlag(cmd string, err error) error {
-	name, ok := undefinedFlag(err)
+func (s *Server) explainFlag(cmd string, err error) error {
+	name, ok := job.UndefinedFlag(err)
 	if !ok {
 		var fe job.FlagError
 		if errors.As(err, &fe) {
@@ -169,7 +170,7 @@ var fieldName = regexp.MustCompile(`^[a-z][a-z0-9-]{0,39}$`)
 // read decodes a request: a JSON object, an urlencoded form or a
 // multipart form of fields named as the command's flags, and in a
 // multipart form the uploads.
-func (s *server) read(ctx context.Context, r *http.Request, ep endpoint) (*webRequest, error) {
+func (s *Server) read(ctx context.Context, r *http.Request, ep endpoint) (*webRequest, error) {
 	req := &webRequest{}
 	fields := map[string]string{}
 	ct, params, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
@@ -181,7 +182,7 @@ func (s *server) read(ctx context.Context, r *http.Request, ep endpoint) (*webRe
 			return nil, err
 		}
 		if len(raw) > webMaxField {
-			return nil, &requestError{http.StatusRequestEntityTooLarge, fmt.Errorf("a request without uploads is larger than %s", fmtBytes(webMaxField))}
+			return nil, &requestError{http.StatusRequestEntityTooLarge, fmt.Errorf("a request without uploads is larger than %s", report.FormatBytes(webMaxField))}
 		}
 		r.Body = io.NopCloser(bytes.NewReader(raw))
 	}
@@ -305,7 +306,7 @@ func webLimit(k, v string) error {
 	}
 	switch k {
 	case "batch":
-		b, err := parseBatches(v)
+		b, err := job.ParseBatches(v)
 		if err != nil {
 			return nil // the command says what is wrong
 		}
@@ -319,7 +320,7 @@ func webLimit(k, v string) error {
 		}
 	case "gpu":
 		if n, err := gpu.ParseSize(v); err == nil && n > webMaxGPU {
-			got, lim := fmtBytesApart(n, webMaxGPU)
+			got, lim := report.FormatBytesApart(n, webMaxGPU)
 			return badRequest("field \"gpu\": %s is more than %s on this server", got, lim)
 		}
 	}
@@ -332,7 +333,7 @@ func webLimit(k, v string) error {
 // Hugging Face model directory, safetensors files as their headers, with
 // the whole sizes in fields size:NAME and the directory's name in dir), and
 // snapshot (a memory snapshot pickle).
-func (s *server) readMultipart(ctx context.Context, r *http.Request, ep endpoint, boundary string, fields map[string]string, req *webRequest) error {
+func (s *Server) readMultipart(ctx context.Context, r *http.Request, ep endpoint, boundary string, fields map[string]string, req *webRequest) error {
 	if boundary == "" {
 		return badRequest("multipart form without a boundary")
 	}
@@ -371,7 +372,7 @@ func (s *server) readMultipart(ctx context.Context, r *http.Request, ep endpoint
 				return err
 			}
 			if len(v) > webMaxField {
-				return &requestError{http.StatusRequestEntityTooLarge, fmt.Errorf("field %q is larger than %s", name, fmtBytes(webMaxField))}
+				return &requestError{http.StatusRequestEntityTooLarge, fmt.Errorf("field %q is larger than %s", name, report.FormatBytes(webMaxField))}
 			}
 			fields[name] = string(v)
 			continue
@@ -440,7 +441,7 @@ func (s *server) readMultipart(ctx context.Context, r *http.Request, ep endpoint
 
 // readSnapshot reads an uploaded snapshot, gzip-compressed or not (the
 // command line reads both: snapshot.ReadFile), while ctx lasts.
-func (s *server) readSnapshot(ctx context.Context, u *upload) (*snapshot.Snapshot, error) {
+func (s *Server) readSnapshot(ctx context.Context, u *upload) (*snapshot.Snapshot, error) {
 	opts := snapshot.Options{Frames: true}
 	var r io.Reader = &ctxReader{ctx: ctx, Reader: bytes.NewReader(u.data)}
 	if len(u.data) >= 2 && u.data[0] == 0x1f && u.data[1] == 0x8b {
@@ -451,7 +452,7 @@ func (s *server) readSnapshot(ctx context.Context, u *upload) (*snapshot.Snapsho
 		defer zr.Close()
 		r = &ctxReader{ctx: ctx, Reader: zr}
 		// Decompressed, the snapshot is bounded as an upload is.
-		opts.MaxBytes = s.opts.maxUpload
+		opts.MaxBytes = s.opts.MaxUpload
 	}
 	return snapshot.Read(r, opts)
 }

@@ -1,4 +1,4 @@
-package cli
+package report
 
 import (
 	"encoding/json"
@@ -11,7 +11,9 @@ import (
 	"github.com/batchfit/batchfit/trace"
 )
 
-func writeJSON(w io.Writer, v any) error {
+// WriteJSON encodes v as the JSON of every --json output: indented by two
+// spaces, one value a line.
+func WriteJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
@@ -209,7 +211,9 @@ type StepJSON struct {
 	NvidiaSMIAfterBytes *int64 `json:"nvidia_smi_after_empty_cache_bytes,omitempty"`
 }
 
-func estimateJSON(res *predict.Result, batches []int64) EstimateJSON {
+// NewEstimate is the view of a prediction; batches, when more than one, are
+// a schedule's, whose every step it lists.
+func NewEstimate(res *predict.Result, batches []int64) EstimateJSON {
 	s := res.Summary
 	tl := res.Timeline
 	out := EstimateJSON{Model: res.Model, SourceNote: res.Note, Batch: res.Config.Batch, Seq: res.Config.Seq, GPU: res.GPU.Name,

@@ -1,4 +1,4 @@
-package cli
+package report
 
 import (
 	"fmt"
@@ -81,14 +81,15 @@ type CategoryJSON struct {
 	Bytes    int64  `json:"bytes"`
 }
 
-// comparePrediction sets the prediction res beside the recording
-// analysed in an (snapshot.ComparePrediction), in its JSON form.
-func comparePrediction(an *snapshotAnalysis, snap *snapshot.Snapshot, device int, res *predict.Result, top int) (*SnapshotPredictionJSON, error) {
-	c, err := snapshot.ComparePrediction(an.an, snap, device, snapshot.Prediction{Trace: res.Trace, Inference: res.Infer != nil}, top)
+// ComparePrediction sets the prediction res beside the recording
+// analysed in a, whose view is rec (snapshot.ComparePrediction), in its
+// JSON form.
+func ComparePrediction(a *snapshot.Analysis, rec *SnapshotJSON, snap *snapshot.Snapshot, device int, res *predict.Result, top int) (*SnapshotPredictionJSON, error) {
+	c, err := snapshot.ComparePrediction(a, snap, device, snapshot.Prediction{Trace: res.Trace, Inference: res.Infer != nil}, top)
 	if err != nil {
 		return nil, err
 	}
-	out := &SnapshotPredictionJSON{Model: res.Model, Setup: setupLine(res), PhasesFrom: c.PhasesFrom, PhasesHow: c.PhasesHow,
+	out := &SnapshotPredictionJSON{Model: res.Model, Setup: SetupLine(res), PhasesFrom: c.PhasesFrom, PhasesHow: c.PhasesHow,
 		Overall: phaseCompareJSON(c.Overall)}
 	for _, p := range c.Phases {
 		out.Phases = append(out.Phases, phaseCompareJSON(p))
@@ -101,15 +102,15 @@ func comparePrediction(an *snapshotAnalysis, snap *snapshot.Snapshot, device int
 	for _, d := range c.Sizes {
 		out.Sizes = append(out.Sizes, SizeDiffJSON{SizeBytes: d.Size, RecordedBlocks: d.RecordedBlocks, PredictedBlocks: d.PredictedBlocks, DiffBytes: d.Diff})
 	}
-	out.RecordedSites = an.out.TopSites
+	out.RecordedSites = rec.TopSites
 	out.PredictedSites = siteJSON(c.PredictedSites)
 	for _, pc := range c.PredictedCategories {
 		out.PredictedCategories = append(out.PredictedCategories, CategoryJSON{pc.Category.String(), pc.Bytes})
 	}
 
-	if an.out.StartLiveBlocks > 0 || an.out.StartReservedBytes > 0 {
+	if rec.StartLiveBlocks > 0 || rec.StartReservedBytes > 0 {
 		out.Notes = append(out.Notes, fmt.Sprintf("the recording starts mid-run, with %s reserved and %d blocks live at its first entry; the prediction starts from an empty device and simulates %d step(s)",
-			fmtBytes(an.out.StartReservedBytes), an.out.StartLiveBlocks, max(res.Setup.Steps, 1)))
+			FormatBytes(rec.StartReservedBytes), rec.StartLiveBlocks, max(res.Setup.Steps, 1)))
 	}
 	if !out.Phases[1].InRecording && !out.Phases[2].InRecording {
 		out.Notes = append(out.Notes, "the recording shows no backward or optimizer step: compare its forward with the prediction's")
@@ -127,18 +128,18 @@ func phaseCompareJSON(p snapshot.PhaseComparison) PhaseCompareJSON {
 
 // writePrediction prints the comparison.
 func writePrediction(w io.Writer, p *SnapshotPredictionJSON) {
-	// The setup line starts with the model's name (see setupLine).
+	// The setup line starts with the model's name (see SetupLine).
 	fmt.Fprintf(w, "\nprediction beside the recording: %s\n", p.Setup)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "  phase\trecorded allocated\tpredicted\tdifference\trecorded reserved\tpredicted\tdifference\t")
 	row := func(c PhaseCompareJSON) {
 		if !c.InRecording {
-			fmt.Fprintf(tw, "  %s\tnot recorded\t%s\t\tnot recorded\t%s\t\t\n", c.Phase, fmtBytes(c.PredictedPeakAllocatedBytes), fmtBytes(c.PredictedPeakReservedBytes))
+			fmt.Fprintf(tw, "  %s\tnot recorded\t%s\t\tnot recorded\t%s\t\t\n", c.Phase, FormatBytes(c.PredictedPeakAllocatedBytes), FormatBytes(c.PredictedPeakReservedBytes))
 			return
 		}
 		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", c.Phase,
-			fmtBytes(c.RecordedPeakAllocatedBytes), fmtBytes(c.PredictedPeakAllocatedBytes), signedPct(c.AllocatedDiffBytes, c.RecordedPeakAllocatedBytes),
-			fmtBytes(c.RecordedPeakReservedBytes), fmtBytes(c.PredictedPeakReservedBytes), signedPct(c.ReservedDiffBytes, c.RecordedPeakReservedBytes))
+			FormatBytes(c.RecordedPeakAllocatedBytes), FormatBytes(c.PredictedPeakAllocatedBytes), signedPct(c.AllocatedDiffBytes, c.RecordedPeakAllocatedBytes),
+			FormatBytes(c.RecordedPeakReservedBytes), FormatBytes(c.PredictedPeakReservedBytes), signedPct(c.ReservedDiffBytes, c.RecordedPeakReservedBytes))
 	}
 	row(p.Overall)
 	for _, c := range p.Phases {
@@ -151,14 +152,14 @@ func writePrediction(w io.Writer, p *SnapshotPredictionJSON) {
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "  size\trecorded\tpredicted\tdifference\t")
 	for _, c := range p.SizeClasses {
-		fmt.Fprintf(tw, "  %s\t%s in %d\t%s in %d\t%s\t\n", c.Class, fmtBytes(c.RecordedBytes), c.RecordedBlocks, fmtBytes(c.PredictedBytes), c.PredictedBlocks, signed(c.DiffBytes))
+		fmt.Fprintf(tw, "  %s\t%s in %d\t%s in %d\t%s\t\n", c.Class, FormatBytes(c.RecordedBytes), c.RecordedBlocks, FormatBytes(c.PredictedBytes), c.PredictedBlocks, signed(c.DiffBytes))
 	}
 	tw.Flush()
 	if len(p.Sizes) > 0 {
 		fmt.Fprintln(w, "\nrequest sizes that differ most at the peaks:")
 		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 		for _, d := range p.Sizes {
-			fmt.Fprintf(tw, "  %s\trecorded %d\tpredicted %d\t%s\t\n", fmtBytes(d.SizeBytes), d.RecordedBlocks, d.PredictedBlocks, signed(d.DiffBytes))
+			fmt.Fprintf(tw, "  %s\trecorded %d\tpredicted %d\t%s\t\n", FormatBytes(d.SizeBytes), d.RecordedBlocks, d.PredictedBlocks, signed(d.DiffBytes))
 		}
 		tw.Flush()
 	}
@@ -167,10 +168,10 @@ func writePrediction(w io.Writer, p *SnapshotPredictionJSON) {
 	for i := 0; i < max(len(p.RecordedSites), len(p.PredictedCategories)); i++ {
 		l, r := "\t", "\t"
 		if i < len(p.RecordedSites) {
-			l = fmtBytes(p.RecordedSites[i].Bytes) + "\t" + p.RecordedSites[i].Site
+			l = FormatBytes(p.RecordedSites[i].Bytes) + "\t" + p.RecordedSites[i].Site
 		}
 		if i < len(p.PredictedCategories) {
-			r = fmtBytes(p.PredictedCategories[i].Bytes) + "\t" + p.PredictedCategories[i].Category
+			r = FormatBytes(p.PredictedCategories[i].Bytes) + "\t" + p.PredictedCategories[i].Category
 		}
 		fmt.Fprintf(tw, "  %s\t%s\t\n", l, r)
 	}
