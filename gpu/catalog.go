@@ -3,6 +3,7 @@ package gpu
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -311,6 +312,19 @@ func LookupLike(name, like string) (GPU, error) {
 		}
 	}
 	if n, err := ParseSize(name); err == nil {
+		if n < MinCustom {
+			// "3090" or "4090" is a card, not 3,090 bytes: name the
+			// catalog GPUs that carry it as a part of their name
+			var near []string
+			for _, g := range catalog {
+				if slices.Contains(strings.Split(g.Name, "-"), key) {
+					near = append(near, g.Name)
+				}
+			}
+			if len(near) > 0 {
+				return GPU{}, fmt.Errorf("gpu %q is %d bytes, not a GPU; did you mean %s? (a size needs its unit: 24GB, 80GiB, 81559MiB)", name, n, strings.Join(near, " or "))
+			}
+		}
 		var base *GPU
 		if like != "" {
 			b, err := LookupLike(like, "")

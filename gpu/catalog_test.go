@@ -185,3 +185,18 @@ func TestCatalogPeaksFollowSMs(t *testing.T) {
 		}
 	}
 }
+
+// A bare number that a catalog GPU's name carries is that card, said so,
+// not a 3,090-byte GPU; a small number no card carries keeps the unit hint.
+func TestLookupCardNumber(t *testing.T) {
+	for _, c := range []struct{ name, want string }{
+		{"3090", `did you mean rtx-3090?`},
+		{"4090", `did you mean rtx-4090?`},
+		{"12", `write the unit`},
+	} {
+		_, err := Lookup(c.name)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("Lookup(%q) = %v, want …%s…", c.name, err, c.want)
+		}
+	}
+}
