@@ -13,8 +13,9 @@ import (
 )
 
 // runRegistry tells 'batchfit watch' which processes a run started and
-// what PyTorch last said in them: a small file per child in
-// $TMPDIR/batchfit-runs, named by the child's PID, removed at the end.
+// what PyTorch last said in them: a small file per child in the runs
+// directory (defaultRunsDir), named by the child's PID, removed at the
+// end.
 type runRegistry struct {
 	// dir is where the file goes (Hooks.runs).
 	dir     string
@@ -25,7 +26,9 @@ type runRegistry struct {
 	start   *record.Record
 }
 
-// RunState is what a running 'batchfit run' publishes for watch.
+// RunState is what a running 'batchfit run' publishes for watch: the JSON
+// of its file in the runs directory. Run writes it and Watch reads it; it
+// is exported so that a test can stand in for a run.
 type RunState struct {
 	PID     int            `json:"pid"`
 	Command []string       `json:"command"`
