@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/batchfit/batchfit/internal/chart"
+	"github.com/batchfit/batchfit/internal/outfile"
 )
 
 // writeChart renders c to path, or to the web request's response.
@@ -19,5 +20,5 @@ func (e *env) writeChart(path string, c *chart.Chart) error {
 	if !e.policy.files {
 		return fmt.Errorf("a web request draws no chart to a file")
 	}
-	return writeFile(path, svg)
+	return outfile.Write(path, svg)
 }

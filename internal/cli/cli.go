@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/batchfit/batchfit/internal/live"
 	"github.com/batchfit/batchfit/internal/report"
 	"github.com/batchfit/batchfit/job"
 	"github.com/batchfit/batchfit/models"
@@ -72,7 +73,7 @@ type env struct {
 	// the command line.
 	ctx context.Context
 	// hooks stand in for the machine's GPUs, clock and processes (tests).
-	hooks hooks
+	hooks live.Hooks
 }
 
 // policy is what a command may reach of the machine it runs on: the
@@ -134,9 +135,9 @@ func init() {
 type Options struct {
 	Stdin io.Reader
 	Env   job.Env
-	// hooks are the tests' stand-ins for the machine (see hooks); the
+	// hooks are the tests' stand-ins for the machine (live.Hooks); the
 	// zero value is the machine itself.
-	hooks hooks
+	hooks live.Hooks
 }
 
 // Run executes the command line args (without the program name) with the
@@ -181,12 +182,12 @@ func RunWith(args []string, stdout, stderr io.Writer, o Options) int {
 		if err.Error() == "flag: help requested" {
 			return 0
 		}
-		var st exitStatus
+		var st live.ExitStatus
 		if errors.As(err, &st) {
 			return int(st)
 		}
 		fmt.Fprintf(stderr, "batchfit %s: %s\n", args[0], report.ClipQuoted(err.Error()))
-		var cs cannotStart
+		var cs live.CannotStart
 		if errors.As(err, &cs) {
 			return 127
 		}

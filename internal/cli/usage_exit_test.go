@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/batchfit/batchfit/internal/live"
 	"github.com/batchfit/batchfit/internal/server"
 
 	"github.com/batchfit/batchfit/smi"
@@ -16,7 +17,7 @@ import (
 // fit" and failures.
 func TestUsageErrorsExit2(t *testing.T) {
 	t.Parallel()
-	noDriver := hooks{openSMI: func() (smi.Reader, error) { return nil, smi.ErrNoDriver }}
+	noDriver := live.Hooks{OpenSMI: func() (smi.Reader, error) { return nil, smi.ErrNoDriver }}
 	for _, c := range []struct {
 		name string
 		args []string

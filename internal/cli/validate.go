@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"fmt"
@@ -10,6 +9,7 @@ import (
 	"os"
 	"text/tabwriter"
 
+	"github.com/batchfit/batchfit/internal/live"
 	"github.com/batchfit/batchfit/internal/report"
 	"github.com/batchfit/batchfit/record"
 	"github.com/batchfit/batchfit/validation"
@@ -50,71 +50,6 @@ func fileKind(path string) string {
 	return k.Kind
 }
 
-// compareWatch reads a 'batchfit watch --out' file and compares every
-// process in it that 'batchfit run --model' started: the recording that
-// run would have written, rebuilt from what watch saw of it.
-func compareWatch(e *env, path, model string) ([]validation.Comparison, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	type proc struct {
-		recs []record.Record
-		seq  int
-		oom  bool
-	}
-	procs := map[int]*proc{}
-	var order []int
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 0, 64<<10), record.MaxLine)
-	line := 0
-	for sc.Scan() {
-		line++
-		var fr WatchFrame
-		if err := json.Unmarshal(sc.Bytes(), &fr); err != nil || fr.Kind != "gpus" {
-			return nil, fmt.Errorf("%s:%d: not a batchfit watch reading", path, line)
-		}
-		for _, g := range fr.GPUs {
-			for _, p := range g.Processes {
-				if p.Args == nil || p.Start == nil {
-					continue
-				}
-				pr, ok := procs[p.PID]
-				if !ok {
-					pr = &proc{recs: []record.Record{{Kind: record.KindRun, Command: p.Command, Args: p.Args}, *p.Start}}
-					procs[p.PID] = pr
-					order = append(order, p.PID)
-				}
-				switch py := p.PyTorch; {
-				case py == nil:
-				case py.Kind == record.KindOOM && !pr.oom:
-					pr.recs = append(pr.recs, *py)
-					pr.oom = true
-				case py.Kind == record.KindStep && py.Seq > pr.seq:
-					pr.recs = append(pr.recs, *py)
-					pr.seq = py.Seq
-				}
-			}
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("reading %s: %w", path, err)
-	}
-	var cs []validation.Comparison
-	for _, pid := range order {
-		c, err := compareRecording(e, fmt.Sprintf("%s (process %d)", path, pid), procs[pid].recs, model)
-		if err != nil {
-			return nil, err
-		}
-		cs = append(cs, c...)
-	}
-	if len(cs) == 0 {
-		return nil, fmt.Errorf("%s: no process in it was started by 'batchfit run --model ...', so there is no job to predict", path)
-	}
-	return cs, nil
-}
-
 func runValidate(e *env, args []string) error {
 	stdout, stderr := e.stdout, e.stderr
 	fs := newFlagSet("validate", stderr, validateUsage)
@@ -134,11 +69,11 @@ func runValidate(e *env, args []string) error {
 		if err != nil {
 			return err
 		}
-		if cs, err = compareRecording(e, pos[0], recs, *model); err != nil {
+		if cs, err = live.CompareRecording(e.context(), pos[0], recs, *model); err != nil {
 			return err
 		}
 	case "gpus":
-		if cs, err = compareWatch(e, pos[0], *model); err != nil {
+		if cs, err = live.CompareWatch(e.context(), pos[0], *model); err != nil {
 			return err
 		}
 	default:

@@ -1,4 +1,9 @@
-package cli
+// Package outfile writes output files whole or not at all: a file is
+// written beside its path and renamed over it once complete, so a command
+// that fails midway (a full disk, an interrupt) leaves the file that was
+// there as it was. The charts of estimate, sweep and snapshot and the
+// recordings of run and watch are all written this way.
+package outfile
 
 import (
 	"errors"
@@ -10,22 +15,22 @@ import (
 	"strconv"
 )
 
-// outFile is an output file written beside its path and renamed over it
+// File is an output file written beside its path and renamed over it
 // once complete: a write that fails (a full disk) or a command that stops
 // midway leaves the file that was there whole, never a part of the new one
 // in its place (os.WriteFile and os.Create truncate the old first). A
 // rename within one directory replaces the old file in one step (POSIX
 // rename(2)).
-type outFile struct {
+type File struct {
 	*os.File
 	path string
 	// keep: the old file's permissions, given to the new (0: none old)
 	keep fs.FileMode
 }
 
-// createOutput starts the output file for path. Its directory must be
+// Create starts the output file for path. Its directory must be
 // writable: that is checked now, before any work.
-func createOutput(path string) (*outFile, error) {
+func Create(path string) (*File, error) {
 	// A path that is a link names the file it links to: that file is
 	// replaced, the link kept.
 	if real, err := filepath.EvalSymlinks(path); err == nil {
@@ -51,13 +56,13 @@ func createOutput(path string) (*outFile, error) {
 		if err != nil {
 			return nil, err
 		}
-		return &outFile{File: f, path: path, keep: keep}, nil
+		return &File{File: f, path: path, keep: keep}, nil
 	}
 	return nil, fmt.Errorf("no free temporary name beside %s", path)
 }
 
 // Commit writes the file to disk and puts it in place of the old.
-func (o *outFile) Commit() error {
+func (o *File) Commit() error {
 	var err error
 	if o.keep != 0 {
 		err = o.Chmod(o.keep)
@@ -79,14 +84,15 @@ func (o *outFile) Commit() error {
 }
 
 // Abort drops the file written: the old one stays.
-func (o *outFile) Abort() {
+func (o *File) Abort() {
 	o.Close()
 	os.Remove(o.Name())
 }
 
-// writeFile writes data to path by way of an outFile.
-func writeFile(path string, data []byte) error {
-	o, err := createOutput(path)
+// Write writes data to path by way of a File: the old file at path stays
+// whole unless all of data was written.
+func Write(path string, data []byte) error {
+	o, err := Create(path)
 	if err != nil {
 		return fmt.Errorf("writing %s: %w", path, err)
 	}

@@ -1,35 +1,30 @@
-package cli
+package live
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
-	"syscall"
 	"text/tabwriter"
 	"time"
 
 	"github.com/batchfit/batchfit/gpu"
+	"github.com/batchfit/batchfit/internal/outfile"
 	"github.com/batchfit/batchfit/internal/report"
 	"github.com/batchfit/batchfit/job"
-	"github.com/batchfit/batchfit/models"
 	"github.com/batchfit/batchfit/oom"
 	"github.com/batchfit/batchfit/plan"
 	"github.com/batchfit/batchfit/predict"
 	"github.com/batchfit/batchfit/record"
 	"github.com/batchfit/batchfit/snapshot"
 	"github.com/batchfit/batchfit/train"
-	"github.com/batchfit/batchfit/validation"
 )
 
 const runUsage = `usage: batchfit run [--model MODEL and job flags] [flags] -- COMMAND [ARGS...]
@@ -58,27 +53,17 @@ launcher's workers (torchrun) are not recorded.
   batchfit validate run.jsonl      # the recording as a measured case
 `
 
-// exitStatus ends batchfit with a status of its own, without a message:
-// the child's, passed through.
-type exitStatus int
-
-func (e exitStatus) Error() string { return "exit status " + strconv.Itoa(int(e)) }
-
-// cannotStart is a command that could not be started: the shell's 127.
-type cannotStart struct{ err error }
-
-func (c cannotStart) Error() string { return c.err.Error() }
-func (c cannotStart) Unwrap() error { return c.err }
-
-func runRun(e *env, args []string) (err error) {
+// Run is 'batchfit run': args are its flags, "--" and the command to
+// run. It returns the command's exit status as an ExitStatus when it is
+// not 0, CannotStart when the command could not be started, and a usage
+// error (job.IsUsage) for bad flags; the command's own output goes to
+// e.Stdout and e.Stderr, batchfit's lines and summary to e.Stderr.
+func Run(e Env, args []string) (err error) {
 	// The child and the live line write to stderr at once: a file takes
 	// whole writes in turn, any other writer is given a lock.
-	stderr := e.stderr
+	stderr := e.Stderr
 	if _, ok := stderr.(*os.File); !ok {
 		stderr = &lockedWriter{w: stderr}
-	}
-	if !e.policy.machine {
-		return usagef("run starts a process: not from the web page")
 	}
 	i := slices.Index(args, "--")
 	if i < 0 && slices.ContainsFunc(args, isHelp) {
@@ -112,7 +97,7 @@ func runRun(e *env, args []string) (err error) {
 		// The recording is written beside --out and put in its place
 		// once the run ends: a command that cannot start, or a write
 		// that fails, leaves the file there (an earlier recording).
-		f, err := createOutput(*out)
+		f, err := outfile.Create(*out)
 		if err != nil {
 			return fmt.Errorf("creating %s: %w", *out, err)
 		}
@@ -136,9 +121,9 @@ func runRun(e *env, args []string) (err error) {
 		os.Remove(snapPath) // a snapshot left by an earlier run is not this run's
 	}
 	live := newLiveLine(stderr, *every)
-	reg := &runRegistry{command: command, args: flagArgs, dir: e.hooks.runs()}
+	reg := &runRegistry{command: command, args: flagArgs, dir: e.Hooks.runs()}
 	defer reg.remove()
-	res, err := record.Run(record.Options{Command: command, Snapshot: snapPath, Stdin: e.stdin, Stdout: e.stdout, Stderr: stderr,
+	res, err := record.Run(record.Options{Command: command, Snapshot: snapPath, Stdin: e.Stdin, Stdout: e.Stdout, Stderr: stderr,
 		OnRecord: func(r *record.Record) {
 			live.add(r)
 			reg.update(r)
@@ -149,7 +134,7 @@ func runRun(e *env, args []string) (err error) {
 	if err != nil {
 		var ee *exec.Error
 		if errors.As(err, &ee) {
-			return cannotStart{err} // the shell's 127: no such command
+			return CannotStart{err} // the shell's 127: no such command
 		}
 		return err
 	}
@@ -177,7 +162,7 @@ func runRun(e *env, args []string) (err error) {
 		fmt.Fprintf(stderr, "\nrecording: %s ('batchfit validate %s' compares it with the prediction)\n", *out, *out)
 	}
 	if res.Code != 0 {
-		return exitStatus(res.Code)
+		return ExitStatus(res.Code)
 	}
 	return nil
 }
@@ -195,15 +180,15 @@ type runFlags struct {
 
 // parseRunFlags parses the flags before run's "--", also when validate
 // reads them back from a recording.
-func parseRunFlags(e *env, args []string) (*runFlags, error) {
-	rf := &runFlags{job: jobFlags{e: e}, set: map[string]bool{}}
-	fs := newFlagSet("run", e.stderr, runUsage)
+func parseRunFlags(e Env, args []string) (*runFlags, error) {
+	rf := &runFlags{job: jobFlags{env: e.JobEnv}, set: map[string]bool{}}
+	fs := newFlagSet("run", e.Stderr, runUsage)
 	rf.job.register(fs)
 	fs.StringVar(&rf.out, "out", "", "write the recording to this file (JSON lines; 'batchfit validate' reads it)")
 	fs.BoolVar(&rf.snapshot, "snapshot", false, "record the allocator's history from the start and dump a memory snapshot if an out-of-memory error ends the run")
 	fs.StringVar(&rf.snapshotFile, "snapshot-file", "oom-snapshot.pickle", "where --snapshot writes the snapshot")
 	fs.IntVar(&rf.every, "every", 1, "without a terminal, print every N-th step")
-	pos, err := parseArgs(fs, args)
+	pos, err := job.ParseArgs(fs, args)
 	if err != nil {
 		return nil, err
 	}
@@ -218,168 +203,6 @@ func parseRunFlags(e *env, args []string) (*runFlags, error) {
 	}
 	fs.Visit(func(f *flag.Flag) { rf.set[f.Name] = true })
 	return rf, nil
-}
-
-// compareRecording predicts the job of a recording and compares it with
-// what the run measured, as validate does for measure.py's cases.
-//
-// A recording may come from anyone: a model path written in it is never
-// opened (it may name a device or a file built to cost gigabytes). The
-// recorded model is taken when it is a zoo name; otherwise model, a path
-// the user named on validate's command line, stands for it.
-func compareRecording(e *env, path string, recs []record.Record, model string) ([]validation.Comparison, error) {
-	s := record.Summarize(recs)
-	rf, err := parseRunFlags(&env{stdin: e.stdin, stdout: io.Discard, stderr: io.Discard}, recs[0].Args)
-	if err != nil {
-		return nil, fmt.Errorf("%s: the recorded flags %q: %w", path, recs[0].Args, err)
-	}
-	if model != "" {
-		rf.job.Model = model
-	} else if rf.job.Model != "" {
-		if _, err := models.Lookup(rf.job.Model); err != nil {
-			return nil, usagef("%s", report.ClipMessage(fmt.Sprintf("%s: the recorded model %q is not a zoo name, and validate opens no path a recording names: give the model as --model PATH", path, rf.job.Model)))
-		}
-		rf.job.sources = job.ZooOnly
-	}
-	switch {
-	case rf.job.Model == "":
-		return nil, fmt.Errorf("%s: recorded without --model, so there is no job to predict (record with 'batchfit run --model MODEL ... -- COMMAND')", path)
-	case s.PeakAllocated == nil || s.PeakReserved == nil:
-		return nil, fmt.Errorf("%s: the run reported no CUDA figures (it ran on the CPU or never stepped an optimizer): nothing to compare", path)
-	case *s.PeakAllocated < 0 || *s.PeakReserved < 0:
-		// torch.cuda.max_memory_allocated and max_memory_reserved count
-		// bytes: a negative one was not written by PyTorch
-		return nil, fmt.Errorf("%s: the steps' \"max_allocated\" (largest %d) and \"max_reserved\" (largest %d) must not be negative", path, *s.PeakAllocated, *s.PeakReserved)
-	}
-	r, err := runRequest(&rf.job, rf.set, s)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	res, err := predict.Run(e.context(), r)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	c := validation.Comparison{ID: filepath.Base(path) + " (" + report.SetupLine(res) + ")", Status: "ok",
-		PredictedAllocated: res.Timeline.PeakAllocated, MeasuredAllocated: *s.PeakAllocated,
-		PredictedReserved: res.Timeline.PeakReserved, MeasuredReserved: *s.PeakReserved, PredictedFits: res.Fits}
-	if s.OOM != nil {
-		c.Status = "oom"
-	} else if res.Time != nil && s.StepSeconds > 0 {
-		c.PredictedSeconds, c.MeasuredSeconds = res.Time.Seconds, s.StepSeconds
-	}
-	return []validation.Comparison{c}, nil
-}
-
-// lockedWriter serialises writes from several goroutines.
-type lockedWriter struct {
-	mu sync.Mutex
-	w  io.Writer
-}
-
-func (l *lockedWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(p)
-}
-
-// liveLine prints the steps as they come: one line rewritten in place on
-// a terminal, plain lines (every n-th step) otherwise.
-type liveLine struct {
-	mu    sync.Mutex
-	w     io.Writer
-	tty   bool
-	every int
-	open  bool
-	last  *record.Record
-}
-
-func newLiveLine(w io.Writer, every int) *liveLine {
-	return &liveLine{w: w, tty: isTerminal(w), every: every}
-}
-
-func isTerminal(w io.Writer) bool {
-	f, ok := w.(*os.File)
-	if !ok {
-		return false
-	}
-	st, err := f.Stat()
-	return err == nil && st.Mode()&os.ModeCharDevice != 0
-}
-
-func (l *liveLine) add(r *record.Record) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	switch r.Kind {
-	case record.KindStart:
-		dev := "CPU (no CUDA figures)"
-		if r.CUDA != nil && *r.CUDA {
-			dev = r.Device
-			if r.DeviceTotal != nil {
-				dev += fmt.Sprintf(" (%s)", report.FormatBytes(*r.DeviceTotal))
-			}
-		}
-		l.print(fmt.Sprintf("batchfit: recording · PyTorch %s · %s", r.Torch, dev), true)
-	case record.KindStep:
-		l.last = r
-		if l.tty || r.Seq%l.every == 0 || r.Seq == 1 {
-			l.print(stepLine(r), !l.tty)
-		}
-	case record.KindWarning:
-		l.print("batchfit: "+r.Message, true)
-	}
-}
-
-func (l *liveLine) print(s string, newline bool) {
-	if l.tty {
-		fmt.Fprint(l.w, "\r\033[K"+s)
-		l.open = !newline
-		if newline {
-			fmt.Fprintln(l.w)
-		}
-		return
-	}
-	fmt.Fprintln(l.w, s)
-}
-
-func (l *liveLine) finish() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.open {
-		fmt.Fprintln(l.w)
-		l.open = false
-	}
-}
-
-func stepLine(r *record.Record) string {
-	parts := []string{fmt.Sprintf("step %d", r.Step)}
-	// the step is the optimizer's own count, 1-based; the recorder numbers
-	// a process' optimizers from 0, which "#0" beside "step 1" reads as a
-	// second count: only a second or later optimizer is named, 1-based
-	switch {
-	case r.Optimizer > 0 && r.OptimizerClass != "":
-		parts[0] += fmt.Sprintf(" (%s, optimizer #%d)", r.OptimizerClass, r.Optimizer+1)
-	case r.Optimizer > 0:
-		parts[0] += fmt.Sprintf(" (optimizer #%d)", r.Optimizer+1)
-	case r.OptimizerClass != "":
-		parts[0] += fmt.Sprintf(" (%s)", r.OptimizerClass)
-	}
-	if r.Batch != nil {
-		b := fmt.Sprintf("batch %d", *r.Batch)
-		if r.MicroBatches > 1 {
-			b += fmt.Sprintf(" × %d micro-batches", r.MicroBatches)
-		}
-		parts = append(parts, b)
-	}
-	if r.MaxAllocated != nil {
-		parts = append(parts, "allocated "+report.FormatBytes(*r.Allocated), "max "+report.FormatBytes(*r.MaxAllocated),
-			"reserved "+report.FormatBytes(*r.Reserved), "max "+report.FormatBytes(*r.MaxReserved))
-		if r.NumAllocRetries != nil && *r.NumAllocRetries > 0 {
-			parts = append(parts, fmt.Sprintf("%d retries", *r.NumAllocRetries))
-		}
-	} else if r.RSS != nil {
-		parts = append(parts, "resident "+report.FormatBytes(*r.RSS))
-	}
-	return strings.Join(parts, " · ")
 }
 
 func writeRunSummary(w io.Writer, s record.Summary, res *record.Result) {
@@ -452,7 +275,7 @@ func runRequest(j *jobFlags, set map[string]bool, s record.Summary) (predict.Req
 	if err != nil {
 		return r, err
 	}
-	b, err := parseBatches(jj.Batch)
+	b, err := job.ParseBatches(jj.Batch)
 	if err != nil {
 		return r, err
 	}
@@ -572,9 +395,10 @@ func writeRunOOM(w io.Writer, j *jobFlags, set map[string]bool, s record.Summary
 	case s.OOM.Snapshot != "":
 		sn, err := snapshot.ReadFile(s.OOM.Snapshot, snapshot.Options{Frames: true})
 		if err == nil {
-			var an *snapshotAnalysis
-			if an, err = analyzeSnapshot(context.Background(), sn, s.OOM.Snapshot, 0, "expandable_segments:True", 5, false); err == nil {
-				o := an.out
+			const whatIf = "expandable_segments:True"
+			var an *snapshot.Analysis
+			if an, err = snapshot.Analyze(context.Background(), sn, s.OOM.Snapshot, snapshot.AnalyzeOptions{WhatIf: whatIf, Top: 5}); err == nil {
+				o := report.NewSnapshot(an, sn, s.OOM.Snapshot, whatIf)
 				fmt.Fprintf(w, "\nthe snapshot (%s), replayed: peak allocated %s, peak reserved %s, at most %s reserved but unallocated; with expandable_segments:True %s reserved\n",
 					s.OOM.Snapshot, report.FormatBytes(o.PeakAllocatedBytes), report.FormatBytes(o.PeakReservedBytes), report.FormatBytes(o.MaxFragmentationBytes), report.FormatBytes(o.WhatIfReservedBytes))
 				for _, site := range o.TopSites {
@@ -617,7 +441,13 @@ func writeRunOOM(w io.Writer, j *jobFlags, set map[string]bool, s record.Summary
 	ans, err := plan.Run(context.Background(), so)
 	var lg *report.Larger
 	if err == nil && len(ans.Best) == 0 {
-		lg, err = searchLarger(context.Background(), so, "0")
+		// every catalog GPU larger than the message's, with no margin
+		// (plan's and estimate's --margin 0)
+		var fits []plan.Elsewhere
+		var searched, stopped []string
+		if fits, searched, stopped, err = plan.Larger(context.Background(), so, gpu.All(), func(gpu.GPU) (int64, error) { return 0, nil }); err == nil {
+			lg = &report.Larger{Fits: fits, Searched: searched, Stopped: stopped}
+		}
 	}
 	if err != nil {
 		fmt.Fprintf(w, "\nno suggestions: %v\n", err)
@@ -634,92 +464,6 @@ func indent(s, prefix string) string {
 		}
 	}
 	return strings.Join(lines, "\n") + "\n"
-}
-
-// runRegistry tells 'batchfit watch' which processes a run started and
-// what PyTorch last said in them: a small file per child in
-// $TMPDIR/batchfit-runs, named by the child's PID, removed at the end.
-type runRegistry struct {
-	// dir is where the file goes (hooks.runs).
-	dir     string
-	command []string
-	args    []string
-	path    string
-	last    *record.Record
-	start   *record.Record
-}
-
-// RunState is what a running 'batchfit run' publishes for watch.
-type RunState struct {
-	PID     int            `json:"pid"`
-	Command []string       `json:"command"`
-	Args    []string       `json:"args,omitempty"`
-	Start   *record.Record `json:"start,omitempty"`
-	Last    *record.Record `json:"last,omitempty"`
-}
-
-// defaultRunsDir is where runs publish their state: a directory of this
-// user's alone (another user on a shared machine cannot plant files in it
-// or redirect writes); tests move it (hooks.runsDir).
-func defaultRunsDir() string {
-	return filepath.Join(os.TempDir(), "batchfit-runs-"+strconv.Itoa(os.Getuid()))
-}
-
-// ownDir makes dir (mode 0700) or accepts it only if it is a directory of
-// this user's that no one else may write.
-func ownDir(dir string) bool {
-	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
-		return false
-	}
-	st, err := os.Lstat(dir)
-	if err != nil || !st.IsDir() || st.Mode().Perm()&0o022 != 0 {
-		return false
-	}
-	if sys, ok := st.Sys().(*syscall.Stat_t); ok && int(sys.Uid) != os.Getuid() {
-		return false
-	}
-	return true
-}
-
-func (g *runRegistry) update(r *record.Record) {
-	switch r.Kind {
-	case record.KindStart:
-		if g.start != nil {
-			return // a second interpreter's start; the first one's file stays
-		}
-		g.start = r
-		if !ownDir(g.dir) {
-			return
-		}
-		g.path = filepath.Join(g.dir, strconv.Itoa(r.PID)+".json")
-	case record.KindStep, record.KindOOM:
-		g.last = r
-	default:
-		return
-	}
-	if g.path == "" {
-		return
-	}
-	b, err := json.Marshal(RunState{PID: g.start.PID, Command: g.command, Args: g.args, Start: g.start, Last: g.last})
-	if err != nil {
-		return
-	}
-	f, err := os.CreateTemp(filepath.Dir(g.path), ".state-*")
-	if err != nil {
-		return
-	}
-	_, werr := f.Write(b)
-	if cerr := f.Close(); werr == nil && cerr == nil {
-		os.Rename(f.Name(), g.path)
-	} else {
-		os.Remove(f.Name())
-	}
-}
-
-func (g *runRegistry) remove() {
-	if g.path != "" {
-		os.Remove(g.path)
-	}
 }
 
 func isHelp(a string) bool { return a == "-h" || a == "--h" || a == "-help" || a == "--help" }

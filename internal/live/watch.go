@@ -1,4 +1,4 @@
-package cli
+package live
 
 import (
 	"encoding/json"
@@ -15,7 +15,9 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/batchfit/batchfit/internal/outfile"
 	"github.com/batchfit/batchfit/internal/report"
+	"github.com/batchfit/batchfit/job"
 	"github.com/batchfit/batchfit/record"
 	"github.com/batchfit/batchfit/smi"
 )
@@ -34,56 +36,6 @@ Examples:
   batchfit watch --interval 500ms --json > gpus.jsonl
   batchfit watch --count 1              # one reading, then exit
 `
-
-// hooks are what watch and run reach of this machine besides files: its
-// GPUs, its clock and zone, its processes and where runs publish their
-// state. A test gives its own on its env, so tests that stand in for them
-// run side by side; a nil field is the real one.
-type hooks struct {
-	openSMI       func() (smi.Reader, error)
-	now           func() time.Time
-	zone          *time.Location
-	runsDir       func() string
-	processExists func(pid int) bool
-}
-
-func (h hooks) openGPUs() (smi.Reader, error) {
-	if h.openSMI != nil {
-		return h.openSMI()
-	}
-	return smi.Open()
-}
-
-func (h hooks) clock() time.Time {
-	if h.now != nil {
-		return h.now()
-	}
-	return time.Now()
-}
-
-func (h hooks) location() *time.Location {
-	if h.zone != nil {
-		return h.zone
-	}
-	return time.Local
-}
-
-// runs is where runs publish their state (see defaultRunsDir).
-func (h hooks) runs() string {
-	if h.runsDir != nil {
-		return h.runsDir()
-	}
-	return defaultRunsDir()
-}
-
-// exists tells whether a run's child is still there.
-func (h hooks) exists(pid int) bool {
-	if h.processExists != nil {
-		return h.processExists(pid)
-	}
-	_, err := os.Stat("/proc/" + strconv.Itoa(pid))
-	return err == nil
-}
 
 // WatchFrame is one reading of watch --json and of its --out file.
 type WatchFrame struct {
@@ -111,17 +63,17 @@ type WatchProcessJSON struct {
 	Outside *int64 `json:"outside_pytorch_bytes,omitempty"`
 }
 
-func runWatch(e *env, args []string) (err error) {
-	stdout, stderr := e.stdout, e.stderr
-	if !e.policy.machine {
-		return usagef("watch reads this machine's GPUs: not from the web page")
-	}
+// Watch is 'batchfit watch': args are its flags. It prints the readings
+// to e.Stdout until --count readings are printed or it is interrupted,
+// and returns a usage error (job.IsUsage) for bad flags.
+func Watch(e Env, args []string) (err error) {
+	stdout, stderr := e.Stdout, e.Stderr
 	fs := newFlagSet("watch", stderr, watchUsage)
 	interval := fs.Duration("interval", 2*time.Second, "time between readings")
 	count := fs.Int("count", 0, "stop after this many readings (0: until interrupted)")
 	asJSON := fs.Bool("json", false, "print one JSON object a reading")
 	out := fs.String("out", "", "also write the readings to this file (JSON lines)")
-	pos, err := parseArgs(fs, args)
+	pos, err := job.ParseArgs(fs, args)
 	if err != nil {
 		return err
 	}
@@ -134,7 +86,7 @@ func runWatch(e *env, args []string) (err error) {
 	if *count < 0 {
 		return usagef("--count must not be negative")
 	}
-	r, err := e.hooks.openGPUs()
+	r, err := e.Hooks.openGPUs()
 	if err != nil {
 		if errors.Is(err, smi.ErrNoDriver) {
 			return fmt.Errorf("%w: batchfit watch needs an NVIDIA GPU and its driver on this machine", err)
@@ -142,9 +94,9 @@ func runWatch(e *env, args []string) (err error) {
 		return err
 	}
 	defer r.Close()
-	var rec *outFile
+	var rec *outfile.File
 	if *out != "" {
-		if rec, err = createOutput(*out); err != nil {
+		if rec, err = outfile.Create(*out); err != nil {
 			return fmt.Errorf("creating %s: %w", *out, err)
 		}
 		// The samples recorded replace the file there; a watch that
@@ -174,7 +126,7 @@ func runWatch(e *env, args []string) (err error) {
 		if err != nil {
 			return fmt.Errorf("reading the GPUs: %w", err)
 		}
-		frame := watchFrame(e.hooks.clock(), gpus, readRuns(e.hooks.runs(), e.hooks.exists))
+		frame := watchFrame(e.Hooks.clock(), gpus, readRuns(e.Hooks.runs(), e.Hooks.exists))
 		if rec != nil {
 			b, _ := json.Marshal(frame)
 			if _, err := rec.Write(append(b, '\n')); err != nil {
@@ -194,7 +146,7 @@ func runWatch(e *env, args []string) (err error) {
 		for _, line := range processChanges(prev, gpus) {
 			fmt.Fprintln(stdout, line)
 		}
-		writeWatch(stdout, frame, e.hooks.location())
+		writeWatch(stdout, frame, e.Hooks.location())
 		prev = gpus
 	}
 	return nil
