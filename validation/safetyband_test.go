@@ -11,6 +11,7 @@ import (
 
 	// The maxbatch command itself.
 	"github.com/batchfit/batchfit/internal/cli"
+	"github.com/batchfit/batchfit/internal/report"
 	"github.com/batchfit/batchfit/predict"
 	"github.com/batchfit/batchfit/validation"
 )
@@ -211,7 +212,7 @@ func TestSafetyBand(t *testing.T) {
 			t.Errorf("%s: maxbatch exit %d: %s", c.ID, code, errs.String())
 			continue
 		}
-		var mb cli.MaxBatchJSON
+		var mb report.MaxBatchJSON
 		if err := json.Unmarshal(out.Bytes(), &mb); err != nil {
 			t.Errorf("%s: maxbatch --json: %v", c.ID, err)
 			continue

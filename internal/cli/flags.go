@@ -9,9 +9,6 @@ import (
 	"github.com/batchfit/batchfit/predict"
 )
 
-// usageError marks bad command-line input: exit code 2.
-type usageError = job.UsageError
-
 func usagef(format string, args ...any) error { return job.Usagef(format, args...) }
 
 // IsUsage reports whether err is a command-line usage error: bad flags,
@@ -66,8 +63,6 @@ func (j *jobFlags) requestFor(src predict.Source) (predict.Request, error) {
 func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) { return job.ParseArgs(fs, args) }
 
 func parseBatches(s string) ([]int64, error) { return job.ParseBatches(s) }
-
-func undefinedFlag(err error) (string, bool) { return job.UndefinedFlag(err) }
 
 func newFlagSet(name string, stderr io.Writer, usage string) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
