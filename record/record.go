@@ -39,9 +39,13 @@ type Record struct {
 
 	// run
 	Command []string `json:"command,omitempty"`
-	// Args are the batchfit flags that describe the job (the model and
-	// its setup), for predicting it beside the measurement.
-	Args    []string `json:"args,omitempty"`
+	// Args are the batchfit flags run was given before "--".
+	Args []string `json:"args,omitempty"`
+	// Job is the job the run describes (the model and its setup), for
+	// predicting it beside the measurement: the job description's fields
+	// the command line set, by their names in its field table (package
+	// job), as text. validate reads it back through that table.
+	Job map[string]string `json:"job,omitempty"`
 	Started string   `json:"started,omitempty"`
 
 	// start

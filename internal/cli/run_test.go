@@ -59,8 +59,9 @@ func TestRunCommand(t *testing.T) {
 	var kinds []string
 	for sc.Scan() {
 		var r struct {
-			Kind string   `json:"kind"`
-			Args []string `json:"args"`
+			Kind string            `json:"kind"`
+			Args []string          `json:"args"`
+			Job  map[string]string `json:"job"`
 		}
 		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
 			t.Fatal(err)
@@ -68,6 +69,10 @@ func TestRunCommand(t *testing.T) {
 		kinds = append(kinds, r.Kind)
 		if r.Kind == "run" && strings.Join(r.Args, " ") != "--model mlp --out "+out {
 			t.Errorf("recorded args %q", r.Args)
+		}
+		// the job as its fields: --out is run's own, not the job's
+		if r.Kind == "run" && (len(r.Job) != 1 || r.Job["model"] != "mlp") {
+			t.Errorf("recorded job %v, want model mlp alone", r.Job)
 		}
 	}
 	if got := strings.Join(kinds, " "); got != "run start step step step step step exit" {
@@ -171,6 +176,25 @@ func TestValidateRecording(t *testing.T) {
 	if c.PredictedAllocated != e.PeakAllocatedBytes || c.PredictedReserved != e.PeakReservedBytes || !strings.Contains(c.ID, "resnet18 · batch 64 · bf16-mixed") {
 		t.Errorf("validate predicted %d %d (%s), estimate %d %d", c.PredictedAllocated, c.PredictedReserved, c.ID, e.PeakAllocatedBytes, e.PeakReservedBytes)
 	}
+	// The same job recorded as its fields (what run writes now) is read
+	// back through the job's table to the same prediction; a field the
+	// table has no entry for is refused by name.
+	byFields := strings.Replace(rec, `"args":["--model","resnet18","--precision","bf16-mixed","--out","gpu.jsonl"]`,
+		`"args":["--out","gpu.jsonl"],"job":{"model":"resnet18","precision":"bf16-mixed"}`, 1)
+	os.WriteFile(path, []byte(byFields), 0o644)
+	out2, errs, code := run("validate", path, "--json")
+	if code != 0 || out2 != out {
+		t.Errorf("validate of the job's fields: exit %d %s\n%s\nwant\n%s", code, errs, out2, out)
+	}
+	os.WriteFile(path, []byte(strings.Replace(byFields, `"precision":`, `"precison":`, 1)), 0o644)
+	if _, errs, code := run("validate", path); code != 2 || !strings.Contains(errs, `job field "precison"`) || !strings.Contains(errs, "did you mean precision?") {
+		t.Errorf("an unknown job field: exit %d: %s", code, errs)
+	}
+	os.WriteFile(path, []byte(strings.Replace(byFields, `"bf16-mixed"`, `"bf17"`, 1)), 0o644)
+	if _, errs, code := run("validate", path); code != 2 || !strings.Contains(errs, "job field precision") {
+		t.Errorf("a job field's bad value: exit %d: %s", code, errs)
+	}
+	os.WriteFile(path, []byte(rec), 0o644)
 	// A recording without a model has nothing to predict.
 	os.WriteFile(path, []byte(strings.Replace(rec, `"--model","resnet18",`, "", 1)), 0o644)
 	if _, errs, code := run("validate", path); code != 1 || !strings.Contains(errs, "recorded without --model") {

@@ -27,8 +27,15 @@ import (
 // the user named on validate's command line, stands for it.
 func CompareRecording(ctx context.Context, path string, recs []record.Record, model string) ([]validation.Comparison, error) {
 	s := record.Summarize(recs)
-	rf, err := parseRunFlags(Env{Stdout: io.Discard, Stderr: io.Discard}, recs[0].Args)
-	if err != nil {
+	var rf *runFlags
+	var err error
+	if recs[0].Job != nil {
+		// the job as its fields; recordings from before carry run's flags
+		// alone
+		if rf, err = runFlagsFromJob(Env{Stdout: io.Discard, Stderr: io.Discard}, recs[0].Job); err != nil {
+			return nil, fmt.Errorf("%s: the recorded job: %w", path, err)
+		}
+	} else if rf, err = parseRunFlags(Env{Stdout: io.Discard, Stderr: io.Discard}, recs[0].Args); err != nil {
 		return nil, fmt.Errorf("%s: the recorded flags %q: %w", path, recs[0].Args, err)
 	}
 	if model != "" {
@@ -100,7 +107,7 @@ func CompareWatch(ctx context.Context, path, model string) ([]validation.Compari
 				}
 				pr, ok := procs[p.PID]
 				if !ok {
-					pr = &proc{recs: []record.Record{{Kind: record.KindRun, Command: p.Command, Args: p.Args}, *p.Start}}
+					pr = &proc{recs: []record.Record{{Kind: record.KindRun, Command: p.Command, Args: p.Args, Job: p.Job}, *p.Start}}
 					procs[p.PID] = pr
 					order = append(order, p.PID)
 				}

@@ -21,6 +21,7 @@ type runRegistry struct {
 	dir     string
 	command []string
 	args    []string
+	job     map[string]string
 	path    string
 	last    *record.Record
 	start   *record.Record
@@ -30,11 +31,13 @@ type runRegistry struct {
 // of its file in the runs directory. Run writes it and Watch reads it; it
 // is exported so that a test can stand in for a run.
 type RunState struct {
-	PID     int            `json:"pid"`
-	Command []string       `json:"command"`
-	Args    []string       `json:"args,omitempty"`
-	Start   *record.Record `json:"start,omitempty"`
-	Last    *record.Record `json:"last,omitempty"`
+	PID     int      `json:"pid"`
+	Command []string `json:"command"`
+	Args    []string `json:"args,omitempty"`
+	// Job is the run's job as its fields (record.Record.Job).
+	Job   map[string]string `json:"job,omitempty"`
+	Start *record.Record    `json:"start,omitempty"`
+	Last  *record.Record    `json:"last,omitempty"`
 }
 
 // defaultRunsDir is where runs publish their state: a directory of this
@@ -79,7 +82,7 @@ func (g *runRegistry) update(r *record.Record) {
 	if g.path == "" {
 		return
 	}
-	b, err := json.Marshal(RunState{PID: g.start.PID, Command: g.command, Args: g.args, Start: g.start, Last: g.last})
+	b, err := json.Marshal(RunState{PID: g.start.PID, Command: g.command, Args: g.args, Job: g.job, Start: g.start, Last: g.last})
 	if err != nil {
 		return
 	}

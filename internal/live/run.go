@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -111,7 +112,7 @@ func Run(e Env, args []string) (err error) {
 			}
 		}()
 		w = record.NewWriter(f)
-		w.Write(&record.Record{Kind: record.KindRun, Command: command, Args: flagArgs, Started: time.Now().UTC().Format(time.RFC3339)})
+		w.Write(&record.Record{Kind: record.KindRun, Command: command, Args: flagArgs, Job: rf.fields, Started: time.Now().UTC().Format(time.RFC3339)})
 	}
 	snapPath := ""
 	if *snap {
@@ -121,7 +122,7 @@ func Run(e Env, args []string) (err error) {
 		os.Remove(snapPath) // a snapshot left by an earlier run is not this run's
 	}
 	live := newLiveLine(stderr, *every)
-	reg := &runRegistry{command: command, args: flagArgs, dir: e.Hooks.runs()}
+	reg := &runRegistry{command: command, args: flagArgs, job: rf.fields, dir: e.Hooks.runs()}
 	defer reg.remove()
 	res, err := record.Run(record.Options{Command: command, Snapshot: snapPath, Stdin: e.Stdin, Stdout: e.Stdout, Stderr: stderr,
 		OnRecord: func(r *record.Record) {
@@ -170,8 +171,11 @@ func Run(e Env, args []string) (err error) {
 // runFlags are run's flags: the job's, which a recording keeps, and the
 // run's own.
 type runFlags struct {
-	job          jobFlags
-	set          map[string]bool // the flags given
+	job jobFlags
+	set map[string]bool // the flags given
+	// fields are the job's fields the flags set (job.Fields names), as
+	// the recording keeps them
+	fields       map[string]string
 	out          string
 	snapshot     bool
 	snapshotFile string
@@ -201,7 +205,55 @@ func parseRunFlags(e Env, args []string) (*runFlags, error) {
 	if rf.every < 1 {
 		return nil, usagef("--every must be at least 1, got %d", rf.every)
 	}
-	fs.Visit(func(f *flag.Flag) { rf.set[f.Name] = true })
+	fs.Visit(func(f *flag.Flag) {
+		rf.set[f.Name] = true
+		if _, ok := job.Fields.Lookup(f.Name); ok {
+			if rf.fields == nil {
+				rf.fields = map[string]string{}
+			}
+			rf.fields[f.Name] = f.Value.String()
+		}
+	})
+	if rf.job.Model != "" {
+		if rf.fields == nil {
+			rf.fields = map[string]string{}
+		}
+		rf.fields["model"] = rf.job.Model
+	}
+	return rf, nil
+}
+
+// runFlagsFromJob is the job a recording describes, read back through the
+// job's field table: each field is set as its flag would set it (the same
+// checks of kind and choice), and a name the table has no field of — or
+// no field run takes — is refused by name.
+func runFlagsFromJob(e Env, fields map[string]string) (*runFlags, error) {
+	rf := &runFlags{job: jobFlags{env: e.JobEnv}, set: map[string]bool{}}
+	fs := newFlagSet("run", e.Stderr, runUsage)
+	rf.job.register(fs)
+	names := make([]string, 0, len(fields))
+	for name := range fields {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		f, ok := job.Fields.Lookup(name)
+		if !ok || fs.Lookup(name) == nil {
+			msg := fmt.Sprintf("job field %q: run's job has no such field", name)
+			if near := job.Nearest(name, job.Fields.Names("run"), 2); len(near) > 0 {
+				msg += "; did you mean " + strings.Join(near, " or ") + "?"
+			}
+			return nil, usagef("%s", report.ClipMessage(msg))
+		}
+		if err := f.Check(fields[name]); err != nil {
+			return nil, usagef("%s", report.ClipMessage(fmt.Sprintf("job field %s = %q: %v", name, fields[name], err)))
+		}
+		if err := fs.Set(name, fields[name]); err != nil {
+			return nil, usagef("%s", report.ClipMessage(fmt.Sprintf("job field %s = %q: %v", name, fields[name], err)))
+		}
+		rf.set[name] = true
+	}
+	rf.fields = fields
 	return rf, nil
 }
 

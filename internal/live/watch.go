@@ -54,10 +54,12 @@ type WatchGPUJSON struct {
 // when 'batchfit run' started it.
 type WatchProcessJSON struct {
 	smi.Process
-	Command []string       `json:"command,omitempty"`
-	Args    []string       `json:"args,omitempty"`
-	PyTorch *record.Record `json:"pytorch,omitempty"`
-	Start   *record.Record `json:"start,omitempty"`
+	Command []string `json:"command,omitempty"`
+	Args    []string `json:"args,omitempty"`
+	// Job is the run's job as its fields (record.Record.Job).
+	Job     map[string]string `json:"job,omitempty"`
+	PyTorch *record.Record    `json:"pytorch,omitempty"`
+	Start   *record.Record    `json:"start,omitempty"`
 	// Outside is NVML's used memory less PyTorch's reserved: the CUDA
 	// context and the libraries' own allocations.
 	Outside *int64 `json:"outside_pytorch_bytes,omitempty"`
@@ -190,7 +192,7 @@ func watchFrame(now time.Time, gpus []smi.GPU, runs map[int]RunState) WatchFrame
 		for _, p := range procs {
 			wp := WatchProcessJSON{Process: p}
 			if st, ok := runs[p.PID]; ok {
-				wp.Command, wp.Args, wp.PyTorch, wp.Start = st.Command, st.Args, st.Last, st.Start
+				wp.Command, wp.Args, wp.Job, wp.PyTorch, wp.Start = st.Command, st.Args, st.Job, st.Last, st.Start
 				if st.Last != nil && st.Last.Reserved != nil && p.Used >= 0 {
 					o := p.Used - *st.Last.Reserved
 					wp.Outside = &o
