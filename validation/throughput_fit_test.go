@@ -26,10 +26,7 @@ import (
 //
 //	go test -tags calibrate -run ThroughputFit -v ./validation
 func TestThroughputFit(t *testing.T) {
-	rows, err := validation.LoadThroughput(throughputSet)
-	if err != nil {
-		t.Fatal(err)
-	}
+	rows := loadThroughputSets(t)
 	byFamily := map[string][]validation.ThroughputRow{}
 	for _, r := range rows {
 		if !r.Exact {
@@ -94,10 +91,7 @@ func fitPredict(r validation.ThroughputRow, a gpu.Achievable) (float64, error) {
 //
 //	go test -tags calibrate -run ThroughputBound -v ./validation
 func TestThroughputBound(t *testing.T) {
-	rows, err := validation.LoadThroughput(throughputSet)
-	if err != nil {
-		t.Fatal(err)
-	}
+	rows := loadThroughputSets(t)
 	var exact, all []float64
 	for _, r := range rows {
 		req, err := validation.ThroughputRequest(r)

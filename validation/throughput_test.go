@@ -11,7 +11,24 @@ import (
 	"github.com/batchfit/batchfit/validation"
 )
 
-const throughputSet = "../testdata/throughput/throughput.csv"
+// throughputSets are the calibration set's files: the rows selected from
+// DeepLearningExamples' and Lambda's tables (validation/throughput_select.py)
+// and timm's RTX 3090 training benchmark (validation/throughput_timm.py).
+var throughputSets = []string{"../testdata/throughput/throughput.csv", "../testdata/throughput/timm.csv"}
+
+// loadThroughputSets reads every file of the calibration set.
+func loadThroughputSets(t testing.TB) []validation.ThroughputRow {
+	t.Helper()
+	var rows []validation.ThroughputRow
+	for _, p := range throughputSets {
+		r, err := validation.LoadThroughput(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rows = append(rows, r...)
+	}
+	return rows
+}
 
 // stepTimeMeetsTarget switches on the median-error threshold over the
 // calibration set. The calibrated step-time model (cost, docs/accuracy.md
@@ -45,10 +62,7 @@ func TestThroughputCalibration(t *testing.T) {
 	if testing.Short() {
 		t.Skip("predicts every row of the calibration set")
 	}
-	rows, err := validation.LoadThroughput(throughputSet)
-	if err != nil {
-		t.Fatal(err)
-	}
+	rows := loadThroughputSets(t)
 	// Rows with the same command line and matmul precision (one run
 	// published in several releases of a table) are predicted once.
 	memo := map[string]float64{}
@@ -158,9 +172,9 @@ func knownSaturationMiss(workload string) (string, bool) {
 func throughputTable(s validation.ThroughputSummary) string {
 	var buf bytes.Buffer
 	tw := tabwriter.NewWriter(&buf, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "\trows\tmedian |error|\tmedian error\t")
+	fmt.Fprintln(tw, "\trows\tmedian |error|\tmedian error\tworst |error|\t")
 	line := func(kind string, g validation.ThroughputGroup) {
-		fmt.Fprintf(tw, "%s %s\t%d\t%.1f %%\t%s\t\n", kind, g.Name, g.N, 100*g.MedianAbsErr, pct(g.MedianErr))
+		fmt.Fprintf(tw, "%s %s\t%d\t%.1f %%\t%s\t%.1f %%\t\n", kind, g.Name, g.N, 100*g.MedianAbsErr, pct(g.MedianErr), 100*g.MaxAbsErr)
 	}
 	line("", s.All)
 	for _, g := range s.BySource {
@@ -168,6 +182,9 @@ func throughputTable(s validation.ThroughputSummary) string {
 	}
 	for _, g := range s.ByGPU {
 		line("gpu", g)
+	}
+	for _, g := range s.ByFamily {
+		line("family", g)
 	}
 	for _, g := range s.ByModel {
 		line("model", g)
