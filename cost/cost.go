@@ -346,9 +346,12 @@ func (t *timer) kernels(n int64, k rate, dt graph.DType, flops, bytes float64) {
 	}
 	p := t.bound(n, k, dt, flops, bytes)
 	dev := bytes / t.m.bw
-	if k == vector {
+	switch k {
+	case vector:
 		dev = max(dev, flops/p)
-	} else {
+	case gemm:
+		dev = max(dev, flops/(p*t.m.gemm))
+	default:
 		dev = max(dev, flops/(p*t.m.mm))
 	}
 	t.issue(float64(n)*t.op, n, dev)
@@ -369,7 +372,11 @@ func (t *timer) launches(n int64, k rate, dt graph.DType, flops, bytes float64) 
 func (t *timer) product(k rate, dt graph.DType, rows, inner, cols, batch, bytes float64) {
 	flops := 2 * batch * rows * inner * cols
 	p := t.bound(1, k, dt, flops, bytes)
-	secs, extra := t.m.gemmTime(p, rows, inner, cols, batch, p != t.r.FP32)
+	share := t.m.mm
+	if k == gemm {
+		share = t.m.gemm
+	}
+	secs, extra := t.m.gemmTime(p, share, rows, inner, cols, batch, p != t.r.FP32)
 	t.issue(t.op, 1, max(secs, (bytes+extra)/t.m.bw))
 }
 
@@ -391,10 +398,11 @@ func (t *timer) transposes(dt graph.DType, cl bool, n int64, bytes float64) {
 }
 
 // grouped adds a grouped or depthwise convolution's kernel: timed by its
-// traffic, at the CUDA cores' rate at best (kernel.go).
+// traffic at the depthwise share of the bandwidth, at the CUDA cores' rate
+// at best (kernel.go).
 func (t *timer) grouped(k rate, dt graph.DType, flops, bytes float64) {
 	t.bound(1, k, dt, flops, bytes)
-	t.issue(t.op, 1, max(bytes/t.m.bw, flops/t.r.FP32))
+	t.issue(t.op, 1, max(bytes/t.m.dw, flops/t.r.FP32))
 }
 
 // bound charges n kernels to the roofline and the counts, and returns the

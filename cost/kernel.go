@@ -24,10 +24,18 @@ import (
 //     columns are not a multiple of 8 elements (16 bytes) lose the
 //     vectorised loads; cuBLAS ≥ 11 still runs them on the tensor cores,
 //     charged here at half the aligned rate (unalignedShare).
+//   - cuBLAS's GEMMs (Linear, matmul, bmm) run at their own share of the
+//     peak (gpu.Achievable.GEMM), above cuDNN's implicit-GEMM
+//     convolutions, which build each tile's operand from the image as they
+//     load it (gpu.Achievable.Matmul): one figure for every GPU, fitted
+//     within the guide's 70–90 % for large half-precision GEMMs.
 //   - Grouped and depthwise convolutions have too little arithmetic per
 //     byte for the tensor cores' tiles: they are timed by their traffic at
-//     the achievable bandwidth, and never faster than their arithmetic at
-//     the CUDA cores' FP32 rate.
+//     a share of the achievable bandwidth (gpu.Achievable.Depthwise: their
+//     kernels re-read each input element for every filter tap and reduce
+//     the weight gradient per channel; PyTorch issue 18631 measures 24 %
+//     of a Titan Xp's bandwidth for a 3×3 depthwise forward), and never
+//     faster than their arithmetic at the CUDA cores' FP32 rate.
 //   - Every other kernel moves its bytes at the achievable share of the
 //     datasheet bandwidth (gpu.Achievable.Bandwidth), not the datasheet's.
 //
@@ -51,16 +59,25 @@ const (
 
 // machine is a GPU's figures the physical model needs.
 type machine struct {
-	sms float64
-	mm  float64 // achievable share of the matmul peaks
-	bw  float64 // achievable bandwidth, bytes/s
-	fp  float64 // FP32 CUDA-core peak
+	sms  float64
+	mm   float64 // achievable share of the matmul peaks (cuDNN's convolutions)
+	gemm float64 // achievable share for cuBLAS's GEMMs
+	bw   float64 // achievable bandwidth, bytes/s
+	dw   float64 // bandwidth of grouped and depthwise convolutions, bytes/s
+	fp   float64 // FP32 CUDA-core peak
 }
 
 func newMachine(r gpu.Rates) machine {
-	m := machine{sms: float64(r.SMs), mm: r.Achievable.Matmul, bw: r.Bandwidth * r.Achievable.Bandwidth, fp: r.FP32}
+	m := machine{sms: float64(r.SMs), mm: r.Achievable.Matmul, gemm: r.Achievable.GEMM, bw: r.Bandwidth * r.Achievable.Bandwidth, fp: r.FP32}
 	if m.mm <= 0 {
 		m.mm = 1
+	}
+	if m.gemm <= 0 {
+		m.gemm = m.mm
+	}
+	m.dw = m.bw
+	if d := r.Achievable.Depthwise; d > 0 {
+		m.dw = m.bw * d
 	}
 	if m.bw <= 0 {
 		m.bw = r.Bandwidth
@@ -70,8 +87,8 @@ func newMachine(r gpu.Rates) machine {
 
 // gemmTime is the device time of batch products of [M, K] by [K, N] at
 // the given peak, and the extra bytes split-K's partial sums move.
-func (m machine) gemmTime(peak, rows, inner, cols, batch float64, tensor bool) (secs, extra float64) {
-	rate := peak * m.mm
+func (m machine) gemmTime(peak, share, rows, inner, cols, batch float64, tensor bool) (secs, extra float64) {
+	rate := peak * share
 	if tensor && (math.Mod(inner, 8) != 0 || math.Mod(cols, 8) != 0) {
 		rate *= unalignedShare
 	}

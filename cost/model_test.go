@@ -39,7 +39,7 @@ func TestGEMMQuantization(t *testing.T) {
 		{"split-K", 128, 4096, 128, 1, false, 134.217728e-6, 2 * 4 * 128 * 128 * 4},
 		{"small tiles", 64, 1024, 64, 1, false, 16.777216e-6, 2 * 8 * 64 * 64 * 4},
 	} {
-		got, extra := m.gemmTime(1e12, c.rows, c.inner, c.cols, c.batch, c.tensor)
+		got, extra := m.gemmTime(1e12, m.mm, c.rows, c.inner, c.cols, c.batch, c.tensor)
 		if math.Abs(got-c.want) > 1e-15 || extra != c.wantExtra {
 			t.Errorf("%s: %.9g s and %g extra bytes, want %.9g s and %g", c.name, got, extra, c.want, c.wantExtra)
 		}
@@ -159,6 +159,41 @@ func TestConvAsGEMM(t *testing.T) {
 			if got := convShape(g, op); got != w {
 				t.Errorf("%s: %+v, want %+v", op.Name, got, w)
 			}
+		}
+	}
+}
+
+// Which share of the peaks each kind of kernel runs at, on a made-up GPU
+// (no SM count, so no tile model) of 100 TFLOP/s half precision, 10 TFLOP/s
+// float32 and 1 TB/s, with cuBLAS's GEMMs at 0.8 of the peak, cuDNN's
+// convolutions at 0.5, streaming kernels at 0.8 of the bandwidth and
+// depthwise ones at a quarter of that (0.2 TB/s), worked by hand:
+//
+//	a 1024³ GEMM, 2.147483648 GFLOP, at 80 TFLOP/s: 26.8435456 µs
+//	the same as a convolution, at 50 TFLOP/s: 42.94967296 µs
+//	a depthwise convolution moving 1 MB at 0.2 TB/s: 5 µs
+//	one of 0.1 GFLOP at the 10 TFLOP/s of the CUDA cores: 10 µs
+//	an elementwise kernel moving 1 MB at 0.8 TB/s: 1.25 µs, under the
+//	  2.5 µs an empty kernel takes on the device
+func TestSharesByKernel(t *testing.T) {
+	r := gpu.Rates{FP32: 10e12, FP16: 100e12, Bandwidth: 1e12,
+		Achievable: gpu.Achievable{Matmul: 0.5, GEMM: 0.8, Depthwise: 0.25, Bandwidth: 0.8}}
+	const n = 1024.0
+	for _, c := range []struct {
+		name string
+		run  func(*timer)
+		want float64
+	}{
+		{"cuBLAS GEMM", func(t *timer) { t.product(gemm, graph.F16, n, n, n, 1, 0) }, 26.8435456e-6},
+		{"cuDNN convolution", func(t *timer) { t.product(conv, graph.F16, n, n, n, 1, 0) }, 42.94967296e-6},
+		{"depthwise, by its traffic", func(t *timer) { t.grouped(conv, graph.F16, 1e6, 1e6) }, 5e-6},
+		{"depthwise, by its arithmetic", func(t *timer) { t.grouped(conv, graph.F16, 1e8, 1e6) }, 10e-6},
+		{"elementwise, at the device's least", func(t *timer) { t.kernel(vector, graph.F16, 0, 1e6) }, KernelGPU},
+	} {
+		tm := timer{r: r, m: newMachine(r)}
+		c.run(&tm)
+		if got := tm.dev[Forward]; math.Abs(got-c.want) > 1e-15 {
+			t.Errorf("%s: %.10g s, want %.10g", c.name, got, c.want)
 		}
 	}
 }

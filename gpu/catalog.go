@@ -78,8 +78,14 @@ type Rates struct {
 // the sources give.
 type Achievable struct {
 	// Matmul is the share of the dense matmul peak a large, aligned,
-	// fully occupied cuBLAS or cuDNN product reaches.
+	// fully occupied cuDNN implicit-GEMM convolution reaches.
 	Matmul float64
+	// GEMM is the share of the dense matmul peak a large, aligned, fully
+	// occupied cuBLAS GEMM reaches (0: Matmul's).
+	GEMM float64
+	// Depthwise is the share of the achievable bandwidth grouped and
+	// depthwise convolution kernels move their operands at (0: all of it).
+	Depthwise float64
 	// Bandwidth is the share of the datasheet's memory bandwidth a large
 	// streaming kernel (copy, elementwise) reaches.
 	Bandwidth float64
@@ -138,17 +144,38 @@ var contextByFamily = map[string]int64{
 // ResNet-50 rows are within 4 % of each other, bound by something other
 // than the GPU.
 var achievableByArch = map[[2]int]Achievable{
-	{7, 0}: {Matmul: 0.90, Bandwidth: 0.70, Source: fitted},
-	{8, 0}: {Matmul: 0.50, Bandwidth: 0.70, Source: fitted},
-	{8, 6}: {Matmul: 0.55, Bandwidth: 0.93, Source: fitted},
-	{8, 9}: {Matmul: 0.50, Bandwidth: 0.85, Source: fitted},
-	{9, 0}: {Matmul: 0.50, Bandwidth: 0.80, Source: fitted},
+	{7, 0}: {Matmul: 0.90, GEMM: gemmShare, Depthwise: depthwiseShare, Bandwidth: 0.70, Source: fitted},
+	{8, 0}: {Matmul: 0.50, GEMM: gemmShare, Depthwise: depthwiseShare, Bandwidth: 0.70, Source: fitted},
+	{8, 6}: {Matmul: 0.70, GEMM: gemmShare, Depthwise: depthwiseShare, Bandwidth: 0.93, Source: fitted},
+	{8, 9}: {Matmul: 0.50, GEMM: gemmShare, Depthwise: depthwiseShare, Bandwidth: 0.85, Source: fitted},
+	{9, 0}: {Matmul: 0.50, GEMM: gemmShare, Depthwise: depthwiseShare, Bandwidth: 0.80, Source: fitted},
 }
+
+// gemmShare is the share of the dense matmul peak cuBLAS's GEMMs reach,
+// one figure for every GPU: large half-precision GEMMs run at 70–90 % of
+// the dense tensor peak (NVIDIA's Matrix Multiplication Background User's
+// Guide, §2.3), above what cuDNN's implicit-GEMM convolutions reach (their
+// per-architecture Matmul share), which build each tile's operand from
+// the image as they load it. Fitted within 0.70–0.95 (docs/accuracy.md
+// §4.1): the transformer rows (ViT, Swin, ConvNeXt's MLPs) are its GEMMs.
+const gemmShare = 0.80
+
+// depthwiseShare is the share of the achievable bandwidth that depthwise
+// and grouped convolution kernels (cuDNN's and PyTorch's
+// conv_depthwise2d, forward, data and weight gradients) move their
+// operands at, one figure for every GPU: they do k_h·k_w multiply-adds
+// per element on the CUDA cores, re-read each input element for every
+// filter tap and reduce the weight gradient over N·OH·OW per channel, and
+// reach a fraction of the bandwidth — PyTorch issue 18631's 3×3 depthwise
+// forward of a 2×32×512×512 float32 tensor took 1.02 ms on a Titan Xp,
+// 134 MB at 131 GB/s, 24 % of its 548 GB/s. Fitted within 0.15–0.60
+// (docs/accuracy.md §4.1).
+const depthwiseShare = 0.25
 
 const fitted = "fitted on the throughput calibration set within the published ranges (docs/accuracy.md §4.1)"
 
 // defaultAchievable is the middle of the published ranges.
-var defaultAchievable = Achievable{Matmul: 0.75, Bandwidth: 0.85, Source: "middle of the published ranges (no calibration row)"}
+var defaultAchievable = Achievable{Matmul: 0.75, GEMM: gemmShare, Depthwise: depthwiseShare, Bandwidth: 0.85, Source: "middle of the published ranges (no calibration row)"}
 
 // smClock is each GPU's SM count and boost clock, MHz, from the
 // architecture whitepapers (Volta, Turing, Ampere GA100 and GA102, Ada,

@@ -191,6 +191,24 @@ func (r ThroughputRow) flag(name string) string {
 // Model is the command line's model (its first argument).
 func (r ThroughputRow) Model() string { return r.Args[0] }
 
+// Family is the kind of network a row's model is, for the per-family
+// figures: the families differ in which kernels dominate (tensor-core
+// convolutions, depthwise convolutions, attention and the memory-bound
+// ops around it).
+func (r ThroughputRow) Family() string {
+	m := strings.ToLower(filepath.Base(r.Model()))
+	for _, f := range []struct{ prefix, family string }{
+		{"wide_resnet", "resnet"}, {"resnet", "resnet"}, {"vgg", "vgg"}, {"densenet", "densenet"},
+		{"efficientnet", "depthwise"}, {"mobilenet", "depthwise"}, {"vit", "vit"}, {"swin", "swin"},
+		{"convnext", "convnext"}, {"bert", "bert"}, {"nnunet", "unet"},
+	} {
+		if strings.HasPrefix(m, f.prefix) {
+			return f.family
+		}
+	}
+	return m
+}
+
 // Precision is the command line's --precision ("32-true" when absent, the
 // flag's default).
 func (r ThroughputRow) Precision() string {
@@ -323,9 +341,9 @@ func CompareThroughput(rows []ThroughputRow, predict func(ThroughputRow) (float6
 type ThroughputGroup struct {
 	Name string
 	// N counts the rows, MedianAbsErr is their median |error|, MedianErr
-	// their median signed error.
-	N                       int
-	MedianAbsErr, MedianErr float64
+	// their median signed error, MaxAbsErr the largest |error|.
+	N                                  int
+	MedianAbsErr, MedianErr, MaxAbsErr float64
 }
 
 // Pairs counts pairs of rows measured more than PairGap apart and how many
@@ -378,9 +396,10 @@ func (s Saturation) Agrees() bool {
 
 // ThroughputSummary holds the calibration figures.
 type ThroughputSummary struct {
-	// All is every row compared; BySource, ByGPU and ByModel split them.
-	All                      ThroughputGroup
-	BySource, ByGPU, ByModel []ThroughputGroup
+	// All is every row compared; BySource, ByGPU, ByFamily and ByModel
+	// split them.
+	All                                ThroughputGroup
+	BySource, ByGPU, ByFamily, ByModel []ThroughputGroup
 	// ModelPairs are pairs of different models in one setup (publication,
 	// software, machine, GPU, precision); BatchPairs pairs of batch sizes of one
 	// workload.
@@ -394,6 +413,7 @@ func SummarizeThroughput(cs []ThroughputComparison) ThroughputSummary {
 	s.All = group("all", cs)
 	s.BySource = groupBy(cs, func(c ThroughputComparison) string { return c.Row.Source })
 	s.ByGPU = groupBy(cs, func(c ThroughputComparison) string { return c.Row.GPU })
+	s.ByFamily = groupBy(cs, func(c ThroughputComparison) string { return c.Row.Family() })
 	s.ByModel = groupBy(cs, func(c ThroughputComparison) string { return c.Row.Model() + " " + c.Row.Precision() })
 	for i := range cs {
 		for j := i + 1; j < len(cs); j++ {
@@ -482,7 +502,11 @@ func group(name string, cs []ThroughputComparison) ThroughputGroup {
 	for i, c := range cs {
 		abs[i], signed[i] = math.Abs(c.Err), c.Err
 	}
-	return ThroughputGroup{Name: name, N: len(cs), MedianAbsErr: median(abs), MedianErr: median(signed)}
+	g := ThroughputGroup{Name: name, N: len(cs), MedianAbsErr: median(abs), MedianErr: median(signed)}
+	for _, a := range abs {
+		g.MaxAbsErr = math.Max(g.MaxAbsErr, a)
+	}
+	return g
 }
 
 func groupBy(cs []ThroughputComparison, key func(ThroughputComparison) string) []ThroughputGroup {

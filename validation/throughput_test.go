@@ -11,28 +11,65 @@ import (
 	"github.com/batchfit/batchfit/validation"
 )
 
-const throughputSet = "../testdata/throughput/throughput.csv"
+// throughputSets are the calibration set's files: the rows selected from
+// DeepLearningExamples' and Lambda's tables (validation/throughput_select.py)
+// and timm's RTX 3090 training benchmark (validation/throughput_timm.py).
+var throughputSets = []string{"../testdata/throughput/throughput.csv", "../testdata/throughput/timm.csv"}
+
+// loadThroughputSets reads every file of the calibration set.
+func loadThroughputSets(t testing.TB) []validation.ThroughputRow {
+	t.Helper()
+	var rows []validation.ThroughputRow
+	for _, p := range throughputSets {
+		r, err := validation.LoadThroughput(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rows = append(rows, r...)
+	}
+	return rows
+}
 
 // stepTimeMeetsTarget switches on the median-error threshold over the
-// calibration set. The calibrated step-time model (cost, docs/accuracy.md
-// §4.1) is at 33 % median |error| on the exact rows, above the 15 % target:
-// on A100 and Hopper it misses rules it does not have yet (channels-last
-// transposes, input pipelines, the software release, depthwise kernels), so
-// the test prints the errors and holds only the order of pairs and the
-// saturation of curves until those rules are in.
+// calibration set's exact rows (docs/accuracy.md §4.1).
 const stepTimeMeetsTarget = true
 
-// Thresholds of the calibration test, fixed for every row: no per-row or
-// per-model tolerance.
+// everySourceMeetsTarget switches on the same threshold for each source's
+// exact rows. Two sources are above it (docs/accuracy.md §4.1): Lambda's
+// v2 tables (H100, H200, GH200 and B200 runs bound by more than the GPU)
+// and Lambda's v0 tables (ResNet-50 on the RTX 3090 and A6000, NCHW,
+// slower than timm's NCHW ResNet-50 on the same GPU); the test prints
+// them until a rule explains them.
+const everySourceMeetsTarget = false
+
+// Thresholds of the calibration test, fixed for every row and every
+// source: no per-row, per-model or per-source tolerance.
 const (
 	// maxThroughputMedianAbsErr bounds the median |error| of samples/s over
 	// the rows whose model batchfit builds exactly.
-	maxThroughputMedianAbsErr = 0.15
+	maxThroughputMedianAbsErr = 0.12
+	// maxKernelClassMedianAbsErr bounds the median |error| of the rows
+	// whose time is mostly one class of kernel the model times by its own
+	// rule: the transformers (ViT, Swin: cuBLAS GEMMs and the memory-bound
+	// attention, LayerNorm and GELU around them) and the depthwise nets
+	// (MobileNet, EfficientNet: depthwise convolutions).
+	maxKernelClassMedianAbsErr = 0.15
 	// minPairsRight bounds from below the share of pairs (of models in one
 	// setup, of batch sizes of one workload), measured more than
 	// validation.PairGap apart, that the prediction orders as measured.
 	minPairsRight = 0.90
 )
+
+// kernelClass names the rows held to maxKernelClassMedianAbsErr.
+func kernelClass(r validation.ThroughputRow) string {
+	switch r.Family() {
+	case "vit", "swin":
+		return "transformer"
+	case "depthwise":
+		return "depthwise"
+	}
+	return ""
+}
 
 // TestThroughputCalibration predicts the samples/s of every published
 // training throughput of the calibration set (testdata/throughput) and
@@ -45,10 +82,7 @@ func TestThroughputCalibration(t *testing.T) {
 	if testing.Short() {
 		t.Skip("predicts every row of the calibration set")
 	}
-	rows, err := validation.LoadThroughput(throughputSet)
-	if err != nil {
-		t.Fatal(err)
-	}
+	rows := loadThroughputSets(t)
 	// Rows with the same command line and matmul precision (one run
 	// published in several releases of a table) are predicted once.
 	memo := map[string]float64{}
@@ -101,6 +135,29 @@ func TestThroughputCalibration(t *testing.T) {
 	} else if se.All.MedianAbsErr > maxThroughputMedianAbsErr {
 		t.Errorf("median |error| of samples/s over %d rows is %.1f %%, more than %.0f %%",
 			se.All.N, 100*se.All.MedianAbsErr, 100*maxThroughputMedianAbsErr)
+	}
+	for _, g := range se.BySource {
+		if g.MedianAbsErr <= maxThroughputMedianAbsErr {
+			continue
+		}
+		if everySourceMeetsTarget {
+			t.Errorf("source %s: median |error| of %d rows is %.1f %%, more than %.0f %%", g.Name, g.N, 100*g.MedianAbsErr, 100*maxThroughputMedianAbsErr)
+		} else {
+			t.Logf("source %s: median |error| of %d rows is %.1f %%, above %.0f %% (not yet held: everySourceMeetsTarget is false)", g.Name, g.N, 100*g.MedianAbsErr, 100*maxThroughputMedianAbsErr)
+		}
+	}
+	byClass := map[string][]validation.ThroughputComparison{}
+	for _, c := range exact {
+		if k := kernelClass(c.Row); k != "" {
+			byClass[k] = append(byClass[k], c)
+		}
+	}
+	for _, k := range []string{"transformer", "depthwise"} {
+		g := validation.SummarizeThroughput(byClass[k]).All
+		t.Logf("%s rows: %d, median |error| %.1f %%, median error %s, worst %.1f %%", k, g.N, 100*g.MedianAbsErr, pct(g.MedianErr), 100*g.MaxAbsErr)
+		if g.N == 0 || g.MedianAbsErr > maxKernelClassMedianAbsErr {
+			t.Errorf("%s rows: median |error| of %d rows is %.1f %%, more than %.0f %%", k, g.N, 100*g.MedianAbsErr, 100*maxKernelClassMedianAbsErr)
+		}
 	}
 	// The order is held over every row: the masked-LM head batchfit builds
 	// for BERT SQuAD adds the same work to every row of one model (a
@@ -158,9 +215,9 @@ func knownSaturationMiss(workload string) (string, bool) {
 func throughputTable(s validation.ThroughputSummary) string {
 	var buf bytes.Buffer
 	tw := tabwriter.NewWriter(&buf, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "\trows\tmedian |error|\tmedian error\t")
+	fmt.Fprintln(tw, "\trows\tmedian |error|\tmedian error\tworst |error|\t")
 	line := func(kind string, g validation.ThroughputGroup) {
-		fmt.Fprintf(tw, "%s %s\t%d\t%.1f %%\t%s\t\n", kind, g.Name, g.N, 100*g.MedianAbsErr, pct(g.MedianErr))
+		fmt.Fprintf(tw, "%s %s\t%d\t%.1f %%\t%s\t%.1f %%\t\n", kind, g.Name, g.N, 100*g.MedianAbsErr, pct(g.MedianErr), 100*g.MaxAbsErr)
 	}
 	line("", s.All)
 	for _, g := range s.BySource {
@@ -168,6 +225,9 @@ func throughputTable(s validation.ThroughputSummary) string {
 	}
 	for _, g := range s.ByGPU {
 		line("gpu", g)
+	}
+	for _, g := range s.ByFamily {
+		line("family", g)
 	}
 	for _, g := range s.ByModel {
 		line("model", g)
