@@ -45,8 +45,8 @@ type Record struct {
 	// predicting it beside the measurement: the job description's fields
 	// the command line set, by their names in its field table (package
 	// job), as text. validate reads it back through that table.
-	Job map[string]string `json:"job,omitempty"`
-	Started string   `json:"started,omitempty"`
+	Job     map[string]string `json:"job,omitempty"`
+	Started string            `json:"started,omitempty"`
 
 	// start
 	PID              int    `json:"pid,omitempty"`

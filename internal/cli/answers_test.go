@@ -69,7 +69,7 @@ func TestHelpAndOutputWording(t *testing.T) {
 		// gpt2 at batch 1 and seq 1024 needs more than 3500 MiB; the
 		// suggestions keep 1 sample per step
 		{"one sample per step", []string{"estimate", "gpt2", "--seq", "1024", "--batch", "1", "--gpu", "3500MiB", "--like", "t4"}, 1, "out",
-			[]string{"(same 1 sample per optimizer step;"}, []string{"1 samples"}},
+			[]string{"(same 1 sample per optimizer step;"}, []string{"same 1 samples per"}},
 		{"the spec's name in the header", []string{"estimate", "../../examples/tinygpt.yaml", "--batch", "1", "--seq", "16", "--gpu", "t4"}, 0, "out",
 			[]string{"tinygpt · batch 1 · seq 16"}, []string{"examples/tinygpt.yaml ·"}},
 	}
