@@ -16,9 +16,6 @@ import (
 //go:embed bfcapture.py
 var script []byte
 
-// Script is the embedded capture module, for tests and for reading.
-func Script() []byte { return append([]byte(nil), script...) }
-
 // Options are a capture's settings.
 type Options struct {
 	// Python is the interpreter that has the user's torch (default

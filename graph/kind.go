@@ -89,12 +89,3 @@ const (
 	// transposed set): the weight is [C_in, C_out/groups, kh, kw].
 	ConvTranspose2d Kind = "conv_transpose2d"
 )
-
-// Kinds lists every op kind.
-func Kinds() []Kind {
-	return []Kind{Linear, MatMul, Conv2d, BatchNorm, LayerNorm, RMSNorm, ReLU, GELU, GELUTanh, NewGELU, SiLU, Sigmoid, Tanh,
-		Hardswish, Hardsigmoid, Softmax, LogSoftmax, Dropout, MaxPool2d, AvgPool2d, AdaptiveAvgPool2d, Mean, View,
-		Contiguous, Cast, Add, Mul, Cat, Embedding, Attention, CrossEntropy, MSELoss,
-		Hardtanh, Rand, Full, Compare, MaskedFill, Pad, Roll, Slice, Index, Release, AllGather, ReduceScatter, KVCache,
-		Exp, Log, Neg, MaxDim, SumDim, Gather, Custom, Pow, Rsqrt, LeakyReLU, InstanceNorm, ConvTranspose2d}
-}

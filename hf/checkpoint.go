@@ -42,11 +42,6 @@ func (c *Checkpoint) Tensors() int {
 	return n
 }
 
-// FindCheckpoint returns the weights in a model directory, the way
-// from_pretrained looks for them: model.safetensors, else
-// model.safetensors.index.json; "" when there are neither.
-func FindCheckpoint(dir string) (string, error) { return findCheckpoint(osFiles{}, dir) }
-
 func findCheckpoint(fsys fs.FS, dir string) (string, error) {
 	for _, name := range []string{WeightsName, WeightsIndexName} {
 		p := filepath.Join(dir, name)

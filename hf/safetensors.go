@@ -11,8 +11,6 @@ import (
 	"math/bits"
 	"sort"
 	"strings"
-
-	"github.com/batchfit/batchfit/graph"
 )
 
 // MaxHeaderSize bounds the JSON header of a safetensors file, as the
@@ -31,36 +29,6 @@ var dtypeNames = []string{"F64", "F32", "F16", "BF16", "I64", "I32", "I16", "I8"
 // DTypeSize is the element size of a safetensors dtype ("BF16"), 0 for an
 // unknown one.
 func DTypeSize(dtype string) int64 { return dtypeSizes[dtype] }
-
-// GraphDType converts a safetensors dtype to the graph's (false for I16,
-// which the graph has no type for).
-func GraphDType(dtype string) (graph.DType, bool) {
-	switch dtype {
-	case "F64":
-		return graph.F64, true
-	case "F32":
-		return graph.F32, true
-	case "F16":
-		return graph.F16, true
-	case "BF16":
-		return graph.BF16, true
-	case "I64":
-		return graph.I64, true
-	case "I32":
-		return graph.I32, true
-	case "I8":
-		return graph.I8, true
-	case "U8":
-		return graph.U8, true
-	case "BOOL":
-		return graph.Bool, true
-	case "F8_E4M3":
-		return graph.F8E4M3, true
-	case "F8_E5M2":
-		return graph.F8E5M2, true
-	}
-	return 0, false
-}
 
 // Header is the header of a safetensors file: what it stores, without the
 // data.

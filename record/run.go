@@ -17,9 +17,6 @@ import (
 //go:embed recorder/sitecustomize.py
 var recorderSource []byte
 
-// RecorderSource is the recorder's Python source, as Run installs it.
-func RecorderSource() []byte { return recorderSource }
-
 // Options describe one run.
 type Options struct {
 	// Command is the program and its arguments, run unchanged.
