@@ -2,7 +2,11 @@ package python
 
 import (
 	"archive/zip"
+	"bytes"
 	"crypto/sha256"
+	"debug/elf"
+	"debug/macho"
+	"debug/pe"
 	"encoding/base64"
 	"fmt"
 	"io"
@@ -143,7 +147,7 @@ func TestWheel(t *testing.T) {
 	v := version.Version()
 	name := fmt.Sprintf("batchfit-%s-py3-none-manylinux_2_17_x86_64.manylinux2014_x86_64.musllinux_1_1_x86_64.whl", v)
 	wheel := filepath.Join(dir, name)
-	checkWheel(t, wheel, v, []string{"manylinux_2_17_x86_64", "manylinux2014_x86_64", "musllinux_1_1_x86_64"})
+	checkWheel(t, wheel, v, []string{"manylinux_2_17_x86_64", "manylinux2014_x86_64", "musllinux_1_1_x86_64"}, "batchfit")
 
 	venv := filepath.Join(dir, "venv")
 	if out, err := exec.Command(debianPython, "-m", "venv", venv).CombinedOutput(); err != nil {
@@ -173,9 +177,115 @@ func TestWheel(t *testing.T) {
 	if got := run(filepath.Join(venv, "bin", "python"), "-c", "import batchfit; print(batchfit.__version__)"); got != v+"\n" {
 		t.Errorf("batchfit.__version__ = %q, want %q", got, v)
 	}
+
+	// The installed package's API on the user's own module, in a fresh
+	// environment that sees Debian's PyTorch: the wheel's own capture
+	// module and binary, no checkout.
+	if !hasModule(debianPython, "torch") {
+		need(t, false, "BATCHFIT_REQUIRE_TORCH", debianPython+" with torch")
+	}
+	tv := filepath.Join(dir, "torchvenv")
+	if out, err := exec.Command(debianPython, "-m", "venv", "--system-site-packages", tv).CombinedOutput(); err != nil {
+		t.Fatalf("venv: %v\n%s", err, out)
+	}
+	if out, err := exec.Command(filepath.Join(tv, "bin", "pip"), "install", "-q", "--no-index", wheel).CombinedOutput(); err != nil {
+		t.Fatalf("pip install: %v\n%s", err, out)
+	}
+	env = []string{"PATH=" + filepath.Join(tv, "bin") + ":/usr/bin:/bin", "HOME=" + dir}
+	got = run(filepath.Join(tv, "bin", "python"), "-c", `import torch, batchfit
+m = torch.nn.Sequential(torch.nn.Linear(512, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 10))
+r = batchfit.estimate(m, torch.randn(4, 512), targets=torch.zeros(4, dtype=torch.long), batch_size=64, gpu="a100-40gb")
+print(r.raw["param_count"], r.raw["batch_data_bytes"], batchfit.__file__.startswith(`+"'"+tv+"'"+`))`)
+	// 512·1024 + 1024 + 1024·10 + 10 parameters; 64×512 float32 inputs and
+	// 64 int64 targets
+	if want := "535562 131584 True\n"; got != want {
+		t.Errorf("the installed API on a module printed %q, want %q", got, want)
+	}
 }
 
-func checkWheel(t *testing.T, path, v string, tags []string) {
+// Every platform's wheel builds (cross-compiled, CGO off) with its tags,
+// and the binary inside is an executable of that platform. It builds four
+// more binaries, so it runs where BATCHFIT_WHEELS_ALL is set (CI).
+func TestWheelsEveryPlatform(t *testing.T) {
+	if os.Getenv("BATCHFIT_WHEELS_ALL") == "" {
+		t.Skip("set BATCHFIT_WHEELS_ALL to cross-build the wheel of every platform")
+	}
+	dir := t.TempDir()
+	cmd := exec.Command(debianPython, "build_wheels.py", "--out", dir)
+	cmd.Env = append(os.Environ(), "PATH="+filepath.Join(runtime.GOROOT(), "bin")+":"+os.Getenv("PATH"))
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build_wheels.py: %v\n%s", err, out)
+	}
+	v := version.Version()
+	for _, c := range []struct {
+		tags   []string
+		exe    string
+		format func([]byte) (string, error)
+		want   string
+	}{
+		{[]string{"manylinux_2_17_x86_64", "manylinux2014_x86_64", "musllinux_1_1_x86_64"}, "batchfit", elfMachine, elf.EM_X86_64.String()},
+		{[]string{"manylinux_2_17_aarch64", "manylinux2014_aarch64", "musllinux_1_1_aarch64"}, "batchfit", elfMachine, elf.EM_AARCH64.String()},
+		{[]string{"macosx_12_0_x86_64"}, "batchfit", machoCPU, macho.CpuAmd64.String()},
+		{[]string{"macosx_12_0_arm64"}, "batchfit", machoCPU, macho.CpuArm64.String()},
+		{[]string{"win_amd64"}, "batchfit.exe", peMachine, "amd64"},
+	} {
+		name := fmt.Sprintf("batchfit-%s-py3-none-%s.whl", v, strings.Join(c.tags, "."))
+		path := filepath.Join(dir, name)
+		checkWheel(t, path, v, c.tags, c.exe)
+		bin := readZip(t, path, "batchfit/bin/"+c.exe)
+		if got, err := c.format(bin); err != nil || got != c.want {
+			t.Errorf("%s: the binary is %q (%v), want %s", name, got, err, c.want)
+		}
+	}
+}
+
+func elfMachine(b []byte) (string, error) {
+	f, err := elf.NewFile(bytes.NewReader(b))
+	if err != nil {
+		return "", err
+	}
+	return f.Machine.String(), nil
+}
+
+func machoCPU(b []byte) (string, error) {
+	f, err := macho.NewFile(bytes.NewReader(b))
+	if err != nil {
+		return "", err
+	}
+	return f.Cpu.String(), nil
+}
+
+func peMachine(b []byte) (string, error) {
+	f, err := pe.NewFile(bytes.NewReader(b))
+	if err != nil {
+		return "", err
+	}
+	if f.Machine == pe.IMAGE_FILE_MACHINE_AMD64 {
+		return "amd64", nil
+	}
+	return fmt.Sprintf("machine %#x", f.Machine), nil
+}
+
+func readZip(t *testing.T, path, name string) []byte {
+	t.Helper()
+	z, err := zip.OpenReader(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer z.Close()
+	r, err := z.Open(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	b, err := io.ReadAll(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func checkWheel(t *testing.T, path, v string, tags []string, exe string) {
 	t.Helper()
 	z, err := zip.OpenReader(path)
 	if err != nil {
@@ -194,12 +304,12 @@ func checkWheel(t *testing.T, path, v string, tags []string) {
 			t.Fatal(err)
 		}
 		files[f.Name] = b
-		if f.Name == "batchfit/bin/batchfit" && f.Mode()&0o111 == 0 {
+		if f.Name == "batchfit/bin/"+exe && f.Mode()&0o111 == 0 {
 			t.Errorf("the binary is not executable in the wheel (%v)", f.Mode())
 		}
 	}
 	info := "batchfit-" + v + ".dist-info/"
-	for _, want := range []string{"batchfit/__init__.py", "batchfit/_bfcapture.py", "batchfit/py.typed", "batchfit/bin/batchfit", info + "METADATA", info + "WHEEL", info + "RECORD", info + "entry_points.txt", info + "LICENSE"} {
+	for _, want := range []string{"batchfit/__init__.py", "batchfit/_bfcapture.py", "batchfit/py.typed", "batchfit/bin/" + exe, info + "METADATA", info + "WHEEL", info + "RECORD", info + "entry_points.txt", info + "LICENSE"} {
 		if _, ok := files[want]; !ok {
 			t.Errorf("the wheel lacks %s", want)
 		}
