@@ -34,8 +34,9 @@ type ThroughputRow struct {
 	// estimate) that reproduces the run: model, --gpu, --batch,
 	// --precision, the optimizer, --image or --seq.
 	Args []string
-	// Throughput is the published figure in Unit (images/s or
-	// sequences/s: samples per second either way).
+	// Throughput is the published figure in Unit: images/s or
+	// sequences/s (samples per second either way), or tokens/s of one
+	// GPU (a language model's trainer: samples per second times --seq).
 	Throughput float64
 	Unit       string
 	// Data says whether the input was synthetic or real (a real pipeline
@@ -157,8 +158,12 @@ func parseThroughputRow(rec []string, line int) (ThroughputRow, error) {
 	row.Throughput = v
 	switch row.Unit {
 	case "images/s", "sequences/s":
+	case "tokens/s":
+		if _, err := row.Seq(); err != nil {
+			return row, err
+		}
 	default:
-		return row, fmt.Errorf("field \"unit\" is %q, expected images/s or sequences/s", row.Unit)
+		return row, fmt.Errorf("field \"unit\" is %q, expected images/s, sequences/s or tokens/s", row.Unit)
 	}
 	if row.Exact, err = strconv.ParseBool(rec[9]); err != nil {
 		return row, fmt.Errorf("field \"exact\" is %q, expected true or false", rec[9])
@@ -188,6 +193,28 @@ func (r ThroughputRow) flag(name string) string {
 	return ""
 }
 
+// Seq is the command line's --seq, which a row in tokens/s needs.
+func (r ThroughputRow) Seq() (int64, error) {
+	s := r.flag("seq")
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n <= 0 {
+		return 0, fmt.Errorf("field \"args\": --seq is %q, expected the sequence length a figure in tokens/s is divided by", s)
+	}
+	return n, nil
+}
+
+// SamplesPerSecond is the published figure in samples per second of one
+// GPU: a figure in tokens/s divided by the sequence length, the others as
+// published.
+func (r ThroughputRow) SamplesPerSecond() float64 {
+	if r.Unit == "tokens/s" {
+		if n, err := r.Seq(); err == nil {
+			return r.Throughput / float64(n)
+		}
+	}
+	return r.Throughput
+}
+
 // Model is the command line's model (its first argument).
 func (r ThroughputRow) Model() string { return r.Args[0] }
 
@@ -200,7 +227,7 @@ func (r ThroughputRow) Family() string {
 	for _, f := range []struct{ prefix, family string }{
 		{"wide_resnet", "resnet"}, {"resnet", "resnet"}, {"vgg", "vgg"}, {"densenet", "densenet"},
 		{"efficientnet", "depthwise"}, {"mobilenet", "depthwise"}, {"vit", "vit"}, {"swin", "swin"},
-		{"convnext", "convnext"}, {"bert", "bert"}, {"nnunet", "unet"},
+		{"convnext", "convnext"}, {"bert", "bert"}, {"nnunet", "unet"}, {"llama", "llama"}, {"gpt2", "gpt2"},
 	} {
 		if strings.HasPrefix(m, f.prefix) {
 			return f.family
@@ -331,8 +358,8 @@ func CompareThroughput(rows []ThroughputRow, predict func(ThroughputRow) (float6
 		if !(p > 0) || math.IsInf(p, 0) {
 			return nil, fmt.Errorf("row %s (line %d): predicted %g samples/s, expected a positive figure", r.ID, r.Line, p)
 		}
-		out = append(out, ThroughputComparison{Row: r, Batch: b, Predicted: p, Measured: r.Throughput,
-			Err: (p - r.Throughput) / r.Throughput})
+		m := r.SamplesPerSecond()
+		out = append(out, ThroughputComparison{Row: r, Batch: b, Predicted: p, Measured: m, Err: (p - m) / m})
 	}
 	return out, nil
 }

@@ -31,7 +31,9 @@ func TestParseThroughputErrors(t *testing.T) {
 		{"no rows", tpHeader, "no rows"},
 		{"throughput", tpHeader + tpRow("throughput", "-3"), `line 2: field "throughput" is "-3"`},
 		{"throughput nan", tpHeader + tpRow("throughput", "NaN"), `field "throughput" is "NaN"`},
-		{"unit", tpHeader + tpRow("unit", "tokens/s"), `field "unit" is "tokens/s"`},
+		{"unit", tpHeader + tpRow("unit", "words/s"), `field "unit" is "words/s"`},
+		// a figure in tokens/s is divided by the sequence length
+		{"tokens without seq", tpHeader + tpRow("unit", "tokens/s"), `--seq is ""`},
 		{"exact", tpHeader + tpRow("exact", "yes"), `field "exact" is "yes"`},
 		{"path", tpHeader + tpRow("path", "README.md"), `expected repository@commit:file`},
 		{"args", tpHeader + tpRow("args", " "), `field "args" is empty`},
@@ -179,4 +181,27 @@ func FuzzParseThroughput(f *testing.F) {
 			_ = r.Workload()
 		}
 	})
+}
+
+// A figure in tokens/s of one GPU is samples/s times the sequence length:
+// 8,192 tokens/s at --seq 4096 is 2 sequences/s; images/s stay as
+// published.
+func TestThroughputSamplesPerSecond(t *testing.T) {
+	for _, c := range []struct {
+		args, unit string
+		want       float64
+	}{
+		{"Llama-3-8B --gpu v100-16gb --batch 1 --seq 4096", "tokens/s", 2},
+		{"Llama-3-8B --gpu v100-16gb --batch 1 --seq=8192", "tokens/s", 1},
+		{"resnet50 --gpu v100-16gb --batch 64", "images/s", 8192},
+	} {
+		in := tpHeader + strings.Replace(tpRow("args", c.args), ",100,images/s,", ",8192,"+c.unit+",", 1)
+		rows, err := ParseThroughput(strings.NewReader(in))
+		if err != nil {
+			t.Fatalf("%s: %v", c.args, err)
+		}
+		if got := rows[0].SamplesPerSecond(); got != c.want {
+			t.Errorf("%s in %s: %g samples/s, want %g", c.args, c.unit, got, c.want)
+		}
+	}
 }

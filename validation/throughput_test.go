@@ -14,7 +14,7 @@ import (
 // throughputSets are the calibration set's files: the rows selected from
 // DeepLearningExamples' and Lambda's tables (validation/throughput_select.py)
 // and timm's RTX 3090 training benchmark (validation/throughput_timm.py).
-var throughputSets = []string{"../testdata/throughput/throughput.csv", "../testdata/throughput/timm.csv"}
+var throughputSets = []string{"../testdata/throughput/throughput.csv", "../testdata/throughput/timm.csv", "../testdata/throughput/transformers.csv"}
 
 // loadThroughputSets reads every file of the calibration set.
 func loadThroughputSets(t testing.TB) []validation.ThroughputRow {
@@ -46,8 +46,9 @@ const (
 	maxThroughputMedianAbsErr = 0.12
 	// maxKernelClassMedianAbsErr bounds the median |error| of the rows
 	// whose time is mostly one class of kernel the model times by its own
-	// rule: the transformers (ViT, Swin: cuBLAS GEMMs and the memory-bound
-	// attention, LayerNorm and GELU around them) and the depthwise nets
+	// rule: the transformers (ViT, Swin, and the language models of
+	// torchtitan's tables: cuBLAS GEMMs, flash attention and the
+	// memory-bound norms and activations around them) and the depthwise nets
 	// (MobileNet, EfficientNet: depthwise convolutions).
 	maxKernelClassMedianAbsErr = 0.15
 	// minPairsRight bounds from below the share of pairs (of models in one
@@ -59,7 +60,7 @@ const (
 // kernelClass names the rows held to maxKernelClassMedianAbsErr.
 func kernelClass(r validation.ThroughputRow) string {
 	switch r.Family() {
-	case "vit", "swin":
+	case "vit", "swin", "llama", "gpt2":
 		return "transformer"
 	case "depthwise":
 		return "depthwise"
