@@ -44,7 +44,7 @@ func loadHFReference(t *testing.T) hfReference {
 }
 
 // TestCapturedHF holds real transformers models (Llama, Mistral, Qwen2,
-// Gemma, GPT-2, BERT, ViT, T5; eager and SDPA attention), captured by the
+// Gemma, GPT-2, BERT, ViT, T5, Whisper; eager and SDPA attention), captured by the
 // capture module under PyTorch 2.x, to what autograd saved in real
 // PyTorch of that release on the CPU: the captured graph, built at a batch
 // the capture never ran and simulated under the CPU rules of the
