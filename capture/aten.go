@@ -359,6 +359,27 @@ func (x *bctx) contig(t *tensor) bool {
 	return true
 }
 
+// transposed12 reports whether t is a 4-D tensor laid out with dims 1
+// and 2 swapped: its transpose(1, 2) is contiguous and it is not (the
+// query of transformers' attention, a [B, L, H, D] projection viewed and
+// transposed to [B, H, L, D]).
+func (x *bctx) transposed12(t *tensor) bool {
+	if len(t.Shape) != 4 || len(t.Stride) != 4 || x.contig(t) {
+		return false
+	}
+	u := *t
+	swap := func(v []int64) []int64 {
+		if v == nil {
+			return nil
+		}
+		w := append([]int64(nil), v...)
+		w[1], w[2] = w[2], w[1]
+		return w
+	}
+	u.Shape, u.Stride, u.Batch, u.StrideBatch = swap(t.Shape), swap(t.Stride), swap(t.Batch), swap(t.StrideBatch)
+	return x.contig(&u)
+}
+
 // channelsLast reports whether t is a dense 4-D tensor with NHWC strides
 // (torch's is_contiguous(memory_format=torch.channels_last), sizes of 1
 // taking any stride) and not also contiguous.

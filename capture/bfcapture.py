@@ -580,6 +580,7 @@ def capture_once(torch, factory, batch, prev):
 
     hooks = [torch.nn.modules.module.register_module_forward_pre_hook(pre),
              torch.nn.modules.module.register_module_forward_hook(post)]
+    unpatch = patch_autocast(torch)
     try:
         with torch.autograd.graph.saved_tensors_hooks(lambda t: (rec.on_pack(t), t)[1], lambda t: t):
             with FM(), DM():
@@ -602,6 +603,7 @@ def capture_once(torch, factory, batch, prev):
             msg += " (on the meta device tensors have no values: .item(), nonzero and data-dependent shapes cannot be captured)"
         fail("the forward failed in module %r after op %s: %s: %s" % (mod, last, type(e).__name__, msg))
     finally:
+        unpatch()
         for h in hooks:
             h.remove()
         for cls, orig in wrapped:
@@ -648,6 +650,33 @@ def capture_once(torch, factory, batch, prev):
         "name": type(model).__name__,
         "takes_batch": takes,
     }, d
+
+
+def patch_autocast(torch):
+    """Let a model open autocast on its tensors' device while they are on
+    meta. Models write torch.autocast(device_type=x.device.type, ...)
+    (transformers' rotary embeddings since 4.42 turn autocast off around
+    their float32 cos/sin that way), and torch 2.x refuses "meta": it has
+    no autocast dtype (torch.get_autocast_dtype raises "unsupported
+    scalarType"). Meta tensors have no autocast dispatch key, so the
+    context changes nothing they run; it is opened for the CPU instead,
+    whose autocast state the capture does not otherwise touch. Returns the
+    function that undoes the patch."""
+    cls = getattr(getattr(torch, "amp", None), "autocast_mode", None)
+    cls = getattr(cls, "autocast", None)
+    if cls is None or torch_version(torch) < (2, 0):
+        return lambda: None
+    orig = cls.__init__
+
+    def init(self, device_type, *a, **k):
+        if device_type == "meta":
+            device_type = "cpu"
+        orig(self, device_type, *a, **k)
+    cls.__init__ = init
+
+    def undo():
+        cls.__init__ = orig
+    return undo
 
 
 def compute_loss(torch, F, out, targets, loss_fn):

@@ -183,6 +183,7 @@ func (x *bctx) group(ops []op) bool {
 		return true
 	case "scaled_dot_product_attention":
 		var qkv [3]graph.TensorID
+		qT := false
 		for i, n := range []string{"query", "key", "value"} {
 			a, _ := argAt(as, kw, i, n)
 			t, ok := a.tensor()
@@ -190,6 +191,9 @@ func (x *bctx) group(ops []op) bool {
 				return false
 			}
 			qkv[i] = x.in(o, t)
+			if i == 0 {
+				qT = x.transposed12(&x.m.f.Tensors[t])
+			}
 		}
 		if a, ok := argAt(as, kw, 3, "attn_mask"); ok && !a.null() {
 			return false
@@ -202,7 +206,7 @@ func (x *bctx) group(ops []op) bool {
 		if a, ok := argAt(as, kw, 5, "is_causal"); ok {
 			causal, _ = a.boolean()
 		}
-		x.set(out, b.Attention(x.name(o), qkv[0], qkv[1], qkv[2], causal, p))
+		x.set(out, b.AttentionLayout(x.name(o), qkv[0], qkv[1], qkv[2], causal, p, qT))
 		return true
 	}
 	return false

@@ -104,6 +104,29 @@ func (x *bctx) atenSaved(o *op) bool {
 		out = x.saving(mod, ins, args, saved, r)
 		x.set(o.Out[1], stats[0])
 		x.set(o.Out[2], stats[1])
+	case "where":
+		// where.self(condition, self, other) (the Scalar overloads reach
+		// it with the number wrapped in a 0-d tensor): derivatives.yaml
+		// (v1.13.0 and v2.5.1) gives self where(condition, grad, 0) and
+		// other where(condition, 0, grad), condition non-differentiable,
+		// so WhereBackward0 saves the condition alone (GPT-2's causal
+		// mask, a slice of its bias buffer)
+		cond := in(0)
+		if cond == graph.None || !x.anyGrad(o) {
+			return false // without grad: the fallback's new tensor
+		}
+		var ins []graph.TensorID
+		for i := 1; i <= 2; i++ {
+			if isT(i) && in(i) != graph.None {
+				ins = append(ins, in(i))
+			}
+		}
+		if len(ins) == 0 {
+			return false
+		}
+		args := len(ins)
+		ins = append(ins, cond)
+		out = x.saving(mod, ins, args, []int{args}, r)
 	case "transpose_":
 		// x.transpose_(a, b) (at::gru's batch_first output): an in-place
 		// change of x's sizes and strides, the same storage; autograd

@@ -165,7 +165,14 @@ type Attr struct {
 	Heads    int64 // attention heads (query)
 	KVHeads  int64 // attention key/value heads (grouped-query attention)
 	Causal   bool
-	Scalar   bool // mul/div by a Python number rather than a tensor
+	// QueryTransposed marks an attention whose query is laid out
+	// [B, L, H, D] in memory (the transpose(1, 2) of a contiguous tensor,
+	// as transformers' q_proj(x).view(B, L, H, D).transpose(1, 2) is):
+	// kernels that allocate their output in the query's layout then
+	// return a tensor whose transpose(1, 2) is contiguous, and the
+	// .contiguous() that follows copies nothing.
+	QueryTransposed bool
+	Scalar          bool // mul/div by a Python number rather than a tensor
 	// InputCopy marks a layer_norm whose input is not contiguous:
 	// native_layer_norm works on input.contiguous(), a temporary copy (it
 	// still saves the input argument itself); and a linear whose N-D input

@@ -36,6 +36,13 @@ type Profile struct {
 	// MathAttentionUpcastsHalf: the math SDPA path computes in float32 for
 	// half inputs.
 	MathAttentionUpcastsHalf bool `json:"math_attention_upcasts_half"`
+	// CPUFlashAttention: SDPA on the CPU runs the flash kernel
+	// (_scaled_dot_product_flash_attention_for_cpu, select_sdp_backend_cpp
+	// in aten/src/ATen/native/transformers/sdp_utils_cpp.cpp) when
+	// dropout_p is 0, rather than the math path. Its backward node saves
+	// query, key, value, output and the logsumexp [B, H, L] in the
+	// accumulation dtype; the output is laid out as the query is.
+	CPUFlashAttention bool `json:"cpu_flash_attention"`
 	// CublasWorkspaceBytes maps a compute-capability major ("9") or
 	// "default" to the cuBLAS workspace size allocated through the caching
 	// allocator at a thread's first GEMM.

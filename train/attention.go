@@ -21,6 +21,9 @@ func (m *micro) kernel(c *fwdCtx) Attention {
 		return AttentionEager
 	}
 	if s.CPU {
+		if m.cpuFlash(c) {
+			return AttentionFlash
+		}
 		return AttentionMath
 	}
 	d := c.shape(0)[3]
@@ -37,6 +40,28 @@ func (m *micro) kernel(c *fwdCtx) Attention {
 	return AttentionMath
 }
 
+// cpuFlash says whether SDPA on the CPU runs the flash kernel
+// (_scaled_dot_product_flash_attention_for_cpu): in the releases whose
+// profile says so, select_sdp_backend_cpp (sdp_utils_cpp.cpp) tries it
+// before math, and its gates refuse dropout (check_for_dropout), query
+// and key/value heads that differ (grouped-query attention runs the math
+// path, as measured on 2.5.1) and a value head dim other than the
+// query's (check_head_dim_size_cpp); every float dtype passes. In eval
+// transformers passes dropout_p=0.0.
+func (m *micro) cpuFlash(c *fwdCtx) bool {
+	if !m.sim.s.Profile.CPUFlashAttention {
+		return false
+	}
+	if c.op.Attr.P > 0 && !m.sim.noGrad {
+		return false
+	}
+	if c.op.Attr.KVHeads != 0 && c.op.Attr.KVHeads != c.op.Attr.Heads {
+		return false
+	}
+	qs, vs := m.g.Tensors[c.op.Inputs[0]].Shape, m.g.Tensors[c.op.Inputs[2]].Shape
+	return len(qs) == 4 && len(vs) == 4 && qs[3] == vs[3]
+}
+
 func attnDims(s graph.Shape, k graph.Shape) (b, h, l, d, sl int64) {
 	return s[0], s[1], s[2], s[3], k[2]
 }
@@ -48,12 +73,28 @@ func attentionForward(c *fwdCtx) {
 	switch m.kernel(c) {
 	case AttentionFlash:
 		// _scaled_dot_product_flash_attention saves query, key, value,
-		// output and logsumexp [B, H, L] float32.
+		// output and logsumexp [B, H, L] float32. The CPU kernel's
+		// (_scaled_dot_product_flash_attention_for_cpu, derivatives.yaml
+		// v2.5.1) is in the accumulation dtype, float64 for float64
+		// inputs; its output takes the query's layout (measured on
+		// 2.5.1: a query laid out [B, L, H, D] gives an output whose
+		// transpose(1, 2) is contiguous), so the .contiguous() after
+		// transformers' transpose(1, 2) copies nothing.
 		c.save(q)
 		c.save(k)
 		c.save(v)
 		c.save(c.out)
-		c.saveNew(b * h * l * 4)
+		lse := int64(4)
+		if m.sim.s.CPU && q.dt == graph.F64 {
+			lse = 8
+		}
+		c.saveNew(b * h * l * lse)
+		if m.sim.s.CPU && c.op.Attr.QueryTransposed {
+			if m.blhd == nil {
+				m.blhd = map[graph.TensorID]bool{}
+			}
+			m.blhd[c.op.Output] = true
+		}
 	case AttentionEfficient:
 		// _efficient_attention_forward: logsumexp [B, H, ceil(L/32)*32]
 		// float32 (kAlignLSE).
@@ -140,6 +181,14 @@ func attentionBackward(c *bwdCtx) {
 	b, h, l, d, s := attnDims(m.g.Tensors[c.op.Inputs[0]].Shape, m.g.Tensors[c.op.Inputs[1]].Shape)
 	switch k := m.kernel(&fc); k {
 	case AttentionFlash:
+		if m.sim.s.CPU {
+			// the CPU kernel's backward writes dq, dk and dv; its
+			// per-thread blocks are not modelled
+			c.gradIn(0)
+			c.gradIn(1)
+			c.gradIn(2)
+			return
+		}
 		// flash backward: dq, dk, dv, plus a float32 dq accumulator and
 		// softmax_d [B, H, L] for the duration of the kernel.
 		acc := c.alloc(b * l * h * d * 4)

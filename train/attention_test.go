@@ -130,3 +130,57 @@ func TestAttentionCheckpoint(t *testing.T) {
 		}
 	}
 }
+
+// SDPA on the CPU, float32, B=2, H=4, L=S=40, D=16, worked by hand:
+//
+//	q, k, v, output, a copy   B·H·L·D·4 = 20,480 B each
+//	probabilities             B·H·L·S·4 = 51,200 B
+//	logsumexp                 B·H·L·4   =  1,280 B   [B, H, L] float32
+//
+// PyTorch 2.5 runs _scaled_dot_product_flash_attention_for_cpu (dropout
+// 0): q, k, v, output and logsumexp = 83,200 B; with the query laid out
+// [B, L, H, D] the output is too, and o.transpose(1, 2).contiguous() is
+// the output itself, which the next Linear saves. With a query laid out
+// [B, H, L, D] the .contiguous() copies, and the Linear saves the copy
+// (+20,480). Releases before the CPU flash kernel run the math path: q
+// scaled into a copy, k, the probabilities, v, and the copy the Linear
+// saves = 133,120 B, +49,920 over flash.
+func TestAttentionCPUFlash(t *testing.T) {
+	const b, l, h, d = 2, 40, 4, 16
+	saved := func(version string, queryTransposed bool) int64 {
+		bl := graph.NewBuilder("attn")
+		x := bl.Input("x", graph.Shape{b, l, h * d}, graph.F32)
+		y := bl.Target("y", graph.Shape{b * l}, graph.I64)
+		heads := func(name string) graph.TensorID {
+			p := bl.Linear(name, x, h*d, true)
+			if !queryTransposed {
+				return bl.Reshape(name+".view", p, b, h, l, d)
+			}
+			p = bl.Reshape(name+".view", p, b, l, h, d)
+			return bl.Transpose(name+".t", p, 1, 2)
+		}
+		q, k, v := heads("q"), heads("k"), heads("v")
+		o := bl.AttentionLayout("attn", q, k, v, true, 0, queryTransposed)
+		o = bl.Transpose("o.t", o, 1, 2)
+		o = bl.Contiguous("o.contiguous", o)
+		o = bl.Reshape("o.merge", o, b*l, h*d)
+		o = bl.Linear("head", o, 10, true)
+		bl.CrossEntropy("loss", o, y)
+		g, err := bl.Graph()
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, sum, err := Simulate(g, Setup{CPU: true, Steps: 1, Profile: mustProfile(t, version)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return sum.ActivationsBytes
+	}
+	flash := saved("2.5", true)
+	if got := saved("2.5", false) - flash; got != 20480 {
+		t.Errorf("2.5, query laid out [B, H, L, D]: %d bytes more than with [B, L, H, D], want 20,480 (the output's copy)", got)
+	}
+	if got := saved("2.0", true) - flash; got != 49920 {
+		t.Errorf("2.0's math path saves %d bytes more than 2.5's CPU flash kernel, want 49,920", got)
+	}
+}

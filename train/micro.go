@@ -40,6 +40,9 @@ type micro struct {
 	producer    []int32 // per tensor: the block of the op that outputs it, or -1
 	saving      bool
 	plan        *plan
+	// blhd marks the attention outputs whose kernel laid them out
+	// [B, L, H, D] in memory (the CPU flash kernel given such a query)
+	blhd map[graph.TensorID]bool
 	// ops records each op's first forward run (the first micro-batch of
 	// the first step only); run is the op being run.
 	ops []OpRun
@@ -600,4 +603,16 @@ func (m *micro) gradCategory(p int32) trace.Category {
 		return trace.Gradient
 	}
 	return trace.Transient
+}
+
+// transposedAttention reports whether t is the transpose(1, 2) of an
+// attention output laid out [B, L, H, D]: contiguous already, so that
+// .contiguous() returns it.
+func (m *micro) transposedAttention(t graph.TensorID) bool {
+	tt := &m.g.Tensors[t]
+	if tt.View == graph.None || !m.blhd[tt.View] {
+		return false
+	}
+	bs, s := m.g.Tensors[tt.View].Shape, tt.Shape
+	return len(s) == 4 && len(bs) == 4 && s[0] == bs[0] && s[1] == bs[2] && s[2] == bs[1] && s[3] == bs[3]
 }

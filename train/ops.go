@@ -285,8 +285,12 @@ func init() {
 				c.gradIn(0)
 			}
 		}},
-		// A copy saves nothing and passes its gradient through.
-		graph.Contiguous: {bwd: func(c *bwdCtx) { c.passIn(0) }},
+		// A copy saves nothing and passes its gradient through. The
+		// .contiguous() of an attention output's transpose(1, 2) copies
+		// nothing where the kernel laid the output out [B, L, H, D]
+		// (attentionForward's blhd).
+		graph.Contiguous: {bwd: func(c *bwdCtx) { c.passIn(0) },
+			alias: func(m *micro, c *fwdCtx, out graph.DType) bool { return m.transposedAttention(c.op.Inputs[0]) }},
 		// .to(dtype): ToCopyBackward0 allocates the gradient in the source
 		// dtype.
 		graph.Cast: {out: castOut,
