@@ -113,13 +113,27 @@ type CommInput struct {
 }
 
 // link is a bus: one-direction rate times the ring's share, and the
-// per-step latency.
+// per-step latency; nvls is set where NCCL can run NVLink SHARP over it.
 type link struct {
 	bw, hop float64
 	name    string
+	nvls    *gpu.Link
 }
 
+// ring is the collective's time: the ring's, or NVLS's where NCCL runs
+// it and its model says it is faster (topoGetAlgoInfo in src/enqueue.cc
+// of NVIDIA/nccl takes the algorithm of least ncclTopoGetAlgoTime).
 func (l link) ring(k train.CollKind, bytes float64, n int) float64 {
+	t := l.ringOnly(k, bytes, n)
+	if l.nvls != nil {
+		if v := NVLSSeconds(*l.nvls, k, bytes, n); v > 0 && v < t {
+			return v
+		}
+	}
+	return t
+}
+
+func (l link) ringOnly(k train.CollKind, bytes float64, n int) float64 {
 	if n <= 1 || bytes <= 0 {
 		return 0
 	}
@@ -151,6 +165,11 @@ func links(in CommInput) (dp, tp, pp, shard link, notes []string) {
 	intra := link{bw: l.Intra * gpu.PCIeShare, hop: ringPCIeLatency, name: fmt.Sprintf("PCIe %.0f GB/s × %.1f", l.Intra/1e9, gpu.PCIeShare)}
 	if l.NVLink {
 		intra = link{bw: l.Intra * gpu.NVLinkShare, hop: ringNVLinkLatency, name: fmt.Sprintf("NVLink %.0f GB/s × %.1f", l.Intra/1e9, gpu.NVLinkShare)}
+		// NVLS within a node only: across nodes NCCL needs CollNet
+		// (NVLS) or runs NVLS_TREE, which are not modelled
+		if nvlsOn(l) {
+			intra.nvls = &l
+		}
 	}
 	inter := l.Inter
 	net := func() link {

@@ -289,6 +289,7 @@ func init() {
 			g.Rates.Achievable = a
 		}
 		g.Link = links[g.Name]
+		g.Link.Major = g.Major
 		if r, ok := reportedCapacity[g.Name]; ok {
 			g.Capacity = fromPrinted(r.GiB)
 			g.CapacityFrom = fmt.Sprintf("cudaMemGetInfo's total as PyTorch prints it, %.2f GiB: %s", r.GiB, r.Source)

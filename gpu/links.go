@@ -18,7 +18,17 @@ type Link struct {
 	Inter float64
 	// Host is the rate to the host's memory (what CPU offload crosses):
 	// the PCIe slot, or NVLink-C2C on a Grace Hopper.
-	Host   float64
+	Host float64
+	// NVLinks is the number of NVLink links per GPU (the datasheets:
+	// 18 on Hopper and Blackwell SXM, 12 on A100 SXM, 6 on V100 SXM2), 0
+	// without NVLink. NCCL builds its topology from the links it counts,
+	// each at its own per-link rate (ncclTopoNVLinkBw in src/graph/topo.h
+	// of NVIDIA/nccl), which is what its NVLS model runs over.
+	NVLinks int
+	// Major is the compute capability major of the GPUs the link joins
+	// (the catalog fills it from the GPU): NCCL enables NVLink SHARP
+	// only from 9.0 on.
+	Major  int
 	Source string
 }
 
@@ -52,13 +62,13 @@ const gbs = 1e9
 // (64 GB/s each way), Gen4 on A100 SXM (32 GB/s), Gen3 on V100 SXM2 (16
 // GB/s); GH200's NVLink-C2C is 900 GB/s in both directions together.
 var links = map[string]Link{
-	"h100-80gb": {Intra: 450 * gbs, NVLink: true, Inter: 50 * gbs, Host: 64 * gbs, Source: "H100 datasheet: NVLink 900 GB/s (SXM); DGX H100: 8× ConnectX-7 400 Gb/s"},
+	"h100-80gb": {Intra: 450 * gbs, NVLink: true, NVLinks: 18, Inter: 50 * gbs, Host: 64 * gbs, Source: "H100 datasheet: NVLink 900 GB/s (SXM); DGX H100: 8× ConnectX-7 400 Gb/s"},
 	"h100-pcie": {Intra: 64 * gbs, Inter: 0, Host: 64 * gbs, Source: "H100 datasheet: PCIe Gen5 128 GB/s (the 600 GB/s NVLink bridge joins two cards)"},
-	"h200":      {Intra: 450 * gbs, NVLink: true, Inter: 50 * gbs, Host: 64 * gbs, Source: "H200 datasheet: NVLink 900 GB/s (SXM); DGX H200: 8× ConnectX-7 400 Gb/s"},
-	"gh200":     {Intra: 450 * gbs, NVLink: true, Inter: 50 * gbs, Host: 450 * gbs, Source: "GH200 datasheet: NVLink 900 GB/s between superchips; one 400 Gb/s adapter each assumed"},
-	"b200":      {Intra: 900 * gbs, NVLink: true, Inter: 50 * gbs, Host: 64 * gbs, Source: "HGX B200 datasheet: NVLink 5 1.8 TB/s per GPU; DGX B200: 8× ConnectX-7 400 Gb/s"},
-	"a100-80gb": {Intra: 300 * gbs, NVLink: true, Inter: 25 * gbs, Host: 32 * gbs, Source: "A100 datasheet: NVLink 600 GB/s (SXM); DGX A100: 8× ConnectX-6 200 Gb/s"},
-	"a100-40gb": {Intra: 300 * gbs, NVLink: true, Inter: 25 * gbs, Host: 32 * gbs, Source: "A100 datasheet: NVLink 600 GB/s (SXM); DGX A100: 8× ConnectX-6 200 Gb/s"},
+	"h200":      {Intra: 450 * gbs, NVLink: true, NVLinks: 18, Inter: 50 * gbs, Host: 64 * gbs, Source: "H200 datasheet: NVLink 900 GB/s (SXM); DGX H200: 8× ConnectX-7 400 Gb/s"},
+	"gh200":     {Intra: 450 * gbs, NVLink: true, NVLinks: 18, Inter: 50 * gbs, Host: 450 * gbs, Source: "GH200 datasheet: NVLink 900 GB/s between superchips; one 400 Gb/s adapter each assumed"},
+	"b200":      {Intra: 900 * gbs, NVLink: true, NVLinks: 18, Inter: 50 * gbs, Host: 64 * gbs, Source: "HGX B200 datasheet: NVLink 5 1.8 TB/s per GPU; DGX B200: 8× ConnectX-7 400 Gb/s"},
+	"a100-80gb": {Intra: 300 * gbs, NVLink: true, NVLinks: 12, Inter: 25 * gbs, Host: 32 * gbs, Source: "A100 datasheet: NVLink 600 GB/s (SXM); DGX A100: 8× ConnectX-6 200 Gb/s"},
+	"a100-40gb": {Intra: 300 * gbs, NVLink: true, NVLinks: 12, Inter: 25 * gbs, Host: 32 * gbs, Source: "A100 datasheet: NVLink 600 GB/s (SXM); DGX A100: 8× ConnectX-6 200 Gb/s"},
 	"a10g":      {Intra: 32 * gbs, Host: 32 * gbs, Source: "A10 datasheet: PCIe Gen4 64 GB/s"},
 	"a10":       {Intra: 32 * gbs, Host: 32 * gbs, Source: "A10 datasheet: PCIe Gen4 64 GB/s"},
 	"a6000":     {Intra: 32 * gbs, Host: 32 * gbs, Source: "RTX A6000 datasheet: PCIe Gen4 x16 (the 112.5 GB/s NVLink bridge joins two cards)"},
@@ -67,6 +77,6 @@ var links = map[string]Link{
 	"l40s":      {Intra: 32 * gbs, Host: 32 * gbs, Source: "L40S datasheet: PCIe Gen4 x16 64 GB/s"},
 	"rtx-4090":  {Intra: 32 * gbs, Host: 32 * gbs, Source: "Ada whitepaper: PCIe Gen4 x16, no NVLink"},
 	"t4":        {Intra: 16 * gbs, Host: 16 * gbs, Source: "T4 datasheet: PCIe Gen3 x16 32 GB/s"},
-	"v100-16gb": {Intra: 150 * gbs, NVLink: true, Inter: 6.25 * gbs, Host: 16 * gbs, Source: "V100 datasheet: NVLink 300 GB/s (SXM2); DGX-1: 4× 100 Gb/s InfiniBand for 8 GPUs"},
-	"v100-32gb": {Intra: 150 * gbs, NVLink: true, Inter: 6.25 * gbs, Host: 16 * gbs, Source: "V100 datasheet: NVLink 300 GB/s (SXM2); DGX-1: 4× 100 Gb/s InfiniBand for 8 GPUs"},
+	"v100-16gb": {Intra: 150 * gbs, NVLink: true, NVLinks: 6, Inter: 6.25 * gbs, Host: 16 * gbs, Source: "V100 datasheet: NVLink 300 GB/s (SXM2); DGX-1: 4× 100 Gb/s InfiniBand for 8 GPUs"},
+	"v100-32gb": {Intra: 150 * gbs, NVLink: true, NVLinks: 6, Inter: 6.25 * gbs, Host: 16 * gbs, Source: "V100 datasheet: NVLink 300 GB/s (SXM2); DGX-1: 4× 100 Gb/s InfiniBand for 8 GPUs"},
 }
