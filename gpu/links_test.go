@@ -12,7 +12,7 @@ func TestLinks(t *testing.T) {
 		}
 		// NVLink per direction is half the datasheet's both-ways figure:
 		// never above 900 GB/s (NVLink 5)
-		if l.Intra > 900e9 || l.NVLink && l.Inter <= 0 {
+		if l.Intra > 900e9 || l.NVLink && (l.Inter <= 0 || l.NVLinks <= 0) || l.Major != g.Major {
 			t.Errorf("%s: intra %g B/s, NVLink %v, inter %g", g.Name, l.Intra, l.NVLink, l.Inter)
 		}
 	}
@@ -20,7 +20,8 @@ func TestLinks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Link != links["h100-80gb"] {
+	h, _ := Lookup("h100-80gb")
+	if c.Link != h.Link || h.Link.Major != 9 || h.Link.NVLinks != 18 {
 		t.Errorf("a size like h100-80gb has link %+v", c.Link)
 	}
 	if c, _ := Lookup("80GB"); c.Link.Known() {
