@@ -20,6 +20,9 @@ import (
 // ring's Simple protocol, 8.4 µs, and 3.4 µs (NVLink), 5.7 µs (PCIe) or
 // 14 µs (network) per step, 2(n−1) steps for an all-reduce and n−1 for
 // the others (baseLat and hwLat in src/graph/tuning.cc of NVIDIA/nccl).
+// Within one node of NVSwitch GPUs of compute capability 9.0 or later,
+// NCCL also runs NVLink SHARP (NVLS) where its model says it is faster:
+// the collective takes the lesser of the two (nvls.go).
 //
 // What overlaps follows each library's schedule, on two streams — the
 // compute and one communication queue, on which NCCL's kernels of a

@@ -42,8 +42,8 @@ func (l Link) Known() bool { return l.Intra > 0 }
 // 35–45 GB/s of PCIe Gen5 x16's 64 GB/s (published nccl-tests
 // all_reduce_perf figures, Alaya NeW's "NCCL-tests in practice", 2026).
 // 8×H100 SXM5 reach 460–480 GB/s only with NVLink SHARP (NVLS), which
-// reduces inside the switch; the ring's share is taken for every NVLink
-// GPU. Between nodes no measurement was found here: the NVLink share is
+// reduces inside the switch: cost/nvls.go takes its time by NCCL's model
+// where NCCL runs it, the ring's share otherwise. Between nodes no measurement was found here: the NVLink share is
 // assumed, and docs/accuracy.md §4 says so.
 const (
 	NVLinkShare = 0.8
