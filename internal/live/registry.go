@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"syscall"
 
 	"github.com/batchfit/batchfit/record"
 )
@@ -57,10 +56,7 @@ func ownDir(dir string) bool {
 	if err != nil || !st.IsDir() || st.Mode().Perm()&0o022 != 0 {
 		return false
 	}
-	if sys, ok := st.Sys().(*syscall.Stat_t); ok && int(sys.Uid) != os.Getuid() {
-		return false
-	}
-	return true
+	return !ownedByOther(st)
 }
 
 func (g *runRegistry) update(r *record.Record) {
