@@ -14,6 +14,7 @@ import (
 // 16384·10 ≈ 818 M parameters, 3.0 GiB in float32: more than a 1 GiB GPU
 // at any batch.
 func TestExitStatusSaysWhetherItFits(t *testing.T) {
+	t.Parallel()
 	big := []string{"mlp", "--hidden", "16384", "--gpu", "1GiB"}
 	cases := []struct {
 		args []string
@@ -37,6 +38,7 @@ func TestExitStatusSaysWhetherItFits(t *testing.T) {
 }
 
 func TestFmtSeconds(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		s    float64
 		want string
@@ -57,6 +59,7 @@ func TestFmtSeconds(t *testing.T) {
 }
 
 func TestHelpAndOutputWording(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name   string
 		args   []string
@@ -101,6 +104,7 @@ func TestHelpAndOutputWording(t *testing.T) {
 // at batch 256 saves 20 GiB of activations, more than a T4's 15 GiB; at
 // batch 1 it fits.
 func TestSweepNoThroughputOutOfMemory(t *testing.T) {
+	t.Parallel()
 	out, errs, code := run("sweep", "resnet50", "--batch", "1,256", "--gpu", "t4")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errs)

@@ -16,6 +16,7 @@ import (
 // as the command line does; without autocast, or for training or
 // generation, they are refused.
 func TestAutocastFlags(t *testing.T) {
+	t.Parallel()
 	peak := func(args ...string) int64 {
 		t.Helper()
 		var res struct {

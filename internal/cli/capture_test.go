@@ -14,6 +14,7 @@ import (
 // A captured graph is a model like a zoo name: on the command line, and
 // uploaded to the web page, where it gives the command line's answer.
 func TestCapturedGraphSource(t *testing.T) {
+	t.Parallel()
 	const file = "../../testdata/capture/resnet18.bfgraph.gz"
 	out := cli(t, "estimate", file, "--batch", "16", "--gpu", "t4", "--json")
 	zoo := cli(t, "estimate", "resnet18", "--batch", "16", "--gpu", "t4", "--image", "32", "--json")
@@ -55,6 +56,7 @@ func field(js, key string) string {
 
 // batchfit capture FACTORY -- estimate ...: the capture, then the answer.
 func TestCaptureThenEstimate(t *testing.T) {
+	t.Parallel()
 	const py = "/usr/bin/python3"
 	if err := exec.Command(py, "-c", "import torch").Run(); err != nil {
 		if os.Getenv("BATCHFIT_REQUIRE_TORCH") != "" {

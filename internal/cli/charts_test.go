@@ -54,6 +54,7 @@ func goldenSVG(t *testing.T, name string, args ...string) *chart.Doc {
 // marks the largest swept batch that fits: the largest one at or below
 // what maxbatch's search finds.
 func TestSweepChart(t *testing.T) {
+	t.Parallel()
 	d := goldenSVG(t, "sweep_resnet50", "sweep", "resnet50", "--batch", "1:512", "--gpu", "a100-40gb", "--svg")
 	out, errs, code := run("sweep", "resnet50", "--batch", "1:512", "--gpu", "a100-40gb", "--json")
 	if code != 0 {
@@ -135,6 +136,7 @@ func TestSweepChart(t *testing.T) {
 // whatever it keeps, the peaks it draws are the replay's, at the replay's
 // event, and the layers at the peak are the breakdown at the peak.
 func TestTimelineChartKeepsThePeaks(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		model string
 		batch int64
@@ -230,6 +232,7 @@ func TestTimelineChartKeepsThePeaks(t *testing.T) {
 }
 
 func TestTimelineGolden(t *testing.T) {
+	t.Parallel()
 	d := goldenSVG(t, "estimate_simpleconv_timeline", "estimate", "simpleconv", "--batch", "64", "--gpu", "t4", "--optimizer", "sgd", "--timeline")
 	if len(d.Markers) != 1 || !strings.HasPrefix(d.Markers[0].Label, "peak ") {
 		t.Errorf("markers %+v", d.Markers)
@@ -240,6 +243,7 @@ func TestTimelineGolden(t *testing.T) {
 // hand: 13.5 MiB allocated at the peak, 32 MiB reserved, 20 MiB with
 // expandable segments.
 func TestSnapshotChart(t *testing.T) {
+	t.Parallel()
 	const mib = 1 << 20
 	d := goldenSVG(t, "snapshot_timeline", "snapshot", writeSnapshotFixture(t), "--timeline")
 	for name, want := range map[string]float64{"allocated": 27 * mib / 2, "reserved": 32 * mib, "reserved with expandable_segments:True": 20 * mib} {

@@ -82,6 +82,7 @@ func TestGolden(t *testing.T) {
 // The JSON of estimate carries the fields programs rely on, with bytes as
 // integers, and they are consistent with each other.
 func TestEstimateJSON(t *testing.T) {
+	t.Parallel()
 	out, errs, code := run("estimate", "mlp", "--batch", "32", "--gpu", "t4", "--json")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errs)
@@ -116,6 +117,7 @@ func TestEstimateJSON(t *testing.T) {
 
 // Bad input gets a clear message and a non-zero exit, never a panic.
 func TestBadInput(t *testing.T) {
+	t.Parallel()
 	gen := func(more ...string) []string {
 		return append([]string{"estimate", "Llama-3.2-1B", "--layers", "2", "--mode", "generate"}, more...)
 	}
@@ -229,6 +231,7 @@ func TestOOMCommand(t *testing.T) {
 // validate runs every case of a measure.py file; the figures here are set
 // by hand to exercise the command, they are not measurements.
 func TestValidateCommand(t *testing.T) {
+	t.Parallel()
 	doc := `{"environment": {"gpu_name": "test GPU", "gpu_total_memory": 17179869184, "gpu_capability": "8.0", "torch": "2.5.0"},
  "results": [
   {"id": "mlp-b64", "status": "ok", "case": {"model": "mlp", "batch": 64, "optimizer": "sgd", "steps": 3},
@@ -250,6 +253,7 @@ func TestValidateCommand(t *testing.T) {
 // A Hugging Face config.json is a model like any other: GPT-2's public
 // config gives GPT2LMHeadModel's 124,439,808 parameters.
 func TestHFConfigSource(t *testing.T) {
+	t.Parallel()
 	out, errs, code := run("estimate", "../../hf/testdata/configs/gpt2/config.json", "--batch", "2", "--seq", "128", "--json")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errs)
@@ -269,6 +273,7 @@ func TestHFConfigSource(t *testing.T) {
 // An ONNX export is a model like any other: resnet18 exported by
 // validation/onnx/export.py has torchvision's 11,689,512 parameters.
 func TestONNXSource(t *testing.T) {
+	t.Parallel()
 	out, errs, code := run("estimate", "../../testdata/onnx/resnet18.onnx", "--batch", "2", "--json")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errs)
@@ -352,6 +357,7 @@ func tinyLlamaDir(t *testing.T) string {
 // estimate, sweep and maxbatch take every input form: a zoo name, a YAML
 // spec, a Hugging Face config.json or model directory, an ONNX file.
 func TestInputForms(t *testing.T) {
+	t.Parallel()
 	forms := []struct{ name, model string }{
 		{"zoo", "simpleconv"},
 		{"spec", "../../examples/simpleconv.yaml"},
@@ -420,6 +426,7 @@ func TestInputForms(t *testing.T) {
 // --model names the model as the positional argument does; naming two is a
 // usage error.
 func TestModelFlag(t *testing.T) {
+	t.Parallel()
 	pos, _, code := run("estimate", "../../testdata/onnx/simpleconv.onnx", "--batch", "4", "--gpu", "t4", "--json")
 	if code != 0 {
 		t.Fatalf("positional: exit %d", code)
@@ -516,6 +523,7 @@ func FuzzParseMargin(f *testing.F) {
 // the accumulation what makes --global-batch from it when --accumulate is
 // not given; the global batch counts every rank's samples.
 func TestPlanCurrentSetup(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		args []string
 		code int
@@ -543,6 +551,7 @@ func TestPlanCurrentSetup(t *testing.T) {
 // On several GPUs the largest batch is a rank's micro-batch, and the
 // answer says so with the samples over all ranks.
 func TestMaxBatchSaysARank(t *testing.T) {
+	t.Parallel()
 	out, errs, code := run("maxbatch", "gpt2", "--gpus", "8", "--gpu", "a10g", "--seq", "128", "--limit", "4")
 	if code != 0 || !strings.Contains(out, ": 4 a rank (32 samples a micro-batch over the 8 ranks) (the search limit)") {
 		t.Errorf("exit %d: %s%s", code, out, errs)

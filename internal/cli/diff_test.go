@@ -158,6 +158,7 @@ func diffOps(a, b []string) []diffOp {
 }
 
 func TestLineDiff(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name, want, got, diff string
 	}{

@@ -6,6 +6,7 @@ import "testing"
 // (the README: 0 ok, 1 failure, "does not fit at batch 1" included, 2
 // usage): JSON and CSV print the answer and then fail as the text does.
 func TestExitStatusSameInEveryMode(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		args  []string
 		want  int

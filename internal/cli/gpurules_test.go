@@ -13,6 +13,7 @@ import (
 // channels and conv2 [8,32,16,16] → 64 channels, both 3×3 padded, then
 // one Linear.
 func TestGPURuleFlags(t *testing.T) {
+	t.Parallel()
 	base := []string{"estimate", "simpleconv", "--batch", "8", "--gpu", "t4", "--json"}
 	cases := []struct {
 		name      string
@@ -69,6 +70,7 @@ func TestGPURuleFlags(t *testing.T) {
 // The web API takes the two flags as fields, and answers as the command
 // line does.
 func TestServeGPURuleFields(t *testing.T) {
+	t.Parallel()
 	ts := testServer(t, server.Options{})
 	want := cli(t, "estimate", "simpleconv", "--batch", "8", "--gpu", "t4", "--cudnn-benchmark", "--cublas-workspace-config", ":16:8", "--json")
 	res, body := postJSON(t, ts.URL+"/api/estimate", map[string]any{"model": "simpleconv", "batch": 8, "gpu": "t4", "cudnn-benchmark": true, "cublas-workspace-config": ":16:8"})
@@ -87,6 +89,7 @@ func TestServeGPURuleFields(t *testing.T) {
 // --cudnn-benchmark on a model without convolutions, --no-sync without
 // accumulation.
 func TestFlagsThatChangeNothingAreSaid(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		args []string
 		want string

@@ -12,6 +12,7 @@ import (
 // batch 2 × 2 beams, prompt 16, 4 new tokens: the cache holds 16 + 4 − 1
 // = 19 positions of 2·2·8·64·4 = 16,384 bytes a row, 4 rows.
 func TestGenerateEstimateJSON(t *testing.T) {
+	t.Parallel()
 	out, errs, code := run("estimate", "Llama-3.2-1B", "--layers", "2", "--mode", "generate", "--prompt", "16", "--new-tokens", "4",
 		"--batch", "2", "--beams", "2", "--gpu", "t4", "--json")
 	if code != 0 {
@@ -48,6 +49,7 @@ func TestGenerateEstimateJSON(t *testing.T) {
 }
 
 func TestGenerateEstimateText(t *testing.T) {
+	t.Parallel()
 	out, errs, code := run("estimate", "Llama-3.2-1B", "--layers", "2", "--mode", "generate", "--prompt", "16", "--new-tokens", "4", "--batch", "2", "--cache", "static", "--gpu", "t4")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errs)

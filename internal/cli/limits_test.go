@@ -13,6 +13,7 @@ import (
 // The sizes and the work a user asks for are bounded on the command line
 // as on the server: each refused at once, in one line naming the flag.
 func TestBoundsRefuseAtOnce(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		args []string
 		code int
@@ -49,6 +50,7 @@ func TestBoundsRefuseAtOnce(t *testing.T) {
 // A range that would step past int64's largest value ends there, rather
 // than wrapping to negative batch sizes.
 func TestBatchRangeDoesNotWrap(t *testing.T) {
+	t.Parallel()
 	for _, s := range []string{
 		"4611686018427387904:9223372036854775807",
 		"9223372036854775000:9223372036854775807:1000",
@@ -73,6 +75,7 @@ func TestBatchRangeDoesNotWrap(t *testing.T) {
 // The server's bounds are within the command line's: a request can never
 // ask for more than the library answers.
 func TestWebBoundsWithinCLI(t *testing.T) {
+	t.Parallel()
 	for name, b := range job.Bounds {
 		if b.Web <= 0 || (b.CLI > 0 && b.Web > b.CLI) {
 			t.Errorf("%s: web %d, command line %d", name, b.Web, b.CLI)

@@ -13,6 +13,7 @@ import (
 )
 
 func TestParseMargin(t *testing.T) {
+	t.Parallel()
 	const capacity = 10 << 30
 	band := predict.Band{Under: 0.05}
 	cases := []struct {
@@ -52,6 +53,7 @@ func TestParseMargin(t *testing.T) {
 // --margin 0 answers the bare figure, a larger batch. ResNet-18 relies on
 // cuDNN's convolutions and nothing else, so its band is that group's.
 func TestMaxBatchMargin(t *testing.T) {
+	t.Parallel()
 	t4, err := gpu.Lookup("t4")
 	if err != nil {
 		t.Fatal(err)
@@ -109,6 +111,7 @@ func TestMaxBatchMargin(t *testing.T) {
 // A size for --gpu is not an H100: no step time unless --like names the
 // GPU, whose speed it then has (before, any size ran at an H100's rates).
 func TestGPUSize(t *testing.T) {
+	t.Parallel()
 	step := func(args ...string) float64 {
 		t.Helper()
 		out, errs, code := run(append([]string{"estimate", "resnet18", "--batch", "8", "--json"}, args...)...)
@@ -139,6 +142,7 @@ func TestGPUSize(t *testing.T) {
 // plan on a size given as --gpu names the flag that gives it step-time
 // rates, as maxbatch --objective throughput does, and runs with it.
 func TestPlanOnASizeNamesLike(t *testing.T) {
+	t.Parallel()
 	args := []string{"plan", "gpt2", "--seq", "256", "--gpu", "24GB", "--global-batch", "8", "--top", "1"}
 	_, errs, code := run(args...)
 	if code != 2 || !strings.Contains(errs, "--like names the catalog GPU") {
@@ -152,6 +156,7 @@ func TestPlanOnASizeNamesLike(t *testing.T) {
 // maxbatch, plan and sweep say what margin they were held to in the same
 // words, whatever --margin is.
 func TestMarginLineIsOneLine(t *testing.T) {
+	t.Parallel()
 	for _, m := range []string{"band", "0", "10%", "1GiB"} {
 		lines := map[string]string{}
 		for _, args := range [][]string{
@@ -185,6 +190,7 @@ func TestMarginLineIsOneLine(t *testing.T) {
 
 // --like takes a catalog GPU, not another size.
 func TestLikeNamesACatalogGPU(t *testing.T) {
+	t.Parallel()
 	_, errs, code := run("estimate", "mlp", "--gpu", "24GB", "--like", "16GB")
 	if code != 2 || !strings.Contains(errs, "name a GPU from 'batchfit gpus'") {
 		t.Errorf("exit %d: %s", code, errs)
@@ -200,6 +206,7 @@ func TestLikeNamesACatalogGPU(t *testing.T) {
 // (dense training) as it stands; the lora lever reaches adapters and, with
 // 4-bit weights, adapters and quantized: the least is the adapters' band.
 func TestPlanOwnMargins(t *testing.T) {
+	t.Parallel()
 	out, errs, code := run("plan", "gpt2", "--seq", "256", "--gpu", "a10g", "--global-batch", "8", "--top", "3", "--json")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errs)

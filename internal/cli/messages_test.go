@@ -11,6 +11,7 @@ import (
 // Every command prints its help for -h and exits 0, run included (the
 // top-level help sends people to 'batchfit <command> -h').
 func TestHelpEveryCommand(t *testing.T) {
+	t.Parallel()
 	var names []string
 	for n := range commands {
 		names = append(names, n)
@@ -31,6 +32,7 @@ func firstLine(s string) string { l, _, _ := strings.Cut(s, "\n"); return l }
 // Mistakes get one line that says what is wrong, names the nearest flag
 // and points to -h; a path that is not there says not found.
 func TestOneLineErrors(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		args []string
 		code int
@@ -76,6 +78,7 @@ func TestOneLineErrors(t *testing.T) {
 // A flag the model or command cannot honour is refused in one line, not
 // taken silently (the header then showed what was not built).
 func TestRefusedCombinations(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		args []string
 		want string
@@ -115,6 +118,7 @@ func TestRefusedCombinations(t *testing.T) {
 // of a 900,000-byte model_type, then how long it was, so the line stays
 // short.
 func TestLongInputErrorsClipped(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "config.json")
 	long := strings.Repeat("x", 900000)

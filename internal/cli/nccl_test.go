@@ -14,6 +14,7 @@ import (
 // that is 320 × 6,488,064 = 2,076,180,480 bytes, by default 320 ×
 // 9,633,792 = 3,082,813,440; on one GPU nothing.
 func TestEstimateNCCLBuffers(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		args []string
 		want int64
@@ -58,6 +59,7 @@ func TestEstimateNCCLBuffers(t *testing.T) {
 // bytes (41.62 GiB) each, and HYBRID_SHARD's two communicators 83.24 GiB.
 // 1 TiB is past NCCL's int. The context (500 MiB) is named apart.
 func TestNCCLBuffsizeErrors(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		args []string
 		code int

@@ -37,6 +37,7 @@ func hasNote(ns []report.NoteJSON, code, text string) bool {
 // dimension that is a multiple of 8 up to 256) all pass; in 32-true flash
 // is out (float32) and memory-efficient, next, takes float32.
 func TestNotesTextAndJSON(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		precision string
 		code      string
@@ -70,6 +71,7 @@ func TestNotesTextAndJSON(t *testing.T) {
 // the mlp (Linear and ReLU, no convolution, no attention) in 32-true on
 // an a100.
 func TestNotesEmptyJSON(t *testing.T) {
+	t.Parallel()
 	out, errs, code := run("estimate", "mlp", "--batch", "4", "--gpu", "a100-40gb", "--json")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errs)
@@ -82,6 +84,7 @@ func TestNotesEmptyJSON(t *testing.T) {
 // maxbatch's and sweep's JSON carry their results' notes: the mlp in
 // bf16-mixed on a T4 (7.5, no bfloat16 tensor cores).
 func TestNotesSearchJSON(t *testing.T) {
+	t.Parallel()
 	out, errs, code := run("maxbatch", "mlp", "--gpu", "t4", "--precision", "bf16-mixed", "--json")
 	if code != 0 {
 		t.Fatalf("maxbatch: exit %d: %s", code, errs)
@@ -121,6 +124,7 @@ func TestNotesSearchJSON(t *testing.T) {
 // with partial_rotary_factor 0.5, which the llama-family graph does not
 // model (it rotates whole heads), says so in the text and in the JSON.
 func TestHFConfigNotes(t *testing.T) {
+	t.Parallel()
 	cfg := map[string]any{
 		"architectures": []any{"Phi3ForCausalLM"}, "model_type": "phi3",
 		"vocab_size": 256, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
@@ -157,6 +161,7 @@ func TestHFConfigNotes(t *testing.T) {
 // --attention where PyTorch's dispatcher would refuse the kernel is a
 // usage error (exit 2) that says why.
 func TestAttentionUsage(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		args []string
 		want string
@@ -181,6 +186,7 @@ func TestAttentionUsage(t *testing.T) {
 // batch 32 in 32-true does not fit an a10g's 24 GB, and one of the three
 // smallest changes moves to bf16-true.
 func TestBF16TrueSuggestionWarns(t *testing.T) {
+	t.Parallel()
 	args := []string{"estimate", "gpt2", "--seq", "1024", "--batch", "32", "--gpu", "a10g"}
 	out, _, _ := run(args...)
 	const want = "precision 32-true → bf16-true — changes the numerics: the weights themselves are kept in 16 bits, with no float32 master copy"
@@ -216,6 +222,7 @@ func TestBF16TrueSuggestionWarns(t *testing.T) {
 // does, a sweep each kind once however many batches have it: the mlp in
 // bf16-mixed on a T4, whose bfloat16 note holds at every batch.
 func TestNotesSearchText(t *testing.T) {
+	t.Parallel()
 	const want = "note: bf16-mixed on t4: compute capability 7.5 has no bfloat16 tensor cores"
 	for _, args := range [][]string{
 		{"maxbatch", "mlp", "--gpu", "t4", "--precision", "bf16-mixed"},
@@ -236,6 +243,7 @@ func TestNotesSearchText(t *testing.T) {
 // planner's suggestions do not fail on a 32-true candidate. gpt2 at batch
 // 64, seq 1024 in bf16-mixed runs out of memory on an a10g.
 func TestFlashSuggestionsKeep16Bits(t *testing.T) {
+	t.Parallel()
 	out, errs, _ := run("estimate", "gpt2", "--attention", "flash", "--precision", "bf16-mixed", "--batch", "64", "--seq", "1024", "--gpu", "a10g")
 	if strings.Contains(out, "no suggestions") || !strings.Contains(out, "make it fit") {
 		t.Errorf("want suggestions:\n%s%s", out, errs)

@@ -45,6 +45,7 @@ func namedLarger(t *testing.T, msg string, job string) []gpu.GPU {
 // fits. The least need quoted is a simulated plan's, so it is no less than
 // the logits, and any bound of the model states alone says so.
 func TestNothingFitsNamesOnlySimulatedGPUs(t *testing.T) {
+	t.Parallel()
 	const logits = 32768 * 128256 * 4
 	job := []string{"estimate", "Llama-3-8B", "--seq", "32768", "--batch", "1", "--precision", "bf16-mixed"}
 	out, _, code := run(append(job, "--gpu", "t4")...)
@@ -85,6 +86,7 @@ func TestNothingFitsNamesOnlySimulatedGPUs(t *testing.T) {
 // of its own capacity (the band), device total and margin within its
 // capacity; the JSON lists the same GPUs.
 func TestNothingFitsNamesOnlyLargerGPUs(t *testing.T) {
+	t.Parallel()
 	// the levers keep the job's 8 GPUs: tensor parallelism over 64 fits
 	// (each rank holds an eighth of the logits), another question than a
 	// larger GPU

@@ -10,6 +10,7 @@ import (
 // answers to (predict.Band.Margin: the band's Under times the GPU's total),
 // not the bare prediction.
 func TestOOMModelMargin(t *testing.T) {
+	t.Parallel()
 	// A 15.78 GiB GPU, 10 MiB free after 14.56 GiB allocated and 921.60 MiB
 	// cached: 15.78 − 0.01 − 14.56 − 0.90 GiB lie outside PyTorch.
 	msg := "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB. GPU 0 has a total capacity of 15.78 GiB of which 10.00 MiB is free. Of the allocated memory 14.56 GiB is allocated by PyTorch, and 921.60 MiB is reserved by PyTorch but unallocated."

@@ -34,6 +34,7 @@ func onlyFiles(t *testing.T, dir string, names ...string) {
 // umask), and --timeline over an existing chart replaces it whole with no
 // file left beside it.
 func TestWriteTimelineOverOld(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	ref := filepath.Join(t.TempDir(), "ref")
 	if err := os.WriteFile(ref, nil, 0o644); err != nil {
@@ -64,6 +65,7 @@ func TestWriteTimelineOverOld(t *testing.T) {
 // recording that was there: the output replaces it only once the command
 // has run.
 func TestRunCannotStartKeepsOut(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	out := filepath.Join(dir, "old.jsonl")
 	const old = `{"kind":"run","command":["python","train.py"]}` + "\n"

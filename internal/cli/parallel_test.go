@@ -14,6 +14,7 @@ import (
 // and 3·1024·1024 weights, four 1024 biases, a 10×1024 head and its 10
 // biases (ceil(10/8) = 2) — 495,364 elements, 1,981,456 bytes.
 func TestEstimateFSDPJSON(t *testing.T) {
+	t.Parallel()
 	out, errs, code := run("estimate", "mlp", "--batch", "32", "--gpus", "8", "--strategy", "fsdp", "--optimizer", "sgd", "--json")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errs)
@@ -43,6 +44,7 @@ func TestEstimateFSDPJSON(t *testing.T) {
 }
 
 func TestParallelFlagErrors(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		args []string
 		want string
@@ -68,6 +70,7 @@ func TestParallelFlagErrors(t *testing.T) {
 // of the one that fits worst: with 1F1B the first stage holds the most
 // micro-batches in flight.
 func TestEstimatePipelineStages(t *testing.T) {
+	t.Parallel()
 	out, errs, code := run("estimate", "Llama-3.2-1B", "--batch", "1", "--seq", "256", "--pp", "4", "--tp", "2", "--accumulate", "8", "--json")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errs)
@@ -110,6 +113,7 @@ func FuzzParallelFlags(f *testing.F) {
 // FSDP with accumulation but without --no-sync says that a loop
 // accumulating inside no_sync() needs more; with --no-sync it does not.
 func TestEstimateNoSyncNote(t *testing.T) {
+	t.Parallel()
 	const note = "inside FSDP's no_sync()"
 	for _, c := range []struct {
 		args []string

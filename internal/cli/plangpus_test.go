@@ -11,6 +11,7 @@ import (
 // plans on 8 × tp × pp GPUs, so every plan says how many it takes, and the
 // best plan that keeps the job's 8 is shown whatever its rank.
 func TestPlanShowsGPUsAndTheSameGPUPlan(t *testing.T) {
+	t.Parallel()
 	args := []string{"plan", "Llama-3-70B", "--gpus", "8", "--strategy", "fsdp", "--gpu", "h100-80gb", "--global-batch", "8"}
 	out, errs, code := run(append(args, "--json")...)
 	if code != 0 {

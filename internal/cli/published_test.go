@@ -35,6 +35,7 @@ const (
 )
 
 func TestPublishedFigures(t *testing.T) {
+	t.Parallel()
 	const (
 		stablelm  = "../../testdata/published/stabilityai--stablelm-base-alpha-3b.json"
 		llama32_3 = "../../testdata/published/meta-llama--Llama-3.2-3B.untied.json"

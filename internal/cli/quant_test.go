@@ -11,6 +11,7 @@ import (
 )
 
 func TestQuantFlags(t *testing.T) {
+	t.Parallel()
 	lora := []string{"--lora", "4", "--lora-targets", "linear"}
 	cases := []struct {
 		args []string
@@ -44,6 +45,7 @@ func TestQuantFlags(t *testing.T) {
 // 802816/2 + 802816/64·4 + 64 = 451648; 3 × (524288 + 65536 + 64) =
 // 1769664; 5120 + 640 + 64 = 5824; in all 2227136 bytes.
 func TestQuantEstimateJSON(t *testing.T) {
+	t.Parallel()
 	out, errs, code := run("estimate", "mlp", "--batch", "8", "--quant", "nf4", "--lora", "4", "--lora-targets", "linear", "--json")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errs)
@@ -60,6 +62,7 @@ func TestQuantEstimateJSON(t *testing.T) {
 // A config.json with a quantization_config sets the format; --quant beside
 // it is a conflict.
 func TestQuantFromConfig(t *testing.T) {
+	t.Parallel()
 	data, err := os.ReadFile("../../hf/testdata/configs/Llama-3.2-1B/config.json")
 	if err != nil {
 		t.Fatal(err)
@@ -95,6 +98,7 @@ func TestQuantFromConfig(t *testing.T) {
 // flag is bitsandbytes' 4-bit formats' alone, and a malformed release is a
 // usage error.
 func TestBnbVersion(t *testing.T) {
+	t.Parallel()
 	saved := func(extra ...string) int64 {
 		args := append([]string{"estimate", "Llama-3.2-1B", "--seq", "64", "--layers", "2", "--quant", "nf4", "--lora", "4", "--lora-targets", "q_proj,v_proj",
 			"--precision", "bf16-true", "--json"}, extra...)

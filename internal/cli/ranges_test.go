@@ -18,6 +18,7 @@ import (
 // divide the world of a hybrid-sharded job. Each was accepted before, or
 // ended in an internal error.
 func TestFlagRangesRefused(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		args []string
 		flag string
@@ -66,6 +67,7 @@ func TestFlagRangesRefused(t *testing.T) {
 // The ranges' edges that are allowed stay allowed, and a flag left out
 // still means its default.
 func TestFlagRangesAccepted(t *testing.T) {
+	t.Parallel()
 	for _, args := range [][]string{
 		{"estimate", "mlp", "--optimizer", "sgd", "--momentum", "0.9"},
 		{"estimate", "mlp", "--optimizer", "sgd", "--momentum", "0"},
@@ -89,6 +91,7 @@ func TestFlagRangesAccepted(t *testing.T) {
 // (TestValidateRecording). A recorded path that exists and would load is
 // refused all the same, so the refusal is not a failure to read it.
 func TestValidateRecordedPathNotOpened(t *testing.T) {
+	t.Parallel()
 	spec, err := filepath.Abs("testdata/one_linear.yaml")
 	if err != nil {
 		t.Fatal(err)
@@ -134,6 +137,7 @@ func TestValidateRecordedPathNotOpened(t *testing.T) {
 // validate refuses a measure.py case it could not have written, naming the
 // file and the field, instead of printing errors of −1964103780 %.
 func TestValidateImpossibleCase(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	env := `"environment": {"gpu_name": "test GPU", "gpu_total_memory": 17179869184, "gpu_capability": "8.0", "torch": "2.5.0"}`
 	for _, c := range []struct{ name, result, field string }{
@@ -156,6 +160,7 @@ func TestValidateImpossibleCase(t *testing.T) {
 // later change nothing; a 2.x release has no such build, and a version
 // that is not one is a usage error.
 func TestCUDAEagerContext(t *testing.T) {
+	t.Parallel()
 	ctx := func(args ...string) int64 {
 		t.Helper()
 		out, errs, code := run(append([]string{"estimate", "resnet18", "--batch", "8", "--gpu", "a100-40gb", "--json"}, args...)...)

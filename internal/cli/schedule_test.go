@@ -48,6 +48,7 @@ import (
 //
 // nvidia-smi shows reserved + the CUDA context (--context 300MiB).
 func TestScheduleEmptyCacheHandWorked(t *testing.T) {
+	t.Parallel()
 	const K, M = 1024, 1024 * 1024
 	const ctx = 300 * M
 	type step struct {

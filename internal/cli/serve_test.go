@@ -101,6 +101,7 @@ func cli(t testing.TB, args ...string) string {
 // Every endpoint answers what the command line answers for the same
 // flags, byte for byte: the page and the command line are one code path.
 func TestServeAnswersAsTheCommandLine(t *testing.T) {
+	t.Parallel()
 	ts := testServer(t, server.Options{})
 	svgPath := filepath.Join(t.TempDir(), "s.svg")
 	cli(t, "sweep", "gpt2", "--batch", "1:8", "--gpu", "t4", "--seq", "256", "--svg", svgPath)
@@ -147,6 +148,7 @@ func TestServeAnswersAsTheCommandLine(t *testing.T) {
 
 // Uploads are read by the same readers as files on the command line.
 func TestServeUploads(t *testing.T) {
+	t.Parallel()
 	ts := testServer(t, server.Options{})
 	spec, err := os.ReadFile("../../examples/mlp.yaml")
 	if err != nil {
@@ -254,6 +256,7 @@ func jsonString(s string) string {
 
 // Bad requests get a status and a message that says what was wrong.
 func TestServeBadInput(t *testing.T) {
+	t.Parallel()
 	ts := testServer(t, server.Options{MaxUpload: 8 << 10})
 	mlpSpec, err := os.ReadFile("../../examples/mlp.yaml")
 	if err != nil {
@@ -349,6 +352,7 @@ func TestServeBadInput(t *testing.T) {
 
 // The page is served from the binary and fetches nothing from elsewhere.
 func TestServePage(t *testing.T) {
+	t.Parallel()
 	ts := testServer(t, server.Options{})
 	external := regexp.MustCompile(`(?i)(src|href|url)\s*[=(]\s*["']?(https?:)?//`)
 	for _, p := range []string{"/", "/static/app.js", "/static/style.css"} {
@@ -385,6 +389,7 @@ func TestServePage(t *testing.T) {
 // serve binds the loopback interface unless told otherwise, and refuses
 // bad flags.
 func TestServeFlags(t *testing.T) {
+	t.Parallel()
 	for _, args := range [][]string{{"serve", "extra"}, {"serve", "--max-upload", "lots"}, {"serve", "--workers", "0"}} {
 		if _, _, code := run(args...); code != 2 {
 			t.Errorf("%v: exit %d, want 2", args, code)
@@ -398,6 +403,7 @@ func TestServeFlags(t *testing.T) {
 // A body without uploads is a few fields: a megabyte at most, whatever
 // the upload limit.
 func TestServeFieldsBody(t *testing.T) {
+	t.Parallel()
 	ts := testServer(t, server.Options{})
 	res, body := postJSON(t, ts.URL+"/api/oom", map[string]any{"message": strings.Repeat("x", 2<<20)})
 	if res.StatusCode != 413 || !strings.Contains(string(body), "a request without uploads is larger than 1024.00 KiB") {
@@ -409,6 +415,7 @@ func TestServeFieldsBody(t *testing.T) {
 // rebound name of a web page's own) and posts from another site's page are
 // refused, while the page's own requests and command-line tools pass.
 func TestServeOrigin(t *testing.T) {
+	t.Parallel()
 	ts := testServer(t, server.Options{})
 	body := `{"model":"mlp","batch":4}`
 	for _, c := range []struct {
@@ -471,6 +478,7 @@ func TestServeOrigin(t *testing.T) {
 // answered, with the same answer, and the heap stays bounded because at
 // most workers predictions run at once.
 func TestServeLoad(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("load test")
 	}
@@ -560,6 +568,7 @@ func BenchmarkServeEstimate(b *testing.B) {
 // Different commands answered at the same time give what each gives
 // alone: no state is shared between requests (run with -race too).
 func TestServeConcurrentMix(t *testing.T) {
+	t.Parallel()
 	ts := testServer(t, server.Options{Workers: 4})
 	reqs := []struct {
 		path string

@@ -20,6 +20,7 @@ import (
 // reserved 32 MiB. With expandable segments the large pool maps 20 MiB
 // pages and every remainder splits: both fit in one 20 MiB page.
 func TestSnapshotCommand(t *testing.T) {
+	t.Parallel()
 	const mib = 1 << 20
 	path := writeSnapshotFixture(t)
 	out, errs, code := run("snapshot", path, "--json")
@@ -131,6 +132,7 @@ func writeMidRunFixture(t *testing.T) string {
 // TestSnapshotCommandMidRun replays the recording writeMidRunFixture
 // describes.
 func TestSnapshotCommandMidRun(t *testing.T) {
+	t.Parallel()
 	const mib = int64(1) << 20
 	path := writeMidRunFixture(t)
 	out, errs, code := run("snapshot", path, "--json")
@@ -171,6 +173,7 @@ func TestSnapshotCommandMidRun(t *testing.T) {
 // estimate's prediction of the same job (which fits its GPU, so its
 // bounded device changes nothing).
 func TestSnapshotPrediction(t *testing.T) {
+	t.Parallel()
 	const mib = int64(1) << 20
 	path := writeMidRunFixture(t)
 	job := []string{"--model", "../../examples/mlp.yaml", "--batch", "4"}

@@ -17,6 +17,7 @@ import (
 )
 
 func TestParseBatches(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		in   string
 		want []int64
@@ -96,6 +97,7 @@ func FuzzParseBatches(f *testing.F) {
 // row are the allocator's at the failure, and "needs at least" is what
 // the step needs, never below its own saved activations.
 func TestSweepOutOfMemoryRows(t *testing.T) {
+	t.Parallel()
 	args := []string{"sweep", "resnet50", "--batch", "128:512", "--gpu", "t4"}
 	out, errs, code := run(append(args, "--json")...)
 	if code != 0 {
@@ -162,6 +164,7 @@ func TestSweepOutOfMemoryRows(t *testing.T) {
 // When every swept batch fits, the largest is the largest tried, not a
 // limit, and the chart and the text say so.
 func TestSweepAllFit(t *testing.T) {
+	t.Parallel()
 	args := []string{"sweep", "resnet18", "--batch", "1:8", "--gpu", "h100-80gb"}
 	svg := filepath.Join(t.TempDir(), "s.svg")
 	text, errs, code := run(append(args, "--svg", svg)...)

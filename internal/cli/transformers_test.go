@@ -22,6 +22,7 @@ import (
 // 32,833,536 − 3·(2 rows · V · 4 B = 1,026,048) = 29,755,392 B at least.
 // Without --keep-output the returned logits go at their last use.
 func TestTransformersFlag(t *testing.T) {
+	t.Parallel()
 	peak := func(extra ...string) int64 {
 		args := append([]string{"estimate", "Llama-3.2-1B", "--batch", "2", "--seq", "64", "--layers", "1", "--precision", "bf16-true",
 			"--lora", "4", "--lora-targets", "q_proj,v_proj", "--json"}, extra...)

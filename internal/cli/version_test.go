@@ -9,6 +9,7 @@ import (
 )
 
 func TestVersionCommand(t *testing.T) {
+	t.Parallel()
 	for _, args := range [][]string{{"version"}, {"--version"}} {
 		var out, errb bytes.Buffer
 		if code := Run(args, &out, &errb); code != 0 {

@@ -14,6 +14,7 @@ import (
 // The page's form starts from the command line's defaults: a user who
 // changes nothing sees what 'batchfit estimate MODEL' prints.
 func TestWebDefaultsAreTheCommandLines(t *testing.T) {
+	t.Parallel()
 	page, err := os.ReadFile("../server/web/index.html")
 	if err != nil {
 		t.Fatal(err)
@@ -96,6 +97,7 @@ func TestWebDefaultsAreTheCommandLines(t *testing.T) {
 // has, so that no setting the command line takes is missing from the page,
 // and each of its options is one the command line accepts.
 func TestWebOffersEstimatesChoices(t *testing.T) {
+	t.Parallel()
 	page, err := os.ReadFile("../server/web/index.html")
 	if err != nil {
 		t.Fatal(err)
