@@ -12,12 +12,17 @@ first step — no trial on the GPU::
                       callbacks=[BatchSizeCallback(gpu="a100-40gb", global_batch=256)])
 
 A model whose ``config`` batchfit's Hugging Face reader knows (Llama, Mistral,
-Qwen2, Gemma, GPT-2, BERT, ...) is predicted from its config.json; any other
-is captured from one batch of the Trainer's data collator.
+Qwen2, Gemma, GPT-2, BERT, ...) is predicted from its config.json. For a
+Trainer already made, ``configure(trainer, gpu=...)`` reads one batch through
+its data collator: the sequence length is the data's, and a model batchfit
+cannot build from a config is captured on that batch instead. The Trainer's
+FSDP and DeepSpeed settings (``fsdp``, ``deepspeed``) make the prediction one
+rank's of a sharded job.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import tempfile
@@ -61,6 +66,50 @@ def job_options(args: Any) -> dict[str, Any]:
         out[impl] = True
     if getattr(args, "gradient_checkpointing", False):
         out["checkpoint"] = "full"
+    out.update(parallel_options(args))
+    return out
+
+
+# TrainingArguments.fsdp's FSDPOption values → batchfit's --sharding
+_SHARDING = {"full_shard": "full", "shard_grad_op": "grad-op", "hybrid_shard": "hybrid",
+             "hybrid_shard_zero2": "hybrid", "no_shard": "none"}
+
+
+def parallel_options(args: Any) -> dict[str, Any]:
+    """batchfit's data-parallel options for the Trainer's FSDP or DeepSpeed
+    settings, where given: the ranks (args.world_size), FSDP's sharding
+    strategy and CPU offload (args.fsdp), or ZeRO's stage and its
+    optimizer and parameter offload (args.deepspeed, a config file or
+    dict). The prediction is then one rank's, as the command line's."""
+    world = _world(args)
+    fsdp = [str(getattr(o, "value", o)) for o in (getattr(args, "fsdp", None) or [])]
+    if isinstance(getattr(args, "fsdp", None), str):
+        fsdp = args.fsdp.split()
+    ds = getattr(args, "deepspeed", None)
+    out: dict[str, Any] = {}
+    if fsdp:
+        out["strategy"] = "fsdp"
+        for o in fsdp:
+            if o in _SHARDING:
+                out["sharding"] = _SHARDING[o]
+            elif o == "offload":
+                out["offload"] = True
+    elif ds:
+        cfg = ds
+        if isinstance(ds, str):
+            with open(ds, encoding="utf-8") as f:
+                cfg = json.load(f)
+        zero = cfg.get("zero_optimization") or {}
+        stage = int(zero.get("stage", 0))
+        if stage not in (1, 2, 3):
+            raise UsageError("DeepSpeed zero_optimization.stage %r: batchfit models stages 1, 2 and 3" % zero.get("stage"))
+        out["strategy"] = "zero%d" % stage
+        if (zero.get("offload_optimizer") or {}).get("device") in ("cpu", "nvme"):
+            out["offload"] = True
+        if (zero.get("offload_param") or {}).get("device") in ("cpu", "nvme"):
+            out["offload_params"] = True
+    if out or world > 1:
+        out["gpus"] = world
     return out
 
 
@@ -114,10 +163,11 @@ def apply(args: Any, largest: int, global_batch: int | None) -> None:
 
 
 def largest_batch(model: Any, args: Any, *, gpu: str, seq: int | None = None, example: Any = None, **options: Any) -> MaxBatch:
-    """batchfit's largest batch for this model under these TrainingArguments."""
+    """batchfit's largest batch for this model under these TrainingArguments:
+    from its config.json, or captured on example (one batch) when given."""
     opts = job_options(args)
     opts.update(options)
-    if seq:
+    if seq and example is None:
         opts["seq"] = seq
     config = getattr(model, "config", None)
     if config is not None and hasattr(config, "to_json_file") and example is None:
@@ -127,3 +177,30 @@ def largest_batch(model: Any, args: Any, *, gpu: str, seq: int | None = None, ex
     if example is None:
         raise UsageError("the model has no Hugging Face config: pass example= (one batch of the collator's output)")
     return api.max_batch(model, example, gpu=gpu, **opts)
+
+
+def configure(trainer: Any, *, gpu: str, global_batch: int | None = None, seq: int | None = None,
+              **options: Any) -> MaxBatch:
+    """Set a made Trainer's batch size from batchfit, reading one batch of its
+    own training data through its data collator: the sequence length is the
+    batch's (unless seq is given), and a model batchfit cannot build from its
+    config (a model of your own, a class the reader does not know) is
+    captured on that batch instead. Returns batchfit's answer."""
+    from .errors import BatchfitError
+
+    batch = next(iter(trainer.get_train_dataloader()))
+    ids = batch.get("input_ids") if isinstance(batch, dict) else None
+    if seq is None and ids is not None and getattr(ids, "dim", lambda: 0)() == 2:
+        seq = int(ids.shape[1])
+    model = trainer.model
+    try:
+        answer = largest_batch(model, trainer.args, gpu=gpu, seq=seq, **options)
+    except BatchfitError:
+        # the config is not one batchfit reads: the model itself, on the
+        # collator's batch (its labels give the loss the Trainer uses)
+        answer = largest_batch(model, trainer.args, gpu=gpu, example=dict(batch), **options)
+    apply(trainer.args, answer.max_batch, global_batch)
+    # Trainer.train reads the batch size from its arguments again
+    # (self._train_batch_size = self.args.train_batch_size)
+    trainer._train_batch_size = trainer.args.train_batch_size
+    return answer

@@ -39,6 +39,72 @@ class TrainerCallback(unittest.TestCase):
         self.assertEqual(o["checkpoint"], "full")
         self.assertEqual(o["weight_decay"], 0.1)
 
+    def test_parallel_options(self):
+        import json
+        import os
+        from types import SimpleNamespace
+        from batchfit.huggingface import parallel_options
+        # Trainer's fsdp="full_shard offload auto_wrap" on 8 ranks
+        a = SimpleNamespace(world_size=8, fsdp="full_shard offload auto_wrap", deepspeed=None)
+        self.assertEqual(parallel_options(a), {"strategy": "fsdp", "sharding": "full", "offload": True, "gpus": 8})
+        a = SimpleNamespace(world_size=4, fsdp="shard_grad_op", deepspeed=None)
+        self.assertEqual(parallel_options(a), {"strategy": "fsdp", "sharding": "grad-op", "gpus": 4})
+        # a DeepSpeed config file: ZeRO-3 with both offloads
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "ds.json")
+            with open(path, "w") as f:
+                json.dump({"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"},
+                                                 "offload_param": {"device": "cpu"}}}, f)
+            a = SimpleNamespace(world_size=2, fsdp="", deepspeed=path)
+            self.assertEqual(parallel_options(a), {"strategy": "zero3", "offload": True, "offload_params": True, "gpus": 2})
+        a = SimpleNamespace(world_size=1, fsdp="", deepspeed={"zero_optimization": {"stage": 2}})
+        self.assertEqual(parallel_options(a), {"strategy": "zero2", "gpus": 1})
+        self.assertEqual(parallel_options(SimpleNamespace(world_size=1, fsdp="", deepspeed=None)), {})
+
+    def test_configure_reads_the_collator(self):
+        import torch
+        from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments, default_data_collator
+        from batchfit.huggingface import configure, largest_batch
+        cfg = GPT2Config(n_layer=2, n_embd=64, n_head=2, vocab_size=128, n_positions=64)
+        ds = [{"input_ids": torch.randint(0, 128, (24,)), "labels": torch.randint(0, 128, (24,))} for _ in range(4)]
+        with tempfile.TemporaryDirectory() as d:
+            args = TrainingArguments(output_dir=d, max_steps=1, per_device_train_batch_size=2, report_to=[],
+                                     use_cpu=True, save_strategy="no")
+            t = Trainer(model=GPT2LMHeadModel(cfg), args=args, train_dataset=ds, data_collator=default_data_collator)
+            answer = configure(t, gpu="1GB")
+            # the data's sequence length (24), not the config's 64
+            self.assertEqual(answer.max_batch, largest_batch(t.model, args, gpu="1GB", seq=24).max_batch)
+            self.assertEqual(t.args.per_device_train_batch_size, answer.max_batch)
+            self.assertEqual(t._train_batch_size, answer.max_batch)
+
+    def test_configure_captures_a_model_of_ones_own(self):
+        import torch
+        from transformers import Trainer, TrainingArguments, default_data_collator
+        from batchfit.huggingface import configure
+
+        class Own(torch.nn.Module):
+            # no Hugging Face config: batchfit captures it on the batch
+            def __init__(self):
+                super().__init__()
+                self.emb = torch.nn.Embedding(128, 64)
+                self.out = torch.nn.Linear(64, 128)
+
+            def forward(self, input_ids, labels):
+                logits = self.out(self.emb(input_ids))
+                return {"loss": torch.nn.functional.cross_entropy(logits.flatten(0, 1), labels.flatten())}
+
+        ds = [{"input_ids": torch.randint(0, 128, (24,)), "labels": torch.randint(0, 128, (24,))} for _ in range(4)]
+        with tempfile.TemporaryDirectory() as d:
+            args = TrainingArguments(output_dir=d, max_steps=1, per_device_train_batch_size=2, report_to=[],
+                                     use_cpu=True, save_strategy="no")
+            t = Trainer(model=Own(), args=args, train_dataset=ds, data_collator=default_data_collator)
+            answer = configure(t, gpu="1GB")
+            # Embedding(128, 64) + Linear(64, 128): 128·64 + 64·128 + 128
+            self.assertEqual(answer.at_max.raw["param_count"], 128 * 64 + 64 * 128 + 128)
+            self.assertEqual(t.args.per_device_train_batch_size, answer.max_batch)
+            out = t.train()
+        self.assertEqual(out.global_step, 1)
+
     def test_sets_the_batch_and_trains(self):
         import torch
         from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments
