@@ -739,6 +739,11 @@ func (x *bctx) aten(o *op) {
 		x.set(out(0), b.Roll(mod, t(0), sh, dims))
 		return
 	}
+	// An op that requires grad and has no rule above: its derivatives.yaml
+	// entry (derivatives.go), or a refusal
+	if x.derived(o) {
+		return
+	}
 	// An op none of whose operands requires grad records nothing for
 	// backward (autograd makes no node): its results are new tensors, made
 	// here and freed after their last reader, whatever the op (torch.arange,
