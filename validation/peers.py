@@ -38,7 +38,7 @@ Run under the environment .ci/run makes from python/requirements-test.txt (BATCH
 
     $BATCHFIT_PYENV validation/peers.py            # rewrite testdata/reference/peers-cpu.json
     $BATCHFIT_PYENV validation/peers.py --check    # CI: regenerate and compare
-    $BATCHFIT_PYENV validation/peers.py --only 'hf-llama*' --out /tmp/peers.json
+    $BATCHFIT_PYENV validation/peers.py --only 'hf-llama*' --out peers-llama.json
 """
 
 import argparse
