@@ -192,7 +192,7 @@ func (x *bctx) group(ops []op) bool {
 			}
 			qkv[i] = x.in(o, t)
 			if i == 0 {
-				qT = x.transposed12(&x.m.f.Tensors[t])
+				qT = x.queryBLHD(&x.m.f.Tensors[t])
 			}
 		}
 		if a, ok := argAt(as, kw, 3, "attn_mask"); ok && !a.null() {
