@@ -188,6 +188,28 @@ def to_meta(torch, x, what):
     fail("the factory's %s hold a %s; want tensors, shapes, or tuples, lists and dicts of them" % (what, type(x).__name__))
 
 
+def host_ranges(torch):
+    """The meta device context of torch >= 2.0, less the ranges: linspace,
+    logspace and arange without a device stay on the CPU. Models read such
+    ranges as Python numbers while they are built, which meta tensors cannot
+    give: timm's stochastic-depth schedules (ConvNeXt's
+    ``[x.tolist() for x in torch.linspace(0, drop_path_rate,
+    sum(depths)).split(depths)]``, ViT's ``[x.item() for x in
+    torch.linspace(0, drop_path_rate, depth)]``) fail on meta with "Cannot
+    copy out of meta tensor". A range is no weight; one kept as a buffer
+    goes to meta with the model (model.to("meta"))."""
+    from torch.utils._device import DeviceContext
+    ranges = {torch.linspace, torch.logspace, torch.arange}
+
+    class Ctx(DeviceContext):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            if func in ranges and kwargs.get("device") is None:
+                return func(*args, **kwargs)
+            return super().__torch_function__(func, types, args, kwargs)
+    return Ctx(torch.device("meta"))
+
+
 class MetaInit:
     """Builds modules on the meta device. torch >= 2.0: the device context
     manager. 1.13: register_parameter and register_buffer moved to meta, as
@@ -203,7 +225,7 @@ class MetaInit:
     def __enter__(self):
         torch = self.torch
         if torch_version(torch) >= (2, 0):
-            self.ctx = torch.device("meta")
+            self.ctx = host_ranges(torch)
             self.ctx.__enter__()
             return self
         # the tensor constructors too, as accelerate's init_on_device does:

@@ -192,7 +192,7 @@ func (x *bctx) group(ops []op) bool {
 			}
 			qkv[i] = x.in(o, t)
 			if i == 0 {
-				qT = x.transposed12(&x.m.f.Tensors[t])
+				qT = x.queryBLHD(&x.m.f.Tensors[t])
 			}
 		}
 		if a, ok := argAt(as, kw, 3, "attn_mask"); ok && !a.null() {
@@ -311,7 +311,7 @@ func (x *bctx) aten(o *op) {
 		return
 	}
 
-	if x.atenSaved(o) {
+	if x.atenSaved(o) || x.atenTimm(o) {
 		return
 	}
 	if name == "slice" && len(o.Out) == 1 && len(as) > 1 {
