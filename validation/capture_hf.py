@@ -46,7 +46,7 @@ import os
 import shutil
 import sys
 import tempfile
-from typing import Any, Callable, Dict, List, Tuple
+from typing import Any, Callable, Dict, List, Sequence, Tuple
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -246,20 +246,24 @@ def run(out: str, ref: str, only: str) -> None:
         f.write("\n")
 
 
-def main() -> int:
-    p = argparse.ArgumentParser()
+def capture_main(prog: str, run_fn: Callable[[str, str, str], None], ref_name: str, keys: Sequence[str]) -> int:
+    """The command line of a capture script: write the captures and the
+    reference, or with --check make them again in a scratch folder and
+    compare them, byte for byte and figure for figure, with what is
+    committed (keys: the reference's version and size fields)."""
+    p = argparse.ArgumentParser(prog=prog)
     p.add_argument("--check", action="store_true")
     p.add_argument("--only", default="")
     p.add_argument("--out", default=os.path.join(ROOT, "testdata", "capture"))
-    p.add_argument("--ref", default=os.path.join(ROOT, "testdata", "reference", "hf-torch2-cpu.json"))
+    p.add_argument("--ref", default=os.path.join(ROOT, "testdata", "reference", ref_name))
     a = p.parse_args()
     if not a.check:
-        run(a.out, a.ref, a.only)
+        run_fn(a.out, a.ref, a.only)
         return 0
     tmp = tempfile.mkdtemp()
     try:
         tref = os.path.join(tmp, "ref.json")
-        run(tmp, tref, a.only)
+        run_fn(tmp, tref, a.only)
         bad = []
         for f in sorted(os.listdir(tmp)):
             if not f.endswith(".bfgraph.gz"):
@@ -280,17 +284,20 @@ def main() -> int:
         for name, fig in new_ref["models"].items():
             if old_ref["models"].get(name) != fig:
                 bad.append("%s: %s, committed %s" % (name, fig, old_ref["models"].get(name)))
-        for k in ("torch", "transformers", "batch", "seq"):
+        for k in keys:
             if new_ref[k] != old_ref[k]:
                 bad.append("%s %s, committed %s" % (k, new_ref[k], old_ref[k]))
         if bad:
-            print("capture_hf: differs from what is committed: %s (run validation/capture_hf.py and commit)"
-                  % "; ".join(bad))
+            print("%s: differs from what is committed: %s (run validation/%s.py and commit)" % (prog, "; ".join(bad), prog))
             return 1
-        print("capture_hf: %d captures and their saved bytes as committed" % len(new_ref["models"]))
+        print("%s: %d captures and their saved bytes as committed" % (prog, len(new_ref["models"])))
         return 0
     finally:
         shutil.rmtree(tmp)
+
+
+def main() -> int:
+    return capture_main("capture_hf", run, "hf-torch2-cpu.json", ("torch", "transformers", "batch", "seq"))
 
 
 if __name__ == "__main__":

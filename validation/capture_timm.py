@@ -36,15 +36,11 @@ it). The Go test validation/capture_timm_test.go simulates each capture with
 the 2.x CPU rules and holds its saved bytes to these figures.
 """
 
-import argparse
 import fnmatch
-import gzip
 import json
 import os
-import shutil
 import sys
-import tempfile
-from typing import Any, Callable, Dict, List, Tuple
+from typing import Any, Callable, Dict, Tuple
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -54,7 +50,7 @@ sys.path.insert(0, HERE)
 os.environ["TIMM_FUSED_ATTN"] = "1"
 
 import bfcapture  # noqa: E402
-from capture_hf import BATCHES, MEASURE_BATCH, SEQ, Batch, Factory, _decoder, measure  # noqa: E402
+from capture_hf import BATCHES, MEASURE_BATCH, SEQ, Batch, Factory, _decoder, capture_main, measure  # noqa: E402
 
 CLASSES = 1000
 
@@ -190,50 +186,7 @@ def run(out: str, ref: str, only: str) -> None:
 
 
 def main() -> int:
-    p = argparse.ArgumentParser()
-    p.add_argument("--check", action="store_true")
-    p.add_argument("--only", default="")
-    p.add_argument("--out", default=os.path.join(ROOT, "testdata", "capture"))
-    p.add_argument("--ref", default=os.path.join(ROOT, "testdata", "reference", "timm-torch2-cpu.json"))
-    a = p.parse_args()
-    if not a.check:
-        run(a.out, a.ref, a.only)
-        return 0
-    tmp = tempfile.mkdtemp()
-    try:
-        tref = os.path.join(tmp, "ref.json")
-        run(tmp, tref, a.only)
-        bad: List[str] = []
-        for f in sorted(os.listdir(tmp)):
-            if not f.endswith(".bfgraph.gz"):
-                continue
-            with gzip.open(os.path.join(tmp, f)) as x:
-                new = x.read()
-            try:
-                with gzip.open(os.path.join(a.out, f)) as x:
-                    old = x.read()
-            except OSError:
-                old = None
-            if new != old:
-                bad.append(f)
-        with open(tref) as x:
-            new_ref = json.load(x)
-        with open(a.ref) as x:
-            old_ref = json.load(x)
-        for name, fig in new_ref["models"].items():
-            if old_ref["models"].get(name) != fig:
-                bad.append("%s: %s, committed %s" % (name, fig, old_ref["models"].get(name)))
-        for k in ("torch", "timm", "peft", "transformers", "batch"):
-            if new_ref[k] != old_ref[k]:
-                bad.append("%s %s, committed %s" % (k, new_ref[k], old_ref[k]))
-        if bad:
-            print("capture_timm: differs from what is committed: %s (run validation/capture_timm.py and commit)"
-                  % "; ".join(bad))
-            return 1
-        print("capture_timm: %d captures and their saved bytes as committed" % len(new_ref["models"]))
-        return 0
-    finally:
-        shutil.rmtree(tmp)
+    return capture_main("capture_timm", run, "timm-torch2-cpu.json", ("torch", "timm", "peft", "transformers", "batch"))
 
 
 if __name__ == "__main__":
