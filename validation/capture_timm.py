@@ -40,7 +40,7 @@ import fnmatch
 import json
 import os
 import sys
-from typing import Any, Callable, Dict, Tuple
+from typing import Any, Dict, Tuple
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
