@@ -311,7 +311,7 @@ func (x *bctx) aten(o *op) {
 		return
 	}
 
-	if x.atenSaved(o) || x.atenTimm(o) {
+	if x.atenSaved(o) {
 		return
 	}
 	if name == "slice" && len(o.Out) == 1 && len(as) > 1 {

@@ -127,6 +127,8 @@ func (x *bctx) atenSaved(o *op) bool {
 		args := len(ins)
 		ins = append(ins, cond)
 		out = x.saving(mod, ins, args, []int{args}, r)
+	case "addcmul":
+		return x.addcmul(o)
 	case "transpose_":
 		// x.transpose_(a, b) (at::gru's batch_first output): an in-place
 		// change of x's sizes and strides, the same storage; autograd
@@ -215,4 +217,40 @@ func (x *bctx) conv1d(o *op, mod string) graph.TensorID {
 		return graph.None
 	}
 	return b.ViewAs(mod, y, graph.Shape{ys[0], ys[1], ys[3]}, true)
+}
+
+// addcmul maps addcmul(self, tensor1, tensor2, value) (timm's
+// GlobalResponseNorm, ConvNeXt-V2: torch.addcmul(bias, weight, x * x_n));
+// it reports false for a malformed op. The hand rule is narrower than the
+// generated one (derivatives_gen.go), which keeps both operands.
+func (x *bctx) addcmul(o *op) bool {
+	// derivatives.yaml (v2.5.1) gives tensor1
+	// grad * (tensor2 * value) and tensor2 grad * (tensor1 * value),
+	// self grad, so AddcmulBackward0 keeps tensor2 where tensor1
+	// needs a gradient and tensor1 where tensor2 does (the generated
+	// code saves a variable only for the inputs whose formula
+	// uses it and that need a gradient)
+	if len(o.Out) == 0 || o.Out[0] == nil || len(o.Args) < 3 {
+		return false
+	}
+	ins := make([]graph.TensorID, 3)
+	for i := range ins {
+		id, ok := o.Args[i].tensor()
+		if !ok {
+			return false
+		}
+		if ins[i] = x.in(o, id); ins[i] == graph.None {
+			return true
+		}
+	}
+	grad := func(i int) bool { return x.b.TensorAt(ins[i]).RequiresGrad }
+	var saved []int
+	if grad(2) {
+		saved = append(saved, 1)
+	}
+	if grad(1) {
+		saved = append(saved, 2)
+	}
+	x.set(o.Out[0], x.saving(x.name(o), ins, 3, saved, &x.m.f.Tensors[*o.Out[0]]))
+	return true
 }
