@@ -6,11 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"math/rand/v2"
-	"mime/multipart"
-	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
@@ -21,11 +18,11 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
-	ogórek "github.com/kisielk/og-rek"
 
 	"github.com/batchfit/batchfit/internal/chart"
 	"github.com/batchfit/batchfit/internal/cli"
 	"github.com/batchfit/batchfit/internal/report"
+	"github.com/batchfit/batchfit/internal/servertest"
 )
 
 // The browser tests drive Debian's chromium (or $BATCHFIT_CHROMIUM) through
@@ -177,7 +174,7 @@ func checkBytes(t *testing.T, where string, got []shown, want map[string]any) {
 
 func apiJSON(t *testing.T, url string, body any) map[string]any {
 	t.Helper()
-	res, b := postJSON(t, url, body)
+	res, b := servertest.PostJSON(t, url, body)
 	if res.StatusCode != 200 {
 		t.Fatalf("%s: %d %s", url, res.StatusCode, b)
 	}
@@ -301,7 +298,7 @@ func TestBrowserPredict(t *testing.T) {
 			f[k] = v
 		}
 		f["batch"] = c.batch
-		res, svg := postJSON(t, ts.URL+c.path, f)
+		res, svg := servertest.PostJSON(t, ts.URL+c.path, f)
 		if res.StatusCode != 200 {
 			t.Fatalf("%s: %d", c.path, res.StatusCode)
 		}
@@ -426,7 +423,7 @@ func TestBrowserUploads(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	snap := writeSnapshotFixture(t)
+	snap := servertest.WriteSnapshotFixture(t)
 	err = chromedp.Do(ctx,
 		chromedp.Navigate(ts.URL),
 		chromedp.WaitVisible(chromedp.CSS(`#results[data-state="ready"]`)),
@@ -447,9 +444,9 @@ func TestBrowserUploads(t *testing.T) {
 		t.Errorf("status %q, want the uploaded spec's prediction", status)
 	}
 	data, _ := os.ReadFile(spec)
-	res, body := postForm(t, ts.URL+"/api/estimate", part{field: "gpu", value: "t4"}, part{field: "optimizer", value: "sgd"},
-		part{field: "batch", value: "32"}, part{field: "precision", value: "32-true"}, part{field: "accumulate", value: "1"},
-		part{field: "checkpoint", value: "none"}, part{field: "model_file", file: "mlp.yaml", data: data})
+	res, body := servertest.PostForm(t, ts.URL+"/api/estimate", servertest.Part{Field: "gpu", Value: "t4"}, servertest.Part{Field: "optimizer", Value: "sgd"},
+		servertest.Part{Field: "batch", Value: "32"}, servertest.Part{Field: "precision", Value: "32-true"}, servertest.Part{Field: "accumulate", Value: "1"},
+		servertest.Part{Field: "checkpoint", Value: "none"}, servertest.Part{Field: "model_file", File: "mlp.yaml", Data: data})
 	var est map[string]any
 	if res.StatusCode != 200 || json.Unmarshal(body, &est) != nil {
 		t.Fatalf("%d %s", res.StatusCode, body)
@@ -489,7 +486,7 @@ func TestBrowserUploads(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		res, body = postForm(t, ts.URL+"/api/snapshot", part{field: "alloc-conf", value: whatIf}, part{field: "snapshot", file: "snap.pickle", data: snapshotFixture(t)})
+		res, body = servertest.PostForm(t, ts.URL+"/api/snapshot", servertest.Part{Field: "alloc-conf", Value: whatIf}, servertest.Part{Field: "snapshot", File: "snap.pickle", Data: servertest.SnapshotFixture(t)})
 		var sj map[string]any
 		if res.StatusCode != 200 || json.Unmarshal(body, &sj) != nil {
 			t.Fatalf("%d %s", res.StatusCode, body)
@@ -661,24 +658,6 @@ func testServer(t testing.TB, maxUpload int64) *httptest.Server {
 	return ts
 }
 
-func postJSON(t testing.TB, url string, body any) (*http.Response, []byte) {
-	t.Helper()
-	b, err := json.Marshal(body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	res, err := http.Post(url, "application/json", bytes.NewReader(b))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer res.Body.Close()
-	out, err := io.ReadAll(res.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return res, out
-}
-
 // run is batchfit's command line, in process: its output, its errors and
 // its exit status.
 func run(args ...string) (stdout, stderr string, code int) {
@@ -695,76 +674,6 @@ func runOK(t testing.TB, args ...string) string {
 		t.Fatalf("batchfit %s: exit %d: %s", strings.Join(args, " "), code, errs)
 	}
 	return out
-}
-
-// snapshotFixture is a recorded trace as torch.cuda.memory._dump_snapshot
-// writes it (pickle protocol 4): an 11 MiB and a 1.5 MiB block, allocated
-// and freed; the same as internal/cli's snapshot tests read.
-func snapshotFixture(t testing.TB) []byte {
-	const mib = 1 << 20
-	frame := func(line int) []any {
-		return []any{map[any]any{"filename": "train.py", "line": int64(line), "name": "forward"}}
-	}
-	entry := func(action string, addr, size int64, line int) map[any]any {
-		return map[any]any{"action": action, "addr": addr, "size": size, "stream": int64(0), "time_us": int64(line), "frames": frame(line)}
-	}
-	snap := map[any]any{
-		"segments": []any{},
-		"device_traces": []any{[]any{
-			entry("alloc", 2<<30, 11*mib, 10),
-			entry("alloc", 1<<30, 3*mib/2, 11),
-			entry("free_requested", 1<<30, 3*mib/2, 12),
-			entry("free_completed", 1<<30, 3*mib/2, 12),
-			entry("free_requested", 2<<30, 11*mib, 13),
-			entry("free_completed", 2<<30, 11*mib, 13),
-		}},
-		"allocator_settings": map[any]any{"PYTORCH_CUDA_ALLOC_CONF": ""},
-	}
-	var b bytes.Buffer
-	if err := ogórek.NewEncoderWithConfig(&b, &ogórek.EncoderConfig{Protocol: 4}).Encode(snap); err != nil {
-		t.Fatal(err)
-	}
-	return b.Bytes()
-}
-
-func writeSnapshotFixture(t testing.TB) string {
-	path := filepath.Join(t.TempDir(), "snap.pickle")
-	if err := os.WriteFile(path, snapshotFixture(t), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return path
-}
-
-// part is a field of a multipart form: a value, or a file's name and data.
-type part struct {
-	field, value string
-	file         string
-	data         []byte
-}
-
-func postForm(t testing.TB, url string, parts ...part) (*http.Response, []byte) {
-	t.Helper()
-	var b bytes.Buffer
-	mw := multipart.NewWriter(&b)
-	for _, p := range parts {
-		if p.file == "" {
-			mw.WriteField(p.field, p.value)
-			continue
-		}
-		w, err := mw.CreateFormFile(p.field, p.file)
-		if err != nil {
-			t.Fatal(err)
-		}
-		w.Write(p.data)
-	}
-	mw.Close()
-	res, err := http.Post(url, mw.FormDataContentType(), &b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer res.Body.Close()
-	out, _ := io.ReadAll(res.Body)
-	return res, out
 }
 
 // A job that does not fit lists the planner's suggestions, each with the

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/batchfit/batchfit/internal/server"
+	"github.com/batchfit/batchfit/internal/servertest"
 )
 
 // --no-autocast-cache and --autocast-around-loop reach the eval
@@ -38,7 +39,7 @@ func TestAutocastFlags(t *testing.T) {
 
 	ts := testServer(t, server.Options{})
 	want := cli(t, "estimate", "mlp", "--batch", "64", "--mode", "eval", "--precision", "bf16-mixed", "--no-autocast-cache", "--json")
-	res, body := postJSON(t, ts.URL+"/api/estimate", map[string]any{"model": "mlp", "batch": 64, "mode": "eval", "precision": "bf16-mixed", "no-autocast-cache": true})
+	res, body := servertest.PostJSON(t, ts.URL+"/api/estimate", map[string]any{"model": "mlp", "batch": 64, "mode": "eval", "precision": "bf16-mixed", "no-autocast-cache": true})
 	if res.StatusCode != 200 || string(body) != want {
 		t.Errorf("the API's answer (%d) differs from the command line's:\n%s", res.StatusCode, lineDiff("command line", want, "API", string(body)))
 	}

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/batchfit/batchfit/internal/server"
+	"github.com/batchfit/batchfit/internal/servertest"
 )
 
 // A captured graph is a model like a zoo name: on the command line, and
@@ -29,13 +30,13 @@ func TestCapturedGraphSource(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, body := postForm(t, ts.URL+"/api/estimate", part{field: "batch", value: "16"}, part{field: "gpu", value: "t4"},
-		part{field: "model_file", file: "resnet18.bfgraph.gz", data: data})
+	res, body := servertest.PostForm(t, ts.URL+"/api/estimate", servertest.Part{Field: "batch", Value: "16"}, servertest.Part{Field: "gpu", Value: "t4"},
+		servertest.Part{Field: "model_file", File: "resnet18.bfgraph.gz", Data: data})
 	if res.StatusCode != 200 || field(string(body), `"peak_reserved_bytes"`) != field(out, `"peak_reserved_bytes"`) {
 		t.Errorf("upload: %d\n%s", res.StatusCode, body)
 	}
-	res, body = postForm(t, ts.URL+"/api/estimate", part{field: "batch", value: "16"},
-		part{field: "model_file", file: "m.bfgraph", data: []byte(`{"format": "onnx"}`)})
+	res, body = servertest.PostForm(t, ts.URL+"/api/estimate", servertest.Part{Field: "batch", Value: "16"},
+		servertest.Part{Field: "model_file", File: "m.bfgraph", Data: []byte(`{"format": "onnx"}`)})
 	if res.StatusCode != 422 || !strings.Contains(string(body), "not a batchfit graph file") {
 		t.Errorf("malformed upload: %d %s", res.StatusCode, body)
 	}

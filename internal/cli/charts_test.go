@@ -14,6 +14,7 @@ import (
 	"github.com/batchfit/batchfit/gpu"
 	"github.com/batchfit/batchfit/internal/chart"
 	"github.com/batchfit/batchfit/internal/report"
+	"github.com/batchfit/batchfit/internal/servertest"
 	"github.com/batchfit/batchfit/models"
 	"github.com/batchfit/batchfit/predict"
 	"github.com/batchfit/batchfit/profile"
@@ -245,7 +246,7 @@ func TestTimelineGolden(t *testing.T) {
 func TestSnapshotChart(t *testing.T) {
 	t.Parallel()
 	const mib = 1 << 20
-	d := goldenSVG(t, "snapshot_timeline", "snapshot", writeSnapshotFixture(t), "--timeline")
+	d := goldenSVG(t, "snapshot_timeline", "snapshot", servertest.WriteSnapshotFixture(t), "--timeline")
 	for name, want := range map[string]float64{"allocated": 27 * mib / 2, "reserved": 32 * mib, "reserved with expandable_segments:True": 20 * mib} {
 		if l, ok := d.Lines[name]; !ok || l.Max != want {
 			t.Errorf("line %q: %+v, want its largest value %g", name, l, want)

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/batchfit/batchfit/internal/server"
+	"github.com/batchfit/batchfit/internal/servertest"
 )
 
 // The GPU-only rules through the command line, on the zoo's simpleconv at
@@ -73,7 +74,7 @@ func TestServeGPURuleFields(t *testing.T) {
 	t.Parallel()
 	ts := testServer(t, server.Options{})
 	want := cli(t, "estimate", "simpleconv", "--batch", "8", "--gpu", "t4", "--cudnn-benchmark", "--cublas-workspace-config", ":16:8", "--json")
-	res, body := postJSON(t, ts.URL+"/api/estimate", map[string]any{"model": "simpleconv", "batch": 8, "gpu": "t4", "cudnn-benchmark": true, "cublas-workspace-config": ":16:8"})
+	res, body := servertest.PostJSON(t, ts.URL+"/api/estimate", map[string]any{"model": "simpleconv", "batch": 8, "gpu": "t4", "cudnn-benchmark": true, "cublas-workspace-config": ":16:8"})
 	if res.StatusCode != 200 {
 		t.Fatalf("%d: %s", res.StatusCode, body)
 	}

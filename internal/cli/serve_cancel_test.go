@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/batchfit/batchfit/internal/server"
+	"github.com/batchfit/batchfit/internal/servertest"
 
 	"github.com/batchfit/batchfit/internal/report"
 )
@@ -71,7 +72,7 @@ func TestServeAbandonedRequestsStop(t *testing.T) {
 	t.Logf("the abandoned requests stopped %s after their clients left", time.Since(left).Round(time.Millisecond))
 	// the workers are free: a quick request is answered at once
 	start := time.Now()
-	res, _ := postJSON(t, ts.URL+"/api/estimate", map[string]any{"model": "mlp", "gpu": "t4"})
+	res, _ := servertest.PostJSON(t, ts.URL+"/api/estimate", map[string]any{"model": "mlp", "gpu": "t4"})
 	if res.StatusCode != 200 || time.Since(start) > 5*time.Second {
 		t.Errorf("after the abandoned requests: %d in %s", res.StatusCode, time.Since(start))
 	}
@@ -86,7 +87,7 @@ func TestServeTimeout(t *testing.T) {
 	start := time.Now()
 	var body map[string]any
 	json.Unmarshal([]byte(slowPlan), &body)
-	res, b := postJSON(t, ts.URL+"/api/plan", body)
+	res, b := servertest.PostJSON(t, ts.URL+"/api/plan", body)
 	took := time.Since(start)
 	var e server.APIError
 	if err := json.Unmarshal(b, &e); err != nil {
@@ -117,7 +118,7 @@ func TestServeErrorsClipInput(t *testing.T) {
 		{"a long freeze list", map[string]any{"model": "mlp", "freeze": long}, 400, "xxxx"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			res, b := postJSON(t, ts.URL+"/api/estimate", c.body)
+			res, b := servertest.PostJSON(t, ts.URL+"/api/estimate", c.body)
 			var e server.APIError
 			if err := json.Unmarshal(b, &e); err != nil {
 				t.Fatalf("%d: the error is not JSON: %.200s", res.StatusCode, b)

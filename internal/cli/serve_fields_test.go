@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/batchfit/batchfit/internal/server"
+	"github.com/batchfit/batchfit/internal/servertest"
 
 	"github.com/batchfit/batchfit/job"
 )
@@ -34,7 +35,7 @@ func TestServeDecodesByTable(t *testing.T) {
 		{map[string]any{"model": "mlp", "bs": "8"}, 400, `unknown field "bs"; did you mean batch?`},
 		{map[string]any{"model": "mlp", "optimizer": "PagedAdamW8bit", "precision": "bf16"}, 200, `"peak_allocated_bytes"`},
 	} {
-		res, body := postJSON(t, ts.URL+"/api/estimate", c.body)
+		res, body := servertest.PostJSON(t, ts.URL+"/api/estimate", c.body)
 		if res.StatusCode != c.code || !strings.Contains(errorOf(body), c.want) {
 			t.Errorf("%v: %d %s; want %d with %s", c.body, res.StatusCode, body, c.code, c.want)
 		}
@@ -115,11 +116,11 @@ func TestServeExtraOptimizer(t *testing.T) {
 	}
 	// the table lets it through; train, which has no lion, refuses it in
 	// the command (422 or 400 from the command, not the field check)
-	res2, body := postJSON(t, ts.URL+"/api/estimate", map[string]any{"model": "mlp", "optimizer": "lion"})
+	res2, body := servertest.PostJSON(t, ts.URL+"/api/estimate", map[string]any{"model": "mlp", "optimizer": "lion"})
 	if strings.Contains(errorOf(body), `field "optimizer"`) {
 		t.Errorf("the server refused lion by its table: %d %s", res2.StatusCode, body)
 	}
-	res3, body := postJSON(t, ts.URL+"/api/estimate", map[string]any{"model": "mlp", "optimizer": "lamb"})
+	res3, body := servertest.PostJSON(t, ts.URL+"/api/estimate", map[string]any{"model": "mlp", "optimizer": "lamb"})
 	if res3.StatusCode != 400 || !strings.Contains(errorOf(body), `field "optimizer"`) {
 		t.Errorf("lamb: %d %s", res3.StatusCode, body)
 	}

@@ -11,51 +11,12 @@ import (
 	"net"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/batchfit/batchfit/internal/server"
+	"github.com/batchfit/batchfit/internal/servertest"
 )
-
-// syncBuffer is a log written by the server's handlers and read by the
-// test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-// quickClient gives up on an answer after two seconds: a server that
-// holds a request longer has failed the test.
-var quickClient = &http.Client{Timeout: 2 * time.Second}
-
-// quickEstimate posts a small estimate and fails the test unless it is
-// answered 200 within a second.
-func quickEstimate(t *testing.T, url string) {
-	t.Helper()
-	start := time.Now()
-	res, err := quickClient.Post(url+"/api/estimate", "application/json", strings.NewReader(`{"model":"mlp","gpu":"t4"}`))
-	if err != nil {
-		t.Fatalf("a small estimate: %v", err)
-	}
-	io.Copy(io.Discard, res.Body)
-	res.Body.Close()
-	if res.StatusCode != 200 || time.Since(start) > time.Second {
-		t.Fatalf("a small estimate: %d after %s, want 200 within a second", res.StatusCode, time.Since(start).Round(time.Millisecond))
-	}
-}
 
 // Reading an upload stops at --timeout: a multipart body that stops
 // arriving after its first part (within the body rate's 5s of grace) is
@@ -99,7 +60,7 @@ func TestServeStopAnswers503(t *testing.T) {
 	}
 	got := make(chan answer, 1)
 	go func() {
-		res, err := quickClient.Post(ts.URL+"/api/plan", "application/json", strings.NewReader(slowPlan))
+		res, err := servertest.QuickClient.Post(ts.URL+"/api/plan", "application/json", strings.NewReader(slowPlan))
 		if err != nil {
 			got <- answer{err: err}
 			return
@@ -115,7 +76,7 @@ func TestServeStopAnswers503(t *testing.T) {
 	if a.err != nil || a.code != 503 || !strings.Contains(a.body, "stopping") || time.Since(stopped) > time.Second {
 		t.Errorf("the request in flight: %d %s %v after %s, want 503 saying the server is stopping within a second", a.code, a.body, a.err, time.Since(stopped).Round(time.Millisecond))
 	}
-	res, b := postJSON(t, ts.URL+"/api/estimate", map[string]any{"model": "mlp"})
+	res, b := servertest.PostJSON(t, ts.URL+"/api/estimate", map[string]any{"model": "mlp"})
 	if res.StatusCode != 503 || !strings.Contains(string(b), "stopping") {
 		t.Errorf("a request after the stop: %d %s, want 503", res.StatusCode, b)
 	}
@@ -126,29 +87,29 @@ func TestServeStopAnswers503(t *testing.T) {
 // one field are refused, naming it.
 func TestServeSnapshotUploads(t *testing.T) {
 	ts := testServer(t, server.Options{})
-	raw := snapshotFixture(t)
+	raw := servertest.SnapshotFixture(t)
 	var gz bytes.Buffer
 	zw := gzip.NewWriter(&gz)
 	zw.Write(raw)
 	zw.Close()
-	res, want := postForm(t, ts.URL+"/api/snapshot", part{field: "snapshot", file: "snap.pickle", data: raw})
+	res, want := servertest.PostForm(t, ts.URL+"/api/snapshot", servertest.Part{Field: "snapshot", File: "snap.pickle", Data: raw})
 	if res.StatusCode != 200 {
 		t.Fatalf("the snapshot uncompressed: %d %s", res.StatusCode, want)
 	}
-	res, got := postForm(t, ts.URL+"/api/snapshot", part{field: "snapshot", file: "snap.pickle", data: gz.Bytes()})
+	res, got := servertest.PostForm(t, ts.URL+"/api/snapshot", servertest.Part{Field: "snapshot", File: "snap.pickle", Data: gz.Bytes()})
 	if res.StatusCode != 200 || !bytes.Equal(got, want) {
 		t.Errorf("the snapshot gzip-compressed: %d\n%.500s\nwant\n%.500s", res.StatusCode, got, want)
 	}
 	for _, c := range []struct {
 		name  string
-		parts []part
+		parts []servertest.Part
 		field string
 	}{
-		{"two snapshots", []part{{field: "snapshot", file: "a.pickle", data: raw}, {field: "snapshot", file: "b.pickle", data: raw}}, "snapshot"},
-		{"two model files", []part{{field: "snapshot", file: "a.pickle", data: raw}, {field: "model_file", file: "a.yaml", data: []byte("x")}, {field: "model_file", file: "b.yaml", data: []byte("x")}}, "model_file"},
-		{"a field twice", []part{{field: "snapshot", file: "a.pickle", data: raw}, {field: "alloc-conf", value: "expandable_segments:True"}, {field: "alloc-conf", value: "expandable_segments:False"}}, "alloc-conf"},
+		{"two snapshots", []servertest.Part{{Field: "snapshot", File: "a.pickle", Data: raw}, {Field: "snapshot", File: "b.pickle", Data: raw}}, "snapshot"},
+		{"two model files", []servertest.Part{{Field: "snapshot", File: "a.pickle", Data: raw}, {Field: "model_file", File: "a.yaml", Data: []byte("x")}, {Field: "model_file", File: "b.yaml", Data: []byte("x")}}, "model_file"},
+		{"a field twice", []servertest.Part{{Field: "snapshot", File: "a.pickle", Data: raw}, {Field: "alloc-conf", Value: "expandable_segments:True"}, {Field: "alloc-conf", Value: "expandable_segments:False"}}, "alloc-conf"},
 	} {
-		res, body := postForm(t, ts.URL+"/api/snapshot", c.parts...)
+		res, body := servertest.PostForm(t, ts.URL+"/api/snapshot", c.parts...)
 		var e server.APIError
 		if res.StatusCode != 400 || json.Unmarshal(body, &e) != nil || !strings.Contains(e.Error, `"`+c.field+`"`) {
 			t.Errorf("%s: %d %s, want 400 naming %q", c.name, res.StatusCode, body, c.field)
@@ -162,7 +123,7 @@ func TestServeSnapshotUploads(t *testing.T) {
 // marked limited.
 func TestServeMaxbatchBound(t *testing.T) {
 	ts := testServer(t, server.Options{})
-	res, b := postJSON(t, ts.URL+"/api/maxbatch", map[string]any{"model": "mlp", "gpu": "2TiB"})
+	res, b := servertest.PostJSON(t, ts.URL+"/api/maxbatch", map[string]any{"model": "mlp", "gpu": "2TiB"})
 	var ans struct {
 		Max     int64 `json:"max_batch"`
 		Limited bool  `json:"limited"`

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"mime/multipart"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -20,6 +19,7 @@ import (
 	"time"
 
 	"github.com/batchfit/batchfit/internal/server"
+	"github.com/batchfit/batchfit/internal/servertest"
 
 	"github.com/batchfit/batchfit/internal/report"
 )
@@ -36,57 +36,6 @@ func testServer(t testing.TB, o server.Options) *httptest.Server {
 	ts := httptest.NewServer(newServer(o))
 	t.Cleanup(ts.Close)
 	return ts
-}
-
-func postJSON(t testing.TB, url string, body any) (*http.Response, []byte) {
-	t.Helper()
-	b, err := json.Marshal(body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	res, err := http.Post(url, "application/json", bytes.NewReader(b))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer res.Body.Close()
-	out, err := io.ReadAll(res.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return res, out
-}
-
-// part is one part of a multipart form: a field, or a file when name is
-// set.
-type part struct {
-	field, value string
-	file         string
-	data         []byte
-}
-
-func postForm(t testing.TB, url string, parts ...part) (*http.Response, []byte) {
-	t.Helper()
-	var b bytes.Buffer
-	mw := multipart.NewWriter(&b)
-	for _, p := range parts {
-		if p.file == "" {
-			mw.WriteField(p.field, p.value)
-			continue
-		}
-		w, err := mw.CreateFormFile(p.field, p.file)
-		if err != nil {
-			t.Fatal(err)
-		}
-		w.Write(p.data)
-	}
-	mw.Close()
-	res, err := http.Post(url, mw.FormDataContentType(), &b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer res.Body.Close()
-	out, _ := io.ReadAll(res.Body)
-	return res, out
 }
 
 func cli(t testing.TB, args ...string) string {
@@ -129,7 +78,7 @@ func TestServeAnswersAsTheCommandLine(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(strings.TrimPrefix(c.path, "/api/"), func(t *testing.T) {
-			res, body := postJSON(t, ts.URL+c.path, c.body)
+			res, body := servertest.PostJSON(t, ts.URL+c.path, c.body)
 			if res.StatusCode != 200 || res.Header.Get("Content-Type") != c.ct {
 				t.Fatalf("%d %s: %s", res.StatusCode, res.Header.Get("Content-Type"), body)
 			}
@@ -140,7 +89,7 @@ func TestServeAnswersAsTheCommandLine(t *testing.T) {
 	}
 	// A plan where nothing fits is still an answer (the command line
 	// prints it, then fails).
-	res, body := postJSON(t, ts.URL+"/api/plan", map[string]any{"model": "llama3-70b", "gpu": "t4", "batch": 1})
+	res, body := servertest.PostJSON(t, ts.URL+"/api/plan", map[string]any{"model": "llama3-70b", "gpu": "t4", "batch": 1})
 	if res.StatusCode != 200 || !bytes.Contains(body, []byte(`"best"`)) {
 		t.Errorf("plan with nothing that fits: %d %s", res.StatusCode, body)
 	}
@@ -154,8 +103,8 @@ func TestServeUploads(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, body := postForm(t, ts.URL+"/api/estimate", part{field: "batch", value: "16"}, part{field: "gpu", value: "t4"},
-		part{field: "model_file", file: "mlp.yaml", data: spec})
+	res, body := servertest.PostForm(t, ts.URL+"/api/estimate", servertest.Part{Field: "batch", Value: "16"}, servertest.Part{Field: "gpu", Value: "t4"},
+		servertest.Part{Field: "model_file", File: "mlp.yaml", Data: spec})
 	want := cli(t, "estimate", "../../examples/mlp.yaml", "--batch", "16", "--gpu", "t4", "--json")
 	if res.StatusCode != 200 || strings.Replace(string(body), `"model": "mlp.yaml"`, `"model": "../../examples/mlp.yaml"`, 1) != want {
 		t.Errorf("spec upload: %d\n%s\nwant\n%s", res.StatusCode, body, want)
@@ -166,8 +115,8 @@ func TestServeUploads(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, body = postForm(t, ts.URL+"/api/estimate", part{field: "batch", value: "2"}, part{field: "dir", value: "gpt2"},
-		part{field: "model_dir", file: "config.json", data: cfg})
+	res, body = servertest.PostForm(t, ts.URL+"/api/estimate", servertest.Part{Field: "batch", Value: "2"}, servertest.Part{Field: "dir", Value: "gpt2"},
+		servertest.Part{Field: "model_dir", File: "config.json", Data: cfg})
 	want = cli(t, "estimate", "../../hf/testdata/configs/gpt2", "--batch", "2", "--json")
 	// the note names where the config was read: the upload's name
 	got := strings.Replace(string(body), ` from gpt2/config.json`, ` from ../../hf/testdata/configs/gpt2/config.json`, 1)
@@ -178,22 +127,22 @@ func TestServeUploads(t *testing.T) {
 	// against the config (a one-tensor checkpoint does not match GPT-2).
 	hdr := []byte(`{"wte.weight":{"dtype":"F32","shape":[4,4],"data_offsets":[0,64]}}`)
 	st := append(binaryLen(len(hdr)), hdr...)
-	res, body = postForm(t, ts.URL+"/api/estimate", part{field: "dir", value: "gpt2"}, part{field: "size:model.safetensors", value: fmt.Sprint(len(st) + 64)},
-		part{field: "model_dir", file: "config.json", data: cfg}, part{field: "model_dir", file: "model.safetensors", data: st})
+	res, body = servertest.PostForm(t, ts.URL+"/api/estimate", servertest.Part{Field: "dir", Value: "gpt2"}, servertest.Part{Field: "size:model.safetensors", Value: fmt.Sprint(len(st) + 64)},
+		servertest.Part{Field: "model_dir", File: "config.json", Data: cfg}, servertest.Part{Field: "model_dir", File: "model.safetensors", Data: st})
 	if res.StatusCode != 422 || !bytes.Contains(body, []byte("the checkpoint holds 16 parameters")) {
 		t.Errorf("header upload: %d %s", res.StatusCode, body)
 	}
 	// Without the size the header's tensors run past the file's end.
-	res, body = postForm(t, ts.URL+"/api/estimate", part{field: "dir", value: "gpt2"},
-		part{field: "model_dir", file: "config.json", data: cfg}, part{field: "model_dir", file: "model.safetensors", data: st})
+	res, body = servertest.PostForm(t, ts.URL+"/api/estimate", servertest.Part{Field: "dir", Value: "gpt2"},
+		servertest.Part{Field: "model_dir", File: "config.json", Data: cfg}, servertest.Part{Field: "model_dir", File: "model.safetensors", Data: st})
 	if res.StatusCode != 422 || !bytes.Contains(body, []byte("truncated")) || !bytes.Contains(body, []byte("model.safetensors")) {
 		t.Errorf("header without its size: %d %s", res.StatusCode, body)
 	}
 
 	// A snapshot: the command line's figures, under the upload's name.
-	snapPath := writeSnapshotFixture(t)
+	snapPath := servertest.WriteSnapshotFixture(t)
 	for _, whatIf := range []string{"expandable_segments:True", "max_split_size_mb:128"} {
-		res, body = postForm(t, ts.URL+"/api/snapshot", part{field: "alloc-conf", value: whatIf}, part{field: "snapshot", file: "snap.pickle", data: snapshotFixture(t)})
+		res, body = servertest.PostForm(t, ts.URL+"/api/snapshot", servertest.Part{Field: "alloc-conf", Value: whatIf}, servertest.Part{Field: "snapshot", File: "snap.pickle", Data: servertest.SnapshotFixture(t)})
 		want = cli(t, "snapshot", snapPath, "--alloc-conf", whatIf, "--json")
 		want = strings.Replace(want, `"file": `+jsonString(snapPath), `"file": "snap.pickle"`, 1)
 		if res.StatusCode != 200 || string(body) != want {
@@ -202,8 +151,8 @@ func TestServeUploads(t *testing.T) {
 	}
 	// with a zoo model and estimate's fields, the prediction beside it,
 	// as snapshot --model gives it
-	res, body = postForm(t, ts.URL+"/api/snapshot", part{field: "model", value: "mlp"}, part{field: "batch", value: "4"},
-		part{field: "snapshot", file: "snap.pickle", data: snapshotFixture(t)})
+	res, body = servertest.PostForm(t, ts.URL+"/api/snapshot", servertest.Part{Field: "model", Value: "mlp"}, servertest.Part{Field: "batch", Value: "4"},
+		servertest.Part{Field: "snapshot", File: "snap.pickle", Data: servertest.SnapshotFixture(t)})
 	want = cli(t, "snapshot", snapPath, "--model", "mlp", "--batch", "4", "--json")
 	want = strings.Replace(want, `"file": `+jsonString(snapPath), `"file": "snap.pickle"`, 1)
 	if res.StatusCode != 200 || string(body) != want || !strings.Contains(want, `"prediction"`) {
@@ -215,8 +164,8 @@ func TestServeUploads(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, body = postForm(t, ts.URL+"/api/snapshot", part{field: "batch", value: "4"}, part{field: "model_file", file: "mlp.yaml", data: spec},
-		part{field: "snapshot", file: "snap.pickle", data: snapshotFixture(t)})
+	res, body = servertest.PostForm(t, ts.URL+"/api/snapshot", servertest.Part{Field: "batch", Value: "4"}, servertest.Part{Field: "model_file", File: "mlp.yaml", Data: spec},
+		servertest.Part{Field: "snapshot", File: "snap.pickle", Data: servertest.SnapshotFixture(t)})
 	var up, cl report.SnapshotJSON
 	if res.StatusCode != 200 || json.Unmarshal(body, &up) != nil || up.Prediction == nil {
 		t.Fatalf("snapshot with an uploaded model: %d %s", res.StatusCode, body)
@@ -227,7 +176,7 @@ func TestServeUploads(t *testing.T) {
 	if up.Prediction.Overall != cl.Prediction.Overall {
 		t.Errorf("uploaded model: %+v, snapshot --model: %+v", up.Prediction.Overall, cl.Prediction.Overall)
 	}
-	res, body = postForm(t, ts.URL+"/api/snapshot.svg", part{field: "snapshot", file: "snap.pickle", data: snapshotFixture(t)})
+	res, body = servertest.PostForm(t, ts.URL+"/api/snapshot.svg", servertest.Part{Field: "snapshot", File: "snap.pickle", Data: servertest.SnapshotFixture(t)})
 	if res.StatusCode != 200 || !bytes.HasPrefix(body, []byte("<svg")) {
 		t.Errorf("snapshot chart: %d %.200s", res.StatusCode, body)
 	}
@@ -264,7 +213,7 @@ func TestServeBadInput(t *testing.T) {
 	}
 	cases := []struct {
 		name, path string
-		body       any // map: JSON; []part: multipart; string: raw with ct
+		body       any // map: JSON; []servertest.Part: multipart; string: raw with ct
 		ct         string
 		code       int
 		want       string
@@ -280,18 +229,18 @@ func TestServeBadInput(t *testing.T) {
 		{"bad precision", "/api/estimate", map[string]any{"model": "mlp", "precision": "fp8"}, "", 400, "precision"},
 		{"too many steps", "/api/estimate", map[string]any{"model": "mlp", "steps": 500}, "", 400, `field "steps": 500 is outside 0…20`},
 		{"too many batches", "/api/sweep", map[string]any{"model": "mlp", "batch": "1:1000:1"}, "", 400, "at most 64"},
-		{"oversize upload", "/api/estimate", []part{{field: "model_file", file: "m.onnx", data: make([]byte, 16<<10)}}, "", 413, "--max-upload"},
-		{"malformed ONNX", "/api/estimate", []part{{field: "model_file", file: "m.onnx", data: []byte("not a model")}}, "", 422, "m.onnx"},
-		{"malformed spec", "/api/estimate", []part{{field: "model_file", file: "m.yaml", data: []byte("layers: [")}}, "", 422, "m.yaml"},
-		{"unknown file type", "/api/estimate", []part{{field: "model_file", file: "m.pt", data: []byte("x")}}, "", 422, "unknown model file type"},
-		{"malformed snapshot", "/api/snapshot", []part{{field: "snapshot", file: "s.pickle", data: []byte("\x80\x04garbage")}}, "", 422, "s.pickle"},
+		{"oversize upload", "/api/estimate", []servertest.Part{{Field: "model_file", File: "m.onnx", Data: make([]byte, 16<<10)}}, "", 413, "--max-upload"},
+		{"malformed ONNX", "/api/estimate", []servertest.Part{{Field: "model_file", File: "m.onnx", Data: []byte("not a model")}}, "", 422, "m.onnx"},
+		{"malformed spec", "/api/estimate", []servertest.Part{{Field: "model_file", File: "m.yaml", Data: []byte("layers: [")}}, "", 422, "m.yaml"},
+		{"unknown file type", "/api/estimate", []servertest.Part{{Field: "model_file", File: "m.pt", Data: []byte("x")}}, "", 422, "unknown model file type"},
+		{"malformed snapshot", "/api/snapshot", []servertest.Part{{Field: "snapshot", File: "s.pickle", Data: []byte("\x80\x04garbage")}}, "", 422, "s.pickle"},
 		{"no snapshot", "/api/snapshot", map[string]any{}, "", 400, "no snapshot uploaded"},
-		{"unknown upload", "/api/estimate", []part{{field: "weights", file: "w.bin", data: []byte("x")}}, "", 400, "unknown upload"},
-		{"both a file and a name", "/api/estimate", []part{{field: "model", value: "mlp"}, {field: "model_file", file: "m.yaml", data: mlpSpec}}, "", 400, `a model was uploaded and "mlp" named too`},
+		{"unknown upload", "/api/estimate", []servertest.Part{{Field: "weights", File: "w.bin", Data: []byte("x")}}, "", 400, "unknown upload"},
+		{"both a file and a name", "/api/estimate", []servertest.Part{{Field: "model", Value: "mlp"}, {Field: "model_file", File: "m.yaml", Data: mlpSpec}}, "", 400, `a model was uploaded and "mlp" named too`},
 		{"no message", "/api/oom", map[string]any{}, "", 400, "paste the out-of-memory message"},
 		{"not an OOM message", "/api/oom", map[string]any{"message": "all is well"}, "", 422, "no CUDA out-of-memory message found"},
 		{"oom with a bad batch", "/api/oom", map[string]any{"message": "CUDA out of memory. Tried to allocate 8.74 GiB (GPU 0; 15.90 GiB total capacity; 8.84 GiB already allocated; 6.32 GiB free; 8.86 GiB reserved in total by PyTorch)", "model": "resnet18", "batch": "x"}, "", 400, `batch size "x" is not a positive integer`},
-		{"negative top", "/api/snapshot", []part{{field: "top", value: "-1"}, {field: "snapshot", file: "s.pickle", data: snapshotFixture(t)}}, "", 400, "is outside 0…50"},
+		{"negative top", "/api/snapshot", []servertest.Part{{Field: "top", Value: "-1"}, {Field: "snapshot", File: "s.pickle", Data: servertest.SnapshotFixture(t)}}, "", 400, "is outside 0…50"},
 		{"steps in another base", "/api/estimate", map[string]any{"model": "mlp", "steps": "0x3e8"}, "", 400, `field "steps": 1000 is outside 0…20`},
 		{"steps with underscores", "/api/estimate", map[string]any{"model": "mlp", "steps": "1_000"}, "", 400, `field "steps": 1000 is outside`},
 		{"deep", "/api/estimate", map[string]any{"model": "gpt2", "layers": 100000}, "", 400, `field "layers": 100000 is outside 0…512`},
@@ -303,8 +252,8 @@ func TestServeBadInput(t *testing.T) {
 		{"a field of another command", "/api/estimate", map[string]any{"model": "mlp", "levers": "precision"}, "", 400, `unknown field "levers"`},
 		{"many fields", "/api/estimate", manyFields(), "", 400, "fields: at most 64"},
 		{"oversize body", "/api/estimate", map[string]any{"model": "mlp", "torch": strings.Repeat("1", 16<<10)}, "", 413, "larger than the 8.00 KiB this server accepts"},
-		{"a model upload to oom", "/api/oom", []part{{field: "message", value: "x"}, {field: "model_file", file: "m.yaml", data: mlpSpec}}, "", 400, "oom takes no model upload"},
-		{"a snapshot upload to estimate", "/api/estimate", []part{{field: "model", value: "mlp"}, {field: "snapshot", file: "s.pickle", data: []byte("x")}}, "", 400, "estimate takes no snapshot upload"},
+		{"a model upload to oom", "/api/oom", []servertest.Part{{Field: "message", Value: "x"}, {Field: "model_file", File: "m.yaml", Data: mlpSpec}}, "", 400, "oom takes no model upload"},
+		{"a snapshot upload to estimate", "/api/estimate", []servertest.Part{{Field: "model", Value: "mlp"}, {Field: "snapshot", File: "s.pickle", Data: []byte("x")}}, "", 400, "estimate takes no snapshot upload"},
 		{"content type", "/api/estimate", "model: mlp", "text/yaml", 400, "unsupported content type"},
 	}
 	for _, c := range cases {
@@ -313,9 +262,9 @@ func TestServeBadInput(t *testing.T) {
 			var body []byte
 			switch b := c.body.(type) {
 			case map[string]any:
-				res, body = postJSON(t, ts.URL+c.path, b)
-			case []part:
-				res, body = postForm(t, ts.URL+c.path, b...)
+				res, body = servertest.PostJSON(t, ts.URL+c.path, b)
+			case []servertest.Part:
+				res, body = servertest.PostForm(t, ts.URL+c.path, b...)
 			case string:
 				r, err := http.Post(ts.URL+c.path, c.ct, strings.NewReader(b))
 				if err != nil {
@@ -405,7 +354,7 @@ func TestServeFlags(t *testing.T) {
 func TestServeFieldsBody(t *testing.T) {
 	t.Parallel()
 	ts := testServer(t, server.Options{})
-	res, body := postJSON(t, ts.URL+"/api/oom", map[string]any{"message": strings.Repeat("x", 2<<20)})
+	res, body := servertest.PostJSON(t, ts.URL+"/api/oom", map[string]any{"message": strings.Repeat("x", 2<<20)})
 	if res.StatusCode != 413 || !strings.Contains(string(body), "a request without uploads is larger than 1024.00 KiB") {
 		t.Errorf("%d %s", res.StatusCode, body)
 	}
@@ -582,7 +531,7 @@ func TestServeConcurrentMix(t *testing.T) {
 	}
 	want := make([][]byte, len(reqs))
 	for i, r := range reqs {
-		res, body := postJSON(t, ts.URL+r.path, r.body)
+		res, body := servertest.PostJSON(t, ts.URL+r.path, r.body)
 		if res.StatusCode != 200 {
 			t.Fatalf("%s: %d %s", r.path, res.StatusCode, body)
 		}

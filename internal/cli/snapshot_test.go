@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/batchfit/batchfit/internal/report"
+	"github.com/batchfit/batchfit/internal/servertest"
 	ogórek "github.com/kisielk/og-rek"
 )
 
@@ -22,7 +23,7 @@ import (
 func TestSnapshotCommand(t *testing.T) {
 	t.Parallel()
 	const mib = 1 << 20
-	path := writeSnapshotFixture(t)
+	path := servertest.WriteSnapshotFixture(t)
 	out, errs, code := run("snapshot", path, "--json")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errs)
@@ -43,43 +44,6 @@ func TestSnapshotCommand(t *testing.T) {
 	if len(got.TopSites) == 0 || got.TopSites[0].Site != "train.py:10:forward" {
 		t.Errorf("top sites %+v, want train.py:10:forward first", got.TopSites)
 	}
-}
-
-// snapshotFixture is the recorded trace TestSnapshotCommand describes, as
-// torch.cuda.memory._dump_snapshot writes it (pickle protocol 4).
-func snapshotFixture(t testing.TB) []byte {
-	const mib = 1 << 20
-	frame := func(line int) []any {
-		return []any{map[any]any{"filename": "train.py", "line": int64(line), "name": "forward"}}
-	}
-	entry := func(action string, addr, size int64, line int) map[any]any {
-		return map[any]any{"action": action, "addr": addr, "size": size, "stream": int64(0), "time_us": int64(line), "frames": frame(line)}
-	}
-	snap := map[any]any{
-		"segments": []any{},
-		"device_traces": []any{[]any{
-			entry("alloc", 2<<30, 11*mib, 10),
-			entry("alloc", 1<<30, 3*mib/2, 11),
-			entry("free_requested", 1<<30, 3*mib/2, 12),
-			entry("free_completed", 1<<30, 3*mib/2, 12),
-			entry("free_requested", 2<<30, 11*mib, 13),
-			entry("free_completed", 2<<30, 11*mib, 13),
-		}},
-		"allocator_settings": map[any]any{"PYTORCH_CUDA_ALLOC_CONF": ""},
-	}
-	var b bytes.Buffer
-	if err := ogórek.NewEncoderWithConfig(&b, &ogórek.EncoderConfig{Protocol: 4}).Encode(snap); err != nil {
-		t.Fatal(err)
-	}
-	return b.Bytes()
-}
-
-func writeSnapshotFixture(t testing.TB) string {
-	path := filepath.Join(t.TempDir(), "snap.pickle")
-	if err := os.WriteFile(path, snapshotFixture(t), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return path
 }
 
 // writeMidRunFixture writes a recording that starts mid-run: before it, a 20 MiB segment held

@@ -7,6 +7,7 @@ import (
 
 	"github.com/batchfit/batchfit/internal/live"
 	"github.com/batchfit/batchfit/internal/server"
+	"github.com/batchfit/batchfit/internal/servertest"
 
 	"github.com/batchfit/batchfit/smi"
 )
@@ -75,7 +76,7 @@ func TestServeUsageErrors400(t *testing.T) {
 		{"a minimum micro-batch above the global batch", "/api/plan", map[string]any{"model": "mlp", "gpu": "h100-80gb", "global-batch": 8, "min-micro-batch": 16}, "at least 16"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			res, b := postJSON(t, ts.URL+c.path, c.body)
+			res, b := servertest.PostJSON(t, ts.URL+c.path, c.body)
 			var e server.APIError
 			if err := json.Unmarshal(b, &e); err != nil {
 				t.Fatalf("%d: the error is not JSON: %.200s", res.StatusCode, b)

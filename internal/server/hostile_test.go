@@ -8,60 +8,21 @@ import (
 	"io"
 	"mime/multipart"
 	"net"
-	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/batchfit/batchfit/internal/servertest"
 	"github.com/batchfit/batchfit/predict"
 )
-
-// syncBuffer is a log written by the server's handlers and read by the
-// test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-// quickClient gives up on an answer after two seconds: a server that
-// holds a request longer has failed the test.
-var quickClient = &http.Client{Timeout: 2 * time.Second}
-
-// quickEstimate posts a small estimate and fails the test unless it is
-// answered 200 within a second.
-func quickEstimate(t *testing.T, url string) {
-	t.Helper()
-	start := time.Now()
-	res, err := quickClient.Post(url+"/api/estimate", "application/json", strings.NewReader(`{"model":"mlp","gpu":"t4"}`))
-	if err != nil {
-		t.Fatalf("a small estimate: %v", err)
-	}
-	io.Copy(io.Discard, res.Body)
-	res.Body.Close()
-	if res.StatusCode != 200 || time.Since(start) > time.Second {
-		t.Fatalf("a small estimate: %d after %s, want 200 within a second", res.StatusCode, time.Since(start).Round(time.Millisecond))
-	}
-}
 
 // A parser's panic is answered 500 with a one-line error and logged, and
 // gives back the reading slot it held: more such uploads than there are
 // slots (4 a worker) leave the server answering.
 func TestServePanicReleasesSlots(t *testing.T) {
-	log := &syncBuffer{}
+	log := &servertest.SyncBuffer{}
 	srv := New(Options{MaxUpload: 1 << 20, Workers: 1, Loopback: true, Log: log, Run: fakeRun})
 	srv.openModel = func(*upload) (predict.Source, error) { panic("parser bug\non two lines") }
 	ts := httptest.NewServer(srv)
@@ -73,7 +34,7 @@ func TestServePanicReleasesSlots(t *testing.T) {
 		w, _ := mw.CreateFormFile("model_file", "m.yaml")
 		w.Write([]byte("layers: []\n"))
 		mw.Close()
-		res, err := quickClient.Post(ts.URL+"/api/estimate", mw.FormDataContentType(), &b)
+		res, err := servertest.QuickClient.Post(ts.URL+"/api/estimate", mw.FormDataContentType(), &b)
 		if err != nil {
 			t.Fatalf("upload %d: %v", i, err)
 		}
@@ -87,7 +48,7 @@ func TestServePanicReleasesSlots(t *testing.T) {
 	if n := strings.Count(log.String(), "internal error: parser bug"); n != slots+2 {
 		t.Errorf("%d panics logged, want %d:\n%.500s", n, slots+2, log.String())
 	}
-	quickEstimate(t, ts.URL)
+	servertest.QuickEstimate(t, ts.URL)
 }
 
 // slowClient posts a body declared 100000 bytes long a byte every 100ms
@@ -132,7 +93,7 @@ func TestServeSlowBodies(t *testing.T) {
 		}()
 	}
 	time.Sleep(100 * time.Millisecond) // the slow clients hold every slot
-	quickEstimate(t, ts.URL)
+	servertest.QuickEstimate(t, ts.URL)
 	wg.Wait()
 	for i, s := range status {
 		if !strings.Contains(s, " 408 ") {
