@@ -23,6 +23,9 @@ Modes:
         optimizer, checkpoint, accumulation) combination to exercise the worker's code.
     measure.py --list
         print the case ids.
+    measure.py --merge SHARD.json ... --out FILE
+        one result file from shards run at the same time (validation/gpu_session.sh): the
+        per-process CUDA context figure replaces the device-wide one, which the shards disturb.
 
 Conventions of a measured step (the Go step simulator must model the same loop):
     for each micro-batch (gradient accumulation: `accum` micro-batches per step):
@@ -941,6 +944,37 @@ def run_matrix(args, cases):
     return 1 if failures else 0
 
 
+def merge(args, cases, paths):
+    """One result file from the shards of a parallel run, in the case file's order.
+
+    Shards that ran at the same time on one GPU see each other in NVML's device-wide figures,
+    so each result's `context_bytes` is replaced by the per-process figure
+    (`context_bytes_process`, NVML's memory of this process minus what the allocator holds),
+    which the others do not disturb; the allocator's own statistics are per process anyway.
+    """
+    out, by_id = None, {}
+    for path in paths:
+        with open(path, encoding="utf-8") as f:
+            d = json.load(f)
+        if out is None:
+            out = d
+        for r in d.get("results", []):
+            by_id[r["id"]] = r
+    if out is None:
+        raise SystemExit("--merge: no input files")
+    for r in by_id.values():
+        ctx = r.get("context") or {}
+        if ctx.get("context_bytes_process") is not None:
+            ctx["context_bytes_device_wide"] = ctx.get("context_bytes")
+            ctx["context_bytes"] = ctx["context_bytes_process"]
+            ctx["context_source"] = "process (shards ran concurrently)"
+    out["cases_file"] = os.path.relpath(args.cases, os.path.dirname(HERE))
+    out["results"] = [by_id[c["id"]] for c in cases if c["id"] in by_id]
+    write_json(args.out, out)
+    print("merged %d results into %s" % (len(out["results"]), args.out))
+    return 0
+
+
 def run_maxbatch(args, cases):
     out = {"schema": SCHEMA, "mode": "maxbatch", "cases_file": os.path.relpath(args.cases),
            "environment": None, "maxbatch": []}
@@ -977,7 +1011,7 @@ def run_maxbatch(args, cases):
             if trial(b):
                 best = b
                 while b < args.maxbatch_cap:
-                    b = min(b * 2, args.maxbatch_cap)
+                    b = min(max(b + 1, int(b * args.maxbatch_growth)), args.maxbatch_cap)
                     if trial(b):
                         best = b
                     else:
@@ -986,12 +1020,13 @@ def run_maxbatch(args, cases):
             else:
                 first_oom = b
                 while best is None and b > 1:
-                    b = b // 2
+                    b = min(b - 1, int(b / args.maxbatch_growth))
                     if trial(b):
                         best = b
                     else:
                         first_oom = b
-            while best is not None and first_oom is not None and first_oom - best > 1:
+            while (best is not None and first_oom is not None and first_oom - best > 1
+                   and first_oom - best > best * args.maxbatch_resolution):
                 mid = (best + first_oom) // 2
                 if trial(mid):
                     best = mid
@@ -1121,8 +1156,14 @@ def main(argv=None):
     ap.add_argument("--maxbatch", action="store_true",
                     help="find the largest batch that fits (cases with \"maxbatch\": true)")
     ap.add_argument("--maxbatch-cap", type=int, default=65536, help="largest batch tried")
+    ap.add_argument("--maxbatch-growth", type=float, default=2.0,
+                    help="factor between trials until the first OOM (or the first fit, going down)")
+    ap.add_argument("--maxbatch-resolution", type=float, default=0.0,
+                    help="stop bisecting when the gap is under this fraction of the largest fit")
     ap.add_argument("--maxbatch-steps", type=int, default=None,
                     help="steps per trial (default: the case's steps)")
+    ap.add_argument("--merge", nargs="+", metavar="SHARD",
+                    help="merge the result files of shards run at the same time into --out")
     ap.add_argument("--worker", nargs=2, metavar=("CASE", "RESULT"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.snapshot_dir is None:
@@ -1139,6 +1180,8 @@ def main(argv=None):
         for c in selected:
             print(c["id"])
         return 0
+    if args.merge:
+        return merge(args, selected, args.merge)
     if args.dry_run:
         return dry_run(args, selected)
     if args.maxbatch:

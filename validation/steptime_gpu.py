@@ -1,0 +1,157 @@
+#!/usr/bin/env python3
+"""Training step time of zoo models on one's own CUDA GPU, as calibration rows.
+
+Times the step batchfit's step-time model predicts, for torchvision's builds
+of the zoo's vision models and transformers' GPT-2, and writes the figures in
+the calibration set's CSV format (testdata/throughput/README.md) with the
+`batchfit estimate` command line of each run:
+
+    python3 validation/steptime_gpu.py --gpu h200 --out testdata/throughput/own-h200.csv
+
+The loop is timm's benchmark.py train loop (the one behind timm.csv, so the
+two sets are the same measurement on different GPUs): random input already on
+the GPU, the model in train mode, forward and cross-entropy under autocast
+(float16, no GradScaler), backward, SGD momentum 0.9 Nesterov, zero_grad,
+torch.cuda.synchronize() after every step, cudnn.benchmark on; 5 warm-up steps,
+then the median of 15 timed steps (host clock around each synchronized step).
+Convolutional models run NCHW and channels-last. GPT-2 runs bfloat16 autocast
+with AdamW (foreach, PyTorch's default on CUDA), sequence 1024, eager and SDPA
+attention. Standard library plus torch, torchvision and transformers.
+"""
+
+import argparse
+import csv
+import os
+import statistics
+import sys
+import time
+
+VISION = [
+    # (zoo model, family, channels-last run too)
+    ("resnet18", "resnet", True), ("resnet50", "resnet", True), ("resnet101", "resnet", True),
+    ("wide_resnet50_2", "resnet", True), ("vgg16", "vgg", True), ("densenet121", "densenet", True),
+    ("efficientnet_b0", "depthwise", True), ("efficientnet_b3", "depthwise", True),
+    ("mobilenet_v2", "depthwise", True), ("mobilenet_v3_large", "depthwise", True),
+    ("mobilenet_v3_small", "depthwise", True), ("convnext_tiny", "convnext", True),
+    ("vit_b_16", "vit", False), ("vit_b_32", "vit", False), ("vit_l_16", "vit", False),
+    ("swin_t", "swin", False),
+]
+HEADER = ["id", "source", "path", "gpu", "system", "args", "throughput", "unit", "data",
+          "exact", "tf32_matmul", "software", "notes"]
+WARM, TIMED = 5, 15
+
+
+def timed(torch, step):
+    for _ in range(WARM):
+        step()
+    torch.cuda.synchronize()
+    ts = []
+    for _ in range(TIMED):
+        t0 = time.perf_counter()
+        step()
+        torch.cuda.synchronize()
+        ts.append(time.perf_counter() - t0)
+    return statistics.median(ts), min(ts), max(ts)
+
+
+def vision_row(torch, name, channels_last, batch, image):
+    import torchvision
+    torch.manual_seed(0)
+    model = getattr(torchvision.models, name)(weights=None).cuda().train()
+    x = torch.randn(batch, 3, image, image, device="cuda")
+    y = torch.randint(0, 1000, (batch,), device="cuda")
+    if channels_last:
+        model = model.to(memory_format=torch.channels_last)
+        x = x.contiguous(memory_format=torch.channels_last)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-4, momentum=0.9, nesterov=True)
+    loss_fn = torch.nn.CrossEntropyLoss()
+
+    def step():
+        with torch.autocast("cuda", dtype=torch.float16):
+            loss = loss_fn(model(x), y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+
+    return timed(torch, step)
+
+
+def gpt2_row(torch, attn, batch, seq):
+    from transformers import GPT2Config, GPT2LMHeadModel
+    torch.manual_seed(0)
+    cfg = GPT2Config()
+    cfg._attn_implementation = attn
+    model = GPT2LMHeadModel(cfg).cuda().train()
+    ids = torch.randint(0, cfg.vocab_size, (batch, seq), device="cuda")
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+
+    def step():
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+
+    return timed(torch, step)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--gpu", required=True, help="batchfit's catalog name of this GPU")
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--batch", type=int, default=256)
+    ap.add_argument("--image", type=int, default=224)
+    ap.add_argument("--only", default="", help="comma-separated zoo models (default: all)")
+    args = ap.parse_args()
+    import torch
+    torch.backends.cudnn.benchmark = True
+    name = torch.cuda.get_device_name(0)
+    soft = "torch-%s-cuda-%s-cudnn-%s" % (torch.__version__, torch.version.cuda,
+                                          torch.backends.cudnn.version())
+    path = "validation/steptime_gpu.py"
+    runs = []
+    for model, fam, cl in VISION:
+        for fmt in (("contiguous", "channels_last") if cl else ("contiguous",)):
+            runs.append(("vision", model, fam, fmt))
+    for attn in ("eager", "sdpa"):
+        runs.append(("gpt2", "gpt2", "transformer", attn))
+    with open(args.out, "w", newline="", encoding="utf-8") as f:
+        w = csv.writer(f, lineterminator="\n")
+        w.writerow(HEADER)
+        for kind, model, fam, var in runs:
+            if args.only and model not in args.only.split(","):
+                continue
+            try:
+                if kind == "vision":
+                    med, lo, hi = vision_row(torch, model, var == "channels_last", args.batch, args.image)
+                    samples = args.batch / med
+                    cmd = "%s --gpu %s --batch %d --precision 16-mixed --optimizer sgd --momentum 0.9 --image %d --torch 2.5" % (
+                        model, args.gpu, args.batch, args.image)
+                    if var == "channels_last":
+                        cmd += " --memory-format channels_last"
+                    rid = "own-%s-%s-%s-16-mixed-b%d" % (args.gpu, model, "nhwc" if var == "channels_last" else "nchw", args.batch)
+                    unit = "images/s"
+                    loop = "timm benchmark.py's train loop: float16 autocast, no GradScaler, SGD momentum 0.9 Nesterov"
+                else:
+                    bs, seq = 16, 1024
+                    med, lo, hi = gpt2_row(torch, var, bs, seq)
+                    samples = bs / med
+                    cmd = "gpt2 --gpu %s --batch %d --seq %d --precision bf16-mixed --optimizer adamw --attention %s --torch 2.5" % (
+                        args.gpu, bs, seq, "eager" if var == "eager" else "auto")
+                    rid = "own-%s-gpt2-%s-bf16-mixed-b%d-s%d" % (args.gpu, var, bs, seq)
+                    unit = "sequences/s"
+                    loop = "GPT2LMHeadModel(GPT2Config()) attn_implementation %s, bfloat16 autocast, AdamW (foreach), labels = inputs" % var
+                notes = "family %s; %s; step %.2f ms median of %d (min %.2f, max %.2f) after %d warm-up; %s" % (
+                    fam, loop, med * 1e3, TIMED, lo * 1e3, hi * 1e3, WARM, name)
+                w.writerow([rid, "own measurement", path, args.gpu, name, cmd, "%.2f" % samples, unit,
+                            "synthetic (random tensors on the GPU)", "true", "false", soft, notes])
+                f.flush()
+                print("%-48s %8.2f ms  %9.1f %s" % (rid, med * 1e3, samples, unit), flush=True)
+            except Exception as e:  # noqa: BLE001 - one model's failure is printed, the rest run
+                print("%s %s: %r" % (model, var, e), file=sys.stderr, flush=True)
+            torch.cuda.empty_cache()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
