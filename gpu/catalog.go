@@ -234,6 +234,7 @@ type reported struct {
 }
 
 var reportedCapacity = map[string]reported{
+	"h200":      {139.80, "testdata/measured/h200-torch2.11-maxbatch.json (NVIDIA H200 SXM, driver 580.159.04, torch 2.11: 139.80 GiB; total_memory 150109880320 bytes)"},
 	"h100-80gb": {79.11, "vllm-project/vllm#27508 (H100 80GB, torch 2.8: 79.11 GiB)"},
 	"a100-80gb": {79.25, "HiDream-ai/VAREdit#6 and levihsu/OOTDiffusion#235 (A100 80GB: 79.25 GiB; Instruction-Tuning-with-GPT-4/GPT-4-LLM#16 printed 79.35)"},
 	// deviceQuery's "Total amount of global memory: 40441 MBytes

@@ -1,0 +1,270 @@
+package validation
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+)
+
+// The project's own GPU measurements (testdata/measured, made by
+// validation/measure.py) enter the GPU corpus as cases like any other
+// source's, so that the corpus's accuracy test, the bands and the
+// largest-batch checks hold batchfit to them too. MeasuredCorpusCases
+// writes one case per measured result: the 'batchfit estimate' command
+// line of the same job (the flags that give validate's Request) and the
+// measured peaks; a largest-batch search (measure.py --maxbatch) adds a
+// case with the largest batch that ran and the first that failed.
+
+// OwnSource says where a measured file lives in this repository.
+type OwnSource struct {
+	// Commit is the commit that added the file, Path its path.
+	Commit, Path string
+	// GPU is the catalog name of the GPU it ran on, Prefix the case ids'
+	// prefix ("own-h200").
+	GPU, Prefix string
+}
+
+// MaxBatchFile is what measure.py --maxbatch writes.
+type MaxBatchFile struct {
+	Environment *Environment `json:"environment"`
+	MaxBatch    []struct {
+		ID          string       `json:"id"`
+		Case        MeasuredCase `json:"case"`
+		MaxBatch    int64        `json:"max_batch"`
+		SmallestOOM int64        `json:"smallest_oom"`
+		Error       *string      `json:"error"`
+		Trials      []struct {
+			Batch   int64  `json:"batch"`
+			Status  string `json:"status"`
+			Context *struct {
+				Bytes int64 `json:"context_bytes"`
+			} `json:"context"`
+		} `json:"trials"`
+	} `json:"maxbatch"`
+}
+
+// LoadMaxBatch reads a measure.py --maxbatch file.
+func LoadMaxBatch(path string) (*MaxBatchFile, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading largest batches: %w", err)
+	}
+	var f MaxBatchFile
+	if err := json.Unmarshal(data, &f); err != nil {
+		return nil, fmt.Errorf("%s: not a measure.py --maxbatch file: %w", path, err)
+	}
+	return &f, nil
+}
+
+// measuredPrecisions are measure.py's precisions as Lightning's names,
+// which --precision takes.
+var measuredPrecisions = map[string]string{"fp32": "32-true", "amp_bf16": "bf16-mixed", "amp_fp16": "16-mixed", "bf16": "bf16-true", "fp16": "16-true"}
+
+// torchProfile is the profile nearest a measured torch version: the
+// newest batchfit knows that is not newer than it.
+func torchProfile(version string) string {
+	v := strings.SplitN(version, "+", 2)[0]
+	parts := strings.SplitN(v, ".", 3)
+	if len(parts) < 2 {
+		return "2.5"
+	}
+	major, _ := strconv.Atoi(parts[0])
+	minor, _ := strconv.Atoi(parts[1])
+	switch {
+	case major < 2:
+		return "1.13"
+	case major == 2 && minor < 5:
+		return "2.0"
+	}
+	return "2.5"
+}
+
+// MeasuredArgs is the 'batchfit estimate' command line of a measured
+// case: the job validate's Request predicts, on the catalog's GPU, with
+// the measured CUDA context (bytes; 0 leaves the catalog's).
+func MeasuredArgs(c MeasuredCase, gpuName, torch string, context int64) ([]string, error) {
+	if len(c.Batches) > 0 {
+		return nil, fmt.Errorf("a batch schedule has no command line")
+	}
+	name, cfg := ZooModel(c.Model, c.Batch)
+	args := []string{name, "--gpu", gpuName, "--batch", strconv.FormatInt(c.Batch, 10), "--torch", torchProfile(torch)}
+	if cfg.Layers > 0 {
+		args = append(args, "--layers", strconv.FormatInt(cfg.Layers, 10))
+	}
+	if cfg.Hidden > 0 {
+		args = append(args, "--hidden", strconv.FormatInt(cfg.Hidden, 10))
+	}
+	if a := cfg.Adapters; a != nil {
+		args = append(args, "--lora", strconv.FormatInt(a.Rank, 10), "--lora-alpha", strconv.FormatFloat(a.Alpha, 'g', -1, 64),
+			"--lora-targets", strings.Join(a.Targets, ","))
+		// reference.py's LoRA Linear is plain PyTorch cast with the model
+		// (model.to(bfloat16)): its adapters take the base's dtype, as
+		// PEFT's did before 0.12's autocast_adapter_dtype
+		args = append(args, "--peft-version", "0.11")
+		if a.Dropout > 0 {
+			args = append(args, "--lora-dropout", strconv.FormatFloat(a.Dropout, 'g', -1, 64))
+		}
+	}
+	// measure.py's cases carry seq_len for every model (its default); only
+	// its language model reads it
+	if c.SeqLen > 0 && c.Model == "gpt2" {
+		args = append(args, "--seq", strconv.FormatInt(c.SeqLen, 10))
+	}
+	prec := "32-true"
+	if c.Precision != "" {
+		p, ok := measuredPrecisions[c.Precision]
+		if !ok {
+			return nil, fmt.Errorf("unknown precision %q", c.Precision)
+		}
+		prec = p
+	}
+	args = append(args, "--precision", prec)
+	switch c.Optimizer {
+	case "sgd":
+		args = append(args, "--optimizer", "sgd")
+	case "sgd_momentum":
+		args = append(args, "--optimizer", "sgd", "--momentum", "0.9")
+	case "adam":
+		args = append(args, "--optimizer", "adam")
+	case "adamw", "":
+		args = append(args, "--optimizer", "adamw", "--weight-decay", "0.01")
+	default:
+		return nil, fmt.Errorf("unknown optimizer %q", c.Optimizer)
+	}
+	switch {
+	case c.Fused != nil && *c.Fused:
+		args = append(args, "--fused")
+	case c.Foreach != nil && *c.Foreach:
+		args = append(args, "--foreach")
+	case c.Foreach != nil:
+		args = append(args, "--forloop")
+	}
+	if c.Attention == "eager" {
+		args = append(args, "--attention", "eager")
+	}
+	if c.Checkpoint {
+		args = append(args, "--checkpoint", "full")
+	}
+	if c.Accum > 1 {
+		args = append(args, "--accumulate", strconv.Itoa(c.Accum))
+	}
+	steps := c.Steps
+	if steps == 0 {
+		steps = 3
+	}
+	args = append(args, "--steps", strconv.Itoa(steps))
+	if c.EmptyCache {
+		args = append(args, "--empty-cache")
+	}
+	if c.CudnnBenchmark {
+		args = append(args, "--cudnn-benchmark")
+	}
+	// validate's Request reads only the allocator's settings of the
+	// case's environment; the command line gives them as a flag, so no
+	// environment variable of the machine that reads it counts
+	args = append(args, "--alloc-conf", c.Env["PYTORCH_CUDA_ALLOC_CONF"])
+	if context > 0 {
+		args = append(args, "--context", strconv.FormatInt(context, 10))
+	}
+	return args, nil
+}
+
+// caseID turns a measure.py id into a corpus id (lower case and dashes).
+func caseID(prefix, id string) string {
+	id = strings.ToLower(strings.NewReplacer("_", "-", ".", "-").Replace(id))
+	return prefix + "-" + id
+}
+
+// MeasuredCorpusCases makes the corpus cases of a measured file and of a
+// largest-batch file (either may be nil). Results measured with a batch
+// schedule are left out: a command line has one batch.
+func MeasuredCorpusCases(m *Measurements, mb *MaxBatchFile, src OwnSource, mbPath string) ([]GPUCase, error) {
+	var out []GPUCase
+	env := func(e *Environment) GPUEnv {
+		if e == nil {
+			return GPUEnv{}
+		}
+		return GPUEnv{GPU: e.GPUName, Torch: e.Torch}
+	}
+	base := func(path, quote string) GPUSource {
+		return GPUSource{Repo: "batchfit/batchfit", Commit: src.Commit, Path: path, Licence: "Apache-2.0", Quote: quote}
+	}
+	if m != nil {
+		for _, r := range m.Results {
+			if r.Status != "ok" || len(r.Case.Batches) > 0 {
+				continue
+			}
+			e := r.Env
+			if e == nil {
+				e = m.Environment
+			}
+			if e == nil {
+				return nil, fmt.Errorf("%s: no environment recorded", r.ID)
+			}
+			args, err := MeasuredArgs(r.Case, src.GPU, e.Torch, r.Context.Bytes)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", r.ID, err)
+			}
+			out = append(out, GPUCase{
+				ID: caseID(src.Prefix, r.ID), Family: familyOf(r.Case.Model), Kind: "log",
+				Source: base(src.Path, "results[id="+r.ID+"]"), Args: args, Env: env(e),
+				Measured:   GPUMeasured{MaxMemoryAllocated: r.MaxMemoryAllocated, MaxMemoryReserved: r.MaxMemoryReserved},
+				Resolution: 1, SetupKnown: true, Unstated: []string{},
+				Notes: "validation/measure.py case " + r.ID + " (validation/cases.json), measured by this project: every setting is the case's; torch.cuda.max_memory_allocated and max_memory_reserved over the whole run, exact bytes; the CUDA context is NVML's figure for the process less the allocator's (--context)",
+			})
+		}
+	}
+	if mb != nil {
+		for _, s := range mb.MaxBatch {
+			if s.MaxBatch == 0 || s.SmallestOOM == 0 {
+				continue
+			}
+			// measure.py --maxbatch keeps no context per trial; the
+			// measured file of the same machine and call has it
+			var context int64
+			if m != nil && len(m.Results) > 0 {
+				context = m.Results[0].Context.Bytes
+			}
+			for _, t := range s.Trials {
+				if t.Context != nil && t.Context.Bytes > 0 {
+					context = t.Context.Bytes
+				}
+			}
+			torch := ""
+			if mb.Environment != nil {
+				torch = mb.Environment.Torch
+			}
+			c := s.Case
+			c.Batch = s.MaxBatch
+			args, err := MeasuredArgs(c, src.GPU, torch, context)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", s.ID, err)
+			}
+			out = append(out, GPUCase{
+				ID: caseID(src.Prefix, s.ID), Family: familyOf(c.Model), Kind: "log",
+				Source: base(mbPath, "maxbatch[id="+s.ID+"]"), Args: args, Env: env(mb.Environment),
+				Measured:   GPUMeasured{LargestBatch: s.MaxBatch, FirstOOMBatch: s.SmallestOOM},
+				Resolution: 1, SetupKnown: true, Unstated: []string{},
+				Notes: fmt.Sprintf("validation/measure.py --maxbatch, measured by this project: batch %d ran every step, %d ran out of memory (real CUDA out-of-memory errors, one fresh process per trial)", s.MaxBatch, s.SmallestOOM),
+			})
+		}
+	}
+	return out, nil
+}
+
+// familyOf groups measure.py's models as the corpus's families do.
+func familyOf(model string) string {
+	switch {
+	case strings.HasPrefix(model, "lora-"):
+		return "lora-mlp"
+	case strings.HasPrefix(model, "mlp"):
+		return "mlp"
+	case strings.HasPrefix(model, "resnet"):
+		return "resnet"
+	case strings.HasPrefix(model, "vit"):
+		return "vit"
+	}
+	return strings.ReplaceAll(model, "_", "-")
+}

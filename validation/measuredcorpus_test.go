@@ -1,0 +1,130 @@
+package validation_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/batchfit/batchfit/predict"
+	"github.com/batchfit/batchfit/validation"
+)
+
+var updateOwn = flag.Bool("update-own", false, "rewrite testdata/gpu/cases/own-* from testdata/measured")
+
+// ownH200 is the commit that added the H200 measurements, which the
+// cases cite.
+var ownH200 = validation.OwnSource{Commit: "65bf594282c41275c7bc69035bcd630257403660",
+	Path: "testdata/measured/h200-torch2.11.json", GPU: "h200", Prefix: "own-h200"}
+
+const ownH200MaxBatch = "testdata/measured/h200-torch2.11-maxbatch.json"
+
+// The corpus's own-* cases are made from testdata/measured, never by
+// hand: regenerated here and compared byte for byte (-update-own
+// rewrites them).
+func TestOwnCorpusCases(t *testing.T) {
+	m, err := validation.Load("../" + ownH200.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mb, err := validation.LoadMaxBatch("../" + ownH200MaxBatch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases, err := validation.MeasuredCorpusCases(m, mb, ownH200, ownH200MaxBatch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(safetyCorpusDir, "cases")
+	want := map[string]bool{}
+	for _, c := range cases {
+		data, err := json.MarshalIndent(c, "", "  ")
+		if err != nil {
+			t.Fatal(err)
+		}
+		data = append(data, '\n')
+		path := filepath.Join(dir, c.ID+".json")
+		want[filepath.Base(path)] = true
+		if *updateOwn {
+			if err := os.WriteFile(path, data, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		have, err := os.ReadFile(path)
+		if err != nil {
+			t.Errorf("%s: %v (go test ./validation -run TestOwnCorpusCases -update-own)", c.ID, err)
+			continue
+		}
+		if !bytes.Equal(have, data) {
+			t.Errorf("%s differs from what testdata/measured gives (go test ./validation -run TestOwnCorpusCases -update-own)", path)
+		}
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), ownH200.Prefix+"-") && !want[e.Name()] {
+			t.Errorf("%s: no measured result gives this case", e.Name())
+		}
+	}
+	// every result that ran at one batch, and the one finished search
+	n := 1
+	for _, r := range m.Results {
+		if r.Status == "ok" && len(r.Case.Batches) == 0 {
+			n++
+		}
+	}
+	if len(cases) != n {
+		t.Errorf("%d cases from the H200 files, want %d: every result that ran at one batch, and the finished largest-batch search", len(cases), n)
+	}
+}
+
+// A case's command line is the job validate predicts for the measured
+// result: both give the same peak allocated (the GPU's capacity differs
+// by the catalog's rounding of the printed total, which no peak below it
+// depends on).
+func TestOwnCasesPredictAsValidate(t *testing.T) {
+	m, err := validation.Load("../" + ownH200.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checked := 0
+	for _, r := range m.Results {
+		if len(r.Case.Batches) > 0 || r.Status != "ok" {
+			continue
+		}
+		q, err := validation.Request(r, m.Environment)
+		if err != nil {
+			t.Fatal(err)
+		}
+		args, err := validation.MeasuredArgs(r.Case, "h200", r.Env.Torch, r.Context.Bytes)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, err := validation.EstimateRequest(args)
+		if err != nil {
+			t.Fatalf("%s: %v: %v", r.ID, args, err)
+		}
+		pq, err := predict.Run(context.Background(), q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pa, err := predict.Run(context.Background(), a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if pq.Timeline.PeakAllocated != pa.Timeline.PeakAllocated {
+			t.Errorf("%s: validate predicts %d bytes allocated, the command line %v %d", r.ID, pq.Timeline.PeakAllocated, args, pa.Timeline.PeakAllocated)
+		}
+		checked++
+	}
+	if checked == 0 {
+		t.Fatal("no case checked")
+	}
+}
