@@ -29,6 +29,9 @@ type bctx struct {
 	// unknown counts the ops mapped by the default for ops without a
 	// rule, per name (unknown.go)
 	unknown map[string]int
+	// cpu: the graph is for the CPU kernels (graph.Config.CPU): a
+	// recurrent module keeps its per-timestep ops (rnn.go)
+	cpu bool
 }
 
 // ruleError is the one-line refusal of an op batchfit has no rule for.
@@ -65,7 +68,7 @@ func (m *Model) Build(c models.Config) (*graph.Graph, error) {
 	f := m.f
 	b := graph.NewBuilder(m.Name())
 	b.Adapters = c.Adapters
-	x := &bctx{m: m, b: b, n: c.Batch, pview: map[int]*op{}, ids: make([]graph.TensorID, len(f.Tensors)), lastUse: make([]int, len(f.Tensors))}
+	x := &bctx{m: m, b: b, n: c.Batch, cpu: c.CPU, pview: map[int]*op{}, ids: make([]graph.TensorID, len(f.Tensors)), lastUse: make([]int, len(f.Tensors))}
 	for i := range x.ids {
 		x.ids[i] = graph.None
 		x.lastUse[i] = -1

@@ -48,7 +48,7 @@ func TestCapturedSaved(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		g, err := m.Build(models.Config{Batch: c.batch})
+		g, err := m.Build(models.Config{Batch: c.batch, CPU: true})
 		if err != nil {
 			t.Fatalf("%s: %v", c.file, err)
 		}

@@ -23,6 +23,10 @@
 // the simulator has a rule for (linear, cross_entropy, dropout,
 // scaled_dot_product_attention), because the aten ops a function
 // decomposes into differ between PyTorch releases while the function does
-// not, and the aten op otherwise. An op without a rule is refused, naming
-// the op and the module that ran it. No rule depends on the model.
+// not, and the aten op otherwise. A recurrent module's call
+// (torch._VF.lstm, gru, rnn_tanh, rnn_relu), which the meta device runs
+// step by step as the CPU does, becomes the one cuDNN call a GPU runs
+// (rnn.go), unless the graph is built for the CPU (graph.Config.CPU). An
+// op without a rule is refused, naming the op and the module that ran it.
+// No rule depends on the model.
 package capture

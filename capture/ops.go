@@ -16,6 +16,9 @@ func (x *bctx) group(ops []op) bool {
 	if fn == "" || len(o.FnOut) == 0 || o.FnOut[0] == nil {
 		return false
 	}
+	if mode, ok := rnnModes[fn]; ok && !x.cpu {
+		return x.rnn(o, mode)
+	}
 	name := fn[strings.LastIndex(fn, ".")+1:]
 	as, kw := o.FnArgs, o.FnKwargs
 	b := x.b

@@ -42,9 +42,11 @@ func forward(t *timer, g *graph.Graph, op *graph.Op, run train.OpRun) {
 		in += numel(g, id)
 	}
 	switch op.Kind {
-	case graph.View, graph.Slice, graph.Release, graph.Custom:
+	case graph.View, graph.Slice, graph.Release, graph.Custom, graph.RNNState:
 		// views and Python scope ends launch nothing (a custom Function's
-		// forward is its own ops)
+		// forward is its own ops, an RNN's states are its call's)
+	case graph.RNN:
+		rnnForward(t, op, run)
 	case graph.Linear:
 		m, k, n := linearDims(g, op)
 		t.product(gemm, run.In, m, k, n, 1, (m*k+k*n+numel(g, op.Bias))*e+m*n*eo)
@@ -118,8 +120,10 @@ func backward(t *timer, g *graph.Graph, op *graph.Op, run train.OpRun) {
 	// the cast nodes hand their gradients back in the original dtype
 	casts(t, g, op, run)
 	switch op.Kind {
-	case graph.View, graph.Release, graph.Full, graph.Rand, graph.Compare:
+	case graph.View, graph.Release, graph.Full, graph.Rand, graph.Compare, graph.RNNState:
 		return
+	case graph.RNN:
+		rnnBackward(t, g, op, run)
 	case graph.Slice:
 		// SliceBackward: zeros of the input's size, the gradient copied in
 		if needsGrad(g, op.Inputs[0]) {

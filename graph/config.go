@@ -44,6 +44,12 @@ type Config struct {
 	// models.BuildTransformer builds (the zoo's transformers models,
 	// Hugging Face configs) and is ignored by the others.
 	Transformers string
+	// CPU builds the graph for PyTorch's CPU kernels where their structure
+	// differs from the GPU's: a captured nn.LSTM, nn.GRU or nn.RNN keeps
+	// the per-timestep ops aten::lstm (and its kin) runs on the CPU instead
+	// of becoming cuDNN's one call (Kind RNN). The CPU cross-checks set it
+	// with train.Setup.CPU; every prediction for a GPU leaves it off.
+	CPU bool
 }
 
 // Decode describes one forward pass of generate().

@@ -209,6 +209,8 @@ type Attr struct {
 	All bool
 	// Saved are the positions in Inputs that a Custom op saves.
 	Saved []int
+	// RNN describes an RNN op's layers (nil for every other op).
+	RNN *RNNAttr
 }
 
 // CastTarget is the dtype a Cast converts to.

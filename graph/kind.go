@@ -88,4 +88,17 @@ const (
 	// ConvTranspose2d is F.conv_transpose2d (aten::convolution with
 	// transposed set): the weight is [C_in, C_out/groups, kh, kw].
 	ConvTranspose2d Kind = "conv_transpose2d"
+	// RNN is an nn.LSTM, nn.GRU or nn.RNN forward (torch._VF.lstm, gru,
+	// rnn_tanh, rnn_relu) as PyTorch runs it on a GPU: one cuDNN call,
+	// aten::_cudnn_rnn (aten/src/ATen/native/cudnn/RNN.cpp), over every
+	// layer, direction and time step. Attr.RNN describes it; the inputs are
+	// x, h_0, c_0 (LSTM only) and the module's flat weights; the output is
+	// the last layer's hidden states at every step. On the CPU the same
+	// call runs as per-timestep ops (aten::lstm's composite), which a
+	// graph built with Config.CPU holds instead.
+	RNN Kind = "rnn"
+	// RNNState is the final hidden state h_n (Attr.Slot 0) or cell state
+	// c_n (Attr.Slot 1) that the RNN op its input is returns beside its
+	// output: the same kernel writes them, so they cost no op of their own.
+	RNNState Kind = "rnn_state"
 )

@@ -69,6 +69,9 @@ func notesOf(r Request, res *Result, g0 *graph.Graph) []Note {
 	if n, ok := attentionNote(res, g0); ok {
 		out = append(out, n)
 	}
+	if n, ok := rnnNote(res, g0); ok {
+		out = append(out, n)
+	}
 	if n, ok := bf16Note(res); ok {
 		out = append(out, n)
 	}
@@ -213,4 +216,27 @@ func bf16Note(res *Result) (Note, bool) {
 	}
 	return Note{Code: "bf16-no-tensor-cores", Text: fmt.Sprintf("%s on %s: compute capability %d.%d has no bfloat16 tensor cores (they start at 8.0, Ampere); PyTorch runs it (torch.cuda.is_bf16_supported() says True there, counting emulation) on the CUDA cores, with the same memory but without tensor-core speed; %s; 16-mixed uses the tensor cores",
 		p, res.GPU.Name, res.GPU.Major, res.GPU.Minor, time)}, true
+}
+
+// rnnNote says what the cuDNN RNN rule (train/rnn_cudnn.go) leaves out:
+// never under-predict silently.
+func rnnNote(res *Result, g *graph.Graph) (Note, bool) {
+	if g == nil || res.Setup.CPU {
+		return Note{}, false
+	}
+	n, dropout := 0, false
+	for i := range g.Ops {
+		if op := &g.Ops[i]; op.Kind == graph.RNN {
+			n++
+			dropout = dropout || (op.Attr.RNN.Dropout > 0 && op.Attr.RNN.Layers > 1)
+		}
+	}
+	if n == 0 {
+		return Note{}, false
+	}
+	t := fmt.Sprintf("%d recurrent module(s) (nn.LSTM, nn.GRU, nn.RNN) run as one cuDNN call each (aten::_cudnn_rnn): the training reserve it keeps for backward is counted (a rule that gives every shape of an H200 grid to the byte, docs/accuracy.md §3.1), its workspace is not: 8 to 112 MiB a call in that grid (about 8 MiB a layer and direction, more with sequence × batch), alive only while the call runs, so a peak inside one can be that much higher", n)
+	if dropout {
+		t += "; dropout between layers also makes cuDNN's dropout state, a little over 2 MB kept for the process, not counted"
+	}
+	return Note{Code: "cudnn-rnn-workspace", Text: t}, true
 }

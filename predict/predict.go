@@ -558,6 +558,9 @@ func simulateTraining(ctx context.Context, r Request, setup train.Setup) (*train
 		}
 		c := r.Config
 		c.Batch = b
+		// the CPU's kernels run a recurrent module step by step, cuDNN
+		// as one call (graph.Config.CPU)
+		c.CPU = setup.CPU
 		g, err := r.Graphs.Build(r.Source, c)
 		if err != nil {
 			return nil, err

@@ -58,6 +58,11 @@ type micro struct {
 	regather []int64
 	// returned are this forward's graph.Returned storages (eval)
 	returned []*storage
+	// rnnStates are the h_n and c_n an RNN call (keyed by its output)
+	// wrote and its RNNState ops have not taken yet; rnnGrads the
+	// gradients of h_n and c_n waiting for the call's backward
+	// (rnn_cudnn.go)
+	rnnStates, rnnGrads map[graph.TensorID][2]*storage
 }
 
 type inputCast struct {

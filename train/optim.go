@@ -325,11 +325,18 @@ func (sim *Simulator) zeroGrad() {
 			un.flatGrad = nil
 		}
 	}
+	// a storage several .grad share (the views of a cuDNN RNN's dw,
+	// rnn_cudnn.go) is counted once
+	var counted map[*storage]bool
+	if sim.stepsDone == 0 {
+		counted = map[*storage]bool{}
+	}
 	for _, ps := range sim.params {
 		if ps.grad == nil {
 			continue
 		}
-		if sim.stepsDone == 0 {
+		if sim.stepsDone == 0 && !counted[ps.grad] {
+			counted[ps.grad] = true
 			sim.sum.GradientsBytes += ps.grad.bytes
 		}
 		if sim.s.Profile.ZeroGradSetToNone {

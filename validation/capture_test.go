@@ -88,7 +88,7 @@ func TestCapturedZoo(t *testing.T) {
 					t.Errorf("%s: zoo: %v", name, err)
 					continue
 				}
-				cg, err := cm.Build(models.Config{Batch: batch})
+				cg, err := cm.Build(models.Config{Batch: batch, CPU: true})
 				if err != nil {
 					t.Errorf("%s: %v", name, err)
 					continue
@@ -172,7 +172,7 @@ func TestCapturedExamples(t *testing.T) {
 			t.Errorf("%s: %v", id, err)
 			continue
 		}
-		g, err := cm.Build(models.Config{Batch: c.Batch})
+		g, err := cm.Build(models.Config{Batch: c.Batch, CPU: true})
 		if err != nil {
 			t.Errorf("%s: %v", id, err)
 			continue

@@ -85,7 +85,7 @@ func TestCapturedTimm(t *testing.T) {
 			t.Errorf("%s: %v", name, err)
 			continue
 		}
-		g, err := cm.Build(models.Config{Batch: ref.Batch})
+		g, err := cm.Build(models.Config{Batch: ref.Batch, CPU: true})
 		if err != nil {
 			t.Errorf("%s: %v", name, err)
 			continue

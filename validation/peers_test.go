@@ -98,7 +98,7 @@ func peerRows(t *testing.T) ([]peerRow, peersReference) {
 			var cm *capture.Model
 			cm, err = capture.Load("../testdata/capture/" + name + ".bfgraph.gz")
 			if err == nil {
-				g, berr := cm.Build(models.Config{Batch: m.Batch})
+				g, berr := cm.Build(models.Config{Batch: m.Batch, CPU: true})
 				if berr != nil {
 					err = berr
 				} else {
