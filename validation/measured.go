@@ -89,6 +89,8 @@ type MeasuredCase struct {
 	SeqLen     int64             `json:"seq_len"`
 	Attention  string            `json:"attn_implementation"`
 	Env        map[string]string `json:"env"`
+	// CudnnBenchmark is measure.py's torch.backends.cudnn.benchmark.
+	CudnnBenchmark bool `json:"cudnn_benchmark"`
 }
 
 // UnmarshalJSON reads a case with measure.py's default accumulation
@@ -252,7 +254,7 @@ func Request(r MeasuredResult, env *Environment) (predict.Request, error) {
 		ck = train.FullCheckpoint
 	}
 	q.Setup = train.Setup{Precision: prec, Optimizer: opt, Accumulate: max(1, c.Accum), Checkpoint: ck,
-		Attention: att, Steps: steps, EmptyCache: c.EmptyCache, Profile: prof}
+		Attention: att, Steps: steps, EmptyCache: c.EmptyCache, CudnnBenchmark: c.CudnnBenchmark, Profile: prof}
 	q.GPU = gpu.GPU{Name: env.GPUName, Marketing: env.GPUName, Capacity: env.TotalMemory, Major: major, ContextSize: r.Context.Bytes}
 	q.Context = r.Context.Bytes
 	ac, err := alloc.ParseConfig(c.Env["PYTORCH_CUDA_ALLOC_CONF"])
