@@ -125,13 +125,18 @@ func gpuRuleNotes(res *Result) []Note {
 	add := func(code, text string) { out = append(out, Note{Code: code, Text: text}) }
 	s, sum := res.Setup, res.Summary
 	if sum.ConvWorkspaceBytes > 0 {
-		add("cudnn-workspace", fmt.Sprintf("cuDNN convolution workspaces are taken at an upper bound, the explicit-GEMM algorithm's unfolded input (the largest here %s), because the algorithm cuDNN's heuristic picks is not known without the GPU: it usually needs less; FFT algorithms, seldom picked, can need more. A workspace never fails a step: where the allocator cannot supply one even after freeing its cache, PyTorch catches the out-of-memory error and takes the next algorithm, down to one that needs none (Conv_v7.cpp try_all, Conv_v8.cpp try_configs); batchfit, not knowing the sizes in between, takes the one that needs none", alloc.FormatSize(sum.ConvWorkspaceBytes)))
+		const fallback = "A workspace never fails a step: where the allocator cannot supply one even after freeing its cache, PyTorch catches the out-of-memory error and takes the next algorithm, down to one that needs none (Conv_v7.cpp try_all, Conv_v8.cpp try_configs); batchfit, not knowing the sizes in between, takes the one that needs none"
+		if sum.ConvWorkspaceNHWC {
+			add("cudnn-workspace", fmt.Sprintf("cuDNN convolution workspaces are taken as PyTorch %s's cuDNN 9 tensor-core engines ask for them: the NCHW input, output and weight transposed to NHWC (the largest here %s). The engine cuDNN's heuristic picks is not known without the GPU: backward-filter kernels add a split-K buffer of a few times the weight, and small convolutions can pick engines that need several times the copies (docs/accuracy.md §3.1), so a step whose peak is a convolution's can be higher than shown. %s", s.Profile.Version, alloc.FormatSize(sum.ConvWorkspaceBytes), fallback))
+		} else {
+			add("cudnn-workspace", fmt.Sprintf("cuDNN convolution workspaces are taken at an upper bound, the explicit-GEMM algorithm's unfolded input (the largest here %s), because the algorithm cuDNN's heuristic picks is not known without the GPU: it usually needs less; FFT algorithms, seldom picked, can need more. %s", alloc.FormatSize(sum.ConvWorkspaceBytes), fallback))
+		}
 	}
 	if n := res.Timeline.FellBack; n > 0 {
 		add("cudnn-fallback", fmt.Sprintf("%d cuDNN workspace allocations did not fit even after the allocator freed its cache, so those convolutions ran another algorithm, taken to need no workspace (cuDNN's cache keeps the choice for the configuration); this step is near the device's limit", n))
 	}
 	if sum.CudnnSearches > 0 {
-		n := fmt.Sprintf("--cudnn-benchmark: %d cuDNN algorithm searches in the first step, each taken at the same bound; a search may use up to the largest free block (CUDACachingAllocator::cacheInfo), so the first step's peak reserved can be higher than shown, though a search alone never runs out of memory", sum.CudnnSearches)
+		n := fmt.Sprintf("--cudnn-benchmark: %d cuDNN algorithm searches in the first step, each taken at the largest workspace known among its candidates (the explicit-GEMM algorithm's and the kernel's); a search may use up to the largest free block (CUDACachingAllocator::cacheInfo), so the first step's peak reserved can be higher than shown, though a search alone never runs out of memory", sum.CudnnSearches)
 		switch s.Profile.CudnnBenchmarkEmptyCache {
 		case "during_search":
 			n += fmt.Sprintf("; PyTorch %s empties the cache during each search and keeps the search workspace reserved after it (Conv_v7.cpp)", s.Profile.Version)

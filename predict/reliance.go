@@ -15,8 +15,9 @@ type Reliance uint8
 
 const (
 	// Convolutions: cuDNN's kernels, whose workspaces are taken at the
-	// explicit-GEMM bound (train/conv_cudnn.go), the algorithm cuDNN's
-	// heuristic picks being unknown without the GPU.
+	// release's figure (train/conv_cudnn.go: the explicit-GEMM bound, or
+	// cuDNN 9's NHWC copies), the algorithm cuDNN's heuristic picks being
+	// unknown without the GPU.
 	Convolutions Reliance = 1 << iota
 	// Adapters: LoRA adapters on a frozen base.
 	Adapters

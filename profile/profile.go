@@ -106,6 +106,22 @@ type Profile struct {
 	// get_plans_from_find has freed it, when
 	// _cudnn_get_conv_benchmark_empty_cache, on by default) or "none".
 	CudnnBenchmarkEmptyCache string `json:"cudnn_benchmark_empty_cache"`
+	// CudnnConvWorkspace is how large a cuDNN convolution kernel's
+	// workspace is taken (train/conv_cudnn.go), the size the algorithm
+	// cuDNN's heuristic ranks first asks for, which PyTorch allocates
+	// as it is (Conv_v7.cpp allocate_workspace(perf.memory), Conv_v8.cpp
+	// run_conv_plan: plan.getWorkspaceSize()):
+	//   - "explicit_gemm": the unfolded input of the explicit-GEMM
+	//     algorithm (CUDNN_CONVOLUTION_FWD_ALGO_GEMM), N·C·kh·kw·oh·ow
+	//     elements, the figure the public corpus of torch 1.10 to 2.0
+	//     runs was checked with (docs/accuracy.md §3.1);
+	//   - "nhwc_transform": cuDNN 9 (the wheels of 2.11) ranks first an
+	//     engine that runs on the tensor cores in NHWC and transposes the
+	//     NCHW input, output and weight into its workspace (the cuDNN
+	//     developer guide's "padding, folding, and NCHW-to-NHWC
+	//     transformations to call the Tensor Core operations"): their
+	//     bytes, as an H200 under 2.11 shows (testdata/measured).
+	CudnnConvWorkspace string `json:"cudnn_conv_workspace"`
 	// CudaModuleLoading is how the release's CUDA builds load kernels,
 	// which sets the CUDA context's size (gpu.GPU.ContextSize assumes
 	// lazy): "lazy" (every build's runtime is CUDA 11.7 or later, and
@@ -171,6 +187,11 @@ func parse(data []byte) ([]Profile, error) {
 		case "during_search", "after_search", "none":
 		default:
 			return nil, fmt.Errorf("profiles.json: %s: cudnn_benchmark_empty_cache %q", p.Version, p.CudnnBenchmarkEmptyCache)
+		}
+		switch p.CudnnConvWorkspace {
+		case "explicit_gemm", "nhwc_transform":
+		default:
+			return nil, fmt.Errorf("profiles.json: %s: cudnn_conv_workspace %q", p.Version, p.CudnnConvWorkspace)
 		}
 		switch p.AttentionDefault {
 		case "eager", "sdpa":

@@ -5,7 +5,8 @@ import "testing"
 func TestLookup(t *testing.T) {
 	cases := []struct{ in, want string }{
 		{"1.13", "1.13"}, {"1.13.1+cu117", "1.13"}, {"2.0.1", "2.0"}, {"2.4", "2.0"}, {"2.5.0a0", "2.5"},
-		{"2.9", "2.5"}, {"", Default().Version}, {"current", Default().Version},
+		{"2.9", "2.5"}, {"2.10.1", "2.5"}, {"2.11.0+cu130", "2.11"}, {"2.12", "2.11"},
+		{"", Default().Version}, {"current", Default().Version},
 	}
 	for _, c := range cases {
 		p, err := Lookup(c.in)
@@ -44,6 +45,13 @@ func TestProfileFacts(t *testing.T) {
 	}
 	if old.CudaModuleLoading != "lazy_from_cuda_11_7" || cur.CudaModuleLoading != "lazy" {
 		t.Error("lazy module loading by release")
+	}
+	// cuDNN 9 (2.11's wheels) transposes NCHW tensors for its tensor-core
+	// engines; the earlier profiles keep the explicit-GEMM figure.
+	for v, want := range map[string]string{"1.13": "explicit_gemm", "2.0": "explicit_gemm", "2.5": "explicit_gemm", "2.11": "nhwc_transform"} {
+		if p, _ := Lookup(v); p.CudnnConvWorkspace != want {
+			t.Errorf("%s: cudnn_conv_workspace %q, want %q", v, p.CudnnConvWorkspace, want)
+		}
 	}
 	// CublasHandlePool.cpp: 4096 KiB × 8 on Hopper, :4096:2:16:8 elsewhere.
 	if cur.CublasWorkspace(9) != 33554432 || cur.CublasWorkspace(8) != 8519680 {

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/batchfit/batchfit/graph"
+	"github.com/batchfit/batchfit/profile"
 	"github.com/batchfit/batchfit/trace"
 )
 
@@ -107,17 +108,23 @@ func TestCudnnWorkspaceHeuristic(t *testing.T) {
 // filter, conv2 data, conv2 filter, conv1 filter) is searched once, in the
 // first step only; conv3's (1×1) searches allocate nothing. Where the search
 // empties the cache is the release's: Conv_v7.cpp while the search
-// workspace is held (1.13), Conv_v8.cpp after freeing it (2.5), and not
-// at all where 2.0's source was not read (2.0).
+// workspace is held (1.13), Conv_v8.cpp after freeing it (2.5, 2.11), and
+// not at all where 2.0's source was not read (2.0). From 2.11 the search
+// takes the explicit-GEMM figure, 13824 bytes for conv1, and the kernel
+// its NHWC copies: x 2·3·64·4 = 1536, y 2·4·64·4 = 2048, w 4·3·9·4 =
+// 432, 4016 bytes; conv3's 1×1 kernels and searches then copy x and y
+// too, so all eight kernels allocate.
 func TestCudnnBenchmarkSearch(t *testing.T) {
 	g := convNet(t, 2, 8, 4)
 	for _, c := range []struct {
-		prof  string
-		first []string // conv1's forward in step 1
+		prof    string
+		first   []string // conv1's forward in step 1
+		kernels int      // kernels with a workspace
 	}{
-		{"1.13", []string{"conv1 13824", "empty_cache", "free", "conv1 13824", "free"}},
-		{"2.0", []string{"conv1 13824", "free", "conv1 13824", "free"}},
-		{"2.5", []string{"conv1 13824", "free", "empty_cache", "conv1 13824", "free"}},
+		{"1.13", []string{"conv1 13824", "empty_cache", "free", "conv1 13824", "free"}, 5},
+		{"2.0", []string{"conv1 13824", "free", "conv1 13824", "free"}, 5},
+		{"2.5", []string{"conv1 13824", "free", "empty_cache", "conv1 13824", "free"}, 5},
+		{"2.11", []string{"conv1 13824", "free", "empty_cache", "conv1 4016", "free"}, 8},
 	} {
 		tr, sum, err := Simulate(g, Setup{Profile: mustProfile(t, c.prof), Steps: 2, CudnnBenchmark: true, Optimizer: Optimizer{Kind: SGD}})
 		if err != nil {
@@ -139,26 +146,28 @@ func TestCudnnBenchmarkSearch(t *testing.T) {
 				empties++
 			}
 		}
-		if want := map[string]int{"1.13": 8, "2.0": 0, "2.5": 8}[c.prof]; empties != want {
+		if want := map[string]int{"1.13": 8, "2.0": 0, "2.5": 8, "2.11": 8}[c.prof]; empties != want {
 			t.Errorf("%s: %d empty_cache calls, want %d", c.prof, empties, want)
 		}
-		// Step 1: five kernels with a workspace and a search each (two
-		// allocations), step 2: the five kernels alone.
+		// Step 1: the kernels with a workspace and a search each (two
+		// allocations), step 2: those kernels alone.
 		allocs := 0
 		for _, s := range got {
 			if strings.HasPrefix(s, "conv") {
 				allocs++
 			}
 		}
-		if allocs != 5*2+5 {
-			t.Errorf("%s: %d workspace allocations, want 15", c.prof, allocs)
+		if want := c.kernels*2 + c.kernels; allocs != want {
+			t.Errorf("%s: %d workspace allocations, want %d", c.prof, allocs, want)
 		}
 	}
 }
 
 // Convolution.cpp use_cudnn_depthwise: a float32 depthwise convolution in
 // NCHW runs the native kernel (no workspace), a float16 one goes to
-// cuDNN; a 1×1 stride-1 kernel unfolds nothing.
+// cuDNN; a 1×1 stride-1 kernel unfolds nothing. Up to 2.5 the workspace
+// is the explicit-GEMM bound N·C·kh·kw·oh·ow elements, for the kernel and
+// the benchmark search alike.
 func TestConvWorkspaceBound(t *testing.T) {
 	k3 := graph.Attr{Kernel: [2]int64{3, 3}, Stride: [2]int64{1, 1}, Padding: [2]int64{1, 1}, Groups: 1}
 	dw := k3
@@ -169,6 +178,7 @@ func TestConvWorkspaceBound(t *testing.T) {
 	k1s2 := graph.Attr{Kernel: [2]int64{1, 1}, Stride: [2]int64{2, 2}, Groups: 1}
 	in, out := graph.Shape{4, 16, 10, 10}, graph.Shape{4, 16, 10, 10}
 	half := graph.Shape{4, 16, 5, 5}
+	s := &Setup{Profile: mustProfile(t, "2.5"), ComputeMajor: 9}
 	for _, c := range []struct {
 		name  string
 		a     graph.Attr
@@ -186,8 +196,71 @@ func TestConvWorkspaceBound(t *testing.T) {
 		{"1x1", k1, out, graph.F32, 0, true},
 		{"1x1 stride 2", k1s2, half, graph.F32, 4 * 16 * 25 * 4, true},
 	} {
-		if got, cudnn := convWorkspace(in, c.out, c.a, c.dt); got != c.want || cudnn != c.cudnn {
-			t.Errorf("%s: %d, cuDNN %v; want %d, %v", c.name, got, cudnn, c.want, c.cudnn)
+		ws := convWorkspace(s, in, c.out, c.a, c.dt)
+		if ws.kernel != c.want || ws.search != c.want || ws.cudnn != c.cudnn || ws.nhwc {
+			t.Errorf("%s: %+v; want %d, cuDNN %v", c.name, ws, c.want, c.cudnn)
+		}
+	}
+}
+
+// From 2.11 (cuDNN 9) the kernel's workspace is the tensor cores' NHWC
+// copies of the input, the output and, unless 1×1, the weight; the
+// benchmark search takes the larger of that and the explicit-GEMM
+// figure. Where the tensor cores do not run (float32 on Turing, or with
+// allow_tf32 off) the explicit-GEMM figure stands; channels-last tensors
+// need no copy. Input [4,16,10,10], float32 unless said:
+//
+//	3×3, 16→16:        x 6400·4 + y 6400·4 + w 16·16·9·4 = 60416
+//	                   explicit GEMM 4·16·9·100·4 = 230400
+//	3×3 bfloat16:      (6400 + 6400 + 2304)·2 = 30208
+//	3×3 stride 2 →32:  x 25600 + y 4·32·5·5·4 12800 + w 32·16·9·4 18432 = 56832
+//	                   explicit GEMM 4·16·9·25·4 = 57600
+//	3×3 groups 4:      w 16·4·9·4 = 2304: 25600+25600+2304 = 53504
+//	1×1 stride 2 →32:  x 25600 + y 12800 (no weight copy) = 38400,
+//	                   explicit GEMM 4·16·25·4 = 6400
+//	1×1 stride 1:      x 25600 + y 25600 = 51200, explicit GEMM none
+func TestConvWorkspaceNHWC(t *testing.T) {
+	k3 := graph.Attr{Kernel: [2]int64{3, 3}, Stride: [2]int64{1, 1}, Padding: [2]int64{1, 1}, Groups: 1}
+	k3s2 := graph.Attr{Kernel: [2]int64{3, 3}, Stride: [2]int64{2, 2}, Padding: [2]int64{1, 1}, Groups: 1}
+	g4 := k3
+	g4.Groups = 4
+	cl := k3
+	cl.ChannelsLast = true
+	k1 := graph.Attr{Kernel: [2]int64{1, 1}, Stride: [2]int64{1, 1}, Groups: 1}
+	k1s2 := graph.Attr{Kernel: [2]int64{1, 1}, Stride: [2]int64{2, 2}, Groups: 1}
+	in := graph.Shape{4, 16, 10, 10}
+	same, down := graph.Shape{4, 16, 10, 10}, graph.Shape{4, 32, 5, 5}
+	p := mustProfile(t, "2.11")
+	noTF32 := *p
+	noTF32.CudnnAllowTF32 = false
+	for _, c := range []struct {
+		name           string
+		prof           *profile.Profile
+		major          int
+		channelsLast   bool
+		a              graph.Attr
+		out            graph.Shape
+		dt             graph.DType
+		kernel, search int64
+		nhwc           bool // the kernel's figure is the NHWC copies
+	}{
+		{"3x3", p, 9, false, k3, same, graph.F32, 60416, 230400, true},
+		{"3x3 bf16", p, 9, false, k3, same, graph.BF16, 30208, 115200, true},
+		{"3x3 stride 2", p, 9, false, k3s2, down, graph.F32, 56832, 57600, true},
+		{"3x3 groups 4", p, 9, false, g4, same, graph.F32, 53504, 230400, true},
+		{"1x1 stride 2", p, 9, false, k1s2, down, graph.F32, 38400, 38400, true},
+		{"1x1", p, 9, false, k1, same, graph.F32, 51200, 51200, true},
+		{"3x3 channels-last input", p, 9, false, cl, same, graph.F32, 0, 230400, true},
+		{"3x3 channels-last model", p, 9, true, k3, same, graph.F32, 0, 230400, true},
+		{"3x3 f32 on Turing", p, 7, false, k3, same, graph.F32, 230400, 230400, false},
+		{"3x3 f16 on Turing", p, 7, false, k3, same, graph.F16, 30208, 115200, true},
+		{"3x3 bf16 on Turing", p, 7, false, k3, same, graph.BF16, 115200, 115200, false},
+		{"3x3 f32 without TF32", &noTF32, 9, false, k3, same, graph.F32, 230400, 230400, false},
+	} {
+		s := &Setup{Profile: c.prof, ComputeMajor: c.major, ChannelsLast: c.channelsLast}
+		ws := convWorkspace(s, in, c.out, c.a, c.dt)
+		if ws.kernel != c.kernel || ws.search != c.search || !ws.cudnn || ws.nhwc != c.nhwc {
+			t.Errorf("%s: %+v; want kernel %d, search %d, NHWC %v", c.name, ws, c.kernel, c.search, c.nhwc)
 		}
 	}
 }

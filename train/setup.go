@@ -399,7 +399,8 @@ type Setup struct {
 	// ChannelsLast says the model and its batch are in channels-last
 	// memory format (model.to(memory_format=torch.channels_last)): cuDNN's
 	// tensor-core convolutions then read and write NHWC as they are, with
-	// no transposes around them (the step-time model's; memory is the same).
+	// no transposes around them (the step-time model's, and under cuDNN 9's
+	// rule no transposed copies in the workspace: conv_cudnn.go).
 	ChannelsLast bool
 	// LoopOverhead is the training loop's own work for each micro-batch
 	// that the GPU waits for, outside the model's ops: a framework's hooks,

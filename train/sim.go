@@ -269,10 +269,13 @@ type Summary struct {
 	BatchDataBytes int64
 	WorkspaceBytes int64
 	// ConvWorkspaceBytes is the largest cuDNN convolution workspace
-	// (conv_cudnn.go: a bound, the explicit-GEMM algorithm's), and
+	// (conv_cudnn.go: the release's figure, a search's included), and
 	// CudnnSearches the benchmark searches run (--cudnn-benchmark).
 	ConvWorkspaceBytes int64
 	CudnnSearches      int
+	// ConvWorkspaceNHWC: some kernel's workspace is cuDNN 9's NHWC copies
+	// (conv_cudnn.go) rather than the explicit-GEMM bound.
+	ConvWorkspaceNHWC bool
 	// LibraryBytes is device memory libraries allocate outside PyTorch's
 	// allocator that the step itself makes (cuBLAS's own workspaces
 	// before 2.0): in nvidia-smi's figure, not in memory_reserved.

@@ -89,7 +89,7 @@ type MeasuredCase struct {
 	SeqLen     int64             `json:"seq_len"`
 	Attention  string            `json:"attn_implementation"`
 	Env        map[string]string `json:"env"`
-	// CudnnBenchmark is torch.backends.cudnn.benchmark.
+	// CudnnBenchmark is measure.py's torch.backends.cudnn.benchmark.
 	CudnnBenchmark bool `json:"cudnn_benchmark"`
 }
 

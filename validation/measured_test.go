@@ -15,7 +15,7 @@ func TestRequestMapping(t *testing.T) {
 	env := &Environment{GPUName: "NVIDIA H100 80GB HBM3", TotalMemory: 85_000_000_000, ComputeCapability: "9.0", Torch: "2.5.1+cu124"}
 	yes := true
 	r := MeasuredResult{ID: "c", Case: MeasuredCase{Model: "mlp-L1-H256", Batches: []int64{64, 8, 32, 4}, Precision: "amp_fp16",
-		Optimizer: "sgd_momentum", Foreach: &yes, Accum: 2, Checkpoint: true, EmptyCache: true,
+		Optimizer: "sgd_momentum", Foreach: &yes, Accum: 2, Checkpoint: true, EmptyCache: true, CudnnBenchmark: true,
 		Env: map[string]string{"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}}}
 	r.Context.Bytes = 500 << 20
 	q, err := Request(r, env)
@@ -27,11 +27,16 @@ func TestRequestMapping(t *testing.T) {
 		t.Errorf("model and sizes: %s %+v %v", q.Source.Name(), q.Config, q.Schedule)
 	}
 	if s.Precision != train.Mixed16 || s.Optimizer.Kind != train.SGD || s.Optimizer.Momentum != 0.9 || s.Optimizer.Impl != train.Foreach ||
-		s.Accumulate != 2 || s.Checkpoint != train.FullCheckpoint || !s.EmptyCache || s.Profile.Version != "2.5" {
+		s.Accumulate != 2 || s.Checkpoint != train.FullCheckpoint || !s.EmptyCache || !s.CudnnBenchmark || s.Profile.Version != "2.5" {
 		t.Errorf("setup: %+v", s)
 	}
 	if q.GPU.Capacity != 85_000_000_000 || q.GPU.Major != 9 || q.Context != 500<<20 || !q.Alloc.ExpandableSegments {
 		t.Errorf("device: %+v context %d alloc %+v", q.GPU, q.Context, q.Alloc)
+	}
+	// the release measured picks its own profile: 2.11's from 2.11.0
+	env.Torch = "2.11.0+cu130"
+	if q, err := Request(r, env); err != nil || q.Setup.Profile.Version != "2.11" {
+		t.Errorf("torch 2.11.0+cu130: profile %v, %v; want 2.11", q.Setup.Profile, err)
 	}
 	r.Case.Precision = "fp8"
 	if _, err := Request(r, env); err == nil {

@@ -231,7 +231,11 @@ func writeTraining(w io.Writer, res *predict.Result) {
 		}
 	}
 	if sum.ConvWorkspaceBytes > 0 {
-		fmt.Fprintf(tw, "cuDNN workspace\t%s\t(the largest, freed after each convolution: an upper bound)\t\n", FormatBytes(sum.ConvWorkspaceBytes))
+		how := "an upper bound"
+		if sum.ConvWorkspaceNHWC {
+			how = "the tensor cores' NHWC copies"
+		}
+		fmt.Fprintf(tw, "cuDNN workspace\t%s\t(the largest, freed after each convolution: %s)\t\n", FormatBytes(sum.ConvWorkspaceBytes), how)
 	}
 	tw.Flush()
 	if len(res.Stages) > 0 {

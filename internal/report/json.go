@@ -63,8 +63,9 @@ type EstimateJSON struct {
 	AutocastCacheBytes int64  `json:"autocast_cache_bytes"`
 	BatchDataBytes     int64  `json:"batch_data_bytes"`
 	WorkspaceBytes     int64  `json:"workspace_bytes"`
-	// ConvWorkspaceBytes is the largest cuDNN convolution workspace (an
-	// upper bound) and CudnnSearches the benchmark searches run.
+	// ConvWorkspaceBytes is the largest cuDNN convolution workspace (the
+	// release's figure: train/conv_cudnn.go) and CudnnSearches the
+	// benchmark searches run.
 	ConvWorkspaceBytes int64            `json:"conv_workspace_bytes,omitempty"`
 	CudnnSearches      int              `json:"cudnn_searches,omitempty"`
 	AtPeak             map[string]int64 `json:"at_peak_bytes"`
