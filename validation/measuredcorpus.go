@@ -6,6 +6,8 @@ import (
 	"os"
 	"strconv"
 	"strings"
+
+	"github.com/batchfit/batchfit/profile"
 )
 
 // The project's own GPU measurements (testdata/measured, made by
@@ -62,23 +64,14 @@ func LoadMaxBatch(path string) (*MaxBatchFile, error) {
 // which --precision takes.
 var measuredPrecisions = map[string]string{"fp32": "32-true", "amp_bf16": "bf16-mixed", "amp_fp16": "16-mixed", "bf16": "bf16-true", "fp16": "16-true"}
 
-// torchProfile is the profile nearest a measured torch version: the
-// newest batchfit knows that is not newer than it.
-func torchProfile(version string) string {
-	v := strings.SplitN(version, "+", 2)[0]
-	parts := strings.SplitN(v, ".", 3)
-	if len(parts) < 2 {
-		return "2.5"
+// torchProfile is the profile that applies to a measured torch version
+// (profile.Lookup: the newest not newer than it), by its version.
+func torchProfile(version string) (string, error) {
+	p, err := profile.Lookup(version)
+	if err != nil {
+		return "", err
 	}
-	major, _ := strconv.Atoi(parts[0])
-	minor, _ := strconv.Atoi(parts[1])
-	switch {
-	case major < 2:
-		return "1.13"
-	case major == 2 && minor < 5:
-		return "2.0"
-	}
-	return "2.5"
+	return p.Version, nil
 }
 
 // MeasuredArgs is the 'batchfit estimate' command line of a measured
@@ -88,8 +81,12 @@ func MeasuredArgs(c MeasuredCase, gpuName, torch string, context int64) ([]strin
 	if len(c.Batches) > 0 {
 		return nil, fmt.Errorf("a batch schedule has no command line")
 	}
+	prof, err := torchProfile(torch)
+	if err != nil {
+		return nil, err
+	}
 	name, cfg := ZooModel(c.Model, c.Batch)
-	args := []string{name, "--gpu", gpuName, "--batch", strconv.FormatInt(c.Batch, 10), "--torch", torchProfile(torch)}
+	args := []string{name, "--gpu", gpuName, "--batch", strconv.FormatInt(c.Batch, 10), "--torch", prof}
 	if cfg.Layers > 0 {
 		args = append(args, "--layers", strconv.FormatInt(cfg.Layers, 10))
 	}
