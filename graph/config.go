@@ -44,6 +44,13 @@ type Config struct {
 	// models.BuildTransformer builds (the zoo's transformers models,
 	// Hugging Face configs) and is ignored by the others.
 	Transformers string
+	// LossFromLogits: the training loop calls a causal language model
+	// without labels and computes the loss itself from the logits the
+	// model returns, F.cross_entropy(logits.view(-1, V), labels.reshape(-1))
+	// with labels = F.pad(ids[:, 1:], (0, 1), value=-100), with no float
+	// upcast of its own (validation/measure.py's Trainer.loss); the
+	// default is the model's own loss (labels passed to forward).
+	LossFromLogits bool
 }
 
 // Decode describes one forward pass of generate().
