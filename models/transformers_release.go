@@ -11,7 +11,9 @@ import (
 //
 // The releases read are 4.36.2, 4.38.2, 4.44.2, 4.45.2, 4.46.3, 4.47.1,
 // 4.48.3, 4.49.0, 4.50.3 (the published wheels' modeling_*.py and
-// loss/loss_utils.py) and the current main branch. Before 4.36 no decoder
+// loss/loss_utils.py) and the current main branch; for GPT-2's buffers
+// and eager mask also 4.53.3, 4.56.2, 4.57.3, 5.0.0, 5.1.0, 5.2.0, 5.3.0,
+// 5.8.0 and 5.17.0 (transformers_gpt2.go). Before 4.36 no decoder
 // had an SDPA attention class (LlamaSdpaAttention arrived in 4.36), so
 // every model ran eager attention by default, which the graphs of a
 // release do not follow: older releases are refused. Releases after

@@ -5,7 +5,8 @@ import "testing"
 func TestLookup(t *testing.T) {
 	cases := []struct{ in, want string }{
 		{"1.13", "1.13"}, {"1.13.1+cu117", "1.13"}, {"2.0.1", "2.0"}, {"2.4", "2.0"}, {"2.5.0a0", "2.5"},
-		{"2.9", "2.5"}, {"", Default().Version}, {"current", Default().Version},
+		{"2.9", "2.5"}, {"2.10.1", "2.5"}, {"2.11.0+cu130", "2.11"}, {"2.12", "2.11"},
+		{"", Default().Version}, {"current", Default().Version},
 	}
 	for _, c := range cases {
 		p, err := Lookup(c.in)
@@ -48,5 +49,18 @@ func TestProfileFacts(t *testing.T) {
 	// CublasHandlePool.cpp: 4096 KiB × 8 on Hopper, :4096:2:16:8 elsewhere.
 	if cur.CublasWorkspace(9) != 33554432 || cur.CublasWorkspace(8) != 8519680 {
 		t.Errorf("cuBLAS workspace: %d on sm90, %d on sm80", cur.CublasWorkspace(9), cur.CublasWorkspace(8))
+	}
+	// cuBLASLt: a transient 1 MiB around each Lt GEMM in 2.0's
+	// CUDABlas.cpp; a kept 1 MiB per thread handle in 2.11's
+	// CublasHandlePool.cpp (CUBLASLT_WORKSPACE_SIZE's 1024 KiB default),
+	// measured in the H200 snapshots; none of its own in 2.5's profile.
+	for _, c := range []struct {
+		v                   string
+		transient, persists int64
+	}{{"2.0", 1 << 20, 0}, {"2.5", 0, 0}, {"2.11", 0, 1 << 20}} {
+		p, _ := Lookup(c.v)
+		if p.CublasLtWorkspaceTransientBytes != c.transient || p.CublasLtWorkspaceBytes != c.persists {
+			t.Errorf("%s: cuBLASLt workspace %d transient, %d kept; want %d, %d", c.v, p.CublasLtWorkspaceTransientBytes, p.CublasLtWorkspaceBytes, c.transient, c.persists)
+		}
 	}
 }
