@@ -42,13 +42,24 @@ func TestCublasLtWorkspacePerThread(t *testing.T) {
 
 // geluNew builds Linear(16 → 64) on x [8, 16], GPT-2's gelu_new as
 // transformers writes it (0.5*x*(1+tanh(√(2/π)*(x+0.044715*pow(x, 3))))),
-// with the cube as torch.pow or, for comparison, as x*x, then Linear(64 →
-// 10) and cross-entropy.
-func geluNew(t *testing.T, pow bool) *graph.Graph {
+// with the cube as torch.pow or, for comparison, as x*x (or as one
+// NewGELU op, the captured module), then Linear(64 → 10) and
+// cross-entropy.
+func geluNew(t *testing.T, pow, fused bool) *graph.Graph {
 	b := graph.NewBuilder("gelu_new")
 	x := b.Input("x", graph.Shape{8, 16}, graph.F32)
 	y := b.Target("y", graph.Shape{8}, graph.I64)
 	h := b.Linear("fc", x, 64, true)
+	if fused {
+		h = b.Act(graph.NewGELU, "gelu_new", h, false)
+		h = b.Linear("proj", h, 10, true)
+		b.CrossEntropy("loss", h, y)
+		g, err := b.Graph()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return g
+	}
 	a := b.Scale("mul_half", h)
 	var p graph.TensorID
 	if pow {
@@ -84,15 +95,19 @@ func TestGELUNewPowUnderAutocast(t *testing.T) {
 		p    Precision
 		diff int64
 	}{{FP32, 0}, {MixedBF16, 3072}, {TrueBF16, 0}} {
-		saved := func(pow bool) int64 {
-			_, sum, err := Simulate(geluNew(t, pow), Setup{Precision: c.p, Steps: 1, Profile: mustProfile(t, "2.11")})
+		saved := func(pow, fused bool) int64 {
+			_, sum, err := Simulate(geluNew(t, pow, fused), Setup{Precision: c.p, Steps: 1, Profile: mustProfile(t, "2.11")})
 			if err != nil {
 				t.Fatal(err)
 			}
 			return sum.ActivationsBytes
 		}
-		if got := saved(true) - saved(false); got != c.diff {
+		if got := saved(true, false) - saved(false, false); got != c.diff {
 			t.Errorf("%s: pow saves %d bytes more than x*x, want %d", c.p, got, c.diff)
+		}
+		// the NewGELU op saves what the eight ops with the pow save
+		if op, ops := saved(false, true), saved(true, false); op != ops {
+			t.Errorf("%s: the NewGELU op saves %d bytes, its ops %d", c.p, op, ops)
 		}
 	}
 }
