@@ -44,7 +44,7 @@ func (b *Builder) AttentionLayout(name string, q, k, v TensorID, causal bool, dr
 	}
 	os := Shape{qs[0], qs[1], qs[2], vs[3]}
 	return b.op(Attention, name, []TensorID{q, k, v}, None, None, os, b.DTypeOf(q), None, true,
-		Attr{Heads: qs[1], KVHeads: ks[1], Causal: causal, P: dropout, QueryTransposed: queryTransposed})
+		Attr{Heads: qs[1], KVHeads: ks[1], Causal: causal, P: dropout, QueryTransposed: queryTransposed, QueryContiguous: b.contig[q]})
 }
 
 // KVCache is one layer's cache update for keys or values x [B, Hkv, L, D]

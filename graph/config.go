@@ -50,6 +50,13 @@ type Config struct {
 	// of becoming cuDNN's one call (Kind RNN). The CPU cross-checks set it
 	// with train.Setup.CPU; every prediction for a GPU leaves it off.
 	CPU bool
+	// LossFromLogits: the training loop calls a causal language model
+	// without labels and computes the loss itself from the logits the
+	// model returns, F.cross_entropy(logits.view(-1, V), labels.reshape(-1))
+	// with labels = F.pad(ids[:, 1:], (0, 1), value=-100), with no float
+	// upcast of its own (validation/measure.py's Trainer.loss); the
+	// default is the model's own loss (labels passed to forward).
+	LossFromLogits bool
 }
 
 // Decode describes one forward pass of generate().

@@ -172,6 +172,11 @@ type Attr struct {
 	// return a tensor whose transpose(1, 2) is contiguous, and the
 	// .contiguous() that follows copies nothing.
 	QueryTransposed bool
+	// QueryContiguous marks an attention whose query is a contiguous
+	// [B, H, L, D] tensor (the builder's contiguity), rather than a
+	// transposed view of a [B, L, H, D] one or a strided slice of a fused
+	// projection: CUDA's flash kernel then lays its output out as the query.
+	QueryContiguous bool
 	Scalar          bool // mul/div by a Python number rather than a tensor
 	// InputCopy marks a layer_norm whose input is not contiguous:
 	// native_layer_norm works on input.contiguous(), a temporary copy (it

@@ -230,7 +230,7 @@ func BuildTransformer(name string, tc TransformerConfig, c Config) (*graph.Graph
 	if c.Decode != nil && (c.TP > 1 || c.PP > 1) {
 		return nil, fmt.Errorf("building %s: generation with tensor or pipeline parallelism is not modelled", name)
 	}
-	t := &hfBuilder{b: graph.NewBuilder(name), tc: tc, B: c.Batch, L: c.Seq, dt: tc.DType, eagerMask: graph.None, hi: tc.Layers, first: true, last: true, dec: c.Decode}
+	t := &hfBuilder{b: graph.NewBuilder(name), tc: tc, B: c.Batch, L: c.Seq, dt: tc.DType, eagerMask: graph.None, hi: tc.Layers, first: true, last: true, dec: c.Decode, loopLoss: c.LossFromLogits}
 	if c.TP > 1 || c.PP > 1 {
 		if !tensorParallelArchs[tc.Arch] {
 			return nil, fmt.Errorf("building %s: tensor and pipeline parallelism are built for the Llama family (llama, mistral, qwen2, gemma, phi3), not model_type %s", name, tc.Arch)
@@ -530,6 +530,9 @@ type hfBuilder struct {
 	// the index of the decoder layer being built.
 	dec   *Decode
 	layer int
+	// loopLoss: the loss is the training loop's, on the returned logits
+	// (graph.Config.LossFromLogits).
+	loopLoss bool
 }
 
 // gather and scatter are sequence parallelism's collectives along the
@@ -642,7 +645,10 @@ func (t *hfBuilder) hfConst(name string, like graph.TensorID, s graph.Shape, dt 
 // torch.pow(x, 3.0)))), evaluated left to right as eight ops:
 //
 //	a = 0.5 * x          mul by a Python number: saves nothing
-//	p = torch.pow(x, 3)  saves x (modelled as x * x: mul saves x, one storage)
+//	p = torch.pow(x, 3)  saves x (under CUDA autocast a float32 copy of x:
+//	                     pow is on AT_FORALL_FP32, and float32 then
+//	                     propagates by type promotion through s, u, w, h,
+//	                     e and y)
 //	s = 0.044715 * p     nothing
 //	u = x + s            nothing
 //	w = 0.7978… * u      nothing
@@ -661,7 +667,7 @@ func (t *hfBuilder) act(name string, x graph.TensorID) graph.TensorID {
 	var y graph.TensorID
 	b.Scope(name, func() {
 		a := b.Scale("mul_half", x)
-		p := b.Mul("pow", x, x)
+		p := b.Unary(graph.Pow, "pow", x)
 		s := b.Scale("mul_coef", p)
 		u := b.Add("add", x, s)
 		w := b.Scale("mul_sqrt_2_over_pi", u)

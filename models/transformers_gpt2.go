@@ -2,6 +2,16 @@ package models
 
 import "github.com/batchfit/batchfit/graph"
 
+// The releases whose GPT2Attention changed its buffers (the published
+// wheels' models/gpt2/modeling_gpt2.py): 5.0.0 registers bias alone (4.57.3
+// registers bias and masked_bias), 5.2.0 neither, its eager path adding
+// the causal mask GPT2Model makes with create_causal_mask (5.1.0 still
+// applies torch.where(bias, ...)).
+const (
+	hfGPT2NoMaskedBias  hfVersion = 5000
+	hfGPT2MaskedByModel hfVersion = 5002
+)
+
 // gpt2 builds GPT2LMHeadModel (modeling_gpt2.py):
 //
 //	transformer.wte(input_ids) + transformer.wpe(position_ids)   # position_ids = arange(L)[None]
@@ -21,6 +31,13 @@ func (t *hfBuilder) gpt2() {
 		pos := t.hfConst("position_ids", ids, graph.Shape{1, t.L}, graph.I64)
 		p := b.EmbeddingWith("wpe", pos, wpe)
 		h = b.Add("add", x, p)
+		if tc.AttnImpl == "eager" && t.tc.version() >= hfGPT2MaskedByModel {
+			// create_causal_mask (masking_utils.eager_mask): the bool
+			// mask expanded to [B, 1, L, L], then torch.where(mask, 0.0,
+			// finfo.min) in inputs_embeds' dtype, a new [B, 1, L, L]
+			// tensor alive through the blocks.
+			t.eagerMask = t.hfConst("causal_mask", h, graph.Shape{t.B, 1, t.L, t.L}, t.dt)
+		}
 		h = b.Dropout("drop", h, tc.DropoutP, false)
 		for i := int64(0); i < tc.Layers; i++ {
 			b.Block("h."+itoa(i), func() { h = t.gpt2Block(h) })
@@ -46,9 +63,16 @@ func (t *hfBuilder) gpt2Block(x graph.TensorID) graph.TensorID {
 		// GPT2Attention registers a causal-mask table bias [1, 1, P, P]
 		// bool and masked_bias, a 0-d float32 (persistent=False, so absent
 		// from checkpoints but on the device). Only the eager path reads
-		// bias.
-		mask := b.Buffer("bias", graph.Shape{1, 1, tc.MaxPositions, tc.MaxPositions}, graph.Bool)
-		b.Buffer("masked_bias", graph.Shape{}, graph.F32)
+		// bias. transformers 5.0 drops masked_bias; 5.2 drops bias, and
+		// eager attention adds the model's causal mask instead
+		// (eager_attention_forward: attn_weights + attention_mask).
+		mask := graph.None
+		if t.tc.version() < hfGPT2MaskedByModel {
+			mask = b.Buffer("bias", graph.Shape{1, 1, tc.MaxPositions, tc.MaxPositions}, graph.Bool)
+		}
+		if t.tc.version() < hfGPT2NoMaskedBias {
+			b.Buffer("masked_bias", graph.Shape{}, graph.F32)
+		}
 		cAttn := t.conv1d("c_attn", E, 3*H*D)
 		cProj := t.conv1d("c_proj", H*D, E)
 		qkv := t.apply("c_attn", n, cAttn)
@@ -57,12 +81,17 @@ func (t *hfBuilder) gpt2Block(x graph.TensorID) graph.TensorID {
 		parts := t.splitHeads("c_attn", qkv, D, H, H, H)
 		o := attnOpts{causal: true, p: tc.AttnDropoutP, contiguousLegacy: true,
 			eager: eagerOpts{scale: true, mask: graph.None, transposeOnly: true}}
-		if tc.AttnImpl == "eager" {
+		switch {
+		case tc.AttnImpl == "eager" && mask != graph.None:
 			// torch.where(bias[:, :, :L, :L], scores, finfo.min): a new
 			// scores-sized tensor that saves only the (buffer) condition,
 			// modelled as an add of the boolean view.
 			m := b.Narrow("bias_rows", mask, 2, t.L)
 			o.eager.mask = b.Narrow("bias_cols", m, 3, t.L)
+		case tc.AttnImpl == "eager":
+			// attn_weights + attention_mask: the float mask promotes
+			// half scores to float32 under autocast.
+			o.eager.mask = t.eagerMask
 		}
 		out := t.attention(parts[0], parts[1], parts[2], o)
 		// attn_output.reshape(B, L, -1).contiguous(): a view of the

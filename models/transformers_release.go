@@ -11,7 +11,9 @@ import (
 //
 // The releases read are 4.36.2, 4.38.2, 4.44.2, 4.45.2, 4.46.3, 4.47.1,
 // 4.48.3, 4.49.0, 4.50.3 (the published wheels' modeling_*.py and
-// loss/loss_utils.py) and the current main branch. Before 4.36 no decoder
+// loss/loss_utils.py) and the current main branch; for GPT-2's buffers
+// and eager mask also 4.53.3, 4.56.2, 4.57.3, 5.0.0, 5.1.0, 5.2.0, 5.3.0,
+// 5.8.0 and 5.17.0 (transformers_gpt2.go). Before 4.36 no decoder
 // had an SDPA attention class (LlamaSdpaAttention arrived in 4.36), so
 // every model ran eager attention by default, which the graphs of a
 // release do not follow: older releases are refused. Releases after
@@ -134,6 +136,10 @@ func (t *hfBuilder) causalLMLoss(logits, labels graph.TensorID) {
 	b := t.b
 	V := t.tc.VocabSize
 	v := t.tc.version()
+	if t.loopLoss {
+		t.loopCausalLMLoss(logits, labels)
+		return
+	}
 	if v < hfLossFunctionSince(t.tc.Arch) {
 		b.Scope("loss", func() {
 			switch t.tc.Arch {
@@ -169,4 +175,26 @@ func (t *hfBuilder) shiftedCrossEntropy(logits, labels graph.TensorID) {
 	sl := b.Contiguous("shift_logits", b.Narrow("shift_logits_slice", logits, 1, t.L-1))
 	lab := b.Contiguous("shift_labels", b.Narrow("shift_labels_slice", labels, 1, t.L-1))
 	b.CrossEntropy("cross_entropy", b.Reshape("view_logits", sl, -1, t.tc.VocabSize), b.Reshape("view_labels", lab, -1))
+}
+
+// loopCausalLMLoss is the loss a training loop computes itself from the
+// logits a model called without labels returns (graph.Config.
+// LossFromLogits; validation/measure.py's Trainer.loss):
+//
+//	labels = F.pad(ids[:, 1:], (0, 1), value=-100)   # new [B, L] int64
+//	F.cross_entropy(logits.view(-1, V), labels.reshape(-1))
+//
+// on the logits as the model returns them, half under autocast (lm_head is
+// a Linear), with no float upcast: cross_entropy's own rules (the float32
+// copy nll_loss makes under CUDA autocast) apply. The padded labels are
+// cat(labels[:, 1:], labels[:, :1]), the same new [B, L] int64 storage.
+func (t *hfBuilder) loopCausalLMLoss(logits, labels graph.TensorID) {
+	b := t.b
+	b.Return(logits)
+	b.Scope("loss", func() {
+		padded := b.Cat("pad", 1, b.Narrow("shift", labels, 1, t.L-1), b.Narrow("pad_value", labels, 1, 1))
+		flat := b.Reshape("view_logits", logits, -1, t.tc.VocabSize)
+		target := b.Reshape("view_labels", padded, -1)
+		b.CrossEntropy("cross_entropy", flat, target)
+	})
 }

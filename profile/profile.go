@@ -61,6 +61,12 @@ type Profile struct {
 	// CublasLtWorkspaceTransientBytes is a per-GEMM workspace allocated and
 	// freed around each cuBLASLt call (0 when Lt shares the cuBLAS one).
 	CublasLtWorkspaceTransientBytes int64 `json:"cublaslt_workspace_transient_bytes"`
+	// CublasLtWorkspaceBytes is a cuBLASLt workspace allocated through the
+	// caching allocator at a thread handle's first Lt GEMM and kept
+	// (getCUDABlasLtWorkspace in CublasHandlePool.cpp, one per handle and
+	// stream from pytorch pull request 156495); 0 where Lt has none of
+	// its own.
+	CublasLtWorkspaceBytes int64 `json:"cublaslt_workspace_bytes"`
 	// DropoutMaskDType is the dtype of the mask native_dropout saves on CUDA.
 	DropoutMaskDType string `json:"dropout_mask_dtype"`
 	// LinearFusedAnyRank: F.linear with a bias folds a contiguous input of

@@ -57,4 +57,17 @@ func TestProfileFacts(t *testing.T) {
 	if cur.CublasWorkspace(9) != 33554432 || cur.CublasWorkspace(8) != 8519680 {
 		t.Errorf("cuBLAS workspace: %d on sm90, %d on sm80", cur.CublasWorkspace(9), cur.CublasWorkspace(8))
 	}
+	// cuBLASLt: a transient 1 MiB around each Lt GEMM in 2.0's
+	// CUDABlas.cpp; a kept 1 MiB per thread handle in 2.11's
+	// CublasHandlePool.cpp (CUBLASLT_WORKSPACE_SIZE's 1024 KiB default),
+	// measured in the H200 snapshots; none of its own in 2.5's profile.
+	for _, c := range []struct {
+		v                   string
+		transient, persists int64
+	}{{"2.0", 1 << 20, 0}, {"2.5", 0, 0}, {"2.11", 0, 1 << 20}} {
+		p, _ := Lookup(c.v)
+		if p.CublasLtWorkspaceTransientBytes != c.transient || p.CublasLtWorkspaceBytes != c.persists {
+			t.Errorf("%s: cuBLASLt workspace %d transient, %d kept; want %d, %d", c.v, p.CublasLtWorkspaceTransientBytes, p.CublasLtWorkspaceBytes, c.transient, c.persists)
+		}
+	}
 }

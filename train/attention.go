@@ -89,20 +89,36 @@ func attentionForward(c *fwdCtx) {
 			lse = 8
 		}
 		c.saveNew(b * h * l * lse)
-		if m.sim.s.CPU && c.op.Attr.QueryTransposed {
-			if m.blhd == nil {
-				m.blhd = map[graph.TensorID]bool{}
-			}
-			m.blhd[c.op.Output] = true
+		//
+		// On CUDA, _scaled_dot_product_flash_attention_cuda (attention.cu)
+		// hands the kernel q_t = query.transpose(1, 2), [B, L, H, D],
+		// and mha_fwd (flash_api.cpp) allocates out = at::empty_like(q_padded)
+		// before returning output.transpose(1, 2): empty_like keeps q_t's
+		// strides when q_t is dense (a contiguous [B, H, L, D] query
+		// gives an output laid out [B, H, L, D]) and is contiguous
+		// otherwise: a query that is the transpose of a [B, L, H, D]
+		// tensor, or a strided slice of a fused qkv projection (GPT-2's
+		// c_attn(x).split(E, dim=2)), gives an output laid out
+		// [B, L, H, D].
+		if m.sim.s.CPU && c.op.Attr.QueryTransposed || !m.sim.s.CPU && !c.op.Attr.QueryContiguous {
+			m.markBLHD(c.op.Output)
 		}
 	case AttentionEfficient:
 		// _efficient_attention_forward: logsumexp [B, H, ceil(L/32)*32]
-		// float32 (kAlignLSE).
+		// float32 (kAlignLSE). Its output is at::empty({B, M, num_heads,
+		// Kv}) (attention.cu), [B, L, H, D] whatever the query's layout,
+		// returned as attention.transpose(1, 2): the .contiguous() after
+		// transformers' transpose(1, 2) copies nothing (measured on an
+		// H200, torch 2.11: GPT-2 in float32 allocates no copy between the
+		// attention and c_proj).
 		c.save(q)
 		c.save(k)
 		c.save(v)
 		c.save(c.out)
 		c.saveNew(b * h * ((l + 31) / 32 * 32) * 4)
+		if !m.sim.s.CPU {
+			m.markBLHD(c.op.Output)
+		}
 	case AttentionEager:
 		mathAttentionForward(c, b, h, l, s, true)
 	default:
@@ -238,4 +254,14 @@ func attentionBackward(c *bwdCtx) {
 		c.gradIn(1)
 		m.sim.unref(gs)
 	}
+}
+
+// markBLHD records that attention output t is laid out [B, L, H, D] in
+// memory, so that the .contiguous() of its transpose(1, 2) is a view
+// (transposedAttention).
+func (m *micro) markBLHD(t graph.TensorID) {
+	if m.blhd == nil {
+		m.blhd = map[graph.TensorID]bool{}
+	}
+	m.blhd[t] = true
 }

@@ -377,7 +377,9 @@ func (m *micro) backward() {
 			sim.site = m.plan.sites[i]
 			m.backwardOp(i)
 			m.grads[op.Output] = nil
-			sim.unref(gout)
+			if !sim.bctx.consumed {
+				sim.unref(gout)
+			}
 			ran = true
 		}
 		m.releaseNode(i)

@@ -53,6 +53,9 @@ func init() {
 				return
 			}
 			c.gemm()
+			if linearLt(c) {
+				c.gemmLt()
+			}
 			if c.m.g.Tensors[c.op.Weight].RequiresGrad {
 				c.save(c.in[0])
 			}
@@ -364,10 +367,39 @@ func init() {
 			c.save(c.in[1])
 		}, bwd: gradInput},
 	}
-	rules[graph.NewGELU] = rule{fwd: newGELUForward, bwd: newGELUBackward}
+	rules[graph.NewGELU] = rule{out: newGELUOut, fwd: newGELUForward, bwd: newGELUBackward}
 	addVisionRules()
 	addReductionRules()
 	rules[graph.KVCache] = kvCacheRule()
+}
+
+// linearLt says whether F.linear's addmm runs on cuBLASLt with the bias
+// in its epilogue: addmm_out_cuda_impl takes the Lt path when
+// isInputCompliesAddmmCudaLt (aten/src/ATen/native/cuda/Blas.cpp) holds: a
+// 1-D bias of the output's width, a float, half or bfloat16 operand, and
+// both matrices larger than one in each dimension. F.linear reaches addmm
+// for a 2-D input and, on a 2-D view, for a contiguous N-D one it fuses
+// (linearBiasApart covers the rest).
+func linearLt(c *fwdCtx) bool {
+	if c.op.Bias == graph.None || c.m.sim.s.CPU {
+		return false
+	}
+	switch c.in[0].dt {
+	case graph.F32, graph.F16, graph.BF16:
+	default:
+		return false
+	}
+	in := c.m.g.Tensors[c.op.Inputs[0]].Shape
+	if len(in) > 2 && (c.op.Attr.InputCopy || len(in) > 3 && !c.m.sim.s.Profile.LinearFusedAnyRank) {
+		return false
+	}
+	w := c.m.g.Tensors[c.op.Weight].Shape
+	if len(in) == 0 || len(w) != 2 {
+		return false
+	}
+	k := in[len(in)-1]
+	rows := in.Numel() / max(k, 1)
+	return rows > 1 && k > 1 && w[0] > 1 && w[1] > 1
 }
 
 // linearBiasApart: F.linear did not take a fused addmm (aten/src/ATen/
@@ -480,15 +512,19 @@ func dropoutForward(c *fwdCtx) {
 	c.saveNew(n * 1)
 }
 
-// crossEntropyForward: cross_entropy_loss = nll_loss(log_softmax(x, 1,
-// x.dtype)). log_softmax saves its result; nll_loss (fp32 under autocast on
-// CUDA) saves its input — a float32 copy of the log-probabilities when they
-// are half — the target and total_weight.
+// crossEntropyForward: cross_entropy_loss is CompositeImplicitAutograd
+// (aten/src/ATen/native/LossNLL.cpp, cross_entropy_loss_symint):
+// nll_loss_nd(log_softmax(x, 1, x.scalar_type()), target). CUDA autocast
+// lists neither cross_entropy_loss (AutocastCPU does) nor log_softmax with
+// an explicit dtype (fp32_set_opt_dtype leaves a given dtype alone), so
+// log_softmax runs in x's dtype and saves its result; nll_loss is on
+// AT_FORALL_FP32 (aten/src/ATen/autocast_mode.h), so a half input is cast
+// to a float32 copy (ToCopyBackward0), which nll_loss_forward saves with
+// the target and total_weight.
 func crossEntropyForward(c *fwdCtx) {
 	n := c.numel(0)
 	dt := c.in[0].dt
-	logp := c.saveNew(n * dt.Size())
-	_ = logp
+	c.saveNew(n * dt.Size())
 	if c.m.sim.amp && dt != graph.F32 {
 		c.saveNew(n * 4)
 	}
@@ -496,20 +532,44 @@ func crossEntropyForward(c *fwdCtx) {
 	c.saveNew(4) // total_weight
 }
 
+// crossEntropyBackward runs the op's nodes in the engine's order, each
+// releasing what it saved when it returns (release_variables):
+// NllLossBackward0 allocates the zeroed gradient of its input
+// (nll_loss_backward) and drops the float32 copy it saved;
+// ToCopyBackward0, under autocast with a half input, casts that gradient
+// back to the input's dtype; LogSoftmaxBackward0
+// (_log_softmax_backward_data) writes the input's gradient and drops the
+// log-probabilities.
 func crossEntropyBackward(c *bwdCtx) {
 	n := c.numel(0)
 	dt := c.inDT(0)
+	saved := c.m.nodes[c.i]
+	var logp, copy32 *storage
+	if len(saved) > 0 {
+		logp = saved[0]
+	}
+	half := c.m.sim.amp && dt != graph.F32
+	if half && len(saved) > 1 {
+		copy32 = saved[1]
+	}
 	nllDT := dt
-	if c.m.sim.amp {
+	if half {
 		nllDT = graph.F32
 	}
 	g := c.alloc(n * nllDT.Size()) // nll_loss_backward: zeros of the input's size
+	c.consume()
+	if copy32 != nil {
+		c.releaseSaved(copy32)
+	}
 	if nllDT != dt {
 		h := c.alloc(n * dt.Size()) // ToCopyBackward0
 		c.m.sim.unref(g)
 		g = h
 	}
 	c.gradIn(0) // _log_softmax_backward_data
+	if logp != nil {
+		c.releaseSaved(logp)
+	}
 	c.m.sim.unref(g)
 }
 
@@ -517,7 +577,18 @@ func crossEntropyBackward(c *bwdCtx) {
 // "gelu_new": 0.5*x*(1+tanh(sqrt(2/pi)*(x+0.044715*x**3))) written as
 // separate ops. pow saves x, tanh saves its result t, and the final product
 // saves both of its operands, 0.5*x and 1+t.
+//
+// Under CUDA autocast with a half x, torch.pow(x, 3.0) is on
+// AT_FORALL_FP32 (aten/src/ATen/autocast_mode.h): it runs on a float32 copy
+// of x, which PowBackward0 saves as self, and type promotion carries
+// float32 on: x + 0.044715*x**3, the tanh, 1 + t and the final 0.5*x *
+// (1 + t) are float32 (newGELUOut); only 0.5*x stays half. CPU autocast
+// does not list pow.
 func newGELUForward(c *fwdCtx) {
+	if geluUpcast(c.m, c.in[0].dt) {
+		newGELUForwardUpcast(c)
+		return
+	}
 	n := c.numel(0) * c.in[0].dt.Size()
 	c.save(c.in[0]) // pow(x, 3) saves self
 	p := c.local(n, trace.Activation)
@@ -536,7 +607,45 @@ func newGELUForward(c *fwdCtx) {
 	_ = t
 }
 
+// geluUpcast reports that gelu_new's cubic term runs in float32: CUDA
+// autocast and a half input.
+func geluUpcast(m *micro, dt graph.DType) bool {
+	return m.sim.amp && !m.sim.s.CPU && dt.IsFloat() && dt != graph.F32
+}
+
+// newGELUOut: the final product of gelu_new is float32 under CUDA
+// autocast (see newGELUForward).
+func newGELUOut(m *micro, c *fwdCtx) graph.DType {
+	if geluUpcast(m, c.in[0].dt) {
+		return graph.F32
+	}
+	return c.in[0].dt
+}
+
+func newGELUForwardUpcast(c *fwdCtx) {
+	f := c.numel(0) * 4
+	hf := c.numel(0) * c.in[0].dt.Size()
+	c.saveNew(f)                      // x.to(float32), PowBackward0's self
+	p := c.local(f, trace.Activation) // pow(x32, 3)
+	a := c.local(f, trace.Activation) // 0.044715 * p
+	c.drop(p)
+	s := c.local(f, trace.Activation) // x + a, promoted to float32
+	c.drop(a)
+	k := c.local(f, trace.Activation) // sqrt(2/pi) * s
+	c.drop(s)
+	c.saveNew(f) // tanh saves its result t
+	c.drop(k)
+	u := c.local(f, trace.Activation)  // 1 + t
+	h := c.local(hf, trace.Activation) // 0.5 * x, half
+	c.save(value{st: u})
+	c.save(value{st: h})
+}
+
 func newGELUBackward(c *bwdCtx) {
+	if geluUpcast(c.m, c.inDT(0)) {
+		newGELUBackwardUpcast(c)
+		return
+	}
 	n := c.numel(0) * c.inDT(0).Size()
 	// grad*u and grad*h, then through tanh, the scalings and pow; the
 	// gradient of x arrives twice (0.5*x and the cubic term) and is
@@ -549,6 +658,81 @@ func newGELUBackward(c *bwdCtx) {
 	c.m.sim.unref(gt)
 	c.gradIn(0)
 	c.m.sim.unref(gh)
+}
+
+// newGELUBackwardUpcast runs gelu_new's nodes under CUDA autocast in the
+// engine's order (the ready node of the highest sequence number first),
+// each dropping its input gradient and saved tensors when it returns.
+// The three gradients of x (through 0.5*x, through x + a, through the
+// float32 copy) are summed in x's InputBuffer.
+func newGELUBackwardUpcast(c *bwdCtx) {
+	m := c.m
+	dt := c.inDT(0)
+	f := c.numel(0) * 4
+	hf := c.numel(0) * dt.Size()
+	saved := append([]*storage(nil), m.nodes[c.i]...) // x32, t, u, h
+	release := func(k int) {
+		if k < len(saved) {
+			c.releaseSaved(saved[k])
+		}
+	}
+	// MulBackward0 (0.5*x * u): grad*u, which validate_outputs casts to
+	// h's half dtype, and grad*h (float32).
+	tmp := c.alloc(f)
+	gh := c.alloc(hf)
+	m.sim.unref(tmp)
+	gu := c.alloc(f)
+	c.consume()
+	release(2)
+	release(3)
+	// MulBackward1 (0.5 * x): x's first share, half.
+	gx := c.alloc(hf)
+	m.sim.unref(gh)
+	// AddBackward1 (1 + t) hands gu on; TanhBackward0: tanh_backward(grad, t).
+	gt := c.alloc(f)
+	m.sim.unref(gu)
+	release(1)
+	// MulBackward1 (sqrt(2/pi) * s).
+	gs := c.alloc(f)
+	m.sim.unref(gt)
+	// AddBackward0 (x + a): x's share cast to half (validate_outputs) and
+	// summed into x's buffer; a's share is gs itself.
+	gx = c.accumulate(gx, c.alloc(hf), hf)
+	// MulBackward1 (0.044715 * p).
+	gp := c.alloc(f)
+	m.sim.unref(gs)
+	// PowBackward0: pow_backward = grad * (3 * self.pow(2)), self the
+	// float32 copy (FunctionsManual.cpp).
+	sq := c.alloc(f)
+	sc := c.alloc(f)
+	m.sim.unref(sq)
+	g32 := c.alloc(f)
+	m.sim.unref(sc)
+	m.sim.unref(gp)
+	release(0)
+	// ToCopyBackward0: back to x's dtype, summed into x's buffer.
+	g16 := c.alloc(hf)
+	m.sim.unref(g32)
+	gx = c.accumulate(gx, g16, hf)
+	if !c.needs(0) {
+		m.sim.unref(gx)
+		return
+	}
+	c.route(0, gx, dt)
+}
+
+// accumulate is InputBuffer::accumulate adding gradient add into buf:
+// in place when the profile's InputBufferInPlace (can_accumulate_inplace),
+// otherwise buf + add, a new tensor.
+func (c *bwdCtx) accumulate(buf, add *storage, bytes int64) *storage {
+	if c.m.sim.s.Profile.InputBufferInPlace {
+		c.m.sim.unref(add)
+		return buf
+	}
+	sum := c.alloc(bytes)
+	c.m.sim.unref(buf)
+	c.m.sim.unref(add)
+	return sum
 }
 
 // rmsNormOut: Hugging Face's LlamaRMSNorm returns weight *

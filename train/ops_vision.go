@@ -72,8 +72,21 @@ func addVisionRules() {
 	rules[graph.Release] = rule{}
 	// pow.Tensor_Scalar: PowBackward0 keeps self (and the exponent, a
 	// number); rsqrt: RsqrtBackward0 keeps its result (derivatives.yaml).
-	rules[graph.Pow] = rule{fwd: saveSelf, bwd: gradInput}
-	rules[graph.Rsqrt] = rule{fwd: saveResult, bwd: gradInput}
+	// Both are on CUDA autocast's AT_FORALL_FP32 (aten/src/ATen/
+	// autocast_mode.h: pow.Tensor_Scalar, rsqrt): a half input is cast to
+	// a float32 copy, which is the self PowBackward0 keeps. pow_backward
+	// (FunctionsManual.cpp) is grad * (exponent * self.pow(exponent - 1)):
+	// the power and its scaled copy are temporaries of the expression,
+	// alive until the product exists.
+	rules[graph.Pow] = rule{cast: castFP32, fwd: saveSelf, bwd: func(c *bwdCtx) {
+		n := c.numel(0) * c.inDT(0).Size()
+		p := c.alloc(n)
+		s := c.alloc(n)
+		c.gradIn(0)
+		c.m.sim.unref(p)
+		c.m.sim.unref(s)
+	}}
+	rules[graph.Rsqrt] = rule{cast: castFP32, fwd: saveResult, bwd: gradInput}
 	// A user's autograd.Function: what ctx.save_for_backward kept, as the
 	// capture recorded it, and one gradient per argument that needs one.
 	// What its backward computes inside is the user's code, not known:

@@ -76,8 +76,46 @@ func (c *fwdCtx) saveNew(bytes int64) *storage {
 	return st
 }
 
-// gemm notes a cuBLAS call on the forward thread.
-func (c *fwdCtx) gemm() { c.m.sim.cublas(false) }
+// gemm notes a cuBLAS call on the thread that runs the forward op: the
+// main thread, or the autograd device thread when a checkpointed block is
+// recomputed in backward (torch.utils.checkpoint reruns the forward inside
+// a backward node).
+func (c *fwdCtx) gemm() { c.m.sim.cublas(c.m.sim.phase == trace.Backward) }
+
+// gemmLt notes a cuBLASLt call (gemm_and_bias: an addmm whose bias goes
+// into the epilogue) on the op's thread. getCUDABlasLtWorkspace
+// (aten/src/ATen/cuda/CublasHandlePool.cpp) first takes the thread's cuBLAS
+// handle, which sets that handle's workspace (setWorkspaceForHandle), then
+// the Lt workspace of the (handle, stream), allocated through the caching
+// allocator at the handle's first Lt call and kept (pytorch pull request
+// 156495, June 2025: "LT now allocates one workspace per handle+stream
+// combo"; TORCH_CUBLASLT_UNIFIED_WORKSPACE, which would share the cuBLAS
+// one, is opt-in there). Its size, getCUDABlasLtWorkspaceSize, is
+// CUBLASLT_WORKSPACE_SIZE (1024 KiB by default), capped at the cuBLAS
+// workspace's.
+func (c *fwdCtx) gemmLt() {
+	sim := c.m.sim
+	back := sim.phase == trace.Backward
+	sim.cublas(back)
+	n := sim.s.Profile.CublasLtWorkspaceBytes
+	if n <= 0 || sim.s.CPU {
+		return
+	}
+	done := &sim.ltForward
+	if back {
+		done = &sim.ltBackward
+	}
+	if *done {
+		return
+	}
+	*done = true
+	if ws := sim.s.Profile.CublasWorkspaceFor(sim.s.ComputeMajor, sim.s.CublasWorkspaceConfig); ws > 0 && ws < n {
+		n = ws
+	}
+	st := sim.alloc(n, trace.Workspace)
+	st.refs = 1
+	sim.sum.WorkspaceBytes += n
+}
 
 func (sim *Simulator) cublas(backwardThread bool) {
 	if sim.s.CPU {
@@ -342,6 +380,37 @@ type bwdCtx struct {
 	// node) only after the node's apply() has returned, so after the
 	// temporaries it freed: see backwardOp.
 	out []gradOut
+	// consumed: the rule freed the incoming gradient itself (consume), as
+	// the engine does when the first of the several autograd nodes an op
+	// stands for returns.
+	consumed bool
+}
+
+// consume frees the incoming gradient inside an op that stands for several
+// autograd nodes: Engine::evaluate_function drops a node's inputs when its
+// apply() returns, so only the first node holds it.
+func (c *bwdCtx) consume() {
+	if c.consumed || c.gout == nil {
+		return
+	}
+	c.consumed = true
+	c.m.sim.unref(c.gout)
+}
+
+// releaseSaved drops one tensor the op's node saved, before the op's other
+// nodes run: release_variables() of the node that saved it, within an op
+// that stands for several autograd nodes (cross_entropy's NllLossBackward0
+// before LogSoftmaxBackward0).
+func (c *bwdCtx) releaseSaved(st *storage) {
+	nodes := c.m.nodes[c.i]
+	for k, s := range nodes {
+		if s == st {
+			c.m.nodes[c.i] = append(nodes[:k], nodes[k+1:]...)
+			st.saves--
+			c.m.sim.unref(st)
+			return
+		}
+	}
 }
 
 // gradOut is one gradient a backward node returns: for input j, or for

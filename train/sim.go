@@ -88,6 +88,8 @@ type Simulator struct {
 	returned []*storage
 	// cuBLAS workspaces, one per thread (forward, autograd device thread).
 	wsForward, wsBackward bool
+	// cuBLASLt workspaces, one per thread's handle (gemmLt).
+	ltForward, ltBackward bool
 	// cudnnKeys numbers the convolution configurations seen, each an
 	// entry of cuDNN's benchmark cache: the first sight of one runs the
 	// benchmark search, and its workspaces fall back under its number

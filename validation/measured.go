@@ -31,6 +31,9 @@ type Environment struct {
 	TotalMemory       int64  `json:"gpu_total_memory"`
 	ComputeCapability string `json:"gpu_capability"` // "9.0"
 	Torch             string `json:"torch"`
+	// Transformers is the transformers release the run imported ("" when
+	// it had none).
+	Transformers string `json:"transformers"`
 }
 
 // MeasuredResult is one case of measure.py's output.
@@ -45,6 +48,11 @@ type MeasuredResult struct {
 	} `json:"context"`
 	Env   *Environment   `json:"env"`
 	Steps []MeasuredStep `json:"steps"`
+	// Model is what measure.py built: Kind "lm" is a causal language
+	// model whose loss the loop computes from its logits (Trainer.loss).
+	Model struct {
+		Kind string `json:"kind"`
+	} `json:"model"`
 }
 
 // MeasuredStep is one optimizer step of a case, timed between
@@ -53,6 +61,11 @@ type MeasuredStep struct {
 	Step  int     `json:"step"`
 	Batch int64   `json:"batch"`
 	TimeS float64 `json:"time_s"`
+	// NonAllocatorBytes is the process's device memory outside the
+	// caching allocator after the step (NVML's figure for the process
+	// minus memory_reserved): the CUDA context with the kernels and the
+	// library handles the step loaded.
+	NonAllocatorBytes int64 `json:"non_allocator_bytes"`
 }
 
 // StepSeconds is the measured time of a steady step: the median of the
@@ -196,6 +209,18 @@ func Request(r MeasuredResult, env *Environment) (predict.Request, error) {
 	m, err := models.Lookup(name)
 	if err != nil {
 		return q, fmt.Errorf("case %s: %w", r.ID, err)
+	}
+	if r.Model.Kind == "lm" {
+		// Trainer.loss calls the model without labels and takes
+		// F.cross_entropy of the logits it returns.
+		cfg.LossFromLogits = true
+	}
+	if m.Family == "transformers" && env.Transformers != "" {
+		// the modeling code of the release the run imported, where
+		// batchfit follows it (the current code otherwise)
+		if models.CheckTransformersRelease(env.Transformers) == nil {
+			cfg.Transformers = env.Transformers
+		}
 	}
 	q.Source = predict.Zoo{M: m}
 	q.Config = cfg

@@ -70,11 +70,11 @@ func TestSummarize(t *testing.T) {
 // left out, b–c (2 s, 1.02 s) is predicted in order (2.2 > 1.224): two of
 // two.
 func TestStepTimes(t *testing.T) {
-	r := MeasuredResult{Steps: []MeasuredStep{{0, 8, 9.0}, {1, 8, 1.0}, {2, 8, 3.0}, {3, 8, 2.0}}}
+	r := MeasuredResult{Steps: []MeasuredStep{{0, 8, 9.0, 0}, {1, 8, 1.0, 0}, {2, 8, 3.0, 0}, {3, 8, 2.0, 0}}}
 	if got := r.StepSeconds(); got != 2.0 {
 		t.Errorf("steady step time %g, want 2 (the median of 1, 3, 2)", got)
 	}
-	if got := (MeasuredResult{Steps: []MeasuredStep{{0, 8, 1}}}).StepSeconds(); got != 0 {
+	if got := (MeasuredResult{Steps: []MeasuredStep{{0, 8, 1, 0}}}).StepSeconds(); got != 0 {
 		t.Errorf("one step: %g, want 0 (unknown)", got)
 	}
 	cs := []Comparison{

@@ -25,15 +25,18 @@ func TestGPURuleFlags(t *testing.T) {
 		wantError string
 	}{
 		// CublasHandlePool.cpp's default below Hopper, :4096:2:16:8, for
-		// the forward thread and the autograd thread; conv2's bound
-		// 8·32·9·16·16 floats = 2359296 bytes (conv1's is 884736).
-		{"default", nil, 2 * 8519680, 2359296, 0, ""},
+		// the forward thread and the autograd thread, and (the 2.11
+		// profile, the default) the forward thread's cuBLASLt workspace
+		// of 1 MiB for the Linear's bias-fused addmm, capped at the cuBLAS
+		// workspace's size; conv2's bound 8·32·9·16·16 floats = 2359296
+		// bytes (conv1's is 884736).
+		{"default", nil, 2*8519680 + 1<<20, 2359296, 0, ""},
 		// five kernel configurations searched once each: two forwards,
 		// conv2's data kernel (conv1's input is the batch), two filter
 		// kernels.
-		{"benchmark", []string{"--cudnn-benchmark"}, 2 * 8519680, 2359296, 5, ""},
-		{"config", []string{"--cublas-workspace-config", ":16:8"}, 2 * 16 * 1024 * 8, 2359296, 0, ""},
-		{"unparsable config", []string{"--cublas-workspace-config", "abc"}, 2 * 8519680, 2359296, 0, ""},
+		{"benchmark", []string{"--cudnn-benchmark"}, 2*8519680 + 1<<20, 2359296, 5, ""},
+		{"config", []string{"--cublas-workspace-config", ":16:8"}, 3 * 16 * 1024 * 8, 2359296, 0, ""},
+		{"unparsable config", []string{"--cublas-workspace-config", "abc"}, 2*8519680 + 1<<20, 2359296, 0, ""},
 		{"too large", []string{"--cublas-workspace-config", ":99999999999999999999:1"}, 0, 0, 0, "out of range"},
 	}
 	for _, c := range cases {

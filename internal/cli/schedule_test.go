@@ -10,7 +10,8 @@ import (
 )
 
 // A batch-size schedule with empty_cache() after every step, worked out by
-// hand from the caching allocator's rules (CUDACachingAllocator.cpp, 2.5:
+// hand from the caching allocator's rules under the 2.5 profile (--torch
+// 2.5: no cuBLASLt workspace of its own; CUDACachingAllocator.cpp, 2.5:
 // sizes round up to 512 bytes; requests up to 1 MiB come from 2 MiB
 // segments of the small pool; 1–10 MiB from 20 MiB segments; a free block
 // is found best-fit; empty_cache() returns wholly free segments only).
@@ -58,7 +59,7 @@ func TestScheduleEmptyCacheHandWorked(t *testing.T) {
 		{peakAlloc: 20227 * K, peakRes: 26 * M, endAlloc: 18945*K + K/2, endRes: 26 * M, released: 2 * M, after: 24 * M},
 		{peakAlloc: 19073*K + K/2, peakRes: 24 * M, endAlloc: 17025*K + K/2, endRes: 24 * M, released: 2 * M, after: 22 * M},
 	}
-	args := []string{"estimate", "testdata/one_linear.yaml", "--batch", "1024,64", "--gpu", "t4", "--optimizer", "sgd", "--empty-cache", "--context", "300MiB"}
+	args := []string{"estimate", "testdata/one_linear.yaml", "--batch", "1024,64", "--gpu", "t4", "--optimizer", "sgd", "--empty-cache", "--context", "300MiB", "--torch", "2.5"}
 	out, errs, code := run(append(args, "--json")...)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errs)
