@@ -41,6 +41,7 @@ type Job struct {
 	Steps              int           `json:"steps,omitempty"`
 	EmptyCache         bool          `json:"empty-cache,omitempty"`
 	KeepOutput         bool          `json:"keep-output,omitempty"`
+	LossFromLogits     bool          `json:"loss-from-logits,omitempty"`
 	CudnnBenchmark     bool          `json:"cudnn-benchmark,omitempty"`
 	NoAutocastCache    bool          `json:"no-autocast-cache,omitempty"`
 	AutocastAroundLoop bool          `json:"autocast-around-loop,omitempty"`

@@ -299,6 +299,10 @@ func (j Job) Request(src predict.Source, o Options) (predict.Request, error) {
 		return r, Usagef("--keep-output is for training: in eval and generate the loop always holds the output until the next forward")
 	}
 	r.Setup.KeepOutput = j.KeepOutput
+	if j.LossFromLogits && r.Infer != nil {
+		return r, Usagef("--loss-from-logits is for training: eval and generate compute no loss")
+	}
+	r.Config.LossFromLogits = j.LossFromLogits
 	if _, amp := prec.Autocast(); !amp && (j.NoAutocastCache || j.AutocastAroundLoop) {
 		return r, Usagef("--no-autocast-cache and --autocast-around-loop are for the mixed precisions (16-mixed, bf16-mixed), which run under autocast")
 	}

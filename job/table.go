@@ -76,6 +76,7 @@ func NewTable(c Choices) Table {
 		{Name: "cuda", Help: "the CUDA runtime PyTorch was built for (torch.version.cuda, e.g. 11.3): before 11.7 every kernel loads at start-up, and the CUDA context is the eager one measured on a GPU (1343 MiB) unless --context gives it"},
 		{Name: "nccl-buffsize", Help: "NCCL_BUFFSIZE, the Simple protocol's buffer per NCCL connection (default: NCCL's 4 MiB)"},
 		{Name: "empty-cache", Help: "call torch.cuda.empty_cache() after every step"},
+		{Name: "loss-from-logits", Help: "the training loop calls a language model without labels and takes F.cross_entropy(logits.view(-1, V), labels) of the logits it returns, with no float32 upcast of its own (default: the model's own loss, labels passed to forward, as transformers' Trainer does)"},
 		{Name: "keep-output", Help: "the training loop holds the model's output (a transformers model's logits) through backward and the step, until the next forward: output = model(...); output.loss.backward(), as Answer.AI's fsdp_qlora does (default: dropped at its last use, as transformers' Trainer does)"},
 		{Name: "cudnn-benchmark", Help: "torch.backends.cudnn.benchmark = True: the first step searches cuDNN's convolution algorithms"},
 		{Name: "no-autocast-cache", Help: "torch.autocast(..., cache_enabled=False): the mixed precisions cast a weight anew at every use and free the copy with the op, instead of keeping one copy per weight until the autocast region ends"},
