@@ -253,6 +253,8 @@ func TestKnownCausesPrinted(t *testing.T) {
 		"cs336-adamw": {"cs336-small", "--batch", "1", "--seq", "16", "--optimizer", "adamw", "--forloop"},
 		"fabric-4bit-excess": {"Llama-3.2-1B", "--batch", "1", "--seq", "16", "--precision", "bf16-true", "--lora", "8",
 			"--lora-targets", "q_proj,v_proj", "--quant", "nf4", "--quant-via", "fabric", "--lora-impl", "litgpt"},
+		"cudnn-workspace": {"simpleconv", "--gpu", "h200", "--batch", "64", "--torch", "2.11"},
+		"cudnn-benchmark": {"resnet18", "--gpu", "h200", "--batch", "8", "--torch", "2.11", "--cudnn-benchmark"},
 	}
 	for id, c := range validation.KnownCauses {
 		args, ok := lines[id]
