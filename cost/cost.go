@@ -386,20 +386,30 @@ func (t *timer) product(k rate, dt graph.DType, rows, inner, cols, batch, bytes 
 // each a kernel that reads and writes its tensor (NVIDIA, Deep Learning
 // Performance Documentation, Convolutional Layers User's Guide, "Tensor
 // Layouts in Memory: NCHW vs NHWC"; seen as nchwToNhwc and nhwcToNchw
-// kernels in NCHW mixed-precision profiles). bytes are the operands'
-// sizes; n the kernels. A channels-last model (nhwc), a channels-last
-// input (cl), or a convolution off the tensor cores (float32 without
-// TF32) runs none.
+// kernels in NCHW mixed-precision profiles, and as cuDNN's
+// genericTranspose_kernel around a grouped float16 convolution in pytorch
+// issue 54324). bytes are the operands' sizes; n the kernels. Each element
+// costs its index arithmetic, so the kernels move elements at a rate per
+// SM per clock (gpu.Achievable.Transpose, machine.tr), whatever their
+// width, and never faster than the achievable bandwidth moves their reads
+// and writes (kernel.go). The roofline bound keeps the bandwidth alone. A
+// channels-last model (nhwc), a channels-last input (cl), or a
+// convolution off the tensor cores (float32 without TF32) runs none.
 func (t *timer) transposes(dt graph.DType, cl bool, n int64, bytes float64) {
 	if t.nhwc || cl || t.peak(conv, dt) == t.r.FP32 {
 		return
 	}
-	t.kernels(n, vector, dt, 0, 2*bytes)
+	t.bound(n, vector, dt, 0, 2*bytes)
+	dev := 2 * bytes / t.m.bw
+	if t.m.tr > 0 {
+		dev = max(dev, bytes/size(dt)/t.m.tr)
+	}
+	t.issue(float64(n)*t.op, n, dev)
 }
 
 // grouped adds a grouped or depthwise convolution's kernel: timed by its
-// traffic at the depthwise share of the bandwidth, at the CUDA cores' rate
-// at best (kernel.go).
+// traffic at the depthwise kernels' rate per SM per clock, at most the
+// achievable bandwidth, and at the CUDA cores' rate at best (kernel.go).
 func (t *timer) grouped(k rate, dt graph.DType, flops, bytes float64) {
 	t.bound(1, k, dt, flops, bytes)
 	t.issue(t.op, 1, max(bytes/t.m.dw, flops/t.r.FP32))

@@ -7,7 +7,7 @@ import (
 )
 
 // The physical model of one kernel's device time, beside the roofline
-// bound. Four parts, each from a published rule:
+// bound, each part from a published rule or measurement:
 //
 //   - Matrix products (cuBLAS GEMMs, cuDNN's implicit-GEMM convolutions)
 //     run as CTA tiles, one wave of tiles across the GPU's SMs after
@@ -25,17 +25,38 @@ import (
 //     vectorised loads; cuBLAS ≥ 11 still runs them on the tensor cores,
 //     charged here at half the aligned rate (unalignedShare).
 //   - cuBLAS's GEMMs (Linear, matmul, bmm) run at their own share of the
-//     peak (gpu.Achievable.GEMM), above cuDNN's implicit-GEMM
+//     peak (gpu.Achievable.GEMM), apart from cuDNN's implicit-GEMM
 //     convolutions, which build each tile's operand from the image as they
-//     load it (gpu.Achievable.Matmul): one figure for every GPU, fitted
-//     within the guide's 70–90 % for large half-precision GEMMs.
+//     load it (gpu.Achievable.Matmul): one figure per architecture
+//     (gpu/catalog.go says why Hopper's is below the guide's 70–90 %).
 //   - Grouped and depthwise convolutions have too little arithmetic per
-//     byte for the tensor cores' tiles: they are timed by their traffic at
-//     a share of the achievable bandwidth (gpu.Achievable.Depthwise: their
-//     kernels re-read each input element for every filter tap and reduce
-//     the weight gradient per channel; PyTorch issue 18631 measures 24 %
-//     of a Titan Xp's bandwidth for a 3×3 depthwise forward), and never
-//     faster than their arithmetic at the CUDA cores' FP32 rate.
+//     byte for the tensor cores' tiles. Their kernels — cuDNN's, and
+//     PyTorch's conv_depthwise2d (aten/src/ATen/native/cuda/
+//     DepthwiseConv2d.cu: a thread per output element looping over the
+//     kh·kw taps with its index arithmetic and bounds checks, and a
+//     weight gradient of one block per channel and tap reducing over
+//     N·OH·OW) — are bound by the SMs issuing those instructions and
+//     loads, not by DRAM: they move their operands at a rate per SM per
+//     clock (gpu.Achievable.Depthwise), at most the achievable bandwidth,
+//     and never faster than their arithmetic at the CUDA cores' FP32
+//     rate. PyTorch issue 18631's 3×3 depthwise forward moves 2.8 bytes
+//     per SM per clock on a Titan Xp (131 GB/s, 24 % of its bandwidth);
+//     the published EfficientNet and MobileNet rows imply about one byte
+//     per SM per clock for the whole step's kernels on a V100, an A100
+//     and an RTX 3090 alike, where as a share of the bandwidth they differ
+//     by more than two (0.14, 0.08, 0.18).
+//   - The layout transposes cuDNN runs around tensor-core convolutions of
+//     NCHW tensors (timer.transposes) compute each element's source and
+//     destination index: they move elements at a rate per SM per clock
+//     (gpu.Achievable.Transpose) whatever their width, at most the
+//     achievable bandwidth. ResNet-50 in mixed precision at batch 128
+//     takes 152.2 ms a step in NCHW and 110.9 ms channels-last on a V100
+//     (sandeepkumar-skb/pytorch_experiments, torchvision_exp/README.md):
+//     41.3 ms for the 8.3 G elements batchfit transposes, 1.6 elements
+//     per SM per clock. On an H200 (1.97 times the V100's SMs × clock,
+//     5.3 times its bandwidth) NCHW costs 41.2 ms a step of batch 256
+//     (testdata/throughput/own-h200.csv): twice the V100's elements a
+//     second, as the SMs say, and a third of the H200's bandwidth.
 //   - Every other kernel moves its bytes at the achievable share of the
 //     datasheet bandwidth (gpu.Achievable.Bandwidth), not the datasheet's.
 //
@@ -64,6 +85,7 @@ type machine struct {
 	gemm float64 // achievable share for cuBLAS's GEMMs
 	bw   float64 // achievable bandwidth, bytes/s
 	dw   float64 // bandwidth of grouped and depthwise convolutions, bytes/s
+	tr   float64 // elements/s the NCHW layout transposes move (0: no per-SM rate, the bandwidth's)
 	fp   float64 // FP32 CUDA-core peak
 }
 
@@ -75,14 +97,33 @@ func newMachine(r gpu.Rates) machine {
 	if m.gemm <= 0 {
 		m.gemm = m.mm
 	}
-	m.dw = m.bw
-	if d := r.Achievable.Depthwise; d > 0 {
-		m.dw = m.bw * d
-	}
 	if m.bw <= 0 {
 		m.bw = r.Bandwidth
 	}
+	m.dw = m.bw
+	if c := smClocks(r); c > 0 {
+		if d := r.Achievable.Depthwise; d > 0 {
+			m.dw = min(m.bw, d*c)
+		}
+		m.tr = r.Achievable.Transpose * c
+	}
 	return m
+}
+
+// smClocks is the GPU's SM clock cycles a second, SMs × boost clock: what
+// the per-SM rates of the depthwise kernels and the layout transposes
+// scale with. A GPU whose boost clock is not published (the B200) takes
+// it from its FP32 peak, SMs × clock × 128 FP32 lanes × 2 on Blackwell
+// (NVIDIA Blackwell architecture technical brief); without an SM count
+// there are no per-SM rates (0), as there is no tile model.
+func smClocks(r gpu.Rates) float64 {
+	switch {
+	case r.SMs <= 0:
+		return 0
+	case r.BoostMHz > 0:
+		return float64(r.SMs) * r.BoostMHz * 1e6
+	}
+	return r.FP32 / (2 * 128)
 }
 
 // gemmTime is the device time of batch products of [M, K] by [K, N] at

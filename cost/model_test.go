@@ -166,18 +166,19 @@ func TestConvAsGEMM(t *testing.T) {
 // Which share of the peaks each kind of kernel runs at, on a made-up GPU
 // (no SM count, so no tile model) of 100 TFLOP/s half precision, 10 TFLOP/s
 // float32 and 1 TB/s, with cuBLAS's GEMMs at 0.8 of the peak, cuDNN's
-// convolutions at 0.5, streaming kernels at 0.8 of the bandwidth and
-// depthwise ones at a quarter of that (0.2 TB/s), worked by hand:
+// convolutions at 0.5 and streaming kernels at 0.8 of the bandwidth;
+// without an SM count depthwise kernels have no per-SM rate
+// (TestPerSMRates) and stream too, worked by hand:
 //
 //	a 1024³ GEMM, 2.147483648 GFLOP, at 80 TFLOP/s: 26.8435456 µs
 //	the same as a convolution, at 50 TFLOP/s: 42.94967296 µs
-//	a depthwise convolution moving 1 MB at 0.2 TB/s: 5 µs
+//	a depthwise convolution moving 4 MB at 0.8 TB/s: 5 µs
 //	one of 0.1 GFLOP at the 10 TFLOP/s of the CUDA cores: 10 µs
 //	an elementwise kernel moving 1 MB at 0.8 TB/s: 1.25 µs, under the
 //	  2.5 µs an empty kernel takes on the device
 func TestSharesByKernel(t *testing.T) {
 	r := gpu.Rates{FP32: 10e12, FP16: 100e12, Bandwidth: 1e12,
-		Achievable: gpu.Achievable{Matmul: 0.5, GEMM: 0.8, Depthwise: 0.25, Bandwidth: 0.8}}
+		Achievable: gpu.Achievable{Matmul: 0.5, GEMM: 0.8, Depthwise: 1, Transpose: 1, Bandwidth: 0.8}}
 	const n = 1024.0
 	for _, c := range []struct {
 		name string
@@ -186,7 +187,7 @@ func TestSharesByKernel(t *testing.T) {
 	}{
 		{"cuBLAS GEMM", func(t *timer) { t.product(gemm, graph.F16, n, n, n, 1, 0) }, 26.8435456e-6},
 		{"cuDNN convolution", func(t *timer) { t.product(conv, graph.F16, n, n, n, 1, 0) }, 42.94967296e-6},
-		{"depthwise, by its traffic", func(t *timer) { t.grouped(conv, graph.F16, 1e6, 1e6) }, 5e-6},
+		{"depthwise, by its traffic", func(t *timer) { t.grouped(conv, graph.F16, 1e6, 4e6) }, 5e-6},
 		{"depthwise, by its arithmetic", func(t *timer) { t.grouped(conv, graph.F16, 1e8, 1e6) }, 10e-6},
 		{"elementwise, at the device's least", func(t *timer) { t.kernel(vector, graph.F16, 0, 1e6) }, KernelGPU},
 	} {
@@ -194,6 +195,108 @@ func TestSharesByKernel(t *testing.T) {
 		c.run(&tm)
 		if got := tm.dev[Forward]; math.Abs(got-c.want) > 1e-15 {
 			t.Errorf("%s: %.10g s, want %.10g", c.name, got, c.want)
+		}
+	}
+}
+
+// The per-SM rates, on a made-up GPU of 10 SMs at 1,000 MHz (1e10 SM
+// clocks a second) and 1 TB/s at a share of 0.8, worked by hand:
+//
+//	a depthwise convolution moving 1 MB at 2 bytes per SM per clock
+//	  (20 GB/s, under the 0.8 TB/s): 1e6 / 2e10 = 50 µs
+//	at 200 bytes per SM per clock the bandwidth binds: 10 MB at
+//	  0.8 TB/s = 12.5 µs
+//	the three NCHW transposes around a half-precision convolution whose
+//	  operands are 3 MB (1.5 M elements) at 1.5 elements per SM per
+//	  clock (1.5e10 a second): 100 µs, where their 6 MB of reads and
+//	  writes at 0.8 TB/s would take 7.5 µs
+//	in float32 (TF32) the same 3 MB are 0.75 M elements: 50 µs
+//	at 150 elements per SM per clock the bandwidth binds: 7.5 µs
+//	no boost clock: the clock from the FP32 peak, 10 SMs × clock × 256 =
+//	  2.56 TFLOP/s gives the same 1e10 SM clocks a second: 50 µs
+func TestPerSMRates(t *testing.T) {
+	base := gpu.Rates{FP32: 2.56e12, TF32: 50e12, FP16: 100e12, Bandwidth: 1e12, SMs: 10, BoostMHz: 1000}
+	for _, c := range []struct {
+		name    string
+		dw, tr  float64
+		noClock bool
+		run     func(*timer)
+		want    float64
+	}{
+		{"depthwise at its SM rate", 2, 0, false, func(t *timer) { t.grouped(conv, graph.F16, 0, 1e6) }, 50e-6},
+		{"depthwise at the bandwidth", 200, 0, false, func(t *timer) { t.grouped(conv, graph.F16, 0, 10e6) }, 12.5e-6},
+		{"depthwise, clock from FP32", 2, 0, true, func(t *timer) { t.grouped(conv, graph.F16, 0, 1e6) }, 50e-6},
+		{"half transposes at their SM rate", 0, 1.5, false, func(t *timer) { t.transposes(graph.F16, false, 3, 3e6) }, 100e-6},
+		{"float32 transposes at their SM rate", 0, 1.5, false, func(t *timer) { t.transposes(graph.F32, false, 3, 3e6) }, 50e-6},
+		{"transposes at the bandwidth", 0, 150, false, func(t *timer) { t.transposes(graph.F16, false, 3, 3e6) }, 7.5e-6},
+	} {
+		r := base
+		r.Achievable = gpu.Achievable{Matmul: 0.5, GEMM: 0.8, Bandwidth: 0.8, Depthwise: c.dw, Transpose: c.tr}
+		if c.noClock {
+			r.BoostMHz = 0
+		}
+		tm := timer{r: r, m: newMachine(r), tf32: [3]bool{conv: true}}
+		c.run(&tm)
+		if got := tm.dev[Forward]; math.Abs(got-c.want) > 1e-12 {
+			t.Errorf("%s: %.10g s, want %.10g", c.name, got, c.want)
+		}
+	}
+}
+
+// Which grouped convolutions PyTorch sends to cuDNN, and so pay the NCHW
+// transposes, read off aten/src/ATen/native/Convolution.cpp
+// (use_cudnn_depthwise, check_cudnn_depthwise_workload_with_filter) case
+// by case: a depthwise one in NCHW goes to cuDNN only in float16, with at
+// least 32 channels, a square 1×1, 3×3 or 5×5 filter, an input at least 7
+// wide, undilated, and at stride 2 only with 512 channels or 256 at
+// widths of 28 and more (a 1×1 filter: at batch 1 up to width 28, at
+// batches up to 16 with 128 channels up to width 7); channels-last and
+// non-depthwise grouped ones always go to cuDNN.
+func TestCudnnGrouped(t *testing.T) {
+	for _, c := range []struct {
+		name       string
+		n, ch, w   int64
+		k, stride  int64
+		dilation   int64
+		groups     int64
+		dt         graph.DType
+		nhwc, want bool
+	}{
+		{"3×3 stride 1 float16", 256, 32, 56, 3, 1, 1, 32, graph.F16, false, true},
+		{"5×5 stride 1 float16", 256, 240, 14, 5, 1, 1, 240, graph.F16, false, true},
+		{"bfloat16: native", 256, 32, 56, 3, 1, 1, 32, graph.BF16, false, false},
+		{"float32: native", 256, 32, 56, 3, 1, 1, 32, graph.F32, false, false},
+		{"16 channels: native", 256, 16, 56, 3, 1, 1, 16, graph.F16, false, false},
+		{"7×7: native", 256, 96, 56, 7, 1, 1, 96, graph.F16, false, false},
+		{"6 wide: native", 256, 96, 6, 3, 1, 1, 96, graph.F16, false, false},
+		{"dilated: native", 256, 96, 56, 3, 1, 2, 96, graph.F16, false, false},
+		{"stride 2, 96 channels: native", 256, 96, 112, 3, 2, 1, 96, graph.F16, false, false},
+		{"stride 2, 576 channels", 256, 576, 14, 3, 2, 1, 576, graph.F16, false, true},
+		{"stride 2, 256 channels at 28", 256, 256, 28, 5, 2, 1, 256, graph.F16, false, true},
+		{"stride 2, 256 channels at 14: native", 256, 256, 14, 5, 2, 1, 256, graph.F16, false, false},
+		{"stride 2, 1×1 at batch 8, 128 channels, 7 wide", 8, 128, 7, 1, 2, 1, 128, graph.F16, false, true},
+		{"stride 2, 1×1 at batch 32: native", 32, 128, 7, 1, 2, 1, 128, graph.F16, false, false},
+		{"stride 2, 1×1 at batch 1, 28 wide", 1, 64, 28, 1, 2, 1, 64, graph.F16, false, true},
+		{"stride 2, 1×1 at batch 1, 56 wide: native", 1, 64, 56, 1, 2, 1, 64, graph.F16, false, false},
+		{"channels-last bfloat16", 256, 32, 56, 3, 1, 1, 32, graph.BF16, true, true},
+		{"two groups, not depthwise", 256, 64, 56, 3, 1, 1, 2, graph.F32, false, true},
+	} {
+		g := build(t, "dw", func(b *graph.Builder) {
+			x := b.Input("x", graph.Shape{c.n, c.ch, c.w, c.w}, graph.F32)
+			y := b.Target("y", graph.Shape{c.n}, graph.I64)
+			h := b.Conv2d("conv", x, c.ch, graph.Conv2dOpts{Kernel: [2]int64{c.k, c.k}, Stride: [2]int64{c.stride, c.stride},
+				Padding: [2]int64{c.k / 2 * c.dilation, c.k / 2 * c.dilation}, Dilation: [2]int64{c.dilation, c.dilation}, Groups: c.groups})
+			b.CrossEntropy("loss", b.Mean("pool", h, 2, 3), y)
+		})
+		var op *graph.Op
+		for i := range g.Ops {
+			if g.Ops[i].Kind == graph.Conv2d {
+				op = &g.Ops[i]
+			}
+		}
+		tm := timer{nhwc: c.nhwc}
+		if got := tm.cudnnGrouped(g, op, c.dt); got != c.want {
+			t.Errorf("%s: cuDNN %v, want %v", c.name, got, c.want)
 		}
 	}
 }

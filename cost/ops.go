@@ -56,6 +56,9 @@ func forward(t *timer, g *graph.Graph, op *graph.Op, run train.OpRun) {
 	case graph.Conv2d:
 		bytes := (in+numel(g, op.Weight))*e + out*eo
 		if c := convShape(g, op); c.groups > 1 {
+			if t.cudnnGrouped(g, op, run.In) {
+				t.transposes(run.In, op.Attr.ChannelsLast, 3, bytes)
+			}
 			t.grouped(conv, run.In, convFLOPs(g, op), bytes)
 		} else {
 			// implicit GEMM: (N·OH·OW) × C_out, over C_in·kh·kw, with the
@@ -406,8 +409,12 @@ func convGrads(t *timer, g *graph.Graph, op *graph.Op, run train.OpRun, c convGE
 	out := numel(g, op.Output)
 	x, w := numel(g, op.Inputs[0]), numel(g, op.Weight)
 	bytes := (out + w + x) * e
+	viaCudnn := c.groups > 1 && op.Kind == graph.Conv2d && t.cudnnGrouped(g, op, run.In)
 	if needsGrad(g, op.Inputs[0]) {
 		if c.groups > 1 {
+			if viaCudnn {
+				t.transposes(run.In, op.Attr.ChannelsLast, 3, bytes)
+			}
 			t.grouped(conv, run.In, f, bytes)
 		} else {
 			t.transposes(run.In, op.Attr.ChannelsLast, 3, bytes)
@@ -416,6 +423,9 @@ func convGrads(t *timer, g *graph.Graph, op *graph.Op, run train.OpRun, c convGE
 	}
 	if needsGrad(g, op.Weight) {
 		if c.groups > 1 {
+			if viaCudnn {
+				t.transposes(run.In, op.Attr.ChannelsLast, 3, bytes)
+			}
 			t.grouped(conv, run.In, f, bytes)
 		} else {
 			t.transposes(run.In, op.Attr.ChannelsLast, 3, bytes)
@@ -425,4 +435,54 @@ func convGrads(t *timer, g *graph.Graph, op *graph.Op, run train.OpRun, c convGE
 	if needsGrad(g, op.Bias) {
 		t.kernel(vector, run.In, out, out*e)
 	}
+}
+
+// cudnnGrouped reports whether PyTorch sends a grouped convolution to
+// cuDNN rather than to its own depthwise kernel (conv_depthwise2d,
+// aten/src/ATen/native/cuda/DepthwiseConv2d.cu), as
+// aten/src/ATen/native/Convolution.cpp's _select_conv_backend decides: a
+// grouped convolution that is not depthwise goes to cuDNN (use_cudnn); a
+// depthwise one (groups = C_in, C_out a multiple of it) goes there in
+// channels-last layout always (use_cudnn_depthwise), and in NCHW only in
+// float16, undilated, with equal strides (or a height of 1) and at least
+// 32 channels, where check_cudnn_depthwise_workload_with_filter (cuDNN 8.2
+// and later) says so: a 1-high input at stride 1; otherwise square 1×1,
+// 3×3 or 5×5 filters on inputs at least 7 wide, every one at stride 1,
+// and at stride 2 a 3×3 or 5×5 one at batch 1, a 1×1 one at batch 1 up to
+// width 28 or at batches up to 16 with 128 channels up to width 7, and
+// above batch 1 a 3×3 or 5×5 one with 512 channels, or 256 from width 28.
+func (t *timer) cudnnGrouped(g *graph.Graph, op *graph.Op, dt graph.DType) bool {
+	x := g.Tensors[op.Inputs[0]].Shape
+	w := g.Tensors[op.Weight].Shape
+	a := op.Attr
+	if len(x) != 4 || len(w) != 4 || a.Groups != x[1] || w[0]%x[1] != 0 {
+		return true // grouped, not depthwise: cuDNN
+	}
+	if t.nhwc || a.ChannelsLast {
+		return true
+	}
+	dilated := a.Dilation[0] > 1 || a.Dilation[1] > 1
+	if dt != graph.F16 || dilated || x[1] < 32 || (a.Stride[0] != a.Stride[1] && x[2] != 1) {
+		return false
+	}
+	if x[2] == 1 && a.Stride[1] == 1 {
+		return true
+	}
+	k := w[3]
+	if w[2] != k || (k != 1 && k != 3 && k != 5) || x[3] < 7 {
+		return false
+	}
+	switch a.Stride[1] {
+	case 1:
+		return true
+	case 2:
+		if x[0] == 1 {
+			return k != 1 || x[3] <= 28
+		}
+		if k == 1 {
+			return x[0] <= 16 && x[1] >= 128 && x[3] <= 7
+		}
+		return x[1] >= 512 || (x[1] >= 256 && x[3] >= 28)
+	}
+	return false
 }

@@ -80,6 +80,11 @@ func LoadThroughput(path string) ([]ThroughputRow, error) {
 	root := filepath.Join(filepath.Dir(path), "..", "..")
 	for i := range rows {
 		rows[i].Root = root
+		if p := rows[i].Path; ownScript(p) {
+			if _, err := os.Stat(filepath.Join(root, p)); err != nil {
+				return nil, fmt.Errorf("%s: line %d: field \"path\" names %s, which this repository lacks: %w", path, rows[i].Line, p, err)
+			}
+		}
 	}
 	return rows, nil
 }
@@ -144,8 +149,12 @@ func parseThroughputRow(rec []string, line int) (ThroughputRow, error) {
 			return row, fmt.Errorf("field %q is empty", throughputHeader[[]int{0, 1, 2, 3, 4, 8}[i]])
 		}
 	}
-	if !strings.Contains(row.Path, "@") || !strings.Contains(row.Path, ":") {
-		return row, fmt.Errorf("field \"path\" is %q, expected repository@commit:file", row.Path)
+	// A published figure names the repository@commit:file it was read
+	// from; a figure this project measured names the script in this
+	// repository that measured it (validation/steptime_gpu.py), a local
+	// path that LoadThroughput checks exists.
+	if !(strings.Contains(row.Path, "@") && strings.Contains(row.Path, ":")) && !ownScript(row.Path) {
+		return row, fmt.Errorf("field \"path\" is %q, expected repository@commit:file or a script of this repository", row.Path)
 	}
 	row.Args = strings.Fields(rec[5])
 	if len(row.Args) == 0 {
@@ -175,6 +184,15 @@ func parseThroughputRow(rec []string, line int) (ThroughputRow, error) {
 		return row, err
 	}
 	return row, nil
+}
+
+// ownScript reports whether p names a script by a path inside this
+// repository (no repository@commit, no way out of the root, a Python or
+// shell file): the script that measured a row this project measured.
+func ownScript(p string) bool {
+	ext := filepath.Ext(p)
+	return !strings.ContainsAny(p, "@:") && filepath.IsLocal(p) && filepath.ToSlash(filepath.Clean(p)) == p &&
+		(ext == ".py" || ext == ".sh")
 }
 
 // flag is the value of a --name flag of the row's command line ("" when

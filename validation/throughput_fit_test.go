@@ -14,42 +14,51 @@ import (
 	"github.com/batchfit/batchfit/validation"
 )
 
-// TestThroughputFit fits the step-time model's constants on the
-// calibration set's rows whose model batchfit builds exactly, once, over
-// every source together: per architecture (gpu.Achievable) the share of
-// the tensor peak cuDNN's implicit-GEMM convolutions reach (0.50–0.90)
-// and the share of the datasheet bandwidth streaming kernels reach
-// (0.70–0.93: STREAM-like copies reach 0.8–0.93, reductions such as batch
-// norm less), and for every GPU alike the share of the peak cuBLAS's
-// GEMMs reach (0.70–0.95: NVIDIA's Matrix Multiplication Background
-// User's Guide, §2.3, large half-precision GEMMs at 70–90 % of the dense
-// peak) and the share of the achievable bandwidth depthwise and grouped
-// convolution kernels reach (0.15–0.60: PyTorch issue 18631's 3×3
-// depthwise forward moves 131 GB/s on a 548 GB/s Titan Xp, 24 %). The
-// search alternates: the per-architecture pairs, each minimising the
-// median |error| of its architecture's rows, and the two global shares,
-// minimising the largest median |error| of any source, until neither
-// moves. It prints the fit and changes nothing: the catalog carries the
-// figures (gpu/catalog.go).
+// TestThroughputFit fits the step-time model's constants on the calibration
+// set's rows whose model batchfit builds exactly, once, over every source
+// together: per architecture (gpu.Achievable) the share of the tensor peak
+// cuDNN's implicit-GEMM convolutions reach (0.50–0.90) and the share of the
+// datasheet bandwidth streaming kernels reach (0.70–0.93: STREAM-like
+// copies reach 0.8–0.93, reductions such as batch norm less) and the share
+// of the peak cuBLAS's GEMMs reach (0.45–0.95: NVIDIA's Matrix
+// Multiplication Background User's Guide, §2.3, large half-precision GEMMs
+// at 70–90 % of the dense peak; a bfloat16 GEMM on an H100 at 51 %,
+// meta-pytorch/float8_experimental pull request 145), and for every GPU alike
+// the bytes per SM per clock depthwise and grouped convolution kernels move
+// (0.5–3.0: PyTorch issue 18631's 3×3 depthwise forward moves 131 GB/s on a
+// Titan Xp's 30 SMs at 1,582 MHz, 2.8 bytes per SM per clock, a forward
+// alone) and the elements per SM per clock cuDNN's NCHW layout transposes
+// move (1.0–2.5: ResNet-50 in mixed precision on a V100, NCHW against
+// channels-last in sandeepkumar-skb/pytorch_experiments,
+// torchvision_exp/README.md, 1.6).
 //
-//	go test -tags calibrate -run ThroughputFit -v ./validation
+// One objective for every constant: the largest median |error| of any
+// source (the issue's target holds every source to the same threshold),
+// ties broken by the median over all rows. The search is coordinate descent
+// on it — each architecture's convolution and bandwidth shares over their
+// grid and its GEMM share over its own, then each global rate over its own
+// — until a pass moves nothing; a step is taken only when it lowers the
+// objective, so the search cannot drift. It prints the fit and changes
+// nothing: the catalog carries the figures (gpu/catalog.go).
+//
+//	go test -tags calibrate -run ThroughputFit -v -timeout 2h ./validation
 func TestThroughputFit(t *testing.T) {
 	rows := loadThroughputSets(t)
-	byArch := map[string][]validation.ThroughputRow{}
-	var exact []validation.ThroughputRow
-	for _, r := range rows {
-		if !r.Exact {
-			continue
-		}
+	archOf := func(r validation.ThroughputRow) string {
 		g, err := gpu.Lookup(r.GPU)
 		if err != nil {
 			t.Fatal(err)
 		}
-		f := fmt.Sprintf("sm_%d%d", g.Major, g.Minor)
-		if f == "sm_100" {
+		return fmt.Sprintf("sm_%d%d", g.Major, g.Minor)
+	}
+	var exact []validation.ThroughputRow
+	byArch := map[string][]int{}
+	for _, r := range rows {
+		f := archOf(r)
+		if !r.Exact || f == "sm_100" {
 			continue // B200's rows are bound elsewhere (docs/accuracy.md §4.1)
 		}
-		byArch[f] = append(byArch[f], r)
+		byArch[f] = append(byArch[f], len(exact))
 		exact = append(exact, r)
 	}
 	var archs []string
@@ -57,79 +66,113 @@ func TestThroughputFit(t *testing.T) {
 		archs = append(archs, f)
 	}
 	sort.Strings(archs)
+	// The catalog's figures are the start.
 	shares := map[string]gpu.Achievable{}
 	for _, f := range archs {
-		shares[f] = gpu.Achievable{Matmul: 0.6, Bandwidth: 0.85}
+		g, _ := gpu.Lookup(exact[byArch[f][0]].GPU)
+		shares[f] = g.Rates.Achievable
 	}
-	archOf := func(r validation.ThroughputRow) string {
-		g, _ := gpu.Lookup(r.GPU)
-		return fmt.Sprintf("sm_%d%d", g.Major, g.Minor)
+	cur := shares[archs[0]]
+	with := func(a, g gpu.Achievable) gpu.Achievable {
+		a.Depthwise, a.Transpose = g.Depthwise, g.Transpose
+		return a
 	}
-	errs := func(rs []validation.ThroughputRow, a func(validation.ThroughputRow) gpu.Achievable) map[string][]float64 {
-		out := map[string][]float64{}
-		for _, r := range rs {
-			p, err := fitPredict(r, a(r))
-			if err != nil {
-				t.Fatal(err)
-			}
-			e := math.Abs(p-r.Throughput) / r.Throughput
-			out[r.Source] = append(out[r.Source], e)
-			out[""] = append(out[""], e)
+	errOf := func(i int, a gpu.Achievable) float64 {
+		r := exact[i]
+		p, err := fitPredict(r, a)
+		if err != nil {
+			t.Fatal(err)
 		}
-		return out
+		m := r.SamplesPerSecond()
+		return math.Abs(p-m) / m
 	}
-	gemm, dw := 0.8, 0.3
-	for iter := 0; iter < 4; iter++ {
+	errs := make([]float64, len(exact))
+	for i := range exact {
+		errs[i] = errOf(i, with(shares[archOf(exact[i])], cur))
+	}
+	// objective is the worst source's median |error| and the median over
+	// every row.
+	objective := func(e []float64) (worst, all float64) {
+		by := map[string][]float64{}
+		for i, r := range exact {
+			by[r.Source] = append(by[r.Source], e[i])
+		}
+		for _, v := range by {
+			worst = math.Max(worst, fitMedian(v))
+		}
+		return worst, fitMedian(e)
+	}
+	better := func(e []float64, w0, a0 float64) bool {
+		w, a := objective(e)
+		return w < w0-1e-9 || (math.Abs(w-w0) <= 1e-9 && a < a0-1e-9)
+	}
+	grid := func(lo, hi, step float64) []float64 {
+		var v []float64
+		for x := lo; x <= hi+1e-9; x += step {
+			v = append(v, math.Round(x*1000)/1000)
+		}
+		return v
+	}
+	for pass := 1; pass <= 4; pass++ {
 		moved := false
 		for _, f := range archs {
-			best, cur := math.Inf(1), shares[f]
-			for mm := 0.50; mm <= 0.901; mm += 0.025 {
+			for _, mm := range grid(0.50, 0.90, 0.025) {
 				for _, bw := range []float64{0.70, 0.75, 0.80, 0.85, 0.90, 0.93} {
-					a := gpu.Achievable{Matmul: mm, Bandwidth: bw, GEMM: gemm, Depthwise: dw}
-					m := fitMedian(errs(byArch[f], func(validation.ThroughputRow) gpu.Achievable { return a })[""])
-					if m < best-1e-9 {
-						best, cur = m, a
+					a := shares[f]
+					a.Matmul, a.Bandwidth = mm, bw
+					trial := append([]float64(nil), errs...)
+					for _, i := range byArch[f] {
+						trial[i] = errOf(i, with(a, cur))
+					}
+					if w0, a0 := objective(errs); better(trial, w0, a0) {
+						shares[f], errs, moved = a, trial, true
 					}
 				}
 			}
-			if cur.Matmul != shares[f].Matmul || cur.Bandwidth != shares[f].Bandwidth {
-				moved = true
-			}
-			shares[f] = cur
-		}
-		best, bg, bd := math.Inf(1), gemm, dw
-		for g := 0.70; g <= 0.951; g += 0.05 {
-			for d := 0.15; d <= 0.601; d += 0.05 {
-				e := errs(exact, func(r validation.ThroughputRow) gpu.Achievable {
-					a := shares[archOf(r)]
-					a.GEMM, a.Depthwise = g, d
-					return a
-				})
-				worst := 0.0
-				for src, v := range e {
-					if src != "" {
-						worst = math.Max(worst, fitMedian(v))
-					}
+			for _, gm := range grid(0.45, 0.95, 0.05) {
+				a := shares[f]
+				a.GEMM = gm
+				trial := append([]float64(nil), errs...)
+				for _, i := range byArch[f] {
+					trial[i] = errOf(i, with(a, cur))
 				}
-				if worst < best-1e-9 {
-					best, bg, bd = worst, g, d
+				if w0, a0 := objective(errs); better(trial, w0, a0) {
+					shares[f], errs, moved = a, trial, true
 				}
 			}
 		}
-		if bg != gemm || bd != dw {
-			moved = true
+		for _, c := range []struct {
+			set  func(*gpu.Achievable, float64)
+			grid []float64
+		}{
+			{func(a *gpu.Achievable, v float64) { a.Depthwise = v }, grid(0.5, 3.0, 0.1)},
+			{func(a *gpu.Achievable, v float64) { a.Transpose = v }, grid(1.0, 2.5, 0.1)},
+		} {
+			for _, v := range c.grid {
+				g := cur
+				c.set(&g, v)
+				trial := make([]float64, len(exact))
+				for i := range exact {
+					trial[i] = errOf(i, with(shares[archOf(exact[i])], g))
+				}
+				if w0, a0 := objective(errs); better(trial, w0, a0) {
+					cur, errs, moved = g, trial, true
+				}
+			}
 		}
-		gemm, dw = bg, bd
-		t.Logf("pass %d: GEMM share %.2f, depthwise share %.2f: the worst source's median |error| %.1f %%", iter+1, gemm, dw, 100*best)
+		w, a := objective(errs)
+		t.Logf("pass %d: depthwise %.1f bytes and transposes %.1f elements per SM per clock: the worst source's median |error| %.1f %%, every row's %.1f %%",
+			pass, cur.Depthwise, cur.Transpose, 100*w, 100*a)
 		if !moved {
 			break
 		}
 	}
 	for _, f := range archs {
-		a := shares[f]
-		a.GEMM, a.Depthwise = gemm, dw
-		m := fitMedian(errs(byArch[f], func(validation.ThroughputRow) gpu.Achievable { return a })[""])
-		t.Logf("%-8s %2d rows: convolutions %.3f, bandwidth %.2f: median |error| %.1f %%", f, len(byArch[f]), a.Matmul, a.Bandwidth, 100*m)
+		var e []float64
+		for _, i := range byArch[f] {
+			e = append(e, errs[i])
+		}
+		t.Logf("%-8s %2d rows: convolutions %.3f, GEMMs %.2f, bandwidth %.2f: median |error| %.1f %%", f, len(byArch[f]), shares[f].Matmul, shares[f].GEMM, shares[f].Bandwidth, 100*fitMedian(e))
 	}
 }
 
@@ -177,7 +220,7 @@ func TestThroughputBound(t *testing.T) {
 		if err != nil || res.Time == nil {
 			t.Fatalf("%s: %v", r.ID, err)
 		}
-		ratio := res.Time.BoundSamplesPerSecond() / r.Throughput
+		ratio := res.Time.BoundSamplesPerSecond() / r.SamplesPerSecond()
 		all = append(all, ratio)
 		if r.Exact {
 			exact = append(exact, ratio)

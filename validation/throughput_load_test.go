@@ -2,6 +2,8 @@ package validation
 
 import (
 	"math"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -35,7 +37,10 @@ func TestParseThroughputErrors(t *testing.T) {
 		// a figure in tokens/s is divided by the sequence length
 		{"tokens without seq", tpHeader + tpRow("unit", "tokens/s"), `--seq is ""`},
 		{"exact", tpHeader + tpRow("exact", "yes"), `field "exact" is "yes"`},
-		{"path", tpHeader + tpRow("path", "README.md"), `expected repository@commit:file`},
+		{"path", tpHeader + tpRow("path", "README.md"), `expected repository@commit:file or a script of this repository`},
+		// a script of this repository is named by a path inside it
+		{"path outside", tpHeader + tpRow("path", "../steptime_gpu.py"), `"../steptime_gpu.py", expected repository@commit:file`},
+		{"path absolute", tpHeader + tpRow("path", "/steptime_gpu.py"), `"/steptime_gpu.py", expected repository@commit:file`},
 		{"args", tpHeader + tpRow("args", " "), `field "args" is empty`},
 		{"batch", tpHeader + tpRow("args", `"resnet50 --batch 8,16"`), `--batch is "8,16"`},
 		{"no batch", tpHeader + tpRow("args", "resnet50"), `--batch is ""`},
@@ -162,6 +167,36 @@ func TestThroughputSetLoads(t *testing.T) {
 		if r.flag("gpu") != r.GPU {
 			t.Errorf("%s: args run on %q, gpu column %q", r.ID, r.flag("gpu"), r.GPU)
 		}
+	}
+}
+
+// The rows this project measured (own-h200.csv) name the script that
+// measured them by its path in this repository, which must exist there:
+// the 30 H200 step times of validation/steptime_gpu.py load, and a row
+// naming a script the repository lacks does not.
+func TestThroughputOwnMeasurementLoads(t *testing.T) {
+	rows, err := LoadThroughput("../testdata/throughput/own-h200.csv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 30 {
+		t.Fatalf("%d rows, want the 30 measured", len(rows))
+	}
+	for _, r := range rows {
+		if r.Source != "own measurement" || r.Path != "validation/steptime_gpu.py" || r.GPU != "h200" || r.flag("gpu") != "h200" {
+			t.Errorf("%s: source %q, path %q, gpu %q, args' gpu %q", r.ID, r.Source, r.Path, r.GPU, r.flag("gpu"))
+		}
+	}
+	dir := filepath.Join(t.TempDir(), "testdata", "throughput")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(dir, "x.csv")
+	if err := os.WriteFile(p, []byte(tpHeader+tpRow("path", "validation/missing.py")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LoadThroughput(p); err == nil || !strings.Contains(err.Error(), "names validation/missing.py, which this repository lacks") {
+		t.Errorf("error %v, want the missing script named", err)
 	}
 }
 
