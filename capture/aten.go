@@ -159,6 +159,9 @@ func (m *Model) Build(c models.Config) (*graph.Graph, error) {
 		})
 		x.scope = ""
 	}
+	if ok() {
+		x.releaseOutput()
+	}
 	if x.err != nil {
 		return nil, x.err
 	}
@@ -240,6 +243,70 @@ func (x *bctx) release(start, end int) {
 	}
 	if len(xs) > 0 {
 		x.b.Release("release", xs...)
+	}
+}
+
+// releaseOutput adds a Release op after the last op (the loss) for the
+// activations still alive when the recording ended: bfcapture.py keeps the
+// forward's output through backward, so no finalizer ran for what the
+// output holds. A training loop drops the output once it has the loss
+// (loss = model(**batch).loss; transformers' Trainer.compute_loss returns
+// outputs["loss"]), and the tensors the output held go then, not at their
+// last use as operands. A ModelOutput holds more than the logits:
+// T5ForConditionalGeneration returns past_key_values when use_cache is on,
+// its default (T5Config(use_cache=True)) in training too, and each decoder
+// attention puts its key and value states there
+// (present_key_value_state = (key_states, value_states) in
+// transformers' T5Attention.forward), alive to the forward's end although
+// the matmuls read contiguous copies of them; GPT-2's presents are views
+// of c_attn's output. A storage the last torch function call reads or
+// makes (the logits the loss reads) lives to the end already, and one a
+// parameter, buffer or input shares is not the output's to free.
+func (x *bctx) releaseOutput() {
+	f := x.m.f
+	if len(f.Ops) == 0 {
+		return
+	}
+	start := len(f.Ops) - 1
+	if c := f.Ops[start].FnCall; c != 0 {
+		for start > 0 && f.Ops[start-1].FnCall == c {
+			start--
+		}
+	}
+	kept := map[int]bool{}
+	for i := range f.Tensors {
+		if f.Tensors[i].Role != "activation" {
+			kept[f.Tensors[i].Storage] = true
+		}
+	}
+	for i := start; i < len(f.Ops); i++ {
+		o := &f.Ops[i]
+		for _, t := range o.tensorArgs() {
+			kept[f.Tensors[t].Storage] = true
+		}
+		for _, t := range o.Out {
+			if t != nil {
+				kept[f.Tensors[*t].Storage] = true
+			}
+		}
+	}
+	loss := x.ids[*f.Loss]
+	seen := map[graph.TensorID]bool{}
+	var xs []graph.TensorID
+	for i := range f.Tensors {
+		t := &f.Tensors[i]
+		if t.FreedAfter != nil || t.Role != "activation" || kept[t.Storage] {
+			continue
+		}
+		g := x.ids[i]
+		if g == graph.None || g == loss || seen[g] {
+			continue
+		}
+		seen[g] = true
+		xs = append(xs, g)
+	}
+	if len(xs) > 0 {
+		x.b.Release("output", xs...)
 	}
 }
 

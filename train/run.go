@@ -166,8 +166,21 @@ func (m *micro) runOp(i int) {
 		m.regather[i] = 0
 	}
 	policy := m.castOf(i, r)
+	// Only an op whose output requires grad records a node, and only a
+	// node has edges to the parameters' AccumulateGrad: the generated
+	// VariableType kernels set grad_fn and its next edges only when
+	// compute_requires_grad (torch/csrc/autograd/functions/utils.h) says
+	// so, which it does not under no_grad nor for a non-differentiable
+	// result (an integer one, a comparison), and factory functions
+	// (torch.tensor, full) take no tensor at all. A constant the graph
+	// makes "like" a parameter (the capture's anchor for a tensor no
+	// recorded op made, such as Gemma's normalizer,
+	// torch.tensor(hidden**0.5)) is no use of it: counted, AccumulateGrad
+	// would wait for a gradient that never comes, and the parameter's
+	// .grad would stay pending across zero_grad.
+	edges := !recomputing && m.g.Tensors[op.Output].RequiresGrad
 	for j, t := range op.Inputs {
-		if p := m.pidx[t]; p >= 0 && !recomputing && m.g.Tensors[t].RequiresGrad {
+		if p := m.pidx[t]; p >= 0 && edges && m.g.Tensors[t].RequiresGrad {
 			// A parameter used as an operand (a class token expanded, a
 			// position table added): one more gradient for AccumulateGrad.
 			m.direct[p]++
@@ -229,7 +242,7 @@ func (m *micro) runOp(i int) {
 				v = value{st: c.local(ps.numel*to.Size(), trace.Transient), dt: to}
 			}
 		}
-		if p >= 0 && !recomputing && m.g.Tensors[t].RequiresGrad && !(k == 1 && op.Bias == op.Weight) {
+		if p >= 0 && edges && m.g.Tensors[t].RequiresGrad && !(k == 1 && op.Bias == op.Weight) {
 			if m.wCast[i] {
 				m.viaCast[p]++
 			} else {

@@ -140,14 +140,7 @@ func peerRows(t *testing.T) ([]peerRow, peersReference) {
 // peersKnownMisses are the models on which batchfit's prediction is not yet
 // as close as the closest peer's, with what its rules miss. The test fails
 // when one of them stops missing, so that the entry goes.
-var peersKnownMisses = map[string]string{
-	"hf-t5-eager": "the measured peak is in the forward pass, 131072 bytes above batchfit's: an allocation " +
-		"inside a CPU kernel (no op's output in T5's forward is that large, and MemTracker, which sees op " +
-		"outputs only, misses it too) that no rule makes",
-	"hf-gemma-sdpa": "batchfit keeps 24576 bytes more than PyTorch from the backward pass through the " +
-		"optimizer step (the optimizer and zero_grad phases' peaks are 24564 and 24576 bytes over): the size " +
-		"of the 96 x 64 embedding that Gemma ties to its output layer",
-}
+var peersKnownMisses = map[string]string{}
 
 // TestPeers holds batchfit to the peers on the same real CPU training
 // steps: on every model its prediction of the step's peak is at least as
