@@ -89,11 +89,11 @@ func attentionForward(c *fwdCtx) {
 			lse = 8
 		}
 		c.saveNew(b * h * l * lse)
-		if m.sim.s.CPU && c.op.Attr.QueryTransposed {
-			if m.blhd == nil {
-				m.blhd = map[graph.TensorID]bool{}
+		if m.sim.s.CPU && c.op.Attr.Query != graph.QueryBHLD {
+			if m.laidOut == nil {
+				m.laidOut = map[graph.TensorID]graph.QueryLayout{}
 			}
-			m.blhd[c.op.Output] = true
+			m.laidOut[c.op.Output] = c.op.Attr.Query
 		}
 	case AttentionEfficient:
 		// _efficient_attention_forward: logsumexp [B, H, ceil(L/32)*32]
