@@ -611,8 +611,8 @@ func (x *bctx) pair(as []arg, i int, def int64) [2]int64 {
 	return [2]int64{v[0], v[1]}
 }
 
-// queryBLHD reports whether the CPU flash attention kernel of torch 2.x
-// lays its output out [B, L, H, D] for this query: the kernel allocates the
+// queryLayout is the order in memory in which the CPU flash attention
+// kernel of torch 2.x lays its output out for this query: the kernel allocates the
 // output like the query (torch 2.5's meta kernel for
 // _scaled_dot_product_flash_attention_for_cpu is torch.empty_like(query),
 // and at::empty_like with preserve_format keeps the strides of a dense
@@ -623,14 +623,16 @@ func (x *bctx) pair(as []arg, i int, def int64) [2]int64 {
 // (3NHD, D, 3HD, 1)), gives an output of strides (NHD, D, HD, 1), whose
 // transpose(1, 2) is contiguous, as a dense [B, L, H, D] query's does
 // (transposed12); a contiguous query gives a contiguous output, and an
-// [L, B, H, D] one keeps that order.
-func (x *bctx) queryBLHD(t *tensor) bool {
+// [L, B, H, D] one (nn.MultiheadAttention's, torchvision's ViT) keeps that
+// order: measured on 2.5.1 with validation/step.py, its
+// permute(2, 0, 1, 3).contiguous() copies nothing.
+func (x *bctx) queryLayout(t *tensor) graph.QueryLayout {
 	if x.transposed12(t) {
-		return true
+		return graph.QueryBLHD
 	}
 	s := x.shape(t)
 	if len(s) != 4 || len(t.Stride) != 4 || x.contig(t) || s[1] == 1 || s[2] == 1 {
-		return false
+		return graph.QueryBHLD
 	}
 	st := make([]int64, 4)
 	for i := range st {
@@ -640,6 +642,13 @@ func (x *bctx) queryBLHD(t *tensor) bool {
 		}
 	}
 	// dims in the order B, L, H, D by decreasing stride (a batch of 1
-	// takes any stride)
-	return (s[0] == 1 || st[0] > st[2]) && st[2] > st[1] && st[1] > st[3]
+	// takes any stride): transformers' projections
+	if (s[0] == 1 || st[0] > st[2]) && st[2] > st[1] && st[1] > st[3] {
+		return graph.QueryBLHD
+	}
+	// L, B, H, D: nn.MultiheadAttention's sequence-first projection
+	if (s[0] == 1 || (st[2] > st[0] && st[0] > st[1])) && st[2] > st[1] && st[1] > st[3] {
+		return graph.QueryLBHD
+	}
+	return graph.QueryBHLD
 }

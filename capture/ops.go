@@ -186,7 +186,7 @@ func (x *bctx) group(ops []op) bool {
 		return true
 	case "scaled_dot_product_attention":
 		var qkv [3]graph.TensorID
-		qT := false
+		qT := graph.QueryBHLD
 		for i, n := range []string{"query", "key", "value"} {
 			a, _ := argAt(as, kw, i, n)
 			t, ok := a.tensor()
@@ -195,7 +195,7 @@ func (x *bctx) group(ops []op) bool {
 			}
 			qkv[i] = x.in(o, t)
 			if i == 0 {
-				qT = x.queryBLHD(&x.m.f.Tensors[t])
+				qT = x.queryLayout(&x.m.f.Tensors[t])
 			}
 		}
 		if a, ok := argAt(as, kw, 3, "attn_mask"); ok && !a.null() {

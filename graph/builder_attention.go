@@ -28,12 +28,12 @@ func (b *Builder) MatMul(name string, x, y TensorID) TensorID {
 // math, flash, memory-efficient) and so what it saves is a property of the
 // setup, not of the graph.
 func (b *Builder) Attention(name string, q, k, v TensorID, causal bool, dropout float64) TensorID {
-	return b.AttentionLayout(name, q, k, v, causal, dropout, false)
+	return b.AttentionLayout(name, q, k, v, causal, dropout, QueryBHLD)
 }
 
-// AttentionLayout is Attention whose query is laid out [B, L, H, D] in
-// memory when queryTransposed (Attr.QueryTransposed).
-func (b *Builder) AttentionLayout(name string, q, k, v TensorID, causal bool, dropout float64, queryTransposed bool) TensorID {
+// AttentionLayout is Attention whose query is laid out in memory as
+// layout says (Attr.Query).
+func (b *Builder) AttentionLayout(name string, q, k, v TensorID, causal bool, dropout float64, layout QueryLayout) TensorID {
 	if !b.ok(q, k, v) {
 		return None
 	}
@@ -44,7 +44,7 @@ func (b *Builder) AttentionLayout(name string, q, k, v TensorID, causal bool, dr
 	}
 	os := Shape{qs[0], qs[1], qs[2], vs[3]}
 	return b.op(Attention, name, []TensorID{q, k, v}, None, None, os, b.DTypeOf(q), None, true,
-		Attr{Heads: qs[1], KVHeads: ks[1], Causal: causal, P: dropout, QueryTransposed: queryTransposed, QueryContiguous: b.contig[q]})
+		Attr{Heads: qs[1], KVHeads: ks[1], Causal: causal, P: dropout, Query: layout, QueryContiguous: b.contig[q]})
 }
 
 // KVCache is one layer's cache update for keys or values x [B, Hkv, L, D]

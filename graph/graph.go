@@ -152,6 +152,34 @@ type Tensor struct {
 // Bytes is the size of the tensor's own elements.
 func (t *Tensor) Bytes() int64 { return t.Shape.Numel() * t.DType.Size() }
 
+// QueryLayout is the order in memory of an attention query's [B, H, L, D]
+// dims.
+type QueryLayout uint8
+
+const (
+	// QueryBHLD is a contiguous query.
+	QueryBHLD QueryLayout = iota
+	// QueryBLHD is the transpose(1, 2) of a contiguous [B, L, H, D], as
+	// transformers' q_proj(x).view(B, L, H, D).transpose(1, 2) is.
+	QueryBLHD
+	// QueryLBHD is a contiguous [L, B, E] seen as [B, H, L, D], as
+	// nn.MultiheadAttention's q.view(L, B*H, D).transpose(0, 1) then
+	// .view(B, H, L, D) is (F.multi_head_attention_forward).
+	QueryLBHD
+)
+
+// Order is the query's dims, as indices into [B, H, L, D], from the
+// outermost in memory to the innermost.
+func (l QueryLayout) Order() [4]int {
+	switch l {
+	case QueryBLHD:
+		return [4]int{0, 2, 1, 3}
+	case QueryLBHD:
+		return [4]int{2, 0, 1, 3}
+	}
+	return [4]int{0, 1, 2, 3}
+}
+
 // Attr holds the attributes ops need; each op kind uses a few of them.
 type Attr struct {
 	P        float64 // dropout probability
@@ -165,17 +193,16 @@ type Attr struct {
 	Heads    int64 // attention heads (query)
 	KVHeads  int64 // attention key/value heads (grouped-query attention)
 	Causal   bool
-	// QueryTransposed marks an attention whose query is laid out
-	// [B, L, H, D] in memory (the transpose(1, 2) of a contiguous tensor,
-	// as transformers' q_proj(x).view(B, L, H, D).transpose(1, 2) is):
-	// kernels that allocate their output in the query's layout then
-	// return a tensor whose transpose(1, 2) is contiguous, and the
-	// .contiguous() that follows copies nothing.
-	QueryTransposed bool
+	// Query is how an attention's query [B, H, L, D] is laid out in
+	// memory: kernels that allocate their output in the query's layout
+	// (the CPU flash kernel) return a tensor that the view back to the
+	// sequence's layout leaves contiguous, and the .contiguous() that
+	// follows copies nothing.
+	Query QueryLayout
 	// QueryContiguous marks an attention whose query is a contiguous
 	// [B, H, L, D] tensor (the builder's contiguity), rather than a
-	// transposed view of a [B, L, H, D] one or a strided slice of a fused
-	// projection: CUDA's flash kernel then lays its output out as the query.
+	// permuted view or a strided slice of a fused projection: CUDA's
+	// flash kernel then lays its output out as the query.
 	QueryContiguous bool
 	Scalar          bool // mul/div by a Python number rather than a tensor
 	// InputCopy marks a layer_norm whose input is not contiguous:

@@ -179,12 +179,16 @@ func tvMultiheadAttention(b *graph.Builder, name string, x graph.TensorID, heads
 		// tensor; DivBackward0 saves only the wrapped number); bmm(q_scaled,
 		// k.transpose(-2, -1)); softmax(dim=-1); dropout if p > 0; bmm
 		// with v, giving a contiguous [B*H, L, D] — here [B, H, L, D]. Its
-		// saving rule belongs to the op table and the setup.
-		o := b.Attention("attention", qkv[0], qkv[1], qkv[2], false, p)
+		// saving rule belongs to the op table and the setup. (2.x calls
+		// scaled_dot_product_attention on q.view(B, H, L, D), whose memory
+		// is [L, B, H, D]: the CPU flash kernel lays its output out so.)
+		o := b.AttentionLayout("attention", qkv[0], qkv[1], qkv[2], false, p, graph.QueryLBHD)
 
 		// attn_output.transpose(0, 1).contiguous().view(tgt_len * bsz,
 		// embed_dim): a view [L, B*H, D] of the contiguous [B*H, L, D]
-		// result, copied, then viewed [L*B, E].
+		// result, copied, then viewed [L*B, E]. (2.x: attn_output
+		// .permute(2, 0, 1, 3).contiguous(), the same [L, B, H, D]; no copy
+		// where the kernel laid the output out [L, B, H, D].)
 		o = b.Reshape("attn_view", o, bsz*heads, l, d)
 		o = b.Transpose("attn_transpose", o, 0, 1)
 		o = b.Contiguous("attn_contiguous", o)

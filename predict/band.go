@@ -71,7 +71,7 @@ var Bands = map[Reliance]Band{
 	// CS336's transformer LMs, BERT-large under the Hugging Face Trainer,
 	// torchtune's and LitGPT's full fine-tunes, the project's own H200
 	// cases (MLPs, ViT-B/16, GPT-2) and GPT-2's largest batch there.
-	0: earned(0, 0.0967, 0.1905, -0.0022, 44, 1),
+	0: earned(0, 0.0967, 0.1905, -0.0011, 44, 1),
 	// LitGPT's and torchtune's LoRA rows, PEFT's, the H200's LoRA MLPs.
 	Adapters: earned(Adapters, 0.0767, 0.3555, -0.0009, 24, 0),
 	// LitGPT's and torchtune's QLoRA rows.

@@ -87,9 +87,10 @@ type Profile struct {
 	AdamForeachDenomCopy bool `json:"adam_foreach_denom_copy"`
 	// InputBufferInPlace: when two gradients reach one tensor in
 	// backward, InputBuffer::accumulate adds the second into the first in
-	// place if nothing else holds the first (can_accumulate_inplace);
-	// torch 1.13 always adds out of place (old_var + var), measured with
-	// validation/step.py.
+	// place if nothing else holds the first (can_accumulate_inplace; a
+	// view's base holds its storage, so a view is summed out of place:
+	// train.accumulate); torch 1.13 always adds out of place
+	// (old_var + var), measured with validation/step.py.
 	InputBufferInPlace bool `json:"input_buffer_in_place"`
 	// MatmulAllowTF32 is torch.backends.cuda.matmul.allow_tf32's default:
 	// off since 1.12, so float32 matmuls run on the CUDA cores.

@@ -91,17 +91,24 @@ func attentionForward(c *fwdCtx) {
 		c.saveNew(b * h * l * lse)
 		//
 		// On CUDA, _scaled_dot_product_flash_attention_cuda (attention.cu)
-		// hands the kernel q_t = query.transpose(1, 2), [B, L, H, D],
-		// and mha_fwd (flash_api.cpp) allocates out = at::empty_like(q_padded)
-		// before returning output.transpose(1, 2): empty_like keeps q_t's
-		// strides when q_t is dense (a contiguous [B, H, L, D] query
-		// gives an output laid out [B, H, L, D]) and is contiguous
-		// otherwise: a query that is the transpose of a [B, L, H, D]
-		// tensor, or a strided slice of a fused qkv projection (GPT-2's
-		// c_attn(x).split(E, dim=2)), gives an output laid out
-		// [B, L, H, D].
-		if m.sim.s.CPU && c.op.Attr.QueryTransposed || !m.sim.s.CPU && !c.op.Attr.QueryContiguous {
-			m.markBLHD(c.op.Output)
+		// hands the kernel q_t = query.transpose(1, 2), and mha_fwd
+		// (flash_api.cpp) allocates out = at::empty_like(q_padded) before
+		// returning output.transpose(1, 2): empty_like keeps q_t's
+		// strides when q_t is dense (a query that is a permuted contiguous
+		// tensor gives an output laid out as the query) and is contiguous
+		// otherwise: a strided slice of a fused qkv projection (GPT-2's
+		// c_attn(x).split(E, dim=2)) gives an output laid out
+		// [B, L, H, D]. The CPU flash kernel lays its output out as the
+		// query too (measured under 2.5.1 on the CPU). On the GPU only the
+		// [B, L, H, D] case is held to a measurement (GPT-2 on the H200);
+		// for nn.MultiheadAttention's [L, B, H, D] query the H200's ViT-B/16
+		// under autocast lies between the copy per layer (+2.6 %) and none
+		// (−1.5 %), so the GPU keeps the copy, the larger figure.
+		switch lay := c.op.Attr.Query; {
+		case m.sim.s.CPU && lay != graph.QueryBHLD:
+			m.layOut(c.op.Output, lay)
+		case !m.sim.s.CPU && !c.op.Attr.QueryContiguous:
+			m.layOut(c.op.Output, graph.QueryBLHD)
 		}
 	case AttentionEfficient:
 		// _efficient_attention_forward: logsumexp [B, H, ceil(L/32)*32]
@@ -117,7 +124,7 @@ func attentionForward(c *fwdCtx) {
 		c.save(c.out)
 		c.saveNew(b * h * ((l + 31) / 32 * 32) * 4)
 		if !m.sim.s.CPU {
-			m.markBLHD(c.op.Output)
+			m.layOut(c.op.Output, graph.QueryBLHD)
 		}
 	case AttentionEager:
 		mathAttentionForward(c, b, h, l, s, true)
@@ -256,12 +263,12 @@ func attentionBackward(c *bwdCtx) {
 	}
 }
 
-// markBLHD records that attention output t is laid out [B, L, H, D] in
-// memory, so that the .contiguous() of its transpose(1, 2) is a view
-// (transposedAttention).
-func (m *micro) markBLHD(t graph.TensorID) {
-	if m.blhd == nil {
-		m.blhd = map[graph.TensorID]bool{}
+// layOut records that attention output t is laid out in memory in the
+// order of l, so that a view of it that reads that memory in order is
+// contiguous already (contiguousAttention).
+func (m *micro) layOut(t graph.TensorID, l graph.QueryLayout) {
+	if m.laidOut == nil {
+		m.laidOut = map[graph.TensorID]graph.QueryLayout{}
 	}
-	m.blhd[t] = true
+	m.laidOut[t] = l
 }

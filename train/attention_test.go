@@ -154,6 +154,10 @@ func TestAttentionCheckpoint(t *testing.T) {
 func TestAttentionCPUFlash(t *testing.T) {
 	const b, l, h, d = 2, 40, 4, 16
 	saved := func(version string, queryTransposed bool) int64 {
+		layout := graph.QueryBHLD
+		if queryTransposed {
+			layout = graph.QueryBLHD
+		}
 		bl := graph.NewBuilder("attn")
 		x := bl.Input("x", graph.Shape{b, l, h * d}, graph.F32)
 		y := bl.Target("y", graph.Shape{b * l}, graph.I64)
@@ -166,7 +170,7 @@ func TestAttentionCPUFlash(t *testing.T) {
 			return bl.Transpose(name+".t", p, 1, 2)
 		}
 		q, k, v := heads("q"), heads("k"), heads("v")
-		o := bl.AttentionLayout("attn", q, k, v, true, 0, queryTransposed)
+		o := bl.AttentionLayout("attn", q, k, v, true, 0, layout)
 		o = bl.Transpose("o.t", o, 1, 2)
 		o = bl.Contiguous("o.contiguous", o)
 		o = bl.Reshape("o.merge", o, b*l, h*d)
@@ -188,5 +192,27 @@ func TestAttentionCPUFlash(t *testing.T) {
 	}
 	if got := saved("2.0", true) - flash; got != 49920 {
 		t.Errorf("2.0's math path saves %d bytes more than 2.5's CPU flash kernel, want 49,920", got)
+	}
+}
+
+// inOrder: a view reads a contiguous [L, B, H, D] = [5, 2, 12, 64] in
+// order when its dims are the memory's dims split or merged in order.
+func TestInOrder(t *testing.T) {
+	mem := []int64{5, 2, 12, 64}
+	for _, c := range []struct {
+		s    []int64
+		want bool
+	}{
+		{[]int64{5, 2, 12, 64}, true}, // 2.x: attn_output.permute(2, 0, 1, 3)
+		{[]int64{5, 24, 64}, true},    // 1.13: transpose(0, 1) of the [B*H, L, D] view
+		{[]int64{10, 768}, true},
+		{[]int64{5, 1, 2, 768}, true},
+		{[]int64{2, 5, 12, 64}, false}, // [B, L, H, D]: B and L swapped
+		{[]int64{2, 12, 5, 64}, false}, // the output as [B, H, L, D]
+		{[]int64{5, 2, 768, 1, 2}, false},
+	} {
+		if got := inOrder(c.s, mem); got != c.want {
+			t.Errorf("inOrder(%v, %v) = %v, want %v", c.s, mem, got, c.want)
+		}
 	}
 }

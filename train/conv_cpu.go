@@ -34,6 +34,25 @@ import (
 //
 // The oneDNN path is not modelled: it reorders tensors to blocked layouts
 // whose padding depends on the processor's vector width.
+//
+// A build with NNPACK (Setup.NNPACK) takes ConvBackend::NnpackSpatial
+// instead of Slow2d where ConvParams::use_nnpack holds (Convolution.cpp,
+// _select_conv_backend, v2.5.1): a float32 4-D input, not dilated, not
+// transposed, a kernel under 17×17 and a batch of 16 or more. Its forward
+// (NNPACK.cpp, _nnpack_spatial_convolution) makes the output and nothing
+// else through c10 (its workspace comes from posix_memalign and stays with
+// the thread): no columns. Its backward has no kernel of its own
+// (_convolution_backward_nogroup_backend: "nnpack backward does not
+// support strided convolutions; use slow impl instead") and runs
+// slow_conv_dilated2d_backward_cpu (NaiveDilatedConvolution.cpp): grad_input,
+// grad_weight and grad_bias, then the columns of one sample [C·kh·kw,
+// oh·ow], reused across the batch, and per sample grad_output_n.sum(dims),
+// a [C_out] tensor added into grad_bias and freed (one at a time and
+// alike: one is simulated). Measured on 2.5.1 with
+// validation/step.py (simpleconv at batch 32) and one convolution at a
+// time: exactly these events. A channels-last input is not modelled on
+// this path (NNPACK makes the input contiguous and returns a contiguous
+// output).
 
 // convColumns is the byte size of _slow_conv2d's im2col buffer for one
 // group, 0 where the kernel reads its input in place.
@@ -45,6 +64,12 @@ func convColumns(in, out graph.Shape, a graph.Attr, dt graph.DType) int64 {
 	return in[0] * (in[1] / g) * a.Kernel[0] * a.Kernel[1] * out[2] * out[3] * dt.Size()
 }
 
+// nnpack says the CPU convolution runs NNPACK's kernel (ConvParams::use_nnpack).
+func nnpack(s *Setup, in graph.Shape, a graph.Attr, dt graph.DType) bool {
+	return s.CPU && s.NNPACK && dt == graph.F32 && len(in) == 4 && in[0] >= 16 &&
+		a.Kernel[0] < 17 && a.Kernel[1] < 17 && max(a.Dilation[0], 1) == 1 && max(a.Dilation[1], 1) == 1 && !a.ChannelsLast
+}
+
 func convCPUForward(c *fwdCtx) {
 	if !c.m.sim.s.CPU {
 		return
@@ -52,6 +77,13 @@ func convCPUForward(c *fwdCtx) {
 	in, out := c.shape(0), c.outShape()
 	dt := c.in[0].dt
 	cols := convColumns(in, out, c.op.Attr, dt)
+	if nnpack(&c.m.sim.s, in, c.op.Attr, dt) {
+		cols = 0
+		if c.op.Bias == graph.None {
+			// bias_ = at::zeros({C_out}) for the kernel, freed when it returns
+			c.local(out[1]/max(c.op.Attr.Groups, 1)*dt.Size(), trace.Transient)
+		}
+	}
 	g := max(c.op.Attr.Groups, 1)
 	if g == 1 {
 		if c.op.Attr.ChannelsLast {
@@ -88,6 +120,23 @@ func convBackward(c *bwdCtx) {
 	dt := c.inDT(0)
 	cols := convColumns(in, out, c.op.Attr, dt)
 	g := max(c.op.Attr.Groups, 1)
+	// dilated backward's columns, one sample's, and its per-sample bias sum
+	var sampleCols, biasSum int64
+	if nnpack(&m.sim.s, in, c.op.Attr, dt) {
+		sampleCols = in[1] / g * c.op.Attr.Kernel[0] * c.op.Attr.Kernel[1] * out[2] * out[3] * dt.Size()
+		if c.op.Bias != graph.None {
+			biasSum = out[1] / g * dt.Size()
+		}
+	}
+	columns := func() {
+		if sampleCols == 0 {
+			c.temp(cols)
+			return
+		}
+		st := c.alloc(sampleCols)
+		c.temp(biasSum)
+		m.sim.unref(st)
+	}
 	if g == 1 {
 		var wcopy *storage
 		if c.op.Attr.ChannelsLast {
@@ -99,7 +148,7 @@ func convBackward(c *bwdCtx) {
 			c.out[len(c.out)-1].clone = true
 		}
 		c.gradParam(c.op.Bias)
-		c.temp(cols)
+		columns()
 		m.sim.unref(wcopy)
 		return
 	}
@@ -116,7 +165,7 @@ func convBackward(c *bwdCtx) {
 			kept = append(kept, c.alloc(out[1]/g*dt.Size()))
 		}
 		kept = append(kept, c.alloc(wG))
-		c.temp(cols)
+		columns()
 		m.sim.unref(gout)
 		m.sim.unref(x)
 	}

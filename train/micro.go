@@ -31,6 +31,9 @@ type micro struct {
 	direct, viaCast []int32
 	grads           []*storage
 	gradDT          []graph.DType
+	// gradView: grads[t] is a view of another gradient (a view op's
+	// backward), which its autograd meta keeps alive (accumulate)
+	gradView []bool
 	// activation checkpointing: regions are the plan's (blocks or
 	// attention cores), indexed from 0
 	ckpt        bool
@@ -40,9 +43,10 @@ type micro struct {
 	producer    []int32 // per tensor: the block of the op that outputs it, or -1
 	saving      bool
 	plan        *plan
-	// blhd marks the attention outputs whose kernel laid them out
-	// [B, L, H, D] in memory (the CPU flash kernel given such a query)
-	blhd map[graph.TensorID]bool
+	// laidOut marks the attention outputs whose kernel laid them out as
+	// their query (the CPU flash kernel given a query that is not
+	// contiguous), with that layout
+	laidOut map[graph.TensorID]graph.QueryLayout
 	// ops records each op's first forward run (the first micro-batch of
 	// the first step only); run is the op being run.
 	ops []OpRun
@@ -76,7 +80,7 @@ func newMicro(sim *Simulator, g *graph.Graph) *micro {
 		val: make([]value, n), remaining: make([]int32, n), pidx: make([]int32, n), bidx: make([]int32, n),
 		nodes: make([][]*storage, len(g.Ops)), casts: make([][]inputCast, len(g.Ops)), wCast: make([]bool, len(g.Ops)),
 		castCache: map[int32]*storage{}, direct: make([]int32, len(sim.params)), viaCast: make([]int32, len(sim.params)),
-		grads: make([]*storage, n), gradDT: make([]graph.DType, n),
+		grads: make([]*storage, n), gradDT: make([]graph.DType, n), gradView: make([]bool, n),
 		plan: sim.planFor(g)}
 	m.ckpt = m.plan.regions > 0
 	for i := range g.Ops {
@@ -376,7 +380,7 @@ func (m *micro) backward() {
 		if gout != nil && m.g.Tensors[op.Output].RequiresGrad {
 			sim.site = m.plan.sites[i]
 			m.backwardOp(i)
-			m.grads[op.Output] = nil
+			m.grads[op.Output], m.gradView[op.Output] = nil, false
 			if !sim.bctx.consumed {
 				sim.unref(gout)
 			}
@@ -424,7 +428,7 @@ func (m *micro) backward() {
 	// grad) are dropped with the graph.
 	for t, st := range m.grads {
 		if st != nil {
-			m.grads[t] = nil
+			m.grads[t], m.gradView[t] = nil, false
 			sim.unref(st)
 		}
 	}
@@ -472,15 +476,16 @@ func (m *micro) recompute(blk int32) {
 
 // deliver hands a gradient for tensor t to autograd's input buffer,
 // accumulating with one that arrived earlier (in place when the buffer is
-// not shared, InputBuffer::accumulate).
-func (m *micro) deliver(t graph.TensorID, st *storage, dt graph.DType, same bool) {
+// not shared, InputBuffer::accumulate). view says the gradient is a view
+// of another (a view op's backward).
+func (m *micro) deliver(t graph.TensorID, st *storage, dt graph.DType, same, view bool) {
 	sim := m.sim
 	if !m.g.Tensors[t].RequiresGrad {
 		sim.unref(st)
 		return
 	}
 	if p := m.pidx[t]; p >= 0 {
-		m.arrive(p, st, false, same, false)
+		m.arrive(p, st, false, same, false, view)
 		return
 	}
 	if m.g.Tensors[t].Role != graph.Activation {
@@ -489,13 +494,14 @@ func (m *micro) deliver(t graph.TensorID, st *storage, dt graph.DType, same bool
 	}
 	old := m.grads[t]
 	if old == nil {
-		m.grads[t], m.gradDT[t] = st, dt
+		m.grads[t], m.gradDT[t], m.gradView[t] = st, dt, view
 		return
 	}
 	// The same tensor reaching t twice (x + x) or two slices of one
 	// gradient (cat(h, h)) are summed into a new tensor too: the first is
-	// not the only holder of itself or of its storage.
-	if old.refs == 1 && sim.s.Profile.InputBufferInPlace {
+	// not the only holder of itself or of its storage. Nor is a view:
+	// its autograd meta holds its base (accumulate).
+	if old.refs == 1 && !m.gradView[t] && sim.s.Profile.InputBufferInPlace {
 		sim.unref(st)
 		return
 	}
@@ -506,7 +512,7 @@ func (m *micro) deliver(t graph.TensorID, st *storage, dt graph.DType, same bool
 	sum.refs = 1
 	sim.unref(old)
 	sim.unref(st)
-	m.grads[t] = sum
+	m.grads[t], m.gradView[t] = sum, false
 }
 
 // arrive routes a parameter gradient to AccumulateGrad, through the cast
@@ -518,15 +524,17 @@ func (m *micro) deliver(t graph.TensorID, st *storage, dt graph.DType, same bool
 // (accumulate_grad.h: new_grad.use_count() <= num_expected_refs), and
 // clones it otherwise. Slices of one storage are tensors of their own.
 // clone says the gradient's layout differs from the parameter's
-// (obeys_layout_contract fails): it is copied, never stolen.
-func (m *micro) arrive(p int32, st *storage, viaCast, same, clone bool) {
+// (obeys_layout_contract fails): it is copied, never stolen. view says it
+// is a view of another tensor (accumulate).
+func (m *micro) arrive(p int32, st *storage, viaCast, same, clone, view bool) {
 	sim := m.sim
 	ps := sim.params[p]
 	if viaCast {
 		if ps.castPending == nil {
-			ps.castPending = st
+			ps.castPending, ps.castPendingView = st, view
 		} else {
-			ps.castPending = m.accumulate(ps.castPending, st, ps.numel*sim.low.Size(), false)
+			ps.castPending = m.accumulate(ps.castPending, st, ps.numel*sim.low.Size(), ps.castPendingView)
+			ps.castPendingView = false
 		}
 		ps.castArrived++
 		if ps.castArrived < m.viaCast[p] {
@@ -534,7 +542,7 @@ func (m *micro) arrive(p int32, st *storage, viaCast, same, clone bool) {
 		}
 		// ToCopyBackward: the gradient in the parameter's dtype.
 		low := ps.castPending
-		ps.castPending, ps.castArrived = nil, 0
+		ps.castPending, ps.castArrived, ps.castPendingView = nil, 0, false
 		st = sim.alloc(ps.numel*ps.dt.Size(), m.gradCategory(p))
 		st.refs = 1
 		sim.unref(low)
@@ -543,11 +551,13 @@ func (m *micro) arrive(p int32, st *storage, viaCast, same, clone bool) {
 		ps.pending = st
 		ps.pendingShared = same
 		ps.pendingClone = clone
+		ps.pendingView = view
 	} else {
 		// a parameter used more than once (a recurrent cell's weights,
 		// tied embeddings): the engine sums its gradients in the
 		// AccumulateGrad node's input buffer before the node runs
-		ps.pending = m.accumulate(ps.pending, st, ps.numel*ps.dt.Size(), ps.pendingShared || ps.pendingClone)
+		ps.pending = m.accumulate(ps.pending, st, ps.numel*ps.dt.Size(), ps.pendingShared || ps.pendingClone || ps.pendingView)
+		ps.pendingView = false
 		if ps.pending != st {
 			ps.pendingShared, ps.pendingClone = false, false
 		}
@@ -562,7 +572,7 @@ func (m *micro) arrive(p int32, st *storage, viaCast, same, clone bool) {
 	}
 	g := ps.pending
 	shared := ps.pendingShared || ps.pendingClone
-	ps.pending, ps.arrived, ps.pendingShared, ps.pendingClone = nil, 0, false, false
+	ps.pending, ps.arrived, ps.pendingShared, ps.pendingClone, ps.pendingView = nil, 0, false, false, false
 	if sim.s.Parallel.On() && m.gradDone(p, g) {
 		return
 	}
@@ -588,7 +598,18 @@ func (m *micro) arrive(p int32, st *storage, viaCast, same, clone bool) {
 // in place when the profile's release does so and nothing else holds the
 // first (can_accumulate_inplace), and otherwise summed into a new tensor
 // (old_var + var, torch 1.13 always), both operands then freed. It
-// returns what the buffer holds after.
+// returns what the buffer holds after. shared says something else holds
+// the first: another input it was handed to, or, for a view (a view op's
+// backward; a Linear's weight gradient, mm_mat2_backward's
+// grad.t().mm(mat1).t() of a column-major W.t(), then TBackward0's .t()),
+// the base its autograd meta keeps (as_view makes views with their base
+// in no-grad mode too), so that its storage has two users:
+// can_accumulate_inplace asks storage().use_count() == 1
+// (torch/csrc/autograd/input_buffer.cpp, v2.5.1). Measured on 2.5.1 with
+// validation/step.py (a recurrent cell's Linear weights, summed out of
+// place at every step) and on a weight used twice, a tied embedding and an
+// activation whose first gradient came through TBackward0: each summed
+// into a new tensor.
 func (m *micro) accumulate(old, st *storage, bytes int64, shared bool) *storage {
 	sim := m.sim
 	if sim.s.Profile.InputBufferInPlace && !shared && old.refs == 1 {
@@ -612,14 +633,63 @@ func (m *micro) gradCategory(p int32) trace.Category {
 	return trace.Transient
 }
 
-// transposedAttention reports whether t is the transpose(1, 2) of an
-// attention output laid out [B, L, H, D]: contiguous already, so that
-// .contiguous() returns it.
-func (m *micro) transposedAttention(t graph.TensorID) bool {
+// contiguousAttention reports whether t is a view of an attention output
+// [B, H, L, D] laid out in another order (laidOut) that reads that memory
+// in order: its dims are the layout's dims in memory order, split or merged
+// (the transpose(1, 2) [B, L, H, D] of a [B, L, H, D] layout;
+// nn.MultiheadAttention's permute(2, 0, 1, 3) [L, B, H, D], or torch
+// 1.13's transpose of the [B*H, L, D] view, [L, B*H, D], of an
+// [L, B, H, D] one). Such a view is contiguous already, so .contiguous()
+// returns it.
+func (m *micro) contiguousAttention(t graph.TensorID) bool {
 	tt := &m.g.Tensors[t]
-	if tt.View == graph.None || !m.blhd[tt.View] {
+	l, ok := m.laidOut[tt.View]
+	if tt.View == graph.None || !ok {
 		return false
 	}
-	bs, s := m.g.Tensors[tt.View].Shape, tt.Shape
-	return len(s) == 4 && len(bs) == 4 && s[0] == bs[0] && s[1] == bs[2] && s[2] == bs[1] && s[3] == bs[3]
+	bs := m.g.Tensors[tt.View].Shape
+	if len(bs) != 4 {
+		return false
+	}
+	var mem []int64
+	for _, d := range l.Order() {
+		mem = append(mem, bs[d])
+	}
+	return inOrder(tt.Shape, mem)
+}
+
+// inOrder reports whether shape s reads a contiguous tensor of shape mem
+// in order: each of s's dims a product of consecutive dims of mem, or a
+// consecutive part of one (1s anywhere).
+func inOrder(s, mem []int64) bool {
+	i, j := 0, 0
+	for i < len(s) || j < len(mem) {
+		switch {
+		case i < len(s) && s[i] == 1:
+			i++
+		case j < len(mem) && mem[j] == 1:
+			j++
+		case i == len(s) || j == len(mem):
+			return false
+		default:
+			a, b := s[i], mem[j]
+			i, j = i+1, j+1
+			for a != b {
+				if a < b {
+					if i == len(s) || b%a != 0 {
+						return false
+					}
+					a *= s[i]
+					i++
+				} else {
+					if j == len(mem) || a%b != 0 {
+						return false
+					}
+					b *= mem[j]
+					j++
+				}
+			}
+		}
+	}
+	return true
 }

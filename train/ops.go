@@ -78,11 +78,11 @@ func init() {
 				c.gradParam(c.op.Bias)
 				c.handOn()
 				c.gradIn(0)
-				c.gradParam(c.op.Weight)
+				c.gradWeightView()
 				return
 			}
 			c.gradIn(0)
-			c.gradParam(c.op.Weight)
+			c.gradWeightView()
 			c.gradParam(c.op.Bias)
 		}},
 		// matmul/bmm of two activations: each operand is saved for the
@@ -289,11 +289,11 @@ func init() {
 			}
 		}},
 		// A copy saves nothing and passes its gradient through. The
-		// .contiguous() of an attention output's transpose(1, 2) copies
-		// nothing where the kernel laid the output out [B, L, H, D]
-		// (attentionForward's blhd).
+		// .contiguous() of an attention output seen in its query's layout
+		// copies nothing where the kernel laid the output out as the
+		// query (attentionForward's laidOut).
 		graph.Contiguous: {bwd: func(c *bwdCtx) { c.passIn(0) },
-			alias: func(m *micro, c *fwdCtx, out graph.DType) bool { return m.transposedAttention(c.op.Inputs[0]) }},
+			alias: func(m *micro, c *fwdCtx, out graph.DType) bool { return m.contiguousAttention(c.op.Inputs[0]) }},
 		// .to(dtype): ToCopyBackward0 allocates the gradient in the source
 		// dtype.
 		graph.Cast: {out: castOut,

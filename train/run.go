@@ -440,6 +440,9 @@ type gradOut struct {
 	// clone: a parameter gradient whose layout differs from the
 	// parameter's, which AccumulateGrad copies instead of stealing.
 	clone bool
+	// view: a view of another tensor, which holds that tensor (see
+	// accumulate).
+	view bool
 }
 
 func (c *bwdCtx) numel(j int) int64 { return c.m.g.Tensors[c.op.Inputs[j]].Shape.Numel() }
@@ -512,6 +515,9 @@ func (c *bwdCtx) passView(j int) {
 	}
 	c.m.sim.ref(c.gout)
 	c.route(j, c.gout, c.gdt)
+	if o := &c.out[len(c.out)-1]; o.st == c.gout {
+		o.view = true
+	}
 }
 
 func (c *bwdCtx) route(j int, st *storage, dt graph.DType) {
@@ -540,10 +546,10 @@ func (c *bwdCtx) handOn() {
 	m := c.m
 	for i, o := range c.out {
 		if o.p >= 0 {
-			m.arrive(o.p, o.st, o.viaCast, false, o.clone)
+			m.arrive(o.p, o.st, o.viaCast, false, o.clone, o.view)
 			continue
 		}
-		m.deliver(c.op.Inputs[o.j], o.st, o.dt, o.same && c.sameElsewhere(i))
+		m.deliver(c.op.Inputs[o.j], o.st, o.dt, o.same && c.sameElsewhere(i), o.view)
 	}
 	c.out = c.out[:0]
 }
@@ -557,6 +563,18 @@ func (c *bwdCtx) sameElsewhere(i int) bool {
 		}
 	}
 	return false
+}
+
+// gradWeightView allocates the gradient of a linear's weight, which is a
+// view: F.linear multiplies by W.t(), a column-major operand, for which
+// mm_mat2_backward (FunctionsManual.cpp) returns grad.t().mm(mat1).t(),
+// and TBackward0 hands W its .t() (see accumulate).
+func (c *bwdCtx) gradWeightView() {
+	n := len(c.out)
+	c.gradParam(c.op.Weight)
+	if len(c.out) > n {
+		c.out[len(c.out)-1].view = true
+	}
 }
 
 // gradParam allocates the gradient of the op's weight or bias.

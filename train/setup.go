@@ -390,6 +390,11 @@ type Setup struct {
 	// dropout saves a noise tensor in the input dtype instead of a bool mask,
 	// batch norm has no cuDNN reserve, and there is no cuBLAS workspace.
 	CPU bool
+	// NNPACK says the CPU build has NNPACK (torch._nnpack_available():
+	// the package index's wheels do, Debian's python3-torch 1.13 does
+	// not). With CPU and oneDNN off, a float32 convolution of a batch of
+	// 16 or more then runs NNPACK's kernel (conv_cpu.go).
+	NNPACK bool
 	// ComputeMajor is the GPU's compute capability major (workspace size).
 	ComputeMajor int
 	// CudnnBenchmark is torch.backends.cudnn.benchmark = True: the first

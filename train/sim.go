@@ -51,7 +51,9 @@ type paramState struct {
 	pendingShared bool
 	// pendingClone: pending's layout is not the parameter's
 	pendingClone bool
-	arrived      int32
+	// pendingView: pending is a view of another tensor (accumulate)
+	pendingView bool
+	arrived     int32
 	// quant holds a quantized weight's other device tensors (absmax,
 	// codes, scales): st is its packed codes.
 	quant []*storage
@@ -60,8 +62,9 @@ type paramState struct {
 	flatN int64
 	fdt   graph.DType
 	// cast node (autocast weight cache) input buffer
-	castPending *storage
-	castArrived int32
+	castPending     *storage
+	castPendingView bool
+	castArrived     int32
 }
 
 // Simulator turns training steps on a graph into a Trace. Use New, then

@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"github.com/batchfit/batchfit/graph"
-	"github.com/batchfit/batchfit/profile"
 	"github.com/batchfit/batchfit/train"
 )
 
@@ -83,54 +82,56 @@ func autocastModel(ref *autocastReference, name string) (*graph.Graph, error) {
 // cache on and off (torch.autocast's cache_enabled), under no_grad and
 // inference_mode, with autocast around each forward or around the loop.
 func TestAutocastEvalAgainstTorchCPU(t *testing.T) {
-	data, err := os.ReadFile("../testdata/reference/torch-cpu-autocast.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ref autocastReference
-	if err := json.Unmarshal(data, &ref); err != nil {
-		t.Fatalf("torch-cpu-autocast.json: %v", err)
-	}
-	if len(ref.Cases) == 0 || ref.Forwards < 2 {
-		t.Fatal("torch-cpu-autocast.json has no cases")
-	}
-	prof, err := profile.Lookup(ref.Torch)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for id, c := range ref.Cases {
-		t.Run(id, func(t *testing.T) {
-			g, err := autocastModel(&ref, c.Model)
-			if err != nil {
-				t.Fatal(err)
-			}
-			s := train.Setup{CPU: true, Profile: prof, Precision: train.MixedBF16,
-				Autocast: train.Autocast{CacheOff: !c.CacheEnabled, InferenceMode: c.Mode == "inference_mode", AroundLoop: c.Region == "loop"}}
-			sim, err := train.NewInference(g, s)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for k := 0; k < ref.Forwards; k++ {
-				if err := sim.Forward(g); err != nil {
+	forEachRelease(t, func(t *testing.T, r torchRelease) {
+		data, err := os.ReadFile(r.file("torch-cpu-autocast.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ref autocastReference
+		if err := json.Unmarshal(data, &ref); err != nil {
+			t.Fatalf("torch-cpu-autocast.json: %v", err)
+		}
+		if len(ref.Cases) == 0 || ref.Forwards < 2 {
+			t.Fatal("torch-cpu-autocast.json has no cases")
+		}
+		prof, err := r.profile(ref.Torch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for id, c := range ref.Cases {
+			t.Run(id, func(t *testing.T) {
+				g, err := autocastModel(&ref, c.Model)
+				if err != nil {
 					t.Fatal(err)
 				}
-			}
-			if err := sim.EndAutocast(); err != nil {
-				t.Fatal(err)
-			}
-			tr := sim.Trace()
-			got, live := forwardFigures(tr, nil)
-			if len(got) != len(c.Forwards) {
-				t.Fatalf("%d forwards simulated, %d measured", len(got), len(c.Forwards))
-			}
-			for k, want := range c.Forwards {
-				if g := got[k]; g.peak != want.Peak || g.end != want.End {
-					t.Errorf("forward %d: peak %d, end %d; PyTorch %d, %d", k, g.peak, g.end, want.Peak, want.End)
+				s := train.Setup{CPU: true, Profile: prof, Precision: train.MixedBF16,
+					Autocast: train.Autocast{CacheOff: !c.CacheEnabled, InferenceMode: c.Mode == "inference_mode", AroundLoop: c.Region == "loop"}}
+				sim, err := train.NewInference(g, s)
+				if err != nil {
+					t.Fatal(err)
 				}
-			}
-			if live != c.Exit {
-				t.Errorf("after the autocast region: %d alive; PyTorch %d", live, c.Exit)
-			}
-		})
-	}
+				for k := 0; k < ref.Forwards; k++ {
+					if err := sim.Forward(g); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if err := sim.EndAutocast(); err != nil {
+					t.Fatal(err)
+				}
+				tr := sim.Trace()
+				got, live := forwardFigures(tr, nil)
+				if len(got) != len(c.Forwards) {
+					t.Fatalf("%d forwards simulated, %d measured", len(got), len(c.Forwards))
+				}
+				for k, want := range c.Forwards {
+					if g := got[k]; g.peak != want.Peak || g.end != want.End {
+						t.Errorf("forward %d: peak %d, end %d; PyTorch %d, %d", k, g.peak, g.end, want.Peak, want.End)
+					}
+				}
+				if live != c.Exit {
+					t.Errorf("after the autocast region: %d alive; PyTorch %d", live, c.Exit)
+				}
+			})
+		}
+	})
 }

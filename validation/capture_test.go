@@ -24,14 +24,14 @@ type captureFigures struct {
 	peaks []int64 // per step: overall, forward, backward, optimizer, zero_grad
 }
 
-func captureRun(g *graph.Graph, prof *profile.Profile, optimizer string) (captureFigures, error) {
+func captureRun(g *graph.Graph, prof *profile.Profile, optimizer string, nnpack bool) (captureFigures, error) {
 	var f captureFigures
 	_, sum, err := train.Simulate(g, train.Setup{CPU: true, Profile: prof, Steps: 1, Optimizer: train.Optimizer{Kind: train.SGD}})
 	if err != nil {
 		return f, err
 	}
 	f.saved = sum.ActivationsBytes
-	live, _, err := simulateLive(g, prof, 2, optimizer)
+	live, _, err := simulateLive(g, prof, 2, optimizer, nnpack)
 	if err != nil {
 		return f, err
 	}
@@ -50,12 +50,14 @@ func captureRun(g *graph.Graph, prof *profile.Profile, optimizer string) (captur
 // every whole-step peak within 0.1 %, at the captured batch and at one
 // the capture never ran (the batch dimension is found by the capture).
 func TestCapturedZoo(t *testing.T) {
-	ref := loadStepReference(t)
-	prof, err := profile.Lookup(ref.Torch)
-	if err != nil {
-		t.Fatal(err)
-	}
-	files, _ := filepath.Glob("../testdata/capture/*.bfgraph.gz")
+	forEachRelease(t, capturedZoo)
+}
+
+// capturedZoo is TestCapturedZoo for the captures of one release, under
+// its profile.
+func capturedZoo(t *testing.T, r torchRelease) {
+	ref, prof := loadStepReference(t, r)
+	files, _ := filepath.Glob(r.captureDir() + "/*.bfgraph.gz")
 	have := map[string]string{}
 	for _, f := range files {
 		have[strings.TrimSuffix(filepath.Base(f), ".bfgraph.gz")] = f
@@ -71,7 +73,7 @@ func TestCapturedZoo(t *testing.T) {
 	for _, name := range names {
 		path, ok := have[name]
 		if !ok {
-			t.Errorf("%s: no capture in testdata/capture (run validation/capture_zoo.py)", name)
+			t.Errorf("%s: no capture in %s (run validation/capture_zoo.py)", name, r.captureDir())
 			continue
 		}
 		cm, err := capture.Load(path)
@@ -96,12 +98,12 @@ func TestCapturedZoo(t *testing.T) {
 				if zg.ParamCount() != cg.ParamCount() {
 					t.Errorf("%s: captured %d parameters, the zoo builds %d", name, cg.ParamCount(), zg.ParamCount())
 				}
-				want, err := captureRun(zg, prof, opt)
+				want, err := captureRun(zg, prof, opt, ref.NNPACK)
 				if err != nil {
 					t.Errorf("%s: zoo: %v", name, err)
 					continue
 				}
-				got, err := captureRun(cg, prof, opt)
+				got, err := captureRun(cg, prof, opt, ref.NNPACK)
 				if err != nil {
 					t.Errorf("%s b%d: captured: %v", name, batch, err)
 					continue
@@ -116,10 +118,9 @@ func TestCapturedZoo(t *testing.T) {
 				}
 				rows = append(rows, fmt.Sprintf("%-20s b%d %-12s saved %12d vs %12d, peak %12d vs %12d, worst %+.4f%%",
 					name, batch, opt, got.saved, want.saved, got.peaks[0], want.peaks[0], 100*worst))
-				if math.Abs(worst) > 0.001 || len(got.peaks) != len(want.peaks) {
-					t.Errorf("%s b%d %s: captured graph differs from the zoo's by %+.3f%% (saved %d vs %d; peaks %v vs %v)",
-						name, batch, opt, 100*worst, got.saved, want.saved, got.peaks, want.peaks)
-				}
+				check(t, r, "CapturedZoo", name, math.Abs(worst) <= 0.001 && len(got.peaks) == len(want.peaks),
+					"%s b%d %s: captured graph differs from the zoo's by %+.3f%% (saved %d vs %d; peaks %v vs %v)",
+					name, batch, opt, 100*worst, got.saved, want.saved, got.peaks, want.peaks)
 			}
 		}
 	}
@@ -149,11 +150,13 @@ func rel(got, want int64) float64 {
 // reference's bytes alive before each step and every phase's peak and end
 // within 0.1 % (validation/step.py's capture-* cases).
 func TestCapturedExamples(t *testing.T) {
-	ref := loadStepReference(t)
-	prof, err := profile.Lookup(ref.Torch)
-	if err != nil {
-		t.Fatal(err)
-	}
+	forEachRelease(t, capturedExamples)
+}
+
+// capturedExamples is TestCapturedExamples for one release: its captures
+// held to its step reference under its profile.
+func capturedExamples(t *testing.T, r torchRelease) {
+	ref, prof := loadStepReference(t, r)
 	ids := make([]string, 0, len(ref.Cases))
 	for id, c := range ref.Cases {
 		if strings.HasPrefix(c.Model, "capture-") {
@@ -167,7 +170,7 @@ func TestCapturedExamples(t *testing.T) {
 	var rows []string
 	for _, id := range ids {
 		c := ref.Cases[id]
-		cm, err := capture.Load("../testdata/capture/" + c.Model + ".bfgraph.gz")
+		cm, err := capture.Load(r.captureDir() + "/" + c.Model + ".bfgraph.gz")
 		if err != nil {
 			t.Errorf("%s: %v", id, err)
 			continue
@@ -177,7 +180,7 @@ func TestCapturedExamples(t *testing.T) {
 			t.Errorf("%s: %v", id, err)
 			continue
 		}
-		live, _, err := simulateLive(g, prof, ref.Steps, c.Optimizer)
+		live, _, err := simulateLive(g, prof, ref.Steps, c.Optimizer, ref.NNPACK)
 		if err != nil {
 			t.Errorf("%s: %v", id, err)
 			continue

@@ -7,6 +7,10 @@ setup (validation/step.py: 32-pixel images), and the capture examples
     /usr/bin/python3 validation/capture_zoo.py            # rewrite testdata/capture/*.bfgraph.gz
     /usr/bin/python3 validation/capture_zoo.py --check    # CI: capture into a temp dir and compare
     /usr/bin/python3 validation/capture_zoo.py --only 'resnet*' --out /tmp/x
+    "$BATCHFIT_PYENV" validation/capture_zoo.py           # PyTorch 2.5: testdata/capture/torch2.5/
+
+torch 1.13's captures are testdata/capture/NAME.bfgraph.gz; another release's go into
+testdata/capture/torchX.Y/ (refname.py), held by the same tests under that release's profile.
 
 The Go test validation/capture_test.go builds each captured graph and holds
 it to the zoo's own builder: saved bytes and whole-step peaks within 0.1 %.
@@ -17,6 +21,7 @@ capture is byte-for-byte reproducible for one torch and torchvision.
 import argparse
 import fnmatch
 import gzip
+import multiprocessing
 import os
 import shutil
 import sys
@@ -25,8 +30,10 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "capture"))
+sys.path.insert(0, HERE)
 
 import bfcapture  # noqa: E402
+import refname  # noqa: E402
 
 # The zoo's torchvision members (models/torchvision*.go), each built as
 # step.py builds it.
@@ -69,32 +76,50 @@ def factory(name):
     return make
 
 
-def run(out, only):
-    os.makedirs(out, exist_ok=True)
+def jobs(out, only):
+    """(spec, output path, torchvision model or None) of every capture to make."""
+    todo = []
     for name in MODELS:
         if only and not fnmatch.fnmatch(name, only):
             continue
-        path = os.path.join(out, name + ".bfgraph.gz")
-        bfcapture.capture("torchvision:" + name, path, (2, 3), factory=factory(name))
+        todo.append(("torchvision:" + name, os.path.join(out, name + ".bfgraph.gz"), name))
     for entry in EXAMPLES:
         name, _, fn = entry.partition(":")
         if only and not fnmatch.fnmatch("capture-" + name, only):
             continue
-        path = os.path.join(out, "capture-" + name + ".bfgraph.gz")
         spec = os.path.join(ROOT, "examples", "capture", name + ".py") + ":" + (fn or "make")
-        bfcapture.capture(spec, path, (2, 3))
+        todo.append((spec, os.path.join(out, "capture-" + name + ".bfgraph.gz"), None))
     for name, spec in BENCHMARKS.items():
         if only and not fnmatch.fnmatch(name, only):
             continue
-        bfcapture.capture(os.path.join(ROOT, "examples", "capture", spec), os.path.join(out, name + ".bfgraph.gz"), (2, 3))
+        todo.append((os.path.join(ROOT, "examples", "capture", spec), os.path.join(out, name + ".bfgraph.gz"), None))
+    return todo
+
+
+def _capture(job):
+    spec, path, tv = job
+    bfcapture.capture(spec, path, (2, 3), factory=factory(tv) if tv else None)
+    return path
+
+
+def run(out, only, procs=2):
+    """Makes every capture, procs at a time: each is a capture of its own (the capture module
+    runs the model on the meta device, in Python, on one core), written to its own file."""
+    os.makedirs(out, exist_ok=True)
+    with multiprocessing.get_context("fork").Pool(procs) as pool:
+        for _ in pool.imap_unordered(_capture, jobs(out, only)):
+            pass
 
 
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--check", action="store_true")
     p.add_argument("--only")
-    p.add_argument("--out", default=os.path.join(ROOT, "testdata", "capture"))
+    p.add_argument("--out", help="default: testdata/capture, or testdata/capture/torchX.Y for a release other than 1.13")
     a = p.parse_args()
+    if a.out is None:
+        import torch
+        a.out = refname.capture_dir(ROOT, torch.__version__)
     if not a.check:
         run(a.out, a.only)
         return 0
@@ -113,7 +138,8 @@ def main():
             if new != old:
                 bad.append(f)
         if bad:
-            print("capture_zoo: captures differ from testdata/capture: %s (run validation/capture_zoo.py and commit)" % ", ".join(bad))
+            print("capture_zoo: captures differ from %s: %s (run validation/capture_zoo.py with this interpreter and commit)"
+                  % (os.path.relpath(a.out, ROOT), ", ".join(bad)))
             return 1
         print("capture_zoo: %d captures as committed" % len(os.listdir(tmp)))
         return 0

@@ -1,4 +1,4 @@
-"""The CS336 language model (models/cs336.go) on the CPU with torch 1.13.
+"""The CS336 language model (models/cs336.go) on the CPU, under torch 1.13 and 2.x.
 
 Builds the course's BasicsTransformerLM from its published architecture
 (pre-norm blocks of RMSNorm, causal attention with RoPE and a softmax
@@ -7,15 +7,22 @@ is -log_softmax gathered at the targets, the log-softmax written with max,
 exp, sum and log), runs one forward and the loss, and counts the bytes of
 the distinct storages autograd saved for backward, leaving out parameters,
 buffers and the batch. TestCS336AgainstTorchCPU holds batchfit's figure to
-testdata/reference/cs336-cpu.json, which this script writes:
+testdata/reference/cs336-cpu.json (torch 1.13; cs336-cpu-torch2.5.json for 2.5, refname.py),
+which this script writes:
 
-    /usr/bin/python3 validation/cs336.py > testdata/reference/cs336-cpu.json
+    /usr/bin/python3 validation/cs336.py            # writes testdata/reference/cs336-cpu.json
+    /usr/bin/python3 validation/cs336.py --check    # regenerates in memory and diffs
 """
 import json
 import math
+import os
 import sys
 
 import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+OUT = os.path.join(HERE, "..", "testdata", "reference", "cs336-cpu.json")
 
 VOCAB = 10000
 CASES = [  # d_model, d_ff, heads, layers, batch, seq
@@ -103,6 +110,9 @@ def wrapped_scalar(t):
 
 
 def storage(t):
+    if hasattr(t, "untyped_storage"):  # 2.x: TypedStorage is deprecated
+        st = t.untyped_storage()
+        return st.data_ptr(), st.nbytes()
     return t.storage().data_ptr(), t.storage().size() * t.element_size()
 
 
@@ -129,11 +139,16 @@ def measure(d, ff, heads, layers, batch, seq):
             "param_count": params, "saved_bytes": sum(n for p, n in saved.items() if p not in skip)}
 
 
+def generate():
+    import refname
+    return {"torch": refname.plain(torch.__version__), "cases": [measure(*c) for c in CASES]}
+
+
 def main():
-    out = {"torch": torch.__version__, "cases": [measure(*c) for c in CASES]}
-    json.dump(out, sys.stdout, indent=1)
-    sys.stdout.write("\n")
+    import step
+    # the file's keys keep the order they are made in (no sort_keys)
+    return step.one_file_main(__doc__, OUT, generate, dump=lambda d: json.dumps(d, indent=1) + "\n")
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

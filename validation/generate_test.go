@@ -9,7 +9,6 @@ import (
 	"testing"
 
 	"github.com/batchfit/batchfit/graph"
-	"github.com/batchfit/batchfit/profile"
 	"github.com/batchfit/batchfit/trace"
 	"github.com/batchfit/batchfit/train"
 )
@@ -66,45 +65,47 @@ func toyDecoder(ref *generateReference, batch, l, past int64) (*graph.Graph, err
 // c10's CPU allocator reports them), and the events of the cache updates
 // — the new, longer tensor, the old one freed, then key_states.
 func TestGenerateAgainstTorchCPU(t *testing.T) {
-	data, err := os.ReadFile("../testdata/reference/torch-cpu-generate.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ref generateReference
-	if err := json.Unmarshal(data, &ref); err != nil {
-		t.Fatalf("torch-cpu-generate.json: %v", err)
-	}
-	if len(ref.Cases) == 0 {
-		t.Fatal("torch-cpu-generate.json has no cases")
-	}
-	prof, err := profile.Lookup(ref.Torch)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for id, c := range ref.Cases {
-		t.Run(id, func(t *testing.T) {
-			prefill, err := toyDecoder(&ref, c.Batch, c.Prompt, 0)
-			if err != nil {
-				t.Fatal(err)
-			}
-			step := func(past int64) (*graph.Graph, error) { return toyDecoder(&ref, c.Batch, 1, past) }
-			sim, _, err := train.Generate(prefill, step, train.Setup{CPU: true, Profile: prof}, train.Generation{Prompt: c.Prompt, NewTokens: c.NewTokens, Batch: c.Batch, Beams: 1})
-			if err != nil {
-				t.Fatal(err)
-			}
-			tr := sim.Trace()
-			got, _ := forwardFigures(tr, func(site string) bool { return strings.HasSuffix(site, ".cache") })
-			if len(got) != len(c.Forwards) {
-				t.Fatalf("%d forwards simulated, %d measured", len(got), len(c.Forwards))
-			}
-			for k, want := range c.Forwards {
-				g := got[k]
-				if g.peak != want.Peak || g.end != want.End || !slices.Equal(g.cache, want.Cache) {
-					t.Errorf("forward %d: peak %d, end %d, cache events %v; PyTorch %d, %d, %v", k, g.peak, g.end, g.cache, want.Peak, want.End, want.Cache)
+	forEachRelease(t, func(t *testing.T, r torchRelease) {
+		data, err := os.ReadFile(r.file("torch-cpu-generate.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ref generateReference
+		if err := json.Unmarshal(data, &ref); err != nil {
+			t.Fatalf("torch-cpu-generate.json: %v", err)
+		}
+		if len(ref.Cases) == 0 {
+			t.Fatal("torch-cpu-generate.json has no cases")
+		}
+		prof, err := r.profile(ref.Torch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for id, c := range ref.Cases {
+			t.Run(id, func(t *testing.T) {
+				prefill, err := toyDecoder(&ref, c.Batch, c.Prompt, 0)
+				if err != nil {
+					t.Fatal(err)
 				}
-			}
-		})
-	}
+				step := func(past int64) (*graph.Graph, error) { return toyDecoder(&ref, c.Batch, 1, past) }
+				sim, _, err := train.Generate(prefill, step, train.Setup{CPU: true, Profile: prof}, train.Generation{Prompt: c.Prompt, NewTokens: c.NewTokens, Batch: c.Batch, Beams: 1})
+				if err != nil {
+					t.Fatal(err)
+				}
+				tr := sim.Trace()
+				got, _ := forwardFigures(tr, func(site string) bool { return strings.HasSuffix(site, ".cache") })
+				if len(got) != len(c.Forwards) {
+					t.Fatalf("%d forwards simulated, %d measured", len(got), len(c.Forwards))
+				}
+				for k, want := range c.Forwards {
+					g := got[k]
+					if g.peak != want.Peak || g.end != want.End || !slices.Equal(g.cache, want.Cache) {
+						t.Errorf("forward %d: peak %d, end %d, cache events %v; PyTorch %d, %d, %v", k, g.peak, g.end, g.cache, want.Peak, want.End, want.Cache)
+					}
+				}
+			})
+		}
+	})
 }
 
 // forwardFigure is one forward of an inference trace, as the CPU

@@ -93,7 +93,7 @@ func peerRows(t *testing.T) ([]peerRow, peersReference) {
 		m := ref.Models[name]
 		var live []trace.StepLive
 		if tv, ok := strings.CutPrefix(name, "tv-"); ok {
-			live, _, err = simulateStepCase(prof, ref.Steps, stepCase{Model: tv, Batch: m.Batch, Image: m.Image, Optimizer: "adam"})
+			live, _, err = simulateStepCase(prof, ref.Steps, stepCase{Model: tv, Batch: m.Batch, Image: m.Image, Optimizer: "adam"}, false)
 		} else {
 			var cm *capture.Model
 			cm, err = capture.Load("../testdata/capture/" + name + ".bfgraph.gz")
@@ -102,7 +102,7 @@ func peerRows(t *testing.T) ([]peerRow, peersReference) {
 				if berr != nil {
 					err = berr
 				} else {
-					live, _, err = simulateLive(g, prof, ref.Steps, "adam")
+					live, _, err = simulateLive(g, prof, ref.Steps, "adam", false)
 				}
 			}
 		}

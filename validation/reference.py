@@ -74,8 +74,12 @@ import torch.nn as nn
 import torch.nn.functional as F
 import torchvision
 
-MAIN_FILE = "torch-cpu.json"
-SAVED_FILE = "torch-cpu-saved.json"
+import refname
+
+# torch 1.13's files keep their names; another release's carry it (refname.py).
+MAIN_FILE = refname.name("torch-cpu.json", torch.__version__)
+SAVED_FILE = refname.name("torch-cpu-saved.json", torch.__version__)
+TORCH2 = not torch.__version__.startswith("1.")
 SAVED_DETAIL_BATCHES = (1, 2)
 SEED = 0
 
@@ -172,6 +176,12 @@ for _name in ["resnet34", "resnet101", "resnet152", "wide_resnet50_2", "vgg11", 
     MODELS[_name] = (tv(_name), (3, 224, 224), 1000, VISION_BATCHES)
 
 
+# The models that take longest (ViT-L/16's and ConvNeXt's forwards at 224 px and their
+# trunc_normal_ initialisation, VGG's large Linear layers), run first.
+LARGEST = ("vit_l_16", "convnext_base", "convnext_small", "vgg13", "vgg19_bn", "vgg19", "vgg16",
+           "vgg16_bn", "vgg11_bn", "vit_b_16", "vgg13_bn", "swin_t")
+
+
 # ----------------------------------------------------------------------------------------------
 # Storage helpers (torch 1.13 has Tensor.storage(); 2.x prefers untyped_storage()).
 
@@ -258,7 +268,8 @@ def walk_graph(root):
 
 
 def saved_slots(fn, rec):
-    """(attr, tensor, pack index) for every tensor a node saved (tuples flattened)."""
+    """(attr, tensor, pack index) for every tensor a node saved (tuples flattened). The pack
+    index is None for a wrapped number that torch 2.x saved without the hooks."""
     out = []
     for attr in sorted(a for a in dir(fn) if a.startswith("_saved_")):
         rec.unpacked.clear()
@@ -269,6 +280,13 @@ def saved_slots(fn, rec):
         elif isinstance(value, (tuple, list)):
             tensors = [v for v in value if isinstance(v, torch.Tensor)]
         if not tensors:
+            continue
+        if not rec.unpacked and len(tensors) == 1 and is_wrapped_scalar(tensors[0]) and TORCH2:
+            # torch 2.x's SavedVariable keeps a wrapped number itself and gives it to no
+            # saved_tensors_hooks (torch/csrc/autograd/saved_variable.cpp, the constructor:
+            # "is_wrapped_number" skips set_hooks_and_pack_data), so reading it unpacks nothing.
+            # Autograd holds it all the same: it is counted, placed by its node's sequence number.
+            out.append((attr[len("_saved_"):], tensors[0], None))
             continue
         assert len(rec.unpacked) == len(tensors), (type(fn).__name__, attr, rec.unpacked)
         for t, idx in zip(tensors, rec.unpacked):
@@ -302,19 +320,31 @@ def measure(model, in_shape, classes, batch):
 
     # Method 2: the graph walk. Map each pack index to the (node class, attr) holding it.
     pack_owner = {}
+    pack_seq = {}  # pack index -> its node's sequence number
+    unhooked = []  # (sequence number, node class, attr, tensor): torch 2.x's wrapped numbers
     nodes_by_class = {}
     for fn in walk_graph(loss.grad_fn):
         cls = type(fn).__name__
         nodes_by_class[cls] = nodes_by_class.get(cls, 0) + 1
         for attr, t, idx in saved_slots(fn, rec):
+            if idx is None:
+                unhooked.append((fn._sequence_nr(), cls, attr, t))
+                continue
             assert idx not in pack_owner, "pack reached twice"
             pack_owner[idx] = (cls, attr, t)
+            if TORCH2:  # (1.13's nodes do not expose it, and save no wrapped number unhooked)
+                pack_seq[idx] = fn._sequence_nr()
     graph_storages = {}
-    for _, _, t in pack_owner.values():
+    for _, _, t in list(pack_owner.values()) + [(c, a, t) for _, c, a, t in unhooked]:
         ptr = storage_key(t)
         if ptr not in excluded:
             graph_storages[ptr] = storage_nbytes(t)
     graph_total = sum(graph_storages.values())
+    for _, _, _, t in unhooked:
+        ptr = storage_key(t)
+        if ptr not in excluded and ptr not in hook_storages:
+            hook_storages[ptr] = storage_nbytes(t)
+    hook_total = sum(hook_storages.values())
     # An in-place op on a view (efficientnet's classifier dropout on the
     # flattened pool output) rebases the view's history: CopySlices keeps
     # the in-place node, and what it saved, internally, where next_functions
@@ -329,7 +359,15 @@ def measure(model, in_shape, classes, batch):
     if not hidden:
         assert hook_total == graph_total, (hook_total, graph_total)
 
-    # Attribution, in forward (= pack) order.
+    # Attribution, in forward (= pack) order; an unhooked wrapped number goes after the last
+    # pack of a node made no later than its own (none in torch 1.13).
+    order = [(idx, pack_owner[idx], rec.packs[idx][1], rec.packs[idx][2]) for idx in range(len(rec.packs))]
+    for seq, cls, attr, t in sorted(unhooked, key=lambda u: u[0]):
+        at = 0
+        for i, (idx, _, _, _) in enumerate(order):
+            if idx is not None and pack_seq.get(idx, seq + 1) <= seq:
+                at = i + 1
+        order.insert(at, (None, (cls, attr, t), storage_key(t), storage_nbytes(t)))
     by_fn = {
         cls: {"nodes": n, "tensors": 0, "excluded_slots": 0, "storages": 0, "bytes": 0}
         for cls, n in nodes_by_class.items()
@@ -337,9 +375,7 @@ def measure(model, in_shape, classes, batch):
     detail = []
     first = {}  # storage ptr -> detail record
     wrapped = 0
-    for idx in range(len(rec.packs)):
-        cls, attr, t = pack_owner[idx]
-        ptr, nbytes = rec.packs[idx][1], rec.packs[idx][2]
+    for _, (cls, attr, t), ptr, nbytes in order:
         if ptr in excluded:
             by_fn[cls]["excluded_slots"] += 1
             continue
@@ -377,7 +413,7 @@ def measure(model, in_shape, classes, batch):
         "logits_bytes": logits.numel() * logits.element_size(),
     }
     rec.release()
-    del loss, logits, rec, pack_owner, first
+    del loss, logits, rec, pack_owner, first, order, unhooked
     return summary, detail
 
 
@@ -413,8 +449,8 @@ def generate():
     torch.set_grad_enabled(True)
     main = {
         "generator": "validation/reference.py",
-        "torch": torch.__version__,
-        "torchvision": torchvision.__version__,
+        "torch": refname.plain(torch.__version__),
+        "torchvision": refname.plain(torchvision.__version__),
         "device": "cpu",
         "dtype": "float32",
         "mode": "train",
@@ -427,15 +463,18 @@ def generate():
     }
     saved = {
         "generator": "validation/reference.py",
-        "torch": torch.__version__,
-        "torchvision": torchvision.__version__,
+        "torch": refname.plain(torch.__version__),
+        "torchvision": refname.plain(torchvision.__version__),
         "models": {},
     }
     # One process per model, two at a time (forked: torch is imported once), each on one
-    # intra-op thread: what autograd saves does not depend on the threads or the process.
+    # intra-op thread: what autograd saves does not depend on the threads or the process. The
+    # largest models go first, so that the pool ends on small ones rather than on one process
+    # alone (the files' keys are sorted: the order they finish in changes nothing).
+    order = sorted(MODELS, key=lambda n: (n not in LARGEST, LARGEST.index(n) if n in LARGEST else 0))
     ctx = multiprocessing.get_context("fork")
     with ctx.Pool(2, maxtasksperchild=1) as pool:
-        for name, entry, details in pool.imap(_measure_model, list(MODELS)):
+        for name, entry, details in pool.imap_unordered(_measure_model, order):
             main["models"][name] = entry
             for b, detail in details.items():
                 saved["models"].setdefault(name, {})[b] = detail

@@ -70,6 +70,7 @@ import difflib
 import fnmatch
 import json
 import multiprocessing
+import operator
 import os
 import shutil
 import sys
@@ -82,7 +83,9 @@ sys.path.insert(0, HERE)
 # sum to what Python can count, so the warnings are noise.
 os.environ.setdefault("GLOG_minloglevel", "2")
 
-OUT_FILE = "torch-cpu-step.json"
+import refname  # noqa: E402
+
+OUT_FILE = "torch-cpu-step.json"  # torch 1.13's; another release's carries it (out_file)
 STEPS = 2  # step 0 creates the optimizer state; step 1 is the steady state
 PHASES = ("forward", "backward", "optimizer", "zero_grad")
 OPTIMIZERS = ("sgd_momentum", "adam", "adam_foreach")
@@ -178,22 +181,30 @@ def like(x):
     return torch.zeros(x.shape, dtype=x.dtype)
 
 
-def build(case):
+def build(case, built=None):
+    """(model, per-sample input shape or the capture example, classes) of a case; built is
+    build() of a case with the same build_key, whose model is taken rather than built again."""
     import torch
     import torchvision
     import reference
-    torch.manual_seed(reference.SEED)
     name = case["model"]
     if name.startswith("capture-"):
+        if built is not None:
+            return built
+        torch.manual_seed(reference.SEED)
         d = factory(name[len("capture-"):])(case["batch"])
         return d["model"].train(), d, None
     builder, in_shape, classes, _ = reference.MODELS[name]
+    if case["image"] is not None:
+        in_shape = (3, case["image"], case["image"])
+    if built is not None:
+        return built[0].train(), in_shape, classes
+    torch.manual_seed(reference.SEED)
     if case["image"] is None:
         model = builder()
     else:
         kw = {"image_size": case["image"]} if name.startswith("vit_") else {}
         model = getattr(torchvision.models, name)(weights=None, **kw)
-        in_shape = (3, case["image"], case["image"])
     return model.train(), in_shape, classes
 
 
@@ -268,17 +279,44 @@ def selfcheck():
                            % (got, want))
 
 
-def run_case(case):
+def out_file():
+    """The file name of the running PyTorch's reference (refname.py)."""
+    import torch
+    return refname.name(OUT_FILE, torch.__version__)
+
+
+def pin_cpu_paths():
+    """One intra-op thread and oneDNN off (see the module doc); set before any torch op runs in
+    a process, so that no OpenMP pool exists when the process forks."""
+    import torch
+    torch.set_num_threads(1)
+    torch.backends.mkldnn.enabled = False
+
+
+def build_key(case):
+    """Cases that build the same model share one build: build() depends on the model, on the
+    image only for ViT (image_size) and on the batch only for a capture example (its factory
+    makes the example batch beside the model)."""
+    name = case["model"]
+    if name.startswith("capture-"):
+        return (name, case["batch"])
+    if name.startswith("vit_"):
+        return (name, case["image"])
+    return (name,)
+
+
+def run_case(case, built=None):
+    """One case, in a process of its own; built is build(case)'s result when the model was built
+    before the process forked (a model of the same key, built with the same seed, untouched)."""
     import torch
     import torch.nn.functional as F
     import torch.autograd.profiler as autograd_profiler
     from torch.autograd import _disable_profiler
 
-    torch.set_num_threads(1)
-    torch.backends.mkldnn.enabled = False
+    pin_cpu_paths()
     autograd_profiler.record_function = _NoRecordFunction
 
-    model, in_shape, classes = build(case)
+    model, in_shape, classes = build(case, built)
     param_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
     buffer_bytes = sum(b.numel() * b.element_size() for b in model.buffers())
     # (a frozen backbone's parameters are not given to the optimizer, as fine-tuning does)
@@ -366,30 +404,34 @@ def summarize(case, roots, param_bytes, buffer_bytes, alive_end):
     live = param_bytes + buffer_bytes
     base = live
     steps = []
-    last_total = 0
     for s in range(STEPS):
         st = {"alive_before": live, "peak": live, "peak_phase": "", "peak_op": "", "phases": {}}
+        step_peak = live
         timeline = []
         for s2, ph, node in phases:
             if s2 != s:
                 continue
-            pst = {"peak": live}
+            phase_peak = live
             for name, mems in segments(node):
+                # (the innermost loop of the script: hundreds of thousands of events a case;
+                # a segment's peak is at most its phase's, at most the step's)
                 seg_peak = live
                 for m in mems:
                     ef = m.extra_fields
                     live += ef.alloc_size
-                    if ef.total_allocated != live - base:
+                    total = ef.total_allocated
+                    if total != live - base:
                         raise RuntimeError("%s: running sum %d disagrees with the allocator's total %d"
-                                           % (case["id"], live - base, ef.total_allocated))
-                    last_total = ef.total_allocated
-                    seg_peak = max(seg_peak, live)
-                    if live > st["peak"]:
-                        st["peak"], st["peak_phase"], st["peak_op"] = live, ph, name
-                    pst["peak"] = max(pst["peak"], live)
+                                           % (case["id"], live - base, total))
+                    if live > seg_peak:
+                        seg_peak = live
+                        if live > phase_peak:
+                            phase_peak = live
+                        if live > step_peak:
+                            step_peak = live
+                            st["peak"], st["peak_phase"], st["peak_op"] = live, ph, name
                 timeline.append([ph, name, live, seg_peak])
-            pst["end"] = live
-            st["phases"][ph] = pst
+            st["phases"][ph] = {"peak": phase_peak, "end": live}
         if case["detail"] and s == STEPS - 1:
             st["timeline"] = timeline
         steps.append(st)
@@ -400,7 +442,6 @@ def summarize(case, roots, param_bytes, buffer_bytes, alive_end):
     if live != alive_end:
         raise RuntimeError("%s: %d bytes alive by the running sum, %d counted from Python"
                            % (case["id"], live, alive_end))
-    del last_total
     return {
         "model": case["model"], "batch": case["batch"], "optimizer": case["optimizer"],
         "image": case["image"], "param_bytes": param_bytes, "buffer_bytes": buffer_bytes,
@@ -429,23 +470,101 @@ def segments(phase_node):
 
 
 def memory_events(node):
+    """The memory events under node, in time order. (A case has hundreds of thousands: a
+    depthwise convolution without oneDNN loops over its groups. The events are leaves, so their
+    children are not asked for, and the sort key is read by attrgetter, in C.)"""
     out = []
     stack = [node]
     while stack:
         n = stack.pop()
         if n.name == "[memory]":
             out.append(n)
-        stack.extend(n.children)
-    out.sort(key=lambda n: (n.start_time_ns, n.id))
+        else:
+            stack.extend(n.children)
+    out.sort(key=_TIME_ORDER)
     return out
 
 
-def _worker(case):
+_TIME_ORDER = operator.attrgetter("start_time_ns", "id")
+
+
+def _forked(case, built, conn):
+    """A case's process: runs it and sends (id, result, error) back."""
     import time
+    import traceback
     t0 = time.monotonic()
-    res = run_case(case)
+    try:
+        res = run_case(case, built)
+    except BaseException:  # the parent reports it, with the case's id
+        conn.send((case["id"], None, traceback.format_exc()))
+        return
+    conn.send((case["id"], res, None))
     sys.stderr.write("step: %-32s %6.1f s\n" % (case["id"], time.monotonic() - t0))
-    return case["id"], res
+
+
+def run_cases(todo, jobs):
+    """Runs every case in a process of its own, jobs at a time (a case of ALONE takes them all),
+    and returns {id: result}.
+
+    Each process is forked from this one with torch imported and the case's model already built
+    (build_key: one build per model, not per case), so the allocator's profiling counters start
+    at zero in each and no case pays for importing torch or for initialising the weights
+    (torchvision's trunc_normal_ and kaiming init of a large model take longer than its two
+    32-pixel steps). The build runs here on one thread with oneDNN off (pin_cpu_paths), so that
+    no OpenMP pool is forked. While the cases of one model run, the next model is built."""
+    import collections
+    from multiprocessing.connection import wait
+    ctx = multiprocessing.get_context("fork")
+    groups = collections.OrderedDict()
+    for c in todo:
+        groups.setdefault(build_key(c), []).append(c)
+    # the large models first: the small ones fill the end
+    keys = sorted(groups, key=lambda k: 0 if any(k[0].startswith(a) for a in ALONE) else 1)
+    queue = collections.deque((c, k) for k in keys for c in groups[k])
+    pin_cpu_paths()
+    built = {}  # key -> build() of a key with cases still to start
+    running = {}  # connection -> (process, case, slots)
+    out = {}
+
+    def slots(case):
+        return jobs if any(case["model"].startswith(a) for a in ALONE) else 1
+
+    def prebuild():
+        # the model of the next case not yet built (at most one ahead of the running ones)
+        for c, k in queue:
+            if k not in built:
+                built[k] = build(c)
+                return
+
+    while queue or running:
+        used = sum(n for _, _, n in running.values())
+        while queue and (not running or used + slots(queue[0][0]) <= jobs):
+            case, key = queue.popleft()
+            if key not in built:
+                built[key] = build(case)
+            recv, send = ctx.Pipe(duplex=False)
+            proc = ctx.Process(target=_forked, args=(case, built[key], send))
+            proc.start()
+            send.close()
+            running[recv] = (proc, case, slots(case))
+            used += slots(case)
+            if not any(k == key for _, k in queue):
+                del built[key]  # its processes hold their own copies
+        if queue and len(built) == 0:
+            prebuild()
+        for conn in wait(list(running)):
+            proc, case, _ = running.pop(conn)
+            try:
+                cid, res, err = conn.recv()
+            except EOFError:
+                cid, res, err = case["id"], None, "the process ended without a result"
+            proc.join()
+            if err is not None or proc.exitcode != 0:
+                for other, _, _ in running.values():
+                    other.kill()
+                raise RuntimeError("step: %s failed (exit %s):\n%s" % (cid, proc.exitcode, err))
+            out[cid] = res
+    return out
 
 
 # ----------------------------------------------------------------------------------------------
@@ -458,8 +577,8 @@ def generate(only=None, jobs=2):
     todo = cases(only)
     out = {
         "generator": "validation/step.py",
-        "torch": torch.__version__,
-        "torchvision": torchvision.__version__,
+        "torch": refname.plain(torch.__version__),
+        "torchvision": refname.plain(torchvision.__version__),
         "device": "cpu",
         "threads": 1,
         "mkldnn": False,
@@ -473,17 +592,7 @@ def generate(only=None, jobs=2):
     ctx = multiprocessing.get_context("fork")
     with ctx.Pool(1) as pool:  # in a process of its own, like every case
         pool.apply(selfcheck)
-    alone = [c for c in todo if any(c["model"].startswith(a) for a in ALONE)]
-    shared = [c for c in todo if c not in alone]
-    # A fresh process per case (maxtasksperchild=1), forked from this one with torch already
-    # imported: the allocator's profiling counters start at zero in each, and no case pays
-    # for importing torch. This process runs no torch op, so no thread pool is forked.
-    for group, n in ((shared, jobs), (alone, 1)):
-        if not group:
-            continue
-        with ctx.Pool(n, maxtasksperchild=1) as pool:
-            for cid, res in pool.imap_unordered(_worker, group):
-                out["cases"][cid] = res
+    out["cases"] = run_cases(todo, jobs)
     return out
 
 
@@ -510,15 +619,20 @@ def dump(obj):
     return text
 
 
-def one_file_main(doc, out, generate):
-    """The command line of a one-file reference (generate.py,
-    autocast.py): --check regenerates and diffs against the committed
-    file, --out names another. Returns the exit status."""
+def one_file_main(doc, out, generate, dump=None):
+    """The command line of a one-file reference (generate.py, autocast.py,
+    cs336.py): --check regenerates and diffs against the committed file,
+    --out names another. out is torch 1.13's file; another release's
+    carries its name (refname.py). dump turns the result into the file's
+    text (default: indented JSON with sorted keys). Returns the exit
+    status."""
+    import torch
     ap = argparse.ArgumentParser(description=doc.split("\n")[0])
     ap.add_argument("--check", action="store_true", help="regenerate and diff against the committed file")
-    ap.add_argument("--out", default=out)
+    ap.add_argument("--out", default=refname.name(out, torch.__version__))
     args = ap.parse_args()
-    text = json.dumps(generate(), indent=1, sort_keys=True) + "\n"
+    data = generate()
+    text = dump(data) if dump else json.dumps(data, indent=1, sort_keys=True) + "\n"
     return write_or_check(text, args.out, args.check)
 
 
@@ -530,6 +644,9 @@ def write_or_check(text, out, check):
         with open(out, "w") as f:
             f.write(text)
         return 0
+    if not os.path.exists(out):
+        print("%s is missing (run the script without --check and commit it)" % out, file=sys.stderr)
+        return 1
     with open(out) as f:
         old = f.read()
     if old != text:
@@ -541,7 +658,7 @@ def write_or_check(text, out, check):
 def write(out_dir, only=None, jobs=2):
     data = generate(only, jobs)
     os.makedirs(out_dir, exist_ok=True)
-    with open(os.path.join(out_dir, OUT_FILE), "w", encoding="utf-8", newline="\n") as f:
+    with open(os.path.join(out_dir, out_file()), "w", encoding="utf-8", newline="\n") as f:
         f.write(dump(data))
     return data
 
@@ -550,8 +667,9 @@ def check(committed_dir, jobs):
     tmp = tempfile.mkdtemp(prefix="batchfit-step-")
     try:
         write(tmp, jobs=jobs)
-        want_path = os.path.join(committed_dir, OUT_FILE)
-        with open(os.path.join(tmp, OUT_FILE), encoding="utf-8") as f:
+        name = out_file()
+        want_path = os.path.join(committed_dir, name)
+        with open(os.path.join(tmp, name), encoding="utf-8") as f:
             got = f.read()
         if not os.path.exists(want_path):
             print("step: %s is missing (regenerate with validation/step.py)" % want_path, file=sys.stderr)
@@ -559,10 +677,10 @@ def check(committed_dir, jobs):
         with open(want_path, encoding="utf-8") as f:
             want = f.read()
         if got == want:
-            print("step: %s matches a fresh run" % OUT_FILE)
+            print("step: %s matches a fresh run" % name)
             return 0
         diff = list(difflib.unified_diff(want.splitlines(True), got.splitlines(True),
-                                         fromfile=want_path + " (committed)", tofile=OUT_FILE + " (regenerated)"))
+                                         fromfile=want_path + " (committed)", tofile=name + " (regenerated)"))
         sys.stderr.write("step: %s differs from a fresh run:\n" % want_path)
         sys.stderr.writelines(diff[:200])
         if len(diff) > 200:

@@ -18,9 +18,11 @@ import (
 
 // stepReference is validation/step.py's output.
 type stepReference struct {
-	Torch string              `json:"torch"`
-	Steps int                 `json:"steps"`
-	Cases map[string]stepCase `json:"cases"`
+	Torch string `json:"torch"`
+	Steps int    `json:"steps"`
+	// NNPACK is torch._nnpack_available() where the reference was made.
+	NNPACK bool                `json:"nnpack"`
+	Cases  map[string]stepCase `json:"cases"`
 }
 
 type stepCase struct {
@@ -59,40 +61,48 @@ func stepOptimizer(name string) (train.Optimizer, error) {
 	return train.Optimizer{}, fmt.Errorf("unknown optimizer %q", name)
 }
 
-func loadStepReference(t *testing.T) stepReference {
+// loadStepReference reads the release's whole-step reference and the
+// runtime profile it is held to.
+func loadStepReference(t *testing.T, r torchRelease) (stepReference, *profile.Profile) {
 	t.Helper()
-	data, err := os.ReadFile("../testdata/reference/torch-cpu-step.json")
+	path := r.file("torch-cpu-step.json")
+	data, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var ref stepReference
 	if err := json.Unmarshal(data, &ref); err != nil {
-		t.Fatalf("torch-cpu-step.json: %v", err)
+		t.Fatalf("%s: %v", path, err)
 	}
-	return ref
+	prof, err := r.profile(ref.Torch)
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	return ref, prof
 }
 
 // simulateStepCase runs the simulator on one case of the step reference
-// under the CPU rules and the runtime profile of the PyTorch that made it.
-func simulateStepCase(prof *profile.Profile, steps int, c stepCase) ([]trace.StepLive, *trace.Trace, error) {
+// under the CPU rules and the runtime profile of the PyTorch that made it;
+// nnpack says that PyTorch's build had NNPACK.
+func simulateStepCase(prof *profile.Profile, steps int, c stepCase, nnpack bool) ([]trace.StepLive, *trace.Trace, error) {
 	cfg, zoo := build(nil, c.Model, c.Batch)
 	cfg.Image = c.Image
 	g, _, err := models.Build(zoo, cfg)
 	if err != nil {
 		return nil, nil, err
 	}
-	return simulateLive(g, prof, steps, c.Optimizer)
+	return simulateLive(g, prof, steps, c.Optimizer, nnpack)
 }
 
 // simulateLive runs steps training steps of g with one of step.py's
-// optimizers, under the CPU rules of prof, and returns the live bytes per
-// step with the trace.
-func simulateLive(g *graph.Graph, prof *profile.Profile, steps int, optimizer string) ([]trace.StepLive, *trace.Trace, error) {
+// optimizers, under the CPU rules of prof (with NNPACK's convolutions where
+// the build has it), and returns the live bytes per step with the trace.
+func simulateLive(g *graph.Graph, prof *profile.Profile, steps int, optimizer string, nnpack bool) ([]trace.StepLive, *trace.Trace, error) {
 	o, err := stepOptimizer(optimizer)
 	if err != nil {
 		return nil, nil, err
 	}
-	tr, _, err := train.Simulate(g, train.Setup{CPU: true, Profile: prof, Steps: steps, Optimizer: o})
+	tr, _, err := train.Simulate(g, train.Setup{CPU: true, NNPACK: nnpack, Profile: prof, Steps: steps, Optimizer: o})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -101,17 +111,20 @@ func simulateLive(g *graph.Graph, prof *profile.Profile, steps int, optimizer st
 }
 
 // TestStepReference holds whole training steps to real PyTorch on the CPU:
-// for every case of validation/step.py and every step, the bytes alive
-// before the step, the peak within 0.1 % and the phase the peak falls in.
+// for every case of validation/step.py, of each release, and every step,
+// the bytes alive before the step, the peak within 0.1 % and the phase the
+// peak falls in, simulated under that release's profile.
 func TestStepReference(t *testing.T) {
-	ref := loadStepReference(t)
-	prof, err := profile.Lookup(ref.Torch)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(ref.Cases) < 100 {
-		t.Fatalf("the step reference has %d cases, want at least 100", len(ref.Cases))
-	}
+	forEachRelease(t, func(t *testing.T, r torchRelease) {
+		ref, prof := loadStepReference(t, r)
+		if len(ref.Cases) < 100 {
+			t.Fatalf("the step reference has %d cases, want at least 100", len(ref.Cases))
+		}
+		stepReferenceCases(t, r, ref, prof)
+	})
+}
+
+func stepReferenceCases(t *testing.T, r torchRelease, ref stepReference, prof *profile.Profile) {
 	ids := make([]string, 0, len(ref.Cases))
 	for id := range ref.Cases {
 		ids = append(ids, id)
@@ -122,7 +135,7 @@ func TestStepReference(t *testing.T) {
 		if strings.HasPrefix(c.Model, "capture-") {
 			continue // held by TestCapturedExamples, on their captured graphs
 		}
-		live, tr, err := simulateStepCase(prof, ref.Steps, c)
+		live, tr, err := simulateStepCase(prof, ref.Steps, c, ref.NNPACK)
 		if err != nil {
 			t.Errorf("%s: %v", id, err)
 			continue

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Every CPU reference, made again by one PyTorch: reference.py, cs336.py,
+# step.py, capture_zoo.py, generate.py and autocast.py, each writing (or,
+# with --check, comparing with) the file of that interpreter's release
+# (validation/refname.py: torch 1.13's files keep their names, 2.5's carry
+# "-torch2.5"). CI runs it with Debian's 1.13 and with the 2.x that
+# python/requirements-test.txt pins:
+#
+#   validation/references.sh /usr/bin/python3 --check
+#   validation/references.sh "$BATCHFIT_PYENV" --check
+#   validation/references.sh "$BATCHFIT_PYENV"          # rewrite 2.5's files
+#
+# Each script's time is printed: they are most of CI's time.
+set -euo pipefail
+cd "$(dirname "$0")"
+py=${1:?usage: validation/references.sh PYTHON [--check]}
+shift
+release=$("$py" -c 'import torch; print(torch.__version__)')
+for script in reference.py cs336.py step.py capture_zoo.py generate.py autocast.py; do
+  start=$SECONDS
+  "$py" "$script" "$@"
+  echo "references: $script under PyTorch $release: $((SECONDS - start)) s"
+done
