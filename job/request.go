@@ -127,6 +127,9 @@ func (j Job) Request(src predict.Source, o Options) (predict.Request, error) {
 		}
 		r.Config.Transformers = j.Transformers
 	}
+	if j.LossFromLogits && !builtByTransformers(src) {
+		return r, Usagef("--loss-from-logits applies to language models run by transformers' modeling code (the zoo's transformers models, Hugging Face configs); %s is not one", src.Name())
+	}
 	if err := j.modelParallel(&r.Config); err != nil {
 		return r, err
 	}

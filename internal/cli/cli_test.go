@@ -166,6 +166,8 @@ func TestBadInput(t *testing.T) {
 		{[]string{"estimate", "mlp", "--lora", "2", "--lora-targets", "linear", "--quant", "nf4", "--quant-via", "torchao", "--bnb-version", "0.42"}, 2, "--bnb-version is bitsandbytes'"},
 		{[]string{"estimate", "mlp", "--lora", "2", "--lora-impl", "hf"}, 2, "want peft, litgpt or torchtune"},
 		{[]string{"estimate", "resnet18", "--transformers", "4.39"}, 2, "--transformers applies to models run by transformers' modeling code"},
+		{[]string{"estimate", "resnet18", "--loss-from-logits"}, 2, "--loss-from-logits applies to language models run by transformers' modeling code"},
+		{[]string{"estimate", "gpt2", "--loss-from-logits", "--mode", "eval"}, 2, "--loss-from-logits is for training"},
 		{[]string{"estimate", "gpt2", "--transformers", "4.30"}, 2, "oldest release batchfit follows is 4.36"},
 		{[]string{"estimate", "gpt2", "--transformers", "7.1"}, 2, "newer than any release"},
 		{[]string{"estimate", "gpt2", "--transformers", "four"}, 2, "--transformers: transformers version"},
