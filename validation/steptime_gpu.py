@@ -17,6 +17,13 @@ then the median of 15 timed steps (host clock around each synchronized step).
 Convolutional models run NCHW and channels-last. GPT-2 runs bfloat16 autocast
 with AdamW (foreach, PyTorch's default on CUDA), sequence 1024, eager and SDPA
 attention. Standard library plus torch, torchvision and transformers.
+
+At small batches (``--batch 1``, ``--gpt2-batch 1 --gpt2-seq 128``) the kernels are shorter
+than the host's work to issue them and the step time is the host's: these rows test the
+step-time model's host cost per op. ``--count`` profiles one more step of each run
+(torch.profiler, CPU and CUDA) and adds to the notes what it issued: CUDA kernels, the
+ops called from Python (aten ops at the top of the main thread's stack), and the nodes
+autograd's engine ran.
 """
 
 import argparse
@@ -54,6 +61,30 @@ def timed(torch, step):
     return statistics.median(ts), min(ts), max(ts)
 
 
+def count(torch, step):
+    """What one step issues, from the profiler: kernels run on the device,
+    aten ops at the top of the main thread's stack, autograd engine nodes."""
+    from torch.profiler import ProfilerActivity, profile
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
+    with profile(activities=acts) as prof:
+        step()
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+    kernels = top = nodes = launches = 0
+    for e in prof.events():
+        dev = str(getattr(e, "device_type", "")).rsplit(".", 1)[-1]
+        if dev == "CUDA":
+            kernels += 1
+        elif e.name.startswith("autograd::engine::evaluate_function"):
+            nodes += 1
+        elif e.name in ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx"):
+            launches += 1
+        elif e.name.startswith("aten::") and e.cpu_parent is None:
+            top += 1
+    return "profiled step: %d device kernels, %d launch calls, %d top-level aten ops, %d autograd nodes" % (
+        kernels, launches, top, nodes)
+
+
 def vision_row(torch, name, channels_last, batch, image):
     import torchvision
     torch.manual_seed(0)
@@ -73,7 +104,7 @@ def vision_row(torch, name, channels_last, batch, image):
         opt.step()
         opt.zero_grad()
 
-    return timed(torch, step)
+    return timed(torch, step), step
 
 
 def gpt2_row(torch, attn, batch, seq):
@@ -92,7 +123,7 @@ def gpt2_row(torch, attn, batch, seq):
         opt.step()
         opt.zero_grad()
 
-    return timed(torch, step)
+    return timed(torch, step), step
 
 
 def main() -> int:
@@ -102,6 +133,9 @@ def main() -> int:
     ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--image", type=int, default=224)
     ap.add_argument("--only", default="", help="comma-separated zoo models (default: all)")
+    ap.add_argument("--gpt2-batch", type=int, default=16)
+    ap.add_argument("--gpt2-seq", type=int, default=1024)
+    ap.add_argument("--count", action="store_true", help="profile one more step: kernels, ops, nodes")
     args = ap.parse_args()
     import torch
     torch.backends.cudnn.benchmark = True
@@ -123,7 +157,7 @@ def main() -> int:
                 continue
             try:
                 if kind == "vision":
-                    med, lo, hi = vision_row(torch, model, var == "channels_last", args.batch, args.image)
+                    (med, lo, hi), step = vision_row(torch, model, var == "channels_last", args.batch, args.image)
                     samples = args.batch / med
                     cmd = "%s --gpu %s --batch %d --precision 16-mixed --optimizer sgd --momentum 0.9 --image %d --torch 2.5" % (
                         model, args.gpu, args.batch, args.image)
@@ -133,8 +167,8 @@ def main() -> int:
                     unit = "images/s"
                     loop = "timm benchmark.py's train loop: float16 autocast, no GradScaler, SGD momentum 0.9 Nesterov"
                 else:
-                    bs, seq = 16, 1024
-                    med, lo, hi = gpt2_row(torch, var, bs, seq)
+                    bs, seq = args.gpt2_batch, args.gpt2_seq
+                    (med, lo, hi), step = gpt2_row(torch, var, bs, seq)
                     samples = bs / med
                     cmd = "gpt2 --gpu %s --batch %d --seq %d --precision bf16-mixed --optimizer adamw --attention %s --torch 2.5" % (
                         args.gpu, bs, seq, "eager" if var == "eager" else "auto")
@@ -143,12 +177,15 @@ def main() -> int:
                     loop = "GPT2LMHeadModel(GPT2Config()) attn_implementation %s, bfloat16 autocast, AdamW (foreach), labels = inputs" % var
                 notes = "family %s; %s; step %.2f ms median of %d (min %.2f, max %.2f) after %d warm-up; %s" % (
                     fam, loop, med * 1e3, TIMED, lo * 1e3, hi * 1e3, WARM, name)
+                if args.count:
+                    notes += "; " + count(torch, step)
                 w.writerow([rid, "own measurement", path, args.gpu, name, cmd, "%.2f" % samples, unit,
                             "synthetic (random tensors on the GPU)", "true", "false", soft, notes])
                 f.flush()
                 print("%-48s %8.2f ms  %9.1f %s" % (rid, med * 1e3, samples, unit), flush=True)
             except Exception as e:  # noqa: BLE001 - one model's failure is printed, the rest run
                 print("%s %s: %r" % (model, var, e), file=sys.stderr, flush=True)
+            step = None
             torch.cuda.empty_cache()
     return 0
 
