@@ -14,6 +14,7 @@
 #   launch1   steptime_gpu.py at batch 1 (GPT-2 at batch 1, sequence 128),
 #             --count: launch-bound steps and what they issue;
 #   launch32  the same at batch 32 (GPT-2 at 4, sequence 512), seven models;
+#             (LAUNCH1_ONLY, LAUNCH32_ONLY, LAUNCH_FLAGS and *_TIMEOUT below)
 #   snapshot  measure.py on cases-snapshot.json (allocation-level recordings);
 #   banded    measure.py --maxbatch on cases-limit-banded.json alone: the
 #             largest batch searched from batchfit's answer with its band.
@@ -55,13 +56,16 @@ limit() {
 dispatch() {
   timeout 90 python3 "$here/dispatch_cpu.py" --device cuda --out "$work/dispatch-$gpu.json" >"$work/dispatch.log" 2>&1
 }
+# LAUNCH1_ONLY / LAUNCH32_ONLY: comma-separated models (launch32's default is
+# seven); LAUNCH_FLAGS: steptime_gpu.py's flags (default --count)
 launch1() {
-  timeout 150 python3 "$here/steptime_gpu.py" --gpu "$gpu" --batch 1 --gpt2-batch 1 --gpt2-seq 128 --count \
+  timeout ${LAUNCH1_TIMEOUT:-150} python3 "$here/steptime_gpu.py" --gpu "$gpu" --batch 1 --gpt2-batch 1 --gpt2-seq 128 \
+    ${LAUNCH_FLAGS:---count} ${LAUNCH1_ONLY:+--only "$LAUNCH1_ONLY"} \
     --out "$work/steptime-$gpu-b1.csv" >"$work/launch-b1.log" 2>&1
 }
 launch32() {
-  timeout 80 python3 "$here/steptime_gpu.py" --gpu "$gpu" --batch 32 --gpt2-batch 4 --gpt2-seq 512 --count \
-    --only resnet50,efficientnet_b0,mobilenet_v3_small,convnext_tiny,vit_b_16,vit_b_32,gpt2 \
+  timeout ${LAUNCH32_TIMEOUT:-80} python3 "$here/steptime_gpu.py" --gpu "$gpu" --batch 32 --gpt2-batch 4 --gpt2-seq 512 \
+    ${LAUNCH_FLAGS:---count} --only "${LAUNCH32_ONLY:-resnet50,efficientnet_b0,mobilenet_v3_small,convnext_tiny,vit_b_16,vit_b_32,gpt2}" \
     --out "$work/steptime-$gpu-b32.csv" >"$work/launch-b32.log" 2>&1
 }
 snapshot() {

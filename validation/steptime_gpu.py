@@ -61,6 +61,36 @@ def timed(torch, step):
     return statistics.median(ts), min(ts), max(ts)
 
 
+def steps(torch, forward, held, opt):
+    """The step as its four phases, and the step: the timed step, then (for
+    phased) each phase alone."""
+    def backward():
+        held.pop("loss").backward()
+
+    parts = [("forward", forward), ("backward", backward), ("optimizer", opt.step), ("zero_grad", opt.zero_grad)]
+
+    def step():
+        for _, fn in parts:
+            fn()
+
+    return timed(torch, step), step, parts
+
+
+def phased(torch, parts):
+    """Each phase's median wall time over TIMED steps, the device drained
+    before and after it: at small batches, the host's time for the phase."""
+    ts = {name: [] for name, _ in parts}
+    for _ in range(TIMED):
+        for name, fn in parts:
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            fn()
+            torch.cuda.synchronize()
+            ts[name].append(time.perf_counter() - t0)
+    return "phases (each alone, device drained around it): " + ", ".join(
+        "%s %.2f ms" % (name, 1e3 * statistics.median(v)) for name, v in ts.items())
+
+
 def count(torch, step):
     """What one step issues, from the profiler: kernels run on the device,
     aten ops at the top of the main thread's stack, autograd engine nodes."""
@@ -71,18 +101,20 @@ def count(torch, step):
         if torch.cuda.is_available():
             torch.cuda.synchronize()
     kernels = top = nodes = launches = 0
+    busy = 0.0
     for e in prof.events():
         dev = str(getattr(e, "device_type", "")).rsplit(".", 1)[-1]
         if dev == "CUDA":
             kernels += 1
+            busy += e.time_range.elapsed_us()
         elif e.name.startswith("autograd::engine::evaluate_function"):
             nodes += 1
         elif e.name in ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx"):
             launches += 1
         elif e.name.startswith("aten::") and e.cpu_parent is None:
             top += 1
-    return "profiled step: %d device kernels, %d launch calls, %d top-level aten ops, %d autograd nodes" % (
-        kernels, launches, top, nodes)
+    return ("profiled step: %d device kernels (%.2f ms of kernel time), %d launch calls, "
+            "%d top-level aten ops, %d autograd nodes") % (kernels, busy / 1e3, launches, top, nodes)
 
 
 def vision_row(torch, name, channels_last, batch, image):
@@ -97,14 +129,13 @@ def vision_row(torch, name, channels_last, batch, image):
     opt = torch.optim.SGD(model.parameters(), lr=1e-4, momentum=0.9, nesterov=True)
     loss_fn = torch.nn.CrossEntropyLoss()
 
-    def step():
-        with torch.autocast("cuda", dtype=torch.float16):
-            loss = loss_fn(model(x), y)
-        loss.backward()
-        opt.step()
-        opt.zero_grad()
+    held = {}
 
-    return timed(torch, step), step
+    def forward():
+        with torch.autocast("cuda", dtype=torch.float16):
+            held["loss"] = loss_fn(model(x), y)
+
+    return steps(torch, forward, held, opt)
 
 
 def gpt2_row(torch, attn, batch, seq):
@@ -116,14 +147,13 @@ def gpt2_row(torch, attn, batch, seq):
     ids = torch.randint(0, cfg.vocab_size, (batch, seq), device="cuda")
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
 
-    def step():
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = model(input_ids=ids, labels=ids).loss
-        loss.backward()
-        opt.step()
-        opt.zero_grad()
+    held = {}
 
-    return timed(torch, step), step
+    def forward():
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            held["loss"] = model(input_ids=ids, labels=ids).loss
+
+    return steps(torch, forward, held, opt)
 
 
 def main() -> int:
@@ -136,6 +166,8 @@ def main() -> int:
     ap.add_argument("--gpt2-batch", type=int, default=16)
     ap.add_argument("--gpt2-seq", type=int, default=1024)
     ap.add_argument("--count", action="store_true", help="profile one more step: kernels, ops, nodes")
+    ap.add_argument("--phases", action="store_true", help="time each phase alone too")
+    ap.add_argument("--nchw-only", action="store_true", help="no channels-last runs")
     args = ap.parse_args()
     import torch
     torch.backends.cudnn.benchmark = True
@@ -145,7 +177,7 @@ def main() -> int:
     path = "validation/steptime_gpu.py"
     runs = []
     for model, fam, cl in VISION:
-        for fmt in (("contiguous", "channels_last") if cl else ("contiguous",)):
+        for fmt in (("contiguous", "channels_last") if cl and not args.nchw_only else ("contiguous",)):
             runs.append(("vision", model, fam, fmt))
     for attn in ("eager", "sdpa"):
         runs.append(("gpt2", "gpt2", "transformer", attn))
@@ -157,7 +189,7 @@ def main() -> int:
                 continue
             try:
                 if kind == "vision":
-                    (med, lo, hi), step = vision_row(torch, model, var == "channels_last", args.batch, args.image)
+                    (med, lo, hi), step, parts = vision_row(torch, model, var == "channels_last", args.batch, args.image)
                     samples = args.batch / med
                     cmd = "%s --gpu %s --batch %d --precision 16-mixed --optimizer sgd --momentum 0.9 --image %d --torch 2.5" % (
                         model, args.gpu, args.batch, args.image)
@@ -168,7 +200,7 @@ def main() -> int:
                     loop = "timm benchmark.py's train loop: float16 autocast, no GradScaler, SGD momentum 0.9 Nesterov"
                 else:
                     bs, seq = args.gpt2_batch, args.gpt2_seq
-                    (med, lo, hi), step = gpt2_row(torch, var, bs, seq)
+                    (med, lo, hi), step, parts = gpt2_row(torch, var, bs, seq)
                     samples = bs / med
                     cmd = "gpt2 --gpu %s --batch %d --seq %d --precision bf16-mixed --optimizer adamw --attention %s --torch 2.5" % (
                         args.gpu, bs, seq, "eager" if var == "eager" else "auto")
@@ -177,6 +209,8 @@ def main() -> int:
                     loop = "GPT2LMHeadModel(GPT2Config()) attn_implementation %s, bfloat16 autocast, AdamW (foreach), labels = inputs" % var
                 notes = "family %s; %s; step %.2f ms median of %d (min %.2f, max %.2f) after %d warm-up; %s" % (
                     fam, loop, med * 1e3, TIMED, lo * 1e3, hi * 1e3, WARM, name)
+                if args.phases:
+                    notes += "; " + phased(torch, parts)
                 if args.count:
                     notes += "; " + count(torch, step)
                 w.writerow([rid, "own measurement", path, args.gpu, name, cmd, "%.2f" % samples, unit,
@@ -185,7 +219,7 @@ def main() -> int:
                 print("%-48s %8.2f ms  %9.1f %s" % (rid, med * 1e3, samples, unit), flush=True)
             except Exception as e:  # noqa: BLE001 - one model's failure is printed, the rest run
                 print("%s %s: %r" % (model, var, e), file=sys.stderr, flush=True)
-            step = None
+            step = parts = None
             torch.cuda.empty_cache()
     return 0
 
