@@ -175,6 +175,8 @@ def main() -> int:
     soft = "torch-%s-cuda-%s-cudnn-%s" % (torch.__version__, torch.version.cuda,
                                           torch.backends.cudnn.version())
     path = "validation/steptime_gpu.py"
+    # batchfit's runtime profile of the running release (--torch 2.11 for 2.11.0+cu130)
+    release = ".".join(torch.__version__.split("+")[0].split(".")[:2])
     runs = []
     for model, fam, cl in VISION:
         for fmt in (("contiguous", "channels_last") if cl and not args.nchw_only else ("contiguous",)):
@@ -191,8 +193,8 @@ def main() -> int:
                 if kind == "vision":
                     (med, lo, hi), step, parts = vision_row(torch, model, var == "channels_last", args.batch, args.image)
                     samples = args.batch / med
-                    cmd = "%s --gpu %s --batch %d --precision 16-mixed --optimizer sgd --momentum 0.9 --image %d --torch 2.5" % (
-                        model, args.gpu, args.batch, args.image)
+                    cmd = "%s --gpu %s --batch %d --precision 16-mixed --optimizer sgd --momentum 0.9 --image %d --torch %s" % (
+                        model, args.gpu, args.batch, args.image, release)
                     if var == "channels_last":
                         cmd += " --memory-format channels_last"
                     rid = "own-%s-%s-%s-16-mixed-b%d" % (args.gpu, model, "nhwc" if var == "channels_last" else "nchw", args.batch)
@@ -202,8 +204,8 @@ def main() -> int:
                     bs, seq = args.gpt2_batch, args.gpt2_seq
                     (med, lo, hi), step, parts = gpt2_row(torch, var, bs, seq)
                     samples = bs / med
-                    cmd = "gpt2 --gpu %s --batch %d --seq %d --precision bf16-mixed --optimizer adamw --attention %s --torch 2.5" % (
-                        args.gpu, bs, seq, "eager" if var == "eager" else "auto")
+                    cmd = "gpt2 --gpu %s --batch %d --seq %d --precision bf16-mixed --optimizer adamw --attention %s --torch %s" % (
+                        args.gpu, bs, seq, "eager" if var == "eager" else "auto", release)
                     rid = "own-%s-gpt2-%s-bf16-mixed-b%d-s%d" % (args.gpu, var, bs, seq)
                     unit = "sequences/s"
                     loop = "GPT2LMHeadModel(GPT2Config()) attn_implementation %s, bfloat16 autocast, AdamW (foreach), labels = inputs" % var
