@@ -108,8 +108,13 @@ func (r Rates) Known() bool { return r.FP32 > 0 && r.Bandwidth > 0 }
 
 // The context sizes are per architecture: a maintainer puts it at about
 // 300 MB with lazy module loading (pytorch issue 107667); cuDNN and cuBLAS
-// handles and their kernels add to it on first use. These figures are
-// estimates until measured; measured values replace them.
+// handles and their kernels add to it on first use (under 2.11 the
+// profile adds the kernels a training step loads: profile.LazyModules).
+// These figures are estimates until measured; measured values replace
+// them: hopper's is an H200's after torch.cuda.init, NVML's per-process
+// figure less memory_reserved (PyTorch 2.11.0+cu130, driver 580.159.04;
+// testdata/measured/h200-torch2.11.json, context_bytes of every case:
+// 543,162,368 bytes).
 // EagerContextSize is the CUDA context when every kernel of libtorch,
 // cuDNN and cuBLAS loads at start-up: PyTorch built for a CUDA runtime
 // before 11.7, which has no lazy module loading (pytorch pull request
@@ -124,7 +129,7 @@ var contextByFamily = map[string]int64{
 	"turing":    400 * mib,
 	"ampere":    450 * mib,
 	"ada":       450 * mib,
-	"hopper":    500 * mib,
+	"hopper":    518 * mib,
 	"blackwell": 550 * mib,
 }
 

@@ -72,7 +72,7 @@ func NewTable(c Choices) Table {
 		{Name: "torch", Help: "PyTorch version whose rules apply (default: current; known profiles: " + strings.Join(profile.Versions(), ", ") + ")"},
 		{Name: "steps", Default: "3", Help: "optimizer steps to simulate (at most 1000)"},
 		{Name: "alloc-conf", Env: []string{"PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF"}, Help: "PYTORCH_CUDA_ALLOC_CONF (default: the environment variable)"},
-		{Name: "context", Help: "CUDA context size (default: the GPU family's estimate)"},
+		{Name: "context", Help: "the CUDA context: what the process holds outside PyTorch's allocator while it trains, nvidia-smi's figure less torch.cuda.memory_reserved() (default: the GPU family's context after torch.cuda.init, plus the kernels the step loads where the --torch profile measured them)"},
 		{Name: "cuda", Help: "the CUDA runtime PyTorch was built for (torch.version.cuda, e.g. 11.3): before 11.7 every kernel loads at start-up, and the CUDA context is the eager one measured on a GPU (1343 MiB) unless --context gives it"},
 		{Name: "nccl-buffsize", Help: "NCCL_BUFFSIZE, the Simple protocol's buffer per NCCL connection (default: NCCL's 4 MiB)"},
 		{Name: "empty-cache", Help: "call torch.cuda.empty_cache() after every step"},

@@ -157,6 +157,9 @@ type Result struct {
 	// Libraries is what the step makes libraries allocate outside
 	// PyTorch's allocator (train.Summary.LibraryBytes), part of Context.
 	Libraries int64
+	// Modules is the kernels the step loads on first launch
+	// (profile.LazyModules), part of Context.
+	Modules int64
 	// NCCL is the upper bound of NCCL's communicator buffers
 	// (NCCLBytes), part of Context; 0 on one GPU.
 	NCCL int64
@@ -353,7 +356,17 @@ func finish(ctx context.Context, r Request, setup train.Setup, sim *train.Simula
 	// after a first tiny tensor) lacks them; one measured after the step
 	// counts them twice, the safe side.
 	lib := sim.Summary().LibraryBytes
-	cudaCtx := r.ContextSize() + lib
+	// The kernels a training step loads on first launch (lazy module
+	// loading, profile.LazyModules) are part of the catalog's context,
+	// which is a context after torch.cuda.init: added to it. A given
+	// context is what the process holds outside the allocator while it
+	// trains (nvidia-smi's figure less memory_reserved, or an
+	// out-of-memory message's non-PyTorch memory): they are in it.
+	var modules int64
+	if r.Infer == nil && !setup.CPU && r.Context < 0 {
+		modules = setup.Profile.LazyModules.Bytes(sim.Summary().CudnnConvs, sim.Summary().FlashAttention)
+	}
+	cudaCtx := r.ContextSize() + lib + modules
 	// NCCL's buffers come on top of a given context too: one measured
 	// before init_process_group lacks them, one measured after counts
 	// them twice, the safe side.
@@ -390,7 +403,7 @@ func finish(ctx context.Context, r Request, setup train.Setup, sim *train.Simula
 	if req := sim.Summary().PeakRequested - sim.Summary().ConvWorkspaceBytes; sim.Stopped() || (r.Screen && req > dev.Capacity) {
 		sim.CompactTrace().Release()
 		res := &Result{Model: r.Source.Name(), Config: r.Config, Setup: sim.Setup(), GPU: r.GPU, Summary: sim.Summary(),
-			Timeline: &alloc.Timeline{PeakAllocatedEvent: -1, PeakReservedEvent: -1}, Context: cudaCtx, Libraries: lib, NCCL: nccl, Margin: r.Margin,
+			Timeline: &alloc.Timeline{PeakAllocatedEvent: -1, PeakReservedEvent: -1}, Context: cudaCtx, Libraries: lib, Modules: modules, NCCL: nccl, Margin: r.Margin,
 			Screened: true, Relies: r.reliancesOf(g0), Band: BandFor(r.reliancesOf(g0)), Decider: fmt.Sprintf("the step requests %s at its peak, more than the %s the device leaves the allocator: no allocator setting fits it",
 				alloc.FormatSize(sim.Summary().PeakRequested), alloc.FormatSize(dev.Capacity))}
 		res.Notes = notesOf(r, res, g0)
@@ -408,7 +421,7 @@ func finish(ctx context.Context, r Request, setup train.Setup, sim *train.Simula
 		return nil, err
 	}
 	res := &Result{Model: r.Source.Name(), Config: r.Config, Setup: sim.Setup(), GPU: r.GPU, Summary: sim.Summary(),
-		Timeline: tl, Context: cudaCtx, Libraries: lib, NCCL: nccl, Margin: r.Margin}
+		Timeline: tl, Context: cudaCtx, Libraries: lib, Modules: modules, NCCL: nccl, Margin: r.Margin}
 	if i := tl.PeakAllocatedEvent; i >= 0 && i < tr.Len() {
 		e := tr.At(i)
 		res.PeakAt = &PeakAt{Phase: e.Phase, Step: e.Step, Site: tr.SiteName(e.Site)}

@@ -136,6 +136,14 @@ type Profile struct {
 	// request 86509) or "lazy_from_cuda_11_7" (1.13, also built for CUDA
 	// 11.6, which loads every kernel at start-up).
 	CudaModuleLoading string `json:"cuda_module_loading"`
+	// LazyModules is the device memory of the kernels a training step
+	// loads on their first launch under lazy module loading (the CUDA C
+	// Programming Guide, "Lazy Loading": a module is loaded into device
+	// memory when one of its kernels is first launched), outside
+	// PyTorch's allocator: what the process holds outside the allocator
+	// after the first step less what it held after torch.cuda.init.
+	// Measured where a release has it; nil where not.
+	LazyModules *LazyModules `json:"lazy_module_bytes,omitempty"`
 	// AutocastCacheOffInInferenceMode: cached_cast does not cache under
 	// torch.inference_mode() (pytorch pull request 165068, merged in
 	// December 2025, after 2.9: it makes the cached copies with grad mode
@@ -247,6 +255,32 @@ func Default() *Profile {
 	}
 	p := profiles[len(profiles)-1]
 	return &p
+}
+
+// LazyModules is the bytes of kernel modules a training step loads: the
+// kernels every step runs (PyTorch's own, cuBLAS's GEMMs), and on top
+// those of cuDNN's convolutions and of the flash-attention kernel where
+// the step runs them.
+type LazyModules struct {
+	Step  int64 `json:"step"`
+	Cudnn int64 `json:"cudnn"`
+	Flash int64 `json:"flash"`
+}
+
+// Bytes is what a step that runs cuDNN convolutions (cudnn) and the flash
+// kernel (flash) loads; nil loads nothing that is counted.
+func (m *LazyModules) Bytes(cudnn, flash bool) int64 {
+	if m == nil {
+		return 0
+	}
+	n := m.Step
+	if cudnn {
+		n += m.Cudnn
+	}
+	if flash {
+		n += m.Flash
+	}
+	return n
 }
 
 // Lookup returns the profile that applies to PyTorch version v ("1.13",

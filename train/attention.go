@@ -72,6 +72,9 @@ func attentionForward(c *fwdCtx) {
 	b, h, l, _, s := attnDims(c.shape(0), c.shape(1))
 	switch m.kernel(c) {
 	case AttentionFlash:
+		if !m.sim.s.CPU {
+			m.sim.sum.FlashAttention = true
+		}
 		// _scaled_dot_product_flash_attention saves query, key, value,
 		// output and logsumexp [B, H, L] float32. The CPU kernel's
 		// (_scaled_dot_product_flash_attention_for_cpu, derivatives.yaml

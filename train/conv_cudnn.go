@@ -163,6 +163,7 @@ func (sim *Simulator) cudnnKernel(kind string, in, out graph.Shape, a graph.Attr
 	if sim.s.CPU || !ws.cudnn {
 		return
 	}
+	sim.sum.CudnnConvs = true
 	n, search := ws.kernel, ws.search
 	sim.sum.ConvWorkspaceNHWC = sim.sum.ConvWorkspaceNHWC || ws.nhwc
 	if n > sim.sum.ConvWorkspaceBytes {

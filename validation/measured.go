@@ -281,7 +281,7 @@ func Request(r MeasuredResult, env *Environment) (predict.Request, error) {
 	q.Setup = train.Setup{Precision: prec, Optimizer: opt, Accumulate: max(1, c.Accum), Checkpoint: ck,
 		Attention: att, Steps: steps, EmptyCache: c.EmptyCache, CudnnBenchmark: c.CudnnBenchmark, Profile: prof}
 	q.GPU = gpu.GPU{Name: env.GPUName, Marketing: env.GPUName, Capacity: env.TotalMemory, Major: major, ContextSize: r.Context.Bytes}
-	q.Context = r.Context.Bytes
+	q.Context = TrainingContext(r)
 	ac, err := alloc.ParseConfig(c.Env["PYTORCH_CUDA_ALLOC_CONF"])
 	if err != nil {
 		return q, fmt.Errorf("case %s: %w", r.ID, err)

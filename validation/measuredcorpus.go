@@ -219,11 +219,18 @@ func LoadCauses(path string) (Causes, error) {
 	return c, nil
 }
 
-// MeasuredCorpusCases makes the corpus cases of a measured file and of a
-// largest-batch file (either may be nil), with the causes found (may be
-// nil). Results measured with a batch schedule are left out (a command
-// line has one batch), and so are the unexplained ones.
-func MeasuredCorpusCases(m *Measurements, mb *MaxBatchFile, causes Causes, src OwnSource, mbPath string) ([]GPUCase, error) {
+// MaxBatchSource is a largest-batch file with where the cases cite it:
+// its path and the commit that added it (empty: the OwnSource's).
+type MaxBatchSource struct {
+	File         *MaxBatchFile
+	Path, Commit string
+}
+
+// MeasuredCorpusCases makes the corpus cases of a measured file (may be
+// nil) and of largest-batch files, with the causes found (may be nil).
+// Results measured with a batch schedule are left out (a command line
+// has one batch), and so are the unexplained ones.
+func MeasuredCorpusCases(m *Measurements, mbs []MaxBatchSource, causes Causes, src OwnSource) ([]GPUCase, error) {
 	var out []GPUCase
 	env := func(e *Environment) GPUEnv {
 		if e == nil {
@@ -233,6 +240,13 @@ func MeasuredCorpusCases(m *Measurements, mb *MaxBatchFile, causes Causes, src O
 	}
 	base := func(path, quote string) GPUSource {
 		return GPUSource{Repo: "batchfit/batchfit", Commit: src.Commit, Path: path, Licence: "Apache-2.0", Quote: quote}
+	}
+	cited := func(m MaxBatchSource, quote string) GPUSource {
+		g := base(m.Path, quote)
+		if m.Commit != "" {
+			g.Commit = m.Commit
+		}
+		return g
 	}
 	if m != nil {
 		for _, r := range m.Results {
@@ -246,7 +260,7 @@ func MeasuredCorpusCases(m *Measurements, mb *MaxBatchFile, causes Causes, src O
 			if e == nil {
 				return nil, fmt.Errorf("%s: no environment recorded", r.ID)
 			}
-			args, err := MeasuredArgs(r.Case, src.GPU, *e, r.Context.Bytes)
+			args, err := MeasuredArgs(r.Case, src.GPU, *e, TrainingContext(r))
 			if err != nil {
 				return nil, fmt.Errorf("%s: %w", r.ID, err)
 			}
@@ -259,16 +273,28 @@ func MeasuredCorpusCases(m *Measurements, mb *MaxBatchFile, causes Causes, src O
 			})
 		}
 	}
-	if mb != nil {
+	for _, from := range mbs {
+		mb := from.File
+		if mb == nil {
+			continue
+		}
 		for _, s := range mb.MaxBatch {
 			if s.MaxBatch == 0 || s.SmallestOOM == 0 {
 				continue
 			}
 			// measure.py --maxbatch keeps no context per trial; the
-			// measured file of the same machine and call has it
+			// measured file of the same machine has it, for the same
+			// model and precision (the kernels a step loads differ)
 			var context int64
-			if m != nil && len(m.Results) > 0 {
-				context = m.Results[0].Context.Bytes
+			if m != nil {
+				for _, r := range m.Results {
+					if r.Status == "ok" && r.Case.Model == s.Case.Model && r.Case.Precision == s.Case.Precision {
+						context = max(context, TrainingContext(r))
+					}
+				}
+				if context == 0 && len(m.Results) > 0 {
+					context = TrainingContext(m.Results[0])
+				}
 			}
 			for _, t := range s.Trials {
 				if t.Context != nil && t.Context.Bytes > 0 {
@@ -287,7 +313,7 @@ func MeasuredCorpusCases(m *Measurements, mb *MaxBatchFile, causes Causes, src O
 			}
 			out = append(out, GPUCase{
 				ID: caseID(src.Prefix, s.ID), Family: familyOf(c.Model), Kind: "log",
-				Source: base(mbPath, "maxbatch[id="+s.ID+"]"), Args: args, Env: env(mb.Environment),
+				Source: cited(from, "maxbatch[id="+s.ID+"]"), Args: args, Env: env(mb.Environment),
 				Measured:   GPUMeasured{LargestBatch: s.MaxBatch, FirstOOMBatch: s.SmallestOOM},
 				Resolution: 1, SetupKnown: true, Unstated: []string{},
 				Notes: fmt.Sprintf("validation/measure.py --maxbatch, measured by this project: batch %d ran every step, %d ran out of memory (real CUDA out-of-memory errors, one fresh process per trial)", s.MaxBatch, s.SmallestOOM),
@@ -295,6 +321,18 @@ func MeasuredCorpusCases(m *Measurements, mb *MaxBatchFile, causes Causes, src O
 		}
 	}
 	return out, nil
+}
+
+// TrainingContext is what a measured process held outside the allocator
+// while it trained, the context a command line's --context means: NVML's
+// per-process figure less memory_reserved after the last step, which has
+// the kernels the step loaded (profile.LazyModules); the context after
+// torch.cuda.init where no step recorded it.
+func TrainingContext(r MeasuredResult) int64 {
+	if n := len(r.Steps); n > 0 && r.Steps[n-1].NonAllocatorBytes > 0 {
+		return r.Steps[n-1].NonAllocatorBytes
+	}
+	return r.Context.Bytes
 }
 
 // familyOf groups measure.py's models as the corpus's families do.

@@ -23,6 +23,10 @@ var ownH200 = validation.OwnSource{Commit: "65bf594282c41275c7bc69035bcd63025740
 
 const (
 	ownH200MaxBatch = "testdata/measured/h200-torch2.11-maxbatch.json"
+	// the largest batches searched from the banded answer, added by
+	// commit a3216b8
+	ownH200MaxBatchBanded = "testdata/measured/h200-torch2.11-maxbatch-banded.json"
+	ownH200BandedCommit   = "a3216b84a39e061c27ed0d5ca2e42ac5fb4c0683"
 	ownH200Causes   = "testdata/measured/h200-torch2.11-causes.json"
 )
 
@@ -38,11 +42,16 @@ func TestOwnCorpusCases(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	banded, err := validation.LoadMaxBatch("../" + ownH200MaxBatchBanded)
+	if err != nil {
+		t.Fatal(err)
+	}
 	causes, err := validation.LoadCauses("../" + ownH200Causes)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cases, err := validation.MeasuredCorpusCases(m, mb, causes, ownH200, ownH200MaxBatch)
+	cases, err := validation.MeasuredCorpusCases(m, []validation.MaxBatchSource{
+		{File: mb, Path: ownH200MaxBatch}, {File: banded, Path: ownH200MaxBatchBanded, Commit: ownH200BandedCommit}}, causes, ownH200)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,15 +90,16 @@ func TestOwnCorpusCases(t *testing.T) {
 		}
 	}
 	// every result that ran at one batch and is not unexplained, and the
-	// one finished search
-	n := 1
+	// three finished searches (GPT-2; ResNet-50 and ViT-B/16 from the
+	// banded answer)
+	n := 3
 	for _, r := range m.Results {
 		if r.Status == "ok" && len(r.Case.Batches) == 0 && !causes[r.ID].Unexplained {
 			n++
 		}
 	}
 	if len(cases) != n {
-		t.Errorf("%d cases from the H200 files, want %d: every result that ran at one batch but the unexplained, and the finished largest-batch search", len(cases), n)
+		t.Errorf("%d cases from the H200 files, want %d: every result that ran at one batch but the unexplained, and the finished largest-batch searches", len(cases), n)
 	}
 }
 
@@ -111,7 +121,7 @@ func TestOwnCasesPredictAsValidate(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		args, err := validation.MeasuredArgs(r.Case, "h200", *r.Env, r.Context.Bytes)
+		args, err := validation.MeasuredArgs(r.Case, "h200", *r.Env, validation.TrainingContext(r))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -112,7 +112,7 @@ func TestSweepNoThroughputOutOfMemory(t *testing.T) {
 	// batch, saved activations, allocated, reserved, device total, fits,
 	// needs at least, step time, samples/s, bound
 	oom := regexp.MustCompile(`(?m)^ +256 +\S+ GiB +\S+ GiB +\S+ GiB +\S+ GiB +no: OOM\* +\S+ GiB +\S+ s +- +\S+ (s|ms)$`)
-	fits := regexp.MustCompile(`(?m)^ +1 +\S+ MiB +\S+ MiB +\S+ MiB +\S+ MiB +yes +- +\S+ ms +[0-9,.]+ +\S+ ms$`)
+	fits := regexp.MustCompile(`(?m)^ +1 +\S+ MiB +\S+ MiB +\S+ MiB +\S+ [MG]iB +yes +- +\S+ ms +[0-9,.]+ +\S+ ms$`)
 	if !oom.MatchString(out) || !fits.MatchString(out) {
 		t.Errorf("the out-of-memory row shows a throughput, or the row that fits none:\n%s", out)
 	}

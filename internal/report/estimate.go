@@ -163,6 +163,9 @@ func WriteEstimate(w io.Writer, res *predict.Result, batches []int64) {
 	fmt.Fprintf(tw, "peak allocated\t%s\t(torch.cuda.max_memory_allocated)\t\n", FormatBytes(tl.PeakAllocated))
 	fmt.Fprintf(tw, "peak reserved\t%s\t(torch.cuda.max_memory_reserved)\t\n", FormatBytes(tl.PeakReserved))
 	fmt.Fprintf(tw, "CUDA context\t%s\t(outside PyTorch's allocator)\t\n", FormatBytes(res.Context-res.NCCL))
+	if res.Modules > 0 {
+		fmt.Fprintf(tw, "  of which kernels loaded by the step\t%s\t(lazy module loading: on their first launch, measured)\t\n", FormatBytes(res.Modules))
+	}
 	if res.Libraries > 0 {
 		fmt.Fprintf(tw, "  of which libraries\t%s\t(cuBLAS's own workspaces, outside PyTorch's allocator)\t\n", FormatBytes(res.Libraries))
 	}
