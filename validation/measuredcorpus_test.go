@@ -27,7 +27,7 @@ const (
 	// commit a3216b8
 	ownH200MaxBatchBanded = "testdata/measured/h200-torch2.11-maxbatch-banded.json"
 	ownH200BandedCommit   = "a3216b84a39e061c27ed0d5ca2e42ac5fb4c0683"
-	ownH200Causes   = "testdata/measured/h200-torch2.11-causes.json"
+	ownH200Causes         = "testdata/measured/h200-torch2.11-causes.json"
 )
 
 // The corpus's own-* cases are made from testdata/measured, never by
