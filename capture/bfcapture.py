@@ -16,7 +16,9 @@ What is recorded, and by which PyTorch mechanism:
 * the outermost torch-level function each op belongs to (F.linear,
   F.conv2d, F.batch_norm, ...), through a TorchFunctionMode
   (torch.overrides): the ops PyTorch decomposes a function into differ
-  between releases, the function does not;
+  between releases, the function does not (and, under 2.x, the
+  F.scaled_dot_product_attention that F.multi_head_attention_forward
+  calls inside it, which the mode does not see);
 * the innermost nn.Module running, through the global forward hooks
   (torch.nn.modules.module.register_module_forward_pre_hook/_hook);
 * the forward of every torch.autograd.Function subclass, by wrapping its
