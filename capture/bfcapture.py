@@ -16,7 +16,9 @@ What is recorded, and by which PyTorch mechanism:
 * the outermost torch-level function each op belongs to (F.linear,
   F.conv2d, F.batch_norm, ...), through a TorchFunctionMode
   (torch.overrides): the ops PyTorch decomposes a function into differ
-  between releases, the function does not;
+  between releases, the function does not (and, under 2.x, the
+  F.scaled_dot_product_attention that F.multi_head_attention_forward
+  calls inside it, which the mode does not see);
 * the innermost nn.Module running, through the global forward hooks
   (torch.nn.modules.module.register_module_forward_pre_hook/_hook);
 * the forward of every torch.autograd.Function subclass, by wrapping its
@@ -541,23 +543,56 @@ def capture_once(torch, factory, batch, prev):
             rec.on_aten(func, args, kwargs or {}, out)
             return out
 
+    def call(func, args, kwargs, run):
+        # one torch function call: the aten ops it runs are its own
+        outer = rec.fn
+        rec.fn_calls += 1
+        rec.fn = {"name": function_name(func), "call": rec.fn_calls, "seen": False,
+                  "args": [rec.arg(a) for a in args],
+                  "kwargs": {k: rec.arg(v) for k, v in sorted(kwargs.items())}}
+        try:
+            out = run(*args, **kwargs)
+        finally:
+            fn, rec.fn = rec.fn, outer
+        if fn.get("first") is not None:
+            outs = out if isinstance(out, (tuple, list)) else (out,)
+            fn["first"]["fn_out"] = [rec.tid(o) if isinstance(o, torch.Tensor) else None for o in outs]
+        return out
+
+    # torch 2.x's F.multi_head_attention_forward (nn.MultiheadAttention)
+    # calls F.scaled_dot_product_attention inside it when need_weights is
+    # False, as torchvision's ViT asks. The mode does not see that inner
+    # call: torch.overrides.handle_torch_function runs the outer call's
+    # handler under _pop_mode_temporarily, so what the call runs inside is
+    # no torch function to the mode, and the meta device runs SDPA as its
+    # math decomposition (a scaled q, the softmax it saves), which a CPU or
+    # GPU runs as one fused kernel saving other tensors. The inner call is
+    # recorded as a call of its own, as a direct one is: the body looks
+    # the name up in torch.nn.functional's globals when it runs, so it is
+    # wrapped there for the outer call's time. The ops before and after it
+    # stay multi_head_attention_forward's. 1.13's body has no SDPA (the
+    # function is new in 2.0) and is recorded as before.
+    mha = getattr(F, "multi_head_attention_forward", None)
+    sdpa = getattr(F, "scaled_dot_product_attention", None)
+
+    def inner_sdpa(*args, **kwargs):
+        return call(sdpa, args, kwargs, sdpa)
+
     class FM(TorchFunctionMode):
         def __torch_function__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
             if rec.fn is not None:
                 return func(*args, **kwargs)
-            rec.fn_calls += 1
-            rec.fn = {"name": function_name(func), "call": rec.fn_calls, "seen": False,
-                      "args": [rec.arg(a) for a in args],
-                      "kwargs": {k: rec.arg(v) for k, v in sorted(kwargs.items())}}
-            try:
-                out = func(*args, **kwargs)
-            finally:
-                fn, rec.fn = rec.fn, None
-            if fn.get("first") is not None:
-                outs = out if isinstance(out, (tuple, list)) else (out,)
-                fn["first"]["fn_out"] = [rec.tid(o) if isinstance(o, torch.Tensor) else None for o in outs]
-            return out
+            if sdpa is None or func is not mha:
+                return call(func, args, kwargs, func)
+
+            def run(*a, **k):
+                F.scaled_dot_product_attention = inner_sdpa
+                try:
+                    return func(*a, **k)
+                finally:
+                    F.scaled_dot_product_attention = sdpa
+            return call(func, args, kwargs, run)
 
     def pre(m, inp):
         rec.module_stack.append(names.get(id(m), "?"))

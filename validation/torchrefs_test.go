@@ -62,18 +62,7 @@ func forEachRelease(t *testing.T, f func(t *testing.T, r torchRelease)) {
 // listed case that fails is logged, not failed; a listed case that passes
 // fails, so that the list cannot outlive the gap. Keyed
 // "version/test/case".
-var knownGaps = map[string]string{
-	// capture: torch 2.x's F.multi_head_attention_forward calls
-	// F.scaled_dot_product_attention inside it, where the capture's
-	// TorchFunctionMode does not see it (handle_torch_function pops the
-	// mode while the outer call's handler runs): the capture records its
-	// aten ops on the meta device, SDPA's math decomposition (scaled q
-	// and k, the softmax it saves), which the CPU's flash kernel does
-	// not run.
-	"2.5/CapturedZoo/vit_b_16": "the capture records 2.x's nn.MultiheadAttention's SDPA as its math decomposition",
-	"2.5/CapturedZoo/vit_b_32": "the capture records 2.x's nn.MultiheadAttention's SDPA as its math decomposition",
-	"2.5/CapturedZoo/vit_l_16": "the capture records 2.x's nn.MultiheadAttention's SDPA as its math decomposition",
-}
+var knownGaps = map[string]string{}
 
 // check holds case id of test to ok: an error where it is not, unless
 // the case is a known gap of the release, then a log line; an error too
