@@ -21,9 +21,14 @@ factory=...)``) at batches 2 and 3 into ``testdata/capture/timm-NAME.bfgraph.gz`
 autograd saves for backward at the end of the forward pass (loss included)
 with capture_hf.py's definition (its ``measure``): every tensor autograd
 packs, once per storage at the storage's full size, less the storages of
-parameters, buffers and the batch. The figures go to
-``testdata/reference/timm-torch2-cpu.json`` with the torch, timm, peft and
-transformers versions.
+parameters, buffers and the batch. It also measures, at the same batch and
+image size, the peak of two whole CPU training steps with Adam
+(``foreach=False``), with validation/peers.py's loop and its ``real``
+(validation/step.py's definition of the peak: the largest running sum of the
+bytes c10's CPU allocator reports to the profiler, parameters and buffers
+included; one intra-op thread, oneDNN off), each model in a fresh process.
+The figures go to ``testdata/reference/timm-torch2-cpu.json`` with the torch,
+timm, peft and transformers versions; the steps' setting is its "step" field.
 
     $BATCHFIT_PYENV validation/capture_timm.py            # rewrite the captures and the reference
     $BATCHFIT_PYENV validation/capture_timm.py --check    # CI: regenerate in a temp dir and compare
@@ -33,14 +38,17 @@ timm's attention runs F.scaled_dot_product_attention (timm.layers'
 use_fused_attn() is true under torch 2.x unless TIMM_FUSED_ATTN says
 otherwise; the script pins it to "1" so that the environment cannot change
 it). The Go test validation/capture_timm_test.go simulates each capture with
-the 2.x CPU rules and holds its saved bytes to these figures.
+the 2.x CPU rules and holds its saved bytes, and the peaks of its two whole
+steps, to these figures.
 """
 
 import fnmatch
 import json
+import multiprocessing
 import os
+import queue
 import sys
-from typing import Any, Dict, Tuple
+from typing import Any, Dict, List, Tuple
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -51,6 +59,7 @@ os.environ["TIMM_FUSED_ATTN"] = "1"
 
 import bfcapture  # noqa: E402
 from capture_hf import BATCHES, MEASURE_BATCH, SEQ, Batch, Factory, _decoder, capture_main, measure  # noqa: E402
+import peers  # noqa: E402
 
 CLASSES = 1000
 
@@ -157,12 +166,61 @@ def _measure(make: Factory, batch: int, timm_model_: bool) -> int:
     return measure(wrapped, batch)
 
 
+def _step_model(name: str) -> Tuple[Any, Any]:
+    """peers.real's model and batches for name: the capture's factory at the
+    measured batch, seeded as peers.make seeds."""
+    import torch
+    torch.manual_seed(peers.SEED)
+    return peers.from_factory(all_models()[name][0], MEASURE_BATCH)
+
+
+def _steps(name: str, q: Any) -> None:
+    try:
+        q.put((name, peers.real(name, _step_model), None))
+    except Exception as e:  # noqa: BLE001 - handed to the parent, which raises it
+        q.put((name, None, "%s: %s" % (type(e).__name__, e)))
+
+
+def measure_steps(names: List[str], jobs: int = 2) -> Dict[str, Dict[str, Any]]:
+    """The measured peaks of two whole CPU steps of each model, each in a fresh
+    process (jobs at a time: CI's two cores), as peers.py runs them. Every
+    process is forked from this one's main thread, before it runs any torch
+    op: a process forked from another thread (a multiprocessing.Pool's worker
+    handler) makes the profiler's kineto complain that its client was
+    registered on another thread."""
+    ctx = multiprocessing.get_context("fork")
+    q = ctx.Queue()
+    out: Dict[str, Dict[str, Any]] = {}
+    todo = list(names)
+    procs: Dict[str, Any] = {}
+    while todo or procs:
+        while todo and len(procs) < jobs:
+            name = todo.pop(0)
+            procs[name] = ctx.Process(target=_steps, args=(name, q))
+            procs[name].start()
+        try:
+            name, res, err = q.get(timeout=5)
+        except queue.Empty:
+            # a process that died without an answer (a crash in a kernel)
+            for n, p in procs.items():
+                if not p.is_alive() and p.exitcode != 0:
+                    raise RuntimeError("%s: the whole steps' process exited with %s" % (n, p.exitcode))
+            continue
+        procs.pop(name).join()
+        if err is not None:
+            raise RuntimeError("%s: the whole steps: %s" % (name, err))
+        out[name] = res
+    return out
+
+
 def run(out: str, ref: str, only: str) -> None:
     import peft
     import timm
     import torch
     import transformers
     os.makedirs(out, exist_ok=True)
+    todo = [n for n in all_models() if not only or fnmatch.fnmatch(n, only)]
+    steps = measure_steps(todo)
     torch.set_num_threads(1)
     doc: Dict[str, Any] = {
         "torch": torch.__version__.split("+")[0],
@@ -170,15 +228,20 @@ def run(out: str, ref: str, only: str) -> None:
         "peft": peft.__version__,
         "transformers": transformers.__version__,
         "batch": MEASURE_BATCH,
+        # the whole steps: peers.py's loop, optimizer and bytes, at "batch"
+        # and each model's image size
+        "step": {"batch": MEASURE_BATCH, "steps": peers.STEPS, "optimizer": "adam", "loop": peers.LOOP,
+                 "bytes": peers.BYTES, "nnpack": torch._nnpack_available()},
         "models": {},
     }
     for name, (make, info) in all_models().items():
-        if only and not fnmatch.fnmatch(name, only):
+        if name not in todo:
             continue
         spec = ("timm:" if name.startswith("timm-") else "peft:") + name
         bfcapture.capture(spec, os.path.join(out, name + ".bfgraph.gz"), BATCHES, factory=make)
         row = dict(info)
         row["saved_bytes"] = _measure(make, MEASURE_BATCH, name.startswith("timm-"))
+        row["steps"] = steps[name]
         doc["models"][name] = row
     with open(ref, "w") as f:
         json.dump(doc, f, indent=1, sort_keys=True)
@@ -186,7 +249,7 @@ def run(out: str, ref: str, only: str) -> None:
 
 
 def main() -> int:
-    return capture_main("capture_timm", run, "timm-torch2-cpu.json", ("torch", "timm", "peft", "transformers", "batch"))
+    return capture_main("capture_timm", run, "timm-torch2-cpu.json", ("torch", "timm", "peft", "transformers", "batch", "step"))
 
 
 if __name__ == "__main__":

@@ -68,6 +68,10 @@ VISION_IMAGE = 32
 VISION_CLASSES = 1000
 TOOLS = ("real", "memtracker", "estimates")
 PHASES = ("forward", "backward", "optimizer", "zero_grad")
+# what real() measures, as the reference files say it
+LOOP = ("batch = new batch; loss = model(**batch).loss (or cross_entropy(model(x), y)); "
+        "loss.backward(); opt.step(); opt.zero_grad()")
+BYTES = "requested bytes alive (tensor nbytes), parameters and buffers included; the peak of the two steps"
 
 Batch = Dict[str, Any]
 
@@ -90,15 +94,21 @@ def make(name: str) -> Tuple[Any, Callable[[], Batch]]:
                     "targets": torch.randint(0, VISION_CLASSES, (VISION_BATCH,))}
         return model.train(), vision_batch
     factory, _ = capture_hf.MODELS[name]
-    d = factory(capture_hf.MEASURE_BATCH)
+    return from_factory(factory, capture_hf.MEASURE_BATCH)
+
+
+def from_factory(factory: Callable[[int], Batch], batch: int) -> Tuple[Any, Callable[[], Batch]]:
+    """The model of a capture factory (capture_hf.py's Factory) in train mode, and a
+    function that makes a new batch with the example's values (an attention mask of
+    ones, zero ids; an image tensor): the caller seeds first."""
+    d = factory(batch)
     example = d["inputs"]
     targets = d.get("targets")
 
-    def hf_batch() -> Batch:
-        # a new batch with the example's values (an attention mask of ones, zero ids)
-        return {"inputs": {k: v.clone() for k, v in example.items()},
-                "targets": None if targets is None else targets.clone()}
-    return d["model"].train(), hf_batch
+    def new_batch() -> Batch:
+        inputs = example.clone() if not isinstance(example, dict) else {k: v.clone() for k, v in example.items()}
+        return {"inputs": inputs, "targets": None if targets is None else targets.clone()}
+    return d["model"].train(), new_batch
 
 
 def loss_of(model: Any, b: Batch) -> Any:
@@ -134,14 +144,15 @@ def _storage_bytes(ts: List[Any]) -> int:
     return sum(seen.values())
 
 
-def real(name: str) -> Dict[str, Any]:
-    """The measured peak of each step (validation/step.py's definition)."""
+def real(name: str, maker: Optional[Callable[[str], Tuple[Any, Callable[[], Batch]]]] = None) -> Dict[str, Any]:
+    """The measured peak of each step (validation/step.py's definition), of the model
+    and batches that maker (make unless given) builds for name."""
     import torch
     from torch.autograd import (_disable_profiler, _enable_profiler, _prepare_profiler, ProfilerActivity,
                                 ProfilerConfig, ProfilerState)
     from torch._C._profiler import RecordScope, _ExperimentalConfig
     pin()
-    model, new_batch = make(name)
+    model, new_batch = (maker or make)(name)
     opt = optimizer(model)
     base = _storage_bytes(list(model.parameters()) + list(model.buffers()))
     enter = torch.ops.profiler._record_function_enter_new
@@ -288,10 +299,8 @@ def generate(only: str, jobs: int) -> Dict[str, Any]:
                      "deepspeed": deepspeed.__version__},
         "steps": STEPS,
         "optimizer": "adam",
-        "loop": "batch = new batch; loss = model(**batch).loss (or cross_entropy(model(x), y)); "
-                "loss.backward(); opt.step(); opt.zero_grad()",
-        "bytes": "requested bytes alive (tensor nbytes), parameters and buffers included; "
-                 "the peak of the two steps",
+        "loop": LOOP,
+        "bytes": BYTES,
         "models": {},
     }
     ctx = multiprocessing.get_context("fork")
