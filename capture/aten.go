@@ -32,6 +32,32 @@ type bctx struct {
 	// cpu: the graph is for the CPU kernels (graph.Config.CPU): a
 	// recurrent module keeps its per-timestep ops (rnn.go)
 	cpu bool
+	// noCache: use_cache off (graph.Config.NoCache, releaseOutput)
+	noCache bool
+	// saved are the recorded storages autograd saved a tensor of
+	// (savedUntilBackward)
+	saved map[int]bool
+}
+
+// savedUntilBackward reports whether the recording could not tell when
+// Python let go of recorded tensor i: autograd saved its storage, and its
+// finalizer ran only when backward released it (bfcapture.py notes every
+// free up to the end of loss.backward() against the last op), or not
+// before the recording ended. PyTorch keeps a tensor's Python object alive
+// while C++ holds the tensor, as a node's SavedVariable does, so no
+// earlier free is seen. Without checkpointing nothing changes whatever
+// Python did, autograd holding the storage to backward; in a checkpointed
+// region nothing holds it for backward (the checkpoint's pack hook keeps a
+// _Holder, not the tensor), and Python's temporaries and the locals of the
+// layer's functions have let go of it by the time the layer returns: it
+// goes at its last use. Held to the end of the forward instead, every such
+// tensor of every checkpointed layer stayed alive until the loss.
+func (x *bctx) savedUntilBackward(i int) bool {
+	t := &x.m.f.Tensors[i]
+	if !x.saved[t.Storage] {
+		return false
+	}
+	return t.FreedAfter == nil || *t.FreedAfter == len(x.m.f.Ops)-1
 }
 
 // ruleError is the one-line refusal of an op batchfit has no rule for.
@@ -68,7 +94,7 @@ func (m *Model) Build(c models.Config) (*graph.Graph, error) {
 	f := m.f
 	b := graph.NewBuilder(m.Name())
 	b.Adapters = c.Adapters
-	x := &bctx{m: m, b: b, n: c.Batch, cpu: c.CPU, pview: map[int]*op{}, ids: make([]graph.TensorID, len(f.Tensors)), lastUse: make([]int, len(f.Tensors))}
+	x := &bctx{m: m, b: b, n: c.Batch, cpu: c.CPU, noCache: c.NoCache, pview: map[int]*op{}, ids: make([]graph.TensorID, len(f.Tensors)), lastUse: make([]int, len(f.Tensors))}
 	for i := range x.ids {
 		x.ids[i] = graph.None
 		x.lastUse[i] = -1
@@ -76,6 +102,12 @@ func (m *Model) Build(c models.Config) (*graph.Graph, error) {
 	for i := range f.Ops {
 		for _, t := range f.Ops[i].tensorArgs() {
 			x.lastUse[t] = i
+		}
+	}
+	x.saved = map[int]bool{}
+	for i := range f.Tensors {
+		if len(f.Tensors[i].SavedBy) > 0 {
+			x.saved[f.Tensors[i].Storage] = true
 		}
 	}
 	conv1 := conv1dWeights(f)
@@ -236,7 +268,7 @@ func (x *bctx) release(start, end int) {
 		if t.FreedAfter == nil || *t.FreedAfter < start || *t.FreedAfter >= end || t.Role != "activation" {
 			continue
 		}
-		if x.lastUse[i] >= start || x.ids[i] == graph.None {
+		if x.lastUse[i] >= start || x.ids[i] == graph.None || x.savedUntilBackward(i) {
 			continue
 		}
 		xs = append(xs, x.ids[i])
@@ -262,6 +294,16 @@ func (x *bctx) release(start, end int) {
 // of c_attn's output. A storage the last torch function call reads or
 // makes (the logits the loss reads) lives to the end already, and one a
 // parameter, buffer or input shares is not the output's to free.
+//
+// A tensor autograd saved is left out (savedUntilBackward).
+//
+// With use_cache off (graph.Config.NoCache: transformers' gradient
+// checkpointing) the output holds no past_key_values, and what else a
+// training forward's ModelOutput holds (loss, logits, T5's
+// encoder_last_hidden_state) is made outside the repeated layers, unless
+// the factory asks for output_hidden_states or output_attentions, which a
+// capture does not see: the tensors a layer made are then left to go at
+// their last use.
 func (x *bctx) releaseOutput() {
 	f := x.m.f
 	if len(f.Ops) == 0 {
@@ -290,12 +332,25 @@ func (x *bctx) releaseOutput() {
 			}
 		}
 	}
+	if x.noCache {
+		blocks := blockModules(f.Modules)
+		for i := range f.Ops {
+			if blockOf(blocks, f.Ops[i].Module) == "" {
+				continue
+			}
+			for _, t := range f.Ops[i].Out {
+				if t != nil && f.Tensors[*t].Role == "activation" {
+					kept[f.Tensors[*t].Storage] = true
+				}
+			}
+		}
+	}
 	loss := x.ids[*f.Loss]
 	seen := map[graph.TensorID]bool{}
 	var xs []graph.TensorID
 	for i := range f.Tensors {
 		t := &f.Tensors[i]
-		if t.FreedAfter != nil || t.Role != "activation" || kept[t.Storage] {
+		if t.FreedAfter != nil || t.Role != "activation" || kept[t.Storage] || x.savedUntilBackward(i) {
 			continue
 		}
 		g := x.ids[i]

@@ -57,6 +57,15 @@ type Config struct {
 	// upcast of its own (validation/measure.py's Trainer.loss); the
 	// default is the model's own loss (labels passed to forward).
 	LossFromLogits bool
+	// NoCache: the model runs with use_cache off, as transformers'
+	// gradient checkpointing turns it in training (GPT2Model.forward,
+	// T5Stack.forward: "`use_cache=True` is incompatible with gradient
+	// checkpointing"), so its output holds no past_key_values and each
+	// layer's keys and values go when the layer is done with them. A
+	// captured model (recorded with the config's use_cache, on by default
+	// in training) then releases them there; builders by name model no
+	// cache in training and ignore it.
+	NoCache bool
 }
 
 // Decode describes one forward pass of generate().

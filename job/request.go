@@ -306,6 +306,9 @@ func (j Job) Request(src predict.Source, o Options) (predict.Request, error) {
 		return r, Usagef("--loss-from-logits is for training: eval and generate compute no loss")
 	}
 	r.Config.LossFromLogits = j.LossFromLogits
+	// transformers' gradient checkpointing turns use_cache off in
+	// training (train.Checkpoint.Library)
+	r.Config.NoCache = ck.Library
 	if _, amp := prec.Autocast(); !amp && (j.NoAutocastCache || j.AutocastAroundLoop) {
 		return r, Usagef("--no-autocast-cache and --autocast-around-loop are for the mixed precisions (16-mixed, bf16-mixed), which run under autocast")
 	}

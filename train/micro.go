@@ -38,11 +38,14 @@ type micro struct {
 	// attention cores), indexed from 0
 	ckpt        bool
 	blockInputs [][]*storage
-	recomputed  []bool
-	blockFirst  []int
-	producer    []int32 // per tensor: the block of the op that outputs it, or -1
-	saving      bool
-	plan        *plan
+	// rngState is, per region, the CPU generator state its checkpoint
+	// call keeps (a CPU run only: cpuRNGStateBytes)
+	rngState   []*storage
+	recomputed []bool
+	blockFirst []int
+	producer   []int32 // per tensor: the block of the op that outputs it, or -1
+	saving     bool
+	plan       *plan
 	// laidOut marks the attention outputs whose kernel laid them out as
 	// their query (the CPU flash kernel given a query that is not
 	// contiguous), with that layout
@@ -115,6 +118,7 @@ func newMicro(sim *Simulator, g *graph.Graph) *micro {
 	if m.ckpt {
 		nr := m.plan.regions
 		m.blockInputs = make([][]*storage, nr)
+		m.rngState = make([]*storage, nr)
 		m.recomputed = make([]bool, nr)
 		m.blockFirst = make([]int, nr)
 		for i := range m.blockFirst {
@@ -209,6 +213,7 @@ func (m *micro) forward() {
 			}
 		}
 		if inCkpt && m.blockFirst[r] == i {
+			m.keepRNGState(r)
 			m.keepBlockInputs(r)
 		}
 		m.saving = !inCkpt && !sim.noGrad
@@ -237,6 +242,11 @@ func (m *micro) forward() {
 	if m.sim.loss != nil {
 		sim.unref(m.sim.loss)
 	}
+	// the previous step's graph goes with its loss
+	for _, st := range sim.graphHeld {
+		sim.unref(st)
+	}
+	sim.graphHeld = sim.graphHeld[:0]
 	m.sim.loss = m.val[m.g.Loss].st
 	for _, st := range sim.returned {
 		sim.unref(st)
@@ -257,6 +267,48 @@ func (m *micro) clearCastCache() {
 	}
 	clear(m.castCache)
 	m.castOrder = m.castOrder[:0]
+}
+
+// cpuRNGStateBytes is what torch.get_rng_state() returns for the CPU
+// generator: a uint8 tensor of sizeof(CPUGeneratorImplState)
+// (aten/src/ATen/CPUGeneratorImpl.cpp, get_state): the Mersenne Twister's
+// 624 64-bit words, its seed and counters and the cached normal samples,
+// 5,056 bytes with the struct's padding.
+const cpuRNGStateBytes = 5056
+
+// keepRNGState is the CPU generator state a checkpoint call stashes to
+// replay its dropout masks (preserve_rng_state=True, the default):
+// CheckpointFunction.forward's ctx.fwd_cpu_state, or the fwd_cpu_state
+// that _checkpoint_without_reentrant_generator's recompute_fn closes over
+// (torch/utils/checkpoint.py). It is host memory: only a CPU run, whose
+// every tensor is host memory, counts it. A GPU's generator states, which
+// the call stashes too, are host tensors as well (get_device_states).
+func (m *micro) keepRNGState(blk int32) {
+	if !m.sim.s.CPU {
+		return
+	}
+	st := m.sim.alloc(cpuRNGStateBytes, trace.Transient)
+	st.refs = 1
+	m.rngState[blk] = st
+}
+
+// dropRNGState releases a region's stashed generator state when its
+// holder goes: without reentrance, the frame that recompute_fn belongs to,
+// which the saved-tensor hooks of the region's nodes hold until the
+// region's backward has run; with it, the CheckpointFunctionBackward
+// node's ctx, which lives as long as the graph, until the loop lets the
+// loss go (graphHeld).
+func (m *micro) dropRNGState(blk int32) {
+	st := m.rngState[blk]
+	if st == nil {
+		return
+	}
+	m.rngState[blk] = nil
+	if m.sim.s.Checkpoint.Reentrant && !m.pipelined {
+		m.sim.graphHeld = append(m.sim.graphHeld, st)
+		return
+	}
+	m.sim.unref(st)
 }
 
 // keepBlockInputs is checkpoint's _NoopSaveInputs: the tensors the block
@@ -395,6 +447,7 @@ func (m *micro) backward() {
 				sim.unref(st)
 			}
 			m.blockInputs[r] = nil
+			m.dropRNGState(r)
 		}
 		if units && u >= 0 && m.plan.unitFirst[u] == int32(i) {
 			// the unit's post-backward hook

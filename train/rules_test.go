@@ -292,6 +292,13 @@ func TestParseCheckpoint(t *testing.T) {
 		{"every-x", Checkpoint{}, true},
 		{"sometimes", Checkpoint{}, true},
 		{"none+attention", Checkpoint{}, true},
+		{"full-reentrant", Checkpoint{Every: 1, Reentrant: true}, false},
+		{"every-2-reentrant+attention", Checkpoint{Every: 2, Reentrant: true, Attention: true}, false},
+		{"hf", Checkpoint{Every: 1, Library: true, Reentrant: true}, false},
+		{"hf-non-reentrant", Checkpoint{Every: 1, Library: true}, false},
+		{"hf+attention", Checkpoint{}, true},
+		{"attention-reentrant", Checkpoint{}, true},
+		{"none-reentrant", Checkpoint{}, true},
 	} {
 		got, err := ParseCheckpoint(c.in)
 		if (err != nil) != c.err || (!c.err && got != c.want) {

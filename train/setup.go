@@ -307,6 +307,19 @@ type Checkpoint struct {
 	// "selective" recomputation (Korthikanti et al., 2022, "Reducing
 	// Activation Recomputation in Large Transformer Models").
 	Attention bool
+	// Reentrant is torch.utils.checkpoint(use_reentrant=True)
+	// (CheckpointFunction): the region's forward runs under no_grad and
+	// its backward reruns it whole before a nested backward. Off, the
+	// saved-tensor hooks of _checkpoint_without_reentrant_generator.
+	Reentrant bool
+	// Library is the model library's own checkpointing, transformers'
+	// model.gradient_checkpointing_enable(): every layer of the model's
+	// stacks through torch.utils.checkpoint (Every is 1), and use_cache
+	// off in training (GPT2Model.forward, T5Stack.forward, LlamaModel.
+	// forward in modeling_*.py: "`use_cache=True` is incompatible with
+	// gradient checkpointing"), so the output keeps no past_key_values:
+	// the graph is built with graph.Config.NoCache.
+	Library bool
 }
 
 // FullCheckpoint wraps every block.
@@ -324,6 +337,17 @@ func (c Checkpoint) String() string {
 	case c.Every > 1:
 		parts = append(parts, fmt.Sprintf("every-%d", c.Every))
 	}
+	if c.Library {
+		// the library's checkpointing wraps every block
+		parts = parts[:0]
+		if c.Reentrant {
+			parts = append(parts, "hf")
+		} else {
+			parts = append(parts, "hf-non-reentrant")
+		}
+	} else if c.Reentrant && len(parts) > 0 {
+		parts[0] += "-reentrant"
+	}
 	if c.Attention {
 		parts = append(parts, "attention")
 	}
@@ -334,15 +358,37 @@ func (c Checkpoint) String() string {
 }
 
 // CheckpointNames are the policy names ParseCheckpoint knows.
-var CheckpointNames = []string{"none", "full", "every-K", "attention"}
+var CheckpointNames = []string{"none", "full", "every-K", "attention", "full-reentrant", "hf", "hf-non-reentrant"}
 
 // ParseCheckpoint reads a policy: "none", "full" (every block), "every-K"
 // (every K-th block), "attention" (each attention core alone), or a block
-// policy and "attention" joined by "+".
+// policy and "attention" joined by "+". A block policy ending in
+// "-reentrant" uses use_reentrant=True. "hf" is transformers' own
+// gradient_checkpointing_enable() with its default kwargs, which in
+// transformers 4.44 are {"use_reentrant": True} (modeling_utils.py,
+// gradient_checkpointing_enable); "hf-non-reentrant" passes
+// gradient_checkpointing_kwargs={"use_reentrant": False}.
 func ParseCheckpoint(s string) (Checkpoint, error) {
 	var c Checkpoint
 	for _, part := range strings.Split(strings.ToLower(strings.TrimSpace(s)), "+") {
 		part = strings.TrimSpace(part)
+		switch part {
+		case "hf", "hf-reentrant", "hf-non-reentrant", "hf-nonreentrant":
+			if strings.Contains(s, "+") {
+				return c, fmt.Errorf("checkpointing %q: hf, transformers' own checkpointing of every layer, joins nothing", s)
+			}
+			c.Every, c.Library, c.Reentrant = 1, true, !strings.Contains(part, "non")
+			continue
+		}
+		if p, ok := strings.CutSuffix(part, "-reentrant"); ok {
+			// only a block policy: it names the torch.utils.checkpoint
+			// call around each block
+			if p != "full" && !strings.HasPrefix(p, "every") {
+				return c, fmt.Errorf("checkpointing %q: -reentrant follows full or every-K", s)
+			}
+			c.Reentrant = true
+			part = p
+		}
 		switch part {
 		case "none", "off", "false", "no":
 			if strings.Contains(s, "+") {
@@ -365,7 +411,7 @@ func ParseCheckpoint(s string) (Checkpoint, error) {
 		}
 		k, err := strconv.Atoi(num)
 		if num == "" || err != nil || k < 1 || k > 1<<20 {
-			return c, fmt.Errorf("unknown checkpointing policy %q (want none, full, every-K with K ≥ 1, attention, or a block policy+attention)", s)
+			return c, fmt.Errorf("unknown checkpointing policy %q (want none, full, every-K with K ≥ 1, attention, a block policy+attention, full-reentrant or every-K-reentrant, hf or hf-non-reentrant)", s)
 		}
 		c.Every = k
 	}

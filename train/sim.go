@@ -85,6 +85,10 @@ type Simulator struct {
 	buffers []*storage
 	batch   []*storage
 	loss    *storage
+	// graphHeld is what the last step's autograd graph holds beyond its
+	// saved tensors (a reentrant checkpoint's stashed CPU generator
+	// state): it goes with the loss, when the loop rebinds it
+	graphHeld []*storage
 	// returned holds, in eval, what the last forward returned beside the
 	// loss (graph.Returned: a ModelOutput's logits), which the loop's
 	// variable keeps until the next forward's output replaces it.

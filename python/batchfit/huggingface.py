@@ -65,7 +65,12 @@ def job_options(args: Any) -> dict[str, Any]:
     if impl:
         out[impl] = True
     if getattr(args, "gradient_checkpointing", False):
-        out["checkpoint"] = "full"
+        # Trainer calls model.gradient_checkpointing_enable(
+        # gradient_checkpointing_kwargs=args.gradient_checkpointing_kwargs):
+        # transformers' own checkpointing, reentrant unless the kwargs
+        # say otherwise, with use_cache off
+        kw = getattr(args, "gradient_checkpointing_kwargs", None) or {}
+        out["checkpoint"] = "hf" if kw.get("use_reentrant", True) else "hf-non-reentrant"
     out.update(parallel_options(args))
     return out
 

@@ -36,7 +36,7 @@ class TrainerCallback(unittest.TestCase):
             o = job_options(a)
         self.assertEqual(o["precision"], "32-true")
         self.assertEqual(o["optimizer"], "sgd")
-        self.assertEqual(o["checkpoint"], "full")
+        self.assertEqual(o["checkpoint"], "hf")
         self.assertEqual(o["weight_decay"], 0.1)
 
     def test_parallel_options(self):

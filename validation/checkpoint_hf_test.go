@@ -1,0 +1,215 @@
+package validation
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/batchfit/batchfit/capture"
+	"github.com/batchfit/batchfit/models"
+	"github.com/batchfit/batchfit/profile"
+	"github.com/batchfit/batchfit/trace"
+	"github.com/batchfit/batchfit/train"
+)
+
+// hfCheckpointFigures are one model's figures under one checkpointing
+// mode (validation/checkpoint_hf.py): bytes above the model and the batch.
+type hfCheckpointFigures struct {
+	SavedBytes   int64 `json:"saved_bytes"`
+	ForwardPeak  int64 `json:"forward_peak"`
+	ForwardEnd   int64 `json:"forward_end"`
+	BackwardPeak int64 `json:"backward_peak"`
+}
+
+// hfCheckpointReference is testdata/reference/hf-checkpoint-torch2-cpu.json.
+type hfCheckpointReference struct {
+	Torch        string `json:"torch"`
+	Transformers string `json:"transformers"`
+	Batch        int64  `json:"batch"`
+	Models       map[string]struct {
+		Reentrant    hfCheckpointFigures `json:"reentrant"`
+		NonReentrant hfCheckpointFigures `json:"non_reentrant"`
+	} `json:"models"`
+}
+
+// simulateCheckpointHF builds a committed transformers capture for the CPU
+// under a checkpointing policy (use_cache off where the policy is the
+// library's) and returns the reference's figures as the simulator has
+// them: saved bytes after the forward, and from the trace the bytes alive
+// beside the parameters, buffers and batch (which the reference made
+// before it began to count), at their largest in the first forward and
+// backward and at the forward's end.
+func simulateCheckpointHF(name string, batch int64, prof *profile.Profile, ck train.Checkpoint) (hfCheckpointFigures, error) {
+	var f hfCheckpointFigures
+	cm, err := capture.Load("../testdata/capture/" + name + ".bfgraph.gz")
+	if err != nil {
+		return f, err
+	}
+	g, err := cm.Build(models.Config{Batch: batch, CPU: true, NoCache: ck.Library})
+	if err != nil {
+		return f, err
+	}
+	tr, sum, err := train.Simulate(g, train.Setup{CPU: true, Profile: prof, Steps: 1, Checkpoint: ck,
+		Optimizer: train.Optimizer{Kind: train.SGD}})
+	if err != nil {
+		return f, err
+	}
+	f.SavedBytes = sum.ActivationsBytes
+	size := map[int64]int64{}
+	var live int64
+	for _, e := range tr.Events {
+		switch e.Category {
+		case trace.Parameter, trace.Buffer, trace.Batch:
+			continue
+		}
+		switch e.Action {
+		case trace.Alloc:
+			size[e.ID] = e.Size
+			live += e.Size
+		case trace.Free:
+			live -= size[e.ID]
+		default:
+			continue
+		}
+		switch e.Phase {
+		case trace.Forward:
+			f.ForwardPeak = max(f.ForwardPeak, live)
+			f.ForwardEnd = live
+		case trace.Backward:
+			f.BackwardPeak = max(f.BackwardPeak, live)
+		}
+	}
+	return f, nil
+}
+
+// TestCheckpointHF holds the captured transformers models under
+// transformers' own gradient checkpointing (--checkpoint hf, reentrant as
+// transformers 4.44's default, and hf-non-reentrant) to real PyTorch 2.5
+// on the CPU (validation/checkpoint_hf.py): what the checkpoints and
+// autograd keep after the forward, and the bytes alive at the forward's
+// end, to the byte but for the known gaps (hfCheckpointGaps); the
+// non-reentrant backward's peak within 0.1 %. The forward's peak and the
+// reentrant backward's are logged (docs/accuracy.md §12).
+func TestCheckpointHF(t *testing.T) {
+	data, err := os.ReadFile("../testdata/reference/hf-checkpoint-torch2-cpu.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ref hfCheckpointReference
+	if err := json.Unmarshal(data, &ref); err != nil {
+		t.Fatalf("hf-checkpoint-torch2-cpu.json: %v", err)
+	}
+	prof, err := profile.Lookup(ref.Torch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ref.Models) < 12 {
+		t.Fatalf("the reference has %d models, want 12", len(ref.Models))
+	}
+	names := make([]string, 0, len(ref.Models))
+	for n := range ref.Models {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	var rows []string
+	for _, name := range names {
+		for _, mode := range []struct {
+			policy string
+			want   hfCheckpointFigures
+		}{{"hf", ref.Models[name].Reentrant}, {"hf-non-reentrant", ref.Models[name].NonReentrant}} {
+			ck, err := train.ParseCheckpoint(mode.policy)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := simulateCheckpointHF(name, ref.Batch, prof, ck)
+			if err != nil {
+				t.Errorf("%s %s: %v", name, mode.policy, err)
+				continue
+			}
+			want := mode.want
+			rows = append(rows, fmt.Sprintf("%-18s %-16s saved %7d/%7d  fwd peak %7d/%7d  fwd end %7d/%7d  bwd peak %7d/%7d (%+.1f%%)",
+				name, mode.policy, got.SavedBytes, want.SavedBytes, got.ForwardPeak, want.ForwardPeak,
+				got.ForwardEnd, want.ForwardEnd, got.BackwardPeak, want.BackwardPeak,
+				100*float64(got.BackwardPeak-want.BackwardPeak)/float64(want.BackwardPeak)))
+			gap := hfCheckpointGaps[name+" "+mode.policy]
+			for _, c := range []struct {
+				what      string
+				got, want int64
+				gap       int64
+			}{
+				{"saved bytes", got.SavedBytes, want.SavedBytes, gap.saved},
+				{"forward end", got.ForwardEnd, want.ForwardEnd, gap.end},
+			} {
+				if c.got-c.want != c.gap {
+					t.Errorf("%s --checkpoint %s: %s %d, PyTorch %s %d (%+d, known %+d)", name, mode.policy, c.what, c.got, ref.Torch, c.want, c.got-c.want, c.gap)
+				}
+			}
+			// without reentrance the recomputation follows the rules
+			// of train/micro.go's recompute to the byte but for the
+			// small gaps above; the reentrant backward (its whole
+			// recomputed output and incoming gradient held through
+			// the nested backward) is not modelled yet, nor T5's
+			// position-bias leaf
+			if d := float64(got.BackwardPeak-want.BackwardPeak) / float64(want.BackwardPeak); mode.policy == "hf-non-reentrant" && !gap.backward && math.Abs(d) > 0.001 {
+				t.Errorf("%s --checkpoint %s: backward peak %d, PyTorch %s %d (%+.2f%%)", name, mode.policy, got.BackwardPeak, ref.Torch, want.BackwardPeak, 100*d)
+			}
+		}
+	}
+	t.Logf("batchfit / PyTorch %s, transformers %s, batch %d, on the CPU:\n%s", ref.Torch, ref.Transformers, ref.Batch, strings.Join(rows, "\n"))
+}
+
+// hfCheckpointGaps are the differences TestCheckpointHF expects, each
+// explained (docs/accuracy.md §12, "Transformers' own checkpointing"):
+// a difference that changes is an error, as a new one is.
+var hfCheckpointGaps = map[string]struct {
+	saved, end int64
+	backward   bool // the backward's peak is not held
+}{
+	// LlamaModel hands each layer position_ids, (1, 16) int64, which the
+	// layer does not read when given position_embeddings: the
+	// checkpoint keeps it, a captured block keeps what it reads
+	"hf-llama-eager hf":               {saved: -128, end: -128},
+	"hf-llama-eager hf-non-reentrant": {saved: -128, end: -144},
+	"hf-llama-sdpa hf":                {saved: -128, end: -128},
+	"hf-llama-sdpa hf-non-reentrant":  {saved: -128, end: -128},
+	// non-reentrant checkpointing of layers with dropout keeps 8 bytes
+	// more a dropout layer, not explained yet
+	"hf-bert-mlm-eager hf-non-reentrant": {end: -16},
+	"hf-gpt2-eager hf-non-reentrant":     {end: -48},
+	"hf-vit-eager hf-non-reentrant":      {end: -16},
+	"hf-whisper-eager hf-non-reentrant":  {end: -48},
+	// T5Attention makes its zero position bias require grad under
+	// gradient checkpointing (modeling_t5.py, compute_bias's
+	// alternative): without reentrance the leaf, (1, 4, 16, 16) float32,
+	// lives in the graph until backward; the capture, made without
+	// checkpointing, has no such leaf. The 8 bytes are the attention
+	// scaling's Python numbers the capture does not record.
+	"hf-t5-eager hf":               {end: -8, backward: true},
+	"hf-t5-eager hf-non-reentrant": {end: -4104, backward: true},
+}
+
+// TestCheckpointHFCheck measures the reference again under PyTorch 2.x
+// and transformers (BATCHFIT_PYENV) and compares it with the committed
+// one, as TestCaptureHFCheck does for the captures.
+func TestCheckpointHFCheck(t *testing.T) {
+	py := os.Getenv("BATCHFIT_PYENV")
+	ok := py != "" && exec.Command(py, "-c", "import torch, transformers").Run() == nil
+	if !ok {
+		if os.Getenv("BATCHFIT_REQUIRE_PYENV") != "" {
+			t.Fatal("BATCHFIT_PYENV names no interpreter with torch and transformers, and BATCHFIT_REQUIRE_PYENV is set")
+		}
+		t.Skip("no interpreter with torch and transformers (set BATCHFIT_PYENV; BATCHFIT_REQUIRE_PYENV to fail instead)")
+	}
+	start := time.Now()
+	out, err := exec.Command(py, "checkpoint_hf.py", "--check").CombinedOutput()
+	if err != nil {
+		t.Fatalf("checkpoint_hf.py --check: %v\n%s", err, out)
+	}
+	t.Logf("%s(%.1f s)", out, time.Since(start).Seconds())
+}
