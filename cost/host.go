@@ -93,7 +93,23 @@ var DefaultHost = Host{
 // CUDA device's nodes on its own thread (torch/csrc/autograd/engine.cpp,
 // Engine::start_device_threads), so the main thread's CPU time (0.6 µs a
 // node) is not it. NoGrad is add without autograd (9.9 µs). The optimizer
-// figures are the slopes of step() over 20 and 200 parameters.
+// figures are the slopes of step() over 20 and 200 parameters (SGD with
+// momentum, Adam; AdamW is Adam's code in 2.x, and the fused step runs the
+// same _init_group loop, torch/optim/adam.py, so both take Adam's and
+// foreach's figures).
+//
+// Two figures come from the phases of real steps, which the
+// microbenchmark's single ops do not have
+// (testdata/throughput/own-h200-launch.csv, validation/steptime_gpu.py
+// --phases: each phase alone, the device drained around it, at batch 1
+// where the host binds): ZeroGrad, the median over its 17 phased rows of
+// zero_grad's time a parameter (1.84 µs; 1.3–2.6); Module, the median over
+// the same rows of the forward's time beyond what the per-op figures
+// charge, over the module paths the forward enters (18.7 µs; 10–30):
+// nn.Module.__call__ (torch/nn/modules/module.py, _wrapped_call_impl and
+// _call_impl's hook checks) and the Python of each module's forward
+// (BatchNorm's momentum and mode checks, MultiheadAttention's
+// F.multi_head_attention_forward), which no single op times.
 var Torch2Host = Host{
 	Forward:  13.0e-6,
 	Backward: 16.2e-6,
