@@ -42,8 +42,13 @@ type Estimate struct {
 	// Bound is the roofline: every kernel at the datasheet's peaks, with
 	// the launch floor, and no host. No step runs faster.
 	Bound Bound
-	// Kernels is the number of kernels launched.
-	Kernels int64
+	// Kernels is the number of kernels launched; Ops the forward's ops
+	// called from Python (what the profiler shows as top-level aten ops;
+	// autocast's casts run inside them), Nodes the nodes autograd's engine
+	// runs in backward (AccumulateGrad's included), each for one
+	// micro-batch.
+	Kernels    int64
+	Ops, Nodes int64
 	// ModelFLOPs counts the forward and backward arithmetic of every
 	// micro-batch, without recomputation: the work the model needs.
 	// FLOPs adds what recomputation and the optimizer do.
@@ -153,7 +158,7 @@ func TimePass(in Input) (*Pass, error) {
 		return nil, fmt.Errorf("no peak rates known for this GPU: step time needs its FP32 rate and memory bandwidth")
 	}
 	tf32 := [...]bool{gemm: in.Setup.Profile.MatmulAllowTF32, conv: in.Setup.Profile.CudnnAllowTF32}
-	host := DefaultHost
+	host := HostFor(in.Setup.Profile)
 	if in.Host != nil {
 		host = *in.Host
 	}
@@ -166,7 +171,9 @@ func TimePass(in Input) (*Pass, error) {
 	micro.setPart(Forward)
 	micro.model = true
 	for i := range g.Ops {
+		micro.beginForward(&g.Ops[i])
 		forward(&micro, g, &g.Ops[i], in.Ops[i])
+		micro.endOp()
 	}
 	var members [][]int32
 	if nregions > 0 {
@@ -183,16 +190,21 @@ func TimePass(in Input) (*Pass, error) {
 			micro.setPart(Recompute)
 			micro.model = false
 			for _, j := range members[r] {
+				micro.beginForward(&g.Ops[j])
 				forward(&micro, g, &g.Ops[j], in.Ops[j])
+				micro.endOp()
 			}
 			members[r] = nil
 		}
 		if g.Tensors[op.Output].RequiresGrad {
 			micro.setPart(Backward)
 			micro.model = true
+			micro.beginNode()
 			backward(&micro, g, op, in.Ops[i])
+			micro.endOp()
 		}
 	}
+	micro.accumulateGrad(g)
 	return &Pass{micro: micro}, nil
 }
 
@@ -285,6 +297,14 @@ type timer struct {
 	// parts call from Python, backward runs in autograd's engine)
 	host Host
 	op   float64
+	// fresh: the op being timed has issued no kernel yet and owes
+	// pending, its dispatch (Host.PerOp); bulk: the kernels' host time
+	// was charged as a whole (the optimizer step's, Host.Optim)
+	fresh   bool
+	pending float64
+	bulk    bool
+	// modules are the nn.Module calls entered so far (Host.Module)
+	modules map[string]bool
 	// tf32 says which kinds run float32 in TF32 (the runtime profile's
 	// allow_tf32 defaults)
 	tf32 [3]bool
@@ -344,6 +364,14 @@ func (t *timer) kernels(n int64, k rate, dt graph.DType, flops, bytes float64) {
 	if n <= 0 {
 		return
 	}
+	t.kernelsAt(t.hostCost(n), n, k, dt, flops, bytes)
+}
+
+// kernelsAt adds n kernels the host issues in cpu seconds.
+func (t *timer) kernelsAt(cpu float64, n int64, k rate, dt graph.DType, flops, bytes float64) {
+	if n <= 0 {
+		return
+	}
 	p := t.bound(n, k, dt, flops, bytes)
 	dev := bytes / t.m.bw
 	switch k {
@@ -354,7 +382,7 @@ func (t *timer) kernels(n int64, k rate, dt graph.DType, flops, bytes float64) {
 	default:
 		dev = max(dev, flops/(p*t.m.mm))
 	}
-	t.issue(float64(n)*t.op, n, dev)
+	t.issue(cpu, n, dev)
 }
 
 // launches adds one eager op that launches n kernels (a foreach op's
@@ -364,7 +392,11 @@ func (t *timer) launches(n int64, k rate, dt graph.DType, flops, bytes float64) 
 		return
 	}
 	p := t.bound(n, k, dt, flops, bytes)
-	t.issue(t.op+float64(n-1)*t.host.Launch, n, max(bytes/t.m.bw, flops/p))
+	cpu := t.op + float64(n-1)*t.host.Launch
+	if t.host.PerOp {
+		cpu = t.hostCost(n)
+	}
+	t.issue(cpu, n, max(bytes/t.m.bw, flops/p))
 }
 
 // product adds one matrix product kernel: batch products of [rows, inner]
@@ -377,7 +409,7 @@ func (t *timer) product(k rate, dt graph.DType, rows, inner, cols, batch, bytes 
 		share = t.m.gemm
 	}
 	secs, extra := t.m.gemmTime(p, share, rows, inner, cols, batch, p != t.r.FP32)
-	t.issue(t.op, 1, max(secs, (bytes+extra)/t.m.bw))
+	t.issue(t.hostCost(1), 1, max(secs, (bytes+extra)/t.m.bw))
 }
 
 // transposes adds the layout conversions cuDNN runs around a tensor-core
@@ -404,7 +436,7 @@ func (t *timer) transposes(dt graph.DType, cl bool, n int64, bytes float64) {
 	if t.m.tr > 0 {
 		dev = max(dev, bytes/size(dt)/t.m.tr)
 	}
-	t.issue(float64(n)*t.op, n, dev)
+	t.issue(t.hostCost(n), n, dev)
 }
 
 // grouped adds a grouped or depthwise convolution's kernel: timed by its
@@ -412,7 +444,7 @@ func (t *timer) transposes(dt graph.DType, cl bool, n int64, bytes float64) {
 // achievable bandwidth, and at the CUDA cores' rate at best (kernel.go).
 func (t *timer) grouped(k rate, dt graph.DType, flops, bytes float64) {
 	t.bound(1, k, dt, flops, bytes)
-	t.issue(t.op, 1, max(bytes/t.m.dw, flops/t.r.FP32))
+	t.issue(t.hostCost(1), 1, max(bytes/t.m.dw, flops/t.r.FP32))
 }
 
 // bound charges n kernels to the roofline and the counts, and returns the
@@ -450,6 +482,7 @@ func (t *timer) add(o *timer, f float64) {
 		t.est.Bound.By[i] += f * o.est.Bound.By[i]
 	}
 	t.est.Kernels += int64(f) * o.est.Kernels
+	t.est.Ops, t.est.Nodes = o.est.Ops, o.est.Nodes
 	t.est.FLOPs += f * o.est.FLOPs
 	t.est.ModelFLOPs += f * o.est.ModelFLOPs
 	t.est.IdealSeconds += f * o.est.IdealSeconds

@@ -84,6 +84,16 @@ func forward(t *timer, g *graph.Graph, op *graph.Op, run train.OpRun) {
 	case graph.BatchNorm:
 		// statistics, then normalisation: the input read twice
 		t.kernel(vector, run.In, 0, 2*in*e+out*eo)
+		if t.host.PerOp && len(op.Buffers) > 0 {
+			// _BatchNorm.forward (torch/nn/modules/batchnorm.py) counts
+			// the batches in training when it tracks running
+			// statistics: self.num_batches_tracked.add_(1), an op of
+			// its own on a one-element int64 buffer, outside autograd
+			if t.part == Forward {
+				t.est.Ops++
+			}
+			t.kernelsAt(t.host.NoGrad, 1, vector, graph.I64, 0, 16)
+		}
 	case graph.InstanceNorm:
 		// the affine parameters repeated to N×C, then batch norm over
 		// the input seen as N×C channels
@@ -244,7 +254,7 @@ func casts(t *timer, g *graph.Graph, op *graph.Op, run train.OpRun) {
 		}
 	}
 	if n > 0 {
-		t.kernels(n, vector, graph.F32, 0, bytes)
+		t.kernelsAt(t.castCost(n), n, vector, graph.F32, 0, bytes)
 	}
 }
 

@@ -116,6 +116,13 @@ func optimizer(t *timer, g *graph.Graph, s train.Setup, acc int64) {
 		t.kernel(vector, graph.F32, 0, 16)
 	}
 	if s.Optimizer.Kind != train.NoOptimizer {
+		// The step's host time as measured as a whole (Host.Optim):
+		// _init_group's Python loop over the parameters, then the
+		// foreach (or per-tensor) ops, their launches included.
+		if oh, ok := t.host.Optim[OptimKey{s.Optimizer.Kind, s.Optimizer.Impl}]; ok && t.host.PerOp && !s.Optimizer.Bnb() {
+			t.hostOnly(oh.Fixed + oh.PerTensor*float64(count))
+			t.bulk = true
+		}
 		if s.Optimizer.Bnb() {
 			// bitsandbytes' optimizer_update_8bit_blockwise (or
 			// optimizer_update_32bit), a kernel a parameter: gradient and
@@ -139,10 +146,15 @@ func optimizer(t *timer, g *graph.Graph, s train.Setup, acc int64) {
 			}
 		}
 	}
+	t.bulk = false
 	if !s.Profile.ZeroGradSetToNone {
 		// zero_grad(set_to_none=False): one zero_ per gradient (foreach
 		// where the optimizer is)
 		t.launches(foreachLaunches(sizes, 1), vector, graph.F32, 0, float64(total)*e)
+	} else if t.host.PerOp {
+		// Optimizer.zero_grad (torch/optim/optimizer.py) sets each
+		// parameter's .grad to None in a Python loop
+		t.hostOnly(t.host.ZeroGrad * float64(count))
 	}
 }
 

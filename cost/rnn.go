@@ -52,7 +52,13 @@ func (c *call) pointwise(count, bytes float64) {
 	c.n += k
 }
 
-func (c *call) issue() { c.t.issue(c.t.op, c.n, c.dev) }
+func (c *call) issue() {
+	cpu := c.t.op
+	if c.t.host.PerOp {
+		cpu = c.t.hostCost(c.n)
+	}
+	c.t.issue(cpu, c.n, c.dev)
+}
 
 // rnnDims are a layer's sizes: the gates' rows G·hidden, h's width and the
 // input width of layer l.
