@@ -57,6 +57,12 @@ type Config struct {
 	// upcast of its own (validation/measure.py's Trainer.loss); the
 	// default is the model's own loss (labels passed to forward).
 	LossFromLogits bool
+	// MHAPackedInProjection builds nn.MultiheadAttention's self-attention
+	// in-projection as the release of the profile
+	// (profile.Profile.MHAPackedInProjection) runs it: one [3, L, B, E]
+	// contiguous copy of the projection (2.x) instead of a copy per chunk
+	// (1.13). Predictions set it from the profile.
+	MHAPackedInProjection bool
 }
 
 // Decode describes one forward pass of generate().

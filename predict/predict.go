@@ -561,6 +561,8 @@ func simulateTraining(ctx context.Context, r Request, setup train.Setup) (*train
 		// the CPU's kernels run a recurrent module step by step, cuDNN
 		// as one call (graph.Config.CPU)
 		c.CPU = setup.CPU
+		// the release's nn.MultiheadAttention in-projection
+		c.MHAPackedInProjection = setup.Profile.MHAPackedInProjection
 		g, err := r.Graphs.Build(r.Source, c)
 		if err != nil {
 			return nil, err
