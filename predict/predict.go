@@ -325,6 +325,9 @@ func normalize(r Request) (Request, train.Setup, error) {
 	if setup.ComputeMajor == 0 {
 		setup.ComputeMajor = 9
 	}
+	// CUDA's reduction kernel sizes its grid by the device's
+	// multiprocessors (train.Setup.SMs)
+	setup.SMs, setup.ThreadsPerSM = r.GPU.Rates.SMs, r.GPU.MaxThreadsPerSM()
 	if r.Infer != nil && (setup.Parallel.On() || r.Config.TP > 1 || r.Config.PP > 1) {
 		return r, train.Setup{}, fmt.Errorf("inference is predicted on one GPU: data, tensor and pipeline parallelism are for training here")
 	}
