@@ -498,3 +498,20 @@ func ParseSize(s string) (int64, error) {
 	}
 	return int64(v * mult), nil
 }
+
+// MaxThreadsPerSM is the device's maxThreadsPerMultiProcessor by its
+// compute capability (CUDA C++ Programming Guide, "Technical
+// Specifications per Compute Capability": maximum number of resident
+// threads per SM): 1024 on 7.5, 1536 on 8.6, 8.9 and 12.x, 2048 on the
+// others; 0 when the capability is unknown.
+func (g GPU) MaxThreadsPerSM() int {
+	switch {
+	case g.Major == 0:
+		return 0
+	case g.Major == 7 && g.Minor == 5:
+		return 1024
+	case g.Major == 8 && (g.Minor == 6 || g.Minor == 9), g.Major == 12:
+		return 1536
+	}
+	return 2048
+}

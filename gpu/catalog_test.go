@@ -200,3 +200,20 @@ func TestLookupCardNumber(t *testing.T) {
 		}
 	}
 }
+
+// maxThreadsPerMultiProcessor by compute capability, from the CUDA C++
+// Programming Guide's table of technical specifications.
+func TestMaxThreadsPerSM(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		want int
+	}{{"h200", 2048}, {"a100-80gb", 2048}, {"v100-16gb", 2048}, {"t4", 1024}, {"a10g", 1536}, {"rtx-4090", 1536}, {"l40s", 1536}} {
+		g, err := Lookup(c.name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := g.MaxThreadsPerSM(); got != c.want {
+			t.Errorf("%s (%d.%d): %d threads per SM, want %d", c.name, g.Major, g.Minor, got, c.want)
+		}
+	}
+}

@@ -66,6 +66,12 @@ type Config struct {
 	// in training) then releases them there; builders by name model no
 	// cache in training and ignore it.
 	NoCache bool
+	// MHAPackedInProjection builds nn.MultiheadAttention's self-attention
+	// in-projection as the release of the profile
+	// (profile.Profile.MHAPackedInProjection) runs it: one [3, L, B, E]
+	// contiguous copy of the projection (2.x) instead of a copy per chunk
+	// (1.13). Predictions set it from the profile.
+	MHAPackedInProjection bool
 }
 
 // Decode describes one forward pass of generate().

@@ -69,7 +69,7 @@ func tvViT(s tvViTSpec, c Config) (*graph.Graph, error) {
 		b.Scope("layers", func() {
 			for i := int64(0); i < s.layers && b.Err() == nil; i++ {
 				b.Block(fmt.Sprintf("encoder_layer_%d", i), func() {
-					h = tvEncoderBlock(b, h, s.heads, s.mlp)
+					h = tvEncoderBlock(b, h, s.heads, s.mlp, c.MHAPackedInProjection)
 				})
 			}
 		})
@@ -84,14 +84,14 @@ func tvViT(s tvViTSpec, c Config) (*graph.Graph, error) {
 }
 
 // tvEncoderBlock is EncoderBlock.forward.
-func tvEncoderBlock(b *graph.Builder, input graph.TensorID, heads, mlp int64) graph.TensorID {
+func tvEncoderBlock(b *graph.Builder, input graph.TensorID, heads, mlp int64, packed bool) graph.TensorID {
 	var e int64
 	if s := b.Shape(input); len(s) > 0 {
 		e = s[len(s)-1]
 	}
 	x := b.LayerNorm("ln_1", input, 1, true)
 	// self.self_attention(query=x, key=x, value=x, need_weights=False)
-	x = tvMultiheadAttention(b, "self_attention", x, heads, 0)
+	x = tvMultiheadAttention(b, "self_attention", x, heads, 0, packed)
 	x = b.Dropout("dropout", x, 0, false) // nn.Dropout(0.0): x itself
 	// x = x + input (not in-place). PyTorch's TensorIterator gives the sum
 	// the memory layout of x, the transposed attention output: a dense but
@@ -116,14 +116,16 @@ func tvEncoderBlock(b *graph.Builder, input graph.TensorID, heads, mlp int64) gr
 
 // tvMultiheadAttention is nn.MultiheadAttention(E, heads, dropout=p,
 // batch_first=True) called as self-attention (query is key is value) with
-// need_weights=False, no masks, in training mode, as torch 1.13 runs it:
-// MultiheadAttention.forward around F.multi_head_attention_forward. The
+// need_weights=False, no masks, in training mode: MultiheadAttention.forward
+// around F.multi_head_attention_forward, as torch 1.13 runs it or, with
+// packed, 2.x (the in-projection, tvMHAInProjection; the attention core
+// is SDPA there, which the setup's profile picks). The
 // fast path (torch._native_multi_head_attention) is never taken in
 // training. x is [B, L, E]; the result is [B, L, E], a non-contiguous view.
 //
 // Parameters, in model.parameters() order: in_proj_weight [3E, E],
 // in_proj_bias [3E], out_proj.weight [E, E], out_proj.bias [E].
-func tvMultiheadAttention(b *graph.Builder, name string, x graph.TensorID, heads int64, p float64) graph.TensorID {
+func tvMultiheadAttention(b *graph.Builder, name string, x graph.TensorID, heads int64, p float64, packed bool) graph.TensorID {
 	s := b.Shape(x)
 	if len(s) != 3 {
 		b.Fail("%s: multi-head attention expects [B, L, E], got %v", name, s)
@@ -146,7 +148,7 @@ func tvMultiheadAttention(b *graph.Builder, name string, x graph.TensorID, heads
 		q := b.Transpose("transpose", x, 1, 0)
 
 		// _in_projection_packed, self-attention branch (q is k is v):
-		// linear(q, w, b).chunk(3, dim=-1). F.linear of this
+		// linear(q, w, b), then q, k and v (tvMHAInProjection). F.linear of this
 		// non-contiguous 3-D input goes through at::matmul in 1.13, which
 		// folds it with reshape(-1, E) — a copy [L*B, E], since the
 		// transposed view is not contiguous — runs mm (MmBackward0 saves
@@ -155,25 +157,7 @@ func tvMultiheadAttention(b *graph.Builder, name string, x graph.TensorID, heads
 		// derives the copy from the input's contiguity. Output [L, B, 3E].
 		proj := b.LinearWith("in_proj", q, w, bias)
 
-		// .chunk(3, dim=-1): three views [L, B, E] of proj at offsets 0,
-		// E, 2E, each non-contiguous (row stride 3E). (torch 2.x instead
-		// does proj.unflatten(-1, (3, E)).unsqueeze(0).transpose(0, -2)
-		// .squeeze(-2).contiguous() — one [3, L, B, E] copy whose leading
-		// selects are contiguous views; 1.13 has no such step.)
-		qkv := [3]graph.TensorID{}
-		for i, nm := range []string{"q", "k", "v"} {
-			// 1.13: q = q.contiguous().view(tgt_len, bsz * num_heads,
-			// head_dim).transpose(0, 1), and the same for k and v: each
-			// chunk is copied into its own [L, B, E] storage, then viewed
-			// as [B*H, L, D] (head h of batch b at index b*H + h). The
-			// attention op takes [B, H, L, D]; the view [L, B, H, D]
-			// permuted (1, 2, 0, 3) is that same storage with the same
-			// strides as PyTorch's transposed [B*H, L, D] view.
-			t := b.Narrow(nm+"_chunk", proj, -1, e)
-			t = b.Contiguous(nm+"_contiguous", t)
-			t = b.Reshape(nm+"_view", t, l, bsz, heads, d)
-			qkv[i] = b.Permute(nm+"_transpose", t, 1, 2, 0, 3)
-		}
+		qkv := tvMHAInProjection(b, proj, l, bsz, heads, d, packed)
 
 		// The core: in 1.13, q_scaled = q / math.sqrt(head_dim) (a new
 		// tensor; DivBackward0 saves only the wrapped number); bmm(q_scaled,
@@ -202,4 +186,46 @@ func tvMultiheadAttention(b *graph.Builder, name string, x graph.TensorID, heads
 		out = b.Transpose("out_transpose", o, 1, 0)
 	})
 	return out
+}
+
+// tvMHAInProjection turns the self-attention projection proj [L, B, 3E]
+// into q, k and v as [B, H, L, D] views whose memory is [L, B, H, D]
+// (head h of batch b at index b*H + h of PyTorch's [B*H, L, D] view).
+//
+// packed (torch 2.x, _in_projection_packed in torch/nn/functional.py):
+// proj.unflatten(-1, (3, E)).unsqueeze(0).transpose(0, -2).squeeze(-2)
+// .contiguous() — one [3, L, B, E] copy — then proj[0], proj[1], proj[2],
+// contiguous views of it; the attention saves all three, so the whole copy
+// lives until its backward. In backward each select's gradient is a
+// zero-filled [3, L, B, E] (select_backward) summed into the first.
+//
+// Otherwise (1.13): .chunk(3, dim=-1), three views [L, B, E] of proj at
+// offsets 0, E, 2E, each non-contiguous (row stride 3E), and then
+// q = q.contiguous().view(tgt_len, bsz * num_heads, head_dim)
+// .transpose(0, 1), and the same for k and v: each chunk copied into its
+// own [L, B, E] storage.
+func tvMHAInProjection(b *graph.Builder, proj graph.TensorID, l, bsz, heads, d int64, packed bool) [3]graph.TensorID {
+	e := heads * d
+	var qkv [3]graph.TensorID
+	if packed {
+		t := b.Reshape("unflatten", proj, l, bsz, 3, e) // a view [L, B, 3, E]
+		t = b.Permute("qkv_transpose", t, 2, 0, 1, 3)   // unsqueeze(0).transpose(0, -2).squeeze(-2): a view [3, L, B, E]
+		t = b.Contiguous("qkv_contiguous", t)           // the one copy
+		for i, nm := range []string{"q", "k", "v"} {
+			u := b.Select(nm, t, 0) // proj[i]: a contiguous [L, B, E] view
+			u = b.Reshape(nm+"_view", u, l, bsz, heads, d)
+			qkv[i] = b.Permute(nm+"_transpose", u, 1, 2, 0, 3)
+		}
+		return qkv
+	}
+	for i, nm := range []string{"q", "k", "v"} {
+		// The attention op takes [B, H, L, D]; the view [L, B, H, D]
+		// permuted (1, 2, 0, 3) is that same storage with the same
+		// strides as PyTorch's transposed [B*H, L, D] view.
+		t := b.Narrow(nm+"_chunk", proj, -1, e)
+		t = b.Contiguous(nm+"_contiguous", t)
+		t = b.Reshape(nm+"_view", t, l, bsz, heads, d)
+		qkv[i] = b.Permute(nm+"_transpose", t, 1, 2, 0, 3)
+	}
+	return qkv
 }

@@ -70,10 +70,10 @@ var SafetyBand = Band{Under: PublishedRunsUnder, Over: 0.6771, Median: -0.005, C
 var Bands = map[Reliance]Band{
 	// CS336's transformer LMs, BERT-large under the Hugging Face Trainer,
 	// torchtune's and LitGPT's full fine-tunes, the project's own H200
-	// cases (MLPs, ViT-B/16, GPT-2); GPT-2's largest batch there no
-	// longer fails (95 ran, 96 did not: the bare answer is 95 once the
-	// kernels the step loads are in the context).
-	0: earned(0, 0.0967, 0.1839, -0.0011, 44, 0),
+	// cases (MLPs, GPT-2); GPT-2's largest batch there no longer fails
+	// (95 ran, 96 did not: the bare answer is 95 once the kernels the
+	// step loads are in the context).
+	0: earned(0, 0.0967, 0.1839, -0.0007, 45, 0),
 	// LitGPT's and torchtune's LoRA rows, PEFT's, the H200's LoRA MLPs.
 	Adapters: earned(Adapters, 0.0767, 0.3555, -0.0009, 24, 0),
 	// LitGPT's and torchtune's QLoRA rows.
@@ -84,10 +84,11 @@ var Bands = map[Reliance]Band{
 	// OpenMMLab's ResNet and MobileNetV2 training logs, timm's largest
 	// batches on an RTX 3090 (EfficientNet-B0's failed batch), the H200's
 	// convolutional cases whose peak reserved no workspace of cuDNN's
-	// sets, and ResNet-50's two failed batches there (3314, and 3305 of
-	// the search from the banded answer: the bare answer, 3313, is 0.2 %
-	// over; the banded one, 3163, ran).
-	Convolutions: earned(Convolutions, 0.0468, 0.0892, -0.0047, 26, 3),
+	// sets (ViT-B/16's patch embedding is a convolution), and the failed
+	// batches there of the searches from the banded answer: ResNet-50's
+	// 3314 and 3305 (the bare answer, 3313, is 0.2 % over; the banded one
+	// ran) and ViT-B/16's 2084 (the bare answer 1.7 % over).
+	Convolutions: earned(Convolutions, 0.0468, 0.0743, -0.0041, 26, 4),
 }
 
 // earned is the band of the corpus's predictions that rely on r.

@@ -328,6 +328,9 @@ func normalize(r Request) (Request, train.Setup, error) {
 	if setup.ComputeMajor == 0 {
 		setup.ComputeMajor = 9
 	}
+	// CUDA's reduction kernel sizes its grid by the device's
+	// multiprocessors (train.Setup.SMs)
+	setup.SMs, setup.ThreadsPerSM = r.GPU.Rates.SMs, r.GPU.MaxThreadsPerSM()
 	if r.Infer != nil && (setup.Parallel.On() || r.Config.TP > 1 || r.Config.PP > 1) {
 		return r, train.Setup{}, fmt.Errorf("inference is predicted on one GPU: data, tensor and pipeline parallelism are for training here")
 	}
@@ -574,6 +577,8 @@ func simulateTraining(ctx context.Context, r Request, setup train.Setup) (*train
 		// the CPU's kernels run a recurrent module step by step, cuDNN
 		// as one call (graph.Config.CPU)
 		c.CPU = setup.CPU
+		// the release's nn.MultiheadAttention in-projection
+		c.MHAPackedInProjection = setup.Profile.MHAPackedInProjection
 		g, err := r.Graphs.Build(r.Source, c)
 		if err != nil {
 			return nil, err

@@ -76,6 +76,16 @@ type Profile struct {
 	// AddBackward0 node of its own, which runs (and hands its gradient to
 	// AccumulateGrad) before the matmul's backward.
 	LinearFusedAnyRank bool `json:"linear_fused_any_rank"`
+	// MHAPackedInProjection: F.multi_head_attention_forward's
+	// _in_projection_packed (torch/nn/functional.py) turns a
+	// self-attention's projection [L, B, 3E] into q, k and v with
+	// proj.unflatten(-1, (3, E)).unsqueeze(0).transpose(0, -2)
+	// .squeeze(-2).contiguous() and returns proj[0], proj[1], proj[2]: one
+	// [3, L, B, E] copy whose selects are contiguous views, all three kept
+	// while the attention saves them. Torch 1.13 returns
+	// linear(q, w, b).chunk(3, dim=-1) and copies each chunk on its own
+	// (q.contiguous().view(...)).
+	MHAPackedInProjection bool `json:"mha_packed_in_projection"`
 	// MeanDimSavesSelf: MeanBackward1 keeps its whole input (1.13);
 	// later autograd code saves only the input's sizes and element count.
 	// adaptive_avg_pool2d to (1, 1) runs as this mean.

@@ -102,13 +102,18 @@ func attentionForward(c *fwdCtx) {
 		// otherwise: a strided slice of a fused qkv projection (GPT-2's
 		// c_attn(x).split(E, dim=2)) gives an output laid out
 		// [B, L, H, D]. The CPU flash kernel lays its output out as the
-		// query too (measured under 2.5.1 on the CPU). On the GPU only the
-		// [B, L, H, D] case is held to a measurement (GPT-2 on the H200);
-		// for nn.MultiheadAttention's [L, B, H, D] query the H200's ViT-B/16
-		// under autocast lies between the copy per layer (+2.6 %) and none
-		// (−1.5 %), so the GPU keeps the copy, the larger figure.
+		// query too (measured under 2.5.1 on the CPU). nn.MultiheadAttention's
+		// query (graph.QueryLBHD) is a dense [L, B, H, D] tensor seen as
+		// [B, H, L, D] (a contiguous select of 2.x's packed in-projection),
+		// so CUDA's flash output is laid out [L, B, H, D] as well and
+		// attn_output.permute(2, 0, 1, 3).contiguous() copies nothing:
+		// measured on an H200, torch 2.11, ViT-B/16 under bf16 autocast
+		// (testdata/measured/snapshots): out_proj's addmm reads the
+		// attention output itself, no [B, L, E] copy between them.
 		switch lay := c.op.Attr.Query; {
 		case m.sim.s.CPU && lay != graph.QueryBHLD:
+			m.layOut(c.op.Output, lay)
+		case !m.sim.s.CPU && lay == graph.QueryLBHD:
 			m.layOut(c.op.Output, lay)
 		case !m.sim.s.CPU && !c.op.Attr.QueryContiguous:
 			m.layOut(c.op.Output, graph.QueryBLHD)
@@ -120,7 +125,10 @@ func attentionForward(c *fwdCtx) {
 		// returned as attention.transpose(1, 2): the .contiguous() after
 		// transformers' transpose(1, 2) copies nothing (measured on an
 		// H200, torch 2.11: GPT-2 in float32 allocates no copy between the
-		// attention and c_proj).
+		// attention and c_proj). nn.MultiheadAttention's [L, B, H, D] order
+		// is not the output's, so its .permute(2, 0, 1, 3).contiguous()
+		// copies, and out_proj saves the copy beside the output the
+		// attention saves (the float32 ViT-B/16 recording on the H200).
 		c.save(q)
 		c.save(k)
 		c.save(v)

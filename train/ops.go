@@ -76,6 +76,7 @@ func init() {
 				// gradient (sum_to) goes to AccumulateGrad before the
 				// matmul's backward allocates anything.
 				c.gradParam(c.op.Bias)
+				c.linearBiasSum()
 				c.handOn()
 				c.gradIn(0)
 				c.gradWeightView()
@@ -84,6 +85,7 @@ func init() {
 			c.gradIn(0)
 			c.gradWeightView()
 			c.gradParam(c.op.Bias)
+			c.linearBiasSum()
 		}},
 		// matmul/bmm of two activations: each operand is saved for the
 		// other's gradient.
@@ -400,6 +402,23 @@ func linearLt(c *fwdCtx) bool {
 	k := in[len(in)-1]
 	rows := in.Numel() / max(k, 1)
 	return rows > 1 && k > 1 && w[0] > 1 && w[1] > 1
+}
+
+// linearBiasSum is the CUDA reduction that sums a linear layer's output
+// gradient [rows, out] down to its bias (sum_to in the engine's
+// validate_outputs), after the bias gradient it writes is allocated: its
+// staging buffer (reduce_cuda.go).
+func (c *bwdCtx) linearBiasSum() {
+	b := c.op.Bias
+	if b == graph.None || !c.m.g.Tensors[b].RequiresGrad || c.m.pidx[b] < 0 {
+		return
+	}
+	out := c.m.g.Tensors[b].Shape.Numel()
+	if out == 0 {
+		return
+	}
+	rows := c.m.g.Tensors[c.op.Output].Shape.Numel() / out
+	c.biasGradReduce(rows, out, c.gdt)
 }
 
 // linearBiasApart: F.linear did not take a fused addmm (aten/src/ATen/

@@ -443,6 +443,11 @@ type Setup struct {
 	NNPACK bool
 	// ComputeMajor is the GPU's compute capability major (workspace size).
 	ComputeMajor int
+	// SMs and ThreadsPerSM are the GPU's multiprocessorCount and
+	// maxThreadsPerMultiProcessor, which CUDA's reduction kernel sizes its
+	// grid by (reduce_cuda.go); 0 means an H100's or H200's (132 and 2048),
+	// the GPU of ComputeMajor's default.
+	SMs, ThreadsPerSM int
 	// CudnnBenchmark is torch.backends.cudnn.benchmark = True: the first
 	// convolution of each configuration searches cuDNN's algorithms
 	// (conv_cudnn.go).
@@ -584,4 +589,18 @@ func (s Setup) Normalize() (Setup, error) {
 		s.Optimizer.Impl = Foreach
 	}
 	return s, nil
+}
+
+func (s Setup) smCount() int64 {
+	if s.SMs > 0 {
+		return int64(s.SMs)
+	}
+	return 132
+}
+
+func (s Setup) threadsPerSM() int64 {
+	if s.ThreadsPerSM > 0 {
+		return int64(s.ThreadsPerSM)
+	}
+	return 2048
 }
