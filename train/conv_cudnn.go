@@ -253,16 +253,47 @@ func convCUDABackward(c *bwdCtx) {
 // convolution from in to out: the input's with the data kernel (a
 // convolution's backward-data; a transposed convolution's is the mirrored
 // convolution's forward), the weight's with backward-filter.
+//
+// A strided incoming gradient (gradlayout.go) is copied first
+// (aten/src/ATen/native/cudnn/ConvShared.cpp). A convolution's
+// cudnn_convolution_backward takes grad_output_t.to(input's suggested
+// memory format), which returns the tensor itself when only its strides
+// differ (to_will_alias: the format asked is what suggest_memory_format
+// says of it), and each half copies it: cudnn_convolution_backward_input
+// makes grad_output->contiguous(memory_format) after it allocated
+// grad_input, cudnn_convolution_backward_weight makes
+// grad_output_t.contiguous(layout) before grad_weight; each copy is freed
+// when its half returns. A transposed convolution's
+// cudnn_convolution_transpose_backward makes
+// grad_output_t.contiguous(...) once, for both halves. A channels-last
+// convolution's gradient layout is not followed: no copy is charged.
 func cudnnGrads(c *bwdCtx, in, out graph.Shape, data string) {
 	m := c.m
 	dt := c.inDT(0)
+	strided := c.stridedGrad() && !c.op.Attr.ChannelsLast
+	transposed := data != "bwd_data"
+	var once *storage
+	if strided && transposed {
+		once = c.gradCopy()
+	}
 	if c.needs(0) {
 		c.gradIn(0)
+		var gcopy *storage
+		if strided && !transposed {
+			gcopy = c.gradCopy()
+		}
 		m.sim.cudnnKernel(data, in, out, c.op.Attr, dt)
+		m.sim.unref(gcopy)
 	}
 	if w := c.op.Weight; w != graph.None && m.g.Tensors[w].RequiresGrad && m.pidx[w] >= 0 {
+		var gcopy *storage
+		if strided && !transposed {
+			gcopy = c.gradCopy()
+		}
 		c.gradParam(w)
 		m.sim.cudnnKernel("bwd_filter", in, out, c.op.Attr, dt)
+		m.sim.unref(gcopy)
 	}
+	m.sim.unref(once)
 	c.gradParam(c.op.Bias)
 }
