@@ -217,3 +217,26 @@ func (c *bwdCtx) gradCopy() *storage {
 	}
 	return c.alloc(c.m.g.Tensors[c.op.Output].Shape.Numel() * c.gdt.Size())
 }
+
+// channelsLastStrides is c10's is_channels_last_strides_2d
+// (c10/core/MemoryFormat.h), what suggest_memory_format answers
+// ChannelsLast for: a 4-D tensor whose strides grow from C to W to H to N.
+func channelsLastStrides(s graph.Shape, st []int64) bool {
+	if len(s) != 4 || len(st) != 4 {
+		return false
+	}
+	var least int64
+	for _, d := range []int{1, 3, 2, 0} {
+		if s[d] == 0 || st[d] < least {
+			return false
+		}
+		if d == 0 && least == st[1] {
+			return false
+		}
+		least = st[d]
+		if s[d] > 1 {
+			least *= s[d]
+		}
+	}
+	return true
+}
