@@ -484,6 +484,64 @@ func (x *bctx) contig(t *tensor) bool {
 	return true
 }
 
+// strides are t's strides at the batch built.
+func (x *bctx) strides(t *tensor) []int64 {
+	if len(t.Stride) != len(t.Shape) {
+		return nil
+	}
+	st := make([]int64, len(t.Stride))
+	for i, v := range t.Stride {
+		st[i] = v
+		if t.StrideBatch != nil {
+			st[i] += t.StrideBatch[i] * (x.n - x.m.b0)
+		}
+	}
+	return st
+}
+
+// permOf is the order in which view r lays out the dims of its source in
+// (graph.Attr.Perm): the permutation p, not the identity, with r's dim i
+// of in's dim p[i] size and stride (a dim of size 1 may have any stride).
+// It is nil for a view that keeps the elements' order or is no
+// permutation at all (a reshape, a slice, an expand): transpose, permute
+// and t are told apart by their recorded strides alone, whatever the op
+// was called.
+func (x *bctx) permOf(in, r *tensor) []int {
+	si, so := x.shape(in), x.shape(r)
+	ti, to := x.strides(in), x.strides(r)
+	if len(si) != len(so) || ti == nil || to == nil {
+		return nil
+	}
+	used := make([]bool, len(si))
+	perm := make([]int, len(so))
+	identity := true
+	match := func(i, j int) bool {
+		return !used[j] && si[j] == so[i] && (so[i] == 1 || ti[j] == to[i])
+	}
+	for i := range so {
+		j := i
+		if !match(i, j) {
+			j = -1
+			for k := range si {
+				if match(i, k) {
+					j = k
+					break
+				}
+			}
+			if j < 0 {
+				return nil
+			}
+		}
+		used[j] = true
+		perm[i] = j
+		identity = identity && j == i
+	}
+	if identity {
+		return nil
+	}
+	return perm
+}
+
 // transposed12 reports whether t is a 4-D tensor laid out with dims 1
 // and 2 swapped: its transpose(1, 2) is contiguous and it is not (the
 // query of transformers' attention, a [B, L, H, D] projection viewed and

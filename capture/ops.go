@@ -376,7 +376,15 @@ func (x *bctx) aten(o *op) {
 			if src == graph.None {
 				return
 			}
-			v := b.ViewAs(mod, src, x.shape(r), x.contig(r))
+			v := graph.None
+			if in, ok := as[pr[1]].tensor(); ok {
+				if perm := x.permOf(&x.m.f.Tensors[in], r); perm != nil {
+					v = b.ViewPermuted(mod, src, x.shape(r), x.contig(r), perm)
+				}
+			}
+			if v == graph.None {
+				v = b.ViewAs(mod, src, x.shape(r), x.contig(r))
+			}
 			if x.channelsLast(r) {
 				b.SetChannelsLast(v)
 			}

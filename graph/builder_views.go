@@ -74,7 +74,15 @@ func (b *Builder) Transpose(name string, x TensorID, d0, d1 int) TensorID {
 	os := s.Clone()
 	os[a], os[c] = os[c], os[a]
 	contig := b.contig[x] && (a == c || s[a] == 1 || s[c] == 1)
-	return b.op(View, name, []TensorID{x}, None, None, os, b.DTypeOf(x), x, contig, Attr{})
+	perm := make([]int, len(s))
+	for i := range perm {
+		perm[i] = i
+	}
+	perm[a], perm[c] = c, a
+	if a == c {
+		perm = nil
+	}
+	return b.op(View, name, []TensorID{x}, None, None, os, b.DTypeOf(x), x, contig, Attr{Perm: perm})
 }
 
 // Permute reorders dims (a non-contiguous view unless the order is the
@@ -90,6 +98,7 @@ func (b *Builder) Permute(name string, x TensorID, dims ...int) TensorID {
 	}
 	os := make(Shape, len(s))
 	seen := make([]bool, len(s))
+	perm := make([]int, len(s))
 	identity := true
 	for i, d := range dims {
 		nd, ok := normDim(d, len(s))
@@ -99,9 +108,13 @@ func (b *Builder) Permute(name string, x TensorID, dims ...int) TensorID {
 		}
 		seen[nd] = true
 		os[i] = s[nd]
+		perm[i] = nd
 		identity = identity && nd == i
 	}
-	out := b.op(View, name, []TensorID{x}, None, None, os, b.DTypeOf(x), x, b.contig[x] && identity, Attr{})
+	if identity {
+		perm = nil
+	}
+	out := b.op(View, name, []TensorID{x}, None, None, os, b.DTypeOf(x), x, b.contig[x] && identity, Attr{Perm: perm})
 	if len(dims) == 4 {
 		switch {
 		case b.cl[x] && dims[0] == 0 && dims[1] == 2 && dims[2] == 3 && dims[3] == 1:

@@ -243,6 +243,15 @@ type Attr struct {
 	Saved []int
 	// RNN describes an RNN op's layers (nil for every other op).
 	RNN *RNNAttr
+	// Perm is a View op's order of dims when the view reorders them (a
+	// transpose, permute or t): output dim i is input dim Perm[i]. It is
+	// nil for a view that keeps the elements' order (view, reshape,
+	// flatten, squeeze, unsqueeze, expand) and for the slices. The
+	// backward of a reordering view reorders the gradient back
+	// (derivatives.yaml: transpose's grad.transpose(dim0, dim1),
+	// permute's permute_backwards), so a contiguous gradient comes back
+	// strided: the simulator follows it (train's gradient layout).
+	Perm []int
 }
 
 // CastTarget is the dtype a Cast converts to.

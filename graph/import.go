@@ -33,6 +33,15 @@ func (b *Builder) ViewAs(name string, x TensorID, s Shape, contig bool) TensorID
 	return b.op(View, name, []TensorID{x}, None, None, s.Clone(), b.DTypeOf(x), x, contig, Attr{})
 }
 
+// ViewPermuted is a view of x that reorders its dims (a recorded
+// transpose or permute): output dim i is input dim perm[i] (Attr.Perm).
+func (b *Builder) ViewPermuted(name string, x TensorID, s Shape, contig bool, perm []int) TensorID {
+	if !b.ok(x) {
+		return None
+	}
+	return b.op(View, name, []TensorID{x}, None, None, s.Clone(), b.DTypeOf(x), x, contig, Attr{Perm: append([]int(nil), perm...)})
+}
+
 // SetChannelsLast marks x as a dense 4-D tensor in channels-last order
 // (the recorded strides say so): the convolutions that read it then make
 // a channels-last copy of their weight, as the builders' ConvNeXt does.

@@ -138,17 +138,39 @@ func convBackward(c *bwdCtx) {
 		m.sim.unref(st)
 	}
 	if g == 1 {
+		// _slow_conv2d_backward's halves each read
+		// grad_output_.contiguous(memory_format)
+		// (slow_conv2d_backward_out_cpu_template before it resizes
+		// grad_input, slow_conv2d_backward_weight_out_cpu_template before
+		// compute_columns2d): a strided gradient, such as a patch
+		// embedding's that came back through a transpose and a cat, is
+		// copied by each half and freed when it returns. A channels-last
+		// convolution's memory format is channels-last, and the layout of
+		// its gradient is not followed: no copy is charged there, nor on
+		// NNPACK's path (slow_conv_dilated2d_backward_cpu).
+		copies := c.stridedGrad() && !c.op.Attr.ChannelsLast && sampleCols == 0
 		var wcopy *storage
 		if c.op.Attr.ChannelsLast {
 			wcopy = c.alloc(m.g.Tensors[c.op.Weight].Shape.Numel() * dt.Size())
 		}
-		c.gradIn(0)
+		if copies && c.needs(0) {
+			gcopy := c.gradCopy()
+			c.gradIn(0)
+			m.sim.unref(gcopy)
+		} else {
+			c.gradIn(0)
+		}
 		c.gradParam(c.op.Weight)
 		if wcopy != nil && len(c.out) > 0 {
 			c.out[len(c.out)-1].clone = true
 		}
 		c.gradParam(c.op.Bias)
+		var gcopy *storage
+		if copies && m.g.Tensors[c.op.Weight].RequiresGrad {
+			gcopy = c.gradCopy()
+		}
 		columns()
+		m.sim.unref(gcopy)
 		m.sim.unref(wcopy)
 		return
 	}

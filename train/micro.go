@@ -34,6 +34,9 @@ type micro struct {
 	// gradView: grads[t] is a view of another gradient (a view op's
 	// backward), which its autograd meta keeps alive (accumulate)
 	gradView []bool
+	// gradStride: grads[t]'s strides, nil when it is contiguous
+	// (gradlayout.go)
+	gradStride [][]int64
 	// activation checkpointing: regions are the plan's (blocks or
 	// attention cores), indexed from 0
 	ckpt        bool
@@ -83,7 +86,7 @@ func newMicro(sim *Simulator, g *graph.Graph) *micro {
 		val: make([]value, n), remaining: make([]int32, n), pidx: make([]int32, n), bidx: make([]int32, n),
 		nodes: make([][]*storage, len(g.Ops)), casts: make([][]inputCast, len(g.Ops)), wCast: make([]bool, len(g.Ops)),
 		castCache: map[int32]*storage{}, direct: make([]int32, len(sim.params)), viaCast: make([]int32, len(sim.params)),
-		grads: make([]*storage, n), gradDT: make([]graph.DType, n), gradView: make([]bool, n),
+		grads: make([]*storage, n), gradDT: make([]graph.DType, n), gradView: make([]bool, n), gradStride: make([][]int64, n),
 		plan: sim.planFor(g)}
 	m.ckpt = m.plan.regions > 0
 	for i := range g.Ops {
@@ -432,7 +435,7 @@ func (m *micro) backward() {
 		if gout != nil && m.g.Tensors[op.Output].RequiresGrad {
 			sim.site = m.plan.sites[i]
 			m.backwardOp(i)
-			m.grads[op.Output], m.gradView[op.Output] = nil, false
+			m.grads[op.Output], m.gradView[op.Output], m.gradStride[op.Output] = nil, false, nil
 			if !sim.bctx.consumed {
 				sim.unref(gout)
 			}
@@ -481,7 +484,7 @@ func (m *micro) backward() {
 	// grad) are dropped with the graph.
 	for t, st := range m.grads {
 		if st != nil {
-			m.grads[t], m.gradView[t] = nil, false
+			m.grads[t], m.gradView[t], m.gradStride[t] = nil, false, nil
 			sim.unref(st)
 		}
 	}
@@ -531,14 +534,16 @@ func (m *micro) recompute(blk int32) {
 // accumulating with one that arrived earlier (in place when the buffer is
 // not shared, InputBuffer::accumulate). view says the gradient is a view
 // of another (a view op's backward).
-func (m *micro) deliver(t graph.TensorID, st *storage, dt graph.DType, same, view bool) {
+func (m *micro) deliver(t graph.TensorID, st *storage, dt graph.DType, same, view bool, layout []int64) {
 	sim := m.sim
 	if !m.g.Tensors[t].RequiresGrad {
 		sim.unref(st)
 		return
 	}
 	if p := m.pidx[t]; p >= 0 {
-		m.arrive(p, st, false, same, false, view)
+		// a strided gradient fails AccumulateGrad's obeys_layout_contract
+		// (accumulate_grad.h) for a contiguous parameter: it is cloned
+		m.arrive(p, st, false, same, layout != nil, view)
 		return
 	}
 	if m.g.Tensors[t].Role != graph.Activation {
@@ -547,7 +552,7 @@ func (m *micro) deliver(t graph.TensorID, st *storage, dt graph.DType, same, vie
 	}
 	old := m.grads[t]
 	if old == nil {
-		m.grads[t], m.gradDT[t], m.gradView[t] = st, dt, view
+		m.grads[t], m.gradDT[t], m.gradView[t], m.gradStride[t] = st, dt, view, layout
 		return
 	}
 	// The same tensor reaching t twice (x + x) or two slices of one
@@ -566,6 +571,7 @@ func (m *micro) deliver(t graph.TensorID, st *storage, dt graph.DType, same, vie
 	sim.unref(old)
 	sim.unref(st)
 	m.grads[t], m.gradView[t] = sum, false
+	m.gradStride[t] = denseLike(m.g.Tensors[t].Shape, m.gradStride[t])
 }
 
 // arrive routes a parameter gradient to AccumulateGrad, through the cast

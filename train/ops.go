@@ -282,13 +282,32 @@ func init() {
 		graph.Mean: {fwd: meanForward, bwd: gradInput},
 		// Views: no memory. The backward of a view of the same size is a
 		// view of the gradient; select, narrow and expand allocate a
-		// gradient the size of their input.
+		// gradient the size of their input. The view of the gradient is
+		// laid out as gradlayout.go says: reordered back for a transpose
+		// or permute, reshaped for the others, and where a strided
+		// gradient cannot be reshaped as a view, reshape copies it
+		// (clone(at::MemoryFormat::Contiguous)): a new gradient.
 		graph.View: {bwd: func(c *bwdCtx) {
-			if c.m.g.Tensors[c.op.Output].Shape.Numel() == c.numel(0) {
-				c.passView(0)
-			} else {
+			out := c.m.g.Tensors[c.op.Output].Shape
+			if out.Numel() != c.numel(0) {
 				c.gradIn(0)
+				return
 			}
+			in := c.m.g.Tensors[c.op.Inputs[0]].Shape
+			if p := c.op.Attr.Perm; len(p) == len(in) && len(p) == len(out) {
+				c.passView(0, permuteBack(out, in, c.gst, p))
+				return
+			}
+			if c.gst == nil {
+				c.passView(0, nil)
+				return
+			}
+			st, ok := viewStrides(out, c.gst, in)
+			if !ok {
+				c.gradIn(0)
+				return
+			}
+			c.passView(0, layoutOf(in, st))
 		}},
 		// A copy saves nothing and passes its gradient through. The
 		// .contiguous() of an attention output seen in its query's layout
@@ -350,10 +369,12 @@ func init() {
 				c.gradIn(j)
 			}
 		}},
-		// cat saves sizes; its backward narrows the gradient (views).
+		// cat saves sizes; its backward narrows the gradient (views with
+		// the gradient's strides over each input's shape).
 		graph.Cat: {bwd: func(c *bwdCtx) {
+			g := stridesOf(c.m.g.Tensors[c.op.Output].Shape, c.gst)
 			for j := range c.op.Inputs {
-				c.passView(j)
+				c.passView(j, layoutOf(c.m.g.Tensors[c.op.Inputs[j]].Shape, g))
 			}
 		}},
 		// embedding saves the indices; embedding_dense_backward allocates a

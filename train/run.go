@@ -388,6 +388,9 @@ type bwdCtx struct {
 	i    int
 	gout *storage
 	gdt  graph.DType
+	// gst are the incoming gradient's strides, nil when it is contiguous
+	// (gradlayout.go).
+	gst []int64
 	// out holds the gradients the node returns. The engine hands them on
 	// (to the next node's input buffer, to AccumulateGrad, through a cast
 	// node) only after the node's apply() has returned, so after the
@@ -443,6 +446,9 @@ type gradOut struct {
 	// view: a view of another tensor, which holds that tensor (see
 	// accumulate).
 	view bool
+	// layout: the gradient's strides, nil when it is contiguous
+	// (gradlayout.go).
+	layout []int64
 }
 
 func (c *bwdCtx) numel(j int) int64 { return c.m.g.Tensors[c.op.Inputs[j]].Shape.Numel() }
@@ -503,13 +509,17 @@ func (c *bwdCtx) passIn(j int) {
 	c.route(j, c.gout, c.gdt)
 	if o := &c.out[len(c.out)-1]; o.st == c.gout {
 		o.same = true
+		o.layout = c.gst
+	} else {
+		o.layout = castLayout(c.m.g.Tensors[c.op.Inputs[j]].Shape, c.gst)
 	}
 }
 
 // passView hands input j a view of the incoming gradient (cat's narrow, a
-// view's reshape): no new memory, but a tensor of its own, which
-// AccumulateGrad may steal even though its storage is shared.
-func (c *bwdCtx) passView(j int) {
+// view's reshape) with strides st (nil: contiguous): no new memory, but a
+// tensor of its own, which AccumulateGrad may steal even though its
+// storage is shared.
+func (c *bwdCtx) passView(j int, st []int64) {
 	if !c.needs(j) {
 		return
 	}
@@ -517,6 +527,9 @@ func (c *bwdCtx) passView(j int) {
 	c.route(j, c.gout, c.gdt)
 	if o := &c.out[len(c.out)-1]; o.st == c.gout {
 		o.view = true
+		o.layout = st
+	} else {
+		o.layout = castLayout(c.m.g.Tensors[c.op.Inputs[j]].Shape, st)
 	}
 }
 
@@ -549,7 +562,7 @@ func (c *bwdCtx) handOn() {
 			m.arrive(o.p, o.st, o.viaCast, false, o.clone, o.view)
 			continue
 		}
-		m.deliver(c.op.Inputs[o.j], o.st, o.dt, o.same && c.sameElsewhere(i), o.view)
+		m.deliver(c.op.Inputs[o.j], o.st, o.dt, o.same && c.sameElsewhere(i), o.view, o.layout)
 	}
 	c.out = c.out[:0]
 }
@@ -602,7 +615,7 @@ func (m *micro) backwardOp(i int) {
 	op := &m.g.Ops[i]
 	r := &m.plan.rules[i]
 	c := &m.sim.bctx
-	*c = bwdCtx{m: m, op: op, i: i, gout: m.grads[op.Output], gdt: m.gradDT[op.Output], out: c.out[:0]}
+	*c = bwdCtx{m: m, op: op, i: i, gout: m.grads[op.Output], gdt: m.gradDT[op.Output], gst: m.gradStride[op.Output], out: c.out[:0]}
 	var again *storage
 	if m.regather != nil && m.regather[i] > 0 {
 		again = m.sim.alloc(m.regather[i], trace.Transient)

@@ -137,24 +137,7 @@ func TestCapturedTimm(t *testing.T) {
 // timmStepKnownMisses are the models whose whole steps batchfit does not
 // yet hold to PyTorch's, with why. TestCapturedTimmSteps fails when one of
 // them is held, so that the list is kept to the models that still miss.
-var timmStepKnownMisses = map[string]string{
-	// Both models' step-0 backward peak is 49,152 bytes low (−0.107 %),
-	// exactly one contiguous copy of the patch embedding's gradient
-	// [4, 192, 4, 4]: PatchEmbed's flatten(2).transpose(1, 2) and the cat
-	// with the class token hand the convolution a strided gradient (the
-	// transpose of a narrow), and _slow_conv2d_backward's weight half
-	// (aten/src/ATen/native/ConvolutionMM2d.cpp,
-	// slow_conv2d_backward_weight_out_cpu_template) makes
-	// grad_output_.contiguous(memory_format) before compute_columns2d, alive
-	// beside the columns (the grad_input half does the same when the input
-	// needs a gradient). The simulator does not follow a gradient's strides
-	// through backward (the capture records forward strides only), so it
-	// cannot tell this gradient from a contiguous one. torchvision's ViT
-	// shows the same copy below the band (docs/accuracy.md §2c); the
-	// larger vit_small's phase peak keeps it within the band.
-	"timm-vit_tiny_patch16_224":  "the patch embedding's strided gradient copied by _slow_conv2d_backward (49,152 bytes in step 0's backward)",
-	"timm-deit_tiny_patch16_224": "the patch embedding's strided gradient copied by _slow_conv2d_backward (49,152 bytes in step 0's backward)",
-}
+var timmStepKnownMisses = map[string]string{}
 
 // TestCapturedTimmSteps holds the same captures to the peak of two whole
 // CPU training steps with Adam (for-loop) that real PyTorch of the
