@@ -164,15 +164,21 @@ var contextByFamily = map[string]int64{
 // model or GPU differs) moved with it: torchtitan's Llama 3.1 8B on 8 and
 // 128 H100s (a 96 GB, 500 W part) from +71 and +66 % to +5 and +4 %,
 // Lambda's BERT SQuAD rows on the H100 SXM and the H200 from +57 and
-// +58 % at the median to +5 and +1 %. Edges of the ranges reached: sm_70's
-// convolutions (0.90), sm_80's (0.50), sm_86's GEMMs (0.95), sm_90's GEMMs
-// (0.45) and bandwidth (0.70) — read as rules still missing there (the
-// host's cost per op under PyTorch 2.x, the input pipeline of real-data
-// runs), not as shares to push further. sm_100's two rows are not
+// +58 % at the median to +5 and +1 %. Refitted once with PyTorch 2.x's
+// host per op (cost.Torch2Host; docs/accuracy.md §4.6): sm_70's GEMM share
+// went from 0.80 to 0.45, which the V100's exact rows barely see (their
+// GEMMs are classifier heads) and the V100 BERT SQuAD rows it does not fit
+// confirm (from +26 % at the median, too fast though batchfit's BERT
+// carries a masked-LM head the runs did not, to −19 %); nothing else of
+// this table moved. Edges of the ranges reached: sm_70's convolutions
+// (0.90) and GEMMs (0.45), sm_80's convolutions (0.50), sm_86's GEMMs
+// (0.95), sm_90's GEMMs (0.45) and bandwidth (0.70) — read as rules still
+// missing there, not as shares to push further: the 2.x host did not move
+// sm_90's off their edges, so what they stand in for is not the host. sm_100's two rows are not
 // fitted: B200's TF32 and mixed-precision ResNet-50 rows are within 4 %
 // of each other, bound by something other than the GPU.
 var achievableByArch = map[[2]int]Achievable{
-	{7, 0}: {Matmul: 0.90, GEMM: 0.80, Depthwise: depthwiseRate, Transpose: transposeRate, Bandwidth: 0.75, Source: fitted},
+	{7, 0}: {Matmul: 0.90, GEMM: 0.45, Depthwise: depthwiseRate, Transpose: transposeRate, Bandwidth: 0.75, Source: fitted},
 	{8, 0}: {Matmul: 0.50, GEMM: 0.80, Depthwise: depthwiseRate, Transpose: transposeRate, Bandwidth: 0.75, Source: fitted},
 	{8, 6}: {Matmul: 0.875, GEMM: 0.95, Depthwise: depthwiseRate, Transpose: transposeRate, Bandwidth: 0.80, Source: fitted},
 	{8, 9}: {Matmul: 0.50, GEMM: gemmShare, Depthwise: depthwiseRate, Transpose: transposeRate, Bandwidth: 0.85, Source: fitted},
@@ -205,8 +211,9 @@ const depthwiseRate = 0.9
 // V100 takes 152.2 ms a step in NCHW and 110.9 ms channels-last
 // (sandeepkumar-skb/pytorch_experiments, torchvision_exp/README.md): 41.3
 // ms for 8.3 G elements, 1.6 per SM per clock. Fitted within 1.0–2.5
-// (docs/accuracy.md §4.4).
-const transposeRate = 1.8
+// (docs/accuracy.md §4.4: 1.8; refitted with PyTorch 2.x's host, §4.6:
+// 1.6, the V100 row's own figure).
+const transposeRate = 1.6
 
 const fitted = "fitted on the throughput calibration set within the published ranges (docs/accuracy.md §4.1)"
 

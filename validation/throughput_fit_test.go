@@ -6,7 +6,9 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"os"
 	"sort"
+	"strings"
 	"testing"
 
 	"github.com/batchfit/batchfit/gpu"
@@ -41,9 +43,26 @@ import (
 // objective, so the search cannot drift. It prints the fit and changes
 // nothing: the catalog carries the figures (gpu/catalog.go).
 //
+// It logs each source's median, the transformer and depthwise rows' and
+// the launch-bound H200 rows' (testdata/throughput/own-h200-launch.csv)
+// before and after. Those rows are held out unless BATCHFIT_FIT_LAUNCH=1,
+// which fits them as a source of their own ("own measurement,
+// launch-bound").
+//
 //	go test -tags calibrate -run ThroughputFit -v -timeout 2h ./validation
 func TestThroughputFit(t *testing.T) {
 	rows := loadThroughputSets(t)
+	launch, err := validation.LoadThroughput(launchSet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range launch {
+		launch[i].Source = launchSource
+	}
+	fitLaunch := os.Getenv("BATCHFIT_FIT_LAUNCH") == "1"
+	if fitLaunch {
+		rows = append(rows, launch...)
+	}
 	archOf := func(r validation.ThroughputRow) string {
 		g, err := gpu.Lookup(r.GPU)
 		if err != nil {
@@ -90,6 +109,26 @@ func TestThroughputFit(t *testing.T) {
 	for i := range exact {
 		errs[i] = errOf(i, with(shares[archOf(exact[i])], cur))
 	}
+	// heldOut is the launch rows' median |error| when they are not fitted.
+	heldOut := func() string {
+		if fitLaunch {
+			return ""
+		}
+		var e, st []float64
+		for _, r := range launch {
+			f := archOf(r)
+			p, err := fitPredict(r, with(shares[f], cur))
+			if err != nil {
+				t.Fatal(err)
+			}
+			m := r.SamplesPerSecond()
+			e = append(e, math.Abs(p-m)/m)
+			st = append(st, math.Abs(m/p-1))
+		}
+		return fmt.Sprintf("held out: %d launch-bound H200 rows, median |error| of samples/s %.1f %%, of the step time %.1f %%\n",
+			len(e), 100*fitMedian(e), 100*fitMedian(st))
+	}
+	t.Logf("before:\n%s%s", fitSummary(exact, errs), heldOut())
 	// objective is the worst source's median |error| and the median over
 	// every row.
 	objective := func(e []float64) (worst, all float64) {
@@ -174,6 +213,40 @@ func TestThroughputFit(t *testing.T) {
 		}
 		t.Logf("%-8s %2d rows: convolutions %.3f, GEMMs %.2f, bandwidth %.2f: median |error| %.1f %%", f, len(byArch[f]), shares[f].Matmul, shares[f].GEMM, shares[f].Bandwidth, 100*fitMedian(e))
 	}
+	t.Logf("after:\n%s%s", fitSummary(exact, errs), heldOut())
+}
+
+// launchSet is the file of launch-bound steps measured on the H200, and
+// launchSource the source its rows take in the fit.
+const (
+	launchSet    = "../testdata/throughput/own-h200-launch.csv"
+	launchSource = "own measurement, launch-bound"
+)
+
+// fitSummary prints the median |error| of each source and of the
+// transformer and depthwise rows.
+func fitSummary(rows []validation.ThroughputRow, errs []float64) string {
+	by := map[string][]float64{}
+	var keys []string
+	add := func(k string, e float64) {
+		if _, ok := by[k]; !ok {
+			keys = append(keys, k)
+		}
+		by[k] = append(by[k], e)
+	}
+	for i, r := range rows {
+		add("source "+r.Source, errs[i])
+		if k := kernelClass(r); k != "" {
+			add("class "+k, errs[i])
+		}
+		add("all", errs[i])
+	}
+	sort.Strings(keys)
+	var b strings.Builder
+	for _, k := range keys {
+		fmt.Fprintf(&b, "  %-80s %3d rows  median |error| %5.1f %%\n", k, len(by[k]), 100*fitMedian(by[k]))
+	}
+	return b.String()
 }
 
 func fitMedian(v []float64) float64 {
