@@ -52,6 +52,16 @@ func (b *Builder) SetChannelsLast(x TensorID) {
 	}
 }
 
+// SetStrided marks x as a dense tensor whose memory order is not its dims'
+// order (a TensorIterator result laid out like a permuted operand, the
+// recorded strides of a captured one): a layer_norm that reads it copies it
+// (Attr.InputCopy), as does a linear that folds it.
+func (b *Builder) SetStrided(x TensorID) {
+	if x >= 0 && int(x) < len(b.contig) {
+		b.contig[x] = false
+	}
+}
+
 // CopyAs is a new tensor holding x's elements in shape s (clone,
 // contiguous, reshape of a non-contiguous tensor, _unsafe_view of one):
 // a Contiguous op.

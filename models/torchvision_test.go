@@ -389,3 +389,32 @@ func TestTorchvisionMobileNetV3(t *testing.T) {
 		t.Errorf("features.7.block.0.2 is %s inplace=%v", op.Kind, op.Attr.Inplace)
 	}
 }
+
+// TestTorchvisionViTLayerNormCopies: every residual sum of the encoder is
+// laid out like its first operand, the transposed attention output
+// (TensorIterator's reorder_dimensions), so each LayerNorm that reads one
+// copies its input (layer_norm's expect_contiguous); the first layer's
+// ln_1 reads the contiguous sum of the patch tokens and the position
+// embedding. As recorded on an H200 (testdata/measured/snapshots).
+func TestTorchvisionViTLayerNormCopies(t *testing.T) {
+	for _, packed := range []bool{false, true} {
+		g, _, err := Build("vit_b_16", Config{Batch: 2, Layers: 2, MHAPackedInProjection: packed})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range []struct {
+			op   string
+			copy bool
+		}{
+			{"encoder.layers.encoder_layer_0.ln_1", false},
+			{"encoder.layers.encoder_layer_0.ln_2", true},
+			{"encoder.layers.encoder_layer_1.ln_1", true},
+			{"encoder.layers.encoder_layer_1.ln_2", true},
+			{"encoder.ln", true},
+		} {
+			if got := opAt(t, g, c.op).Attr.InputCopy; got != c.copy {
+				t.Errorf("packed %v: %s InputCopy = %v, want %v", packed, c.op, got, c.copy)
+			}
+		}
+	}
+}

@@ -93,13 +93,21 @@ func tvEncoderBlock(b *graph.Builder, input graph.TensorID, heads, mlp int64, pa
 	// self.self_attention(query=x, key=x, value=x, need_weights=False)
 	x = tvMultiheadAttention(b, "self_attention", x, heads, 0, packed)
 	x = b.Dropout("dropout", x, 0, false) // nn.Dropout(0.0): x itself
-	// x = x + input (not in-place). PyTorch's TensorIterator gives the sum
-	// the memory layout of x, the transposed attention output: a dense but
-	// non-contiguous [B, L, E] (so are add_1 and every layer's output; each
-	// LayerNorm then makes a transient contiguous copy inside
-	// native_layer_norm). Builder.Add marks its output contiguous; the
-	// storage is the same size either way.
+	// x = x + input (not in-place). TensorIterator lays the sum out in its
+	// operands' order of strides (reorder_dimensions in
+	// aten/src/ATen/TensorIterator.cpp; the first operand that tells two
+	// dims apart decides): x, the transposed attention output, is [B, L, E]
+	// over [L, B, E] memory, so the sum is a dense but non-contiguous
+	// [B, L, E], and so are add_1 (x + y) and every layer's output. Each
+	// LayerNorm that reads one (ln_2, the next layer's ln_1, encoder.ln)
+	// works on X.expect_contiguous() in layer_norm_cuda and again in
+	// layer_norm_backward_cuda (aten/src/ATen/native/layer_norm.cpp): a
+	// float32 [B, L, E] copy in forward and another in backward (measured
+	// on an H200, torch 2.11, ViT-B/16 under bf16 autocast: a 38.7 MB
+	// block at batch 64 beside each LayerNorm's output and beside its
+	// input gradient; testdata/measured/snapshots).
 	x = b.Add("add", x, input)
+	b.SetStrided(x)
 
 	y := b.LayerNorm("ln_2", x, 1, true)
 	// MLPBlock = torchvision.ops.MLP(hidden, [mlp, hidden], nn.GELU,
@@ -111,7 +119,9 @@ func tvEncoderBlock(b *graph.Builder, input graph.TensorID, heads, mlp int64, pa
 		y = b.Linear("3", y, e, true)
 		y = b.Dropout("4", y, 0, false)
 	})
-	return b.Add("add_1", x, y) // return x + y
+	out := b.Add("add_1", x, y) // return x + y: laid out as x (see add)
+	b.SetStrided(out)
+	return out
 }
 
 // tvMultiheadAttention is nn.MultiheadAttention(E, heads, dropout=p,

@@ -87,8 +87,8 @@ var Bands = map[Reliance]Band{
 	// sets (ViT-B/16's patch embedding is a convolution), and the failed
 	// batches there of the searches from the banded answer: ResNet-50's
 	// 3314 and 3305 (the bare answer, 3313, is 0.2 % over; the banded one
-	// ran) and ViT-B/16's 2084 (the bare answer 1.7 % over).
-	Convolutions: earned(Convolutions, 0.0468, 0.0743, -0.0041, 26, 4),
+	// ran) and ViT-B/16's 2084 (the bare answer, 2129, 2.2 % over).
+	Convolutions: earned(Convolutions, 0.0468, 0.0743, 0.0005, 26, 4),
 }
 
 // earned is the band of the corpus's predictions that rely on r.
