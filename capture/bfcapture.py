@@ -360,21 +360,27 @@ class Recorder:
                 self.storages[key] = sid
             self.members[sid] = []
         self.members[sid].append(weakref.ref(t))
-        rec = {
-            "id": i,
-            "shape": [int(s) for s in t.shape],
-            "stride": [int(s) for s in t.stride()],
-            "offset": int(t.storage_offset()),
-            "dtype": dtype_name(t.dtype),
-            "storage": sid,
-            "storage_nbytes": nbytes,
-            "role": role,
-            "requires_grad": bool(t.requires_grad),
-        }
+        # reading the metadata is no call of the model's either (1.13's
+        # function mode sees t.shape)
+        self.busy += 1
+        try:
+            rec = {
+                "id": i,
+                "shape": [int(s) for s in t.shape],
+                "stride": [int(s) for s in t.stride()],
+                "offset": int(t.storage_offset()),
+                "dtype": dtype_name(t.dtype),
+                "storage": sid,
+                "storage_nbytes": nbytes,
+                "role": role,
+                "requires_grad": bool(t.requires_grad),
+            }
+            if t.device.type != "meta":
+                rec["device"] = t.device.type
+        finally:
+            self.busy -= 1
         if name is not None:
             rec["name"] = name
-        if t.device.type != "meta":
-            rec["device"] = t.device.type
         self.tensors.append(rec)
         self.ids[k] = i
         self.refs.append(weakref.ref(t))
@@ -484,6 +490,10 @@ class Recorder:
             return t
         self.busy += 1
         try:
+            if t.device.type != "meta":
+                # a Python number wrapped as a CPU tensor (mul's other):
+                # 1.13's dispatch mode hands its detach the number back
+                return t
             return t.detach()
         finally:
             self.busy -= 1
