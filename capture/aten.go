@@ -37,6 +37,20 @@ type bctx struct {
 	// saved are the recorded storages autograd saved a tensor of
 	// (savedUntilBackward)
 	saved map[int]bool
+	// pythonFrees: the capture noted when Python let go of saved tensors
+	// too (savedUntilBackward)
+	pythonFrees bool
+}
+
+// pythonFrees reports whether the capture noted when Python let go of
+// the tensors autograd saved: bfcapture.py's producer "capture" 2 and
+// later pack an alias of each (Recorder.pack).
+func (m *Model) pythonFrees() bool {
+	var p struct {
+		Capture int `json:"capture"`
+	}
+	_ = json.Unmarshal(m.f.Producer, &p)
+	return p.Capture >= 2
 }
 
 // savedUntilBackward reports whether the recording could not tell when
@@ -52,9 +66,16 @@ type bctx struct {
 // layer's functions have let go of it by the time the layer returns: it
 // goes at its last use. Held to the end of the forward instead, every such
 // tensor of every checkpointed layer stayed alive until the loss.
+//
+// A capture made by bfcapture.py's producer "capture" 2 or later saw
+// every free: its pack hook hands autograd an alias of the saved tensor,
+// so the tensor's Python object, and its finalizer, go when Python lets
+// go of it (pythonFrees). Its frees are taken as recorded: a layer
+// function's locals (a query, a key, a value) live until the function
+// returns or rebinds them, not to their last use.
 func (x *bctx) savedUntilBackward(i int) bool {
 	t := &x.m.f.Tensors[i]
-	if !x.saved[t.Storage] {
+	if !x.saved[t.Storage] || x.pythonFrees {
 		return false
 	}
 	return t.FreedAfter == nil || *t.FreedAfter == len(x.m.f.Ops)-1
@@ -104,6 +125,7 @@ func (m *Model) Build(c models.Config) (*graph.Graph, error) {
 			x.lastUse[t] = i
 		}
 	}
+	x.pythonFrees = m.pythonFrees()
 	x.saved = map[int]bool{}
 	for i := range f.Tensors {
 		if len(f.Tensors[i].SavedBy) > 0 {

@@ -26,8 +26,10 @@ What is recorded, and by which PyTorch mechanism:
 * what autograd saves for backward, through saved_tensors_hooks
   (torch.autograd.graph, since 1.10);
 * when the last reference to each tensor goes, through weakref.finalize:
-  PyTorch keeps a tensor's Python object alive while C++ (autograd) holds
-  the tensor, so the finalizer runs when the tensor itself dies.
+  PyTorch keeps a tensor's Python object alive while C++ holds the
+  tensor, so the pack hook hands autograd an alias of what it saves, and
+  the finalizer runs when Python lets go of the tensor, saved or not
+  (producer "capture" 2; before, a saved tensor's ran only in backward).
 
 The model is captured at two batch sizes and every size, stride and integer
 argument that differs is recorded as linear in the batch, so that one file
@@ -48,7 +50,7 @@ import weakref
 
 FORMAT = "batchfit-graph"
 VERSION = 1
-CAPTURE = 1
+CAPTURE = 2
 # A tensor on a real device larger than this during the capture means the
 # model allocates memory of its own (torch.zeros(..., device="cpu") in its
 # forward, a weight created outside register_parameter, ...).
@@ -358,21 +360,27 @@ class Recorder:
                 self.storages[key] = sid
             self.members[sid] = []
         self.members[sid].append(weakref.ref(t))
-        rec = {
-            "id": i,
-            "shape": [int(s) for s in t.shape],
-            "stride": [int(s) for s in t.stride()],
-            "offset": int(t.storage_offset()),
-            "dtype": dtype_name(t.dtype),
-            "storage": sid,
-            "storage_nbytes": nbytes,
-            "role": role,
-            "requires_grad": bool(t.requires_grad),
-        }
+        # reading the metadata is no call of the model's either (1.13's
+        # function mode sees t.shape)
+        self.busy += 1
+        try:
+            rec = {
+                "id": i,
+                "shape": [int(s) for s in t.shape],
+                "stride": [int(s) for s in t.stride()],
+                "offset": int(t.storage_offset()),
+                "dtype": dtype_name(t.dtype),
+                "storage": sid,
+                "storage_nbytes": nbytes,
+                "role": role,
+                "requires_grad": bool(t.requires_grad),
+            }
+            if t.device.type != "meta":
+                rec["device"] = t.device.type
+        finally:
+            self.busy -= 1
         if name is not None:
             rec["name"] = name
-        if t.device.type != "meta":
-            rec["device"] = t.device.type
         self.tensors.append(rec)
         self.ids[k] = i
         self.refs.append(weakref.ref(t))
@@ -467,6 +475,28 @@ class Recorder:
             rec["custom"] = self.custom[0]
             rec["custom_call"] = self.custom[1]
         self.ops.append(rec)
+
+    def pack(self, t):
+        """The pack hook: notes what autograd saves and hands it a new
+        tensor on the same storage (an alias, made unrecorded). Packed
+        itself, the tensor's Python object would live as long as autograd
+        holds the tensor (PyTorch keeps a tensor's Python object while
+        C++ holds the tensor), and its finalizer would run only in
+        backward; holding an alias, autograd keeps the storage and the
+        finalizer runs when Python lets go of the tensor, as it does
+        where nothing saves it (a checkpointed layer's locals)."""
+        self.on_pack(t)
+        if not isinstance(t, self.torch.Tensor):
+            return t
+        self.busy += 1
+        try:
+            if t.device.type != "meta":
+                # a Python number wrapped as a CPU tensor (mul's other):
+                # 1.13's dispatch mode hands its detach the number back
+                return t
+            return t.detach()
+        finally:
+            self.busy -= 1
 
     def on_pack(self, t):
         if isinstance(t, self.torch.Tensor):
@@ -581,7 +611,7 @@ def capture_once(torch, factory, batch, prev):
     class FM(TorchFunctionMode):
         def __torch_function__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
-            if rec.fn is not None:
+            if rec.fn is not None or rec.busy:
                 return func(*args, **kwargs)
             if sdpa is None or func is not mha:
                 return call(func, args, kwargs, func)
@@ -639,7 +669,7 @@ def capture_once(torch, factory, batch, prev):
              torch.nn.modules.module.register_module_forward_hook(post)]
     unpatch = patch_autocast(torch)
     try:
-        with torch.autograd.graph.saved_tensors_hooks(lambda t: (rec.on_pack(t), t)[1], lambda t: t):
+        with torch.autograd.graph.saved_tensors_hooks(rec.pack, lambda t: t):
             with FM(), DM():
                 if isinstance(inputs, dict):
                     out = model(**inputs)

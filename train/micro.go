@@ -43,7 +43,21 @@ type micro struct {
 	blockInputs [][]*storage
 	// rngState is, per region, the CPU generator state its checkpoint
 	// call keeps (a CPU run only: cpuRNGStateBytes)
-	rngState   []*storage
+	rngState []*storage
+	// reentrant: the regions run through CheckpointFunction
+	// (Checkpoint.Reentrant). regionOut lists, per region, the tensors
+	// its ops make that ops outside it read (the outputs the wrapped
+	// function returns to the model); nested holds, per region, what
+	// CheckpointFunction.backward keeps through its nested backward
+	// (holdNested)
+	reentrant bool
+	regionOut [][]graph.TensorID
+	nested    [][]*storage
+	// bwdRegion is the region whose backward is running (-1 outside);
+	// detached holds the gradients its ops returned for tensors made
+	// outside it, in the order they first came (detachedGrad)
+	bwdRegion  int32
+	detached   []detachedGrad
 	recomputed []bool
 	blockFirst []int
 	producer   []int32 // per tensor: the block of the op that outputs it, or -1
@@ -75,6 +89,15 @@ type micro struct {
 	rnnStates, rnnGrads map[graph.TensorID][2]*storage
 }
 
+// detachedGrad is a reentrant region's gradient for one of its inputs:
+// the .grad of the detached copy its recomputation read.
+type detachedGrad struct {
+	t    graph.TensorID
+	st   *storage
+	dt   graph.DType
+	view bool
+}
+
 type inputCast struct {
 	input int         // index in op.Inputs
 	from  graph.DType // dtype of the original tensor
@@ -82,7 +105,7 @@ type inputCast struct {
 
 func newMicro(sim *Simulator, g *graph.Graph) *micro {
 	n := len(g.Tensors)
-	m := &micro{sim: sim, g: g,
+	m := &micro{sim: sim, g: g, bwdRegion: -1,
 		val: make([]value, n), remaining: make([]int32, n), pidx: make([]int32, n), bidx: make([]int32, n),
 		nodes: make([][]*storage, len(g.Ops)), casts: make([][]inputCast, len(g.Ops)), wCast: make([]bool, len(g.Ops)),
 		castCache: map[int32]*storage{}, direct: make([]int32, len(sim.params)), viaCast: make([]int32, len(sim.params)),
@@ -137,6 +160,20 @@ func newMicro(sim *Simulator, g *graph.Graph) *micro {
 				m.blockFirst[r] = i
 			}
 			m.producer[op.Output] = r
+		}
+		if sim.s.Checkpoint.Reentrant && !m.pipelined {
+			m.reentrant = true
+			m.regionOut = make([][]graph.TensorID, nr)
+			m.nested = make([][]*storage, nr)
+			seen := map[graph.TensorID]bool{}
+			for i, op := range g.Ops {
+				for _, t := range op.Inputs {
+					if p := m.producer[t]; p >= 0 && p != m.plan.region[i] && !seen[t] {
+						seen[t] = true
+						m.regionOut[p] = append(m.regionOut[p], t)
+					}
+				}
+			}
 		}
 	}
 	return m
@@ -427,6 +464,9 @@ func (m *micro) backward() {
 		if m.ckpt && r >= 0 && !m.recomputed[r] {
 			m.recompute(r)
 		}
+		if m.reentrant {
+			m.bwdRegion = r
+		}
 		// Engine::evaluate_function: apply() consumes the incoming
 		// gradient (freed when it returns), release_variables() drops the
 		// saved tensors, and only then are the outputs handed on.
@@ -451,6 +491,8 @@ func (m *micro) backward() {
 			}
 			m.blockInputs[r] = nil
 			m.dropRNGState(r)
+			m.dropNested(r)
+			m.handOnDetached()
 		}
 		if units && u >= 0 && m.plan.unitFirst[u] == int32(i) {
 			// the unit's post-backward hook
@@ -520,14 +562,104 @@ func (m *micro) recompute(blk int32) {
 			}
 		}
 	}
+	if m.reentrant {
+		// the function's return value outlives the ops inside
+		for _, t := range m.regionOut[blk] {
+			m.remaining[t]++
+		}
+	}
 	prevPhase := sim.phase
 	for i := first; i <= last; i++ {
 		m.runOp(i)
 	}
 	// outputs of the block's last ops that nothing inside consumes are
-	// recomputed and dropped unless saved.
+	// recomputed and dropped unless saved (the non-reentrant checkpoint
+	// holds only what the recomputed nodes save).
 	m.clearCastCache()
 	sim.phase = prevPhase
+	if m.reentrant {
+		m.holdNested(blk)
+	}
+}
+
+// holdNested is what CheckpointFunction.backward (torch/utils/checkpoint.py,
+// use_reentrant=True) holds while it runs: it recomputes the whole
+// function under enable_grad and then calls
+// torch.autograd.backward(outputs_with_grad, args_with_grad), a nested
+// backward through the recomputed graph. Until that returns, its frame
+// keeps the recomputed outputs (the tuple the function returned) and
+// args, the incoming gradients (which the engine also keeps as the
+// node's inputs until apply() returns, Engine::evaluate_function), used
+// as they are as the nested backward's grad_tensors (_make_grads). So the
+// region's outputs live through its whole backward, and an incoming
+// gradient is never the only holder of itself: InputBuffer::accumulate
+// sums into a new tensor where a gradient from inside the region meets it.
+// Both go when the function returns, after its ops' backward (dropNested).
+func (m *micro) holdNested(blk int32) {
+	for _, t := range m.regionOut[blk] {
+		m.remaining[t] = 0
+		if st := m.val[t].st; st != nil && m.g.Tensors[t].Role == graph.Activation {
+			m.nested[blk] = append(m.nested[blk], st)
+		}
+		if g := m.grads[t]; g != nil {
+			m.sim.ref(g)
+			m.nested[blk] = append(m.nested[blk], g)
+		}
+	}
+}
+
+// deliverDetached is the nested backward's gradient for an input of the
+// reentrant region being back-propagated: CheckpointFunction.backward
+// recomputes the function on detach_variable(inputs), leaves of their
+// own, so what the region's nodes return for an input goes to the input
+// buffer of that leaf's AccumulateGrad, not to the node that made the
+// input, and is summed there as in any input buffer
+// (InputBuffer::accumulate; accumulate).
+func (m *micro) deliverDetached(t graph.TensorID, st *storage, dt graph.DType, view bool) {
+	for k := range m.detached {
+		d := &m.detached[k]
+		if d.t != t {
+			continue
+		}
+		d.st = m.accumulate(d.st, st, m.g.Tensors[t].Shape.Numel()*d.dt.Size(), d.view)
+		d.view = false
+		return
+	}
+	m.detached = append(m.detached, detachedGrad{t: t, st: st, dt: dt, view: view})
+}
+
+// handOnDetached returns a reentrant region's input gradients to the
+// outer backward once its nested backward is done: AccumulateGrad makes
+// each the detached leaf's .grad, stealing it when nothing else holds it
+// (accumulate_grad.h, use_count() <= num_expected_refs) and copying it
+// otherwise (clone_obey_contract), and CheckpointFunction.backward returns
+// the .grads, which the engine hands to the input buffers of the nodes
+// that made the inputs, summed with what they hold already.
+func (m *micro) handOnDetached() {
+	m.bwdRegion = -1
+	for _, d := range m.detached {
+		st := d.st
+		if st.refs > 1 {
+			c := m.sim.alloc(m.g.Tensors[d.t].Shape.Numel()*d.dt.Size(), trace.Transient)
+			c.refs = 1
+			m.sim.unref(st)
+			st = c
+		}
+		m.deliver(d.t, st, d.dt, false, false)
+	}
+	m.detached = m.detached[:0]
+}
+
+// dropNested lets go of what holdNested kept, as
+// CheckpointFunction.backward returns.
+func (m *micro) dropNested(blk int32) {
+	if !m.reentrant {
+		return
+	}
+	for _, st := range m.nested[blk] {
+		m.sim.unref(st)
+	}
+	m.nested[blk] = nil
 }
 
 // deliver hands a gradient for tensor t to autograd's input buffer,
@@ -548,6 +680,10 @@ func (m *micro) deliver(t graph.TensorID, st *storage, dt graph.DType, same, vie
 	}
 	if m.g.Tensors[t].Role != graph.Activation {
 		sim.unref(st)
+		return
+	}
+	if m.bwdRegion >= 0 && m.producer[t] != m.bwdRegion {
+		m.deliverDetached(t, st, dt, view)
 		return
 	}
 	old := m.grads[t]

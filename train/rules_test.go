@@ -186,6 +186,59 @@ func TestCheckpointing(t *testing.T) {
 	}
 }
 
+// A reentrant checkpoint holds, through its nested backward, what
+// CheckpointFunction.backward's frame keeps (torch/utils/checkpoint.py):
+// the recomputed output and the incoming gradient. A block of two
+// bias-free Linears (h×h weights, W bytes) on the batch, act bytes an
+// activation: after the head's backward, B bytes are alive, g (the
+// block output's gradient) among them. Without reentrance the recomputed
+// a1 (saved by the second Linear) and a2 (read by nothing inside, dropped)
+// come and go; the second Linear's backward makes ga1 and gW2 and lets go
+// of g and a1, so B − g + ga1 + gW2 = B + W, and the first's gW1 brings
+// B + 2W, the peak. With reentrance a2 and g stay to the block's end:
+// B + 2W + 2·act.
+func TestReentrantCheckpointHolds(t *testing.T) {
+	const bsz, h = 16, 64
+	b := graph.NewBuilder("ckpt")
+	x := b.Input("x", graph.Shape{bsz, h}, graph.F32)
+	y := b.Target("y", graph.Shape{bsz}, graph.I64)
+	b.Block("block", func() {
+		x = b.Linear("l1", x, h, false)
+		x = b.Linear("l2", x, h, false)
+	})
+	x = b.Linear("head", x, 10, true)
+	b.CrossEntropy("loss", x, y)
+	g, err := b.Graph()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const act = bsz * h * 4
+	peak := func(c Checkpoint) int64 {
+		tr, _, err := Simulate(g, Setup{Checkpoint: c, Optimizer: Optimizer{Kind: SGD}, Steps: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		size := map[int64]int64{}
+		var live, top int64
+		for _, e := range tr.Events {
+			switch e.Action {
+			case trace.Alloc:
+				size[e.ID] = e.Size
+				live += e.Size
+			case trace.Free:
+				live -= size[e.ID]
+			}
+			if e.Phase == trace.Backward {
+				top = max(top, live)
+			}
+		}
+		return top
+	}
+	if d := peak(Checkpoint{Every: 1, Reentrant: true}) - peak(FullCheckpoint); d != 2*act {
+		t.Errorf("reentrant − non-reentrant backward peak = %d, want %d (the recomputed output and the incoming gradient)", d, 2*act)
+	}
+}
+
 // Gradient accumulation: two micro-batches of b cost more than one of b
 // (the second backward's gradients coexist with .grad before the in-place
 // add) but less than one micro-batch of 2b, whose activations are double.
