@@ -645,7 +645,11 @@ func (m *micro) handOnDetached() {
 			m.sim.unref(st)
 			st = c
 		}
-		m.deliver(d.t, st, d.dt, false, false)
+		// the .grad obeys the detached leaf's layout contract (stolen
+		// only when it does, cloned to the leaf's strides otherwise:
+		// accumulate_grad.h), and the leaf, detach() of the input, has
+		// the input's strides: taken as dense, as graph inputs are
+		m.deliver(d.t, st, d.dt, false, false, nil)
 	}
 	m.detached = m.detached[:0]
 }
