@@ -114,7 +114,8 @@ func TestConvFLOPs(t *testing.T) {
 
 // Attention of q, k, v [2, 4, 128, 64]: q·kᵀ and p·v are 2·8·128·128·64 =
 // 16,777,216 operations each. Flash does both in forward (33,554,432) and
-// five in backward (83,886,080); a causal mask halves both. The math path
+// five in backward (83,886,080), and so does cuDNN attention; a causal
+// mask halves both. The math path
 // computes every score: 33,554,432 forward, four products backward.
 func TestAttentionFLOPs(t *testing.T) {
 	for _, c := range []struct {
@@ -124,6 +125,8 @@ func TestAttentionFLOPs(t *testing.T) {
 	}{
 		{train.AttentionFlash, false, 33554432, 83886080},
 		{train.AttentionFlash, true, 16777216, 41943040},
+		{train.AttentionCudnn, false, 33554432, 83886080},
+		{train.AttentionCudnn, true, 16777216, 41943040},
 		{train.AttentionEfficient, false, 33554432, 83886080},
 		{train.AttentionMath, true, 33554432, 67108864},
 		{train.AttentionEager, false, 33554432, 67108864},

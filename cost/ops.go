@@ -311,14 +311,18 @@ func attentionDims(g *graph.Graph, op *graph.Op) (bh, l, s, d float64) {
 // operations. Flash and memory-efficient kernels skip the tiles above the
 // diagonal of a causal mask (half, for L = S); their backward does five
 // products of that size where the forward does two (FlashAttention-2, Dao
-// 2023, §3.2). The math path materialises the [B, H, L, S] scores and
+// 2023, §3.2). cuDNN's fused attention computes the same products without
+// materialising the scores (its backward takes the forward's row
+// statistics and a dQ accumulator, as flash's does: run_cudnn_SDP_bprop,
+// aten/src/ATen/native/cudnn/MHA.cpp) and is timed as flash: no published
+// rate of its own is known here. The math path materialises the [B, H, L, S] scores and
 // probabilities and runs each step as its own kernel.
 func attentionForward(t *timer, g *graph.Graph, op *graph.Op, run train.OpRun) {
 	bh, l, sl, d := attentionDims(g, op)
 	e := size(run.In)
 	qkvo := (2*bh*l*d + 2*numel(g, op.Inputs[1])) * e
 	switch run.Kernel {
-	case train.AttentionFlash, train.AttentionEfficient:
+	case train.AttentionCudnn, train.AttentionFlash, train.AttentionEfficient:
 		f := 4 * bh * l * sl * d
 		if op.Attr.Causal {
 			f /= 2
@@ -353,7 +357,7 @@ func attentionBackward(t *timer, g *graph.Graph, op *graph.Op, run train.OpRun) 
 	e := size(run.In)
 	qkvo := (2*bh*l*d + 2*numel(g, op.Inputs[1])) * e
 	switch run.Kernel {
-	case train.AttentionFlash, train.AttentionEfficient:
+	case train.AttentionCudnn, train.AttentionFlash, train.AttentionEfficient:
 		f := 10 * bh * l * sl * d
 		if op.Attr.Causal {
 			f /= 2

@@ -86,6 +86,22 @@ func checkAttention(r Request, s train.Setup, g *graph.Graph) error {
 				return SetupError{fmt.Errorf("flash attention needs a head dimension that is a multiple of 8 and at most 256 (PyTorch's sdp_utils check_head_dim_size_flash), and %s's is %d", r.Source.Name(), d)}
 			}
 		}
+	case train.AttentionCudnn:
+		// can_use_cudnn_attention: check_cudnn_hardware_support (sm80 to
+		// sm121), check_dtypes_low_precision, check_cudnn_tensor_shapes
+		// (head dims multiples of 8, at most 128; 192 with a value head
+		// of 128 on sm90 and sm100)
+		if major > 0 && major < 8 {
+			return SetupError{fmt.Errorf("cuDNN attention needs compute capability 8.0 or higher (PyTorch's sdp_utils check_cudnn_hardware_support), and %s has %d.%d: use efficient or math", r.GPU.Name, major, minor)}
+		}
+		if dt != graph.F16 && dt != graph.BF16 {
+			return SetupError{fmt.Errorf("cuDNN attention takes float16 or bfloat16 inputs only (PyTorch's sdp_utils check_dtypes_low_precision), and %s computes attention in %s: use a 16-bit precision, or efficient or math", s.Precision, dt)}
+		}
+		for _, d := range dims {
+			if d%8 != 0 || (d > 128 && !(d == 192 && (major == 9 || major == 10))) {
+				return SetupError{fmt.Errorf("cuDNN attention needs a head dimension that is a multiple of 8 and at most 128 (PyTorch's sdp_utils check_cudnn_tensor_shapes), and %s's is %d", r.Source.Name(), d)}
+			}
+		}
 	case train.AttentionEfficient:
 		// can_use_mem_efficient_attention: bfloat16 only from sm80
 		// (less_than_sm80_mem_efficient_dtypes is float16 and float32)
@@ -122,16 +138,32 @@ func attentionNote(res *Result, g *graph.Graph) (Note, bool) {
 	}
 	var names []string
 	for _, k := range kernels {
+		if k == train.AttentionCudnn {
+			names = append(names, "cuDNN attention")
+			continue
+		}
 		names = append(names, string(k))
 	}
 	text := fmt.Sprintf("attention: PyTorch's scaled_dot_product_attention picks the %s kernel here", strings.Join(names, " and "))
+	cudnnFirst := train.CudnnAttentionFirst(s.Profile, res.GPU.Major)
 	switch {
 	case len(kernels) == 1 && kernels[0] == train.AttentionEager:
 		text = fmt.Sprintf("attention: under PyTorch %s's rules nn.MultiheadAttention and Hugging Face's default attention are explicit matmul and softmax ops (eager), not scaled_dot_product_attention", s.Profile.Version)
-	case len(kernels) == 1 && kernels[0] != train.AttentionFlash:
+	case len(kernels) == 1 && kernels[0] == train.AttentionFlash && cudnnFirst:
+		for _, d := range headDims(g) {
+			if d%8 != 0 || d > 128 {
+				text += fmt.Sprintf(" (cuDNN attention takes head dimensions that are multiples of 8 up to 128, and this one is %d)", d)
+				break
+			}
+		}
+	case len(kernels) == 1 && kernels[0] != train.AttentionFlash && kernels[0] != train.AttentionCudnn:
 		var why []string
 		if dt != graph.F16 && dt != graph.BF16 {
-			why = append(why, fmt.Sprintf("flash takes float16 and bfloat16 only, and the attention runs in %s", dt))
+			who := "flash takes"
+			if cudnnFirst {
+				who = "cuDNN attention and flash take"
+			}
+			why = append(why, fmt.Sprintf("%s float16 and bfloat16 only, and the attention runs in %s", who, dt))
 		}
 		if res.GPU.Major > 0 && res.GPU.Major < 8 {
 			why = append(why, fmt.Sprintf("flash needs compute capability 8.0, %s has %d.%d", res.GPU.Name, res.GPU.Major, res.GPU.Minor))
@@ -149,6 +181,10 @@ func attentionNote(res *Result, g *graph.Graph) (Note, bool) {
 			text += " (" + strings.Join(why, "; ") + ")"
 		}
 	}
-	text += "; sdp_utils.cpp tries flash, then memory-efficient, then math; --attention names one"
+	if cudnnFirst {
+		text += fmt.Sprintf("; sdp_utils.cpp tries cuDNN attention, then flash, then memory-efficient, then math (PyTorch %s puts cuDNN attention first on compute capability %d.x: priority_order); --attention names one", s.Profile.Version, res.GPU.Major)
+	} else {
+		text += "; sdp_utils.cpp tries flash, then memory-efficient, then math; --attention names one"
+	}
 	return Note{Code: "attention-kernel", Text: text}, true
 }

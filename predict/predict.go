@@ -367,7 +367,8 @@ func finish(ctx context.Context, r Request, setup train.Setup, sim *train.Simula
 	// out-of-memory message's non-PyTorch memory): they are in it.
 	var modules int64
 	if r.Infer == nil && !setup.CPU && r.Context < 0 {
-		modules = setup.Profile.LazyModules.Bytes(sim.Summary().CudnnConvs, sim.Summary().FlashAttention)
+		sum := sim.Summary()
+		modules = setup.Profile.LazyModules.Bytes(sum.CudnnConvs, sum.FusedAttention, sum.CudnnAttention)
 	}
 	cudaCtx := r.ContextSize() + lib + modules
 	// NCCL's buffers come on top of a given context too: one measured

@@ -43,6 +43,19 @@ type Profile struct {
 	// query, key, value, output and the logsumexp [B, H, L] in the
 	// accumulation dtype; the output is laid out as the query is.
 	CPUFlashAttention bool `json:"cpu_flash_attention"`
+	// CudnnAttentionFirst lists the compute-capability majors on which
+	// SDPA's dispatcher tries cuDNN attention before flash:
+	// priority_order (aten/src/ATen/native/transformers/cuda/sdp_utils.cpp)
+	// installs cudnn, flash, efficient, math when
+	// check_prefer_cudnn_attention() holds, which in 2.11's source is
+	// cudnn_version > 91500 && (major == 9 || major == 10), read against
+	// the cuDNN the wheels bundle (CudnnVersion). Empty: flash first.
+	CudnnAttentionFirst []int `json:"cudnn_attention_first,omitempty"`
+	// CudnnVersion is the cuDNN the release's CUDA wheels bundle, as
+	// cudnnGetVersion() reports it (91900 for 9.19.0): the runtime version
+	// sdp_utils.cpp's cuDNN-attention checks read
+	// (at::detail::getCUDAHooks().versionRuntimeCuDNN()). 0: unknown.
+	CudnnVersion int `json:"cudnn_version,omitempty"`
 	// CublasWorkspaceBytes maps a compute-capability major ("9") or
 	// "default" to the cuBLAS workspace size allocated through the caching
 	// allocator at a thread's first GEMM.
@@ -269,26 +282,35 @@ func Default() *Profile {
 
 // LazyModules is the bytes of kernel modules a training step loads: the
 // kernels every step runs (PyTorch's own, cuBLAS's GEMMs), and on top
-// those of cuDNN's convolutions and of the flash-attention kernel where
-// the step runs them.
+// those of cuDNN's convolutions and of the fused attention kernel (flash
+// or cuDNN attention) where the step runs them.
 type LazyModules struct {
 	Step  int64 `json:"step"`
 	Cudnn int64 `json:"cudnn"`
-	Flash int64 `json:"flash"`
+	// FusedAttention is measured where the fused kernel that ran was cuDNN
+	// attention (GPT-2 under half precision on the H200, torch 2.11); no
+	// release measured here ran flash on the GPU, so flash takes the same
+	// figure.
+	FusedAttention int64 `json:"fused_attention"`
 }
 
-// Bytes is what a step that runs cuDNN convolutions (cudnn) and the flash
-// kernel (flash) loads; nil loads nothing that is counted.
-func (m *LazyModules) Bytes(cudnn, flash bool) int64 {
+// Bytes is what a step loads that runs cuDNN convolutions (convs) and a
+// fused attention kernel (fused), cuDNN attention if cudnnAttn; nil loads
+// nothing that is counted. A step that runs both cuDNN's convolutions and
+// cuDNN attention loads the convolutions' figure alone: measured, ViT-B/16
+// under autocast on the H200 (cuDNN convolutions and cuDNN attention)
+// holds what it holds in float32 (cuDNN convolutions, memory-efficient
+// attention), 758 MiB past the allocator in both.
+func (m *LazyModules) Bytes(convs, fused, cudnnAttn bool) int64 {
 	if m == nil {
 		return 0
 	}
 	n := m.Step
-	if cudnn {
+	if convs {
 		n += m.Cudnn
 	}
-	if flash {
-		n += m.Flash
+	if fused && !(convs && cudnnAttn) {
+		n += m.FusedAttention
 	}
 	return n
 }

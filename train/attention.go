@@ -1,17 +1,25 @@
 package train
 
 import (
+	"slices"
+
 	"github.com/batchfit/batchfit/graph"
+	"github.com/batchfit/batchfit/profile"
 	"github.com/batchfit/batchfit/trace"
 )
 
 // kernel picks the attention kernel the way PyTorch's SDPA dispatcher does
-// on CUDA (sdp_utils.cpp): flash for fp16/bf16 with a head dim that is a
-// multiple of 8 up to 256 on sm80+, then memory-efficient (which also takes
-// float32, but bfloat16 only from sm80: less_than_sm80_mem_efficient_dtypes
-// is float16 and float32), then the math fallback. Profiles whose
-// nn.MultiheadAttention and
-// default attention are explicit Python ops take the eager path.
+// on CUDA (select_sdp_backend in
+// aten/src/ATen/native/transformers/cuda/sdp_utils.cpp): the backends in
+// priority_order's order, the first whose checks pass. The order is
+// cuDNN attention, flash, memory-efficient, math where the profile's
+// release prefers cuDNN on this GPU (CudnnAttentionFirst), and flash,
+// memory-efficient, math otherwise. Flash takes fp16/bf16 with a head dim
+// that is a multiple of 8 up to 256 on sm80+; memory-efficient also takes
+// float32, but bfloat16 only from sm80 (less_than_sm80_mem_efficient_dtypes
+// is float16 and float32); math takes everything. Profiles whose
+// nn.MultiheadAttention and default attention are explicit Python ops
+// take the eager path.
 func (m *micro) kernel(c *fwdCtx) Attention {
 	s := m.sim.s
 	if s.Attention != AttentionAuto {
@@ -26,18 +34,88 @@ func (m *micro) kernel(c *fwdCtx) Attention {
 		}
 		return AttentionMath
 	}
-	d := c.shape(0)[3]
+	q, v := m.g.Tensors[c.op.Inputs[0]].Shape, m.g.Tensors[c.op.Inputs[2]].Shape
+	kl := m.g.Tensors[c.op.Inputs[1]].Shape[2]
 	dt := c.in[0].dt
-	if (dt == graph.F16 || dt == graph.BF16) && d <= 256 && d%8 == 0 && s.ComputeMajor >= 8 {
+	a := sdpaCase{dt: dt, dqk: q[3], dv: v[3], b: q[0], h: q[1], lq: q[2], lk: kl, p: c.op.Attr.P}
+	if m.sim.noGrad {
+		a.p = 0
+	}
+	return a.pick(s.Profile, s.ComputeMajor)
+}
+
+// sdpaCase is what SDPA's CUDA dispatcher checks of one call.
+type sdpaCase struct {
+	dt                    graph.DType
+	dqk, dv, b, h, lq, lk int64
+	p                     float64 // dropout_p as called (0 in eval)
+}
+
+// pick runs select_sdp_backend's priority order over a's checks.
+func (a sdpaCase) pick(p *profile.Profile, major int) Attention {
+	if CudnnAttentionFirst(p, major) && a.cudnnOK(p.CudnnVersion, major) {
+		return AttentionCudnn
+	}
+	d := a.dqk
+	if (a.dt == graph.F16 || a.dt == graph.BF16) && d <= 256 && d%8 == 0 && major >= 8 {
 		return AttentionFlash
 	}
-	if dt == graph.BF16 && s.ComputeMajor < 8 {
+	if a.dt == graph.BF16 && major < 8 {
 		return AttentionMath
 	}
-	if d%8 == 0 || (dt == graph.F32 && d%4 == 0) {
+	if d%8 == 0 || (a.dt == graph.F32 && d%4 == 0) {
 		return AttentionEfficient
 	}
 	return AttentionMath
+}
+
+// CudnnAttentionFirst is check_prefer_cudnn_attention (sdp_utils.cpp,
+// 2.11): cudnn_version > 91500 && (major == 9 || major == 10), the runtime
+// cuDNN being the one the release's wheels bundle; the majors are the
+// profile's (releases that keep flash first list none). Where it holds,
+// priority_order tries cuDNN attention before flash.
+func CudnnAttentionFirst(p *profile.Profile, major int) bool {
+	return p != nil && p.CudnnVersion > 91500 && slices.Contains(p.CudnnAttentionFirst, major)
+}
+
+// cudnnOK is can_use_cudnn_attention (sdp_utils.cpp) for dense inputs
+// without a mask, deterministic algorithms off: float16 or bfloat16 from
+// sm80 (check_dtypes_low_precision, check_cudnn_hardware_support: sm80 to
+// sm121); no dropout on cuDNN 9.11 to 9.13; check_cudnn_tensor_shapes:
+// batch and heads at most 65535, both head dims multiples of 8 and at most
+// 128 (d_qk 192 with d_v 128 on sm90 and sm10x from cuDNN 9.11; 256 needs
+// a cuDNN above 9.22 built against cuDNN frontend 1.24, which no profile
+// here bundles), a key length other than 1, and a query length other than
+// 1 with dropout. Grouped-query attention passes
+// (check_batch_size_and_num_heads_dense<supports_gqa = true>). Main's
+// check_cudnn_dropout (pull request 174245, February 2026: dropout_p a
+// multiple of 1/16) is not applied: GPT-2's dropout of 0.1 under half
+// precision loads on the H200 under 2.11 what ViT-B/16's cuDNN attention
+// loads (profile.LazyModules), where flash would be a module of its own.
+func (a sdpaCase) cudnnOK(cudnn, major int) bool {
+	if a.dt != graph.F16 && a.dt != graph.BF16 {
+		return false
+	}
+	if major < 8 || major > 12 {
+		return false
+	}
+	if a.p > 0 && cudnn > 91100 && cudnn < 91400 {
+		return false
+	}
+	if a.b > 65535 || a.h > 65535 {
+		return false
+	}
+	limit := int64(128)
+	if (major == 9 || major == 10) && cudnn >= 91100 && a.dqk == 192 && a.dv == 128 {
+		limit = 192
+	}
+	if a.dqk > limit || a.dv > limit || a.dqk%8 != 0 || a.dv%8 != 0 {
+		return false
+	}
+	if a.lk == 1 || (a.p > 0 && a.lq == 1) {
+		return false
+	}
+	return true
 }
 
 // cpuFlash says whether SDPA on the CPU runs the flash kernel
@@ -62,6 +140,13 @@ func (m *micro) cpuFlash(c *fwdCtx) bool {
 	return len(qs) == 4 && len(vs) == 4 && qs[3] == vs[3]
 }
 
+// cudnnSDPAWorkspaceExtra is the workspace cuDNN 9.19's fused attention
+// graphs ask for beyond their buffers (get_workspace_size() in
+// run_cudnn_SDP_fprop and run_cudnn_SDP_bprop, MHA.cpp): 256 bytes in the
+// forward, and on top of the dQ accumulator and row sums in the backward,
+// as the H200's ViT-B/16 recording holds (testdata/measured/snapshots).
+const cudnnSDPAWorkspaceExtra = 256
+
 func attnDims(s graph.Shape, k graph.Shape) (b, h, l, d, sl int64) {
 	return s[0], s[1], s[2], s[3], k[2]
 }
@@ -71,9 +156,38 @@ func attentionForward(c *fwdCtx) {
 	q, k, v := c.in[0], c.in[1], c.in[2]
 	b, h, l, _, s := attnDims(c.shape(0), c.shape(1))
 	switch m.kernel(c) {
+	case AttentionCudnn:
+		m.sim.sum.FusedAttention = true
+		m.sim.sum.CudnnAttention = true
+		// _cudnn_attention_forward (attention.cu) makes the dropout seed
+		// and offset as one-element int64 tensors on the device before
+		// run_cudnn_SDP_fprop (aten/src/ATen/native/cudnn/MHA.cpp) takes
+		// o by alloc_with_matching_layout(q, ...) (the query's order of
+		// strides, as flash's empty_like of q_t: the layouts below) and
+		// softmaxstats [B, H, L] float32, then the graph's
+		// get_workspace_size() from the caching allocator. derivatives.yaml
+		// (_scaled_dot_product_cudnn_attention) hands the backward query,
+		// key, value, output, logsumexp, philox_seed and philox_offset:
+		// measured on an H200 (testdata/measured/snapshots, ViT-B/16 under
+		// bfloat16 autocast): two 8-byte blocks, the output, the stats and
+		// a 256-byte workspace, freed at once, in that order, per layer,
+		// the 8-byte ones kept until the layer's backward.
+		c.save(q)
+		c.save(k)
+		c.save(v)
+		c.saveNew(8)
+		c.saveNew(8)
+		c.save(c.out)
+		c.saveNew(b * h * l * 4)
+		m.sim.temp(cudnnSDPAWorkspaceExtra, trace.Transient)
+		if lay := c.op.Attr.Query; lay == graph.QueryLBHD {
+			m.layOut(c.op.Output, lay)
+		} else if !c.op.Attr.QueryContiguous {
+			m.layOut(c.op.Output, graph.QueryBLHD)
+		}
 	case AttentionFlash:
 		if !m.sim.s.CPU {
-			m.sim.sum.FlashAttention = true
+			m.sim.sum.FusedAttention = true
 		}
 		// _scaled_dot_product_flash_attention saves query, key, value,
 		// output and logsumexp [B, H, L] float32. The CPU kernel's
@@ -214,6 +328,20 @@ func attentionBackward(c *bwdCtx) {
 	fc := fwdCtx{m: m, op: c.op, i: c.i, in: []value{{dt: c.inDT(0)}}}
 	b, h, l, d, s := attnDims(m.g.Tensors[c.op.Inputs[0]].Shape, m.g.Tensors[c.op.Inputs[1]].Shape)
 	switch k := m.kernel(&fc); k {
+	case AttentionCudnn:
+		// _scaled_dot_product_cudnn_attention_backward_cuda allocates dq,
+		// dk and dv (empty_like of q, k, v), then run_cudnn_SDP_bprop
+		// (MHA.cpp) takes the backward graph's get_workspace_size() from
+		// the caching allocator and frees it when the call returns. The
+		// size is cuDNN's: on the H200 with cuDNN 9.19 it is a float32 dQ
+		// accumulator [B, H, L, D] and a float32 [B, H, L] sum (the
+		// softmax's dO·O row sums) plus the 256 bytes the forward's
+		// workspace is (testdata/measured/snapshots: 39,337,216 bytes at
+		// batch 64, ViT-B/16).
+		c.gradIn(0)
+		c.gradIn(1)
+		c.gradIn(2)
+		c.temp(b*h*l*(d+1)*4 + cudnnSDPAWorkspaceExtra)
 	case AttentionFlash:
 		if m.sim.s.CPU {
 			// the CPU kernel's backward writes dq, dk and dv; its

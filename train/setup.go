@@ -269,11 +269,14 @@ const (
 	AttentionMath      Attention = "math"  // SDPA's math kernel (one op to autocast)
 	AttentionFlash     Attention = "flash"
 	AttentionEfficient Attention = "efficient"
+	// AttentionCudnn is cuDNN's fused attention
+	// (_scaled_dot_product_cudnn_attention, aten/src/ATen/native/cudnn/MHA.cpp).
+	AttentionCudnn Attention = "cudnn"
 )
 
 // Attentions are the attention kernels by the names ParseAttention
 // gives: the flags' choices and the page's options.
-var Attentions = []Attention{AttentionAuto, AttentionEager, AttentionFlash, AttentionEfficient, AttentionMath}
+var Attentions = []Attention{AttentionAuto, AttentionEager, AttentionCudnn, AttentionFlash, AttentionEfficient, AttentionMath}
 
 // ParseAttention accepts the kernel names, and "eager"/"sdpa" as Hugging
 // Face spells attn_implementation.
@@ -289,8 +292,10 @@ func ParseAttention(s string) (Attention, error) {
 		return AttentionFlash, nil
 	case "efficient", "mem-efficient", "memory-efficient", "mem_efficient":
 		return AttentionEfficient, nil
+	case "cudnn", "cudnn_attention", "cudnn-attention":
+		return AttentionCudnn, nil
 	}
-	return "", fmt.Errorf("unknown attention kernel %q (want auto, eager, flash, efficient or math)", s)
+	return "", fmt.Errorf("unknown attention kernel %q (want auto, eager, cudnn, flash, efficient or math)", s)
 }
 
 // Checkpoint is an activation-checkpointing policy: which regions of the

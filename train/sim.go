@@ -289,10 +289,11 @@ type Summary struct {
 	// allocator that the step itself makes (cuBLAS's own workspaces
 	// before 2.0): in nvidia-smi's figure, not in memory_reserved.
 	LibraryBytes int64
-	// CudnnConvs and FlashAttention: the step runs cuDNN's convolutions,
-	// and the flash-attention kernel, on the GPU (their kernels' modules
-	// load on first use: profile.LazyModules).
-	CudnnConvs, FlashAttention bool
+	// CudnnConvs, FusedAttention and CudnnAttention: the step runs cuDNN's
+	// convolutions, and a fused attention kernel (flash or cuDNN
+	// attention; cuDNN's if CudnnAttention), on the GPU (their kernels'
+	// modules load on first use: profile.LazyModules).
+	CudnnConvs, FusedAttention, CudnnAttention bool
 	// PeakRequested is the largest sum of the unrounded sizes of the live
 	// allocations over the whole trace: what the allocator's
 	// requested_bytes peak would be on a device with room for everything.
