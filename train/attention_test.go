@@ -1,9 +1,12 @@
 package train
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/batchfit/batchfit/graph"
+	"github.com/batchfit/batchfit/profile"
+	"github.com/batchfit/batchfit/trace"
 )
 
 // attnGraph: q, k, v from three Linear layers on x [B, L, H·D], viewed as
@@ -214,5 +217,97 @@ func TestInOrder(t *testing.T) {
 		if got := inOrder(c.s, mem); got != c.want {
 			t.Errorf("inOrder(%v, %v) = %v, want %v", c.s, mem, got, c.want)
 		}
+	}
+}
+
+// select_sdp_backend's order (aten/src/ATen/native/transformers/cuda/
+// sdp_utils.cpp), each row worked from the source's checks: under 2.11
+// (cuDNN 9.19 bundled, above check_prefer_cudnn_attention's 9.15.0) cuDNN
+// attention comes first on compute capability 9.x and 10.x and takes
+// float16/bfloat16 head dims that are multiples of 8 up to 128 (192 with
+// a value head of 128 on sm90/sm100 from cuDNN 9.11), a key length other
+// than 1, a query length other than 1 with dropout, batch and heads up to
+// 65535; elsewhere, and in releases whose profile keeps flash first,
+// flash, memory-efficient, math as before.
+func TestAttentionPriorityOrder(t *testing.T) {
+	p211, p25 := mustProfile(t, "2.11"), mustProfile(t, "2.5")
+	// cuDNN 9.13 bundled: not above 91500, so flash stays first
+	old := *p211
+	old.CudnnVersion = 91300
+	bf := func(d int64) sdpaCase {
+		return sdpaCase{dt: graph.BF16, dqk: d, dv: d, b: 64, h: 12, lq: 197, lk: 197}
+	}
+	with := func(a sdpaCase, f func(*sdpaCase)) sdpaCase { f(&a); return a }
+	for _, c := range []struct {
+		name  string
+		a     sdpaCase
+		p     *profile.Profile
+		major int
+		want  Attention
+	}{
+		{"ViT-B/16 bf16 on an H200", bf(64), p211, 9, AttentionCudnn},
+		{"sm100", bf(128), p211, 10, AttentionCudnn},
+		{"float16 with dropout 0.1", with(bf(64), func(a *sdpaCase) { a.dt, a.p = graph.F16, 0.1 }), p211, 9, AttentionCudnn},
+		{"A100: not preferred", bf(64), p211, 8, AttentionFlash},
+		{"sm120: not preferred", bf(64), p211, 12, AttentionFlash},
+		{"2.5 keeps flash first", bf(64), p25, 9, AttentionFlash},
+		{"cuDNN 9.13 keeps flash first", bf(64), &old, 9, AttentionFlash},
+		{"head dim 256: flash", bf(256), p211, 9, AttentionFlash},
+		{"head dim 192, value 128", with(bf(192), func(a *sdpaCase) { a.dv = 128 }), p211, 9, AttentionCudnn},
+		{"head dim 160: flash", bf(160), p211, 9, AttentionFlash},
+		{"head dim 60: math", bf(60), p211, 9, AttentionMath},
+		{"float32: efficient", with(bf(64), func(a *sdpaCase) { a.dt = graph.F32 }), p211, 9, AttentionEfficient},
+		{"key length 1", with(bf(64), func(a *sdpaCase) { a.lk = 1 }), p211, 9, AttentionFlash},
+		{"query length 1 with dropout", with(bf(64), func(a *sdpaCase) { a.lq, a.p = 1, 0.1 }), p211, 9, AttentionFlash},
+		{"query length 1 without dropout", with(bf(64), func(a *sdpaCase) { a.lq = 1 }), p211, 9, AttentionCudnn},
+		{"batch 65536", with(bf(64), func(a *sdpaCase) { a.b = 65536 }), p211, 9, AttentionFlash},
+	} {
+		if got := c.a.pick(c.p, c.major); got != c.want {
+			t.Errorf("%s: %s, want %s", c.name, got, c.want)
+		}
+	}
+	// cuDNN 9.11 to 9.13 refuse dropout (can_use_cudnn_attention)
+	if bf(64).cudnnOK(91200, 9) != true || with(bf(64), func(a *sdpaCase) { a.p = 0.1 }).cudnnOK(91200, 9) {
+		t.Error("cuDNN 9.12: want no dropout only")
+	}
+}
+
+// cuDNN attention, same graph as TestAttentionKernels (bf16, B=2, H=4,
+// L=S=40, D=16) on sm90 under 2.11, by hand: the attention saves what
+// flash saves (42,240 B) and the dropout seed and offset, 8 bytes each
+// (_cudnn_attention_forward), 42,256 B; its forward takes a 256-byte
+// workspace and frees it; its backward allocates dq, dk and dv (10,240 B
+// each) and then a workspace of B·H·L·(D+1)·4 + 256 = 22,016 B
+// (run_cudnn_SDP_bprop, sized as the H200's recording).
+func TestCudnnAttention(t *testing.T) {
+	g := attnGraph(t, 2, 40, 4, 16)
+	tr, sum, err := Simulate(g, Setup{Precision: TrueBF16, Steps: 1, Profile: mustProfile(t, "2.11"), ComputeMajor: 9})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range sum.SavedByOp {
+		if s.Op == "attn" && s.Bytes != 42256 {
+			t.Errorf("the attention saves %d bytes, want 42,256", s.Bytes)
+		}
+	}
+	if !sum.FusedAttention || !sum.CudnnAttention {
+		t.Errorf("summary: fused %v, cuDNN %v", sum.FusedAttention, sum.CudnnAttention)
+	}
+	var fwd, bwd []int64
+	for _, e := range tr.Events {
+		if e.Action != trace.Alloc || tr.SiteName(e.Site) != "attn" {
+			continue
+		}
+		if e.Phase == trace.Backward {
+			bwd = append(bwd, e.Size)
+		} else {
+			fwd = append(fwd, e.Size)
+		}
+	}
+	if !slices.Contains(fwd, 256) {
+		t.Errorf("forward allocates %v, want a 256-byte workspace among them", fwd)
+	}
+	if want := []int64{10240, 10240, 10240, 22016}; !slices.Equal(bwd, want) {
+		t.Errorf("backward allocates %v, want %v", bwd, want)
 	}
 }
