@@ -39,14 +39,20 @@ func noteOf(res *Result, code string) (Note, bool) {
 }
 
 // --attention auto names the kernel PyTorch's SDPA dispatcher picks, by
-// sdp_utils.cpp's order (flash, memory-efficient, math) and its checks.
-// gpt2's heads are 768/12 = 64 wide: a multiple of 8 up to 256, so the
-// head dimension rules nothing out.
-//   - h100 (9.0), bf16-mixed: autocast runs SDPA in bfloat16; flash takes
-//     it on sm80+: flash.
-//   - h100, 32-true: flash takes float16 and bfloat16 only
-//     (check_tensor_dtype); memory-efficient takes float32 with a head
-//     dimension that is a multiple of 4: efficient.
+// sdp_utils.cpp's order (priority_order: cuDNN attention first on
+// compute capability 9.x and 10.x under 2.11, whose wheels bundle cuDNN
+// 9.19; then flash, memory-efficient, math) and its checks. gpt2's heads
+// are 768/12 = 64 wide: a multiple of 8 up to 128, so the head dimension
+// rules nothing out.
+//   - h100 (9.0), bf16-mixed: autocast runs SDPA in bfloat16; cuDNN
+//     attention takes it on sm90 (check_dtypes_low_precision), GPT-2's
+//     dropout of 0.1 too: cuDNN attention.
+//   - a100 (8.0), bf16-mixed: cuDNN attention is not preferred below
+//     sm90 (check_prefer_cudnn_attention); flash takes it on sm80+: flash.
+//   - h100 under the 2.5 profile: flash first: flash.
+//   - h100, 32-true: cuDNN attention and flash take float16 and bfloat16
+//     only (check_tensor_dtype); memory-efficient takes float32 with a
+//     head dimension that is a multiple of 4: efficient.
 //   - t4 (7.5), 16-mixed: flash needs sm80 (check_flash_attention_
 //     hardware_support); memory-efficient takes float16 below sm80:
 //     efficient.
@@ -59,6 +65,10 @@ func TestAttentionAutoNote(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	p25, err := profile.Lookup("2.5")
+	if err != nil {
+		t.Fatal(err)
+	}
 	cases := []struct {
 		name      string
 		gpu       string
@@ -67,8 +77,10 @@ func TestAttentionAutoNote(t *testing.T) {
 		kernel    string
 		why       string
 	}{
-		{"h100 bf16-mixed", "h100-80gb", train.MixedBF16, nil, "the flash kernel", ""},
-		{"h100 32-true", "h100-80gb", train.FP32, nil, "the efficient kernel", "flash takes float16 and bfloat16 only, and the attention runs in float32"},
+		{"h100 bf16-mixed", "h100-80gb", train.MixedBF16, nil, "the cuDNN attention kernel", "tries cuDNN attention, then flash"},
+		{"a100 bf16-mixed", "a100-80gb", train.MixedBF16, nil, "the flash kernel", "tries flash, then memory-efficient"},
+		{"h100 bf16-mixed 2.5", "h100-80gb", train.MixedBF16, p25, "the flash kernel", "tries flash, then memory-efficient"},
+		{"h100 32-true", "h100-80gb", train.FP32, nil, "the efficient kernel", "cuDNN attention and flash take float16 and bfloat16 only, and the attention runs in float32"},
 		{"t4 16-mixed", "t4", train.Mixed16, nil, "the efficient kernel", "flash needs compute capability 8.0, t4 has 7.5"},
 		{"t4 bf16-mixed", "t4", train.MixedBF16, nil, "the math kernel", "the memory-efficient kernel takes bfloat16 only from 8.0"},
 		{"1.13", "h100-80gb", train.MixedBF16, p113, "(eager)", ""},
@@ -122,6 +134,10 @@ func TestAttentionRefused(t *testing.T) {
 		{"flash bf16-true on an h100", "gpt2", "h100-80gb", train.TrueBF16, train.AttentionFlash, ""},
 		{"efficient float32 on a t4", "gpt2", "t4", train.FP32, train.AttentionEfficient, ""},
 		{"math anywhere", "gpt2", "t4", train.FP32, train.AttentionMath, ""},
+		{"cudnn on a t4", "gpt2", "t4", train.Mixed16, train.AttentionCudnn, "check_cudnn_hardware_support"},
+		{"cudnn in float32", "gpt2", "h100-80gb", train.FP32, train.AttentionCudnn, "computes attention in float32"},
+		{"cudnn bf16 on an a100", "gpt2", "a100-40gb", train.MixedBF16, train.AttentionCudnn, ""},
+		{"cudnn bf16 on an h100", "gpt2", "h100-80gb", train.MixedBF16, train.AttentionCudnn, ""},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

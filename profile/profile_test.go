@@ -71,3 +71,33 @@ func TestProfileFacts(t *testing.T) {
 		}
 	}
 }
+
+// The kernels a step loads, in 2.11's figures (222 MiB for every step,
+// 18 MiB for cuDNN's convolutions, 16 MiB for a fused attention kernel):
+// the measured steps of testdata/measured/h200-torch2.11.json past the
+// 518 MiB context, MLP 740, ResNet-18 758 (740 + 18), GPT-2 under half
+// precision 758 (742 + 16, cuDNN attention), ViT-B/16 758 in float32
+// (convolutions, memory-efficient attention) and under autocast
+// (convolutions and cuDNN attention): cuDNN attention beside cuDNN's
+// convolutions adds nothing.
+func TestLazyModulesBytes(t *testing.T) {
+	m := &LazyModules{Step: 222 << 20, Cudnn: 18 << 20, FusedAttention: 16 << 20}
+	for _, c := range []struct {
+		convs, fused, cudnnAttn bool
+		want                    int64
+	}{
+		{false, false, false, 222 << 20},
+		{true, false, false, 240 << 20},
+		{false, true, true, 238 << 20},
+		{false, true, false, 238 << 20},
+		{true, true, true, 240 << 20},
+		{true, true, false, 256 << 20},
+	} {
+		if got := m.Bytes(c.convs, c.fused, c.cudnnAttn); got != c.want {
+			t.Errorf("convs %v, fused %v, cuDNN attention %v: %d, want %d", c.convs, c.fused, c.cudnnAttn, got, c.want)
+		}
+	}
+	if (*LazyModules)(nil).Bytes(true, true, true) != 0 {
+		t.Error("nil: want 0")
+	}
+}
