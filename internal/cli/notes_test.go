@@ -32,10 +32,11 @@ func hasNote(ns []report.NoteJSON, code, text string) bool {
 }
 
 // The notes are the same in the text and the JSON: gpt2 (heads of 64) in
-// bf16-mixed on an h100 (9.0) takes SDPA's flash kernel, the first that
-// sdp_utils.cpp tries, whose checks (float16 or bfloat16, sm80+, a head
-// dimension that is a multiple of 8 up to 256) all pass; in 32-true flash
-// is out (float32) and memory-efficient, next, takes float32.
+// bf16-mixed on an h100 (9.0) takes cuDNN attention, the first that
+// sdp_utils.cpp tries there under 2.11 (priority_order), whose checks
+// (float16 or bfloat16, sm80+, a head dimension that is a multiple of 8 up
+// to 128) all pass; in 32-true cuDNN attention and flash are out (float32)
+// and memory-efficient, next, takes float32.
 func TestNotesTextAndJSON(t *testing.T) {
 	t.Parallel()
 	cases := []struct {
@@ -43,8 +44,8 @@ func TestNotesTextAndJSON(t *testing.T) {
 		code      string
 		text      string
 	}{
-		{"bf16-mixed", "attention-kernel", "picks the flash kernel here;"},
-		{"32-true", "attention-kernel", "picks the efficient kernel here (flash takes float16 and bfloat16 only"},
+		{"bf16-mixed", "attention-kernel", "picks the cuDNN attention kernel here;"},
+		{"32-true", "attention-kernel", "picks the efficient kernel here (cuDNN attention and flash take float16 and bfloat16 only"},
 	}
 	for _, c := range cases {
 		t.Run(c.precision, func(t *testing.T) {
