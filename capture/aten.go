@@ -34,6 +34,9 @@ type bctx struct {
 	cpu bool
 	// noCache: use_cache off (graph.Config.NoCache, releaseOutput)
 	noCache bool
+	// inner: the innermost repeated modules are the blocks
+	// (graph.Config.InnerBlocks, blockModules)
+	inner bool
 	// saved are the recorded storages autograd saved a tensor of
 	// (savedUntilBackward)
 	saved map[int]bool
@@ -115,7 +118,7 @@ func (m *Model) Build(c models.Config) (*graph.Graph, error) {
 	f := m.f
 	b := graph.NewBuilder(m.Name())
 	b.Adapters = c.Adapters
-	x := &bctx{m: m, b: b, n: c.Batch, cpu: c.CPU, noCache: c.NoCache, pview: map[int]*op{}, ids: make([]graph.TensorID, len(f.Tensors)), lastUse: make([]int, len(f.Tensors))}
+	x := &bctx{m: m, b: b, n: c.Batch, cpu: c.CPU, noCache: c.NoCache, inner: c.InnerBlocks, pview: map[int]*op{}, ids: make([]graph.TensorID, len(f.Tensors)), lastUse: make([]int, len(f.Tensors))}
 	for i := range x.ids {
 		x.ids[i] = graph.None
 		x.lastUse[i] = -1
@@ -163,7 +166,7 @@ func (m *Model) Build(c models.Config) (*graph.Graph, error) {
 			x.ids[i] = b.Target(t.Name, x.shape(t), dt)
 		}
 	}
-	blocks := blockModules(f.Modules)
+	blocks := blockModules(f.Modules, c.InnerBlocks)
 	// group is one torch function call (or one aten op) from op i; it
 	// returns where the next starts.
 	group := func(i int) int {
@@ -355,7 +358,7 @@ func (x *bctx) releaseOutput() {
 		}
 	}
 	if x.noCache {
-		blocks := blockModules(f.Modules)
+		blocks := blockModules(f.Modules, x.inner)
 		for i := range f.Ops {
 			if blockOf(blocks, f.Ops[i].Module) == "" {
 				continue
@@ -390,8 +393,14 @@ func (x *bctx) releaseOutput() {
 // blockModules are the modules activation checkpointing wraps one at a
 // time: the numbered children of a container (layers.0, layers.1, ...)
 // when a container has at least two of the same type, as the builders'
-// repeated blocks.
-func blockModules(ms []module) map[string]bool {
+// repeated blocks. Of those nested in one another, the outermost (a
+// ConvNeXt's stages.N), or with inner (graph.Config.InnerBlocks) the
+// innermost: timm's set_grad_checkpointing runs checkpoint_seq over each
+// stage's blocks (timm/models/convnext.py ConvNeXtStage.forward,
+// swin_transformer.py SwinTransformerStage.forward, efficientnet.py
+// forward_features with flatten=True), one checkpoint a block, the
+// stage's downsample outside.
+func blockModules(ms []module, inner bool) map[string]bool {
 	typ := map[string]string{}
 	count := map[string]int{}
 	for _, m := range ms {
@@ -412,13 +421,24 @@ func blockModules(ms []module) map[string]bool {
 			out[m.Path] = true
 		}
 	}
-	// only the outermost: a block inside a block is not one
+	// only the outermost (innermost): a block inside (around) a block
+	// is not one; decided on the candidates before any is dropped
+	var drop []string
 	for p := range out {
 		for q := range out {
-			if p != q && strings.HasPrefix(p, q+".") {
-				delete(out, p)
+			if p == q || !strings.HasPrefix(p, q+".") {
+				continue
+			}
+			// p is inside q
+			if inner {
+				drop = append(drop, q)
+			} else {
+				drop = append(drop, p)
 			}
 		}
+	}
+	for _, p := range drop {
+		delete(out, p)
 	}
 	return out
 }

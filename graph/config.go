@@ -66,6 +66,11 @@ type Config struct {
 	// in training) then releases them there; builders by name model no
 	// cache in training and ignore it.
 	NoCache bool
+	// InnerBlocks: a captured model's checkpointed blocks are the
+	// innermost of its nested repeated modules (a ConvNeXt's
+	// stages.N.blocks.M), as timm's set_grad_checkpointing wraps them,
+	// not the outermost (stages.N). Builders by name ignore it.
+	InnerBlocks bool
 	// MHAPackedInProjection builds nn.MultiheadAttention's self-attention
 	// in-projection as the release of the profile
 	// (profile.Profile.MHAPackedInProjection) runs it: one [3, L, B, E]

@@ -309,6 +309,9 @@ func (j Job) Request(src predict.Source, o Options) (predict.Request, error) {
 	// transformers' gradient checkpointing turns use_cache off in
 	// training (train.Checkpoint.Library)
 	r.Config.NoCache = ck.Library
+	// timm's checkpoint_seq wraps each stage's blocks
+	// (train.Checkpoint.Timm)
+	r.Config.InnerBlocks = ck.Timm
 	if _, amp := prec.Autocast(); !amp && (j.NoAutocastCache || j.AutocastAroundLoop) {
 		return r, Usagef("--no-autocast-cache and --autocast-around-loop are for the mixed precisions (16-mixed, bf16-mixed), which run under autocast")
 	}

@@ -65,7 +65,7 @@ func NewTable(c Choices) Table {
 		{Name: "amsgrad", Help: "Adam's AMSGrad variant (one more state)"},
 		{Name: "accumulate", Default: "1", Help: "micro-batches per optimizer step (gradient accumulation; at most 65,536, 1,024 with --pp)"},
 		{Name: "checkpointing", Help: "activation checkpointing of every block (non-reentrant); the same as --checkpoint full"},
-		{Name: "checkpoint", Default: "none", Help: "activation checkpointing: none, full (every block), every-K (every K-th block), attention (each attention core), or every-K+attention; torch.utils.checkpoint non-reentrant, reentrant with -reentrant (full-reentrant); hf, hf-non-reentrant: transformers' own gradient_checkpointing_enable() (reentrant by default; turns use_cache off)",
+		{Name: "checkpoint", Default: "none", Help: "activation checkpointing: none, full (every block), every-K (every K-th block), attention (each attention core), or every-K+attention; torch.utils.checkpoint non-reentrant, reentrant with -reentrant (full-reentrant); hf, hf-non-reentrant: transformers' own gradient_checkpointing_enable() (reentrant by default; turns use_cache off); timm, timm-non-reentrant: timm's set_grad_checkpointing() (each stage's blocks; reentrant under torch 2.x's default)",
 			parse: errOnly(func(s string) error { _, err := train.ParseCheckpoint(s); return err })},
 		{Name: "attention", Default: "auto", Choices: c.Attention, Help: "attention kernel: {choices} (sdpa: auto, what PyTorch's dispatcher picks; cudnn: cuDNN's fused attention, which 2.11 tries first on compute capability 9.x and 10.x)",
 			parse: errOnly(func(s string) error { _, err := train.ParseAttention(s); return err })},

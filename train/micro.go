@@ -167,6 +167,10 @@ func newMicro(sim *Simulator, g *graph.Graph) *micro {
 			m.nested = make([][]*storage, nr)
 			seen := map[graph.TensorID]bool{}
 			for i, op := range g.Ops {
+				if op.Kind == graph.Release {
+					// Python letting go is no read (keepBlockInputs)
+					continue
+				}
 				for _, t := range op.Inputs {
 					if p := m.producer[t]; p >= 0 && p != m.plan.region[i] && !seen[t] {
 						seen[t] = true
@@ -356,6 +360,17 @@ func (m *micro) dropRNGState(blk int32) {
 func (m *micro) keepBlockInputs(blk int32) {
 	seen := map[*storage]bool{}
 	for i := m.blockFirst[blk]; i < len(m.g.Ops) && m.plan.region[i] == blk; i++ {
+		if m.g.Ops[i].Kind == graph.Release {
+			// A release inside the block is Python letting go of a
+			// tensor made before it (a captured model's nn.Sequential
+			// holds a stage's input until the stage returns: timm
+			// Swin's PatchMerging rebinds x while the caller's loop
+			// variable keeps it), no read: the checkpoint keeps the
+			// arguments the function is handed
+			// (torch/utils/checkpoint.py, CheckpointFunction.forward's
+			// save_for_backward, _NoopSaveInputs), not these.
+			continue
+		}
 		for _, t := range m.g.Ops[i].Inputs {
 			if m.producedIn(t, blk) {
 				continue

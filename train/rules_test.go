@@ -350,6 +350,9 @@ func TestParseCheckpoint(t *testing.T) {
 		{"hf", Checkpoint{Every: 1, Library: true, Reentrant: true}, false},
 		{"hf-non-reentrant", Checkpoint{Every: 1, Library: true}, false},
 		{"hf+attention", Checkpoint{}, true},
+		{"timm", Checkpoint{Every: 1, Timm: true, Reentrant: true}, false},
+		{"timm-non-reentrant", Checkpoint{Every: 1, Timm: true}, false},
+		{"timm+attention", Checkpoint{}, true},
 		{"attention-reentrant", Checkpoint{}, true},
 		{"none-reentrant", Checkpoint{}, true},
 	} {

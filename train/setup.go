@@ -325,6 +325,15 @@ type Checkpoint struct {
 	// gradient checkpointing"), so the output keeps no past_key_values:
 	// the graph is built with graph.Config.NoCache.
 	Library bool
+	// Timm is timm's model.set_grad_checkpointing(True) (timm 1.0):
+	// checkpoint_seq (timm/models/_manipulate.py) calls
+	// torch.utils.checkpoint.checkpoint(run_function(j, j), x) for each
+	// block of each stage, with no use_reentrant, which PyTorch 2.x
+	// takes as True (torch/utils/checkpoint.py, checkpoint). Every is 1
+	// and a captured model's blocks are the innermost repeated modules
+	// (graph.Config.InnerBlocks); "timm-non-reentrant" is the same calls
+	// with use_reentrant=False.
+	Timm bool
 }
 
 // FullCheckpoint wraps every block.
@@ -342,13 +351,17 @@ func (c Checkpoint) String() string {
 	case c.Every > 1:
 		parts = append(parts, fmt.Sprintf("every-%d", c.Every))
 	}
-	if c.Library {
+	if c.Library || c.Timm {
 		// the library's checkpointing wraps every block
+		lib := "hf"
+		if c.Timm {
+			lib = "timm"
+		}
 		parts = parts[:0]
 		if c.Reentrant {
-			parts = append(parts, "hf")
+			parts = append(parts, lib)
 		} else {
-			parts = append(parts, "hf-non-reentrant")
+			parts = append(parts, lib+"-non-reentrant")
 		}
 	} else if c.Reentrant && len(parts) > 0 {
 		parts[0] += "-reentrant"
@@ -363,7 +376,7 @@ func (c Checkpoint) String() string {
 }
 
 // CheckpointNames are the policy names ParseCheckpoint knows.
-var CheckpointNames = []string{"none", "full", "every-K", "attention", "full-reentrant", "hf", "hf-non-reentrant"}
+var CheckpointNames = []string{"none", "full", "every-K", "attention", "full-reentrant", "hf", "hf-non-reentrant", "timm", "timm-non-reentrant"}
 
 // ParseCheckpoint reads a policy: "none", "full" (every block), "every-K"
 // (every K-th block), "attention" (each attention core alone), or a block
@@ -372,7 +385,9 @@ var CheckpointNames = []string{"none", "full", "every-K", "attention", "full-ree
 // gradient_checkpointing_enable() with its default kwargs, which in
 // transformers 4.44 are {"use_reentrant": True} (modeling_utils.py,
 // gradient_checkpointing_enable); "hf-non-reentrant" passes
-// gradient_checkpointing_kwargs={"use_reentrant": False}.
+// gradient_checkpointing_kwargs={"use_reentrant": False}. "timm" is
+// timm's set_grad_checkpointing(True) (Checkpoint.Timm), reentrant;
+// "timm-non-reentrant" the same calls with use_reentrant=False.
 func ParseCheckpoint(s string) (Checkpoint, error) {
 	var c Checkpoint
 	for _, part := range strings.Split(strings.ToLower(strings.TrimSpace(s)), "+") {
@@ -383,6 +398,12 @@ func ParseCheckpoint(s string) (Checkpoint, error) {
 				return c, fmt.Errorf("checkpointing %q: hf, transformers' own checkpointing of every layer, joins nothing", s)
 			}
 			c.Every, c.Library, c.Reentrant = 1, true, !strings.Contains(part, "non")
+			continue
+		case "timm", "timm-reentrant", "timm-non-reentrant", "timm-nonreentrant":
+			if strings.Contains(s, "+") {
+				return c, fmt.Errorf("checkpointing %q: timm, timm's own checkpointing of every block, joins nothing", s)
+			}
+			c.Every, c.Timm, c.Reentrant = 1, true, !strings.Contains(part, "non")
 			continue
 		}
 		if p, ok := strings.CutSuffix(part, "-reentrant"); ok {
@@ -416,7 +437,7 @@ func ParseCheckpoint(s string) (Checkpoint, error) {
 		}
 		k, err := strconv.Atoi(num)
 		if num == "" || err != nil || k < 1 || k > 1<<20 {
-			return c, fmt.Errorf("unknown checkpointing policy %q (want none, full, every-K with K ≥ 1, attention, a block policy+attention, full-reentrant or every-K-reentrant, hf or hf-non-reentrant)", s)
+			return c, fmt.Errorf("unknown checkpointing policy %q (want none, full, every-K with K ≥ 1, attention, a block policy+attention, full-reentrant or every-K-reentrant, hf or hf-non-reentrant, timm or timm-non-reentrant)", s)
 		}
 		c.Every = k
 	}

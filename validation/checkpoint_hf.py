@@ -51,6 +51,7 @@ hf`` and ``hf-non-reentrant``.
 
 import argparse
 import fnmatch
+import gc
 import json
 import os
 import sys
@@ -106,10 +107,13 @@ def _loss(d: Dict[str, Any]) -> Any:
     return out.loss
 
 
-def saved(make: Any, batch: int, reentrant: bool) -> int:
-    """Autograd's and the checkpoints' bytes for backward after the forward pass."""
+def saved(make: Any, batch: int, reentrant: bool, prepare: Any = None) -> int:
+    """Autograd's and the checkpoints' bytes for backward after the forward
+    pass. prepare (default: transformers' checkpointing) makes the model and
+    batch and the set the checkpoint calls note their tensors into; a
+    "loss_fn" in its dict takes the loss instead of _loss (checkpoint_capture.py)."""
     import torch
-    d, handed = _checkpointed(make, batch, reentrant)
+    d, handed = (prepare or _checkpointed)(make, batch, reentrant)
     model = d["model"]
     skip = {capture_hf._storage(t)[0] for t in list(model.parameters()) + list(model.buffers())}
     skip |= {capture_hf._storage(t)[0] for t in capture_hf._tensors(d["inputs"]) + capture_hf._tensors(d.get("targets"))}
@@ -121,30 +125,36 @@ def saved(make: Any, batch: int, reentrant: bool) -> int:
         return t
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        loss = _loss(d)
+        loss = d.get("loss_fn", _loss)(d)
     held.update(handed)
     total = sum(n for ptr, n in held.items() if ptr not in skip)
     loss.backward()
     return total
 
 
-def timeline(make: Any, batch: int, reentrant: bool) -> Dict[str, int]:
+def timeline(make: Any, batch: int, reentrant: bool, prepare: Any = None) -> Dict[str, int]:
     """The peaks of one forward (with the loss) and backward, above what was
-    alive before."""
+    alive before (prepare as for saved)."""
     import torch
     from torch.autograd import _disable_profiler
-    d, _ = _checkpointed(make, batch, reentrant)
+    d, _ = (prepare or _checkpointed)(make, batch, reentrant)
     enter = torch.ops.profiler._record_function_enter_new
     leave = torch.ops.profiler._record_function_exit._RecordFunction
+    # the garbage of earlier runs (a reentrant checkpoint's ctx is in a
+    # reference cycle) goes now, not when the collector happens to run
+    # inside the profiled phases, where its frees would count
+    gc.collect()
+    gc.disable()
     step.start_profiler()
     h = enter("forward", None)
     # loss = model(**batch).loss: the output goes once the loss is taken
-    loss = _loss(d)
+    loss = d.get("loss_fn", _loss)(d)
     leave(h)
     h = enter("backward", None)
     loss.backward()
     leave(h)
     roots = _disable_profiler().experimental_event_tree()
+    gc.enable()
     out: Dict[str, int] = {}
     live = 0
     for r in sorted(roots, key=lambda n: n.start_time_ns):

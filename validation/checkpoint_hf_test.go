@@ -51,7 +51,7 @@ func simulateCheckpointHF(name string, batch int64, prof *profile.Profile, ck tr
 	if err != nil {
 		return f, err
 	}
-	g, err := cm.Build(models.Config{Batch: batch, CPU: true, NoCache: ck.Library})
+	g, err := cm.Build(models.Config{Batch: batch, CPU: true, NoCache: ck.Library, InnerBlocks: ck.Timm})
 	if err != nil {
 		return f, err
 	}

@@ -1,0 +1,178 @@
+package validation
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/batchfit/batchfit/profile"
+	"github.com/batchfit/batchfit/train"
+)
+
+// captureCheckpointReference is
+// testdata/reference/capture-checkpoint-torch2-cpu.json
+// (validation/checkpoint_capture.py).
+type captureCheckpointReference struct {
+	Torch  string `json:"torch"`
+	Timm   string `json:"timm"`
+	Peft   string `json:"peft"`
+	Batch  int64  `json:"batch"`
+	Models map[string]struct {
+		Reentrant    hfCheckpointFigures `json:"reentrant"`
+		NonReentrant hfCheckpointFigures `json:"non_reentrant"`
+	} `json:"models"`
+}
+
+// capturePolicies are the --checkpoint values that are the reference's
+// two modes, by the capture's prefix: timm's set_grad_checkpointing,
+// transformers' checkpointing of the peft model's base, and
+// torch.utils.checkpoint around each block of the capture examples.
+func capturePolicies(name string) (file, reentrant, nonReentrant string) {
+	switch {
+	case strings.HasPrefix(name, "timm-"):
+		return name, "timm", "timm-non-reentrant"
+	case strings.HasPrefix(name, "peft-"):
+		return name, "hf", "hf-non-reentrant"
+	}
+	// the examples as PyTorch 2.5 captured them
+	return "torch2.5/" + name, "full-reentrant", "full"
+}
+
+// TestCheckpointCaptured holds timm models under timm's own
+// checkpointing (--checkpoint timm, and timm-non-reentrant), the peft
+// LoRA Llama under transformers' (hf, hf-non-reentrant) and the capture
+// examples under torch.utils.checkpoint around each block (full-reentrant,
+// full) to real PyTorch 2.5 on the CPU (validation/checkpoint_capture.py),
+// with TestCheckpointHF's limits: saved bytes and the forward's end to the
+// byte but for the known gaps (captureCheckpointGaps), the backward's peak
+// within 0.1 %. The forward's peak is logged (docs/accuracy.md §12).
+func TestCheckpointCaptured(t *testing.T) {
+	data, err := os.ReadFile("../testdata/reference/capture-checkpoint-torch2-cpu.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ref captureCheckpointReference
+	if err := json.Unmarshal(data, &ref); err != nil {
+		t.Fatalf("capture-checkpoint-torch2-cpu.json: %v", err)
+	}
+	prof, err := profile.Lookup(ref.Torch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ref.Models) < 10 {
+		t.Fatalf("the reference has %d models, want 10", len(ref.Models))
+	}
+	names := make([]string, 0, len(ref.Models))
+	for n := range ref.Models {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	var rows []string
+	for _, name := range names {
+		file, re, non := capturePolicies(name)
+		for _, mode := range []struct {
+			policy string
+			want   hfCheckpointFigures
+		}{{re, ref.Models[name].Reentrant}, {non, ref.Models[name].NonReentrant}} {
+			ck, err := train.ParseCheckpoint(mode.policy)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := simulateCheckpointHF(file, ref.Batch, prof, ck)
+			if err != nil {
+				t.Errorf("%s %s: %v", name, mode.policy, err)
+				continue
+			}
+			want := mode.want
+			rows = append(rows, fmt.Sprintf("%-34s %-18s saved %8d/%8d  fwd peak %8d/%8d  fwd end %8d/%8d  bwd peak %10d/%10d (%+.2f%%)",
+				name, mode.policy, got.SavedBytes, want.SavedBytes, got.ForwardPeak, want.ForwardPeak,
+				got.ForwardEnd, want.ForwardEnd, got.BackwardPeak, want.BackwardPeak,
+				100*float64(got.BackwardPeak-want.BackwardPeak)/float64(want.BackwardPeak)))
+			gap := captureCheckpointGaps[name+" "+mode.policy]
+			for _, c := range []struct {
+				what      string
+				got, want int64
+				gap       int64
+			}{
+				{"saved bytes", got.SavedBytes, want.SavedBytes, gap.saved},
+				{"forward end", got.ForwardEnd, want.ForwardEnd, gap.end},
+			} {
+				if c.got-c.want != c.gap {
+					t.Errorf("%s --checkpoint %s: %s %d, PyTorch %s %d (%+d, known %+d)", name, mode.policy, c.what, c.got, ref.Torch, c.want, c.got-c.want, c.gap)
+				}
+			}
+			if d := float64(got.BackwardPeak-want.BackwardPeak) / float64(want.BackwardPeak); !gap.backward && math.Abs(d) > 0.001 {
+				t.Errorf("%s --checkpoint %s: backward peak %d, PyTorch %s %d (%+.2f%%)", name, mode.policy, got.BackwardPeak, ref.Torch, want.BackwardPeak, 100*d)
+			}
+		}
+	}
+	t.Logf("batchfit / PyTorch %s, timm %s, peft %s, batch %d, on the CPU:\n%s", ref.Torch, ref.Timm, ref.Peft, ref.Batch, strings.Join(rows, "\n"))
+}
+
+// captureCheckpointGaps are the differences TestCheckpointCaptured
+// expects, each explained (docs/accuracy.md §12): a difference that
+// changes is an error, as a new one is.
+var captureCheckpointGaps = map[string]struct {
+	saved, end int64
+	backward   bool // the backward's peak is not held
+}{
+	// encoder.py's first layer reads the batch, which does not require
+	// grad: CheckpointFunction's output then requires none (an
+	// autograd.Function's outputs are differentiable only if an input
+	// is; torch/utils/checkpoint.py warns "None of the inputs have
+	// requires_grad=True. Gradients will be None"), so no layer is in
+	// the graph and only the head trains. The simulator does not
+	// recompute requires_grad per policy: it trains the layers as
+	// without reentrance (errs high).
+	"capture-encoder full-reentrant": {end: 80704, backward: true},
+	// the attention's scaling, a Python number, which autograd saves as
+	// a 0-d double in each block (TestCapturedSaved)
+	"capture-transformer full": {end: -16},
+	// LlamaModel hands each layer position_ids (hfCheckpointGaps);
+	// without reentrance 16 to 48 bytes more, unexplained, as the
+	// dropout bytes of hfCheckpointGaps
+	"peft-lora-llama-eager hf":               {saved: -128, end: -128},
+	"peft-lora-llama-eager hf-non-reentrant": {saved: -128, end: -176},
+	"peft-lora-llama-sdpa hf":                {saved: -128, end: -128},
+	"peft-lora-llama-sdpa hf-non-reentrant":  {saved: -128, end: -160},
+	// 8 bytes a block without reentrance, unexplained
+	"timm-swin_tiny_patch4_window7_224 timm-non-reentrant": {end: -96, backward: true},
+	// 589,832 bytes low in both modes, the size of stage 0's and stage
+	// 1's outputs (393,216 + 196,608) and 8: the tensors each stage's
+	// PatchMerging reads; not explained (without checkpointing the
+	// backward is held to 1 KiB, TestCapturedTimmSteps)
+	"timm-swin_tiny_patch4_window7_224 timm": {backward: true},
+	// +25,600 bytes in both modes; without checkpointing ConvNeXt's
+	// backward is also high (+11,008, docs/accuracy.md §12), not
+	// explained
+	"timm-convnext_atto timm":               {backward: true},
+	"timm-convnext_atto timm-non-reentrant": {backward: true},
+	// −262,144 bytes under reentrance only, not explained
+	"timm-resnet50 timm": {backward: true},
+}
+
+// TestCheckpointCapturedCheck measures the reference again under PyTorch
+// 2.x, timm, peft and transformers (BATCHFIT_PYENV) and compares it with
+// the committed one, as TestCheckpointHFCheck does.
+func TestCheckpointCapturedCheck(t *testing.T) {
+	py := os.Getenv("BATCHFIT_PYENV")
+	ok := py != "" && exec.Command(py, "-c", "import torch, transformers, timm, peft").Run() == nil
+	if !ok {
+		if os.Getenv("BATCHFIT_REQUIRE_PYENV") != "" {
+			t.Fatal("BATCHFIT_PYENV names no interpreter with torch, transformers, timm and peft, and BATCHFIT_REQUIRE_PYENV is set")
+		}
+		t.Skip("no interpreter with torch, transformers, timm and peft (set BATCHFIT_PYENV; BATCHFIT_REQUIRE_PYENV to fail instead)")
+	}
+	start := time.Now()
+	out, err := exec.Command(py, "checkpoint_capture.py", "--check").CombinedOutput()
+	if err != nil {
+		t.Fatalf("checkpoint_capture.py --check: %v\n%s", err, out)
+	}
+	t.Logf("%s(%.1f s)", out, time.Since(start).Seconds())
+}
