@@ -4,11 +4,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"sort"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/batchfit/batchfit/capture"
 	"github.com/batchfit/batchfit/models"
@@ -96,19 +94,5 @@ func TestCapturedHF(t *testing.T) {
 // ones, so that a change of the capture module or of the pinned releases
 // shows here.
 func TestCaptureHFCheck(t *testing.T) {
-	py := os.Getenv("BATCHFIT_PYENV")
-	ok := py != "" && exec.Command(py, "-c", "import torch, transformers").Run() == nil
-	if !ok {
-		if os.Getenv("BATCHFIT_REQUIRE_PYENV") != "" {
-			t.Fatal("BATCHFIT_PYENV names no interpreter with torch and transformers, and BATCHFIT_REQUIRE_PYENV is set")
-		}
-		t.Skip("no interpreter with torch and transformers (set BATCHFIT_PYENV; BATCHFIT_REQUIRE_PYENV to fail instead)")
-	}
-	start := time.Now()
-	cmd := exec.Command(py, "capture_hf.py", "--check")
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("capture_hf.py --check: %v\n%s", err, out)
-	}
-	t.Logf("%s(%.1f s)", out, time.Since(start).Seconds())
+	checkUnderPyenv(t, "capture_hf.py", "torch", "transformers")
 }

@@ -5,11 +5,9 @@ import (
 	"fmt"
 	"math"
 	"os"
-	"os/exec"
 	"sort"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/batchfit/batchfit/capture"
 	"github.com/batchfit/batchfit/models"
@@ -248,18 +246,5 @@ func TestCapturedTimmSteps(t *testing.T) {
 // from python/requirements-test.txt, which pins timm and peft) and compares
 // them with the committed ones.
 func TestCaptureTimmCheck(t *testing.T) {
-	py := os.Getenv("BATCHFIT_PYENV")
-	ok := py != "" && exec.Command(py, "-c", "import torch, transformers, timm, peft").Run() == nil
-	if !ok {
-		if os.Getenv("BATCHFIT_REQUIRE_PYENV") != "" {
-			t.Fatal("BATCHFIT_PYENV names no interpreter with torch, transformers, timm and peft, and BATCHFIT_REQUIRE_PYENV is set")
-		}
-		t.Skip("no interpreter with torch, transformers, timm and peft (set BATCHFIT_PYENV; BATCHFIT_REQUIRE_PYENV to fail instead)")
-	}
-	start := time.Now()
-	out, err := exec.Command(py, "capture_timm.py", "--check").CombinedOutput()
-	if err != nil {
-		t.Fatalf("capture_timm.py --check: %v\n%s", err, out)
-	}
-	t.Logf("%s(%.1f s)", out, time.Since(start).Seconds())
+	checkUnderPyenv(t, "capture_timm.py", "torch", "transformers", "timm", "peft")
 }

@@ -2,17 +2,12 @@ package validation
 
 import (
 	"encoding/json"
-	"fmt"
-	"math"
 	"os"
-	"os/exec"
 	"sort"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/batchfit/batchfit/profile"
-	"github.com/batchfit/batchfit/train"
 )
 
 // captureCheckpointReference is
@@ -80,36 +75,7 @@ func TestCheckpointCaptured(t *testing.T) {
 			policy string
 			want   hfCheckpointFigures
 		}{{re, ref.Models[name].Reentrant}, {non, ref.Models[name].NonReentrant}} {
-			ck, err := train.ParseCheckpoint(mode.policy)
-			if err != nil {
-				t.Fatal(err)
-			}
-			got, err := simulateCheckpointHF(file, ref.Batch, prof, ck)
-			if err != nil {
-				t.Errorf("%s %s: %v", name, mode.policy, err)
-				continue
-			}
-			want := mode.want
-			rows = append(rows, fmt.Sprintf("%-34s %-18s saved %8d/%8d  fwd peak %8d/%8d  fwd end %8d/%8d  bwd peak %10d/%10d (%+.2f%%)",
-				name, mode.policy, got.SavedBytes, want.SavedBytes, got.ForwardPeak, want.ForwardPeak,
-				got.ForwardEnd, want.ForwardEnd, got.BackwardPeak, want.BackwardPeak,
-				100*float64(got.BackwardPeak-want.BackwardPeak)/float64(want.BackwardPeak)))
-			gap := captureCheckpointGaps[name+" "+mode.policy]
-			for _, c := range []struct {
-				what      string
-				got, want int64
-				gap       int64
-			}{
-				{"saved bytes", got.SavedBytes, want.SavedBytes, gap.saved},
-				{"forward end", got.ForwardEnd, want.ForwardEnd, gap.end},
-			} {
-				if c.got-c.want != c.gap {
-					t.Errorf("%s --checkpoint %s: %s %d, PyTorch %s %d (%+d, known %+d)", name, mode.policy, c.what, c.got, ref.Torch, c.want, c.got-c.want, c.gap)
-				}
-			}
-			if d := float64(got.BackwardPeak-want.BackwardPeak) / float64(want.BackwardPeak); !gap.backward && math.Abs(d) > 0.001 {
-				t.Errorf("%s --checkpoint %s: backward peak %d, PyTorch %s %d (%+.2f%%)", name, mode.policy, got.BackwardPeak, ref.Torch, want.BackwardPeak, 100*d)
-			}
+			rows = append(rows, holdCheckpointed(t, ref.Torch, prof, ref.Batch, name, file, mode.policy, mode.want, captureCheckpointGaps[name+" "+mode.policy]))
 		}
 	}
 	t.Logf("batchfit / PyTorch %s, timm %s, peft %s, batch %d, on the CPU:\n%s", ref.Torch, ref.Timm, ref.Peft, ref.Batch, strings.Join(rows, "\n"))
@@ -118,10 +84,7 @@ func TestCheckpointCaptured(t *testing.T) {
 // captureCheckpointGaps are the differences TestCheckpointCaptured
 // expects, each explained (docs/accuracy.md §12): a difference that
 // changes is an error, as a new one is.
-var captureCheckpointGaps = map[string]struct {
-	saved, end int64
-	backward   bool // the backward's peak is not held
-}{
+var captureCheckpointGaps = map[string]checkpointGap{
 	// encoder.py's first layer reads the batch, which does not require
 	// grad: CheckpointFunction's output then requires none (an
 	// autograd.Function's outputs are differentiable only if an input
@@ -161,18 +124,5 @@ var captureCheckpointGaps = map[string]struct {
 // 2.x, timm, peft and transformers (BATCHFIT_PYENV) and compares it with
 // the committed one, as TestCheckpointHFCheck does.
 func TestCheckpointCapturedCheck(t *testing.T) {
-	py := os.Getenv("BATCHFIT_PYENV")
-	ok := py != "" && exec.Command(py, "-c", "import torch, transformers, timm, peft").Run() == nil
-	if !ok {
-		if os.Getenv("BATCHFIT_REQUIRE_PYENV") != "" {
-			t.Fatal("BATCHFIT_PYENV names no interpreter with torch, transformers, timm and peft, and BATCHFIT_REQUIRE_PYENV is set")
-		}
-		t.Skip("no interpreter with torch, transformers, timm and peft (set BATCHFIT_PYENV; BATCHFIT_REQUIRE_PYENV to fail instead)")
-	}
-	start := time.Now()
-	out, err := exec.Command(py, "checkpoint_capture.py", "--check").CombinedOutput()
-	if err != nil {
-		t.Fatalf("checkpoint_capture.py --check: %v\n%s", err, out)
-	}
-	t.Logf("%s(%.1f s)", out, time.Since(start).Seconds())
+	checkUnderPyenv(t, "checkpoint_capture.py", "torch", "transformers", "timm", "peft")
 }

@@ -5,11 +5,9 @@ import (
 	"fmt"
 	"math"
 	"os"
-	"os/exec"
 	"sort"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/batchfit/batchfit/capture"
 	"github.com/batchfit/batchfit/models"
@@ -88,6 +86,51 @@ func simulateCheckpointHF(name string, batch int64, prof *profile.Profile, ck tr
 	return f, nil
 }
 
+// checkpointGap is a known difference of a checkpointed capture from
+// PyTorch's figures, in bytes of the saved tensors and of the forward's
+// end; backward: its backward's peak is not held.
+type checkpointGap struct {
+	saved, end int64
+	backward   bool
+}
+
+// holdCheckpointed simulates capture file (name in the reference) under
+// --checkpoint policy and holds it to want: saved bytes and the forward's
+// end to the byte but for gap, the backward's peak within 0.1 % unless
+// gap.backward. It returns the row the tests log.
+func holdCheckpointed(t *testing.T, torch string, prof *profile.Profile, batch int64, name, file, policy string, want hfCheckpointFigures, gap checkpointGap) string {
+	t.Helper()
+	ck, err := train.ParseCheckpoint(policy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := simulateCheckpointHF(file, batch, prof, ck)
+	if err != nil {
+		t.Errorf("%s %s: %v", name, policy, err)
+		return ""
+	}
+	d := float64(got.BackwardPeak-want.BackwardPeak) / float64(want.BackwardPeak)
+	for _, c := range []struct {
+		what           string
+		got, want, gap int64
+	}{
+		{"saved bytes", got.SavedBytes, want.SavedBytes, gap.saved},
+		{"forward end", got.ForwardEnd, want.ForwardEnd, gap.end},
+	} {
+		if c.got-c.want != c.gap {
+			t.Errorf("%s --checkpoint %s: %s %d, PyTorch %s %d (%+d, known %+d)", name, policy, c.what, c.got, torch, c.want, c.got-c.want, c.gap)
+		}
+	}
+	// the recomputation follows the rules of train/micro.go's recompute,
+	// and the reentrant backward those of holdNested and deliverDetached
+	if !gap.backward && math.Abs(d) > 0.001 {
+		t.Errorf("%s --checkpoint %s: backward peak %d, PyTorch %s %d (%+.2f%%)", name, policy, got.BackwardPeak, torch, want.BackwardPeak, 100*d)
+	}
+	return fmt.Sprintf("%-34s %-18s saved %8d/%8d  fwd peak %8d/%8d  fwd end %8d/%8d  bwd peak %10d/%10d (%+.2f%%)",
+		name, policy, got.SavedBytes, want.SavedBytes, got.ForwardPeak, want.ForwardPeak,
+		got.ForwardEnd, want.ForwardEnd, got.BackwardPeak, want.BackwardPeak, 100*d)
+}
+
 // TestCheckpointHF holds the captured transformers models under
 // transformers' own gradient checkpointing (--checkpoint hf, reentrant as
 // transformers 4.44's default, and hf-non-reentrant) to real PyTorch 2.5
@@ -123,40 +166,7 @@ func TestCheckpointHF(t *testing.T) {
 			policy string
 			want   hfCheckpointFigures
 		}{{"hf", ref.Models[name].Reentrant}, {"hf-non-reentrant", ref.Models[name].NonReentrant}} {
-			ck, err := train.ParseCheckpoint(mode.policy)
-			if err != nil {
-				t.Fatal(err)
-			}
-			got, err := simulateCheckpointHF(name, ref.Batch, prof, ck)
-			if err != nil {
-				t.Errorf("%s %s: %v", name, mode.policy, err)
-				continue
-			}
-			want := mode.want
-			rows = append(rows, fmt.Sprintf("%-18s %-16s saved %7d/%7d  fwd peak %7d/%7d  fwd end %7d/%7d  bwd peak %7d/%7d (%+.1f%%)",
-				name, mode.policy, got.SavedBytes, want.SavedBytes, got.ForwardPeak, want.ForwardPeak,
-				got.ForwardEnd, want.ForwardEnd, got.BackwardPeak, want.BackwardPeak,
-				100*float64(got.BackwardPeak-want.BackwardPeak)/float64(want.BackwardPeak)))
-			gap := hfCheckpointGaps[name+" "+mode.policy]
-			for _, c := range []struct {
-				what      string
-				got, want int64
-				gap       int64
-			}{
-				{"saved bytes", got.SavedBytes, want.SavedBytes, gap.saved},
-				{"forward end", got.ForwardEnd, want.ForwardEnd, gap.end},
-			} {
-				if c.got-c.want != c.gap {
-					t.Errorf("%s --checkpoint %s: %s %d, PyTorch %s %d (%+d, known %+d)", name, mode.policy, c.what, c.got, ref.Torch, c.want, c.got-c.want, c.gap)
-				}
-			}
-			// the recomputation follows the rules of train/micro.go's
-			// recompute, and the reentrant backward those of
-			// holdNested and deliverDetached, to the byte but for the
-			// small gaps above
-			if d := float64(got.BackwardPeak-want.BackwardPeak) / float64(want.BackwardPeak); !gap.backward && math.Abs(d) > 0.001 {
-				t.Errorf("%s --checkpoint %s: backward peak %d, PyTorch %s %d (%+.2f%%)", name, mode.policy, got.BackwardPeak, ref.Torch, want.BackwardPeak, 100*d)
-			}
+			rows = append(rows, holdCheckpointed(t, ref.Torch, prof, ref.Batch, name, name, mode.policy, mode.want, hfCheckpointGaps[name+" "+mode.policy]))
 		}
 	}
 	t.Logf("batchfit / PyTorch %s, transformers %s, batch %d, on the CPU:\n%s", ref.Torch, ref.Transformers, ref.Batch, strings.Join(rows, "\n"))
@@ -165,10 +175,7 @@ func TestCheckpointHF(t *testing.T) {
 // hfCheckpointGaps are the differences TestCheckpointHF expects, each
 // explained (docs/accuracy.md §12, "Transformers' own checkpointing"):
 // a difference that changes is an error, as a new one is.
-var hfCheckpointGaps = map[string]struct {
-	saved, end int64
-	backward   bool // the backward's peak is not held
-}{
+var hfCheckpointGaps = map[string]checkpointGap{
 	// LlamaModel hands each layer position_ids, (1, 16) int64, which the
 	// layer does not read when given position_embeddings: the
 	// checkpoint keeps it, a captured block keeps what it reads
@@ -212,18 +219,5 @@ var hfCheckpointGaps = map[string]struct {
 // and transformers (BATCHFIT_PYENV) and compares it with the committed
 // one, as TestCaptureHFCheck does for the captures.
 func TestCheckpointHFCheck(t *testing.T) {
-	py := os.Getenv("BATCHFIT_PYENV")
-	ok := py != "" && exec.Command(py, "-c", "import torch, transformers").Run() == nil
-	if !ok {
-		if os.Getenv("BATCHFIT_REQUIRE_PYENV") != "" {
-			t.Fatal("BATCHFIT_PYENV names no interpreter with torch and transformers, and BATCHFIT_REQUIRE_PYENV is set")
-		}
-		t.Skip("no interpreter with torch and transformers (set BATCHFIT_PYENV; BATCHFIT_REQUIRE_PYENV to fail instead)")
-	}
-	start := time.Now()
-	out, err := exec.Command(py, "checkpoint_hf.py", "--check").CombinedOutput()
-	if err != nil {
-		t.Fatalf("checkpoint_hf.py --check: %v\n%s", err, out)
-	}
-	t.Logf("%s(%.1f s)", out, time.Since(start).Seconds())
+	checkUnderPyenv(t, "checkpoint_hf.py", "torch", "transformers")
 }

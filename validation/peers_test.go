@@ -5,11 +5,9 @@ import (
 	"fmt"
 	"math"
 	"os"
-	"os/exec"
 	"sort"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/batchfit/batchfit/capture"
 	"github.com/batchfit/batchfit/models"
@@ -202,20 +200,7 @@ func TestPeers(t *testing.T) {
 // (BATCHFIT_PYENV, the environment .ci/run makes from
 // python/requirements-test.txt) and compares them with the committed ones.
 func TestPeersCheck(t *testing.T) {
-	py := os.Getenv("BATCHFIT_PYENV")
-	ok := py != "" && exec.Command(py, "-c", "import torch, torchvision, transformers, accelerate, deepspeed").Run() == nil
-	if !ok {
-		if os.Getenv("BATCHFIT_REQUIRE_PYENV") != "" {
-			t.Fatal("BATCHFIT_PYENV names no interpreter with torch, torchvision, transformers, accelerate and deepspeed, and BATCHFIT_REQUIRE_PYENV is set")
-		}
-		t.Skip("no interpreter with torch, torchvision, transformers, accelerate and deepspeed (set BATCHFIT_PYENV; BATCHFIT_REQUIRE_PYENV to fail instead)")
-	}
-	start := time.Now()
-	out, err := exec.Command(py, "peers.py", "--check").CombinedOutput()
-	if err != nil {
-		t.Fatalf("peers.py --check: %v\n%s", err, out)
-	}
-	t.Logf("%s(%.1f s)", out, time.Since(start).Seconds())
+	checkUnderPyenv(t, "peers.py", "torch", "torchvision", "transformers", "accelerate", "deepspeed")
 }
 
 func abs64(x int64) int64 {
