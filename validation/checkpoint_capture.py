@@ -52,10 +52,9 @@ import argparse
 import fnmatch
 import functools
 import importlib.util
-import json
 import os
 import sys
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, Tuple
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -219,28 +218,8 @@ def main() -> int:
     import transformers
     transformers.logging.set_verbosity_error()
     warnings.filterwarnings("ignore", message=".*use_reentrant.*")
-    doc = run(a.only)
-    if not a.check:
-        with open(a.out, "w") as f:
-            json.dump(doc, f, indent=1, sort_keys=True)
-            f.write("\n")
-        return 0
-    with open(a.out) as f:
-        old = json.load(f)
-    bad: List[str] = []
-    for k in ("torch", "timm", "peft", "transformers", "batch"):
-        if doc[k] != old[k]:
-            bad.append("%s %s, committed %s" % (k, doc[k], old[k]))
-    for name, fig in doc["models"].items():
-        if old["models"].get(name) != fig:
-            bad.append("%s: %s, committed %s" % (name, fig, old["models"].get(name)))
-    if bad:
-        print("checkpoint_capture: differs from what is committed: %s (run validation/checkpoint_capture.py and commit)"
-              % "; ".join(bad))
-        return 1
-    print("checkpoint_capture: %d models, both checkpointing modes, as committed" % len(doc["models"]))
-    return 0
-
+    return checkpoint_hf.write_or_check("checkpoint_capture", run(a.only), a.out,
+                                        ("torch", "timm", "peft", "transformers", "batch"), a.check)
 
 if __name__ == "__main__":
     sys.exit(main())

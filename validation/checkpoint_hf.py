@@ -56,7 +56,7 @@ import json
 import os
 import sys
 import tempfile
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Tuple
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -201,28 +201,31 @@ def main() -> int:
     a = p.parse_args()
     import transformers
     transformers.logging.set_verbosity_error()  # the use_cache notice, once a model
-    doc = run(a.only)
-    if not a.check:
-        with open(a.out, "w") as f:
+    return write_or_check("checkpoint_hf", run(a.only), a.out, ("torch", "transformers", "batch", "seq"), a.check)
+
+
+def write_or_check(prog: str, doc: Dict[str, Any], path: str, keys: Tuple[str, ...], check: bool) -> int:
+    """Write doc to path, or with check compare it with what path holds
+    (the keys and every model's figures): 1 and what differs, or 0."""
+    if not check:
+        with open(path, "w") as f:
             json.dump(doc, f, indent=1, sort_keys=True)
             f.write("\n")
         return 0
-    with open(a.out) as f:
+    with open(path) as f:
         old = json.load(f)
     bad: List[str] = []
-    for k in ("torch", "transformers", "batch", "seq"):
+    for k in keys:
         if doc[k] != old[k]:
             bad.append("%s %s, committed %s" % (k, doc[k], old[k]))
     for name, fig in doc["models"].items():
         if old["models"].get(name) != fig:
             bad.append("%s: %s, committed %s" % (name, fig, old["models"].get(name)))
     if bad:
-        print("checkpoint_hf: differs from what is committed: %s (run validation/checkpoint_hf.py and commit)"
-              % "; ".join(bad))
+        print("%s: differs from what is committed: %s (run validation/%s.py and commit)" % (prog, "; ".join(bad), prog))
         return 1
-    print("checkpoint_hf: %d models, both checkpointing modes, as committed" % len(doc["models"]))
+    print("%s: %d models, both checkpointing modes, as committed" % (prog, len(doc["models"])))
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())
