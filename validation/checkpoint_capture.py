@@ -199,12 +199,7 @@ def run(only: str) -> Dict[str, Any]:
     for name, (make, prepare) in cases().items():
         if only and not fnmatch.fnmatch(name, only):
             continue
-        fig: Dict[str, Any] = {}
-        for mode, reentrant in checkpoint_hf.MODES.items():
-            m = {"saved_bytes": checkpoint_hf.saved(make, BATCH, reentrant, prepare)}
-            m.update(checkpoint_hf.timeline(make, BATCH, reentrant, prepare))
-            fig[mode] = m
-        doc["models"][name] = fig
+        doc["models"][name] = checkpoint_hf.figures(make, BATCH, prepare)
     return doc
 
 

@@ -1,28 +1,9 @@
 package validation
 
 import (
-	"encoding/json"
-	"os"
-	"sort"
 	"strings"
 	"testing"
-
-	"github.com/batchfit/batchfit/profile"
 )
-
-// captureCheckpointReference is
-// testdata/reference/capture-checkpoint-torch2-cpu.json
-// (validation/checkpoint_capture.py).
-type captureCheckpointReference struct {
-	Torch  string `json:"torch"`
-	Timm   string `json:"timm"`
-	Peft   string `json:"peft"`
-	Batch  int64  `json:"batch"`
-	Models map[string]struct {
-		Reentrant    hfCheckpointFigures `json:"reentrant"`
-		NonReentrant hfCheckpointFigures `json:"non_reentrant"`
-	} `json:"models"`
-}
 
 // capturePolicies are the --checkpoint values that are the reference's
 // two modes, by the capture's prefix: timm's set_grad_checkpointing,
@@ -48,37 +29,7 @@ func capturePolicies(name string) (file, reentrant, nonReentrant string) {
 // byte but for the known gaps (captureCheckpointGaps), the backward's peak
 // within 0.1 %. The forward's peak is logged (docs/accuracy.md §12).
 func TestCheckpointCaptured(t *testing.T) {
-	data, err := os.ReadFile("../testdata/reference/capture-checkpoint-torch2-cpu.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ref captureCheckpointReference
-	if err := json.Unmarshal(data, &ref); err != nil {
-		t.Fatalf("capture-checkpoint-torch2-cpu.json: %v", err)
-	}
-	prof, err := profile.Lookup(ref.Torch)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(ref.Models) < 10 {
-		t.Fatalf("the reference has %d models, want 10", len(ref.Models))
-	}
-	names := make([]string, 0, len(ref.Models))
-	for n := range ref.Models {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	var rows []string
-	for _, name := range names {
-		file, re, non := capturePolicies(name)
-		for _, mode := range []struct {
-			policy string
-			want   hfCheckpointFigures
-		}{{re, ref.Models[name].Reentrant}, {non, ref.Models[name].NonReentrant}} {
-			rows = append(rows, holdCheckpointed(t, ref.Torch, prof, ref.Batch, name, file, mode.policy, mode.want, captureCheckpointGaps[name+" "+mode.policy]))
-		}
-	}
-	t.Logf("batchfit / PyTorch %s, timm %s, peft %s, batch %d, on the CPU:\n%s", ref.Torch, ref.Timm, ref.Peft, ref.Batch, strings.Join(rows, "\n"))
+	holdCheckpointReference(t, "../testdata/reference/capture-checkpoint-torch2-cpu.json", 10, capturePolicies, captureCheckpointGaps)
 }
 
 // captureCheckpointGaps are the differences TestCheckpointCaptured

@@ -184,13 +184,19 @@ def run(only: str) -> Dict[str, Any]:
     for name, (make, attn) in capture_hf.MODELS.items():
         if only and not fnmatch.fnmatch(name, only):
             continue
-        fig: Dict[str, Any] = {"attention": attn}
-        for mode, reentrant in MODES.items():
-            m = {"saved_bytes": saved(make, capture_hf.MEASURE_BATCH, reentrant)}
-            m.update(timeline(make, capture_hf.MEASURE_BATCH, reentrant))
-            fig[mode] = m
-        doc["models"][name] = fig
+        doc["models"][name] = dict(figures(make, capture_hf.MEASURE_BATCH), attention=attn)
     return doc
+
+
+def figures(make: Any, batch: int, prepare: Any = None) -> Dict[str, Any]:
+    """A model's figures in both modes: saved bytes, the forward's peak
+    and end, the backward's peak."""
+    fig: Dict[str, Any] = {}
+    for mode, reentrant in MODES.items():
+        m = {"saved_bytes": saved(make, batch, reentrant, prepare)}
+        m.update(timeline(make, batch, reentrant, prepare))
+        fig[mode] = m
+    return fig
 
 
 def main() -> int:

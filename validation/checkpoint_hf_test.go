@@ -25,15 +25,60 @@ type hfCheckpointFigures struct {
 	BackwardPeak int64 `json:"backward_peak"`
 }
 
-// hfCheckpointReference is testdata/reference/hf-checkpoint-torch2-cpu.json.
-type hfCheckpointReference struct {
+// checkpointReference is a reference of validation/checkpoint_hf.py
+// (testdata/reference/hf-checkpoint-torch2-cpu.json) or of
+// checkpoint_capture.py (capture-checkpoint-torch2-cpu.json), which adds
+// timm's and peft's releases: each model's figures in both modes.
+type checkpointReference struct {
 	Torch        string `json:"torch"`
 	Transformers string `json:"transformers"`
+	Timm         string `json:"timm"`
+	Peft         string `json:"peft"`
 	Batch        int64  `json:"batch"`
 	Models       map[string]struct {
 		Reentrant    hfCheckpointFigures `json:"reentrant"`
 		NonReentrant hfCheckpointFigures `json:"non_reentrant"`
 	} `json:"models"`
+}
+
+// holdCheckpointReference holds every model of the reference at path
+// (which must have at least least of them) in both modes, each under the --checkpoint values
+// policies gives (with the capture file to build), with gaps; it logs the
+// rows.
+func holdCheckpointReference(t *testing.T, path string, least int, policies func(name string) (file, reentrant, nonReentrant string), gaps map[string]checkpointGap) {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ref checkpointReference
+	if err := json.Unmarshal(data, &ref); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	prof, err := profile.Lookup(ref.Torch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ref.Models) < least {
+		t.Fatalf("%s has %d models, want %d", path, len(ref.Models), least)
+	}
+	names := make([]string, 0, len(ref.Models))
+	for n := range ref.Models {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	var rows []string
+	for _, name := range names {
+		file, re, non := policies(name)
+		for _, mode := range []struct {
+			policy string
+			want   hfCheckpointFigures
+		}{{re, ref.Models[name].Reentrant}, {non, ref.Models[name].NonReentrant}} {
+			rows = append(rows, holdCheckpointed(t, ref.Torch, prof, ref.Batch, name, file, mode.policy, mode.want, gaps[name+" "+mode.policy]))
+		}
+	}
+	t.Logf("batchfit / PyTorch %s (transformers %s, timm %s, peft %s), batch %d, on the CPU:\n%s",
+		ref.Torch, ref.Transformers, ref.Timm, ref.Peft, ref.Batch, strings.Join(rows, "\n"))
 }
 
 // simulateCheckpointHF builds a committed transformers capture for the CPU
@@ -140,36 +185,8 @@ func holdCheckpointed(t *testing.T, torch string, prof *profile.Profile, batch i
 // backward's peak within 0.1 % in both modes. The forward's peak is
 // logged (docs/accuracy.md §12).
 func TestCheckpointHF(t *testing.T) {
-	data, err := os.ReadFile("../testdata/reference/hf-checkpoint-torch2-cpu.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ref hfCheckpointReference
-	if err := json.Unmarshal(data, &ref); err != nil {
-		t.Fatalf("hf-checkpoint-torch2-cpu.json: %v", err)
-	}
-	prof, err := profile.Lookup(ref.Torch)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(ref.Models) < 12 {
-		t.Fatalf("the reference has %d models, want 12", len(ref.Models))
-	}
-	names := make([]string, 0, len(ref.Models))
-	for n := range ref.Models {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	var rows []string
-	for _, name := range names {
-		for _, mode := range []struct {
-			policy string
-			want   hfCheckpointFigures
-		}{{"hf", ref.Models[name].Reentrant}, {"hf-non-reentrant", ref.Models[name].NonReentrant}} {
-			rows = append(rows, holdCheckpointed(t, ref.Torch, prof, ref.Batch, name, name, mode.policy, mode.want, hfCheckpointGaps[name+" "+mode.policy]))
-		}
-	}
-	t.Logf("batchfit / PyTorch %s, transformers %s, batch %d, on the CPU:\n%s", ref.Torch, ref.Transformers, ref.Batch, strings.Join(rows, "\n"))
+	holdCheckpointReference(t, "../testdata/reference/hf-checkpoint-torch2-cpu.json", 12,
+		func(name string) (string, string, string) { return name, "hf", "hf-non-reentrant" }, hfCheckpointGaps)
 }
 
 // hfCheckpointGaps are the differences TestCheckpointHF expects, each
