@@ -25,6 +25,13 @@ shards=${2:-8}
 shift $(($# < 2 ? $# : 2))
 phases=("$@")
 [ ${#phases[@]} -gt 0 ] || phases=(memory steptime limit)
+known=" memory steptime limit dispatch launch1 launch32 snapshot banded "
+for p in "${phases[@]}"; do
+  case "$known" in
+  *" $p "*) ;;
+  *) echo "gpu_session.sh: unknown phase \"$p\" (one of:$known)" >&2; exit 2 ;;
+  esac
+done
 out=${OUT:-gpu-out}
 work=$(mktemp -d)
 here=$(cd "$(dirname "$0")" && pwd)
