@@ -147,10 +147,12 @@ type Pass struct {
 // host, and of the setup the checkpointing, the TF32 switches and the
 // memory format.
 func TimePass(in Input) (*Pass, error) {
-	g := in.Graph
-	if g == nil {
+	if in.Graph == nil {
 		return nil, fmt.Errorf("no graph to time")
 	}
+	// requires-grad as the checkpointing policy leaves it: a region
+	// reentrant checkpointing cuts off has no backward and no recompute
+	g := train.AutogradGraph(in.Graph, in.Setup.Checkpoint)
 	if len(in.Ops) != len(g.Ops) {
 		return nil, fmt.Errorf("graph %s: %d ops but %d recorded runs", g.Name, len(g.Ops), len(in.Ops))
 	}
@@ -176,6 +178,7 @@ func TimePass(in Input) (*Pass, error) {
 		micro.endOp()
 	}
 	var members [][]int32
+	dead := train.DeadRegions(g, region, nregions)
 	if nregions > 0 {
 		members = make([][]int32, nregions)
 		for i, r := range region {
@@ -186,7 +189,7 @@ func TimePass(in Input) (*Pass, error) {
 	}
 	for i := len(g.Ops) - 1; i >= 0; i-- {
 		op := &g.Ops[i]
-		if r := region[i]; r >= 0 && members[r] != nil {
+		if r := region[i]; r >= 0 && members[r] != nil && !dead[r] {
 			micro.setPart(Recompute)
 			micro.model = false
 			for _, j := range members[r] {
@@ -212,10 +215,10 @@ func TimePass(in Input) (*Pass, error) {
 // repeats the pass, and in's optimizer steps the graph's parameters. in
 // must be the pass's graph, records and rates.
 func (p *Pass) Step(in Input) (Estimate, error) {
-	g := in.Graph
-	if g == nil {
+	if in.Graph == nil {
 		return Estimate{}, fmt.Errorf("no graph to time")
 	}
+	g := train.AutogradGraph(in.Graph, in.Setup.Checkpoint)
 	if p == nil {
 		return Estimate{}, fmt.Errorf("no timed pass to finish")
 	}

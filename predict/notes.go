@@ -72,6 +72,9 @@ func notesOf(r Request, res *Result, g0 *graph.Graph) []Note {
 	if n, ok := rnnNote(res, g0); ok {
 		out = append(out, n)
 	}
+	if n, ok := cutOffNote(res, g0); ok {
+		out = append(out, n)
+	}
 	if n, ok := bf16Note(res); ok {
 		out = append(out, n)
 	}
@@ -244,4 +247,19 @@ func rnnNote(res *Result, g *graph.Graph) (Note, bool) {
 		t += "; dropout between layers also makes cuDNN's dropout state, a little over 2 MB kept for the process, not counted"
 	}
 	return Note{Code: "cudnn-rnn-workspace", Text: t}, true
+}
+
+// cutOffNote says what reentrant checkpointing leaves untrained
+// (train.CutOff): the prediction follows PyTorch, which trains those
+// parameters not at all, and a user who meant to train them has to know.
+func cutOffNote(res *Result, g *graph.Graph) (Note, bool) {
+	if g == nil || res.Infer != nil {
+		return Note{}, false
+	}
+	cut, n, params := train.CutOff(g, res.Setup.Checkpoint)
+	if cut == 0 {
+		return Note{}, false
+	}
+	return Note{Code: "checkpoint-no-grad", Text: fmt.Sprintf("reentrant checkpointing: %d of the %d checkpointed regions are handed no tensor that requires grad (the first reads the batch), so their calls build no autograd node and %d parameter elements get no gradient; PyTorch warns \"None of the inputs have requires_grad=True. Gradients will be None\" and trains only what lies outside them, as predicted here. To train them, make the input require grad (x.requires_grad_(), transformers' enable_input_require_grads) or checkpoint without reentrance (--checkpoint full)",
+		cut, n, params)}, true
 }

@@ -223,3 +223,41 @@ func TestSourceNotes(t *testing.T) {
 		}
 	}
 }
+
+// Reentrant checkpointing of blocks whose first reads the batch trains
+// none of them (train.CutOff): said, with PyTorch's warning, for the zoo's
+// MLP (every block a Linear and ReLU from the batch on), not without
+// reentrance, and not for GPT-2, whose first block reads the trained
+// embeddings' sum.
+func TestCutOffNote(t *testing.T) {
+	for _, c := range []struct {
+		model, policy string
+		want          bool
+	}{
+		{"mlp", "full-reentrant", true},
+		{"mlp", "full", false},
+		{"gpt2", "full-reentrant", false},
+	} {
+		t.Run(c.model+" "+c.policy, func(t *testing.T) {
+			ck, err := train.ParseCheckpoint(c.policy)
+			if err != nil {
+				t.Fatal(err)
+			}
+			res, err := Run(context.Background(), Request{Source: zooSource(t, c.model), Config: models.Config{Batch: 2, Seq: 64},
+				Setup: train.Setup{Checkpoint: ck, Steps: 1}, GPU: catalogGPU(t, "a100-40gb"), Context: -1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			n, ok := noteOf(res, "checkpoint-no-grad")
+			if ok != c.want {
+				t.Fatalf("note %v (%q), want %v", ok, n.Text, c.want)
+			}
+			if ok && !strings.Contains(n.Text, "Gradients will be None") {
+				t.Errorf("note %q should quote PyTorch's warning", n.Text)
+			}
+			if c.want && res.Summary.TrainableParamCount >= res.Summary.ParamCount {
+				t.Errorf("%d of %d parameters trained: the cut-off blocks' should not be", res.Summary.TrainableParamCount, res.Summary.ParamCount)
+			}
+		})
+	}
+}

@@ -258,12 +258,22 @@ func (m *micro) forward() {
 		}
 		if inCkpt && m.blockFirst[r] == i {
 			m.keepRNGState(r)
-			m.keepBlockInputs(r)
+			if !m.plan.dead[r] {
+				m.keepBlockInputs(r)
+			}
 		}
 		m.saving = !inCkpt && !sim.noGrad
 		m.runOp(i)
 		if sim.err != nil {
 			return
+		}
+		if inCkpt && m.plan.dead[r] && (i+1 == len(m.g.Ops) || m.plan.region[i+1] != r) {
+			// the call's generator state goes with it: nothing holds
+			// CheckpointFunction's ctx or the frame (DeadRegions)
+			if st := m.rngState[r]; st != nil {
+				m.rngState[r] = nil
+				sim.unref(st)
+			}
 		}
 		if units && u >= 0 && m.plan.unitLast[u] == int32(i) && m.reshardAfterForward(u) {
 			m.reshard(u)
@@ -476,7 +486,7 @@ func (m *micro) backward() {
 			}
 			sim.site = m.plan.sites[i]
 		}
-		if m.ckpt && r >= 0 && !m.recomputed[r] {
+		if m.ckpt && r >= 0 && !m.recomputed[r] && !m.plan.dead[r] {
 			m.recompute(r)
 		}
 		if m.reentrant {

@@ -189,19 +189,24 @@ func TestCheckpointing(t *testing.T) {
 // A reentrant checkpoint holds, through its nested backward, what
 // CheckpointFunction.backward's frame keeps (torch/utils/checkpoint.py):
 // the recomputed output and the incoming gradient. A block of two
-// bias-free Linears (h×h weights, W bytes) on the batch, act bytes an
-// activation: after the head's backward, B bytes are alive, g (the
-// block output's gradient) among them. Without reentrance the recomputed
-// a1 (saved by the second Linear) and a2 (read by nothing inside, dropped)
-// come and go; the second Linear's backward makes ga1 and gW2 and lets go
-// of g and a1, so B − g + ga1 + gW2 = B + W, and the first's gW1 brings
-// B + 2W, the peak. With reentrance a2 and g stay to the block's end:
-// B + 2W + 2·act.
+// bias-free Linears (h×h weights, W bytes) on a batch that requires
+// grad, act bytes an activation: after the head's backward, B bytes are
+// alive, g (the block output's gradient) among them. Without reentrance
+// the recomputed a1 (saved by the second Linear) and a2 (read by nothing
+// inside, dropped) come and go; the second Linear's backward makes ga1
+// and gW2 and lets go of g and a1, so B − g + ga1 + gW2 = B + W, and the
+// first's gW1 and the batch's gradient bring B + 2W + act, the peak. With
+// reentrance a2 and g stay to the block's end: B + 2W + 3·act (the
+// batch's gradient is the detached input's .grad until the block returns).
 func TestReentrantCheckpointHolds(t *testing.T) {
 	const bsz, h = 16, 64
 	b := graph.NewBuilder("ckpt")
 	x := b.Input("x", graph.Shape{bsz, h}, graph.F32)
 	y := b.Target("y", graph.Shape{bsz}, graph.I64)
+	// a batch that requires grad, so that the block is handed a tensor
+	// that does (a block on a plain batch would train nothing under
+	// reentrance: TestReentrantCutOff)
+	b.TensorAt(x).RequiresGrad = true
 	b.Block("block", func() {
 		x = b.Linear("l1", x, h, false)
 		x = b.Linear("l2", x, h, false)

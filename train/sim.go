@@ -113,6 +113,9 @@ type Simulator struct {
 	live       int64 // requested bytes of the live storages
 	limit      int64 // StopAbove's limit, 0 for none
 	plans      map[*graph.Graph]*plan
+	// autograd maps a graph to itself as autograd sees it under the
+	// checkpointing policy (AutogradGraph)
+	autograd map[*graph.Graph]*graph.Graph
 	inBuf      []value
 	localBuf   []*storage
 	// One context of each kind serves every op (an op's rules do not
@@ -366,6 +369,7 @@ func NewValidated(g *graph.Graph, s Setup) (*Simulator, error) {
 		return nil, err
 	}
 	sim := &Simulator{s: s}
+	g = sim.autogradGraph(g)
 	// Each op allocates and frees a few blocks in forward and backward:
 	// about 5/2 events per tensor and op a step, 7/2 with recomputation
 	// (counted on the zoo's transformers and ResNets). Reserving room once
@@ -617,6 +621,7 @@ func (sim *Simulator) notePass() {
 }
 
 func (sim *Simulator) runStep(ctx context.Context, g *graph.Graph) error {
+	g = sim.autogradGraph(g)
 	if err := sim.checkParams(g); err != nil {
 		return err
 	}
@@ -712,6 +717,24 @@ type plan struct {
 	// regions counts them. A region is a contiguous run of ops.
 	region  []int32
 	regions int32
+	// dead marks the regions none of whose ops makes a tensor that
+	// requires grad: their call keeps nothing for backward and nothing
+	// recomputes them (AutogradGraph)
+	dead []bool
+}
+
+// autogradGraph is g under the setup's checkpointing policy
+// (AutogradGraph), made once per graph.
+func (sim *Simulator) autogradGraph(g *graph.Graph) *graph.Graph {
+	if a, ok := sim.autograd[g]; ok {
+		return a
+	}
+	if sim.autograd == nil {
+		sim.autograd = map[*graph.Graph]*graph.Graph{}
+	}
+	a := AutogradGraph(g, sim.s.Checkpoint)
+	sim.autograd[g] = a
+	return a
 }
 
 func (sim *Simulator) planFor(g *graph.Graph) *plan {
@@ -728,6 +751,7 @@ func (sim *Simulator) planFor(g *graph.Graph) *plan {
 		p.rules[i], p.known[i] = rules[g.Ops[i].Kind]
 	}
 	p.region, p.regions = Regions(g, sim.s.Checkpoint)
+	p.dead = DeadRegions(g, p.region, p.regions)
 	if sim.units != nil {
 		p.unitFirst = make([]int32, len(g.Blocks))
 		p.unitLast = make([]int32, len(g.Blocks))

@@ -78,13 +78,10 @@ EXAMPLES = {"capture-transformer": ("transformer.py", "blocks"),
 
 def _noting(handed: Dict[int, int], reentrant: bool) -> Any:
     """torch.utils.checkpoint.checkpoint with use_reentrant set, noting the
-    storages of the tensors each call is handed."""
+    storages of the tensors each call is handed and keeps (noted)."""
     import torch.utils.checkpoint as cp
 
     def call(fn: Any, *args: Any, **kwargs: Any) -> Any:
-        for t in capture_hf._tensors(list(args)) + capture_hf._tensors(kwargs):
-            ptr, n = capture_hf._storage(t)
-            handed[ptr] = n
         own = {k: kwargs.pop(k) for k in ("preserve_rng_state", "context_fn", "determinism_check", "debug") if k in kwargs}
         if reentrant and kwargs:
             # CheckpointFunction takes no keyword arguments: those of
@@ -92,7 +89,7 @@ def _noting(handed: Dict[int, int], reentrant: bool) -> Any:
             # is_causal=False, ...) go with the function, as a user binds them
             fn = functools.partial(fn, **kwargs)
             kwargs = {}
-        return cp.checkpoint(fn, *args, use_reentrant=reentrant, **own, **kwargs)
+        return checkpoint_hf.noted(handed, cp.checkpoint, fn, *args, use_reentrant=reentrant, **own, **kwargs)
     return call
 
 
@@ -137,10 +134,7 @@ def _peft(attn: str) -> Tuple[Any, Any]:
                 continue
 
             def noting(*args: Any, _fn: Any = fn, **kwargs: Any) -> Any:
-                for t in capture_hf._tensors(list(args)) + capture_hf._tensors(kwargs):
-                    ptr, n = capture_hf._storage(t)
-                    handed[ptr] = n
-                return _fn(*args, **kwargs)
+                return checkpoint_hf.noted(handed, _fn, *args, **kwargs)
             m._gradient_checkpointing_func = noting
         ids = torch.zeros(batch, capture_hf.SEQ, dtype=torch.long)
         return {"model": model, "inputs": {"input_ids": ids, "labels": ids.clone()}}, handed

@@ -36,15 +36,6 @@ func TestCheckpointCaptured(t *testing.T) {
 // expects, each explained (docs/accuracy.md §12): a difference that
 // changes is an error, as a new one is.
 var captureCheckpointGaps = map[string]checkpointGap{
-	// encoder.py's first layer reads the batch, which does not require
-	// grad: CheckpointFunction's output then requires none (an
-	// autograd.Function's outputs are differentiable only if an input
-	// is; torch/utils/checkpoint.py warns "None of the inputs have
-	// requires_grad=True. Gradients will be None"), so no layer is in
-	// the graph and only the head trains. The simulator does not
-	// recompute requires_grad per policy: it trains the layers as
-	// without reentrance (errs high).
-	"capture-encoder full-reentrant": {end: 80704, backward: true},
 	// the attention's scaling, a Python number, which autograd saves as
 	// a 0-d double in each block (TestCapturedSaved)
 	"capture-transformer full": {end: -16},

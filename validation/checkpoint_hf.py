@@ -71,10 +71,26 @@ MODES = {"reentrant": True, "non_reentrant": False}
 REF = os.path.join(ROOT, "testdata", "reference", "hf-checkpoint-torch2-cpu.json")
 
 
+def noted(handed: Dict[int, int], call: Any, *args: Any, **kwargs: Any) -> Any:
+    """call(*args, **kwargs), a checkpoint call, noting into handed the
+    storages of the tensors it is handed when it keeps them: a call whose
+    output requires no grad built no node, which keeps nothing (reentrant:
+    THPFunction_apply makes no node when no input requires grad, and
+    CheckpointFunction's ctx goes as apply returns; non-reentrant:
+    _NoopSaveInputs' node is held only through the frame that packed
+    tensors hold, and none is packed; torch/utils/checkpoint.py)."""
+    out = call(*args, **kwargs)
+    if any(t.requires_grad for t in capture_hf._tensors(out)):
+        for t in capture_hf._tensors(list(args)) + capture_hf._tensors(kwargs):
+            ptr, n = capture_hf._storage(t)
+            handed[ptr] = n
+    return out
+
+
 def _checkpointed(make: Any, batch: int, reentrant: bool) -> Any:
     """The model and batch of a factory, in training with the library's
     checkpointing; the checkpoint function also notes the storages of the
-    tensors it is handed (into the returned set)."""
+    tensors it is handed and keeps (noted, into the returned set)."""
     import torch
     torch.manual_seed(0)
     d = make(batch)
@@ -88,10 +104,7 @@ def _checkpointed(make: Any, batch: int, reentrant: bool) -> Any:
             continue
 
         def noting(*args: Any, _fn: Any = fn, **kwargs: Any) -> Any:
-            for t in capture_hf._tensors(list(args)) + capture_hf._tensors(kwargs):
-                ptr, n = capture_hf._storage(t)
-                handed[ptr] = n
-            return _fn(*args, **kwargs)
+            return noted(handed, _fn, *args, **kwargs)
         noting._batchfit = True  # type: ignore[attr-defined]
         m._gradient_checkpointing_func = noting
     return d, handed
