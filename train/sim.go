@@ -116,8 +116,8 @@ type Simulator struct {
 	// autograd maps a graph to itself as autograd sees it under the
 	// checkpointing policy (AutogradGraph)
 	autograd map[*graph.Graph]*graph.Graph
-	inBuf      []value
-	localBuf   []*storage
+	inBuf    []value
+	localBuf []*storage
 	// One context of each kind serves every op (an op's rules do not
 	// nest): the rules take them by pointer, which would otherwise put one
 	// on the heap per op.
