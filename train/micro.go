@@ -56,7 +56,11 @@ type micro struct {
 	// bwdRegion is the region whose backward is running (-1 outside);
 	// detached holds the gradients its ops returned for tensors made
 	// outside it, in the order they first came (detachedGrad)
-	bwdRegion  int32
+	bwdRegion int32
+	// gradOff: the op runs with grad mode off inside a training step (a
+	// reentrant region's forward), where the ops that copy their input
+	// for backward do not (saveSelfOrCopy)
+	gradOff    bool
 	detached   []detachedGrad
 	recomputed []bool
 	blockFirst []int
@@ -263,7 +267,10 @@ func (m *micro) forward() {
 			}
 		}
 		m.saving = !inCkpt && !sim.noGrad
+		// CheckpointFunction.forward runs the region under no_grad
+		m.gradOff = inCkpt && m.reentrant
 		m.runOp(i)
+		m.gradOff = false
 		if sim.err != nil {
 			return
 		}

@@ -468,8 +468,11 @@ func saveSelf(c *fwdCtx)   { c.save(c.in[0]) }
 // keeps the input's storage. Observed on torch 1.13 CPU:
 // y = F.hardtanh_(x, 0, 6); y.grad_fn._saved_self has its own storage and
 // equals the original x (likewise silu_, hardswish_ and hardsigmoid_).
+// The codegen takes the copy only where it builds a node (grad mode on
+// and an input that requires grad): not under no_grad, so not in a
+// reentrant checkpoint's forward, whose recompute takes it.
 func saveSelfOrCopy(c *fwdCtx) {
-	if c.op.Attr.Inplace && c.m.sim.noGrad {
+	if c.op.Attr.Inplace && (c.m.sim.noGrad || c.m.gradOff) {
 		return // no node, no copy
 	}
 	if c.op.Attr.Inplace {

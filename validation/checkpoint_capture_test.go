@@ -26,8 +26,8 @@ func capturePolicies(name string) (file, reentrant, nonReentrant string) {
 // examples under torch.utils.checkpoint around each block (full-reentrant,
 // full) to real PyTorch 2.5 on the CPU (validation/checkpoint_capture.py),
 // with TestCheckpointHF's limits: saved bytes and the forward's end to the
-// byte but for the known gaps (captureCheckpointGaps), the backward's peak
-// within 0.1 %. The forward's peak is logged (docs/accuracy.md §12).
+// byte but for the known gaps (captureCheckpointGaps), the forward's and
+// the backward's peaks within 0.1 % (docs/accuracy.md §12).
 func TestCheckpointCaptured(t *testing.T) {
 	holdCheckpointReference(t, "../testdata/reference/capture-checkpoint-torch2-cpu.json", 10, capturePolicies, captureCheckpointGaps)
 }
@@ -58,8 +58,10 @@ var captureCheckpointGaps = map[string]checkpointGap{
 	// explained
 	"timm-convnext_atto timm":               {backward: true},
 	"timm-convnext_atto timm-non-reentrant": {backward: true},
-	// −262,144 bytes under reentrance only, not explained
-	"timm-resnet50 timm": {backward: true},
+	// −262,144 bytes under reentrance only, not explained; the forward's
+	// peak is 16,384 bytes low in both modes, not explained
+	"timm-resnet50 timm":               {forward: true, backward: true},
+	"timm-resnet50 timm-non-reentrant": {forward: true},
 }
 
 // TestCheckpointCapturedCheck measures the reference again under PyTorch
