@@ -28,7 +28,8 @@ import (
 //     (_init_group keeps the parameters whose grad is not None), as a
 //     frozen one.
 //   - transformers' and PEFT's checkpointing (c.Library) make the input
-//     embeddings' output require grad: PeftModel.__init__ calls
+//     embeddings' output require grad (inputEmbeddings), and what reads
+//     it after: PeftModel.__init__ calls
 //     _prepare_model_for_gradient_checkpointing, and gradient_checkpointing_
 //     enable with adapters loaded calls it too, whose
 //     enable_input_require_grads registers a forward hook calling
@@ -64,7 +65,10 @@ func AutogradGraph(g *graph.Graph, c Checkpoint) *graph.Graph {
 	}
 	// live[r]: the region's call is handed a tensor that requires grad
 	live := make([]int8, n) // 0 unknown, 1 live, -1 cut off
-	embedded := !c.Library
+	hooked := int32(-1)
+	if c.Library {
+		hooked = inputEmbeddings(g, region)
+	}
 	for i := range g.Ops {
 		op := &g.Ops[i]
 		out := op.Output
@@ -88,11 +92,10 @@ func AutogradGraph(g *graph.Graph, c Checkpoint) *graph.Graph {
 		switch {
 		case c.Reentrant && r >= 0 && live[r] < 0:
 			rg[out] = false
-		case !embedded && op.Kind == graph.Embedding:
-			embedded = true
+		case int32(i) == hooked:
 			rg[out] = g.Tensors[out].DType.IsFloat()
 		default:
-			rg[out] = g.Tensors[out].RequiresGrad && anyRequiresGrad(op, rg)
+			rg[out] = differentiable(g, op) && anyRequiresGrad(op, rg)
 		}
 	}
 	// a parameter keeps requiring grad where an op whose output does
@@ -135,6 +138,59 @@ func AutogradGraph(g *graph.Graph, c Checkpoint) *graph.Graph {
 		}
 	}
 	return &cp
+}
+
+// inputEmbeddings is the op whose output transformers' and PEFT's
+// make_inputs_require_grads hook marks: get_input_embeddings() is the
+// token embedding of a language model (the graph's first nn.Embedding)
+// and the patch embedding of a vision one (with no nn.Embedding, the first
+// op that reads the batch), when it runs before the first checkpointed
+// region; -1 when there is none.
+func inputEmbeddings(g *graph.Graph, region []int32) int32 {
+	first := int32(-1)
+	for i := range g.Ops {
+		op := &g.Ops[i]
+		if region[i] >= 0 {
+			break
+		}
+		if op.Kind == graph.Embedding {
+			return int32(i)
+		}
+		if first < 0 && g.Tensors[op.Output].DType.IsFloat() {
+			for _, t := range op.Inputs {
+				if g.Tensors[t].Role == graph.Input {
+					first = int32(i)
+					break
+				}
+			}
+		}
+	}
+	for i := range g.Ops {
+		if g.Ops[i].Kind == graph.Embedding {
+			return -1 // an embedding inside the layers: not the input's
+		}
+	}
+	return first
+}
+
+// differentiable is whether op's output can require grad: a float result
+// of an op autograd records (not a factory or a comparison), and not one
+// the build marked as needing none although an input needs it (made under
+// no_grad, or a result autograd does not differentiate).
+func differentiable(g *graph.Graph, op *graph.Op) bool {
+	out := &g.Tensors[op.Output]
+	if !out.DType.IsFloat() || op.Kind == graph.Full || op.Kind == graph.Rand || op.Kind == graph.Compare {
+		return false
+	}
+	if out.RequiresGrad {
+		return true
+	}
+	for _, t := range append([]graph.TensorID{op.Weight, op.Bias}, op.Inputs...) {
+		if t != graph.None && g.Tensors[t].RequiresGrad {
+			return false
+		}
+	}
+	return true
 }
 
 func anyRequiresGrad(op *graph.Op, rg []bool) bool {
