@@ -225,6 +225,12 @@ func (m *Model) Build(c models.Config) (*graph.Graph, error) {
 	if b.Err() != nil {
 		return nil, fmt.Errorf("capture: %s: %w", m.path, b.Err())
 	}
+	if l := x.ids[*f.Loss]; l != graph.None {
+		// a loss no loss rule made (binary_cross_entropy_with_logits,
+		// smooth_l1_loss, a sum of several: their derivatives.yaml
+		// entries) is the graph's loss as well
+		b.Output(l)
+	}
 	g, err := b.Graph()
 	if err != nil {
 		return nil, fmt.Errorf("capture: %s: %w", m.path, err)

@@ -49,24 +49,84 @@ func (m *Model) derivTable() (map[string]derivEntry, string) {
 }
 
 // derivFor is the entry of the op named name (as opName gives it) that
-// the generated rule takes. An in-place op is left out: its result is
-// its input, not a new tensor, and PyTorch derives its node from the
-// out-of-place entry with the input rewritten, which the table does not
-// say. So is an entry whose every formula is not_implemented.
+// the generated rule takes (derivMatch without the recorded arguments).
 func derivFor(t map[string]derivEntry, name string) (derivEntry, bool) {
+	return derivMatch(t, name, nil)
+}
+
+// derivMatch is the entry of the op named name: its own, or, for an
+// in-place op without one, its out-of-place function's, from which
+// PyTorch's autograd codegen derives the in-place variant's node (the
+// out-of-place declaration covers the function's in-place and out=
+// variants: tools/autograd/derivatives.yaml's header, "the in-place
+// variant ... is handled by the same declaration"). An in-place op's
+// overload names differ from its function's (pow_.Scalar is
+// pow.Tensor_Scalar), so o, when given, picks the overload whose
+// arguments are tensors where o's are. An entry whose every formula is
+// not_implemented is none.
+func derivMatch(t map[string]derivEntry, name string, o *op) (derivEntry, bool) {
 	n, ok := strings.CutPrefix(name, "aten::")
 	if !ok {
 		return derivEntry{}, false
 	}
-	base, _, _ := strings.Cut(n, ".")
-	if strings.HasSuffix(base, "_") && !strings.HasSuffix(base, "__") {
+	usable := func(e derivEntry) bool { return len(e.Diff) > 0 || len(e.NotImpl) == 0 }
+	if e, ok := t[n]; ok {
+		return e, usable(e)
+	}
+	base, overload, _ := strings.Cut(n, ".")
+	if !inplaceName(base) {
 		return derivEntry{}, false
 	}
-	e, ok := t[n]
-	if !ok || (len(e.Diff) == 0 && len(e.NotImpl) > 0) {
-		return derivEntry{}, false
+	fn := strings.TrimSuffix(base, "_")
+	if overload != "" {
+		if e, ok := t[fn+"."+overload]; ok && argsMatch(e, o) {
+			return e, usable(e)
+		}
 	}
-	return e, true
+	var keys []string
+	for k := range t {
+		if k == fn || strings.HasPrefix(k, fn+".") {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys) // the function's default overload first
+	for _, k := range keys {
+		if e := t[k]; argsMatch(e, o) {
+			return e, usable(e)
+		}
+	}
+	return derivEntry{}, false
+}
+
+// inplaceName is whether an aten base name is an in-place op's (add_,
+// not __iadd__).
+func inplaceName(base string) bool {
+	return strings.HasSuffix(base, "_") && !strings.HasSuffix(base, "__")
+}
+
+// argsMatch is whether o's positional arguments are tensors where e's
+// are (any o when none is given).
+func argsMatch(e derivEntry, o *op) bool {
+	if o == nil {
+		return true
+	}
+	pos := 0
+	for _, a := range e.Args {
+		if a.KwOnly {
+			continue
+		}
+		if pos >= len(o.Args) {
+			break
+		}
+		v := o.Args[pos]
+		_, isT := v.tensor()
+		isT = isT || len(v.Ts) > 0
+		if isT != (a.Tensor != 0) && !v.null() {
+			return false
+		}
+		pos++
+	}
+	return pos == len(o.Args) || pos == len(e.Args)
 }
 
 // derivArgAt is the recorded argument for a: by position unless the
@@ -95,10 +155,12 @@ func derivArgAt(o *op, e *derivEntry, a int) (arg, bool) {
 func (x *bctx) derived(o *op) bool {
 	t, ver := x.m.derivTable()
 	name := opName(o)
-	e, ok := derivFor(t, name)
+	e, ok := derivMatch(t, name, o)
 	if !x.anyGrad(o) {
 		return false
 	}
+	base, _, _ := strings.Cut(strings.TrimPrefix(name, "aten::"), ".")
+	inplace := inplaceName(base)
 	if !ok {
 		if _, has := t[strings.TrimPrefix(name, "aten::")]; has {
 			x.err = x.ruleError(o, "its derivative is not_implemented in PyTorch "+ver+"'s derivatives.yaml")
@@ -173,6 +235,17 @@ func (x *bctx) derived(o *op) bool {
 			if g == graph.None {
 				continue
 			}
+			if inplace && i == 0 {
+				// the input as it was: the codegen saves self.clone()
+				// taken before the kernel writes it (measured on 2.5.1:
+				// exp_'s node keeps the output, clamp_min_'s, abs_'s,
+				// log_'s and pow_'s a copy of their own)
+				var c graph.TensorID
+				x.b.NoGrad(func() { c = x.b.Const(mod, g, x.b.DTypeOf(g), x.b.Shape(g)...) })
+				saved = append(saved, len(ins))
+				ins = append(ins, c)
+				continue
+			}
 			if j, ok := at[g]; ok {
 				saved = append(saved, j)
 				continue
@@ -213,6 +286,21 @@ func (x *bctx) derived(o *op) bool {
 		r = &x.m.f.Tensors[*o.Out[0]]
 	}
 	if r == nil {
+		return true
+	}
+	if inplace {
+		// the result is self, written in place: a node over an alias
+		// of its storage
+		self := graph.None
+		if id, ok := o.Args[0].tensor(); ok {
+			self = x.in(o, id)
+		}
+		if self == graph.None {
+			return false
+		}
+		var res graph.TensorID
+		x.b.NoGrad(func() { res = x.b.ViewAs(mod, self, x.shape(r), x.contig(r)) })
+		x.set(o.Out[0], x.b.Custom(mod, ins, args, saved, res))
 		return true
 	}
 	x.set(o.Out[0], x.saving(mod, ins, args, saved, r))

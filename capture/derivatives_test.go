@@ -91,6 +91,44 @@ func TestDerivativesEntries(t *testing.T) {
 	}
 }
 
+// An in-place op takes its own entry where derivatives.yaml has one
+// (leaky_relu_: "self: leaky_relu_backward(grad, result, negative_slope,
+// true)", whose result is the output, self after the kernel) and its
+// function's otherwise, the overload whose arguments are tensors where
+// the call's are: pow_.Scalar is (Tensor self, Scalar exponent), which is
+// pow.Tensor_Scalar ("self: pow_backward(grad, self, exponent)"), not
+// pow.Scalar (Scalar self, Tensor exponent). acosh_'s own entry is
+// not_implemented("inplace version of acosh"): none.
+func TestDerivedInplaceEntries(t *testing.T) {
+	tensor, number := arg{T: new(int)}, arg{}
+	for _, c := range []struct {
+		name  string
+		args  []arg
+		ok    bool
+		saved []string
+		args0 string
+	}{
+		{"aten::leaky_relu_", []arg{tensor, number}, true, []string{"result"}, "self"},
+		{"aten::clamp_min_", []arg{tensor, number}, true, []string{"self"}, "self"},
+		{"aten::exp_", []arg{tensor}, true, []string{"result"}, "self"},
+		{"aten::pow_.Scalar", []arg{tensor, number}, true, []string{"self"}, "self"},
+		{"aten::pow_.Tensor", []arg{tensor, tensor}, true, []string{"exponent", "result", "self"}, "self"},
+		{"aten::acosh_", []arg{tensor}, false, nil, ""},
+		{"aten::no_such_op_", []arg{tensor}, false, nil, ""},
+	} {
+		for v, tb := range map[string]map[string]derivEntry{"1.13": derivativesV113, "2.5": derivativesV251} {
+			e, ok := derivMatch(tb, c.name, &op{Args: c.args})
+			if ok != c.ok {
+				t.Errorf("%s %s: found %v, want %v", v, c.name, ok, c.ok)
+				continue
+			}
+			if ok && (!slices.Equal(e.Saved, c.saved) || e.Args[0].Name != c.args0) {
+				t.Errorf("%s %s: saved %v (first argument %s), want %v (%s)", v, c.name, e.Saved, e.Args[0].Name, c.saved, c.args0)
+			}
+		}
+	}
+}
+
 // Ops no hand-written rule maps (atan2, hypot, logit; erf has one), held to what
 // PyTorch 1.13 on the CPU keeps for backward after the forward pass,
 // parameters and the batch left out, measured by

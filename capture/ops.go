@@ -300,12 +300,27 @@ func (x *bctx) aten(o *op) {
 		}
 		x.set(out(0), b.Const(mod, like, dt, s...))
 		return
-	case "lift_fresh", "alias", "detach", "_local_scalar_dense":
+	case "detach":
+		// an alias that requires no grad: what reads it saves nothing
+		// for it and sends it no gradient
+		if isT(0) && rec(0) != nil {
+			var v graph.TensorID
+			b.NoGrad(func() { v = b.ViewAs(mod, t(0), x.shape(rec(0)), x.contig(rec(0))) })
+			x.set(out(0), v)
+		}
+		return
+	case "lift_fresh", "alias", "_local_scalar_dense":
 		if isT(0) {
 			x.set(out(0), t(0))
 		}
 		return
 	case "as_strided_", "fill_", "zero_", "bernoulli_", "uniform_", "normal_", "copy_", "masked_fill_", "clamp_", "exponential_", "random_":
+		if (name == "masked_fill_" || name == "clamp_") && x.anyGrad(o) {
+			// a node over the write: its derivatives.yaml entry's
+			// (masked_fill_ keeps its mask, clamp_ a copy of self as
+			// it was: measured on 2.5.1), below
+			break
+		}
 		// writes into a tensor that exists: no memory. (The builders' Rand
 		// is the empty+bernoulli_ pair, which the creation above makes.)
 		if isT(0) {
@@ -448,14 +463,14 @@ func (x *bctx) aten(o *op) {
 			x.set(out(0), x.conv1d(o, mod))
 			return
 		}
-		if r == nil || len(r.Shape) != 4 {
-			x.err = x.ruleError(o, "only 1-D and 2-D convolution")
-			return
-		}
 		w := t(1)
-		if w != graph.None && b.TensorAt(w).Role != graph.Parameter {
-			x.err = x.ruleError(o, "a convolution whose weight is not a parameter")
-			return
+		if r == nil || len(r.Shape) != 4 || (w != graph.None && b.TensorAt(w).Role != graph.Parameter) {
+			// a 3-D convolution, or one whose weight is made in the
+			// forward (a weight-standardized or hyper-network's): its
+			// derivatives.yaml entry, which keeps input and weight
+			// (convolution_backward's), below; the kernel's own
+			// workspace is not counted (the note's generated ops)
+			break
 		}
 		bias := graph.None
 		if !as[2].null() {
@@ -766,6 +781,15 @@ func (x *bctx) aten(o *op) {
 			x.unknown = map[string]int{}
 		}
 		x.unknown[opName(o)]++
+		if inplace && len(as) > 0 {
+			// an in-place op returns self: no new memory
+			if id, ok := as[0].tensor(); ok {
+				if src := x.in(o, id); src != graph.None && rec(0) != nil {
+					x.set(out(0), b.ViewAs(mod, src, x.shape(rec(0)), x.contig(rec(0))))
+					return
+				}
+			}
+		}
 		for i := range o.Out {
 			if r := rec(i); r != nil {
 				dt, _ := graph.ParseDType(r.DType)

@@ -43,10 +43,22 @@ import (
 // a cut-off one with it) keeps nothing for backward either: no tensor is
 // packed, so neither the call's frame nor CheckpointFunction's ctx (freed
 // when apply returns without a node) holds its inputs or generator state.
+//
+// Under any policy, a parameter that no op whose output requires grad
+// reads gets no gradient (its .grad stays None: a module's bias the
+// forward never uses, a layer it skips), and the optimizer skips it as a
+// frozen one.
 func AutogradGraph(g *graph.Graph, c Checkpoint) *graph.Graph {
-	if !c.On() || (!c.Reentrant && !c.Library) {
-		return g
+	var rg []bool
+	if c.On() && (c.Reentrant || c.Library) {
+		rg = requiresGradUnder(g, c)
 	}
+	return withUnusedFrozen(g, rg)
+}
+
+// requiresGradUnder is each tensor's requires-grad under checkpointing
+// policy c (AutogradGraph's first two rules).
+func requiresGradUnder(g *graph.Graph, c Checkpoint) []bool {
 	region, n := Regions(g, c)
 	rg := make([]bool, len(g.Tensors))
 	// from[t] is the region of the op that makes t, -1 outside any,
@@ -96,6 +108,19 @@ func AutogradGraph(g *graph.Graph, c Checkpoint) *graph.Graph {
 			rg[out] = g.Tensors[out].DType.IsFloat()
 		default:
 			rg[out] = differentiable(g, op) && anyRequiresGrad(op, rg)
+		}
+	}
+	return rg
+}
+
+// withUnusedFrozen is g with requires-grad rg (g's own where nil) and no
+// requires-grad on the parameters that no op whose output requires grad
+// reads; g itself where that changes nothing.
+func withUnusedFrozen(g *graph.Graph, rg []bool) *graph.Graph {
+	if rg == nil {
+		rg = make([]bool, len(g.Tensors))
+		for i := range g.Tensors {
+			rg[i] = g.Tensors[i].RequiresGrad
 		}
 	}
 	// a parameter keeps requiring grad where an op whose output does
@@ -232,10 +257,13 @@ func DeadRegions(g *graph.Graph, region []int32, n int32) []bool {
 // no gradient. PyTorch warns of each such call ("None of the inputs have
 // requires_grad=True. Gradients will be None", torch/utils/checkpoint.py).
 func CutOff(g *graph.Graph, c Checkpoint) (cut, regions int32, params int64) {
-	a := AutogradGraph(g, c)
-	if a == g || !c.Reentrant {
+	if !c.Reentrant {
 		return 0, 0, 0
 	}
+	a := AutogradGraph(g, c)
+	// what trains without the policy (a parameter nothing reads trains
+	// under none)
+	g = AutogradGraph(g, Checkpoint{})
 	region, n := Regions(g, c)
 	was, is := make([]bool, n), make([]bool, n)
 	for i := range g.Ops {

@@ -140,16 +140,21 @@ func parseSig(sig string) (*Entry, error) {
 	if i := strings.Index(base, "."); i >= 0 {
 		base = base[:i]
 	}
-	// torchgen/api/cpp.py return_names: an in-place op's result is self;
-	// a named result keeps its name (name_return where an argument has
-	// it); otherwise result, or result0, result1, ... of several
+	// torchgen/api/cpp.py return_names: a named result keeps its name
+	// (name_return where an argument has it); otherwise result, or
+	// result0, result1, ... of several. An in-place op returns self, and
+	// its own entry's formulas call that output result (leaky_relu_,
+	// elu_: "leaky_relu_backward(grad, result, ...)"), while self there
+	// is the input as it was, which the node keeps as a copy taken
+	// before the kernel (measured on 2.5.1: LeakyReluBackward1's
+	// _saved_result is the output's storage)
 	inplace := strings.HasSuffix(base, "_") && !strings.HasSuffix(base, "__")
 	for i, r := range rets {
 		f := strings.Fields(annot.ReplaceAllString(r, ""))
 		var name string
 		switch {
 		case inplace:
-			name = "self"
+			name = "result"
 		case len(f) == 2:
 			name = f[1]
 			if slices.ContainsFunc(e.Args, func(a Arg) bool { return a.Name == name }) {
