@@ -146,6 +146,23 @@ func derivArgAt(o *op, e *derivEntry, a int) (arg, bool) {
 	return v, ok
 }
 
+// floatResult is whether an output of o can require grad: an op whose
+// results are all integers or booleans (argmax, bucketize, a comparison)
+// makes no node whatever its inputs, as autograd differentiates floating
+// and complex results only (compute_requires_grad,
+// isDifferentiableType), and needs no derivative.
+func (x *bctx) floatResult(o *op) bool {
+	for _, p := range o.Out {
+		if p == nil {
+			continue
+		}
+		if dt, err := graph.ParseDType(x.m.f.Tensors[*p].DType); err != nil || dt.IsFloat() {
+			return true
+		}
+	}
+	return false
+}
+
 // derived maps an op that requires grad by its derivatives.yaml entry:
 // a node that keeps the tensors the backward formulas name, and new
 // results. It reports false, building nothing, for an op without grad
@@ -156,7 +173,7 @@ func (x *bctx) derived(o *op) bool {
 	t, ver := x.m.derivTable()
 	name := opName(o)
 	e, ok := derivMatch(t, name, o)
-	if !x.anyGrad(o) {
+	if !x.anyGrad(o) || !x.floatResult(o) {
 		return false
 	}
 	base, _, _ := strings.Cut(strings.TrimPrefix(name, "aten::"), ".")

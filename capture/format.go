@@ -297,18 +297,21 @@ func (f *file) check() error {
 		}
 		// mutates and alias come from the op's schema (alias_info of its
 		// arguments and returns): positions among its arguments and
-		// results
+		// results; a position past the positional arguments is a
+		// keyword-only one's (an out= variant's out, as F.normalize(...,
+		// out=u) in spectral_norm's power iteration calls div.out)
+		nargs := len(o.Args) + len(o.Kwargs)
 		for j, a := range o.Mutates {
-			if a < 0 || a >= len(o.Args) {
-				return fmt.Errorf("%s: mutates[%d] = %d: the op has %d arguments", at, j, a, len(o.Args))
+			if a < 0 || a >= nargs {
+				return fmt.Errorf("%s: mutates[%d] = %d: the op has %d arguments", at, j, a, nargs)
 			}
 		}
 		for j, pr := range o.Alias {
 			if pr[0] < 0 || pr[0] >= len(o.Out) {
 				return fmt.Errorf("%s: alias[%d] = %v: result %d of the op's %d", at, j, pr, pr[0], len(o.Out))
 			}
-			if pr[1] < 0 || pr[1] >= len(o.Args) {
-				return fmt.Errorf("%s: alias[%d] = %v: argument %d of the op's %d", at, j, pr, pr[1], len(o.Args))
+			if pr[1] < 0 || pr[1] >= nargs {
+				return fmt.Errorf("%s: alias[%d] = %v: argument %d of the op's %d", at, j, pr, pr[1], nargs)
 			}
 		}
 		if o.FnCall < 0 || o.CustomCall < 0 {

@@ -270,9 +270,20 @@ func (x *bctx) aten(o *op) {
 	inplace := strings.HasSuffix(name, "_")
 	base := strings.TrimSuffix(name, "_")
 
+	// An out= variant (div.out, mul.out: autograd refuses them on what
+	// requires grad, so they run under no_grad) writes the tensor given
+	// as out: the result is that tensor, no new memory.
+	if len(o.Mutates) > 0 && o.Mutates[0] >= len(as) {
+		if a, ok := o.Kwargs["out"]; ok {
+			if id, ok := a.tensor(); ok {
+				x.set(out(0), x.in(o, id))
+				return
+			}
+		}
+	}
 	// A mutation of a parameter or buffer (BatchNorm's num_batches_tracked
 	// += 1, a running statistic) makes no memory: the result is the buffer.
-	if len(o.Mutates) > 0 && len(as) > 0 {
+	if len(o.Mutates) > 0 && o.Mutates[0] < len(as) {
 		if id, ok := as[o.Mutates[0]].tensor(); ok {
 			switch x.m.f.Tensors[id].Role {
 			case "parameter", "buffer":
@@ -460,8 +471,13 @@ func (x *bctx) aten(o *op) {
 		transposed, _ := as[6].boolean()
 		r := rec(0)
 		if r != nil && len(r.Shape) == 3 && !transposed {
-			x.set(out(0), x.conv1d(o, mod))
-			return
+			if wid, ok := as[1].tensor(); ok && conv1dWeights(x.m.f)[wid] {
+				x.set(out(0), x.conv1d(o, mod))
+				return
+			}
+			// a weight the forward makes (weight_norm's): its
+			// derivatives.yaml entry, below
+			break
 		}
 		w := t(1)
 		if r == nil || len(r.Shape) != 4 || (w != graph.None && b.TensorAt(w).Role != graph.Parameter) {
@@ -770,13 +786,14 @@ func (x *bctx) aten(o *op) {
 	if x.derived(o) {
 		return
 	}
-	// An op none of whose operands requires grad records nothing for
-	// backward (autograd makes no node): its results are new tensors, made
+	// An op none of whose operands requires grad, or whose results are
+	// integers (floatResult), records nothing for backward (autograd
+	// makes no node): its results are new tensors, made
 	// here and freed after their last reader, whatever the op (torch.arange,
 	// the rotary tables' outer, cos and sin, a mask). What the op itself
 	// does with memory is not known without a rule: the op is counted
 	// (UnknownOps), so that the prediction says so.
-	if !x.anyGrad(o) {
+	if !x.anyGrad(o) || !x.floatResult(o) {
 		if x.unknown == nil {
 			x.unknown = map[string]int{}
 		}

@@ -326,3 +326,62 @@ class AutoModelForCausalLM:
 		t.Errorf("error %v, want one line saying transformers is needed", err)
 	}
 }
+
+// TestRunOutVariant: spectral_norm's power iteration (run under no_grad in
+// its forward pre-hook) calls F.normalize(..., out=u), recorded as div.out
+// with the out tensor among the keyword arguments: the recording's
+// mutated argument is a keyword-only one, and the result is that tensor,
+// no new memory (autograd refuses out= variants on what requires grad).
+// A tensor made in the forward without device= fails on the meta device,
+// as it would beside a GPU model, and the message says how to make it.
+func TestRunOutVariant(t *testing.T) {
+	py := torchPython(t)
+	dir := t.TempDir()
+	t.Setenv("TMPDIR", dir)
+	f := writeFactory(t, dir, `
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.utils.spectral_norm(nn.Linear(8, 8))
+        self.out = nn.Linear(8, 3)
+    def forward(self, x):
+        return self.out(torch.tanh(self.fc(x)))
+
+class Host(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.cell = nn.GRUCell(8, 8)
+    def forward(self, x):
+        return self.cell(x, torch.zeros(x.shape[0], 8))
+
+def make(batch_size):
+    return {"model": Net(), "inputs": torch.randn(batch_size, 8), "targets": torch.zeros(batch_size, dtype=torch.long)}
+
+def host(batch_size):
+    return {"model": Host(), "inputs": torch.randn(batch_size, 8), "targets": torch.zeros(batch_size, dtype=torch.long)}
+`)
+	out := filepath.Join(dir, "net.bfgraph")
+	if _, err := Run(context.Background(), Options{Python: py, Spec: f + ":make", Out: out}); err != nil {
+		t.Fatal(err)
+	}
+	m, err := Load(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	outs := 0
+	for _, o := range m.f.Ops {
+		if _, ok := o.Kwargs["out"]; ok && len(o.Mutates) > 0 && o.Mutates[0] >= len(o.Args) {
+			outs++
+		}
+	}
+	if outs == 0 {
+		t.Fatal("the recording has no out= op mutating a keyword argument")
+	}
+	if _, err := m.Build(models.Config{Batch: 4}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = Run(context.Background(), Options{Python: py, Spec: f + ":host", Out: filepath.Join(dir, "host.bfgraph")})
+	if err == nil || !strings.Contains(err.Error(), "device=x.device") {
+		t.Errorf("a CPU tensor beside the meta model: %v", err)
+	}
+}

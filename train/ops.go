@@ -212,7 +212,7 @@ func init() {
 			c.save(c.in[0])
 			c.save(c.w)
 			c.save(c.b)
-			rows := c.numel(0) / c.m.g.Tensors[c.op.Weight].Shape.Numel()
+			rows := c.numel(0) / normalizedNumel(c)
 			c.saveNew(rows * 4)
 			c.saveNew(rows * 4)
 		}, bwd: func(c *bwdCtx) {
@@ -455,6 +455,21 @@ func linearBiasApart(c *bwdCtx) bool {
 		return false
 	}
 	return c.op.Attr.InputCopy || (rank > 3 && !c.m.sim.s.Profile.LinearFusedAnyRank)
+}
+
+// normalizedNumel is the element count of a layer norm's normalized_shape:
+// the weight's, or, without one (elementwise_affine=False), the input's
+// last Attr.Dim dims.
+func normalizedNumel(c *fwdCtx) int64 {
+	if c.op.Weight != graph.None {
+		return c.m.g.Tensors[c.op.Weight].Shape.Numel()
+	}
+	s := c.m.g.Tensors[c.op.Inputs[0]].Shape
+	n := int64(1)
+	for _, d := range s[max(len(s)-max(c.op.Attr.Dim, 1), 0):] {
+		n *= d
+	}
+	return max(n, 1)
 }
 
 func saveResult(c *fwdCtx) { c.save(c.out) }

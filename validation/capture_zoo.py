@@ -53,7 +53,7 @@ IMAGE = 32
 # their captures are held to the whole-step CPU reference (step.py's
 # capture-NAME cases).
 # An entry NAME:FACTORY captures another factory of the file than make.
-EXAMPLES = ["amax", "clamp", "conv1d", "customfn", "encoder", "erf", "finetune", "groupnorm", "gru", "inplace", "inplace_ops", "lstm", "normalize", "rnn",
+EXAMPLES = ["amax", "clamp", "conv1d", "customfn", "encoder", "erf", "finetune", "groupnorm", "gru", "inplace", "inplace_ops", "layers", "lstm", "normalize", "rnn",
             "transformer", "unet", "nnunet2d:make_small"]
 
 

@@ -110,7 +110,7 @@ ALONE = ("vit_l_16",)
 # Models no builder covers, from batchfit's capture examples (examples/capture/NAME.py, each a
 # factory make(batch_size) returning the model, an example batch, targets and a loss): the
 # captured graphs of these are held to the cases below (validation/capture_test.go).
-CAPTURED = ("transformer", "rnn", "unet", "inplace", "inplace_ops", "finetune", "customfn", "nnunet2d")
+CAPTURED = ("transformer", "rnn", "unet", "inplace", "inplace_ops", "layers", "finetune", "customfn", "nnunet2d")
 # the factory of an example that is not make (capture_zoo.py captures the same one)
 CAPTURED_FACTORY = {"nnunet2d": "make_small"}
 CAPTURED_CASES = ((2, "sgd_momentum"), (4, "sgd_momentum"), (4, "adam"))
