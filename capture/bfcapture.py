@@ -686,7 +686,7 @@ def capture_once(torch, factory, batch, prev):
         mod = rec.module_stack[-1] if rec.module_stack else ""
         last = rec.ops[-1]["aten"] if rec.ops else "-"
         msg = str(e).split("\n")[0]
-        if "meta" in msg and ("expected device cpu" in msg or "same device" in msg):
+        if "meta" in msg and "cpu" in msg and ("expected device" in msg or "same device" in msg):
             # a tensor the forward made without device= is on the CPU
             # beside the model's: on a GPU the same call fails alike
             msg += " (a tensor made in the forward without device=, such as torch.zeros(n, h), is on the CPU while the model's are not; make it with device=x.device, as a GPU run needs too)"
