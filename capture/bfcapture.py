@@ -193,7 +193,7 @@ def to_meta(torch, x, what):
 
 
 def host_ranges(torch):
-    """The meta device context of torch >= 2.0, less the ranges: linspace,
+    """The meta device context of torch >= 2.0, less the ranges and values: linspace,
     logspace and arange without a device stay on the CPU. Models read such
     ranges as Python numbers while they are built, which meta tensors cannot
     give: timm's stochastic-depth schedules (ConvNeXt's
@@ -201,9 +201,11 @@ def host_ranges(torch):
     sum(depths)).split(depths)]``, ViT's ``[x.item() for x in
     torch.linspace(0, drop_path_rate, depth)]``) fail on meta with "Cannot
     copy out of meta tensor". A range is no weight; one kept as a buffer
-    goes to meta with the model (model.to("meta"))."""
+    goes to meta with the model (model.to("meta")). So do tensors made from
+    Python values (torch.tensor, torch.as_tensor): constants a constructor
+    computes with, such as a graph's edge list built from an arange."""
     from torch.utils._device import DeviceContext
-    ranges = {torch.linspace, torch.logspace, torch.arange}
+    ranges = {torch.linspace, torch.logspace, torch.arange, torch.tensor, torch.as_tensor}
 
     class Ctx(DeviceContext):
         def __torch_function__(self, func, types, args=(), kwargs=None):
@@ -567,10 +569,38 @@ def capture_once(torch, factory, batch, prev):
     name_inputs(inputs, "input", "input")
     name_inputs(targets, "target", "target")
 
+    def on_meta(args, kwargs):
+        """args and kwargs with each 0-d CPU tensor moved to meta where
+        another argument is on meta, or None where there is none to move.
+        A GPU kernel takes a 0-d CPU tensor as a number (TensorIterator's
+        CPU scalars; masked_fill's value, as DistilBERT's
+        torch.tensor(finfo.min) is), where some meta kernels check its
+        device and refuse it."""
+        flat = list(args) + list(kwargs.values())
+        if not any(isinstance(a, torch.Tensor) and a.device.type == "meta" for a in flat):
+            return None
+
+        def cpu0(a):
+            return isinstance(a, torch.Tensor) and a.device.type == "cpu" and a.dim() == 0
+        if not any(cpu0(a) for a in flat):
+            return None
+        with torch._C.DisableTorchFunction():
+            return (tuple(a.to("meta") if cpu0(a) else a for a in args),
+                    {k: v.to("meta") if cpu0(v) else v for k, v in kwargs.items()})
+
     class DM(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            out = func(*args, **(kwargs or {}))
-            rec.on_aten(func, args, kwargs or {}, out)
+            kwargs = kwargs or {}
+            try:
+                out = func(*args, **kwargs)
+            except RuntimeError:
+                # a meta kernel that refuses a CPU number: run it as a GPU
+                # would; the recording keeps the arguments as they were
+                moved = on_meta(args, kwargs)
+                if moved is None:
+                    raise
+                out = func(*moved[0], **moved[1])
+            rec.on_aten(func, args, kwargs, out)
             return out
 
     def call(func, args, kwargs, run):

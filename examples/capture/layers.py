@@ -1,7 +1,9 @@
 """Layers and ops beyond the common ones: a layer norm without affine
 weights, a weight-standardized 1-D convolution and a
 scaled Linear (whose weights the forward computes), an argmax whose
-indices gather the scores, and an unused parameter.
+indices gather the scores, a mask filled with a tensor made from a Python
+number (as transformers' DistilBERT fills its attention scores), and an
+unused parameter.
 
     batchfit capture examples/capture/layers.py:make -- estimate --batch 32
 """
@@ -32,7 +34,8 @@ class Net(nn.Module):
         y = torch.tanh(F.linear(y, self.fc.weight * self.scale, self.fc.bias))
         scores = self.head(y)
         best = scores.argmax(-1, keepdim=True)       # no gradient
-        return scores + 0.1 * torch.gather(scores, 1, best)
+        low = scores.masked_fill(scores < -3.0, torch.tensor(-3.0))
+        return low + 0.1 * torch.gather(scores, 1, best)
 
 
 def make(batch_size):
