@@ -3,6 +3,7 @@ package capture
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/batchfit/batchfit/graph"
@@ -677,7 +678,23 @@ func (x *bctx) in(o *op, id int) graph.TensorID {
 func (x *bctx) set(id *int, g graph.TensorID) {
 	if id != nil && g != graph.None {
 		x.ids[*id] = g
+		x.layout(&x.m.f.Tensors[*id], g)
 	}
+}
+
+// layout gives graph tensor g the recorded strides of t where t is dense
+// in another order than its dims' (graph.Tensor.Strides), the first time
+// g is mapped: the tensor an op made, not a later alias of it.
+func (x *bctx) layout(t *tensor, g graph.TensorID) {
+	gt := x.b.TensorAt(g)
+	if gt.Strides != nil || x.contig(t) {
+		return
+	}
+	s, st := x.shape(t), x.strides(t)
+	if st == nil || !slices.Equal(s, gt.Shape) || !graph.DenseStrides(s, st) {
+		return
+	}
+	gt.Strides = st
 }
 
 func (a arg) tensor() (int, bool) {
