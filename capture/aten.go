@@ -168,6 +168,14 @@ func (m *Model) Build(c models.Config) (*graph.Graph, error) {
 		}
 	}
 	blocks := blockModules(f.Modules, c.InnerBlocks)
+	type callAt struct {
+		module string
+		op     int
+	}
+	calls := map[callAt]*blockCall{}
+	for k := range f.Calls {
+		calls[callAt{f.Calls[k].Module, f.Calls[k].Op}] = &f.Calls[k]
+	}
 	// group is one torch function call (or one aten op) from op i; it
 	// returns where the next starts.
 	group := func(i int) int {
@@ -211,6 +219,17 @@ func (m *Model) Build(c models.Config) (*graph.Graph, error) {
 		// every op's input instead.
 		x.scope = blk
 		b.Block(blk, func() {
+			if call := calls[callAt{blk, i}]; call != nil {
+				// what torch.utils.checkpoint would keep: every tensor
+				// the call is handed (train's keepBlockInputs)
+				var ts []graph.TensorID
+				for _, t := range call.Args {
+					if g := x.ids[t]; g != graph.None {
+						ts = append(ts, g)
+					}
+				}
+				b.Handed(ts...)
+			}
 			for i < len(f.Ops) && ok() && blockOf(blocks, f.Ops[i].Module) == blk {
 				i = group(i)
 			}

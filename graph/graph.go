@@ -356,6 +356,11 @@ type Graph struct {
 	// Blocks names the repeated blocks (transformer layers, residual
 	// blocks) that activation checkpointing wraps one at a time.
 	Blocks []string
+	// BlockArgs are, per block, the tensors its call is handed, read or
+	// not (a Llama layer's position_ids beside its position embeddings),
+	// as a capture recorded them; nil where not known (the builders,
+	// older captures): what torch.utils.checkpoint keeps for the block.
+	BlockArgs [][]TensorID
 }
 
 // Tensor returns the tensor with the given id.
@@ -455,6 +460,16 @@ func (g *Graph) Validate() error {
 		produced[op.Output] = true
 		if op.Block >= int32(len(g.Blocks)) {
 			return fmt.Errorf("op %d (%s %s): block %d out of range", i, op.Kind, op.Name, op.Block)
+		}
+	}
+	if len(g.BlockArgs) > len(g.Blocks) {
+		return fmt.Errorf("graph %s: arguments of %d blocks, %d blocks", g.Name, len(g.BlockArgs), len(g.Blocks))
+	}
+	for b, args := range g.BlockArgs {
+		for _, t := range args {
+			if !in(t) {
+				return fmt.Errorf("block %d (%s): argument %d out of range", b, g.Blocks[b], t)
+			}
 		}
 	}
 	if !in(g.Loss) || !produced[g.Loss] {

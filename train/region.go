@@ -54,10 +54,33 @@ func (m *micro) dropRNGState(blk int32) {
 	m.sim.unref(st)
 }
 
-// keepBlockInputs is checkpoint's _NoopSaveInputs: the tensors the block
-// reads from outside are held until its backward.
+// keepBlockInputs is what the region's checkpoint call keeps until its
+// backward: every tensor the function is handed, read or not
+// (torch/utils/checkpoint.py: CheckpointFunction.forward's
+// ctx.save_for_backward(*tensor_inputs) and ctx.inputs, which holds the
+// tuples; _NoopSaveInputs' save_for_backward and the get_args closure).
+// Where a capture recorded the block's call (graph.Graph.BlockArgs) those
+// are its arguments: a Llama layer is handed position_ids, which it does
+// not read when given the position embeddings. The tensors the region
+// reads from outside it are kept too: its arguments where nothing else
+// is known (the builders, older captures, an attention core), and
+// otherwise a tensor it reads without being handed it (a module's
+// attribute), which its recomputation needs.
 func (m *micro) keepBlockInputs(blk int32) {
 	seen := map[*storage]bool{}
+	keep := func(t graph.TensorID) {
+		st := m.val[t].st
+		if st != nil && !seen[st] && m.g.Tensors[t].Role == graph.Activation {
+			seen[st] = true
+			m.sim.ref(st)
+			m.blockInputs[blk] = append(m.blockInputs[blk], st)
+		}
+	}
+	if b := m.regionBlock(blk); b >= 0 && int(b) < len(m.g.BlockArgs) {
+		for _, t := range m.g.BlockArgs[b] {
+			keep(t)
+		}
+	}
 	for i := m.blockFirst[blk]; i < len(m.g.Ops) && m.plan.region[i] == blk; i++ {
 		if m.g.Ops[i].Kind == graph.Release {
 			// A release inside the block is Python letting go of a
@@ -65,23 +88,25 @@ func (m *micro) keepBlockInputs(blk int32) {
 			// holds a stage's input until the stage returns: timm
 			// Swin's PatchMerging rebinds x while the caller's loop
 			// variable keeps it), no read: the checkpoint keeps the
-			// arguments the function is handed
-			// (torch/utils/checkpoint.py, CheckpointFunction.forward's
-			// save_for_backward, _NoopSaveInputs), not these.
+			// arguments the function is handed, not these.
 			continue
 		}
 		for _, t := range m.g.Ops[i].Inputs {
-			if m.producedIn(t, blk) {
-				continue
-			}
-			st := m.val[t].st
-			if st != nil && !seen[st] && m.g.Tensors[t].Role == graph.Activation {
-				seen[st] = true
-				m.sim.ref(st)
-				m.blockInputs[blk] = append(m.blockInputs[blk], st)
+			if !m.producedIn(t, blk) {
+				keep(t)
 			}
 		}
 	}
+}
+
+// regionBlock is the block that region r wraps whole (Regions: every
+// Every-th block), or -1 where the region is an attention core.
+func (m *micro) regionBlock(r int32) int32 {
+	b := m.g.Ops[m.blockFirst[r]].Block
+	if e := m.sim.s.Checkpoint.Every; e > 0 && b >= 0 && int(b)%e == 0 {
+		return b
+	}
+	return -1
 }
 
 func (m *micro) producedIn(t graph.TensorID, blk int32) bool {

@@ -198,13 +198,6 @@ func TestCheckpointHF(t *testing.T) {
 // explained (docs/accuracy.md §12, "Transformers' own checkpointing"):
 // a difference that changes is an error, as a new one is.
 var hfCheckpointGaps = map[string]checkpointGap{
-	// LlamaModel hands each layer position_ids, (1, 16) int64, which the
-	// layer does not read when given position_embeddings: the
-	// checkpoint keeps it, a captured block keeps what it reads
-	"hf-llama-eager hf":               {saved: -128, end: -128},
-	"hf-llama-eager hf-non-reentrant": {saved: -128, end: -128},
-	"hf-llama-sdpa hf":                {saved: -128, end: -128},
-	"hf-llama-sdpa hf-non-reentrant":  {saved: -128, end: -128},
 	// T5Attention makes its zero position bias require grad under
 	// gradient checkpointing (modeling_t5.py, compute_bias's
 	// alternative): without reentrance the leaf, (1, 4, 16, 16) float32,

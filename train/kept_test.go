@@ -105,3 +105,52 @@ func TestWrappedNumberKept(t *testing.T) {
 		}
 	}
 }
+
+// TestHandedKept: a checkpointed block keeps every tensor its call is
+// handed (graph.Graph.BlockArgs), read or not, as torch.utils.checkpoint
+// keeps its function's arguments: here u, [4, 8] float32, 128 bytes, which
+// the block is handed but only the head reads. Without checkpointing the
+// arguments change nothing.
+func TestHandedKept(t *testing.T) {
+	build := func(handed bool) *graph.Graph {
+		b := graph.NewBuilder("handed")
+		x := b.Input("x", graph.Shape{4, 8}, graph.F32)
+		b.TensorAt(x).RequiresGrad = true
+		u := b.Scale("u", x)
+		h := x
+		b.Block("l0", func() {
+			if handed {
+				b.Handed(h, u)
+			}
+			h = b.Act(graph.ReLU, "relu", b.Linear("fc", h, 8, true), false)
+		})
+		y := b.Target("y", graph.Shape{4}, graph.I64)
+		b.CrossEntropy("loss", b.Linear("head", b.Add("add", h, u), 2, true), y)
+		g, err := b.Graph()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return g
+	}
+	for _, c := range []struct {
+		policy string
+		want   int64
+	}{{"full", 128}, {"full-reentrant", 128}, {"none", 0}} {
+		ck, err := ParseCheckpoint(c.policy)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := Setup{CPU: true, Profile: mustProfile(t, "2.5"), Steps: 1, Checkpoint: ck, Optimizer: Optimizer{Kind: SGD}}
+		var saved, ends [2]int64
+		for k, handed := range []bool{false, true} {
+			tr, sum, err := Simulate(build(handed), s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			saved[k], ends[k] = sum.ActivationsBytes, forwardEnd(tr)
+		}
+		if saved[1]-saved[0] != c.want || ends[1]-ends[0] != c.want {
+			t.Errorf("--checkpoint %s: handing u keeps %d B more saved and %d B more at the forward's end, want %d", c.policy, saved[1]-saved[0], ends[1]-ends[0], c.want)
+		}
+	}
+}
