@@ -3,6 +3,7 @@ package capture
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/batchfit/batchfit/graph"
@@ -167,6 +168,14 @@ func (m *Model) Build(c models.Config) (*graph.Graph, error) {
 		}
 	}
 	blocks := blockModules(f.Modules, c.InnerBlocks)
+	type callAt struct {
+		module string
+		op     int
+	}
+	calls := map[callAt]*blockCall{}
+	for k := range f.Calls {
+		calls[callAt{f.Calls[k].Module, f.Calls[k].Op}] = &f.Calls[k]
+	}
 	// group is one torch function call (or one aten op) from op i; it
 	// returns where the next starts.
 	group := func(i int) int {
@@ -210,6 +219,17 @@ func (m *Model) Build(c models.Config) (*graph.Graph, error) {
 		// every op's input instead.
 		x.scope = blk
 		b.Block(blk, func() {
+			if call := calls[callAt{blk, i}]; call != nil {
+				// what torch.utils.checkpoint would keep: every tensor
+				// the call is handed (train's keepBlockInputs)
+				var ts []graph.TensorID
+				for _, t := range call.Args {
+					if g := x.ids[t]; g != graph.None {
+						ts = append(ts, g)
+					}
+				}
+				b.Handed(ts...)
+			}
 			for i < len(f.Ops) && ok() && blockOf(blocks, f.Ops[i].Module) == blk {
 				i = group(i)
 			}
@@ -683,7 +703,23 @@ func (x *bctx) in(o *op, id int) graph.TensorID {
 func (x *bctx) set(id *int, g graph.TensorID) {
 	if id != nil && g != graph.None {
 		x.ids[*id] = g
+		x.layout(&x.m.f.Tensors[*id], g)
 	}
+}
+
+// layout gives graph tensor g the recorded strides of t where t is dense
+// in another order than its dims' (graph.Tensor.Strides), the first time
+// g is mapped: the tensor an op made, not a later alias of it.
+func (x *bctx) layout(t *tensor, g graph.TensorID) {
+	gt := x.b.TensorAt(g)
+	if gt.Strides != nil || x.contig(t) {
+		return
+	}
+	s, st := x.shape(t), x.strides(t)
+	if st == nil || !slices.Equal(s, gt.Shape) || !graph.DenseStrides(s, st) {
+		return
+	}
+	gt.Strides = st
 }
 
 func (a arg) tensor() (int, bool) {

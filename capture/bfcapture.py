@@ -29,7 +29,14 @@ What is recorded, and by which PyTorch mechanism:
   PyTorch keeps a tensor's Python object alive while C++ holds the
   tensor, so the pack hook hands autograd an alias of what it saves, and
   the finalizer runs when Python lets go of the tensor, saved or not
-  (producer "capture" 2; before, a saved tensor's ran only in backward).
+  (producer "capture" 2; before, a saved tensor's ran only in backward);
+* the tensors each call of a numbered child of a container (layers.0,
+  blocks.3: a block activation checkpointing may wrap) is handed, through
+  a forward pre-hook on the module (with its keyword arguments under
+  torch 2.x, register_forward_pre_hook(with_kwargs=True); positional ones
+  under 1.13), in tuples, lists and dicts too: torch.utils.checkpoint
+  keeps every tensor its function is handed, read or not (producer
+  "capture" 3, the file's "calls").
 
 The model is captured at two batch sizes and every size, stride and integer
 argument that differs is recorded as linear in the batch, so that one file
@@ -50,7 +57,7 @@ import weakref
 
 FORMAT = "batchfit-graph"
 VERSION = 1
-CAPTURE = 2
+CAPTURE = 3
 # A tensor on a real device larger than this during the capture means the
 # model allocates memory of its own (torch.zeros(..., device="cpu") in its
 # forward, a weight created outside register_parameter, ...).
@@ -302,6 +309,7 @@ class Recorder:
         self.custom_calls = 0
         self.custom_info = {}
         self.packs = []        # (position in ops, tensor id)
+        self.calls = []        # block calls: module, first op, tensors handed
         self.frees = {}
         self.done = False
         self.real_error = None
@@ -657,6 +665,43 @@ def capture_once(torch, factory, batch, prev):
     def pre(m, inp):
         rec.module_stack.append(names.get(id(m), "?"))
 
+    # a numbered child of a container (the blocks Go's blockModules picks
+    # from): what each call is handed, as the checkpoint that may wrap it
+    # would keep it
+    def handed(path):
+        def hook(m, args, kwargs=None):
+            if rec.busy:
+                return None
+            ids = []
+
+            def add(v):
+                if isinstance(v, torch.Tensor):
+                    i = rec.tid(v)
+                    if i not in ids:
+                        ids.append(i)
+                elif isinstance(v, (list, tuple)):
+                    for w in v:
+                        add(w)
+                elif isinstance(v, dict):
+                    for k in sorted(v, key=str):
+                        add(v[k])
+            add(list(args))
+            add(kwargs or {})
+            rec.calls.append({"module": path, "op": len(rec.ops), "args": ids})
+            return None
+        return hook
+    call_hooks = []
+    for n, m in model.named_modules():
+        last = n.rsplit(".", 1)
+        if len(last) != 2 or not last[1].isdigit():
+            continue
+        h = handed(n)
+        try:
+            call_hooks.append(m.register_forward_pre_hook(h, with_kwargs=True))
+        except TypeError:
+            # torch 1.13: no keyword arguments reach a pre-hook
+            call_hooks.append(m.register_forward_pre_hook(lambda mod, inp, h=h: h(mod, inp)))
+
     def post(m, inp, out):
         if rec.module_stack:
             rec.module_stack.pop()
@@ -725,7 +770,7 @@ def capture_once(torch, factory, batch, prev):
         fail("the forward failed in module %r after op %s: %s: %s" % (mod, last, type(e).__name__, msg))
     finally:
         unpatch()
-        for h in hooks:
+        for h in hooks + call_hooks:
             h.remove()
         for cls, orig in wrapped:
             if orig is None:
@@ -768,6 +813,7 @@ def capture_once(torch, factory, batch, prev):
         "outputs": out_ids,
         "backward": backward,
         "custom_calls": [rec.custom_info[k] for k in sorted(rec.custom_info)],
+        "calls": rec.calls,
         "name": type(model).__name__,
         "takes_batch": takes,
     }, d
@@ -844,6 +890,8 @@ def merge(g0, g1, b0, b1):
             if key in o0:
                 for k in o0[key]:
                     merge_arg(o0[key][k], o1[key].get(k, {}), b0, b1, where)
+    if [(c["module"], c["op"], c["args"]) for c in g0["calls"]] != [(c["module"], c["op"], c["args"]) for c in g1["calls"]]:
+        fail("the blocks were called with other tensors at batch %d than at batch %d: the graph depends on the batch size" % (b0, b1))
     for t0, t1 in zip(g0["tensors"], g1["tensors"]):
         where = "tensor %d (%s)" % (t0["id"], t0.get("name", "made by op %s" % t0.get("op", "?")))
         if len(t0["shape"]) != len(t1["shape"]) or t0["dtype"] != t1["dtype"]:
@@ -910,6 +958,8 @@ def capture(spec, out, batches, factory=None):
         "backward": g["backward"],
         "custom_calls": g["custom_calls"],
     }
+    if g["calls"]:
+        doc["calls"] = g["calls"]
     data = json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
     tmp = out + ".tmp"
     try:

@@ -56,6 +56,18 @@ type file struct {
 	// CustomCalls are the applications of torch.autograd.Function
 	// subclasses: their tensor arguments, results and what they saved.
 	CustomCalls []customCall `json:"custom_calls"`
+	// Calls are the calls of the numbered children of containers (the
+	// candidate blocks) with the tensors each was handed (producer
+	// "capture" 3).
+	Calls []blockCall `json:"calls"`
+}
+
+// blockCall is one call of a module: Op is the index of the first op it
+// ran, Args the tensors it was handed, in tuples, lists and dicts too.
+type blockCall struct {
+	Module string `json:"module"`
+	Op     int    `json:"op"`
+	Args   []int  `json:"args"`
 }
 
 type customCall struct {
@@ -335,6 +347,17 @@ func (f *file) check() error {
 		}
 		for j, p := range c.Outputs {
 			if err := ref(fmt.Sprintf("%s: outputs[%d]", at, j), p); err != nil {
+				return err
+			}
+		}
+	}
+	for i, c := range f.Calls {
+		at := fmt.Sprintf("calls[%d]", i)
+		if c.Op < 0 || c.Op > nops {
+			return fmt.Errorf("%s: op %d out of range (%d ops)", at, c.Op, nops)
+		}
+		for j := range c.Args {
+			if err := ref(fmt.Sprintf("%s: args[%d]", at, j), &c.Args[j]); err != nil {
 				return err
 			}
 		}

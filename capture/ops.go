@@ -625,7 +625,7 @@ func (x *bctx) aten(o *op) {
 			break
 		}
 		if !isT(1) || x.scalarTensor(as[1]) {
-			x.set(out(0), b.Scale(mod, t(0)))
+			x.set(out(0), b.ScaleNumber(mod, t(0), false, x.wrappedNumber(o, base)))
 			return
 		}
 		k := graph.Add
@@ -644,9 +644,10 @@ func (x *bctx) aten(o *op) {
 		}
 		if !isT(1) || x.scalarTensor(as[1]) {
 			if base == "mul" || base == "div" {
-				// x *= number: in place, nothing saved (MulBackward1 keeps
-				// the number; its backward makes grad * number)
-				x.set(out(0), b.ScaleInplace(mod, t(0)))
+				// x *= number: in place; MulBackward0 (DivBackward0)
+				// keeps the wrapped number (wrappedNumber), and its
+				// backward makes grad * number
+				x.set(out(0), b.ScaleNumber(mod, t(0), true, x.wrappedNumber(o, base)))
 				return
 			}
 			// x += number: AddBackward1 hands the gradient on as it is
@@ -868,6 +869,46 @@ func (x *bctx) scalarTensor(a arg) bool {
 	}
 	t := &x.m.f.Tensors[id]
 	return len(t.Shape) == 0 && t.Role != "parameter" && t.Role != "buffer" && x.ids[id] == graph.None
+}
+
+// wrappedNumber is the bytes of the 0-d tensor that op o (base name
+// base: mul or div, in place or not) keeps for its Python-number operand,
+// or 0. Python's x * 0.5, x / 4, x.mul_(0.5) reach mul.Tensor, div.Tensor
+// and their in-place forms: the argument parser wraps the number in a 0-d
+// CPU tensor (scalar_to_tensor, marked a wrapped number) of the number's
+// type, a double, an int64 or a bool, and the derivative formulas of
+// tools/autograd/derivatives.yaml save it (mul.Tensor's self:
+// mul_tensor_backward(grad, other, ...), other saved when self requires
+// grad; div.Tensor's other is read by both formulas). mul.Scalar and
+// div.Scalar, reached only from C++ (F.dropout's div_), keep the number
+// as a c10::Scalar, no tensor; add and sub keep none. The capture records
+// the wrapped number as a value (2.x's dispatch mode unwraps it), or as a
+// 0-d CPU tensor.
+func (x *bctx) wrappedNumber(o *op, base string) int64 {
+	if (base != "mul" && base != "div") || (o.Overload != "Tensor" && o.Overload != "Tensor_mode") || len(o.Args) < 2 {
+		return 0
+	}
+	a := o.Args[1]
+	if id, ok := a.tensor(); ok {
+		t := &x.m.f.Tensors[id]
+		dt, err := graph.ParseDType(t.DType)
+		if t.Device != "cpu" || err != nil {
+			return 0
+		}
+		return dt.Size()
+	}
+	if _, ok := a.boolean(); ok {
+		return 1
+	}
+	if _, ok := a.float(); ok {
+		return 8
+	}
+	switch a.str() {
+	case "inf", "-inf", "nan":
+		// float("inf"), recorded as its repr
+		return 8
+	}
+	return 0
 }
 
 // numBatches is the num_batches_tracked buffer of a batch-norm module.

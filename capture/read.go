@@ -98,6 +98,8 @@ func decodeFile(dec *json.Decoder) (*file, error) {
 			err = decodeArray(dec, key, maxModules, &f.Modules, nil)
 		case "custom_calls":
 			err = decodeArray(dec, key, graph.MaxOps, &f.CustomCalls, nil)
+		case "calls":
+			err = decodeArray(dec, key, graph.MaxOps, &f.Calls, nil)
 		case "format":
 			err = dec.Decode(&f.Format)
 		case "version":

@@ -139,6 +139,18 @@ func (b *Builder) Block(name string, fn func()) {
 	b.block = prev
 }
 
+// Handed records the tensors the call of the block being built is handed
+// (Graph.BlockArgs); outside a block it does nothing.
+func (b *Builder) Handed(ts ...TensorID) {
+	if b.block < 0 {
+		return
+	}
+	for len(b.g.BlockArgs) <= int(b.block) {
+		b.g.BlockArgs = append(b.g.BlockArgs, nil)
+	}
+	b.g.BlockArgs[b.block] = append([]TensorID{}, ts...)
+}
+
 // grow doubles a full slice's capacity: append alone grows large slices by
 // a quarter, copying a graph of thousands of ops several times over.
 func grow[E any](s []E) []E {

@@ -2,6 +2,7 @@ package graph
 
 import (
 	"fmt"
+	"sort"
 	"strings"
 )
 
@@ -147,6 +148,42 @@ type Tensor struct {
 	// KeepDType marks a parameter that keeps DType whatever the
 	// precision: PEFT's float32 LoRA weights on a quantized base.
 	KeepDType bool
+	// Strides are the tensor's strides in elements where it is dense but
+	// laid out in another order than its dims' (a TensorIterator result
+	// of a permuted operand: Whisper's conv output permuted and added to
+	// its positions), as a capture recorded them; nil where it is
+	// contiguous, not dense, or not known (the builders). A reentrant
+	// checkpoint's detached input has them, and so its .grad
+	// (train.handOnDetached).
+	Strides []int64
+}
+
+// DenseStrides is TensorImpl::compute_non_overlapping_and_dense
+// (c10/core/TensorImpl.cpp): the dims of shape s, ordered by their
+// strides st (elements) from the smallest, each step the product of the
+// sizes before it, dims of size 1 skipped: the tensor fills its storage
+// without gaps or overlaps, in whatever order.
+func DenseStrides(s Shape, st []int64) bool {
+	if len(st) != len(s) {
+		return false
+	}
+	order := make([]int, len(s))
+	for i := range order {
+		order[i] = i
+	}
+	sort.SliceStable(order, func(a, b int) bool { return st[order[a]] > st[order[b]] })
+	want := int64(1)
+	for k := len(order) - 1; k >= 0; k-- {
+		d := order[k]
+		if s[d] == 1 {
+			continue
+		}
+		if st[d] != want {
+			return false
+		}
+		want *= s[d]
+	}
+	return true
 }
 
 // Bytes is the size of the tensor's own elements.
@@ -205,6 +242,13 @@ type Attr struct {
 	// flash kernel then lays its output out as the query.
 	QueryContiguous bool
 	Scalar          bool // mul/div by a Python number rather than a tensor
+	// Number is, on a Scalar op, the bytes of the 0-d host tensor the
+	// Python argument parser wrapped the number in (a double or an int64:
+	// 8; a bool: 1) when the op is mul.Tensor or div.Tensor (in place or
+	// not), whose node keeps it (MulBackward0's and DivBackward0's other);
+	// 0 where the op saves no tensor for it (add, sub, mul.Scalar) or the
+	// builder does not say.
+	Number int64
 	// InputCopy marks a layer_norm whose input is not contiguous:
 	// native_layer_norm works on input.contiguous(), a temporary copy (it
 	// still saves the input argument itself); and a linear whose N-D input
@@ -312,6 +356,11 @@ type Graph struct {
 	// Blocks names the repeated blocks (transformer layers, residual
 	// blocks) that activation checkpointing wraps one at a time.
 	Blocks []string
+	// BlockArgs are, per block, the tensors its call is handed, read or
+	// not (a Llama layer's position_ids beside its position embeddings),
+	// as a capture recorded them; nil where not known (the builders,
+	// older captures): what torch.utils.checkpoint keeps for the block.
+	BlockArgs [][]TensorID
 }
 
 // Tensor returns the tensor with the given id.
@@ -411,6 +460,16 @@ func (g *Graph) Validate() error {
 		produced[op.Output] = true
 		if op.Block >= int32(len(g.Blocks)) {
 			return fmt.Errorf("op %d (%s %s): block %d out of range", i, op.Kind, op.Name, op.Block)
+		}
+	}
+	if len(g.BlockArgs) > len(g.Blocks) {
+		return fmt.Errorf("graph %s: arguments of %d blocks, %d blocks", g.Name, len(g.BlockArgs), len(g.Blocks))
+	}
+	for b, args := range g.BlockArgs {
+		for _, t := range args {
+			if !in(t) {
+				return fmt.Errorf("block %d (%s): argument %d out of range", b, g.Blocks[b], t)
+			}
 		}
 	}
 	if !in(g.Loss) || !produced[g.Loss] {

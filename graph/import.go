@@ -271,3 +271,19 @@ func (b *Builder) ScaleInplace(name string, x TensorID) TensorID {
 	b.cl[out] = b.cl[x]
 	return out
 }
+
+// ScaleNumber is Scale (ScaleInplace when inplace) by a Python number
+// that the op's node keeps as a 0-d tensor of bytes (Attr.Number):
+// x * 0.5 or x.div_(2) reach mul.Tensor and div_.Tensor with the number
+// wrapped, and MulBackward0 and DivBackward0 save other.
+func (b *Builder) ScaleNumber(name string, x TensorID, inplace bool, bytes int64) TensorID {
+	out := b.Scale
+	if inplace {
+		out = b.ScaleInplace
+	}
+	y := out(name, x)
+	if y != None && len(b.g.Ops) > 0 && b.g.Ops[len(b.g.Ops)-1].Output == y {
+		b.g.Ops[len(b.g.Ops)-1].Attr.Number = bytes
+	}
+	return y
+}

@@ -15,9 +15,9 @@ import "github.com/batchfit/batchfit/graph"
 // inside shifted_window_attention: the qkv projection (through k and v),
 // the scaled q, the relative position bias and the function's input stay
 // referenced until the function returns (a Release op; measured with
-// validation/step.py). Not modelled: the 8-byte CPU scalar that
-// q * head_dim**-0.5 saves (a wrapped Python number, held on the host on
-// CUDA).
+// validation/step.py). The 8-byte CPU scalar that q * head_dim**-0.5
+// saves (a wrapped Python number) counts in a CPU run only: on CUDA it is
+// host memory.
 
 type tvSwinSpec struct {
 	name                 string
@@ -171,7 +171,9 @@ func tvShiftedWindowAttention(b *graph.Builder, name string, x graph.TensorID, h
 		q := b.Select("q", qkv, 0)
 		k := b.Select("k", qkv, 0)
 		v := b.Select("v", qkv, 0)
-		q = b.Scale("q_scale", q) // q * head_dim ** -0.5: a new tensor
+		// q * head_dim ** -0.5: a new tensor; MulBackward0 keeps the
+		// wrapped Python number, an 8-byte double (graph.Attr.Number)
+		q = b.ScaleNumber("q_scale", q, false, 8)
 		qScaled := q
 		kt := b.Transpose("k_transpose", k, -2, -1)
 		attn := tvMatMul4D(b, "matmul_qk", q, kt)

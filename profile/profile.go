@@ -115,6 +115,15 @@ type Profile struct {
 	// train.accumulate); torch 1.13 always adds out of place
 	// (old_var + var), measured with validation/step.py.
 	InputBufferInPlace bool `json:"input_buffer_in_place"`
+	// WrappedNumberUnhooked: SavedVariable's constructor
+	// (torch/csrc/autograd/saved_variable.cpp) keeps a wrapped number
+	// (the 0-d tensor a Python number becomes: the other of x * 0.5)
+	// itself rather than handing it to the saved-tensor hooks ("Avoid
+	// wrapped numbers from being leaked to the user"), so a
+	// non-reentrant checkpoint's pack hook never sees it and its node
+	// keeps it to backward. Torch 1.13 packs it like any tensor, and the
+	// checkpoint lets it go (both measured on the CPU, 8 bytes a number).
+	WrappedNumberUnhooked bool `json:"wrapped_number_unhooked"`
 	// MatmulAllowTF32 is torch.backends.cuda.matmul.allow_tf32's default:
 	// off since 1.12, so float32 matmuls run on the CUDA cores.
 	// CudnnAllowTF32 is torch.backends.cudnn.allow_tf32's: on, so float32

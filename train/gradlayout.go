@@ -103,25 +103,10 @@ func denseOrder(s graph.Shape, st []int64) []int {
 	return order
 }
 
-// isDense is TensorImpl::compute_non_overlapping_and_dense: the dims,
-// ordered by stride, are contiguous (sizes of 1 skipped).
+// isDense is TensorImpl::compute_non_overlapping_and_dense
+// (graph.DenseStrides), nil strides being a contiguous tensor's.
 func isDense(s graph.Shape, st []int64) bool {
-	if st == nil {
-		return true
-	}
-	order := denseOrder(s, st)
-	want := int64(1)
-	for k := len(order) - 1; k >= 0; k-- {
-		d := order[k]
-		if s[d] == 1 {
-			continue
-		}
-		if st[d] != want {
-			return false
-		}
-		want *= s[d]
-	}
-	return true
+	return st == nil || graph.DenseStrides(s, st)
 }
 
 // denseLike are the strides of a new dense tensor of shape s laid out in
@@ -236,6 +221,20 @@ func channelsLastStrides(s graph.Shape, st []int64) bool {
 		least = st[d]
 		if s[d] > 1 {
 			least *= s[d]
+		}
+	}
+	return true
+}
+
+// obeysLayout is obeys_layout_contract
+// (torch/csrc/autograd/utils/grad_layout_contract.h) for a gradient with
+// strides gst of a dense variable with strides vst (nil: contiguous) of
+// shape s: the same strides in every dim of more than one element.
+func obeysLayout(s graph.Shape, gst, vst []int64) bool {
+	g, v := stridesOf(s, gst), stridesOf(s, vst)
+	for i := range s {
+		if s[i] != 1 && g[i] != v[i] {
+			return false
 		}
 	}
 	return true

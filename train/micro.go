@@ -44,6 +44,11 @@ type micro struct {
 	// rngState is, per region, the CPU generator state its checkpoint
 	// call keeps (a CPU run only: cpuRNGStateBytes)
 	rngState []*storage
+	// numbers holds, per op, the wrapped Python number its node keeps
+	// (a CPU run only: keepNumber); renumbers those of a non-reentrant
+	// region's recomputation, which go with the recomputed graph
+	numbers   []*storage
+	renumbers []*storage
 	// reentrant: the regions run through CheckpointFunction
 	// (Checkpoint.Reentrant). regionOut lists, per region, the tensors
 	// its ops make that ops outside it read (the outputs the wrapped
@@ -100,6 +105,8 @@ type detachedGrad struct {
 	st   *storage
 	dt   graph.DType
 	view bool
+	// layout: its strides, nil when it is contiguous (gradlayout.go)
+	layout []int64
 }
 
 type inputCast struct {
@@ -330,82 +337,6 @@ func (m *micro) clearCastCache() {
 	m.castOrder = m.castOrder[:0]
 }
 
-// cpuRNGStateBytes is what torch.get_rng_state() returns for the CPU
-// generator: a uint8 tensor of sizeof(CPUGeneratorImplState)
-// (aten/src/ATen/CPUGeneratorImpl.cpp, get_state): the Mersenne Twister's
-// 624 64-bit words, its seed and counters and the cached normal samples,
-// 5,056 bytes with the struct's padding.
-const cpuRNGStateBytes = 5056
-
-// keepRNGState is the CPU generator state a checkpoint call stashes to
-// replay its dropout masks (preserve_rng_state=True, the default):
-// CheckpointFunction.forward's ctx.fwd_cpu_state, or the fwd_cpu_state
-// that _checkpoint_without_reentrant_generator's recompute_fn closes over
-// (torch/utils/checkpoint.py). It is host memory: only a CPU run, whose
-// every tensor is host memory, counts it. A GPU's generator states, which
-// the call stashes too, are host tensors as well (get_device_states).
-func (m *micro) keepRNGState(blk int32) {
-	if !m.sim.s.CPU {
-		return
-	}
-	st := m.sim.alloc(cpuRNGStateBytes, trace.Transient)
-	st.refs = 1
-	m.rngState[blk] = st
-}
-
-// dropRNGState releases a region's stashed generator state when its
-// holder goes: without reentrance, the frame that recompute_fn belongs to,
-// which the saved-tensor hooks of the region's nodes hold until the
-// region's backward has run; with it, the CheckpointFunctionBackward
-// node's ctx, which lives as long as the graph, until the loop lets the
-// loss go (graphHeld).
-func (m *micro) dropRNGState(blk int32) {
-	st := m.rngState[blk]
-	if st == nil {
-		return
-	}
-	m.rngState[blk] = nil
-	if m.sim.s.Checkpoint.Reentrant && !m.pipelined {
-		m.sim.graphHeld = append(m.sim.graphHeld, st)
-		return
-	}
-	m.sim.unref(st)
-}
-
-// keepBlockInputs is checkpoint's _NoopSaveInputs: the tensors the block
-// reads from outside are held until its backward.
-func (m *micro) keepBlockInputs(blk int32) {
-	seen := map[*storage]bool{}
-	for i := m.blockFirst[blk]; i < len(m.g.Ops) && m.plan.region[i] == blk; i++ {
-		if m.g.Ops[i].Kind == graph.Release {
-			// A release inside the block is Python letting go of a
-			// tensor made before it (a captured model's nn.Sequential
-			// holds a stage's input until the stage returns: timm
-			// Swin's PatchMerging rebinds x while the caller's loop
-			// variable keeps it), no read: the checkpoint keeps the
-			// arguments the function is handed
-			// (torch/utils/checkpoint.py, CheckpointFunction.forward's
-			// save_for_backward, _NoopSaveInputs), not these.
-			continue
-		}
-		for _, t := range m.g.Ops[i].Inputs {
-			if m.producedIn(t, blk) {
-				continue
-			}
-			st := m.val[t].st
-			if st != nil && !seen[st] && m.g.Tensors[t].Role == graph.Activation {
-				seen[st] = true
-				m.sim.ref(st)
-				m.blockInputs[blk] = append(m.blockInputs[blk], st)
-			}
-		}
-	}
-}
-
-func (m *micro) producedIn(t graph.TensorID, blk int32) bool {
-	return blk >= 0 && m.producer[t] == blk
-}
-
 // measureSaved records the activations autograd holds at the end of the
 // first forward pass.
 func (m *micro) measureSaved() {
@@ -456,6 +387,10 @@ func (m *micro) releaseNode(i int) {
 		m.sim.unref(st)
 	}
 	m.nodes[i] = nil
+	if m.numbers != nil && m.numbers[i] != nil {
+		m.sim.unref(m.numbers[i])
+		m.numbers[i] = nil
+	}
 }
 
 func (m *micro) backward() {
@@ -569,135 +504,6 @@ func (m *micro) backward() {
 	}
 }
 
-// recompute reruns a checkpointed block's forward inside backward, saving
-// what its nodes save, under the autocast state of the forward (a fresh
-// autocast region, so a fresh weight-cast cache).
-func (m *micro) recompute(blk int32) {
-	sim := m.sim
-	m.recomputed[blk] = true
-	first := m.blockFirst[blk]
-	m.saving = true
-	last := first
-	for i := first; i < len(m.g.Ops) && m.plan.region[i] == blk; i++ {
-		last = i
-	}
-	// Consumers inside the block only: outside consumers already ran.
-	// The block's outputs may carry negative counts from later blocks'
-	// recomputes, which consumed them as external inputs: start from zero.
-	for i := first; i <= last; i++ {
-		m.remaining[m.g.Ops[i].Output] = 0
-	}
-	for i := first; i <= last; i++ {
-		for _, t := range m.g.Ops[i].Inputs {
-			if m.producedIn(t, blk) {
-				m.remaining[t]++
-			}
-		}
-	}
-	if m.reentrant {
-		// the function's return value outlives the ops inside
-		for _, t := range m.regionOut[blk] {
-			m.remaining[t]++
-		}
-	}
-	prevPhase := sim.phase
-	for i := first; i <= last; i++ {
-		m.runOp(i)
-	}
-	// outputs of the block's last ops that nothing inside consumes are
-	// recomputed and dropped unless saved (the non-reentrant checkpoint
-	// holds only what the recomputed nodes save).
-	m.clearCastCache()
-	sim.phase = prevPhase
-	if m.reentrant {
-		m.holdNested(blk)
-	}
-}
-
-// holdNested is what CheckpointFunction.backward (torch/utils/checkpoint.py,
-// use_reentrant=True) holds while it runs: it recomputes the whole
-// function under enable_grad and then calls
-// torch.autograd.backward(outputs_with_grad, args_with_grad), a nested
-// backward through the recomputed graph. Until that returns, its frame
-// keeps the recomputed outputs (the tuple the function returned) and
-// args, the incoming gradients (which the engine also keeps as the
-// node's inputs until apply() returns, Engine::evaluate_function), used
-// as they are as the nested backward's grad_tensors (_make_grads). So the
-// region's outputs live through its whole backward, and an incoming
-// gradient is never the only holder of itself: InputBuffer::accumulate
-// sums into a new tensor where a gradient from inside the region meets it.
-// Both go when the function returns, after its ops' backward (dropNested).
-func (m *micro) holdNested(blk int32) {
-	for _, t := range m.regionOut[blk] {
-		m.remaining[t] = 0
-		if st := m.val[t].st; st != nil && m.g.Tensors[t].Role == graph.Activation {
-			m.nested[blk] = append(m.nested[blk], st)
-		}
-		if g := m.grads[t]; g != nil {
-			m.sim.ref(g)
-			m.nested[blk] = append(m.nested[blk], g)
-		}
-	}
-}
-
-// deliverDetached is the nested backward's gradient for an input of the
-// reentrant region being back-propagated: CheckpointFunction.backward
-// recomputes the function on detach_variable(inputs), leaves of their
-// own, so what the region's nodes return for an input goes to the input
-// buffer of that leaf's AccumulateGrad, not to the node that made the
-// input, and is summed there as in any input buffer
-// (InputBuffer::accumulate; accumulate).
-func (m *micro) deliverDetached(t graph.TensorID, st *storage, dt graph.DType, view bool) {
-	for k := range m.detached {
-		d := &m.detached[k]
-		if d.t != t {
-			continue
-		}
-		d.st = m.accumulate(d.st, st, m.g.Tensors[t].Shape.Numel()*d.dt.Size(), d.view)
-		d.view = false
-		return
-	}
-	m.detached = append(m.detached, detachedGrad{t: t, st: st, dt: dt, view: view})
-}
-
-// handOnDetached returns a reentrant region's input gradients to the
-// outer backward once its nested backward is done: AccumulateGrad makes
-// each the detached leaf's .grad, stealing it when nothing else holds it
-// (accumulate_grad.h, use_count() <= num_expected_refs) and copying it
-// otherwise (clone_obey_contract), and CheckpointFunction.backward returns
-// the .grads, which the engine hands to the input buffers of the nodes
-// that made the inputs, summed with what they hold already.
-func (m *micro) handOnDetached() {
-	m.bwdRegion = -1
-	for _, d := range m.detached {
-		st := d.st
-		if st.refs > 1 {
-			c := m.sim.alloc(m.g.Tensors[d.t].Shape.Numel()*d.dt.Size(), trace.Transient)
-			c.refs = 1
-			m.sim.unref(st)
-			st = c
-		}
-		// the .grad obeys the detached leaf's layout contract (stolen
-		// only when it does, cloned to the leaf's strides otherwise:
-		// accumulate_grad.h), and the leaf, detach() of the input, has
-		// the input's strides: taken as dense, as graph inputs are
-		m.deliver(d.t, st, d.dt, false, false, nil)
-	}
-	m.detached = m.detached[:0]
-}
-
-// dropNested lets go of what holdNested kept, as
-// CheckpointFunction.backward returns.
-func (m *micro) dropNested(blk int32) {
-	if !m.reentrant {
-		return
-	}
-	for _, st := range m.nested[blk] {
-		m.sim.unref(st)
-	}
-	m.nested[blk] = nil
-}
-
 // deliver hands a gradient for tensor t to autograd's input buffer,
 // accumulating with one that arrived earlier (in place when the buffer is
 // not shared, InputBuffer::accumulate). view says the gradient is a view
@@ -719,7 +525,7 @@ func (m *micro) deliver(t graph.TensorID, st *storage, dt graph.DType, same, vie
 		return
 	}
 	if m.bwdRegion >= 0 && m.producer[t] != m.bwdRegion {
-		m.deliverDetached(t, st, dt, view)
+		m.deliverDetached(t, st, dt, view, layout)
 		return
 	}
 	old := m.grads[t]

@@ -78,14 +78,18 @@ func init() {
 				c.gradParam(c.op.Bias)
 				c.linearBiasSum()
 				c.handOn()
+				cp := c.linearViewCopy()
 				c.gradIn(0)
 				c.gradWeightView()
+				c.dropViewCopy(cp)
 				return
 			}
+			cp := c.linearViewCopy()
 			c.gradIn(0)
 			c.gradWeightView()
 			c.gradParam(c.op.Bias)
 			c.linearBiasSum()
+			c.dropViewCopy(cp)
 		}},
 		// matmul/bmm of two activations: each operand is saved for the
 		// other's gradient.
@@ -440,6 +444,41 @@ func (c *bwdCtx) linearBiasSum() {
 	}
 	rows := c.m.g.Tensors[c.op.Output].Shape.Numel() / out
 	c.biasGradReduce(rows, out, c.gdt)
+}
+
+// linearViewCopy is the copy a linear's N-D output makes of a strided
+// gradient: F.linear folds an input of more than two dims into one 2-D
+// product and views the result back (_flatten_nd_linear's
+// result.view(...), matmul's _unsafe_view; aten/src/ATen/native/Linear.cpp,
+// LinearAlgebra.cpp), so its backward first reshapes the gradient to
+// [rows, out] (ViewBackward0, UnsafeViewBackward0: grad.reshape), which
+// copies a gradient whose strides admit no such view (viewStrides): a
+// permuted one, which a reentrant checkpoint's detached input hands the
+// layer below (handOnDetached). The copy is the 2-D product's gradient,
+// held until that node's apply returns (dropViewCopy); the gradient
+// itself goes as the view's node returns (consume). nil where no copy
+// is made.
+func (c *bwdCtx) linearViewCopy() *storage {
+	out := c.m.g.Tensors[c.op.Output].Shape
+	if len(out) <= 2 || c.gst == nil || out.Numel() == 0 {
+		return nil
+	}
+	n := out[len(out)-1]
+	if _, ok := viewStrides(out, c.gst, graph.Shape{out.Numel() / n, n}); ok {
+		return nil
+	}
+	cp := c.alloc(out.Numel() * c.gdt.Size())
+	c.consume()
+	return cp
+}
+
+// dropViewCopy frees linearViewCopy's copy once the product's backward
+// has made its gradients (AddmmBackward0's inputs go when the engine's
+// call_function returns, after validate_outputs has summed the bias's).
+func (c *bwdCtx) dropViewCopy(cp *storage) {
+	if cp != nil {
+		c.m.sim.unref(cp)
+	}
 }
 
 // linearBiasApart: F.linear did not take a fused addmm (aten/src/ATen/

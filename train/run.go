@@ -165,6 +165,12 @@ func (m *micro) runOp(i int) {
 	if m.regather != nil {
 		m.regather[i] = 0
 	}
+	var num *storage
+	if op.Attr.Number > 0 && sim.s.CPU {
+		// the Python number's 0-d tensor, made by the argument parser
+		// before the op runs (keepNumber)
+		num = c.local(op.Attr.Number, trace.Transient)
+	}
 	policy := m.castOf(i, r)
 	// Only an op whose output requires grad records a node, and only a
 	// node has edges to the parameters' AccumulateGrad: the generated
@@ -307,6 +313,9 @@ func (m *micro) runOp(i int) {
 	c.saving = m.saving && tensor.RequiresGrad
 	if r.fwd != nil {
 		r.fwd(c)
+	}
+	if num != nil {
+		m.keepNumber(i, num)
 	}
 	for _, st := range c.locals {
 		sim.unref(st)

@@ -198,25 +198,11 @@ func TestCheckpointHF(t *testing.T) {
 // explained (docs/accuracy.md §12, "Transformers' own checkpointing"):
 // a difference that changes is an error, as a new one is.
 var hfCheckpointGaps = map[string]checkpointGap{
-	// LlamaModel hands each layer position_ids, (1, 16) int64, which the
-	// layer does not read when given position_embeddings: the
-	// checkpoint keeps it, a captured block keeps what it reads
-	"hf-llama-eager hf":               {saved: -128, end: -128},
-	"hf-llama-eager hf-non-reentrant": {saved: -128, end: -144},
-	"hf-llama-sdpa hf":                {saved: -128, end: -128},
-	"hf-llama-sdpa hf-non-reentrant":  {saved: -128, end: -128},
-	// non-reentrant checkpointing of layers with dropout keeps 8 bytes
-	// more a dropout layer, not explained yet
-	"hf-bert-mlm-eager hf-non-reentrant": {end: -16},
-	"hf-gpt2-eager hf-non-reentrant":     {end: -48},
-	"hf-vit-eager hf-non-reentrant":      {end: -16},
-	"hf-whisper-eager hf-non-reentrant":  {end: -48},
 	// T5Attention makes its zero position bias require grad under
 	// gradient checkpointing (modeling_t5.py, compute_bias's
 	// alternative): without reentrance the leaf, (1, 4, 16, 16) float32,
 	// lives in the graph until backward; the capture, made without
-	// checkpointing, has no such leaf. The 8 bytes are the attention
-	// scaling's Python numbers the capture does not record.
+	// checkpointing, has no such leaf.
 	// Under reentrance T5's layers return their position biases,
 	// (4, 4, 16, 16) float32, and the next layer reads what the last
 	// returned, so their gradients pass from layer to layer through
@@ -224,19 +210,10 @@ var hfCheckpointGaps = map[string]checkpointGap{
 	// PyNode::apply materializes as zeros (python_function.cpp,
 	// materialize_grads). The captured graph has every layer read the
 	// first layer's bias: it does not know the tuple a layer returns.
-	"hf-t5-eager hf": {end: -8, backward: true},
+	"hf-t5-eager hf": {backward: true},
 	// The forward's peak without reentrance is the leaf's 4,096 bytes
 	// low.
-	"hf-t5-eager hf-non-reentrant": {end: -4104, forward: true, backward: true},
-	// Whisper's encoder layers read the permuted output of its
-	// convolutions (inputs_embeds.permute(0, 2, 1) + embed_pos keeps
-	// the permuted strides): under reentrance AccumulateGrad copies the
-	// contiguous gradient of that detached input to its strides
-	// (clone_obey_contract, accumulate_grad.h), and the layer below
-	// copies it back in ViewBackward0's reshape (16,384 bytes at the
-	// peak); the graph keeps no strides.
-	"hf-whisper-eager hf": {backward: true},
-	"hf-whisper-sdpa hf":  {backward: true},
+	"hf-t5-eager hf-non-reentrant": {end: -4096, forward: true, backward: true},
 }
 
 // TestCheckpointHFCheck measures the reference again under PyTorch 2.x
