@@ -63,10 +63,19 @@ type micro struct {
 	gradOff    bool
 	detached   []detachedGrad
 	recomputed []bool
-	blockFirst []int
-	producer   []int32 // per tensor: the block of the op that outputs it, or -1
-	saving     bool
-	plan       *plan
+	// lastPack is, per region, the last op whose node packed a tensor in
+	// its forward (-1: none yet), lastPackSlots where what it packed came
+	// from and lastPackMade whether it packed one it made; stopAt is the
+	// op a recomputation stops at before its kernel, or -1 (earlystop.go)
+	lastPack      []int32
+	lastPackSlots [][]packSlot
+	lastPackMade  []bool
+	stopAt        int
+	blockFirst    []int
+	producer      []int32 // per tensor: the block of the op that outputs it, or -1
+	saving        bool
+	packing       bool
+	plan          *plan
 	// laidOut marks the attention outputs whose kernel laid them out as
 	// their query (the CPU flash kernel given a query that is not
 	// contiguous), with that layout
@@ -109,7 +118,7 @@ type inputCast struct {
 
 func newMicro(sim *Simulator, g *graph.Graph) *micro {
 	n := len(g.Tensors)
-	m := &micro{sim: sim, g: g, bwdRegion: -1,
+	m := &micro{sim: sim, g: g, bwdRegion: -1, stopAt: -1,
 		val: make([]value, n), remaining: make([]int32, n), pidx: make([]int32, n), bidx: make([]int32, n),
 		nodes: make([][]*storage, len(g.Ops)), casts: make([][]inputCast, len(g.Ops)), wCast: make([]bool, len(g.Ops)),
 		castCache: map[int32]*storage{}, direct: make([]int32, len(sim.params)), viaCast: make([]int32, len(sim.params)),
@@ -150,6 +159,9 @@ func newMicro(sim *Simulator, g *graph.Graph) *micro {
 		m.blockInputs = make([][]*storage, nr)
 		m.rngState = make([]*storage, nr)
 		m.recomputed = make([]bool, nr)
+		m.lastPack = make([]int32, nr)
+		m.lastPackSlots = make([][]packSlot, nr)
+		m.lastPackMade = make([]bool, nr)
 		m.blockFirst = make([]int, nr)
 		for i := range m.blockFirst {
 			m.blockFirst[i] = -1
@@ -261,16 +273,20 @@ func (m *micro) forward() {
 			}
 		}
 		if inCkpt && m.blockFirst[r] == i {
+			m.lastPack[r] = -1
 			m.keepRNGState(r)
 			if !m.plan.dead[r] {
 				m.keepBlockInputs(r)
 			}
 		}
 		m.saving = !inCkpt && !sim.noGrad
+		// without reentrance the region's forward packs what it saves
+		// into the checkpoint's holders (earlystop.go)
+		m.packing = inCkpt && !m.reentrant && !sim.noGrad
 		// CheckpointFunction.forward runs the region under no_grad
 		m.gradOff = inCkpt && m.reentrant
 		m.runOp(i)
-		m.gradOff = false
+		m.gradOff, m.packing = false, false
 		if sim.err != nil {
 			return
 		}
@@ -493,7 +509,7 @@ func (m *micro) backward() {
 			}
 			sim.site = m.plan.sites[i]
 		}
-		if m.ckpt && r >= 0 && !m.recomputed[r] && !m.plan.dead[r] {
+		if m.ckpt && r >= 0 && !m.recomputed[r] && !m.plan.dead[r] && m.unpacks(r, i) {
 			m.recompute(r)
 		}
 		if m.reentrant {
@@ -601,17 +617,48 @@ func (m *micro) recompute(blk int32) {
 		}
 	}
 	prevPhase := sim.phase
-	for i := first; i <= last; i++ {
+	fork := m.forkRNG()
+	// (from 2.1 a non-reentrant recomputation stops at the forward's last
+	// pack: earlystop.go)
+	end, stop := m.recomputeEnd(blk, last)
+	for i := first; i <= end; i++ {
 		m.runOp(i)
+	}
+	if stop >= 0 {
+		m.stopAt = stop
+		m.runOp(stop)
+		m.stopAt = -1
+	}
+	if end < last {
+		m.stopRecompute(first, end)
 	}
 	// outputs of the block's last ops that nothing inside consumes are
 	// recomputed and dropped unless saved (the non-reentrant checkpoint
 	// holds only what the recomputed nodes save).
 	m.clearCastCache()
+	if fork != nil {
+		sim.unref(fork)
+	}
 	sim.phase = prevPhase
 	if m.reentrant {
 		m.holdNested(blk)
 	}
+}
+
+// forkRNG is the generator state torch.random.fork_rng copies around a
+// recomputation (preserve_rng_state=True, the default): both
+// checkpointing flavours of 1.13 and 2.5 recompute inside
+// fork_rng(enabled=preserve_rng_state) (torch/utils/checkpoint.py:
+// CheckpointFunction.backward, 1.13's unpack, 2.5's recompute_fn), which
+// takes cpu_rng_state = torch.get_rng_state() on entry and restores and
+// drops it on exit (torch/random.py). A CPU run's only, as keepRNGState.
+func (m *micro) forkRNG() *storage {
+	if !m.sim.s.CPU {
+		return nil
+	}
+	st := m.sim.alloc(cpuRNGStateBytes, trace.Transient)
+	st.refs = 1
+	return st
 }
 
 // holdNested is what CheckpointFunction.backward (torch/utils/checkpoint.py,
