@@ -124,6 +124,21 @@ type Profile struct {
 	// keeps it to backward. Torch 1.13 packs it like any tensor, and the
 	// checkpoint lets it go (both measured on the CPU, 8 bytes a number).
 	WrappedNumberUnhooked bool `json:"wrapped_number_unhooked"`
+	// CheckpointEarlyStop: torch.utils.checkpoint(use_reentrant=False)
+	// stops its recomputation at the last tensor the original forward
+	// packed (torch/utils/checkpoint.py, _recomputation_hook's pack_hook
+	// raises _StopRecomputationError once recomp_counter reaches
+	// len(frame.weak_holders); _enable_checkpoint_early_stop is True by
+	// default), so the ops after it never run again. The rewrite that
+	// brought it (_checkpoint_without_reentrant_generator, _CheckpointFrame:
+	// pytorch pull requests 90105 and 96866, merged in March 2023 after
+	// 2.0's release branch) is first in 2.1; 1.13's (and 2.0's)
+	// _checkpoint_without_reentrant reruns the whole function at the
+	// first unpack (its unpack closure calls function(*args, **kwargs)
+	// under inner_pack, which stores every tensor whose Holder is alive;
+	// pytorch issue 81448). Measured on the CPU with 1.13 and 2.5.1
+	// (train.TestRecomputeByRelease).
+	CheckpointEarlyStop bool `json:"checkpoint_early_stop"`
 	// MatmulAllowTF32 is torch.backends.cuda.matmul.allow_tf32's default:
 	// off since 1.12, so float32 matmuls run on the CUDA cores.
 	// CudnnAllowTF32 is torch.backends.cudnn.allow_tf32's: on, so float32

@@ -53,6 +53,13 @@ func TestProfileFacts(t *testing.T) {
 			t.Errorf("%s: cudnn_conv_workspace %q, want %q", v, p.CudnnConvWorkspace, want)
 		}
 	}
+	// torch/utils/checkpoint.py: the non-reentrant recomputation's early
+	// stop came with the rewrite of 2.1 (pull requests 90105, 96866)
+	for v, want := range map[string]bool{"1.13": false, "2.0": false, "2.5": true, "2.11": true} {
+		if p, _ := Lookup(v); p.CheckpointEarlyStop != want {
+			t.Errorf("%s: checkpoint_early_stop %v, want %v", v, p.CheckpointEarlyStop, want)
+		}
+	}
 	// CublasHandlePool.cpp: 4096 KiB × 8 on Hopper, :4096:2:16:8 elsewhere.
 	if cur.CublasWorkspace(9) != 33554432 || cur.CublasWorkspace(8) != 8519680 {
 		t.Errorf("cuBLAS workspace: %d on sm90, %d on sm80", cur.CublasWorkspace(9), cur.CublasWorkspace(8))

@@ -68,10 +68,19 @@ type micro struct {
 	gradOff    bool
 	detached   []detachedGrad
 	recomputed []bool
-	blockFirst []int
-	producer   []int32 // per tensor: the block of the op that outputs it, or -1
-	saving     bool
-	plan       *plan
+	// lastPack is, per region, the last op whose node packed a tensor in
+	// its forward (-1: none yet), lastPackSlots where what it packed came
+	// from and lastPackMade whether it packed one it made; stopAt is the
+	// op a recomputation stops at before its kernel, or -1 (earlystop.go)
+	lastPack      []int32
+	lastPackSlots [][]packSlot
+	lastPackMade  []bool
+	stopAt        int
+	blockFirst    []int
+	producer      []int32 // per tensor: the block of the op that outputs it, or -1
+	saving        bool
+	packing       bool
+	plan          *plan
 	// laidOut marks the attention outputs whose kernel laid them out as
 	// their query (the CPU flash kernel given a query that is not
 	// contiguous), with that layout
@@ -116,7 +125,7 @@ type inputCast struct {
 
 func newMicro(sim *Simulator, g *graph.Graph) *micro {
 	n := len(g.Tensors)
-	m := &micro{sim: sim, g: g, bwdRegion: -1,
+	m := &micro{sim: sim, g: g, bwdRegion: -1, stopAt: -1,
 		val: make([]value, n), remaining: make([]int32, n), pidx: make([]int32, n), bidx: make([]int32, n),
 		nodes: make([][]*storage, len(g.Ops)), casts: make([][]inputCast, len(g.Ops)), wCast: make([]bool, len(g.Ops)),
 		castCache: map[int32]*storage{}, direct: make([]int32, len(sim.params)), viaCast: make([]int32, len(sim.params)),
@@ -157,6 +166,9 @@ func newMicro(sim *Simulator, g *graph.Graph) *micro {
 		m.blockInputs = make([][]*storage, nr)
 		m.rngState = make([]*storage, nr)
 		m.recomputed = make([]bool, nr)
+		m.lastPack = make([]int32, nr)
+		m.lastPackSlots = make([][]packSlot, nr)
+		m.lastPackMade = make([]bool, nr)
 		m.blockFirst = make([]int, nr)
 		for i := range m.blockFirst {
 			m.blockFirst[i] = -1
@@ -268,16 +280,20 @@ func (m *micro) forward() {
 			}
 		}
 		if inCkpt && m.blockFirst[r] == i {
+			m.lastPack[r] = -1
 			m.keepRNGState(r)
 			if !m.plan.dead[r] {
 				m.keepBlockInputs(r)
 			}
 		}
 		m.saving = !inCkpt && !sim.noGrad
+		// without reentrance the region's forward packs what it saves
+		// into the checkpoint's holders (earlystop.go)
+		m.packing = inCkpt && !m.reentrant && !sim.noGrad
 		// CheckpointFunction.forward runs the region under no_grad
 		m.gradOff = inCkpt && m.reentrant
 		m.runOp(i)
-		m.gradOff = false
+		m.gradOff, m.packing = false, false
 		if sim.err != nil {
 			return
 		}
@@ -428,7 +444,7 @@ func (m *micro) backward() {
 			}
 			sim.site = m.plan.sites[i]
 		}
-		if m.ckpt && r >= 0 && !m.recomputed[r] && !m.plan.dead[r] {
+		if m.ckpt && r >= 0 && !m.recomputed[r] && !m.plan.dead[r] && m.unpacks(r, i) {
 			m.recompute(r)
 		}
 		if m.reentrant {

@@ -182,8 +182,20 @@ func (m *micro) recompute(blk int32) {
 		}
 	}
 	prevPhase := sim.phase
-	for i := first; i <= last; i++ {
+	fork := m.forkRNG()
+	// (from 2.1 a non-reentrant recomputation stops at the forward's last
+	// pack: earlystop.go)
+	end, stop := m.recomputeEnd(blk, last)
+	for i := first; i <= end; i++ {
 		m.runOp(i)
+	}
+	if stop >= 0 {
+		m.stopAt = stop
+		m.runOp(stop)
+		m.stopAt = -1
+	}
+	if end < last {
+		m.stopRecompute(first, end)
 	}
 	// outputs of the block's last ops that nothing inside consumes are
 	// recomputed and dropped unless saved (the non-reentrant checkpoint
@@ -193,10 +205,29 @@ func (m *micro) recompute(blk int32) {
 		sim.unref(st)
 	}
 	m.renumbers = m.renumbers[:0]
+	if fork != nil {
+		sim.unref(fork)
+	}
 	sim.phase = prevPhase
 	if m.reentrant {
 		m.holdNested(blk)
 	}
+}
+
+// forkRNG is the generator state torch.random.fork_rng copies around a
+// recomputation (preserve_rng_state=True, the default): both
+// checkpointing flavours of 1.13 and 2.5 recompute inside
+// fork_rng(enabled=preserve_rng_state) (torch/utils/checkpoint.py:
+// CheckpointFunction.backward, 1.13's unpack, 2.5's recompute_fn), which
+// takes cpu_rng_state = torch.get_rng_state() on entry and restores and
+// drops it on exit (torch/random.py). A CPU run's only, as keepRNGState.
+func (m *micro) forkRNG() *storage {
+	if !m.sim.s.CPU {
+		return nil
+	}
+	st := m.sim.alloc(cpuRNGStateBytes, trace.Transient)
+	st.refs = 1
+	return st
 }
 
 // holdNested is what CheckpointFunction.backward (torch/utils/checkpoint.py,

@@ -16,7 +16,10 @@ type fwdCtx struct {
 	w, b   value   // weight and bias as the kernel receives them
 	out    value
 	saving bool
-	locals []*storage
+	// packing: the op runs in a non-reentrant region's forward, whose
+	// packs the early stop counts (earlystop.go)
+	packing bool
+	locals  []*storage
 	// held is a kernel temporary made before the output that the op's
 	// node may save (auto-gptq's dequantized weight).
 	held *storage
@@ -29,6 +32,9 @@ func (c *fwdCtx) requiresGrad(j int) bool { return c.m.g.Tensors[c.op.Inputs[j]]
 
 // save registers a tensor the op's autograd node keeps for backward.
 func (c *fwdCtx) save(v value) {
+	if c.packing && v.st != nil {
+		c.m.packs(c, v.st)
+	}
 	if !c.saving || v.st == nil {
 		return
 	}
@@ -261,6 +267,11 @@ func (m *micro) runOp(i int) {
 			c.b = v
 		}
 	}
+	if i == m.stopAt {
+		// an early-stopped recomputation: the packs, not the kernel
+		m.packOnly(c)
+		return
+	}
 	if r.pre != nil {
 		r.pre(c)
 	}
@@ -311,6 +322,7 @@ func (m *micro) runOp(i int) {
 		m.returned = append(m.returned, c.out.st)
 	}
 	c.saving = m.saving && tensor.RequiresGrad
+	c.packing = m.packing && tensor.RequiresGrad
 	if r.fwd != nil {
 		r.fwd(c)
 	}

@@ -191,7 +191,13 @@ def _tensors(x: Any) -> List[Any]:
 
 
 def _storage(t: Any) -> Tuple[int, int]:
-    s = t.untyped_storage()
+    """The address and size of t's storage. Tensor.untyped_storage came
+    with 2.0; 1.13's Tensor.storage() is a TypedStorage over the same
+    bytes (checkpoint_capture.py runs the capture examples under Debian's
+    1.13 too)."""
+    import torch
+    import refname
+    s = t.storage() if refname.release(torch.__version__) == "1.13" else t.untyped_storage()
     return s.data_ptr(), s.nbytes()
 
 

@@ -32,25 +32,39 @@ models of capture_hf.py, each at batch 4, reentrant and not:
   block.forward, *args, use_reentrant=R)`` around each block, as
   capture/testdata/checkpoint_saved.py wraps them.
 
+The examples need nothing but torch, so they run under Debian's 1.13 too
+(/usr/bin/python3, which has neither timm, peft nor transformers: under
+1.13 the script measures the examples only and imports none of them),
+whose torch.utils.checkpoint differs from 2.5's without reentrance:
+``_checkpoint_without_reentrant`` keeps the arguments in its unpack
+closure and recomputes the whole function at the first unpack, with no
+early stop (validation/README.md, "Two releases"; docs/accuracy.md §12).
+Each release writes its own file (refname.py): 1.13's
+testdata/reference/capture-checkpoint-cpu.json, 2.5's
+capture-checkpoint-cpu-torch2.5.json.
+
 The figures are checkpoint_hf.py's: saved bytes after the forward (every
 storage autograd packs and every tensor a checkpoint call was handed,
 parameters, buffers and the batch left out), and the bytes above the model
 and the batch at the forward's end, at its peak and at the backward's
 peak, followed through c10's CPU allocator.
 
-    $BATCHFIT_PYENV validation/checkpoint_capture.py           # writes testdata/reference/capture-checkpoint-torch2-cpu.json
+    $BATCHFIT_PYENV validation/checkpoint_capture.py           # writes testdata/reference/capture-checkpoint-cpu-torch2.5.json
     $BATCHFIT_PYENV validation/checkpoint_capture.py --check   # CI: measure again and compare
     $BATCHFIT_PYENV validation/checkpoint_capture.py --only 'timm-vit*' --out /tmp/x.json
+    /usr/bin/python3 validation/checkpoint_capture.py --check  # the examples under 1.13 (references.sh)
 
 The Go test validation/checkpoint_capture_test.go simulates each committed
-capture (testdata/capture/NAME.bfgraph.gz; the examples' torch2.5/ ones)
-under ``--checkpoint timm``, ``timm-non-reentrant``, ``hf``,
-``hf-non-reentrant``, ``full-reentrant`` and ``full``.
+capture (testdata/capture/NAME.bfgraph.gz; the examples' torch2.5/ ones
+for 2.5's file, 1.13's own for 1.13's) under ``--checkpoint timm``,
+``timm-non-reentrant``, ``hf``, ``hf-non-reentrant``, ``full-reentrant``
+and ``full``, under the --torch profile of the release that made the file.
 """
 
 import argparse
 import fnmatch
 import functools
+import importlib
 import importlib.util
 import os
 import sys
@@ -64,10 +78,12 @@ os.environ.setdefault("GLOG_minloglevel", "2")
 import capture_hf  # noqa: E402
 import capture_timm  # noqa: E402  (pins TIMM_FUSED_ATTN as the captures ran)
 import checkpoint_hf  # noqa: E402
+import refname  # noqa: E402
 import step  # noqa: E402
 
 BATCH = 4
-REF = os.path.join(ROOT, "testdata", "reference", "capture-checkpoint-torch2-cpu.json")
+# 1.13's name; 2.5's file carries "-torch2.5" (refname.name)
+REF = os.path.join(ROOT, "testdata", "reference", "capture-checkpoint-cpu.json")
 
 # one of each family whose checkpointed blocks the captured graph has
 TIMM = ["resnet18", "resnet50", "convnext_atto", "vit_tiny_patch16_224",
@@ -165,32 +181,32 @@ def _example(file: str, attr: str) -> Tuple[Any, Any]:
     return make, prepare
 
 
-def cases() -> Dict[str, Tuple[Any, Any]]:
+def libraries(version: str) -> Tuple[str, ...]:
+    """The libraries besides torch the release's cases need: timm, peft and
+    transformers under 2.x; none under Debian's 1.13, which has none of
+    them and runs the capture examples only."""
+    return () if refname.release(version) == "1.13" else ("timm", "peft", "transformers")
+
+
+def cases(version: str) -> Dict[str, Tuple[Any, Any]]:
     out: Dict[str, Tuple[Any, Any]] = {}
-    for n in TIMM:
-        out["timm-" + n] = _timm(n)
-    for attn in ("eager", "sdpa"):
-        out["peft-lora-llama-" + attn] = _peft(attn)
+    if libraries(version):
+        for n in TIMM:
+            out["timm-" + n] = _timm(n)
+        for attn in ("eager", "sdpa"):
+            out["peft-lora-llama-" + attn] = _peft(attn)
     for n, (file, attr) in EXAMPLES.items():
         out[n] = _example(file, attr)
     return out
 
 
 def run(only: str) -> Dict[str, Any]:
-    import peft
-    import timm
     import torch
-    import transformers
     step.pin_cpu_paths()
-    doc: Dict[str, Any] = {
-        "torch": torch.__version__.split("+")[0],
-        "timm": timm.__version__,
-        "peft": peft.__version__,
-        "transformers": transformers.__version__,
-        "batch": BATCH,
-        "models": {},
-    }
-    for name, (make, prepare) in cases().items():
+    doc: Dict[str, Any] = {"torch": refname.plain(torch.__version__), "batch": BATCH, "models": {}}
+    for lib in libraries(torch.__version__):
+        doc[lib] = importlib.import_module(lib).__version__
+    for name, (make, prepare) in cases(torch.__version__).items():
         if only and not fnmatch.fnmatch(name, only):
             continue
         doc["models"][name] = checkpoint_hf.figures(make, BATCH, prepare)
@@ -201,14 +217,17 @@ def main() -> int:
     p = argparse.ArgumentParser(prog="checkpoint_capture")
     p.add_argument("--check", action="store_true")
     p.add_argument("--only", default="")
-    p.add_argument("--out", default=REF)
+    p.add_argument("--out", default="", help="default: the release's file (refname.name of %s)" % os.path.relpath(REF, ROOT))
     a = p.parse_args()
     import warnings
-    import transformers
-    transformers.logging.set_verbosity_error()
+    import torch
+    libs = libraries(torch.__version__)
+    if libs:
+        import transformers
+        transformers.logging.set_verbosity_error()
     warnings.filterwarnings("ignore", message=".*use_reentrant.*")
-    return checkpoint_hf.write_or_check("checkpoint_capture", run(a.only), a.out,
-                                        ("torch", "timm", "peft", "transformers", "batch"), a.check)
+    return checkpoint_hf.write_or_check("checkpoint_capture", run(a.only), a.out or refname.name(REF, torch.__version__),
+                                        ("torch",) + libs + ("batch",), a.check)
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -27,7 +27,7 @@ type hfCheckpointFigures struct {
 
 // checkpointReference is a reference of validation/checkpoint_hf.py
 // (testdata/reference/hf-checkpoint-torch2-cpu.json) or of
-// checkpoint_capture.py (capture-checkpoint-torch2-cpu.json), which adds
+// checkpoint_capture.py (capture-checkpoint-cpu-torch2.5.json), which adds
 // timm's and peft's releases: each model's figures in both modes.
 type checkpointReference struct {
 	Torch        string `json:"torch"`

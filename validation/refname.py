@@ -1,8 +1,9 @@
 """Where a CPU reference made by the running PyTorch goes.
 
 Every CPU reference script (reference.py, step.py, cs336.py, generate.py, autocast.py,
-capture_zoo.py) runs under Debian's PyTorch 1.13 (/usr/bin/python3) and under the 2.x that
-python/requirements-test.txt pins (BATCHFIT_PYENV), and writes one file per release: 1.13's
+capture_zoo.py, and checkpoint_capture.py's capture examples) runs under Debian's PyTorch
+1.13 (/usr/bin/python3) and under the 2.x that python/requirements-test.txt pins
+(BATCHFIT_PYENV), and writes one file per release: 1.13's
 keep their names (testdata/reference/torch-cpu.json, testdata/capture/NAME.bfgraph.gz), every
 other release's carry it (testdata/reference/torch-cpu-torch2.5.json,
 testdata/capture/torch2.5/NAME.bfgraph.gz). The Go tests read each file under the runtime
