@@ -567,9 +567,27 @@ def capture_once(torch, factory, batch, prev):
     name_inputs(inputs, "input", "input")
     name_inputs(targets, "target", "target")
 
+    # masked_fill with a 0-dimensional value tensor on the CPU (DistilBERT's
+    # and DeBERTa's scores.masked_fill(mask, torch.tensor(finfo.min))): the
+    # CUDA kernel takes the value as a number (masked_fill__cuda,
+    # aten/src/ATen/native/cuda/Indexing.cu: value.item() of a 0-dim
+    # tensor), and the meta kernel, torch._refs.masked_fill, lets a CPU
+    # scalar go with a CUDA, XPU or HPU tensor but not with a meta one. The
+    # capture stands for a GPU run: the value runs as a meta tensor and is
+    # recorded as the CPU tensor it is.
+    masked_fill = {getattr(torch.ops.aten, n).Tensor for n in ("masked_fill", "masked_fill_")}
+
+    def cpu_scalar_to_meta(func, args):
+        if func not in masked_fill or len(args) < 3:
+            return args
+        a, v = args[0], args[2]
+        if isinstance(v, torch.Tensor) and v.dim() == 0 and v.device.type == "cpu" and a.device.type == "meta":
+            return tuple(args[:2]) + (v.to("meta"),) + tuple(args[3:])
+        return args
+
     class DM(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            out = func(*args, **(kwargs or {}))
+            out = func(*cpu_scalar_to_meta(func, args), **(kwargs or {}))
             rec.on_aten(func, args, kwargs or {}, out)
             return out
 
