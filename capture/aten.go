@@ -675,6 +675,26 @@ func (x *bctx) in(o *op, id int) graph.TensorID {
 		return g
 	}
 	t := &x.m.f.Tensors[id]
+	if t.Device == "cpu" && t.Role == "activation" && (len(t.Shape) > 0 || !x.m.wrapsNumbers()) && !strings.HasPrefix(o.Aten, "aten::lift_fresh") {
+		// a tensor the model made on the host before the recording (a
+		// plain attribute built in __init__ outside the meta device:
+		// GPT-J's and CodeGen's embed_positions, made from torch.arange,
+		// which the capture leaves on the CPU): host memory, made before
+		// the step. A device op reads it only through a move to the
+		// device (x.to(device), the _to_copy that follows), whose copy is
+		// the device's memory, or as a 0-d CPU operand (GPT-J's
+		// scale_attn, which 2.x's recording gives as a tensor and 1.13's
+		// cannot tell from a Python number). (torch.tensor's data, which lift_fresh
+		// reads, is made in the forward: a constant, below.)
+		for i := range x.m.f.Tensors {
+			if p := x.ids[i]; p != graph.None && x.m.f.Tensors[i].Role == "parameter" {
+				dt, _ := graph.ParseDType(t.DType)
+				g := x.b.Host(fmt.Sprintf("host%d", id), p, dt, x.shape(t)...)
+				x.ids[id] = g
+				return g
+			}
+		}
+	}
 	if t.Role == "activation" || t.Role == "constant" {
 		// a tensor the user's code made before the recording (a mask kept
 		// as a plain attribute): a constant of its shape, made where it is

@@ -581,9 +581,11 @@ def capture_once(torch, factory, batch, prev):
         """args and kwargs with each 0-d CPU tensor moved to meta where
         another argument is on meta, or None where there is none to move.
         A GPU kernel takes a 0-d CPU tensor as a number (TensorIterator's
-        CPU scalars; masked_fill's value, as DistilBERT's
-        torch.tensor(finfo.min) is), where some meta kernels check its
-        device and refuse it."""
+        CPU scalars; masked_fill__cuda's value.item(),
+        aten/src/ATen/native/cuda/Indexing.cu, for DistilBERT's and
+        DeBERTa's scores.masked_fill(mask, torch.tensor(finfo.min))), where
+        some meta kernels refuse it (torch._refs.masked_fill lets a CPU
+        scalar go with a CUDA, XPU or HPU tensor, not a meta one)."""
         flat = list(args) + list(kwargs.values())
         if not any(isinstance(a, torch.Tensor) and a.device.type == "meta" for a in flat):
             return None

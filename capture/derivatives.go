@@ -48,6 +48,16 @@ func (m *Model) derivTable() (map[string]derivEntry, string) {
 	return derivativesV251, "2.5.1"
 }
 
+// wrapsNumbers is whether the file's release hands a Python number to the
+// dispatch mode as a 0-d CPU tensor (1.13's, wrapped by the argument
+// parser); 2.x's hands the number itself, so a 0-d CPU tensor there is
+// one the model made (GPT-J's scale_attn, a plain attribute built on the
+// host), which autograd saves like any tensor.
+func (m *Model) wrapsNumbers() bool {
+	_, ver := m.derivTable()
+	return strings.HasPrefix(ver, "1.")
+}
+
 // derivFor is the entry of the op named name (as opName gives it) that
 // the generated rule takes (derivMatch without the recorded arguments).
 func derivFor(t map[string]derivEntry, name string) (derivEntry, bool) {

@@ -209,7 +209,13 @@ func (x *bctx) group(ops []op) bool {
 		if a, ok := argAt(as, kw, 5, "is_causal"); ok {
 			causal, _ = a.boolean()
 		}
-		x.set(out, b.AttentionLayout(x.name(o), qkv[0], qkv[1], qkv[2], causal, p, qT))
+		// enable_gqa (torch >= 2.5, the eighth argument): the math kernel
+		// repeats fewer key/value heads than the query's
+		gqa := false
+		if a, ok := argAt(as, kw, 7, "enable_gqa"); ok {
+			gqa, _ = a.boolean()
+		}
+		x.set(out, b.AttentionGQA(x.name(o), qkv[0], qkv[1], qkv[2], causal, p, qT, gqa))
 		return true
 	}
 	return false
@@ -461,6 +467,16 @@ func (x *bctx) aten(o *op) {
 		}
 		dt, _ := graph.ParseDType(r.DType)
 		src := t(0)
+		if id, ok := as[0].tensor(); ok && x.cpu && src != graph.None && b.DTypeOf(src) == dt &&
+			x.m.f.Tensors[id].Device == "cpu" && r.Device == "" {
+			// a tensor on the host moved to the model's device
+			// (x.to(position_ids.device): GPT-J's embed_positions, a
+			// torch.tensor(...).to(device)): on a CPU run it is on the
+			// device already, and Tensor.to returns it itself, no copy
+			// (to_impl's to_will_alias, aten/src/ATen/native/TensorConversions.cpp)
+			x.set(out(0), src)
+			return
+		}
 		if src != graph.None && b.DTypeOf(src) == dt {
 			x.set(out(0), b.CopyAs(mod, src, x.shape(r)))
 		} else {
@@ -868,7 +884,14 @@ func (x *bctx) scalarTensor(a arg) bool {
 		return false
 	}
 	t := &x.m.f.Tensors[id]
-	return len(t.Shape) == 0 && t.Role != "parameter" && t.Role != "buffer" && x.ids[id] == graph.None
+	// 1.13's dispatch mode hands a Python number as a 0-d tensor wrapped
+	// on the CPU; 2.x's hands the number itself. A 0-d tensor on the meta
+	// device that no op made is a tensor the model made before the
+	// recording (GPT-J's and CodeGen's scale_attn, a plain attribute
+	// made under the meta device in __init__), which mul and div save
+	// like any other operand (DivBackward0 keeps other): a constant.
+	return len(t.Shape) == 0 && t.Role != "parameter" && t.Role != "buffer" && x.ids[id] == graph.None && t.Device == "cpu" &&
+		x.m.wrapsNumbers()
 }
 
 // wrappedNumber is the bytes of the 0-d tensor that op o (base name
@@ -892,7 +915,7 @@ func (x *bctx) wrappedNumber(o *op, base string) int64 {
 	if id, ok := a.tensor(); ok {
 		t := &x.m.f.Tensors[id]
 		dt, err := graph.ParseDType(t.DType)
-		if t.Device != "cpu" || err != nil {
+		if t.Device != "cpu" || err != nil || !x.m.wrapsNumbers() {
 			return 0
 		}
 		return dt.Size()

@@ -34,6 +34,12 @@ func (b *Builder) Attention(name string, q, k, v TensorID, causal bool, dropout 
 // AttentionLayout is Attention whose query is laid out in memory as
 // layout says (Attr.Query).
 func (b *Builder) AttentionLayout(name string, q, k, v TensorID, causal bool, dropout float64, layout QueryLayout) TensorID {
+	return b.AttentionGQA(name, q, k, v, causal, dropout, layout, false)
+}
+
+// AttentionGQA is AttentionLayout called with enable_gqa as gqa says
+// (Attr.GQA).
+func (b *Builder) AttentionGQA(name string, q, k, v TensorID, causal bool, dropout float64, layout QueryLayout, gqa bool) TensorID {
 	if !b.ok(q, k, v) {
 		return None
 	}
@@ -44,7 +50,7 @@ func (b *Builder) AttentionLayout(name string, q, k, v TensorID, causal bool, dr
 	}
 	os := Shape{qs[0], qs[1], qs[2], vs[3]}
 	return b.op(Attention, name, []TensorID{q, k, v}, None, None, os, b.DTypeOf(q), None, true,
-		Attr{Heads: qs[1], KVHeads: ks[1], Causal: causal, P: dropout, Query: layout, QueryContiguous: b.contig[q]})
+		Attr{Heads: qs[1], KVHeads: ks[1], Causal: causal, P: dropout, Query: layout, QueryContiguous: b.contig[q], GQA: gqa})
 }
 
 // KVCache is one layer's cache update for keys or values x [B, Hkv, L, D]

@@ -72,6 +72,18 @@ func (b *Builder) Const(name string, like TensorID, dt DType, shape ...int64) Te
 	return out
 }
 
+// Host is a tensor the model keeps in host memory, made before the step
+// (Attr.Host): like a Const it has its shape and dtype, but it takes no
+// device memory. like should be a tensor alive through the step (a
+// parameter): the simulator lets the host tensor stand on its memory.
+func (b *Builder) Host(name string, like TensorID, dt DType, shape ...int64) TensorID {
+	out := b.Const(name, like, dt, shape...)
+	if out != None {
+		b.lastOp().Attr.Host = true
+	}
+	return out
+}
+
 func (b *Builder) fresh(k Kind, name string, like TensorID, shape []int64) TensorID {
 	if !b.ok(like) {
 		return None

@@ -230,6 +230,11 @@ type Attr struct {
 	Heads    int64 // attention heads (query)
 	KVHeads  int64 // attention key/value heads (grouped-query attention)
 	Causal   bool
+	// GQA marks an attention called with enable_gqa=True (PyTorch >= 2.5):
+	// where fewer key/value heads than query heads reach the math kernel,
+	// it repeats them (repeat_interleave) before the products, where a
+	// call without it leaves at::matmul to broadcast them.
+	GQA bool
 	// Query is how an attention's query [B, H, L, D] is laid out in
 	// memory: kernels that allocate their output in the query's layout
 	// (the CPU flash kernel) return a tensor that the view back to the
@@ -249,6 +254,10 @@ type Attr struct {
 	// 0 where the op saves no tensor for it (add, sub, mul.Scalar) or the
 	// builder does not say.
 	Number int64
+	// Host marks a Full op standing for a tensor the model keeps in host
+	// memory, made before the step (a plain attribute built on the CPU):
+	// it takes no device memory and the step allocates nothing for it.
+	Host bool
 	// InputCopy marks a layer_norm whose input is not contiguous:
 	// native_layer_norm works on input.contiguous(), a temporary copy (it
 	// still saves the input argument itself); and a linear whose N-D input

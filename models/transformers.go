@@ -789,7 +789,8 @@ func (t *hfBuilder) attention(q, k, v graph.TensorID, o attnOpts) graph.TensorID
 			k = b.Contiguous("key_contiguous", k)
 			v = b.Contiguous("value_contiguous", v)
 		}
-		out = b.Attention("sdpa", q, k, v, o.causal, o.p)
+		// enable_gqa=True where the kv heads reach SDPA unrepeated (≥ 4.54)
+		out = b.AttentionGQA("sdpa", q, k, v, o.causal, o.p, graph.QueryBHLD, o.gqa && ver >= 4054)
 	}
 	out = b.Transpose("transpose", out, 1, 2)
 	return b.Contiguous("contiguous", out)

@@ -283,18 +283,43 @@ func mathAttentionForward(c *fwdCtx, b, h, l, s int64, eager bool) {
 	if eager {
 		copies = p.EagerAttentionScaledCopies
 	}
-	switch copies {
-	case "none":
-	case "query_key":
+	rep, gqa := kvRepeat(c.op, eager)
+	if copies != "none" {
 		q = value{st: c.local(c.numel(0)*cdt.Size(), trace.Activation), dt: cdt}
-		k = value{st: c.local(c.numel(1)*cdt.Size(), trace.Activation), dt: cdt}
-	default:
-		q = value{st: c.local(c.numel(0)*cdt.Size(), trace.Activation), dt: cdt}
+	}
+	if gqa {
+		// enable_gqa: key.repeat_interleave and value.repeat_interleave
+		// (an expand and a contiguous clone each) before the products;
+		// the repeated key lives to the kernel's end
+		k = value{st: c.local(c.numel(1)*rep*cdt.Size(), trace.Activation), dt: cdt}
+		v = value{st: c.local(c.numel(2)*rep*cdt.Size(), trace.Activation), dt: cdt}
+	}
+	kn := c.numel(1)
+	if gqa {
+		kn *= rep
+	}
+	var scaledKey *storage
+	if copies == "query_key" {
+		scaledKey = c.local(kn*cdt.Size(), trace.Activation)
+		k = value{st: scaledKey, dt: cdt}
+	}
+	if rep > 1 && !gqa {
+		// at::matmul broadcasts the batch dims (_matmul_impl,
+		// aten/src/ATen/native/LinearAlgebra.cpp): the key's
+		// expand(...).reshape({B*H, D, S}) cannot be a view of a tensor
+		// whose heads are repeated, so it is a contiguous copy, which bmm
+		// saves in place of the key
+		k = value{st: c.local(kn*rep*cdt.Size(), trace.Activation), dt: cdt}
 	}
 	c.save(q)
 	c.save(k)
 	ns := b * h * l * s
 	scores := c.local(ns*cdt.Size(), trace.Activation)
+	if rep > 1 && !gqa && scaledKey != nil {
+		// the scaled key, a temporary of the matmul's expression, goes
+		// when the first product returns
+		c.drop(scaledKey)
+	}
 	pdt := cdt
 	if pythonOps && m.sim.amp {
 		pdt = graph.F32
@@ -318,7 +343,26 @@ func mathAttentionForward(c *fwdCtx, b, h, l, s int64, eager bool) {
 		a = c.local(ns*cdt.Size(), trace.Activation)
 	}
 	c.save(value{st: a})
+	if rep > 1 && !gqa {
+		// the value's broadcast in the second matmul: a contiguous copy
+		// at the query's heads, which bmm saves
+		v = value{st: c.local(c.numel(2)*rep*cdt.Size(), trace.Activation), dt: cdt}
+	}
 	c.save(v)
+}
+
+// kvRepeat says how many query heads share each key/value head of an
+// attention op (1 without grouped-query attention), and whether the math
+// kernel repeats the key and value itself (SDPA's enable_gqa) rather than
+// leaving it to at::matmul's broadcast. Either way the products read, and
+// bmm saves, key and value tensors at the query's heads: measured on
+// 2.5.1's CPU, where the math kernel runs any grouped-query call.
+func kvRepeat(op *graph.Op, eager bool) (int64, bool) {
+	h, kv := op.Attr.Heads, op.Attr.KVHeads
+	if kv <= 0 || kv >= h {
+		return 1, false
+	}
+	return h / kv, op.Attr.GQA && !eager
 }
 
 func attentionBackward(c *bwdCtx) {
@@ -380,8 +424,26 @@ func attentionBackward(c *bwdCtx) {
 			pdt = graph.F32
 		}
 		ns := b * h * l * s
+		rep, gqa := kvRepeat(c.op, k == AttentionEager)
 		ga := c.alloc(ns * pdt.Size()) // grad @ v^T
-		c.gradIn(2)                    // probs^T @ grad
+		var gv *storage
+		switch {
+		case rep > 1 && gqa:
+			// probs^T @ grad, the repeated value's gradient: the repeat's
+			// nodes were made before every other node of the kernel but
+			// the query's scaling, so the engine sums it (ExpandBackward0)
+			// only after the key's
+			gv = c.alloc(c.numel(2) * rep * pdt.Size())
+		case rep > 1:
+			// the broadcast copy's gradient, summed over the repeated
+			// heads at once (ExpandBackward0, made after the softmax)
+			gv = c.alloc(c.numel(2) * rep * pdt.Size())
+			c.gradIn(2)
+			m.sim.unref(gv)
+			gv = nil
+		default:
+			c.gradIn(2) // probs^T @ grad
+		}
 		if c.op.Attr.P > 0 {
 			g := c.alloc(ns * pdt.Size()) // dropout backward
 			m.sim.unref(ga)
@@ -396,8 +458,25 @@ func attentionBackward(c *bwdCtx) {
 		if copies != "none" {
 			c.temp(c.numel(0) * pdt.Size()) // through the scaling of q
 		}
+		if rep == 1 {
+			c.gradIn(0)
+			c.gradIn(1)
+			m.sim.unref(gs)
+			return
+		}
+		// the first product's gradient of the key at the query's heads,
+		// summed to the key's heads (and through its scaling)
+		gk := c.alloc(c.numel(1) * rep * pdt.Size())
 		c.gradIn(0)
+		if gqa && copies == "query_key" {
+			c.temp(c.numel(1) * rep * pdt.Size()) // MulBackward1 of the repeated key
+		}
 		c.gradIn(1)
+		m.sim.unref(gk)
+		if gv != nil {
+			c.gradIn(2)
+			m.sim.unref(gv)
+		}
 		m.sim.unref(gs)
 	}
 }

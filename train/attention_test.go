@@ -311,3 +311,61 @@ func TestCudnnAttention(t *testing.T) {
 		t.Errorf("backward allocates %v, want %v", bwd, want)
 	}
 }
+
+// Grouped-query attention on the math path: fewer key/value heads than
+// query heads reach the math kernel either with enable_gqa (PyTorch 2.5's
+// _scaled_dot_product_attention_math repeats key and value with
+// repeat_interleave) or without it (at::matmul broadcasts the batch dims:
+// the expanded key and value are reshaped into contiguous copies). Either
+// way the products save key and value at the query's heads, as measured on
+// 2.5.1's CPU (Falcon's multi-query attention, one key/value head; a call
+// with enable_gqa and 2 of 4 heads): the node keeps what it keeps without
+// grouping. B=2, L=S=8, H=4, D=16, float32, CPU (grouped-query attention
+// runs the math path there):
+//
+//	q·√s (the scaled copy bmm saves)      B·H·L·D·4 = 4,096
+//	k·√s at H heads, v at H heads         2 × 4,096
+//	probabilities                         B·H·L·S·4 = 2,048
+//	the merge's copy the head saves       B·L·H·D·4 = 4,096
+//	the loss's log-softmax and total
+//	weight (NllLossBackward0)             B·L·10·4 + 4 = 644
+//	                                                  19,076
+//
+// (With as many key/value heads as query heads the CPU runs the flash
+// kernel instead.)
+func TestAttentionMathKVRepeat(t *testing.T) {
+	const b, l, h, d = 2, 8, 4, 16
+	saved := func(kv int64, gqa bool) int64 {
+		bl := graph.NewBuilder("gqa")
+		x := bl.Input("x", graph.Shape{b, l, h * d}, graph.F32)
+		y := bl.Target("y", graph.Shape{b * l}, graph.I64)
+		heads := func(name string, n int64) graph.TensorID {
+			p := bl.Linear(name, x, n*d, true)
+			p = bl.Reshape(name+".view", p, b, l, n, d)
+			return bl.Transpose(name+".t", p, 1, 2)
+		}
+		q, k, v := heads("q", h), heads("k", kv), heads("v", kv)
+		o := bl.AttentionGQA("attn", q, k, v, true, 0, graph.QueryBLHD, gqa)
+		o = bl.Transpose("o.t", o, 1, 2)
+		o = bl.Reshape("o.merge", o, b*l, h*d)
+		o = bl.Linear("head", o, 10, true)
+		bl.CrossEntropy("loss", o, y)
+		g, err := bl.Graph()
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, sum, err := Simulate(g, Setup{CPU: true, Steps: 1, Profile: mustProfile(t, "2.5")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return sum.ActivationsBytes
+	}
+	for _, c := range []struct {
+		kv  int64
+		gqa bool
+	}{{1, false}, {1, true}, {2, true}} {
+		if got := saved(c.kv, c.gqa); got != 19076 {
+			t.Errorf("%d key/value heads of %d, enable_gqa %v: saved %d bytes, want 19,076", c.kv, h, c.gqa, got)
+		}
+	}
+}

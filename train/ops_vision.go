@@ -21,6 +21,11 @@ func addVisionRules() {
 			return dt
 		}
 		return c.in[0].dt
+	}, alias: func(m *micro, c *fwdCtx, out graph.DType) bool {
+		// a tensor the model keeps on the host (graph.Attr.Host) exists
+		// before the step and takes no device memory: it stands on its
+		// "like" input, a parameter, and allocates nothing
+		return c.op.Attr.Host
 	}}
 	// eq / ne: a bool result, not differentiable.
 	rules[graph.Compare] = rule{out: func(m *micro, c *fwdCtx) graph.DType { return graph.Bool }}

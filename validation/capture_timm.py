@@ -174,16 +174,17 @@ def _step_model(name: str) -> Tuple[Any, Any]:
     return peers.from_factory(all_models()[name][0], MEASURE_BATCH)
 
 
-def _steps(name: str, q: Any) -> None:
+def _steps(name: str, q: Any, maker: Any) -> None:
     try:
-        q.put((name, peers.real(name, _step_model), None))
+        q.put((name, peers.real(name, maker or _step_model), None))
     except Exception as e:  # noqa: BLE001 - handed to the parent, which raises it
         q.put((name, None, "%s: %s" % (type(e).__name__, e)))
 
 
-def measure_steps(names: List[str], jobs: int = 2) -> Dict[str, Dict[str, Any]]:
+def measure_steps(names: List[str], jobs: int = 2, maker: Any = None) -> Dict[str, Dict[str, Any]]:
     """The measured peaks of two whole CPU steps of each model, each in a fresh
-    process (jobs at a time: CI's two cores), as peers.py runs them. Every
+    process (jobs at a time: CI's two cores), as peers.py runs them, of the
+    model and batches maker(name) makes (this script's models unless given). Every
     process is forked from this one's main thread, before it runs any torch
     op: a process forked from another thread (a multiprocessing.Pool's worker
     handler) makes the profiler's kineto complain that its client was
@@ -196,7 +197,7 @@ def measure_steps(names: List[str], jobs: int = 2) -> Dict[str, Dict[str, Any]]:
     while todo or procs:
         while todo and len(procs) < jobs:
             name = todo.pop(0)
-            procs[name] = ctx.Process(target=_steps, args=(name, q))
+            procs[name] = ctx.Process(target=_steps, args=(name, q, maker))
             procs[name].start()
         try:
             name, res, err = q.get(timeout=5)

@@ -49,13 +49,21 @@ type timmReference struct {
 
 func loadTimmReference(t *testing.T) (timmReference, *profile.Profile) {
 	t.Helper()
-	data, err := os.ReadFile("../testdata/reference/timm-torch2-cpu.json")
+	return loadWholeStepReference(t, "timm-torch2-cpu.json")
+}
+
+// loadWholeStepReference reads a reference in timm-torch2-cpu.json's form
+// (capture_timm.py's and capture_transformers.py's) from
+// testdata/reference, with the runtime profile of its release.
+func loadWholeStepReference(t *testing.T, name string) (timmReference, *profile.Profile) {
+	t.Helper()
+	data, err := os.ReadFile("../testdata/reference/" + name)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var ref timmReference
 	if err := json.Unmarshal(data, &ref); err != nil {
-		t.Fatalf("timm-torch2-cpu.json: %v", err)
+		t.Fatalf("%s: %v", name, err)
 	}
 	prof, err := profile.Lookup(ref.Torch)
 	if err != nil {
@@ -79,9 +87,7 @@ var timmKnownMisses = map[string]string{}
 func TestCapturedTimm(t *testing.T) {
 	ref, prof := loadTimmReference(t)
 	timm := 0
-	names := make([]string, 0, len(ref.Models))
 	for n := range ref.Models {
-		names = append(names, n)
 		if strings.HasPrefix(n, "timm-") {
 			timm++
 		}
@@ -89,7 +95,19 @@ func TestCapturedTimm(t *testing.T) {
 	if timm < 30 {
 		t.Fatalf("the reference has %d timm models, want at least 30", timm)
 	}
-	for n := range timmKnownMisses {
+	capturedSaved(t, ref, prof, timmKnownMisses, "captured timm and peft models")
+}
+
+// capturedSaved holds each capture of ref to the bytes autograd saved by
+// the end of its forward, exactly, but for the known misses (which fail
+// the test when they match); what names the models in the log.
+func capturedSaved(t *testing.T, ref timmReference, prof *profile.Profile, misses map[string]string, what string) {
+	t.Helper()
+	names := make([]string, 0, len(ref.Models))
+	for n := range ref.Models {
+		names = append(names, n)
+	}
+	for n := range misses {
 		if _, ok := ref.Models[n]; !ok {
 			t.Errorf("known miss %s is not in the reference", n)
 		}
@@ -99,7 +117,7 @@ func TestCapturedTimm(t *testing.T) {
 	exact := 0
 	for _, name := range names {
 		m := ref.Models[name]
-		why, known := timmKnownMisses[name]
+		why, known := misses[name]
 		cm, err := capture.Load("../testdata/capture/" + name + ".bfgraph.gz")
 		if err != nil {
 			t.Errorf("%s: %v", name, err)
@@ -119,17 +137,17 @@ func TestCapturedTimm(t *testing.T) {
 			continue
 		}
 		got, want := sum.ActivationsBytes, m.SavedBytes
-		rows = append(rows, fmt.Sprintf("%-36s %-12s %2dpx saved %9d, PyTorch %s %9d (%+d)", name, m.Family, m.Image, got, ref.Torch, want, got-want))
+		rows = append(rows, fmt.Sprintf("%-36s %-12s saved %9d, PyTorch %s %9d (%+d)", name, m.Family, got, ref.Torch, want, got-want))
 		switch {
 		case got == want && known:
-			t.Errorf("%s now matches PyTorch (%d bytes): take it off timmKnownMisses (%s)", name, got, why)
+			t.Errorf("%s now matches PyTorch (%d bytes): take it off the known misses (%s)", name, got, why)
 		case got == want:
 			exact++
 		case !known:
 			t.Errorf("%s b%d: saved %d bytes, PyTorch %s keeps %d (%+d)", name, ref.Batch, got, ref.Torch, want, got-want)
 		}
 	}
-	t.Logf("captured timm and peft models vs PyTorch %s on the CPU, %d of %d exact:\n%s", ref.Torch, exact, len(names), strings.Join(rows, "\n"))
+	t.Logf("%s vs PyTorch %s on the CPU, %d of %d exact:\n%s", what, ref.Torch, exact, len(names), strings.Join(rows, "\n"))
 }
 
 // timmStepKnownMisses are the models whose whole steps batchfit does not
@@ -147,6 +165,15 @@ var timmStepKnownMisses = map[string]string{}
 // TestCapturedExamples (0.1 %), with the peak in PyTorch's phase.
 func TestCapturedTimmSteps(t *testing.T) {
 	ref, prof := loadTimmReference(t)
+	capturedSteps(t, ref, prof, timmStepKnownMisses, "captured timm and peft models")
+}
+
+// capturedSteps holds each capture of ref to the peaks of its whole steps
+// (every step's, in PyTorch's phase, and every phase's) within the
+// whole-step band, but for the known misses (which fail the test when they
+// are held); what names the models in the log.
+func capturedSteps(t *testing.T, ref timmReference, prof *profile.Profile, misses map[string]string, what string) {
+	t.Helper()
 	if ref.Step.Steps != 2 || ref.Step.Optimizer != "adam" || ref.Step.Batch < 1 {
 		t.Fatalf("the reference's steps are %d with %q at batch %d, want 2 with adam", ref.Step.Steps, ref.Step.Optimizer, ref.Step.Batch)
 	}
@@ -155,7 +182,7 @@ func TestCapturedTimmSteps(t *testing.T) {
 		names = append(names, n)
 	}
 	sort.Strings(names)
-	for n := range timmStepKnownMisses {
+	for n := range misses {
 		if _, ok := ref.Models[n]; !ok {
 			t.Errorf("known miss %s is not in the reference", n)
 		}
@@ -166,7 +193,7 @@ func TestCapturedTimmSteps(t *testing.T) {
 	var worstAt string
 	for _, name := range names {
 		m := ref.Models[name]
-		why, known := timmStepKnownMisses[name]
+		why, known := misses[name]
 		if len(m.Steps.StepPeaks) != ref.Step.Steps || len(m.Steps.PhasePeaks) != ref.Step.Steps {
 			t.Errorf("%s: the reference has %d step peaks and %d phase peaks, want %d", name, len(m.Steps.StepPeaks), len(m.Steps.PhasePeaks), ref.Step.Steps)
 			continue
@@ -229,15 +256,15 @@ func TestCapturedTimmSteps(t *testing.T) {
 		rows = append(rows, fmt.Sprintf("%-36s %-12s peak %11d, PyTorch %s %11d (%+d, %+.4f%%)", name, m.Family, peak, ref.Torch, m.Steps.Peak, peak-m.Steps.Peak, 100*e))
 		switch {
 		case len(bad) == 0 && known:
-			t.Errorf("%s is now held to PyTorch's whole steps: take it off timmStepKnownMisses (%s)", name, why)
+			t.Errorf("%s is now held to PyTorch's whole steps: take it off the known misses (%s)", name, why)
 		case len(bad) > 0 && !known:
 			t.Errorf("%s b%d, %d steps with Adam: %s", name, ref.Step.Batch, ref.Step.Steps, strings.Join(bad, "; "))
 		}
 	}
 	sort.Slice(errs, func(i, j int) bool { return math.Abs(errs[i]) < math.Abs(errs[j]) })
 	if len(errs) > 0 {
-		t.Logf("whole-step peaks of captured timm and peft models vs PyTorch %s on the CPU, median |error| %.5f%%, worst %+.4f%%; worst phase peak of the models held %+.4f%% (%s):\n%s",
-			ref.Torch, 100*math.Abs(errs[len(errs)/2]), 100*errs[len(errs)-1], 100*worstPhase, worstAt, strings.Join(rows, "\n"))
+		t.Logf("whole-step peaks of %s vs PyTorch %s on the CPU, median |error| %.5f%%, worst %+.4f%%; worst phase peak of the models held %+.4f%% (%s):\n%s",
+			what, ref.Torch, 100*math.Abs(errs[len(errs)/2]), 100*errs[len(errs)-1], 100*worstPhase, worstAt, strings.Join(rows, "\n"))
 	}
 }
 
