@@ -103,6 +103,14 @@ type Profile struct {
 	// later autograd code saves only the input's sizes and element count.
 	// adaptive_avg_pool2d to (1, 1) runs as this mean.
 	MeanDimSavesSelf bool `json:"mean_dim_saves_self"`
+	// BatchNormCPUStatsFirst: the CPU native_batch_norm computes the
+	// batch statistics before it makes its output (1.13's batch_norm_cpu:
+	// batch_norm_cpu_update_stats_template, then
+	// batch_norm_cpu_transform_input_template's empty_like). PyTorch pull
+	// request 88604 (November 2022, in 2.0: native_batch_norm.out for
+	// CPU) makes the output first and hands it down; measured on 1.13 and
+	// 2.5.1 with one batch norm at a time (profile_memory).
+	BatchNormCPUStatsFirst bool `json:"batch_norm_cpu_stats_first"`
 	// AdamForeachDenomCopy: _multi_tensor_adam makes denom =
 	// _foreach_add(exp_avg_sq_sqrt, eps), a second set of parameter-sized
 	// temporaries alive beside the square roots (torch 1.13 and 2.0);

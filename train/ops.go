@@ -150,7 +150,9 @@ func init() {
 		// running mean and var, and save_mean / save_invstd of C elements in
 		// float32 (the cuDNN reserve space is empty without a fused
 		// activation).
-		graph.BatchNorm: {fwd: func(c *fwdCtx) {
+		// On the CPU the kernel's temporaries are rules of their own
+		// (bn_cpu.go).
+		graph.BatchNorm: {pre: batchNormCPUPre, fwd: func(c *fwdCtx) {
 			if c.m.sim.noGrad {
 				// eval mode normalizes with the running statistics:
 				// no batch statistics are computed or kept
@@ -161,10 +163,18 @@ func init() {
 			for _, b := range c.op.Buffers[:min(2, len(c.op.Buffers))] {
 				c.save(c.m.val[b])
 			}
+			if batchNormCPU(c) {
+				batchNormCPUForward(c)
+				return
+			}
 			ch := c.shape(0)[1]
 			c.saveNew(ch * 4)
 			c.saveNew(ch * 4)
 		}, bwd: func(c *bwdCtx) {
+			if c.m.sim.s.CPU {
+				batchNormCPUBackward(c)
+				return
+			}
 			c.gradIn(0)
 			c.gradParam(c.op.Weight)
 			c.gradParam(c.op.Bias)

@@ -23,6 +23,10 @@ type fwdCtx struct {
 	// held is a kernel temporary made before the output that the op's
 	// node may save (auto-gptq's dequantized weight).
 	held *storage
+	// stats are a kernel's extra outputs made before its output, which
+	// its node may save (the CPU batch norm's save_mean and save_invstd
+	// under 1.13, batchNormCPUPre).
+	stats []*storage
 }
 
 func (c *fwdCtx) shape(j int) graph.Shape { return c.m.g.Tensors[c.op.Inputs[j]].Shape }
@@ -299,6 +303,16 @@ func (m *micro) runOp(i int) {
 	} else if r.alias != nil && r.alias(m, c, dt) {
 		c.out = value{st: c.in[0].st, dt: dt}
 		sim.ref(c.in[0].st)
+	} else if op.Kind == graph.Release {
+		// Python letting go of tensors is no tensor: the op's result, a
+		// marker nothing reads, holds no storage. Taken as a view of the
+		// first tensor let go, it held that storage again in a
+		// checkpointed block's recompute, where the tensor is one the
+		// caller let go of in the forward (timm Swin's stage input, which
+		// the captured nn.Sequential's loop variable held until the
+		// stage's last block returned): the recompute freed it a second
+		// time, 589,824 bytes in Swin-T's backward.
+		c.out = value{dt: dt}
 	} else if tensor.View != graph.None {
 		base := m.val[tensor.View]
 		c.out = value{st: base.st, dt: dt}
