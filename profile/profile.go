@@ -147,6 +147,15 @@ type Profile struct {
 	// pytorch issue 81448). Measured on the CPU with 1.13 and 2.5.1
 	// (train.TestRecomputeByRelease).
 	CheckpointEarlyStop bool `json:"checkpoint_early_stop"`
+	// CheckpointUnpackReleases: the non-reentrant checkpoint's unpack
+	// hook of the same rewrite (2.1's _checkpoint_hook.unpack_hook) hands
+	// the node the recomputed tensor and drops the frame's hold on it
+	// (holder.handles[gid] = None; frame.recomputed is keyed weakly by
+	// that handle), so the tensors a node unpacked go as its apply()
+	// returns (train.applyReturns). 1.13's (and 2.0's) unpack returns
+	// storage[x] from a WeakKeyDictionary keyed by the Holder that the
+	// SavedVariable keeps until release_variables().
+	CheckpointUnpackReleases bool `json:"checkpoint_unpack_releases"`
 	// MatmulAllowTF32 is torch.backends.cuda.matmul.allow_tf32's default:
 	// off since 1.12, so float32 matmuls run on the CUDA cores.
 	// CudnnAllowTF32 is torch.backends.cudnn.allow_tf32's: on, so float32

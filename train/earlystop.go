@@ -131,6 +131,7 @@ func (m *micro) packOnly(c *fwdCtx) {
 		m.sim.unref(st)
 	}
 	m.sim.localBuf = c.locals[:0]
+	m.sim.unref(c.number)
 }
 
 // stopRecompute ends an early-stopped recomputation that ran ops first to
