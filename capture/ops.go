@@ -309,6 +309,10 @@ func (x *bctx) aten(o *op) {
 			x.err = x.ruleError(o, "a tensor made before any input")
 			return
 		}
+		if name == "zeros" && x.leafBias[o.Module] {
+			x.set(out(0), b.Leaf(mod, like, dt, s...))
+			return
+		}
 		x.set(out(0), b.Const(mod, like, dt, s...))
 		return
 	case "detach":

@@ -156,6 +156,13 @@ type Tensor struct {
 	// checkpoint's detached input has them, and so its .grad
 	// (train.handOnDetached).
 	Strides []int64
+	// Leaf marks an activation a factory op made (torch.zeros) and
+	// Python then made require grad (tensor.requires_grad = True): a leaf
+	// of autograd, not a parameter. The AccumulateGrad node of an op that
+	// reads it holds it (accumulate_grad.h keeps the variable), so it
+	// lives as long as that node, and its gradient becomes its .grad,
+	// which lives with it.
+	Leaf bool
 }
 
 // DenseStrides is TensorImpl::compute_non_overlapping_and_dense

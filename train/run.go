@@ -338,6 +338,9 @@ func (m *micro) runOp(i int) {
 		c.out = value{st: st, dt: dt}
 	}
 	m.val[out] = c.out
+	if tensor.Leaf {
+		m.holdLeaf(i, c.out.st, recomputing)
+	}
 	if (sim.noGrad || sim.s.KeepOutput) && !recomputing && slices.Contains(m.g.Returned, out) {
 		// the forward returns it (a ModelOutput's logits): alive to the
 		// forward's end and beyond, whatever its last use. In training
