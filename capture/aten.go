@@ -38,6 +38,10 @@ type bctx struct {
 	// inner: the innermost repeated modules are the blocks
 	// (graph.Config.InnerBlocks, blockModules)
 	inner bool
+	// leafBias: the library's gradient checkpointing is on
+	// (graph.Config.LibraryCheckpointing), under which these modules'
+	// zero position biases are leaves (positionBiasLeaf), by module path
+	leafBias map[string]bool
 	// saved are the recorded storages autograd saved a tensor of
 	// (savedUntilBackward)
 	saved map[int]bool
@@ -85,6 +89,23 @@ func (x *bctx) savedUntilBackward(i int) bool {
 	return t.FreedAfter == nil || *t.FreedAfter == len(x.m.f.Ops)-1
 }
 
+// positionBiasLeaf are transformers' attention classes whose forward, in
+// training under gradient checkpointing, makes the torch.zeros position
+// bias of an attention without a relative_attention_bias a leaf that
+// requires grad: "if self.gradient_checkpointing and self.training:
+// position_bias.requires_grad = True" (transformers 4.44: modeling_t5.py
+// T5Attention.forward, and the classes copied from it in modeling_mt5.py,
+// modeling_longt5.py, modeling_switch_transformers.py, modeling_udop.py,
+// modeling_pix2struct.py, modeling_pop2piano.py). That zeros is the only
+// one these forwards make. gradient_checkpointing_enable sets the flag on
+// every module that has it (modeling_utils.py,
+// _set_gradient_checkpointing).
+var positionBiasLeaf = map[string]bool{
+	"T5Attention": true, "MT5Attention": true, "LongT5Attention": true, "LongT5LocalAttention": true,
+	"SwitchTransformersAttention": true, "UdopAttention": true, "Pix2StructVisionAttention": true,
+	"Pix2StructTextAttention": true, "Pop2PianoAttention": true,
+}
+
 // ruleError is the one-line refusal of an op batchfit has no rule for.
 func (c *bctx) ruleError(o *op, why string) error {
 	mod := fmt.Sprintf("%q", o.Module)
@@ -130,6 +151,14 @@ func (m *Model) Build(c models.Config) (*graph.Graph, error) {
 		}
 	}
 	x.pythonFrees = m.pythonFrees()
+	if c.LibraryCheckpointing {
+		x.leafBias = map[string]bool{}
+		for _, md := range f.Modules {
+			if positionBiasLeaf[md.Type] {
+				x.leafBias[md.Path] = true
+			}
+		}
+	}
 	x.saved = map[int]bool{}
 	for i := range f.Tensors {
 		if len(f.Tensors[i].SavedBy) > 0 {

@@ -315,6 +315,10 @@ func (x *bctx) aten(o *op) {
 			x.err = x.ruleError(o, "a tensor made before any input")
 			return
 		}
+		if name == "zeros" && x.leafBias[o.Module] {
+			x.set(out(0), b.Leaf(mod, like, dt, s...))
+			return
+		}
 		x.set(out(0), b.Const(mod, like, dt, s...))
 		return
 	case "detach":
@@ -894,44 +898,53 @@ func (x *bctx) scalarTensor(a arg) bool {
 		x.m.wrapsNumbers()
 }
 
-// wrappedNumber is the bytes of the 0-d tensor that op o (base name
-// base: mul or div, in place or not) keeps for its Python-number operand,
-// or 0. Python's x * 0.5, x / 4, x.mul_(0.5) reach mul.Tensor, div.Tensor
-// and their in-place forms: the argument parser wraps the number in a 0-d
-// CPU tensor (scalar_to_tensor, marked a wrapped number) of the number's
-// type, a double, an int64 or a bool, and the derivative formulas of
-// tools/autograd/derivatives.yaml save it (mul.Tensor's self:
-// mul_tensor_backward(grad, other, ...), other saved when self requires
-// grad; div.Tensor's other is read by both formulas). mul.Scalar and
-// div.Scalar, reached only from C++ (F.dropout's div_), keep the number
-// as a c10::Scalar, no tensor; add and sub keep none. The capture records
-// the wrapped number as a value (2.x's dispatch mode unwraps it), or as a
-// 0-d CPU tensor.
-func (x *bctx) wrappedNumber(o *op, base string) int64 {
-	if (base != "mul" && base != "div") || (o.Overload != "Tensor" && o.Overload != "Tensor_mode") || len(o.Args) < 2 {
-		return 0
+// wrappedNumber is the 0-d tensor that op o (base name base: add, sub,
+// mul or div, in place or not) is handed for its Python-number operand
+// (graph.Number), or the zero Number. Python's x * 0.5, x / 4, x - 2,
+// x.mul_(0.5) reach mul.Tensor, div.Tensor, sub.Tensor and their in-place
+// forms: the argument parser wraps the number in a 0-d CPU tensor
+// (scalar_to_tensor, marked a wrapped number) of the number's type, a
+// double, an int64 or a bool, and the derivative formulas of
+// tools/autograd/derivatives.yaml of mul and div save it (mul.Tensor's
+// self: mul_tensor_backward(grad, other, ...), other saved when self
+// requires grad; div.Tensor's other is read by both formulas), those of
+// add and sub nothing. mul.Scalar and div.Scalar, reached only from C++
+// (F.dropout's div_, SDPA's mul), keep the number as a c10::Scalar, no
+// tensor. The capture records the wrapped number as a value (2.x's
+// dispatch mode unwraps it: a float with its point or exponent, an int
+// without), or as a 0-d CPU tensor.
+func (x *bctx) wrappedNumber(o *op, base string) graph.Number {
+	if (base != "mul" && base != "div" && base != "add" && base != "sub") ||
+		(o.Overload != "Tensor" && o.Overload != "Tensor_mode") || len(o.Args) < 2 {
+		return graph.Number{}
 	}
+	n := graph.Number{Wrapped: true, DType: graph.F64, Kept: base == "mul" || base == "div"}
 	a := o.Args[1]
 	if id, ok := a.tensor(); ok {
 		t := &x.m.f.Tensors[id]
 		dt, err := graph.ParseDType(t.DType)
 		if t.Device != "cpu" || err != nil || !x.m.wrapsNumbers() {
-			return 0
+			return graph.Number{}
 		}
-		return dt.Size()
+		n.DType = dt
+		return n
 	}
 	if _, ok := a.boolean(); ok {
-		return 1
+		n.DType = graph.Bool
+		return n
 	}
 	if _, ok := a.float(); ok {
-		return 8
+		if !strings.ContainsAny(strings.TrimSpace(string(a.V)), ".eE") {
+			n.DType = graph.I64
+		}
+		return n
 	}
 	switch a.str() {
 	case "inf", "-inf", "nan":
 		// float("inf"), recorded as its repr
-		return 8
+		return n
 	}
-	return 0
+	return graph.Number{}
 }
 
 // numBatches is the num_batches_tracked buffer of a batch-norm module.

@@ -10,13 +10,14 @@ import (
 	"github.com/batchfit/batchfit/models"
 )
 
-// TestWrappedNumbers: the ops of a captured model that keep the 0-d
-// tensor of a Python number (graph.Attr.Number) are its mul.Tensor and
-// div.Tensor calls with a number. GPT-2's gelu_new,
+// TestWrappedNumbers: the ops of a captured model that are handed the
+// 0-d tensor of a Python number (graph.Attr.Number) are its add.Tensor,
+// sub.Tensor, mul.Tensor and div.Tensor calls with a number, and those
+// that keep it its mul.Tensor and div.Tensor ones. GPT-2's gelu_new,
 // 0.5 * x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 * x ** 3))), makes
-// three in each of its two layers (an 8-byte double each) and one add of
-// a number, which keeps none; its F.dropout's div_(1 - p) reaches
-// div_.Scalar from C++, whose number is no tensor.
+// three multiplications by a number in each of its two layers (a double
+// each) and one add of a number (1.0 + ...), which keeps none; its F.dropout's div_(1 - p)
+// reaches div_.Scalar from C++, whose number is no tensor.
 func TestWrappedNumbers(t *testing.T) {
 	m, err := Load("../testdata/capture/hf-gpt2-eager.bfgraph.gz")
 	if err != nil {
@@ -26,25 +27,26 @@ func TestWrappedNumbers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var kept, scalars int
+	var kept, wrapped, scalars int
 	for _, op := range g.Ops {
 		if !op.Attr.Scalar {
 			continue
 		}
 		scalars++
-		switch op.Attr.Number {
-		case 8:
+		n := op.Attr.Number
+		if !n.Wrapped {
+			continue
+		}
+		wrapped++
+		if n.DType != graph.F64 || !strings.Contains(op.Name, "mlp.act") {
+			t.Errorf("%s is handed a wrapped %s: only gelu_new's doubles are", op.Name, n.DType)
+		}
+		if n.Kept {
 			kept++
-			if !strings.Contains(op.Name, "mlp.act") {
-				t.Errorf("%s keeps a number: only gelu_new's multiplications do", op.Name)
-			}
-		case 0:
-		default:
-			t.Errorf("%s keeps %d bytes for its number, want 8 or none", op.Name, op.Attr.Number)
 		}
 	}
-	if kept != 6 || scalars <= kept {
-		t.Errorf("%d ops keep a number among %d scaling ops, want 6 among more", kept, scalars)
+	if kept != 6 || wrapped != 8 {
+		t.Errorf("%d ops keep a number and %d are handed one among %d scaling ops, want 6 and 8", kept, wrapped, scalars)
 	}
 }
 

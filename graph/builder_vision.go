@@ -84,6 +84,19 @@ func (b *Builder) Host(name string, like TensorID, dt DType, shape ...int64) Ten
 	return out
 }
 
+// Leaf is Const made a leaf that requires grad (Tensor.Leaf): torch.zeros
+// followed by .requires_grad = True, which Python may do under no_grad
+// too (a leaf's flag is its own).
+func (b *Builder) Leaf(name string, like TensorID, dt DType, shape ...int64) TensorID {
+	out := b.Const(name, like, dt, shape...)
+	if out != None {
+		t := &b.g.Tensors[out]
+		t.RequiresGrad = dt.IsFloat()
+		t.Leaf = t.RequiresGrad
+	}
+	return out
+}
+
 func (b *Builder) fresh(k Kind, name string, like TensorID, shape []int64) TensorID {
 	if !b.ok(like) {
 		return None

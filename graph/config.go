@@ -66,6 +66,20 @@ type Config struct {
 	// in training) then releases them there; builders by name model no
 	// cache in training and ignore it.
 	NoCache bool
+	// LibraryCheckpointing: the model runs under its library's gradient
+	// checkpointing in training (train.Checkpoint.Library).
+	// transformers' gradient_checkpointing_enable sets
+	// gradient_checkpointing = True on every module that has the
+	// attribute (modeling_utils.py, _set_gradient_checkpointing), and
+	// some modules' forwards branch on it: T5Attention and the attentions
+	// copied from it (MT5, LongT5's, Switch Transformers', UDOP's,
+	// Pix2Struct's, Pop2Piano's) make the zero position bias of an
+	// attention without a relative_attention_bias a leaf that requires
+	// grad ("if self.gradient_checkpointing and self.training:
+	// position_bias.requires_grad = True", modeling_t5.py
+	// T5Attention.forward), so that the reentrant checkpoint of the
+	// layer that makes it has an output requiring grad (graph.Tensor.Leaf).
+	LibraryCheckpointing bool
 	// InnerBlocks: a captured model's checkpointed blocks are the
 	// innermost of its nested repeated modules (a ConvNeXt's
 	// stages.N.blocks.M), as timm's set_grad_checkpointing wraps them,

@@ -156,6 +156,13 @@ type Tensor struct {
 	// checkpoint's detached input has them, and so its .grad
 	// (train.handOnDetached).
 	Strides []int64
+	// Leaf marks an activation a factory op made (torch.zeros) and
+	// Python then made require grad (tensor.requires_grad = True): a leaf
+	// of autograd, not a parameter. The AccumulateGrad node of an op that
+	// reads it holds it (accumulate_grad.h keeps the variable), so it
+	// lives as long as that node, and its gradient becomes its .grad,
+	// which lives with it.
+	Leaf bool
 }
 
 // DenseStrides is TensorImpl::compute_non_overlapping_and_dense
@@ -247,13 +254,10 @@ type Attr struct {
 	// flash kernel then lays its output out as the query.
 	QueryContiguous bool
 	Scalar          bool // mul/div by a Python number rather than a tensor
-	// Number is, on a Scalar op, the bytes of the 0-d host tensor the
-	// Python argument parser wrapped the number in (a double or an int64:
-	// 8; a bool: 1) when the op is mul.Tensor or div.Tensor (in place or
-	// not), whose node keeps it (MulBackward0's and DivBackward0's other);
-	// 0 where the op saves no tensor for it (add, sub, mul.Scalar) or the
-	// builder does not say.
-	Number int64
+	// Number is, on a Scalar op, the 0-d host tensor the Python argument
+	// parser wrapped the number in, where the capture or the builder
+	// knows it (the zero Number where the op takes none or nobody says).
+	Number Number
 	// Host marks a Full op standing for a tensor the model keeps in host
 	// memory, made before the step (a plain attribute built on the CPU):
 	// it takes no device memory and the step allocates nothing for it.
@@ -306,6 +310,30 @@ type Attr struct {
 	// strided: the simulator follows it (train's gradient layout).
 	Perm []int
 }
+
+// Number is a Python number handed to add, sub, mul or div where the
+// Tensor overload takes a tensor (x * 0.5, x / 4, x - 2, x.mul_(0.5)):
+// torch's bindings wrap it in a 0-d CPU tensor before the op runs
+// (PythonArgs::tensor_slow, torch/csrc/utils/python_arg_parser.cpp:
+// scalar_to_tensor, set_wrapped_number) of the number's Python type,
+// float64 for a float, int64 for an int, bool for a bool. The Scalar
+// overloads, reached only from C++ (F.dropout's div_.Scalar), take a
+// c10::Scalar: no tensor.
+type Number struct {
+	// Wrapped says the op is handed the number so; DType is the wrapped
+	// tensor's.
+	Wrapped bool
+	DType   DType
+	// Kept: the op's node saves the wrapped tensor. The derivative
+	// formulas of tools/autograd/derivatives.yaml read other for self's
+	// gradient in mul.Tensor (mul_tensor_backward(grad, other, ...)) and
+	// div.Tensor; add and sub save nothing.
+	Kept bool
+}
+
+// WrappedDouble is a Python float handed to mul or div (x * 0.5), which
+// the node keeps.
+var WrappedDouble = Number{Wrapped: true, DType: F64, Kept: true}
 
 // CastTarget is the dtype a Cast converts to.
 type CastTarget uint8

@@ -273,17 +273,18 @@ func (b *Builder) ScaleInplace(name string, x TensorID) TensorID {
 }
 
 // ScaleNumber is Scale (ScaleInplace when inplace) by a Python number
-// that the op's node keeps as a 0-d tensor of bytes (Attr.Number):
-// x * 0.5 or x.div_(2) reach mul.Tensor and div_.Tensor with the number
-// wrapped, and MulBackward0 and DivBackward0 save other.
-func (b *Builder) ScaleNumber(name string, x TensorID, inplace bool, bytes int64) TensorID {
+// that the bindings wrap in a 0-d tensor (Attr.Number): x * 0.5 or
+// x.div_(2) reach mul.Tensor and div_.Tensor with the number wrapped, and
+// MulBackward0 and DivBackward0 save other; x - 2 reaches sub.Tensor,
+// whose node saves nothing.
+func (b *Builder) ScaleNumber(name string, x TensorID, inplace bool, n Number) TensorID {
 	out := b.Scale
 	if inplace {
 		out = b.ScaleInplace
 	}
 	y := out(name, x)
 	if y != None && len(b.g.Ops) > 0 && b.g.Ops[len(b.g.Ops)-1].Output == y {
-		b.g.Ops[len(b.g.Ops)-1].Attr.Number = bytes
+		b.g.Ops[len(b.g.Ops)-1].Attr.Number = n
 	}
 	return y
 }

@@ -309,6 +309,7 @@ func (j Job) Request(src predict.Source, o Options) (predict.Request, error) {
 	// transformers' gradient checkpointing turns use_cache off in
 	// training (train.Checkpoint.Library)
 	r.Config.NoCache = ck.Library
+	r.Config.LibraryCheckpointing = ck.Library
 	// timm's checkpoint_seq wraps each stage's blocks
 	// (train.Checkpoint.Timm)
 	r.Config.InnerBlocks = ck.Timm

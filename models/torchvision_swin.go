@@ -173,7 +173,7 @@ func tvShiftedWindowAttention(b *graph.Builder, name string, x graph.TensorID, h
 		v := b.Select("v", qkv, 0)
 		// q * head_dim ** -0.5: a new tensor; MulBackward0 keeps the
 		// wrapped Python number, an 8-byte double (graph.Attr.Number)
-		q = b.ScaleNumber("q_scale", q, false, 8)
+		q = b.ScaleNumber("q_scale", q, false, graph.WrappedDouble)
 		qScaled := q
 		kt := b.Transpose("k_transpose", k, -2, -1)
 		attn := tvMatMul4D(b, "matmul_qk", q, kt)

@@ -230,7 +230,7 @@ func BuildTransformer(name string, tc TransformerConfig, c Config) (*graph.Graph
 	if c.Decode != nil && (c.TP > 1 || c.PP > 1) {
 		return nil, fmt.Errorf("building %s: generation with tensor or pipeline parallelism is not modelled", name)
 	}
-	t := &hfBuilder{b: graph.NewBuilder(name), tc: tc, B: c.Batch, L: c.Seq, dt: tc.DType, eagerMask: graph.None, hi: tc.Layers, first: true, last: true, dec: c.Decode, loopLoss: c.LossFromLogits}
+	t := &hfBuilder{b: graph.NewBuilder(name), tc: tc, B: c.Batch, L: c.Seq, dt: tc.DType, eagerMask: graph.None, hi: tc.Layers, first: true, last: true, dec: c.Decode, loopLoss: c.LossFromLogits, libCkpt: c.LibraryCheckpointing}
 	if c.TP > 1 || c.PP > 1 {
 		if !tensorParallelArchs[tc.Arch] {
 			return nil, fmt.Errorf("building %s: tensor and pipeline parallelism are built for the Llama family (llama, mistral, qwen2, gemma, phi3), not model_type %s", name, tc.Arch)
@@ -533,6 +533,9 @@ type hfBuilder struct {
 	// loopLoss: the loss is the training loop's, on the returned logits
 	// (graph.Config.LossFromLogits).
 	loopLoss bool
+	// libCkpt: the library's gradient checkpointing is on
+	// (graph.Config.LibraryCheckpointing)
+	libCkpt bool
 }
 
 // gather and scatter are sequence parallelism's collectives along the

@@ -21,7 +21,9 @@ import "github.com/batchfit/batchfit/graph"
 //	scores = q @ k.transpose(3, 2)
 //	layer 0: position_bias = relative_attention_bias(buckets [Lq, Lk] int64)
 //	         .permute([2, 0, 1]).unsqueeze(0) + mask     # [B, H, Lq, Lk], requires grad
-//	         (cross-attention: zeros [1, H, Lq, Lk] + mask, no grad);
+//	         (cross-attention: zeros [1, H, Lq, Lk] + mask, no grad,
+//	         but a leaf that requires grad under gradient checkpointing
+//	         in training);
 //	         later layers reuse it
 //	scores += position_bias                               # in place
 //	attn = dropout(softmax(scores.float(), -1).type_as(scores))
@@ -165,6 +167,11 @@ func (t *hfBuilder) t5Attention(x, kv, mask, bias graph.TensorID, p t5AttnParams
 			pb = b.EmbeddingWith("relative_attention_bias", buckets, p.relBias)
 			pb = b.Permute("permute", pb, 2, 0, 1)
 			pb = b.Expand("unsqueeze", pb, 1, H, Lq, Lk)
+		} else if t.libCkpt && t.dec == nil {
+			// torch.zeros((1, H, Lq, Lk)) with requires_grad = True
+			// under gradient checkpointing in training
+			// (graph.Config.LibraryCheckpointing): a leaf
+			pb = b.Leaf("position_bias", scores, t.dt, 1, H, Lq, Lk)
 		} else {
 			// torch.zeros((1, H, Lq, Lk)), no grad (outside gradient
 			// checkpointing).

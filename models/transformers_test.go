@@ -1,6 +1,7 @@
 package models
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -550,6 +551,31 @@ func BenchmarkBuildLlama3_70B(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		if _, err := BuildTransformer("Llama-3-70B", tc, c); err != nil {
 			b.Fatal(err)
+		}
+	}
+}
+
+// TestT5PositionBiasLeaf: T5Attention without a relative_attention_bias,
+// the decoder's cross-attention, makes torch.zeros((1, H, Lq, Lk)) its
+// position bias and, under gradient checkpointing in training, sets its
+// requires_grad (modeling_t5.py): one leaf, t5-small's [1, 8, 16, 16],
+// made by the first decoder layer (the later ones reuse its bias). Without
+// checkpointing the zeros requires no grad.
+func TestT5PositionBiasLeaf(t *testing.T) {
+	for _, ckpt := range []bool{false, true} {
+		g := hfBuild(t, "t5", hfZooEntry(t, "t5-small").tc, Config{Batch: 2, Seq: 16, Layers: 2, LibraryCheckpointing: ckpt})
+		var leaves []string
+		for _, op := range g.Ops {
+			if tt := g.Tensors[op.Output]; tt.Leaf {
+				leaves = append(leaves, fmt.Sprintf("%s %v rg=%v", op.Name, tt.Shape, tt.RequiresGrad))
+			}
+		}
+		want := []string(nil)
+		if ckpt {
+			want = []string{"decoder.block.0.layer.1.EncDecAttention.position_bias [1, 8, 16, 16] rg=true"}
+		}
+		if fmt.Sprint(leaves) != fmt.Sprint(want) {
+			t.Errorf("checkpointing %v: leaves %q, want %q", ckpt, leaves, want)
 		}
 	}
 }

@@ -103,6 +103,14 @@ type Profile struct {
 	// later autograd code saves only the input's sizes and element count.
 	// adaptive_avg_pool2d to (1, 1) runs as this mean.
 	MeanDimSavesSelf bool `json:"mean_dim_saves_self"`
+	// BatchNormCPUStatsFirst: the CPU native_batch_norm computes the
+	// batch statistics before it makes its output (1.13's batch_norm_cpu:
+	// batch_norm_cpu_update_stats_template, then
+	// batch_norm_cpu_transform_input_template's empty_like). PyTorch pull
+	// request 88604 (November 2022, in 2.0: native_batch_norm.out for
+	// CPU) makes the output first and hands it down; measured on 1.13 and
+	// 2.5.1 with one batch norm at a time (profile_memory).
+	BatchNormCPUStatsFirst bool `json:"batch_norm_cpu_stats_first"`
 	// AdamForeachDenomCopy: _multi_tensor_adam makes denom =
 	// _foreach_add(exp_avg_sq_sqrt, eps), a second set of parameter-sized
 	// temporaries alive beside the square roots (torch 1.13 and 2.0);
@@ -139,6 +147,15 @@ type Profile struct {
 	// pytorch issue 81448). Measured on the CPU with 1.13 and 2.5.1
 	// (train.TestRecomputeByRelease).
 	CheckpointEarlyStop bool `json:"checkpoint_early_stop"`
+	// CheckpointUnpackReleases: the non-reentrant checkpoint's unpack
+	// hook of the same rewrite (2.1's _checkpoint_hook.unpack_hook) hands
+	// the node the recomputed tensor and drops the frame's hold on it
+	// (holder.handles[gid] = None; frame.recomputed is keyed weakly by
+	// that handle), so the tensors a node unpacked go as its apply()
+	// returns (train.applyReturns). 1.13's (and 2.0's) unpack returns
+	// storage[x] from a WeakKeyDictionary keyed by the Holder that the
+	// SavedVariable keeps until release_variables().
+	CheckpointUnpackReleases bool `json:"checkpoint_unpack_releases"`
 	// MatmulAllowTF32 is torch.backends.cuda.matmul.allow_tf32's default:
 	// off since 1.12, so float32 matmuls run on the CUDA cores.
 	// CudnnAllowTF32 is torch.backends.cudnn.allow_tf32's: on, so float32

@@ -54,10 +54,11 @@ func TestProfileFacts(t *testing.T) {
 		}
 	}
 	// torch/utils/checkpoint.py: the non-reentrant recomputation's early
-	// stop came with the rewrite of 2.1 (pull requests 90105, 96866)
+	// stop, and its unpack hook's dropping the frame's hold, came with the
+	// rewrite of 2.1 (pull requests 90105, 96866)
 	for v, want := range map[string]bool{"1.13": false, "2.0": false, "2.5": true, "2.11": true} {
-		if p, _ := Lookup(v); p.CheckpointEarlyStop != want {
-			t.Errorf("%s: checkpoint_early_stop %v, want %v", v, p.CheckpointEarlyStop, want)
+		if p, _ := Lookup(v); p.CheckpointEarlyStop != want || p.CheckpointUnpackReleases != want {
+			t.Errorf("%s: checkpoint_early_stop %v, checkpoint_unpack_releases %v, want %v", v, p.CheckpointEarlyStop, p.CheckpointUnpackReleases, want)
 		}
 	}
 	// CublasHandlePool.cpp: 4096 KiB × 8 on Hopper, :4096:2:16:8 elsewhere.

@@ -26,7 +26,9 @@ import (
 //     make a channels-last copy of the weight first, freed when the kernel
 //     returns; the weight gradient comes out channels-last, so
 //     AccumulateGrad copies it into the parameter's layout rather than
-//     stealing it;
+//     stealing it. Both only where the contiguous weight is not already
+//     channels-last contiguous (clWeightCopy): a 1×1 kernel's is (2.5.1,
+//     measured: a 1×1 convolution on a permuted input makes neither);
 //   - backward, G > 1: per group, contiguous copies of the grad_output and
 //     input slices, the group's grad_input, grad_bias and grad_weight, and
 //     its columns; the copies and columns die with the group, the
@@ -64,6 +66,35 @@ func convColumns(in, out graph.Shape, a graph.Attr, dt graph.DType) int64 {
 	return in[0] * (in[1] / g) * a.Kernel[0] * a.Kernel[1] * out[2] * out[3] * dt.Size()
 }
 
+// clWeightCopy says a convolution on a channels-last input copies its
+// contiguous weight: view_weight_2d (ConvolutionMM2d.cpp) takes
+// weight_.contiguous(ChannelsLast), which returns the weight itself where
+// it is already channels-last contiguous (TensorBase::contiguous,
+// is_contiguous(memory_format)); c10's compute_channels_last_contiguous_2d
+// (c10/core/Contiguity.h) skips dims of size 1, so a [O, I, 1, 1] weight,
+// or a [O, 1, kh, kw] one, is both. The weight gradient, made channels-last
+// like it (empty_like), then has the parameter's strides on every dim of
+// size above 1, which is what AccumulateGrad's obeys_layout_contract
+// (torch/csrc/autograd/utils/grad_layout_contract.h) compares: it steals
+// it, where it clones the others.
+func clWeightCopy(a graph.Attr, w graph.Shape) bool {
+	if !a.ChannelsLast || len(w) != 4 {
+		return false
+	}
+	st := contiguousStrides(w)
+	want := int64(1)
+	for _, d := range []int{1, 3, 2, 0} {
+		if w[d] == 1 {
+			continue
+		}
+		if st[d] != want {
+			return true
+		}
+		want *= w[d]
+	}
+	return false
+}
+
 // nnpack says the CPU convolution runs NNPACK's kernel (ConvParams::use_nnpack).
 func nnpack(s *Setup, in graph.Shape, a graph.Attr, dt graph.DType) bool {
 	return s.CPU && s.NNPACK && dt == graph.F32 && len(in) == 4 && in[0] >= 16 &&
@@ -86,8 +117,8 @@ func convCPUForward(c *fwdCtx) {
 	}
 	g := max(c.op.Attr.Groups, 1)
 	if g == 1 {
-		if c.op.Attr.ChannelsLast {
-			c.local(c.m.g.Tensors[c.op.Weight].Shape.Numel()*c.w.dt.Size(), trace.Transient)
+		if w := c.m.g.Tensors[c.op.Weight].Shape; clWeightCopy(c.op.Attr, w) {
+			c.local(w.Numel()*c.w.dt.Size(), trace.Transient)
 		}
 		if cols > 0 {
 			c.local(cols, trace.Transient)
@@ -150,8 +181,8 @@ func convBackward(c *bwdCtx) {
 		// NNPACK's path (slow_conv_dilated2d_backward_cpu).
 		copies := c.stridedGrad() && !c.op.Attr.ChannelsLast && sampleCols == 0
 		var wcopy *storage
-		if c.op.Attr.ChannelsLast {
-			wcopy = c.alloc(m.g.Tensors[c.op.Weight].Shape.Numel() * dt.Size())
+		if w := m.g.Tensors[c.op.Weight].Shape; clWeightCopy(c.op.Attr, w) {
+			wcopy = c.alloc(w.Numel() * dt.Size())
 		}
 		if copies && c.needs(0) {
 			gcopy := c.gradCopy()

@@ -79,3 +79,26 @@ func TestCPUConvNNPACK(t *testing.T) {
 		}
 	}
 }
+
+// A convolution on a channels-last input copies its weight to
+// channels-last (view_weight_2d's weight_.contiguous(ChannelsLast)) unless
+// the contiguous weight already is channels-last contiguous, which
+// c10's check decides on the dims above size 1 alone: the order C, W, H,
+// N of those must be the order of their strides.
+func TestChannelsLastWeightCopy(t *testing.T) {
+	for _, c := range []struct {
+		w    graph.Shape
+		cl   bool
+		want bool
+	}{
+		{graph.Shape{320, 80, 1, 1}, true, false}, // strides (80, 1, 1, 1): C's is 1
+		{graph.Shape{320, 80, 3, 3}, true, true},  // C's stride 9, W's 1
+		{graph.Shape{64, 1, 3, 3}, true, false},   // C of size 1: W 1, H 3, N 9
+		{graph.Shape{64, 3, 1, 7}, true, true},    // C's stride 7
+		{graph.Shape{320, 80, 3, 3}, false, false},
+	} {
+		if got := clWeightCopy(graph.Attr{ChannelsLast: c.cl}, c.w); got != c.want {
+			t.Errorf("weight %v, channels-last input %v: copy %v, want %v", c.w, c.cl, got, c.want)
+		}
+	}
+}

@@ -131,16 +131,20 @@ func (m *micro) packOnly(c *fwdCtx) {
 		m.sim.unref(st)
 	}
 	m.sim.localBuf = c.locals[:0]
+	m.sim.unref(c.number)
 }
 
-// stopRecompute ends an early-stopped recomputation that ran ops first to
-// end: every tensor the function made and held for an op that never ran
-// goes as the exception unwinds its frame (what a node saved stays).
+// stopRecompute ends a non-reentrant recomputation that ran ops first to
+// end: every tensor the function made and held, for an op that never ran
+// (an early stop: the exception unwinds its frame) or to return, goes
+// (what a node saved stays).
 func (m *micro) stopRecompute(first, end int) {
 	for i := first; i <= end; i++ {
 		if t := m.g.Ops[i].Output; m.remaining[t] > 0 {
 			m.remaining[t] = 0
-			m.release(t)
+			if m.val[t].st != nil {
+				m.release(t)
+			}
 		}
 	}
 }

@@ -20,7 +20,7 @@ func scaledStack(t *testing.T, number bool) *graph.Graph {
 		b.Block(name, func() {
 			h := b.Linear("fc", x, 8, true)
 			if number {
-				h = b.ScaleNumber("half", h, false, 8)
+				h = b.ScaleNumber("half", h, false, graph.WrappedDouble)
 			} else {
 				h = b.Scale("half", h)
 			}

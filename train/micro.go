@@ -45,16 +45,21 @@ type micro struct {
 	// call keeps (a CPU run only: cpuRNGStateBytes)
 	rngState []*storage
 	// numbers holds, per op, the wrapped Python number its node keeps
-	// (a CPU run only: keepNumber); renumbers those of a non-reentrant
-	// region's recomputation, which go with the recomputed graph
-	numbers   []*storage
-	renumbers []*storage
+	// (a CPU run only: keepNumber); leaves are this forward's leaves that
+	// require grad (graph.Tensor.Leaf) that the graph holds, and their
+	// .grads, which go with the graph (holdLeaf, graphHeld);
+	// recomputeHeld is what a non-reentrant recomputation's graph holds
+	// beside its saved tensors (its nodes' numbers, its leaves), which
+	// goes when the recomputation stops
+	numbers       []*storage
+	leaves        []*storage
+	recomputeHeld []*storage
 	// reentrant: the regions run through CheckpointFunction
 	// (Checkpoint.Reentrant). regionOut lists, per region, the tensors
 	// its ops make that ops outside it read (the outputs the wrapped
-	// function returns to the model); nested holds, per region, what
-	// CheckpointFunction.backward keeps through its nested backward
-	// (holdNested)
+	// function returns to the model, held by a recomputation until it
+	// ends); nested holds, per region, what CheckpointFunction.backward
+	// keeps through its nested backward (holdNested)
 	reentrant bool
 	regionOut [][]graph.TensorID
 	nested    [][]*storage
@@ -186,19 +191,19 @@ func newMicro(sim *Simulator, g *graph.Graph) *micro {
 		}
 		if sim.s.Checkpoint.Reentrant && !m.pipelined {
 			m.reentrant = true
-			m.regionOut = make([][]graph.TensorID, nr)
 			m.nested = make([][]*storage, nr)
-			seen := map[graph.TensorID]bool{}
-			for i, op := range g.Ops {
-				if op.Kind == graph.Release {
-					// Python letting go is no read (keepBlockInputs)
-					continue
-				}
-				for _, t := range op.Inputs {
-					if p := m.producer[t]; p >= 0 && p != m.plan.region[i] && !seen[t] {
-						seen[t] = true
-						m.regionOut[p] = append(m.regionOut[p], t)
-					}
+		}
+		m.regionOut = make([][]graph.TensorID, nr)
+		seen := map[graph.TensorID]bool{}
+		for i, op := range g.Ops {
+			if op.Kind == graph.Release {
+				// Python letting go is no read (keepBlockInputs)
+				continue
+			}
+			for _, t := range op.Inputs {
+				if p := m.producer[t]; p >= 0 && p != m.plan.region[i] && !seen[t] {
+					seen[t] = true
+					m.regionOut[p] = append(m.regionOut[p], t)
 				}
 			}
 		}
@@ -455,6 +460,9 @@ func (m *micro) backward() {
 		// saved tensors, and only then are the outputs handed on.
 		gout := m.grads[op.Output]
 		ran := false
+		if gout != nil && m.g.Tensors[op.Output].Leaf && m.g.Tensors[op.Output].RequiresGrad {
+			m.keepLeafGrad(i, gout)
+		}
 		if gout != nil && m.g.Tensors[op.Output].RequiresGrad {
 			sim.site = m.plan.sites[i]
 			m.backwardOp(i)
@@ -505,6 +513,9 @@ func (m *micro) backward() {
 		}
 		sim.heldGather, sim.heldReduce = nil, nil
 	}
+	// the leaves and their .grads go with the graph
+	sim.graphHeld = append(sim.graphHeld, m.leaves...)
+	m.leaves = m.leaves[:0]
 	// Gradients that reached tensors with no producer (inputs that require
 	// grad) are dropped with the graph.
 	for t, st := range m.grads {

@@ -87,6 +87,10 @@ func init() {
 			cp := c.linearViewCopy()
 			c.gradIn(0)
 			c.gradWeightView()
+			// addmm's bias gradient is the incoming gradient itself,
+			// which the engine sums to the bias's shape after apply()
+			// returns (validate_outputs, sum_to)
+			c.applyReturns()
 			c.gradParam(c.op.Bias)
 			c.linearBiasSum()
 			c.dropViewCopy(cp)
@@ -150,7 +154,9 @@ func init() {
 		// running mean and var, and save_mean / save_invstd of C elements in
 		// float32 (the cuDNN reserve space is empty without a fused
 		// activation).
-		graph.BatchNorm: {fwd: func(c *fwdCtx) {
+		// On the CPU the kernel's temporaries are rules of their own
+		// (bn_cpu.go).
+		graph.BatchNorm: {pre: batchNormCPUPre, fwd: func(c *fwdCtx) {
 			if c.m.sim.noGrad {
 				// eval mode normalizes with the running statistics:
 				// no batch statistics are computed or kept
@@ -161,10 +167,18 @@ func init() {
 			for _, b := range c.op.Buffers[:min(2, len(c.op.Buffers))] {
 				c.save(c.m.val[b])
 			}
+			if batchNormCPU(c) {
+				batchNormCPUForward(c)
+				return
+			}
 			ch := c.shape(0)[1]
 			c.saveNew(ch * 4)
 			c.saveNew(ch * 4)
 		}, bwd: func(c *bwdCtx) {
+			if c.m.sim.s.CPU {
+				batchNormCPUBackward(c)
+				return
+			}
 			c.gradIn(0)
 			c.gradParam(c.op.Weight)
 			c.gradParam(c.op.Bias)
@@ -632,7 +646,9 @@ func crossEntropyForward(c *fwdCtx) {
 // crossEntropyBackward runs the op's nodes in the engine's order, each
 // releasing what it saved when it returns (release_variables):
 // NllLossBackward0 allocates the zeroed gradient of its input
-// (nll_loss_backward) and drops the float32 copy it saved;
+// (nll_loss_backward) and drops the float32 copy it saved and its
+// total_weight, which nothing else holds (4 bytes: measured on 2.5.1, freed
+// before LogSoftmaxBackward0 allocates);
 // ToCopyBackward0, under autocast with a half input, casts that gradient
 // back to the input's dtype; LogSoftmaxBackward0
 // (_log_softmax_backward_data) writes the input's gradient and drops the
@@ -641,9 +657,13 @@ func crossEntropyBackward(c *bwdCtx) {
 	n := c.numel(0)
 	dt := c.inDT(0)
 	saved := c.m.nodes[c.i]
-	var logp, copy32 *storage
+	var logp, copy32, total *storage
 	if len(saved) > 0 {
 		logp = saved[0]
+	}
+	if len(saved) >= 3 {
+		// crossEntropyForward saves total_weight last
+		total = saved[len(saved)-1]
 	}
 	half := c.m.sim.amp && dt != graph.F32
 	if half && len(saved) > 1 {
@@ -657,6 +677,9 @@ func crossEntropyBackward(c *bwdCtx) {
 	c.consume()
 	if copy32 != nil {
 		c.releaseSaved(copy32)
+	}
+	if total != nil {
+		c.releaseSaved(total)
 	}
 	if nllDT != dt {
 		h := c.alloc(n * dt.Size()) // ToCopyBackward0

@@ -104,6 +104,10 @@ func requiresGradUnder(g *graph.Graph, c Checkpoint) []bool {
 		switch {
 		case c.Reentrant && r >= 0 && live[r] < 0:
 			rg[out] = false
+		case g.Tensors[out].Leaf:
+			// a leaf that requires grad of its own (torch.zeros with
+			// .requires_grad = True), whatever its op reads
+			rg[out] = g.Tensors[out].RequiresGrad
 		case int32(i) == hooked:
 			rg[out] = g.Tensors[out].DType.IsFloat()
 		default:

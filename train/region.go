@@ -138,7 +138,7 @@ func (m *micro) keepNumber(i int, num *storage) {
 	}
 	sim.ref(num)
 	if recomputing && !m.reentrant {
-		m.renumbers = append(m.renumbers, num)
+		m.recomputeHeld = append(m.recomputeHeld, num)
 		return
 	}
 	if m.numbers == nil {
@@ -175,11 +175,11 @@ func (m *micro) recompute(blk int32) {
 			}
 		}
 	}
-	if m.reentrant {
-		// the function's return value outlives the ops inside
-		for _, t := range m.regionOut[blk] {
-			m.remaining[t]++
-		}
+	// the function's return value outlives the ops inside: until its
+	// nested backward under reentrance (holdNested), until the
+	// recomputation stops or returns without (below)
+	for _, t := range m.regionOut[blk] {
+		m.remaining[t]++
 	}
 	prevPhase := sim.phase
 	fork := m.forkRNG()
@@ -194,17 +194,24 @@ func (m *micro) recompute(blk int32) {
 		m.runOp(stop)
 		m.stopAt = -1
 	}
-	if end < last {
+	if !m.reentrant {
+		// Stopped early, the exception unwinds the function; run to its
+		// end (1.13, or a last pack at its end), it returns and the
+		// recomputation drops what it returned (recompute_fn and 1.13's
+		// unpack discard the function's result). Either way its outputs
+		// and what it held for ops that never ran go, unless a node
+		// saved them, and so does the recomputed graph with its nodes'
+		// numbers and leaves (recomputeHeld).
 		m.stopRecompute(first, end)
 	}
 	// outputs of the block's last ops that nothing inside consumes are
 	// recomputed and dropped unless saved (the non-reentrant checkpoint
 	// holds only what the recomputed nodes save).
 	m.clearCastCache()
-	for _, st := range m.renumbers {
+	for _, st := range m.recomputeHeld {
 		sim.unref(st)
 	}
-	m.renumbers = m.renumbers[:0]
+	m.recomputeHeld = m.recomputeHeld[:0]
 	if fork != nil {
 		sim.unref(fork)
 	}
@@ -327,4 +334,40 @@ func (m *micro) dropNested(blk int32) {
 		m.sim.unref(st)
 	}
 	m.nested[blk] = nil
+}
+
+// holdLeaf: leaf st (graph.Tensor.Leaf), made by op i, is held by the
+// AccumulateGrad node the op reading it builds (accumulate_grad.h: the
+// node keeps its variable), as long as that node: the graph's, until the
+// loop lets the loss go; in a reentrant region's recomputation the nested
+// graph's, until CheckpointFunction.backward returns (holdNested); in a
+// non-reentrant one the recomputed graph's, which the tensors the
+// function holds keep until the recomputation stops (recompute). A
+// reentrant region's forward (no_grad) builds no node.
+func (m *micro) holdLeaf(i int, st *storage, recomputing bool) {
+	if m.sim.noGrad || m.gradOff || !m.g.Tensors[m.g.Ops[i].Output].RequiresGrad {
+		return
+	}
+	m.sim.ref(st)
+	switch {
+	case recomputing && m.reentrant:
+		r := m.plan.region[i]
+		m.nested[r] = append(m.nested[r], st)
+	case recomputing:
+		m.recomputeHeld = append(m.recomputeHeld, st)
+	default:
+		m.leaves = append(m.leaves, st)
+	}
+}
+
+// keepLeafGrad is AccumulateGrad for leaf op i's output: the gradient
+// becomes its .grad (stolen: nothing else holds it, accumulate_grad.h),
+// which lives with the leaf (holdLeaf).
+func (m *micro) keepLeafGrad(i int, g *storage) {
+	m.sim.ref(g)
+	if r := m.plan.region[i]; m.reentrant && r >= 0 {
+		m.nested[r] = append(m.nested[r], g)
+		return
+	}
+	m.leaves = append(m.leaves, g)
 }

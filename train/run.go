@@ -23,6 +23,13 @@ type fwdCtx struct {
 	// held is a kernel temporary made before the output that the op's
 	// node may save (auto-gptq's dequantized weight).
 	held *storage
+	// number is the 0-d tensor a Python number was wrapped in before the
+	// op ran (graph.Number), let go after the op's locals
+	number *storage
+	// stats are a kernel's extra outputs made before its output, which
+	// its node may save (the CPU batch norm's save_mean and save_invstd
+	// under 1.13, batchNormCPUPre).
+	stats []*storage
 }
 
 func (c *fwdCtx) shape(j int) graph.Shape { return c.m.g.Tensors[c.op.Inputs[j]].Shape }
@@ -171,11 +178,12 @@ func (m *micro) runOp(i int) {
 	if m.regather != nil {
 		m.regather[i] = 0
 	}
-	var num *storage
-	if op.Attr.Number > 0 && sim.s.CPU {
+	if n := op.Attr.Number; n.Wrapped && sim.s.CPU {
 		// the Python number's 0-d tensor, made by the argument parser
-		// before the op runs (keepNumber)
-		num = c.local(op.Attr.Number, trace.Transient)
+		// before the op runs and held by the binding's arguments until
+		// it returns (keepNumber)
+		c.number = sim.alloc(n.DType.Size(), trace.Transient)
+		c.number.refs = 1
 	}
 	policy := m.castOf(i, r)
 	// Only an op whose output requires grad records a node, and only a
@@ -272,6 +280,13 @@ func (m *micro) runOp(i int) {
 		m.packOnly(c)
 		return
 	}
+	if c.number != nil && len(c.in) > 0 && c.in[0].dt != op.Attr.Number.DType {
+		// TensorIterator casts the CPU scalar to the op's dtype
+		// (aten::to, 4 bytes for float32), freed with the op's locals
+		// once the output is made: measured on 1.13 and 2.5.1
+		// (profile_memory, x * 0.5, x - 2 on a float32 x)
+		c.local(c.in[0].dt.Size(), trace.Transient)
+	}
 	if r.pre != nil {
 		r.pre(c)
 	}
@@ -299,6 +314,16 @@ func (m *micro) runOp(i int) {
 	} else if r.alias != nil && r.alias(m, c, dt) {
 		c.out = value{st: c.in[0].st, dt: dt}
 		sim.ref(c.in[0].st)
+	} else if op.Kind == graph.Release {
+		// Python letting go of tensors is no tensor: the op's result, a
+		// marker nothing reads, holds no storage. Taken as a view of the
+		// first tensor let go, it held that storage again in a
+		// checkpointed block's recompute, where the tensor is one the
+		// caller let go of in the forward (timm Swin's stage input, which
+		// the captured nn.Sequential's loop variable held until the
+		// stage's last block returned): the recompute freed it a second
+		// time, 589,824 bytes in Swin-T's backward.
+		c.out = value{dt: dt}
 	} else if tensor.View != graph.None {
 		base := m.val[tensor.View]
 		c.out = value{st: base.st, dt: dt}
@@ -313,6 +338,9 @@ func (m *micro) runOp(i int) {
 		c.out = value{st: st, dt: dt}
 	}
 	m.val[out] = c.out
+	if tensor.Leaf {
+		m.holdLeaf(i, c.out.st, recomputing)
+	}
 	if (sim.noGrad || sim.s.KeepOutput) && !recomputing && slices.Contains(m.g.Returned, out) {
 		// the forward returns it (a ModelOutput's logits): alive to the
 		// forward's end and beyond, whatever its last use. In training
@@ -326,13 +354,15 @@ func (m *micro) runOp(i int) {
 	if r.fwd != nil {
 		r.fwd(c)
 	}
-	if num != nil {
-		m.keepNumber(i, num)
+	if c.number != nil && op.Attr.Number.Kept {
+		m.keepNumber(i, c.number)
 	}
 	for _, st := range c.locals {
 		sim.unref(st)
 	}
 	sim.localBuf = c.locals[:0]
+	// the binding's wrapped number goes once the op has returned
+	sim.unref(c.number)
 	for _, t := range op.Inputs {
 		m.remaining[t]--
 		if m.remaining[t] == 0 {
@@ -447,6 +477,31 @@ func (c *bwdCtx) releaseSaved(st *storage) {
 			c.m.sim.unref(st)
 			return
 		}
+	}
+}
+
+// applyReturns is the end of the node's apply(), before the engine's
+// validate_outputs sums a broadcast gradient down to its input's shape
+// (sum_to: an addmm's bias): in a non-reentrant checkpointed region the
+// tensors the node unpacked go now. The checkpoint's unpack hook hands the
+// node the recomputed tensor and drops the frame's hold on it
+// (torch/utils/checkpoint.py, unpack_hook: holder.handles[gid] = None,
+// and frame.recomputed is keyed weakly by that handle), and a
+// SavedVariable with hooks keeps only what the pack hook returned
+// (torch/csrc/autograd/saved_variable.cpp), so apply's local is its last
+// holder unless another node saved it too. Elsewhere a node's
+// SavedVariables hold theirs until release_variables(), after
+// validate_outputs, as 1.13's non-reentrant checkpoint (whose storage
+// the SavedVariable's Holder keys) does too
+// (Profile.CheckpointUnpackReleases). A wrapped Python number, which the
+// node keeps itself (keepNumber), is not among them.
+func (c *bwdCtx) applyReturns() {
+	m := c.m
+	if !m.ckpt || m.reentrant || m.plan.region[c.i] < 0 || !m.sim.s.Profile.CheckpointUnpackReleases {
+		return
+	}
+	for len(m.nodes[c.i]) > 0 {
+		c.releaseSaved(m.nodes[c.i][0])
 	}
 }
 

@@ -17,6 +17,9 @@ type storage struct {
 	cat   trace.Category
 	refs  int32 // holders: live graph tensors, autograd nodes, Python references
 	saves int32 // how many of the holders are autograd nodes
+	// freed says the storage went back to the allocator: freeing it again
+	// would count its bytes out twice
+	freed bool
 }
 
 // value is a graph tensor at run time: its storage and the dtype it has in
@@ -541,6 +544,11 @@ func (sim *Simulator) allocFallback(bytes int64, cat trace.Category, fallback in
 }
 
 func (sim *Simulator) free(st *storage) {
+	if st.freed {
+		sim.fail("internal: storage %d freed twice", st.id)
+		return
+	}
+	st.freed = true
 	sim.live -= st.bytes
 	sim.tr.Add(trace.Event{Action: trace.Free, Category: st.cat, Phase: sim.phase,
 		Step: sim.step, Site: sim.site, ID: st.id})

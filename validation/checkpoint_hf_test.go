@@ -94,7 +94,7 @@ func simulateCheckpointHF(name string, batch int64, prof *profile.Profile, ck tr
 	if err != nil {
 		return f, err
 	}
-	g, err := cm.Build(models.Config{Batch: batch, CPU: true, NoCache: ck.Library, InnerBlocks: ck.Timm})
+	g, err := cm.Build(models.Config{Batch: batch, CPU: true, NoCache: ck.Library, LibraryCheckpointing: ck.Library, InnerBlocks: ck.Timm})
 	if err != nil {
 		return f, err
 	}
@@ -197,24 +197,7 @@ func TestCheckpointHF(t *testing.T) {
 // hfCheckpointGaps are the differences TestCheckpointHF expects, each
 // explained (docs/accuracy.md §12, "Transformers' own checkpointing"):
 // a difference that changes is an error, as a new one is.
-var hfCheckpointGaps = map[string]checkpointGap{
-	// T5Attention makes its zero position bias require grad under
-	// gradient checkpointing (modeling_t5.py, compute_bias's
-	// alternative): without reentrance the leaf, (1, 4, 16, 16) float32,
-	// lives in the graph until backward; the capture, made without
-	// checkpointing, has no such leaf.
-	// Under reentrance T5's layers return their position biases,
-	// (4, 4, 16, 16) float32, and the next layer reads what the last
-	// returned, so their gradients pass from layer to layer through
-	// each CheckpointFunction; the last layer's, which nothing reads,
-	// PyNode::apply materializes as zeros (python_function.cpp,
-	// materialize_grads). The captured graph has every layer read the
-	// first layer's bias: it does not know the tuple a layer returns.
-	"hf-t5-eager hf": {backward: true},
-	// The forward's peak without reentrance is the leaf's 4,096 bytes
-	// low.
-	"hf-t5-eager hf-non-reentrant": {end: -4096, forward: true, backward: true},
-}
+var hfCheckpointGaps = map[string]checkpointGap{}
 
 // TestCheckpointHFCheck measures the reference again under PyTorch 2.x
 // and transformers (BATCHFIT_PYENV) and compares it with the committed
