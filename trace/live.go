@@ -32,13 +32,24 @@ type StepLive struct {
 // requested_bytes) through the trace and reports them per step and phase.
 // Setup events belong to step 0's Before: they happen before the first
 // step begins. These are the figures a CPU run reports, where there is no
-// caching allocator between the tensors and the memory.
-func LiveByStep(t *Trace) ([]StepLive, error) {
+// caching allocator between the tensors and the memory. Blocks of the
+// categories in skip are left out (a reference that counts what a step
+// makes beside the parameters, buffers and batch).
+func LiveByStep(t *Trace, skip ...Category) ([]StepLive, error) {
 	sizes := make(map[int64]int64, 1024)
 	var out []StepLive
 	var live int64
 	cur := -1
+	var skipped [NumCategories]bool
+	for _, c := range skip {
+		if int(c) < len(skipped) {
+			skipped[c] = true
+		}
+	}
 	for i, e := range t.Events {
+		if int(e.Category) < len(skipped) && skipped[e.Category] {
+			continue
+		}
 		prev := live
 		switch e.Action {
 		case Alloc:

@@ -94,3 +94,33 @@ func TestRepeatLag(t *testing.T) {
 		t.Errorf("Expand: %+v", tr.Events)
 	}
 }
+
+// LiveByStep follows requested bytes per phase; with skip, the blocks of
+// those categories are left out. A parameter of 100 bytes allocated in
+// setup, then in step 0 a forward activation of 10 and a backward
+// gradient of 5 that frees the activation: with everything, forward peak
+// and end 110, backward peak 115 and end 105; without the parameter 10,
+// 10, 15 and 5.
+func TestLiveByStepSkip(t *testing.T) {
+	var tr Trace
+	tr.Add(Event{Action: Alloc, Category: Parameter, Phase: Setup, ID: 1, Size: 100})
+	tr.Add(Event{Action: Alloc, Category: Activation, Phase: Forward, ID: 2, Size: 10})
+	tr.Add(Event{Action: Alloc, Category: Gradient, Phase: Backward, ID: 3, Size: 5})
+	tr.Add(Event{Action: Free, Category: Activation, Phase: Backward, ID: 2})
+	for _, c := range []struct {
+		skip                             []Category
+		fwdPeak, fwdEnd, bwdPeak, bwdEnd int64
+	}{
+		{nil, 110, 110, 115, 105},
+		{[]Category{Parameter}, 10, 10, 15, 5},
+	} {
+		live, err := LiveByStep(&tr, c.skip...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fw, bw := live[0].Phases[Forward], live[0].Phases[Backward]
+		if fw.Peak != c.fwdPeak || fw.End != c.fwdEnd || bw.Peak != c.bwdPeak || bw.End != c.bwdEnd {
+			t.Errorf("skip %v: forward %d/%d, backward %d/%d; want %d/%d, %d/%d", c.skip, fw.Peak, fw.End, bw.Peak, bw.End, c.fwdPeak, c.fwdEnd, c.bwdPeak, c.bwdEnd)
+		}
+	}
+}

@@ -5,7 +5,6 @@ import (
 
 	"github.com/batchfit/batchfit/graph"
 	"github.com/batchfit/batchfit/profile"
-	"github.com/batchfit/batchfit/trace"
 )
 
 // TestRecomputeByRelease holds a non-reentrant checkpoint's
@@ -61,25 +60,7 @@ func TestRecomputeByRelease(t *testing.T) {
 		if err := tr.Validate(); err != nil {
 			t.Fatal(err)
 		}
-		size := map[int64]int64{}
-		var live, peak int64
-		for _, e := range tr.Events {
-			switch e.Category {
-			case trace.Parameter, trace.Buffer, trace.Batch:
-				continue
-			}
-			switch e.Action {
-			case trace.Alloc:
-				size[e.ID] = e.Size
-				live += e.Size
-			case trace.Free:
-				live -= size[e.ID]
-			}
-			if e.Phase == trace.Backward {
-				peak = max(peak, live)
-			}
-		}
-		if peak != c.backward {
+		if peak := figuresOf(tr).bwdPeak; peak != c.backward {
 			t.Errorf("--torch %s: backward peak %d bytes above the model and batch, want %d", c.torch, peak, c.backward)
 		}
 	}

@@ -37,29 +37,7 @@ func scaledStack(t *testing.T, number bool) *graph.Graph {
 
 // forwardEnd is the bytes alive at the end of the first forward, beside
 // the parameters and the batch.
-func forwardEnd(tr *trace.Trace) int64 {
-	size := map[int64]int64{}
-	var live, end int64
-	for _, e := range tr.Events {
-		switch e.Category {
-		case trace.Parameter, trace.Buffer, trace.Batch:
-			continue
-		}
-		switch e.Action {
-		case trace.Alloc:
-			size[e.ID] = e.Size
-			live += e.Size
-		case trace.Free:
-			live -= size[e.ID]
-		default:
-			continue
-		}
-		if e.Phase == trace.Forward {
-			end = live
-		}
-	}
-	return end
-}
+func forwardEnd(tr *trace.Trace) int64 { return figuresOf(tr).fwdEnd }
 
 // TestWrappedNumberKept holds keepNumber to what PyTorch does with the
 // 0-d tensor a Python number becomes (x * 0.5), measured on the CPU with

@@ -15,31 +15,12 @@ type stepFigures struct {
 }
 
 func figuresOf(tr *trace.Trace) stepFigures {
-	var f stepFigures
-	size := map[int64]int64{}
-	var live int64
-	for _, e := range tr.Events {
-		switch e.Category {
-		case trace.Parameter, trace.Buffer, trace.Batch:
-			continue
-		}
-		switch e.Action {
-		case trace.Alloc:
-			size[e.ID] = e.Size
-			live += e.Size
-		case trace.Free:
-			live -= size[e.ID]
-		default:
-			continue
-		}
-		switch e.Phase {
-		case trace.Forward:
-			f.fwdPeak, f.fwdEnd = max(f.fwdPeak, live), live
-		case trace.Backward:
-			f.bwdPeak, f.bwdEnd = max(f.bwdPeak, live), live
-		}
+	live, err := trace.LiveByStep(tr, trace.Parameter, trace.Buffer, trace.Batch)
+	if err != nil || len(live) == 0 {
+		return stepFigures{}
 	}
-	return f
+	fw, bw := live[0].Phases[trace.Forward], live[0].Phases[trace.Backward]
+	return stepFigures{fwdPeak: fw.Peak, fwdEnd: fw.End, bwdPeak: bw.Peak, bwdEnd: bw.End}
 }
 
 // simulateOne runs one SGD step of g under policy and returns its trace

@@ -104,30 +104,12 @@ func simulateCheckpointHF(name string, batch int64, prof *profile.Profile, ck tr
 		return f, err
 	}
 	f.SavedBytes = sum.ActivationsBytes
-	size := map[int64]int64{}
-	var live int64
-	for _, e := range tr.Events {
-		switch e.Category {
-		case trace.Parameter, trace.Buffer, trace.Batch:
-			continue
-		}
-		switch e.Action {
-		case trace.Alloc:
-			size[e.ID] = e.Size
-			live += e.Size
-		case trace.Free:
-			live -= size[e.ID]
-		default:
-			continue
-		}
-		switch e.Phase {
-		case trace.Forward:
-			f.ForwardPeak = max(f.ForwardPeak, live)
-			f.ForwardEnd = live
-		case trace.Backward:
-			f.BackwardPeak = max(f.BackwardPeak, live)
-		}
+	live, err := trace.LiveByStep(tr, trace.Parameter, trace.Buffer, trace.Batch)
+	if err != nil || len(live) == 0 {
+		return f, fmt.Errorf("the trace of %s: %v", name, err)
 	}
+	fw, bw := live[0].Phases[trace.Forward], live[0].Phases[trace.Backward]
+	f.ForwardPeak, f.ForwardEnd, f.BackwardPeak = fw.Peak, fw.End, bw.Peak
 	return f, nil
 }
 
