@@ -37,7 +37,8 @@ func (m *micro) kernel(c *fwdCtx) Attention {
 	q, v := m.g.Tensors[c.op.Inputs[0]].Shape, m.g.Tensors[c.op.Inputs[2]].Shape
 	kl := m.g.Tensors[c.op.Inputs[1]].Shape[2]
 	dt := c.in[0].dt
-	a := sdpaCase{dt: dt, dqk: q[3], dv: v[3], b: q[0], h: q[1], lq: q[2], lk: kl, p: c.op.Attr.P}
+	a := sdpaCase{dt: dt, dqk: q[3], dv: v[3], b: q[0], h: q[1], lq: q[2], lk: kl, p: c.op.Attr.P,
+		grouped: m.g.Tensors[c.op.Inputs[1]].Shape[1] != q[1], gqa: c.op.Attr.GQA}
 	if m.sim.noGrad {
 		a.p = 0
 	}
@@ -49,16 +50,29 @@ type sdpaCase struct {
 	dt                    graph.DType
 	dqk, dv, b, h, lq, lk int64
 	p                     float64 // dropout_p as called (0 in eval)
+	// grouped: key and value have fewer heads than the query
+	// (grouped-query attention handed to SDPA unrepeated); gqa: the call
+	// passes enable_gqa=True
+	grouped, gqa bool
 }
 
 // pick runs select_sdp_backend's priority order over a's checks.
 func (a sdpaCase) pick(p *profile.Profile, major int) Attention {
-	if CudnnAttentionFirst(p, major) && a.cudnnOK(p.CudnnVersion, major) {
+	// check_batch_size_and_num_heads_dense (sdp_utils_cpp.h): a fused
+	// kernel takes key and value with fewer heads than the query only
+	// under enable_gqa and where it supports grouped-query attention —
+	// flash and cuDNN attention do (<true> in their constraints), the
+	// memory-efficient kernel does not; elsewhere the math kernel runs it
+	grouped := a.grouped && !a.gqa
+	if CudnnAttentionFirst(p, major) && !grouped && a.cudnnOK(p.CudnnVersion, major) {
 		return AttentionCudnn
 	}
 	d := a.dqk
-	if (a.dt == graph.F16 || a.dt == graph.BF16) && d <= 256 && d%8 == 0 && major >= 8 {
+	if (a.dt == graph.F16 || a.dt == graph.BF16) && d <= 256 && d%8 == 0 && major >= 8 && !grouped {
 		return AttentionFlash
+	}
+	if a.grouped {
+		return AttentionMath
 	}
 	if a.dt == graph.BF16 && major < 8 {
 		return AttentionMath

@@ -261,6 +261,14 @@ func TestAttentionPriorityOrder(t *testing.T) {
 		{"query length 1 with dropout", with(bf(64), func(a *sdpaCase) { a.lq, a.p = 1, 0.1 }), p211, 9, AttentionFlash},
 		{"query length 1 without dropout", with(bf(64), func(a *sdpaCase) { a.lq = 1 }), p211, 9, AttentionCudnn},
 		{"batch 65536", with(bf(64), func(a *sdpaCase) { a.b = 65536 }), p211, 9, AttentionFlash},
+		// grouped-query attention handed to SDPA unrepeated:
+		// check_batch_size_and_num_heads_dense lets flash and cuDNN
+		// attention take it under enable_gqa, never memory-efficient
+		{"grouped, enable_gqa, H200", with(bf(64), func(a *sdpaCase) { a.grouped, a.gqa = true, true }), p211, 9, AttentionCudnn},
+		{"grouped, enable_gqa, A100", with(bf(64), func(a *sdpaCase) { a.grouped, a.gqa = true, true }), p211, 8, AttentionFlash},
+		{"grouped without enable_gqa", with(bf(64), func(a *sdpaCase) { a.grouped = true }), p211, 8, AttentionMath},
+		{"grouped, enable_gqa, float32", with(bf(64), func(a *sdpaCase) { a.grouped, a.gqa, a.dt = true, true, graph.F32 }), p211, 8, AttentionMath},
+		{"grouped, enable_gqa, T4 float16", with(bf(64), func(a *sdpaCase) { a.grouped, a.gqa, a.dt = true, true, graph.F16 }), p211, 7, AttentionMath},
 	} {
 		if got := c.a.pick(c.p, c.major); got != c.want {
 			t.Errorf("%s: %s, want %s", c.name, got, c.want)
