@@ -217,6 +217,10 @@ func elemSize(elem int32) int64 {
 // readTensor checks a TensorProto's declared shape against the limits and
 // its inline data against the shape, and decodes small data.
 func readTensor(t *onnxpb.TensorProto, what string) (*tensorInfo, error) {
+	if t == nil {
+		// an attribute of type TENSOR that carries none
+		return nil, fmt.Errorf("%s: no tensor", what)
+	}
 	ti := &tensorInfo{name: t.GetName(), dims: t.GetDims(), elem: t.GetDataType()}
 	if len(ti.dims) > maxRank {
 		return nil, fmt.Errorf("%s: rank %d (more than %d dimensions)", what, len(ti.dims), maxRank)
