@@ -319,6 +319,11 @@ func (x *bctx) derived(o *op) bool {
 		// the result is self, written in place: a node over an alias
 		// of its storage
 		self := graph.None
+		if len(o.Args) == 0 {
+			// self given by keyword only (a hand-made file): no alias to make
+			x.err = x.ruleError(o, "an in-place op whose self is not its first argument")
+			return true
+		}
 		if id, ok := o.Args[0].tensor(); ok {
 			self = x.in(o, id)
 		}
