@@ -17,7 +17,12 @@
 #             (LAUNCH1_ONLY, LAUNCH32_ONLY, LAUNCH_FLAGS and *_TIMEOUT below)
 #   snapshot  measure.py on cases-snapshot.json (allocation-level recordings);
 #   banded    measure.py --maxbatch on cases-limit-banded.json alone: the
-#             largest batch searched from batchfit's answer with its band.
+#             largest batch searched from batchfit's answer with its band;
+#   kernels   validation/kernels_gpu.py alone: every kernel of one profiled
+#             step of the step-time runs, with the op that launched it
+#             (KERNELS_ONLY, KERNELS_DEADLINE, KERNELS_TIMEOUT);
+#   gqa       measure.py on cases-gqa.json (a grouped-query Llama under each
+#             SDPA kernel: memory per phase).
 # Usage: validation/gpu_session.sh GPU_CATALOG_NAME [SHARDS] [PHASE ...]
 set -u
 gpu=${1:?catalog name of this GPU, e.g. h200}
@@ -25,7 +30,7 @@ shards=${2:-8}
 shift $(($# < 2 ? $# : 2))
 phases=("$@")
 [ ${#phases[@]} -gt 0 ] || phases=(memory steptime limit)
-known=" memory steptime limit dispatch launch1 launch32 snapshot banded "
+known=" memory steptime limit dispatch launch1 launch32 snapshot banded kernels gqa "
 for p in "${phases[@]}"; do
   case "$known" in
   *" $p "*) ;;
@@ -83,6 +88,14 @@ banded() {
   timeout 150 python3 "$here/measure.py" --cases "$here/cases-limit-banded.json" --maxbatch \
     --maxbatch-growth 1.03 --maxbatch-resolution 0.01 --timeout 60 \
     --out "$work/maxbatch-banded.json" >"$work/maxbatch-banded.log" 2>&1
+}
+kernels() {
+  timeout ${KERNELS_TIMEOUT:-330} python3 "$here/kernels_gpu.py" --gpu "$gpu" --out "$work/kernels" \
+    --deadline ${KERNELS_DEADLINE:-270} ${KERNELS_ONLY:+--only "$KERNELS_ONLY"} >"$work/kernels.log" 2>&1
+}
+gqa() {
+  timeout ${GQA_TIMEOUT:-150} python3 "$here/measure.py" --cases "$here/cases-gqa.json" --timeout 60 \
+    --out "$work/gqa.json" >"$work/gqa.log" 2>&1
 }
 
 # packed after every phase: a call cut short by its time limit still brings
