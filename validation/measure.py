@@ -163,10 +163,9 @@ def _build_hf_config(case):
                            "(%s)" % (sys.executable, e))
     with open(hf_config_path(case), encoding="utf-8") as f:
         text = f.read()
-    d = json.loads(text)
-    kind = d.pop("model_type")
-    d.pop("transformers_version", None)
-    cfg = transformers.AutoConfig.for_model(kind, **d)
+    # AutoConfig.from_pretrained on the directory: the loader every release keeps, which
+    # also maps the keys a release renamed (torch_dtype to dtype in 5.x)
+    cfg = transformers.AutoConfig.from_pretrained(os.path.dirname(os.path.abspath(hf_config_path(case))))
     attn = attn_implementation(case)
     torch.manual_seed(0)
     model = transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation=attn)
