@@ -63,8 +63,9 @@ SCHEMA = "batchfit-measure/1"
 
 # The case files: measure_cases.py.
 from measure_cases import (  # noqa: E402,F401
-    ATTN_IMPLS, CASE_DEFAULTS, CASE_KEYS, MODELS, OPTIMIZERS, PRECISIONS, CaseError,
-    case_batches, load_cases, select_cases, validate_case)
+    ATTN_IMPLS, CASE_DEFAULTS, CASE_KEYS, LM_MODELS, MODELS, OPTIMIZERS, PRECISIONS,
+    SDPA_BACKENDS, CaseError, attn_implementation, case_batches, hf_config_path, load_cases,
+    select_cases, validate_case)
 
 MEMORY_ERROR_MARKERS = (
     "out of memory", "CUBLAS_STATUS_ALLOC_FAILED", "CUDNN_STATUS_ALLOC_FAILED",
@@ -130,6 +131,8 @@ def build_model(case):
                 "transformers": transformers.__version__,
                 "attn_implementation": getattr(model.config, "_attn_implementation", None)}
         return model, info
+    if name == "hf_config":
+        return _build_hf_config(case)
     ref = _reference_module()
     builder, in_shape, classes, _ = ref.MODELS[name]
     torch.manual_seed(0)
@@ -148,12 +151,70 @@ def build_model(case):
     return model, {"kind": "classifier", "input_shape": list(in_shape), "classes": classes}
 
 
+def _build_hf_config(case):
+    """A causal LM from the case's config.json: AutoModelForCausalLM.from_config with the
+    attention implementation passed to from_config itself (transformers 5 dropped the
+    config's _attn_implementation setter that gpt2's path tries; the kwarg is in 4.36+)."""
+    import torch
+    try:
+        import transformers
+    except ImportError as e:
+        raise RuntimeError("model \"hf_config\" needs transformers, which %s cannot import "
+                           "(%s)" % (sys.executable, e))
+    with open(hf_config_path(case), encoding="utf-8") as f:
+        text = f.read()
+    # AutoConfig.from_pretrained on the directory: the loader every release keeps, which
+    # also maps the keys a release renamed (torch_dtype to dtype in 5.x)
+    cfg = transformers.AutoConfig.from_pretrained(os.path.dirname(os.path.abspath(hf_config_path(case))))
+    attn = attn_implementation(case)
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation=attn)
+    info = {"kind": "lm", "vocab": cfg.vocab_size, "seq_len": case["seq_len"],
+            "transformers": transformers.__version__,
+            "attn_implementation": getattr(model.config, "_attn_implementation", attn),
+            "class": type(model).__name__, "hf_config": case["hf_config"],
+            # the file's text as read: batchfit builds its prediction from this, never
+            # opening a path a result file names
+            "hf_config_json": text}
+    return model, info
+
+
+def sdpa_context(case, device):
+    """torch.nn.attention.sdpa_kernel(<the case's backend>), or a null context.
+
+    On the CPU (--dry-run) every backend is run as math: the CPU has no memory-efficient or
+    cuDNN kernel (sdp_utils_cpp.cpp's select_sdp_backend_cpp knows math and flash only), and
+    the dry run exercises the worker's code, not the kernel. Torch before 2.3 has no
+    torch.nn.attention: a case that names a backend fails there, and a CPU dry run steps it
+    without the context.
+    """
+    backend = case["sdpa_backend"]
+    if backend is None:
+        return contextlib.nullcontext()
+    try:
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+    except ImportError:
+        if device.type == "cpu":
+            return contextlib.nullcontext()
+        raise RuntimeError("sdpa_backend %r needs torch.nn.attention.sdpa_kernel (torch 2.3+)"
+                           % backend)
+    if device.type == "cpu":
+        backend = "math"
+    member = {"math": "MATH", "efficient": "EFFICIENT_ATTENTION", "flash": "FLASH_ATTENTION",
+              "cudnn": "CUDNN_ATTENTION"}[backend]
+    if not hasattr(SDPBackend, member):
+        raise RuntimeError("sdpa_backend %r: this torch's SDPBackend has no %s" % (
+            backend, member))
+    return sdpa_kernel(getattr(SDPBackend, member))
+
+
 def checkpoint_blocks(case, model):
     """Wrap each block's forward in torch.utils.checkpoint (non-reentrant). Returns the count.
 
     Blocks: mlp Linear+ReLU pairs; simpleconv conv-relu-pool stages; vgg16 the five stages of
     `features` (each ending with its MaxPool); resnet each BasicBlock/Bottleneck; vit_b_16
-    each EncoderBlock; gpt2 each GPT2Block. Stems, heads and losses are not checkpointed.
+    each EncoderBlock; gpt2 each GPT2Block; hf_config each decoder layer. Stems, heads and
+    losses are not checkpointed.
     """
     import torch.nn as nn
     name = case["model"]
@@ -186,6 +247,8 @@ def checkpoint_blocks(case, model):
         blocks = list(model.encoder.layers.children())
     elif name == "gpt2":
         blocks = list(model.transformer.h)
+    elif name == "hf_config":
+        blocks = list(model.model.layers)  # LlamaForCausalLM and its relatives
     for b in blocks:
         _checkpoint_forward(b)
     return model, len(blocks)
@@ -299,17 +362,21 @@ class Trainer:
             del new
             data = self._phase("data")
             progress["phase"] = "forward"
-            with self._autocast():
-                loss = self.loss(self.batch)
-            if accum > 1:
-                loss = loss / accum
-            fwd = self._phase("forward")
-            progress["phase"] = "backward"
-            if self.scaler is not None:
-                self.scaler.scale(loss).backward()
-            else:
-                loss.backward()
-            bwd = self._phase("backward")
+            # The forward and the backward inside the case's SDPA kernel choice: the backward
+            # runs the kernel the forward chose, and naming it for both keeps the choice for
+            # anything the backward recomputes (checkpointed blocks).
+            with sdpa_context(self.case, self.device):
+                with self._autocast():
+                    loss = self.loss(self.batch)
+                if accum > 1:
+                    loss = loss / accum
+                fwd = self._phase("forward")
+                progress["phase"] = "backward"
+                if self.scaler is not None:
+                    self.scaler.scale(loss).backward()
+                else:
+                    loss.backward()
+                bwd = self._phase("backward")
             micro.append({"data": data, "forward": fwd, "backward": bwd,
                           "loss": loss.item() * accum})
         progress["phase"] = "optimizer"
@@ -776,7 +843,7 @@ def dry_run(args, cases):
     models = sorted({c["model"] for c in cases}, key=MODELS.index)
     where = "meta" if hasattr(torch.device("cpu"), "__enter__") else "cpu"
     for name in models:
-        if name == "gpt2" and not have_tf:
+        if name in LM_MODELS and not have_tf:
             print("  %-12s skipped: transformers not importable" % name)
             continue
         proto = next(c for c in cases if c["model"] == name)
@@ -798,18 +865,19 @@ def dry_run(args, cases):
     # One CPU step at batch 1 per distinct setup, through the worker's own Trainer.
     import inspect
     opt_params = set(inspect.signature(torch.optim.AdamW.__init__).parameters)
-    seen, failures = set(), 0
+    seen, failures, skipped = set(), 0, 0
     dev = torch.device("cpu")
     for case in cases:
         key = (case["model"], case["precision"], case["checkpoint"],
-               case["attn_implementation"])
+               case["attn_implementation"], case["hf_config"], case["sdpa_backend"])
         if case["model"].startswith("mlp") or case["model"] == "simpleconv":
             # Optimizer and accumulation paths are model-agnostic: vary them on small models.
             key += (case["optimizer"], min(case["accum"], 2), case["fused"], case["foreach"])
         if key in seen:
             continue
         seen.add(key)
-        if case["model"] == "gpt2" and not have_tf:
+        if case["model"] in LM_MODELS and not have_tf:
+            skipped += 1
             continue
         c = dict(case, accum=min(case["accum"], 2), steps=1, batch=1, _dry_image=64)
         c.pop("batches", None)
@@ -823,8 +891,13 @@ def dry_run(args, cases):
             c["fused"] = None
         if c["precision"] == "amp_fp16":
             note += " (fp16 autocast and GradScaler need CUDA: ran in fp32)"
-        if c["model"] == "gpt2":
+        if c["model"] in LM_MODELS:
             c["seq_len"] = min(c["seq_len"], 32)
+        if c["sdpa_backend"] not in (None, "math"):
+            note += " (sdpa_backend %s ran as math on the CPU)" % c["sdpa_backend"]
+        if c["model"] == "hf_config":
+            note += " [%s, attn %s, sdpa_backend %s]" % (
+                c["hf_config"], attn_implementation(c), c["sdpa_backend"])
         t = time.perf_counter()
         try:
             tr = Trainer(c, dev, None)
@@ -839,7 +912,9 @@ def dry_run(args, cases):
         print("  step %-12s %-8s %-12s ckpt=%-5s accum=%d  %s  %s (%.1fs)%s" % (
             c["model"], c["precision"], c["optimizer"], c["checkpoint"], c["accum"],
             "ok " if ok else "FAIL", msg, time.perf_counter() - t, note), flush=True)
-    print("dry run: %d setups stepped on the CPU, %d failed" % (len(seen), failures))
+    print("dry run: %d setups stepped on the CPU, %d failed%s" % (
+        len(seen) - skipped, failures,
+        ", %d skipped (transformers not importable)" % skipped if skipped else ""))
     return 1 if failures else 0
 
 

@@ -7,14 +7,25 @@ names the file, the case and the key of what it refuses. Standard library only.
 import copy
 import fnmatch
 import json
+import os
+
+# The repository root: a case's hf_config is a path relative to it.
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 MODELS = ("mlp", "mlp-L1-H256", "mlp-L8-H512", "simpleconv",
           "resnet18", "resnet50", "vgg16", "vit_b_16", "gpt2",
           # reference.py's LoRA MLPs (peft's Linear in plain PyTorch): frozen base, adapters
-          "lora-mlp-r8", "lora-mlp-r16-dropout")
+          "lora-mlp-r8", "lora-mlp-r16-dropout",
+          # a Hugging Face config.json (the case's "hf_config"), built by transformers'
+          # AutoModelForCausalLM.from_config: a causal language model like gpt2
+          "hf_config")
 PRECISIONS = ("fp32", "amp_bf16", "amp_fp16", "bf16")
 OPTIMIZERS = ("sgd", "sgd_momentum", "adam", "adamw")
 ATTN_IMPLS = ("eager", "sdpa")
+# torch.nn.attention.SDPBackend members by the names batchfit's --attention gives them.
+SDPA_BACKENDS = ("math", "efficient", "flash", "cudnn")
+# The models whose loss is a language model's (Trainer.loss) and that read seq_len.
+LM_MODELS = ("gpt2", "hf_config")
 
 # Case keys, with their defaults ("defaults" in the case file overrides these).
 CASE_DEFAULTS = {
@@ -26,8 +37,13 @@ CASE_DEFAULTS = {
     "empty_cache": False,   # torch.cuda.empty_cache() after every step
     "snapshot": False,      # record the allocator history and dump a snapshot pickle
     "maxbatch": False,      # include in --maxbatch runs
-    "seq_len": 512,         # gpt2 only
-    "attn_implementation": None,  # gpt2 only: eager | sdpa (None: the library default)
+    "seq_len": 512,         # gpt2 and hf_config only
+    "attn_implementation": None,  # gpt2 and hf_config only: eager | sdpa (None: the library
+                                  # default for gpt2, sdpa for hf_config)
+    "hf_config": None,      # hf_config only: a config.json path relative to the repository root
+    # gpt2 and hf_config under sdpa only: the forward and the backward of every micro-batch run
+    # inside torch.nn.attention.sdpa_kernel(<this backend>) (None: PyTorch's dispatcher picks)
+    "sdpa_backend": None,
     "foreach": None,        # optimizer foreach= (None: torch's default)
     "fused": None,          # optimizer fused= (None: torch's default)
     "cudnn_benchmark": False,
@@ -123,14 +139,26 @@ def validate_case(case, raw):
     for k in ("accum", "steps"):
         if not _is_int(case[k]) or case[k] < 1:
             errs.append("%s must be a positive integer" % k)
-    if not _is_int(case["seq_len"]) or not 2 <= case["seq_len"] <= 1024:
+    if case.get("model") == "hf_config":
+        errs += _check_hf_config(case)
+    elif not _is_int(case["seq_len"]) or not 2 <= case["seq_len"] <= 1024:
         errs.append("seq_len must be an integer in [2, 1024] (GPT-2 has 1024 positions)")
     if case["attn_implementation"] not in (None,) + ATTN_IMPLS:
         errs.append("attn_implementation must be null or one of %s" % ", ".join(ATTN_IMPLS))
-    if case.get("model") != "gpt2":
+    if case.get("model") not in LM_MODELS:
         for k in ("seq_len", "attn_implementation"):
             if k in raw:
-                errs.append("%s applies to gpt2 only" % k)
+                errs.append("%s applies to gpt2 and hf_config only" % k)
+    if case.get("model") != "hf_config" and case["hf_config"] is not None:
+        errs.append("hf_config applies to model \"hf_config\" only")
+    if case["sdpa_backend"] is not None:
+        if case["sdpa_backend"] not in SDPA_BACKENDS:
+            errs.append("sdpa_backend must be null or one of %s" % ", ".join(SDPA_BACKENDS))
+        elif case.get("model") not in LM_MODELS:
+            errs.append("sdpa_backend applies to gpt2 and hf_config only")
+        elif attn_implementation(case) != "sdpa":
+            errs.append("sdpa_backend needs attn_implementation \"sdpa\"%s" % (
+                " (gpt2's library default is not named)" if case.get("model") == "gpt2" else ""))
     if not isinstance(case["env"], dict) or not all(
             isinstance(k, str) and isinstance(v, str) for k, v in case["env"].items()):
         errs.append("env must map strings to strings")
@@ -139,6 +167,45 @@ def validate_case(case, raw):
     if case["fused"] and case["optimizer"] not in ("adam", "adamw"):
         errs.append("fused applies to adam/adamw only")
     return errs
+
+
+def attn_implementation(case):
+    """The attn_implementation a case's model is built with (None: the library default)."""
+    if case.get("model") == "hf_config":
+        return case["attn_implementation"] or "sdpa"
+    return case["attn_implementation"]
+
+
+def hf_config_path(case):
+    """The absolute path of a case's hf_config."""
+    return os.path.join(ROOT, *case["hf_config"].split("/"))
+
+
+def _check_hf_config(case):
+    """An hf_config case names a readable config.json under the repository root, by a
+    relative path with forward slashes, and a seq_len its position table holds."""
+    p = case["hf_config"]
+    if not isinstance(p, str) or not p:
+        return ["model \"hf_config\" needs hf_config, a config.json path relative to the "
+                "repository root (e.g. testdata/hf/llama-gqa-small/config.json)"]
+    parts = p.split("/")
+    if p.startswith("/") or "\\" in p or ".." in parts or "" in parts or "." in parts \
+            or not p.endswith(".json"):
+        return ["hf_config %r must be a relative path with forward slashes, without '.' or "
+                "'..', to a .json file under the repository root" % p]
+    try:
+        with open(hf_config_path(case), encoding="utf-8") as f:
+            cfg = json.load(f)
+    except (OSError, ValueError) as e:
+        return ["hf_config %r: %s" % (p, e)]
+    if not isinstance(cfg, dict) or not isinstance(cfg.get("model_type"), str):
+        return ["hf_config %r: not a Hugging Face config.json (no model_type)" % p]
+    limit = cfg.get("max_position_embeddings", cfg.get("n_positions"))
+    if not _is_int(case["seq_len"]) or case["seq_len"] < 2 or (
+            _is_int(limit) and case["seq_len"] > limit):
+        return ["seq_len must be an integer in [2, %s] (the config's max_position_embeddings)"
+                % limit]
+    return []
 
 
 def case_batches(case):

@@ -5,13 +5,16 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"io/fs"
 	"math"
 	"os"
+	"path"
 	"sort"
 
 	"github.com/batchfit/batchfit/alloc"
 	"github.com/batchfit/batchfit/gpu"
 	"github.com/batchfit/batchfit/graph"
+	"github.com/batchfit/batchfit/hf"
 	"github.com/batchfit/batchfit/models"
 	"github.com/batchfit/batchfit/predict"
 	"github.com/batchfit/batchfit/profile"
@@ -52,6 +55,10 @@ type MeasuredResult struct {
 	// model whose loss the loop computes from its logits (Trainer.loss).
 	Model struct {
 		Kind string `json:"kind"`
+		// HFConfigJSON is the text of the config.json a model
+		// "hf_config" case was built from, as measure.py read it: the
+		// prediction is built from it, never from a path the file names.
+		HFConfigJSON string `json:"hf_config_json"`
 	} `json:"model"`
 }
 
@@ -88,20 +95,28 @@ func (r MeasuredResult) StepSeconds() float64 {
 
 // MeasuredCase is a case of validation/cases.json with its defaults filled.
 type MeasuredCase struct {
-	Model      string            `json:"model"`
-	Batch      int64             `json:"batch"`
-	Batches    []int64           `json:"batches"`
-	Steps      int               `json:"steps"`
-	Precision  string            `json:"precision"`
-	Optimizer  string            `json:"optimizer"`
-	Foreach    *bool             `json:"foreach"`
-	Fused      *bool             `json:"fused"`
-	Checkpoint bool              `json:"checkpoint"`
-	Accum      int               `json:"accum"`
-	EmptyCache bool              `json:"empty_cache"`
-	SeqLen     int64             `json:"seq_len"`
-	Attention  string            `json:"attn_implementation"`
-	Env        map[string]string `json:"env"`
+	Model      string  `json:"model"`
+	Batch      int64   `json:"batch"`
+	Batches    []int64 `json:"batches"`
+	Steps      int     `json:"steps"`
+	Precision  string  `json:"precision"`
+	Optimizer  string  `json:"optimizer"`
+	Foreach    *bool   `json:"foreach"`
+	Fused      *bool   `json:"fused"`
+	Checkpoint bool    `json:"checkpoint"`
+	Accum      int     `json:"accum"`
+	EmptyCache bool    `json:"empty_cache"`
+	SeqLen     int64   `json:"seq_len"`
+	Attention  string  `json:"attn_implementation"`
+	// HFConfig is model "hf_config"'s config.json, a path relative to
+	// the repository root (what the model's name and the recorded text
+	// are read under).
+	HFConfig string `json:"hf_config"`
+	// SDPABackend is the torch.nn.attention.SDPBackend the forward and
+	// the backward ran under (sdpa_kernel): math, efficient, flash or
+	// cudnn; "" where PyTorch's dispatcher picked.
+	SDPABackend string            `json:"sdpa_backend"`
+	Env         map[string]string `json:"env"`
 	// CudnnBenchmark is measure.py's torch.backends.cudnn.benchmark.
 	CudnnBenchmark bool `json:"cudnn_benchmark"`
 }
@@ -206,23 +221,32 @@ func Request(r MeasuredResult, env *Environment) (predict.Request, error) {
 	}
 	name, cfg := ZooModel(c.Model, c.Batch)
 	cfg.Seq = c.SeqLen
-	m, err := models.Lookup(name)
-	if err != nil {
-		return q, fmt.Errorf("case %s: %w", r.ID, err)
+	byTransformers := false
+	if c.Model == "hf_config" {
+		m, err := hfConfigModel(r)
+		if err != nil {
+			return q, fmt.Errorf("case %s: %w", r.ID, err)
+		}
+		q.Source, byTransformers = m, true
+	} else {
+		m, err := models.Lookup(name)
+		if err != nil {
+			return q, fmt.Errorf("case %s: %w", r.ID, err)
+		}
+		q.Source, byTransformers = predict.Zoo{M: m}, m.Family == "transformers"
 	}
 	if r.Model.Kind == "lm" {
 		// Trainer.loss calls the model without labels and takes
 		// F.cross_entropy of the logits it returns.
 		cfg.LossFromLogits = true
 	}
-	if m.Family == "transformers" && env.Transformers != "" {
+	if byTransformers && env.Transformers != "" {
 		// the modeling code of the release the run imported, where
 		// batchfit follows it (the current code otherwise)
 		if models.CheckTransformersRelease(env.Transformers) == nil {
 			cfg.Transformers = env.Transformers
 		}
 	}
-	q.Source = predict.Zoo{M: m}
 	q.Config = cfg
 	if len(c.Batches) > 0 {
 		q.Schedule = c.Batches
@@ -256,9 +280,9 @@ func Request(r MeasuredResult, env *Environment) (predict.Request, error) {
 			opt.Impl = train.Foreach
 		}
 	}
-	att := train.AttentionAuto
-	if c.Attention == "eager" {
-		att = train.AttentionEager
+	att, err := measuredAttention(c)
+	if err != nil {
+		return q, fmt.Errorf("case %s: %w", r.ID, err)
 	}
 	prof, err := profile.Lookup(env.Torch)
 	if err != nil {
@@ -288,6 +312,51 @@ func Request(r MeasuredResult, env *Environment) (predict.Request, error) {
 	}
 	q.Alloc = ac
 	return q, nil
+}
+
+// hfConfigModel opens the config.json of a model "hf_config" case as
+// 'batchfit estimate path/config.json' does (hf.OpenFS), from the text
+// measure.py recorded of it (model.hf_config_json) held under the case's
+// path, so that the model takes the name of the config's directory. The
+// path is never opened here: a measurement file is not trusted to name
+// this machine's files.
+func hfConfigModel(r MeasuredResult) (*hf.Model, error) {
+	p := r.Case.HFConfig
+	if p == "" || !fs.ValidPath(p) || path.Ext(p) != ".json" {
+		return nil, fmt.Errorf("model \"hf_config\" needs hf_config, a config.json path relative to the repository root, got %q", p)
+	}
+	if r.Model.HFConfigJSON == "" {
+		return nil, fmt.Errorf("hf_config %s: the result records no model.hf_config_json (the config's text, which measure.py writes)", p)
+	}
+	dir, base := path.Split(p)
+	h := &hf.Headers{Dir: path.Clean(dir), Files: map[string]hf.HeaderFile{
+		base: {Data: []byte(r.Model.HFConfigJSON), Size: int64(len(r.Model.HFConfigJSON))}}}
+	m, err := hf.OpenFS(h, p)
+	if err != nil {
+		return nil, fmt.Errorf("hf_config %s: %w", p, err)
+	}
+	return m, nil
+}
+
+// measuredAttention is the kernel a case's attention ran: the backend
+// measure.py pinned with torch.nn.attention.sdpa_kernel (the name
+// --attention gives it), transformers' eager attention, or the
+// dispatcher's choice (auto) for sdpa.
+func measuredAttention(c MeasuredCase) (train.Attention, error) {
+	if c.SDPABackend == "" {
+		if c.Attention == "eager" {
+			return train.AttentionEager, nil
+		}
+		return train.AttentionAuto, nil
+	}
+	if c.Attention == "eager" {
+		return "", fmt.Errorf("sdpa_backend %q with attn_implementation \"eager\": eager attention calls no SDPA kernel", c.SDPABackend)
+	}
+	switch b := train.Attention(c.SDPABackend); b {
+	case train.AttentionMath, train.AttentionEfficient, train.AttentionFlash, train.AttentionCudnn:
+		return b, nil
+	}
+	return "", fmt.Errorf("unknown sdpa_backend %q (want math, efficient, flash or cudnn)", c.SDPABackend)
 }
 
 // Comparison is one case predicted and measured.

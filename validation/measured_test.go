@@ -1,12 +1,14 @@
 package validation
 
 import (
+	"encoding/json"
 	"math"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/batchfit/batchfit/hf"
 	"github.com/batchfit/batchfit/train"
 )
 
@@ -132,5 +134,86 @@ func TestLoadImpossibleFigures(t *testing.T) {
 	os.WriteFile(p, []byte(`{"results": [{"id": "x", "status": "ok", "case": {"model": "mlp", "batch": 8}}]}`), 0o644)
 	if m, err := Load(p); err != nil || m.Results[0].Case.Accum != 1 {
 		t.Errorf("accum left out: %v, %+v; want measure.py's default 1", err, m)
+	}
+}
+
+// A grouped-query case of validation/cases-gqa.json, as measure.py writes
+// it: the config.json is rebuilt from the recorded text under the case's
+// path (the name is its directory's, as 'batchfit estimate
+// testdata/hf/llama-gqa-small/config.json' names it), the sequence and
+// the transformers release are the run's, and each sdpa_backend is the
+// --attention kernel of the same name; none under sdpa is auto, eager
+// is eager.
+func TestRequestHFConfig(t *testing.T) {
+	const result = `{
+ "id": "llama-gqa-b4-s1024-ampbf16-adamw-sdpa-flash", "status": "ok",
+ "case": {"model": "hf_config", "hf_config": "testdata/hf/llama-gqa-small/config.json",
+  "batch": 4, "seq_len": 1024, "steps": 3, "precision": "amp_bf16", "optimizer": "adamw",
+  "attn_implementation": "sdpa", "sdpa_backend": "flash", "foreach": null, "fused": null, "env": {}},
+ "max_memory_allocated": 4000000000, "max_memory_reserved": 4500000000,
+ "context": {"context_bytes": 536870912},
+ "env": {"gpu_name": "NVIDIA H200", "gpu_total_memory": 150095020032, "gpu_capability": "9.0",
+  "torch": "2.11.0+cu130", "transformers": "4.44.2"},
+ "model": {"kind": "lm", "transformers": "4.44.2", "attn_implementation": "sdpa",
+  "hf_config": "testdata/hf/llama-gqa-small/config.json",
+  "hf_config_json": "{\"architectures\": [\"LlamaForCausalLM\"], \"model_type\": \"llama\", \"hidden_size\": 1024, \"num_attention_heads\": 16, \"num_key_value_heads\": 4, \"num_hidden_layers\": 4, \"intermediate_size\": 2816, \"vocab_size\": 32000, \"max_position_embeddings\": 4096, \"tie_word_embeddings\": false, \"torch_dtype\": \"float32\"}"}
+}`
+	var base MeasuredResult
+	if err := json.Unmarshal([]byte(result), &base); err != nil {
+		t.Fatal(err)
+	}
+	// 32000·1024 embedding + the same untied head + 4 layers of
+	// q, o (1024·1024 each), k, v (1024·256 each: 4 heads of 64),
+	// gate, up, down (3·1024·2816) and two norms (2·1024), + final norm
+	const params = 2*32000*1024 + 4*(2*1024*1024+2*1024*256+3*1024*2816+2*1024) + 1024
+	for _, c := range []struct {
+		backend, impl string
+		want          train.Attention
+	}{
+		{"math", "sdpa", train.AttentionMath},
+		{"efficient", "sdpa", train.AttentionEfficient},
+		{"flash", "sdpa", train.AttentionFlash},
+		{"cudnn", "sdpa", train.AttentionCudnn},
+		{"", "sdpa", train.AttentionAuto},
+		{"", "eager", train.AttentionEager},
+	} {
+		r := base
+		r.Case.SDPABackend, r.Case.Attention = c.backend, c.impl
+		q, err := Request(r, nil)
+		if err != nil {
+			t.Fatalf("%s/%s: %v", c.impl, c.backend, err)
+		}
+		if q.Setup.Attention != c.want {
+			t.Errorf("%s/%s: attention %q, want %q", c.impl, c.backend, q.Setup.Attention, c.want)
+		}
+		if q.Source.Name() != "llama-gqa-small" || q.Config.Batch != 4 || q.Config.Seq != 1024 ||
+			q.Config.Transformers != "4.44.2" || !q.Config.LossFromLogits {
+			t.Errorf("%s/%s: model %s config %+v", c.impl, c.backend, q.Source.Name(), q.Config)
+		}
+		m, ok := q.Source.(*hf.Model)
+		if !ok || m.ParamCount != params || m.Config.Transformer.KVHeads != 4 || m.Config.Transformer.Heads != 16 {
+			t.Errorf("%s/%s: source %T, want the config's Llama with %d parameters, 16 heads, 4 key-value heads", c.impl, c.backend, q.Source, params)
+		}
+		if q.Setup.Precision != train.MixedBF16 || q.Setup.Optimizer.Kind != train.AdamW || q.Setup.Steps != 3 || q.Setup.Profile.Version != "2.11" {
+			t.Errorf("%s/%s: setup %+v", c.impl, c.backend, q.Setup)
+		}
+	}
+	// refused: a backend under eager attention, an unknown backend, a
+	// result without the config's text, a path that leaves the root
+	for _, c := range []struct {
+		name string
+		edit func(*MeasuredResult)
+		want string
+	}{
+		{"eager+flash", func(r *MeasuredResult) { r.Case.Attention = "eager" }, "eager attention calls no SDPA kernel"},
+		{"unknown", func(r *MeasuredResult) { r.Case.SDPABackend = "xformers" }, `unknown sdpa_backend "xformers"`},
+		{"no text", func(r *MeasuredResult) { r.Model.HFConfigJSON = "" }, "records no model.hf_config_json"},
+		{"dotdot", func(r *MeasuredResult) { r.Case.HFConfig = "../config.json" }, "relative to the repository root"},
+	} {
+		r := base
+		c.edit(&r)
+		if _, err := Request(r, nil); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: error %v, want one saying %q", c.name, err, c.want)
+		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/batchfit/batchfit/models"
 	"github.com/batchfit/batchfit/profile"
+	"github.com/batchfit/batchfit/train"
 )
 
 // The project's own GPU measurements (testdata/measured, made by
@@ -82,6 +83,11 @@ func MeasuredArgs(c MeasuredCase, gpuName string, env Environment, context int64
 	if len(c.Batches) > 0 {
 		return nil, fmt.Errorf("a batch schedule has no command line")
 	}
+	if c.Model == "hf_config" {
+		// the corpus's model files are its own (ResolvedArgs); a
+		// repository config.json is not one of them
+		return nil, fmt.Errorf("an hf_config case (%s) has no corpus command line", c.HFConfig)
+	}
 	prof, err := torchProfile(env.Torch)
 	if err != nil {
 		return nil, err
@@ -147,8 +153,12 @@ func MeasuredArgs(c MeasuredCase, gpuName string, env Environment, context int64
 	case c.Foreach != nil:
 		args = append(args, "--forloop")
 	}
-	if c.Attention == "eager" {
-		args = append(args, "--attention", "eager")
+	att, err := measuredAttention(c)
+	if err != nil {
+		return nil, err
+	}
+	if att != train.AttentionAuto {
+		args = append(args, "--attention", string(att))
 	}
 	if c.Checkpoint {
 		args = append(args, "--checkpoint", "full")
