@@ -109,6 +109,48 @@ func checkAttention(r Request, s train.Setup, g *graph.Graph) error {
 			return SetupError{fmt.Errorf("the memory-efficient attention kernel takes bfloat16 only from compute capability 8.0 (PyTorch's sdp_utils less_than_sm80_mem_efficient_dtypes), and %s has %d.%d: use math, or 16-mixed", r.GPU.Name, major, minor)}
 		}
 	}
+	return checkGrouped(r, k, g)
+}
+
+// checkGrouped refuses a fused kernel named for grouped-query attention
+// (key and value with fewer heads than the query) that the kernel cannot
+// take. check_batch_size_and_num_heads_dense<supports_gqa>
+// (aten/src/ATen/native/transformers/sdp_utils_cpp.h) accepts differing
+// head counts only when the call passes enable_gqa and the kernel's
+// constraints instantiate it with supports_gqa = true: flash and cuDNN
+// attention do (can_use_flash_attention, can_use_cudnn_attention in
+// cuda/sdp_utils.cpp), the memory-efficient kernel does not
+// (can_use_mem_efficient_attention's dense_constraints:
+// check_batch_size_and_num_heads_dense<false>), whatever enable_gqa says.
+// With sdpa_kernel() allowing only the refused kernel, select_sdp_backend
+// raises "No available kernel. Aborting execution." (measured on an H200
+// under PyTorch 2.11 with transformers 5.17, which pass enable_gqa:
+// testdata/measured/h200-torch2.11-gqa.json). The math kernel runs any
+// grouped call (under enable_gqa it repeats key and value itself).
+func checkGrouped(r Request, k train.Attention, g *graph.Graph) error {
+	if k != train.AttentionEfficient && k != train.AttentionFlash && k != train.AttentionCudnn {
+		return nil
+	}
+	for i := range g.Ops {
+		op := &g.Ops[i]
+		if op.Kind != graph.Attention || len(op.Inputs) < 3 {
+			continue
+		}
+		qs, ks := g.Tensors[op.Inputs[0]].Shape, g.Tensors[op.Inputs[1]].Shape
+		if len(qs) != 4 || len(ks) != 4 || qs[1] == ks[1] {
+			continue
+		}
+		if k == train.AttentionEfficient {
+			how, use := "without enable_gqa", "math"
+			if op.Attr.GQA {
+				how, use = "with enable_gqa=True, which it does not support", "flash, cudnn or math"
+			}
+			return SetupError{fmt.Errorf("the memory-efficient attention kernel refuses key and value with fewer heads than the query (PyTorch's sdp_utils check_batch_size_and_num_heads_dense<false> in can_use_mem_efficient_attention), and %s's attention has %d query heads and %d key/value heads, called %s: PyTorch raises \"No available kernel\"; use %s", r.Source.Name(), qs[1], ks[1], how, use)}
+		}
+		if !op.Attr.GQA {
+			return SetupError{fmt.Errorf("%s attention takes key and value with fewer heads than the query only under enable_gqa=True (PyTorch's sdp_utils check_batch_size_and_num_heads_dense), and %s's attention has %d query heads and %d key/value heads without it: PyTorch raises \"No available kernel\"; use math", k, r.Source.Name(), qs[1], ks[1])}
+		}
+	}
 	return nil
 }
 

@@ -156,6 +156,44 @@ func TestAttentionRefused(t *testing.T) {
 	}
 }
 
+// Grouped-query attention (Qwen2.5-0.5B: 14 query heads, 2 key/value
+// heads) under a named kernel: transformers from 4.54 hands SDPA the
+// unrepeated key and value with enable_gqa=True, which flash and cuDNN
+// attention take and the memory-efficient kernel refuses
+// (check_batch_size_and_num_heads_dense<false>: on the H200 under 2.11
+// the pinned kernel raised "No available kernel"); before 4.54 repeat_kv
+// gives SDPA as many key/value heads as query heads and every kernel runs.
+func TestAttentionRefusedGrouped(t *testing.T) {
+	cases := []struct {
+		transformers string
+		kernel       train.Attention
+		want         string // "" accepted
+	}{
+		{"", train.AttentionEfficient, "check_batch_size_and_num_heads_dense<false>"},
+		{"", train.AttentionFlash, ""},
+		{"", train.AttentionCudnn, ""},
+		{"", train.AttentionMath, ""},
+		{"4.44.2", train.AttentionEfficient, ""},
+		{"4.44.2", train.AttentionFlash, ""},
+	}
+	for _, c := range cases {
+		t.Run(string(c.kernel)+"-"+c.transformers, func(t *testing.T) {
+			_, err := Run(context.Background(), Request{Source: zooSource(t, "Qwen2.5-0.5B"),
+				Config: models.Config{Batch: 1, Seq: 64, Transformers: c.transformers},
+				Setup:  train.Setup{Precision: train.MixedBF16, Attention: c.kernel, Steps: 1}, GPU: catalogGPU(t, "h100-80gb"), Context: -1})
+			switch {
+			case c.want == "" && err != nil:
+				t.Fatalf("refused: %v", err)
+			case c.want == "":
+			case err == nil:
+				t.Fatalf("accepted, want an error with %q", c.want)
+			case !IsSetupError(err) || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), "14 query heads and 2 key/value heads"):
+				t.Errorf("error %q (setup error %v), want a setup error with %q", err, IsSetupError(err), c.want)
+			}
+		})
+	}
+}
+
 // bfloat16 on a GPU below compute capability 8.0 runs without tensor
 // cores: said, with the step time's assumption; not said where the GPU
 // has them, for float16, or for a GPU given by its size alone (its
