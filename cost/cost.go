@@ -415,6 +415,61 @@ func (t *timer) product(k rate, dt graph.DType, rows, inner, cols, batch, bytes 
 	t.issue(t.hostCost(1), 1, max(secs, (bytes+extra)/t.m.bw))
 }
 
+// productSeconds is the device time product gives a kernel, without
+// issuing it.
+func (t *timer) productSeconds(k rate, dt graph.DType, rows, inner, cols, batch, bytes float64) float64 {
+	p := t.peak(k, dt)
+	share := t.m.mm
+	if k == gemm {
+		share = t.m.gemm
+	}
+	secs, extra := t.m.gemmTime(p, share, rows, inner, cols, batch, p != t.r.FP32)
+	return max(secs, (bytes+extra)/t.m.bw, KernelGPU)
+}
+
+// transposeSeconds is the device time transposes gives n kernels over
+// bytes, without issuing them, and whether there are any.
+func (t *timer) transposeSeconds(dt graph.DType, cl bool, n int64, bytes float64) (float64, bool) {
+	if t.nhwc || cl || t.peak(conv, dt) == t.r.FP32 {
+		return 0, false
+	}
+	dev := 2 * bytes / t.m.bw
+	if t.m.tr > 0 {
+		dev = max(dev, bytes/size(dt)/t.m.tr)
+	}
+	return max(dev, float64(n)*KernelGPU), true
+}
+
+// pointwise times one pass of a 1×1, stride-1, unpadded convolution of an
+// NCHW tensor (forward, data or weight gradient), which cuDNN runs either
+// as its layout transposes around an implicit GEMM, or as a product per
+// image over the [C, H·W] planes, which needs no layout change (the NCHW
+// profiles of testdata/throughput/kernels-h200 show both: nvjet GEMM
+// kernels alone for ResNet-50's 1×1 convolutions at 56×56 and 28×28,
+// transposes and an xmma kernel at 14×14 and 7×7, where H·W fills the
+// tiles badly). PyTorch leaves the choice to cuDNN: with cudnn.benchmark
+// it times the engines and keeps the fastest (cudnnFind, benchmark_cache
+// in aten/src/ATen/native/cudnn/Conv_v8.cpp), so the faster of the two is
+// charged. implicit is the implicit GEMM's [rows, inner, cols], perImage
+// the product per image with its batch, tr the transposed operands'
+// bytes, bytes every operand's. It reports false where there are no
+// transposes to avoid (channels-last, float32 off the tensor cores).
+func (t *timer) pointwise(dt graph.DType, cl bool, implicit [3]float64, perImage [4]float64, tr, bytes float64) bool {
+	ts, ok := t.transposeSeconds(dt, cl, 2, tr)
+	if !ok {
+		return false
+	}
+	viaT := ts + t.productSeconds(conv, dt, implicit[0], implicit[1], implicit[2], 1, bytes)
+	viaG := t.productSeconds(gemm, dt, perImage[0], perImage[1], perImage[2], perImage[3], bytes)
+	if viaG <= viaT {
+		t.product(gemm, dt, perImage[0], perImage[1], perImage[2], perImage[3], bytes)
+		return true
+	}
+	t.transposes(dt, cl, 2, tr)
+	t.product(conv, dt, implicit[0], implicit[1], implicit[2], 1, bytes)
+	return true
+}
+
 // transposes adds the layout conversions cuDNN runs around a tensor-core
 // convolution of NCHW tensors: its tensor-core kernels work in NHWC, so an
 // NCHW operand is transposed to NHWC before and the result back after,
@@ -440,6 +495,44 @@ func (t *timer) transposes(dt graph.DType, cl bool, n int64, bytes float64) {
 		dev = max(dev, bytes/size(dt)/t.m.tr)
 	}
 	t.issue(t.hostCost(n), n, dev)
+}
+
+// spatialBatchNorm adds one of cuDNN's CUDNN_BATCHNORM_SPATIAL training
+// kernels over x (kernel.go): passes reads and writes of the tensor, each
+// channel's elements moved by one block, the blocks at most the SMs' rate
+// and the achievable bandwidth. It reports false where PyTorch does not
+// run them: channels-last input (the persistent kernels), an input of
+// fewer than three dimensions (per-activation mode), float64 or an input
+// of 2³¹ elements or more (_batch_norm_impl_index's use_cudnn takes the
+// native kernels then), or a GPU without an SM count.
+func (t *timer) spatialBatchNorm(g *graph.Graph, op *graph.Op, dt graph.DType, passes float64) bool {
+	x := g.Tensors[op.Inputs[0]].Shape
+	n := float64(x.Numel())
+	if t.nhwc || op.Attr.ChannelsLast || len(x) < 3 || dt == graph.F64 || n >= 1<<31 || t.m.bnb <= 0 {
+		return false
+	}
+	bytes := passes * n * size(dt)
+	t.bound(1, vector, dt, 0, bytes)
+	t.issue(t.hostCost(1), 1, t.m.spatialBN(float64(x[1]), bytes))
+	return true
+}
+
+// spatialBN is the device time of a spatial batch-norm kernel moving bytes
+// over c channels (kernel.go).
+func (m machine) spatialBN(c, bytes float64) float64 {
+	return bytes / min(c*m.bnb, m.bns, m.bw)
+}
+
+// SpatialBatchNormSeconds is the device time batchfit gives one of cuDNN's
+// spatial batch-norm training kernels on a GPU: passes over elements of
+// elemSize bytes in c channels (3 forward, 5 backward). It is what
+// validation holds to the kernels of real profiles.
+func SpatialBatchNormSeconds(r gpu.Rates, c, elements, elemSize, passes float64) float64 {
+	m := newMachine(r)
+	if m.bnb <= 0 {
+		return 0
+	}
+	return max(m.spatialBN(c, passes*elements*elemSize), KernelGPU)
 }
 
 // grouped adds a grouped or depthwise convolution's kernel: timed by its

@@ -57,6 +57,25 @@ import (
 //     5.3 times its bandwidth) NCHW costs 41.2 ms a step of batch 256
 //     (testdata/throughput/own-h200.csv): twice the V100's elements a
 //     second, as the SMs say, and a third of the H200's bandwidth.
+//   - Batch norm in training on an NCHW tensor runs cuDNN's
+//     CUDNN_BATCHNORM_SPATIAL kernels: PyTorch asks for the persistent
+//     mode only for channels-last input (getCudnnBatchNormMode,
+//     aten/src/ATen/native/cudnn/BatchNorm.cpp, which keeps SPATIAL for
+//     NCHW after the persistent mode's accuracy losses on ResNeXt-101).
+//     Those kernels reduce each channel in one block (their names:
+//     bn_fw_tr_1C11, bn_bw_1C11, "1C11" the 1×C×1×1 parameters), so a
+//     layer of few channels leaves most SMs idle: the forward passes over
+//     its input three times (statistics, normalization read and write),
+//     the backward five (the two reductions' reads of x and dy, then x,
+//     dy and dx again), each block moving bnBlock bytes a clock and the
+//     SMs at most bnSM each (timer.spatialBatchNorm). Measured on an
+//     H200 (validation/kernels_gpu.py, testdata/throughput/kernels-h200:
+//     ResNet-18, ResNet-50, DenseNet-121, MobileNetV3-Large and
+//     EfficientNet-B0 in NCHW at batch 256): 1.35 G elements a second per
+//     channel forward and 0.68 backward up to 128 channels, about 250 G
+//     at a thousand; the two figures give each model's batch-norm time
+//     within 2 % (TestSpatialBatchNormProfiles). Channels-last input runs
+//     the persistent kernels, timed by the bandwidth as every other.
 //   - Every other kernel moves its bytes at the achievable share of the
 //     datasheet bandwidth (gpu.Achievable.Bandwidth), not the datasheet's.
 //
@@ -76,6 +95,11 @@ const (
 	// unalignedShare is the rate of a tensor-core product with a dimension
 	// not a multiple of 8, relative to an aligned one.
 	unalignedShare = 0.5
+	// bnBlock and bnSM are the bytes a clock cycle that one channel's
+	// block of cuDNN's spatial batch-norm kernels moves, and that one SM
+	// moves whatever its blocks (the batch-norm rule above).
+	bnBlock = 4.1
+	bnSM    = 7.0
 )
 
 // machine is a GPU's figures the physical model needs.
@@ -86,6 +110,8 @@ type machine struct {
 	bw   float64 // achievable bandwidth, bytes/s
 	dw   float64 // bandwidth of grouped and depthwise convolutions, bytes/s
 	tr   float64 // elements/s the NCHW layout transposes move (0: no per-SM rate, the bandwidth's)
+	bnb  float64 // bytes/s one channel's block of cuDNN's spatial batch norm moves (0: the bandwidth's)
+	bns  float64 // bytes/s all SMs move in those kernels
 	fp   float64 // FP32 CUDA-core peak
 }
 
@@ -106,6 +132,8 @@ func newMachine(r gpu.Rates) machine {
 			m.dw = min(m.bw, d*c)
 		}
 		m.tr = r.Achievable.Transpose * c
+		m.bnb = bnBlock * c / m.sms
+		m.bns = bnSM * c
 	}
 	return m
 }

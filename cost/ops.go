@@ -60,7 +60,9 @@ func forward(t *timer, g *graph.Graph, op *graph.Op, run train.OpRun) {
 				t.transposes(run.In, op.Attr.ChannelsLast, 3, bytes)
 			}
 			t.grouped(conv, run.In, convFLOPs(g, op), bytes)
-		} else {
+		} else if n, hw, ok := pointwiseConv(g, op); !ok || !t.pointwise(run.In, op.Attr.ChannelsLast,
+			[3]float64{c.pixels, c.patch, c.cout}, [4]float64{c.cout, c.cin, hw, n},
+			in*e+out*eo, bytes) {
 			// implicit GEMM: (N·OH·OW) × C_out, over C_in·kh·kw, with the
 			// input, filter and output transposed in NCHW
 			t.transposes(run.In, op.Attr.ChannelsLast, 3, bytes)
@@ -83,7 +85,9 @@ func forward(t *timer, g *graph.Graph, op *graph.Op, run train.OpRun) {
 		t.kernel(vector, run.Out, 0, out*eo+in*8)
 	case graph.BatchNorm:
 		// statistics, then normalisation: the input read twice
-		t.kernel(vector, run.In, 0, 2*in*e+out*eo)
+		if !t.spatialBatchNorm(g, op, run.In, 3) {
+			t.kernel(vector, run.In, 0, 2*in*e+out*eo)
+		}
 		if t.host.PerOp && len(op.Buffers) > 0 {
 			// _BatchNorm.forward (torch/nn/modules/batchnorm.py) counts
 			// the batches in training when it tracks running
@@ -193,7 +197,9 @@ func backward(t *timer, g *graph.Graph, op *graph.Op, run train.OpRun) {
 		}
 	case graph.BatchNorm:
 		x := numel(g, op.Inputs[0])
-		t.kernel(vector, run.In, 0, (3*x+out)*e)
+		if !t.spatialBatchNorm(g, op, run.In, 5) {
+			t.kernel(vector, run.In, 0, (3*x+out)*e)
+		}
 	case graph.InstanceNorm:
 		// batch norm's backward, then the repeated parameters' gradients
 		// summed over the batch
@@ -292,6 +298,23 @@ func convShape(g *graph.Graph, op *graph.Op) convGEMM {
 	c.pixels = float64(o.Numel()) / max(c.cout, 1)
 	c.groups = max(1, c.cin/float64(max(w[1], 1)))
 	return c
+}
+
+// pointwiseConv reports a 1×1, stride-1, unpadded, ungrouped 2-D
+// convolution, with its batch and pixels per image: the convolution that
+// is a product per image over an NCHW tensor's [C, H·W] planes.
+func pointwiseConv(g *graph.Graph, op *graph.Op) (n, hw float64, ok bool) {
+	if op.Kind != graph.Conv2d {
+		return 0, 0, false
+	}
+	w := g.Tensors[op.Weight].Shape
+	x := g.Tensors[op.Inputs[0]].Shape
+	a := op.Attr
+	if len(w) != 4 || len(x) != 4 || w[2] != 1 || w[3] != 1 || w[1] != x[1] ||
+		a.Stride[0] > 1 || a.Stride[1] > 1 || a.Padding != [2]int64{} || a.Dilation[0] > 1 || a.Dilation[1] > 1 {
+		return 0, 0, false
+	}
+	return float64(x[0]), float64(x[2] * x[3]), true
 }
 
 func convFLOPs(g *graph.Graph, op *graph.Op) float64 {
@@ -430,7 +453,8 @@ func convGrads(t *timer, g *graph.Graph, op *graph.Op, run train.OpRun, c convGE
 				t.transposes(run.In, op.Attr.ChannelsLast, 3, bytes)
 			}
 			t.grouped(conv, run.In, f, bytes)
-		} else {
+		} else if n, hw, ok := pointwiseConv(g, op); !ok || !t.pointwise(run.In, op.Attr.ChannelsLast,
+			dgrad, [4]float64{c.cin, c.cout, hw, n}, (out+x)*e, bytes) {
 			t.transposes(run.In, op.Attr.ChannelsLast, 3, bytes)
 			t.product(conv, run.In, dgrad[0], dgrad[1], dgrad[2], 1, bytes)
 		}
@@ -441,7 +465,8 @@ func convGrads(t *timer, g *graph.Graph, op *graph.Op, run train.OpRun, c convGE
 				t.transposes(run.In, op.Attr.ChannelsLast, 3, bytes)
 			}
 			t.grouped(conv, run.In, f, bytes)
-		} else {
+		} else if n, hw, ok := pointwiseConv(g, op); !ok || !t.pointwise(run.In, op.Attr.ChannelsLast,
+			[3]float64{c.cout, c.pixels, c.patch}, [4]float64{c.cout, hw, c.cin, n}, (out+x)*e, bytes) {
 			t.transposes(run.In, op.Attr.ChannelsLast, 3, bytes)
 			t.product(conv, run.In, c.cout, c.pixels, c.patch, 1, bytes)
 		}

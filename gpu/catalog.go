@@ -213,7 +213,7 @@ const depthwiseRate = 0.9
 // ms for 8.3 G elements, 1.6 per SM per clock. Fitted within 1.0–2.5
 // (docs/accuracy.md §4.4: 1.8; refitted with PyTorch 2.x's host, §4.6:
 // 1.6, the V100 row's own figure).
-const transposeRate = 1.6
+const transposeRate = 2.35
 
 const fitted = "fitted on the throughput calibration set within the published ranges (docs/accuracy.md §4.1)"
 
