@@ -511,16 +511,16 @@ func (t *timer) spatialBatchNorm(g *graph.Graph, op *graph.Op, dt graph.DType, p
 	if t.nhwc || op.Attr.ChannelsLast || len(x) < 3 || dt == graph.F64 || n >= 1<<31 || t.m.bnb <= 0 {
 		return false
 	}
-	bytes := passes * n * size(dt)
-	t.bound(1, vector, dt, 0, bytes)
-	t.issue(t.hostCost(1), 1, t.m.spatialBN(float64(x[1]), bytes))
+	t.bound(1, vector, dt, 0, passes*n*size(dt))
+	t.issue(t.hostCost(1), 1, t.m.spatialBN(float64(x[1]), passes*n, size(dt)))
 	return true
 }
 
-// spatialBN is the device time of a spatial batch-norm kernel moving bytes
-// over c channels (kernel.go).
-func (m machine) spatialBN(c, bytes float64) float64 {
-	return bytes / min(c*m.bnb, m.bns, m.bw)
+// spatialBN is the device time of a spatial batch-norm kernel moving
+// elements of width bytes over c channels (kernel.go), at most the
+// achievable bandwidth.
+func (m machine) spatialBN(c, elements, width float64) float64 {
+	return max(elements/min(c*m.bnb, m.bns), elements*width/m.bw)
 }
 
 // SpatialBatchNormSeconds is the device time batchfit gives one of cuDNN's
@@ -532,15 +532,23 @@ func SpatialBatchNormSeconds(r gpu.Rates, c, elements, elemSize, passes float64)
 	if m.bnb <= 0 {
 		return 0
 	}
-	return max(m.spatialBN(c, passes*elements*elemSize), KernelGPU)
+	return max(m.spatialBN(c, passes*elements, elemSize), KernelGPU)
 }
 
 // grouped adds a grouped or depthwise convolution's kernel: timed by its
-// traffic at the depthwise kernels' rate per SM per clock, at most the
-// achievable bandwidth, and at the CUDA cores' rate at best (kernel.go).
-func (t *timer) grouped(k rate, dt graph.DType, flops, bytes float64) {
+// traffic at the depthwise kernels' rate per SM per clock of its layout,
+// at most the achievable bandwidth, channels-last ones their multiply-adds
+// too, and at the CUDA cores' rate at best (kernel.go, gpu/catalog.go).
+func (t *timer) grouped(k rate, dt graph.DType, cl bool, flops, bytes float64) {
 	t.bound(1, k, dt, flops, bytes)
-	t.issue(t.hostCost(1), 1, max(bytes/t.m.dw, flops/t.r.FP32))
+	dev := bytes / t.m.dw
+	if t.nhwc || cl {
+		dev = bytes / t.m.dwcl
+		if t.m.dwmc > 0 {
+			dev += flops / 2 / t.m.dwmc
+		}
+	}
+	t.issue(t.hostCost(1), 1, max(dev, flops/t.r.FP32))
 }
 
 // bound charges n kernels to the roofline and the counts, and returns the

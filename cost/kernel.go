@@ -67,8 +67,9 @@ import (
 //     layer of few channels leaves most SMs idle: the forward passes over
 //     its input three times (statistics, normalization read and write),
 //     the backward five (the two reductions' reads of x and dy, then x,
-//     dy and dx again), each block moving bnBlock bytes a clock and the
-//     SMs at most bnSM each (timer.spatialBatchNorm). Measured on an
+//     dy and dx again), each block moving bnBlock elements a clock
+//     whatever their width, as the transposes do, and the SMs at most
+//     bnSM each (timer.spatialBatchNorm). Measured on an
 //     H200 (validation/kernels_gpu.py, testdata/throughput/kernels-h200:
 //     ResNet-18, ResNet-50, DenseNet-121, MobileNetV3-Large and
 //     EfficientNet-B0 in NCHW at batch 256): 1.35 G elements a second per
@@ -95,11 +96,11 @@ const (
 	// unalignedShare is the rate of a tensor-core product with a dimension
 	// not a multiple of 8, relative to an aligned one.
 	unalignedShare = 0.5
-	// bnBlock and bnSM are the bytes a clock cycle that one channel's
-	// block of cuDNN's spatial batch-norm kernels moves, and that one SM
-	// moves whatever its blocks (the batch-norm rule above).
-	bnBlock = 4.1
-	bnSM    = 7.0
+	// bnBlock and bnSM are the elements a clock cycle that one channel's
+	// block of cuDNN's spatial batch-norm kernels moves in one pass, and
+	// that one SM moves whatever its blocks (the batch-norm rule above).
+	bnBlock = 2.05
+	bnSM    = 3.5
 )
 
 // machine is a GPU's figures the physical model needs.
@@ -109,9 +110,11 @@ type machine struct {
 	gemm float64 // achievable share for cuBLAS's GEMMs
 	bw   float64 // achievable bandwidth, bytes/s
 	dw   float64 // bandwidth of grouped and depthwise convolutions, bytes/s
+	dwcl float64 // the same for channels-last tensors
+	dwmc float64 // multiply-adds/s of the channels-last depthwise kernels (0: none charged)
 	tr   float64 // elements/s the NCHW layout transposes move (0: no per-SM rate, the bandwidth's)
-	bnb  float64 // bytes/s one channel's block of cuDNN's spatial batch norm moves (0: the bandwidth's)
-	bns  float64 // bytes/s all SMs move in those kernels
+	bnb  float64 // elements/s one channel's block of cuDNN's spatial batch norm moves (0: the bandwidth's)
+	bns  float64 // elements/s all SMs move in those kernels
 	fp   float64 // FP32 CUDA-core peak
 }
 
@@ -131,9 +134,16 @@ func newMachine(r gpu.Rates) machine {
 		if d := r.Achievable.Depthwise; d > 0 {
 			m.dw = min(m.bw, d*c)
 		}
+		if d := r.Achievable.DepthwiseCL; d > 0 {
+			m.dwcl = min(m.bw, d*c)
+		}
+		m.dwmc = r.Achievable.DepthwiseCLMAC * c
 		m.tr = r.Achievable.Transpose * c
 		m.bnb = bnBlock * c / m.sms
 		m.bns = bnSM * c
+	}
+	if m.dwcl <= 0 {
+		m.dwcl = m.dw
 	}
 	return m
 }

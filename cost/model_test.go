@@ -187,8 +187,8 @@ func TestSharesByKernel(t *testing.T) {
 	}{
 		{"cuBLAS GEMM", func(t *timer) { t.product(gemm, graph.F16, n, n, n, 1, 0) }, 26.8435456e-6},
 		{"cuDNN convolution", func(t *timer) { t.product(conv, graph.F16, n, n, n, 1, 0) }, 42.94967296e-6},
-		{"depthwise, by its traffic", func(t *timer) { t.grouped(conv, graph.F16, 1e6, 4e6) }, 5e-6},
-		{"depthwise, by its arithmetic", func(t *timer) { t.grouped(conv, graph.F16, 1e8, 1e6) }, 10e-6},
+		{"depthwise, by its traffic", func(t *timer) { t.grouped(conv, graph.F16, false, 1e6, 4e6) }, 5e-6},
+		{"depthwise, by its arithmetic", func(t *timer) { t.grouped(conv, graph.F16, false, 1e8, 1e6) }, 10e-6},
 		{"elementwise, at the device's least", func(t *timer) { t.kernel(vector, graph.F16, 0, 1e6) }, KernelGPU},
 	} {
 		tm := timer{r: r, m: newMachine(r)}
@@ -223,9 +223,9 @@ func TestPerSMRates(t *testing.T) {
 		run     func(*timer)
 		want    float64
 	}{
-		{"depthwise at its SM rate", 2, 0, false, func(t *timer) { t.grouped(conv, graph.F16, 0, 1e6) }, 50e-6},
-		{"depthwise at the bandwidth", 200, 0, false, func(t *timer) { t.grouped(conv, graph.F16, 0, 10e6) }, 12.5e-6},
-		{"depthwise, clock from FP32", 2, 0, true, func(t *timer) { t.grouped(conv, graph.F16, 0, 1e6) }, 50e-6},
+		{"depthwise at its SM rate", 2, 0, false, func(t *timer) { t.grouped(conv, graph.F16, false, 0, 1e6) }, 50e-6},
+		{"depthwise at the bandwidth", 200, 0, false, func(t *timer) { t.grouped(conv, graph.F16, false, 0, 10e6) }, 12.5e-6},
+		{"depthwise, clock from FP32", 2, 0, true, func(t *timer) { t.grouped(conv, graph.F16, false, 0, 1e6) }, 50e-6},
 		{"half transposes at their SM rate", 0, 1.5, false, func(t *timer) { t.transposes(graph.F16, false, 3, 3e6) }, 100e-6},
 		{"float32 transposes at their SM rate", 0, 1.5, false, func(t *timer) { t.transposes(graph.F32, false, 3, 3e6) }, 50e-6},
 		{"transposes at the bandwidth", 0, 150, false, func(t *timer) { t.transposes(graph.F16, false, 3, 3e6) }, 7.5e-6},

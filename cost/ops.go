@@ -59,7 +59,7 @@ func forward(t *timer, g *graph.Graph, op *graph.Op, run train.OpRun) {
 			if t.cudnnGrouped(g, op, run.In) {
 				t.transposes(run.In, op.Attr.ChannelsLast, 3, bytes)
 			}
-			t.grouped(conv, run.In, convFLOPs(g, op), bytes)
+			t.grouped(conv, run.In, op.Attr.ChannelsLast, convFLOPs(g, op), bytes)
 		} else if n, hw, ok := pointwiseConv(g, op); !ok || !t.pointwise(run.In, op.Attr.ChannelsLast,
 			[3]float64{c.pixels, c.patch, c.cout}, [4]float64{c.cout, c.cin, hw, n},
 			in*e+out*eo, bytes) {
@@ -74,7 +74,7 @@ func forward(t *timer, g *graph.Graph, op *graph.Op, run train.OpRun) {
 		bytes := (in+numel(g, op.Weight))*e + out*eo
 		c := convTShape(g, op)
 		if c.groups > 1 {
-			t.grouped(conv, run.In, convTFLOPs(g, op), bytes)
+			t.grouped(conv, run.In, op.Attr.ChannelsLast, convTFLOPs(g, op), bytes)
 		} else {
 			t.transposes(run.In, op.Attr.ChannelsLast, 3, bytes)
 			t.product(conv, run.In, c.pixels, c.cout*c.patch/c.cin, c.cin, 1, bytes)
@@ -452,7 +452,7 @@ func convGrads(t *timer, g *graph.Graph, op *graph.Op, run train.OpRun, c convGE
 			if viaCudnn {
 				t.transposes(run.In, op.Attr.ChannelsLast, 3, bytes)
 			}
-			t.grouped(conv, run.In, f, bytes)
+			t.grouped(conv, run.In, op.Attr.ChannelsLast, f, bytes)
 		} else if n, hw, ok := pointwiseConv(g, op); !ok || !t.pointwise(run.In, op.Attr.ChannelsLast,
 			dgrad, [4]float64{c.cin, c.cout, hw, n}, (out+x)*e, bytes) {
 			t.transposes(run.In, op.Attr.ChannelsLast, 3, bytes)
@@ -464,7 +464,7 @@ func convGrads(t *timer, g *graph.Graph, op *graph.Op, run train.OpRun, c convGE
 			if viaCudnn {
 				t.transposes(run.In, op.Attr.ChannelsLast, 3, bytes)
 			}
-			t.grouped(conv, run.In, f, bytes)
+			t.grouped(conv, run.In, op.Attr.ChannelsLast, f, bytes)
 		} else if n, hw, ok := pointwiseConv(g, op); !ok || !t.pointwise(run.In, op.Attr.ChannelsLast,
 			[3]float64{c.cout, c.pixels, c.patch}, [4]float64{c.cout, hw, c.cin, n}, (out+x)*e, bytes) {
 			t.transposes(run.In, op.Attr.ChannelsLast, 3, bytes)

@@ -88,6 +88,13 @@ type Achievable struct {
 	// and depthwise convolution kernels move, at most the achievable
 	// bandwidth (0: the achievable bandwidth). One figure for every GPU.
 	Depthwise float64
+	// DepthwiseCL is Depthwise for channels-last tensors, which cuDNN's
+	// NHWC depthwise kernels take (0: Depthwise), and DepthwiseCLMAC the
+	// multiply-adds per SM per clock cycle those kernels do besides (0:
+	// none charged): their time is the sum of the two. One figure each for
+	// every GPU.
+	DepthwiseCL    float64
+	DepthwiseCLMAC float64
 	// Bandwidth is the share of the datasheet's memory bandwidth a large
 	// streaming kernel (copy, elementwise) reaches.
 	Bandwidth float64
@@ -178,11 +185,11 @@ var contextByFamily = map[string]int64{
 // fitted: B200's TF32 and mixed-precision ResNet-50 rows are within 4 %
 // of each other, bound by something other than the GPU.
 var achievableByArch = map[[2]int]Achievable{
-	{7, 0}: {Matmul: 0.90, GEMM: 0.45, Depthwise: depthwiseRate, Transpose: transposeRate, Bandwidth: 0.75, Source: fitted},
-	{8, 0}: {Matmul: 0.50, GEMM: 0.80, Depthwise: depthwiseRate, Transpose: transposeRate, Bandwidth: 0.75, Source: fitted},
-	{8, 6}: {Matmul: 0.875, GEMM: 0.95, Depthwise: depthwiseRate, Transpose: transposeRate, Bandwidth: 0.80, Source: fitted},
-	{8, 9}: {Matmul: 0.50, GEMM: gemmShare, Depthwise: depthwiseRate, Transpose: transposeRate, Bandwidth: 0.85, Source: fitted},
-	{9, 0}: {Matmul: 0.525, GEMM: 0.45, Depthwise: depthwiseRate, Transpose: transposeRate, Bandwidth: 0.70, Source: fitted},
+	{7, 0}: {Matmul: 0.90, GEMM: 0.95, Depthwise: depthwiseRate, DepthwiseCL: depthwiseCLFitted, Transpose: transposeRate, Bandwidth: 0.70, Source: fitted},
+	{8, 0}: {Matmul: 0.50, GEMM: 0.70, Depthwise: depthwiseRate, DepthwiseCL: depthwiseCLFitted, Transpose: transposeRate, Bandwidth: 0.70, Source: fitted},
+	{8, 6}: {Matmul: 0.825, GEMM: 0.95, Depthwise: depthwiseRate, DepthwiseCL: depthwiseCLFitted, Transpose: transposeRate, Bandwidth: 0.70, Source: fitted},
+	{8, 9}: {Matmul: 0.50, GEMM: gemmShare, Depthwise: depthwiseRate, DepthwiseCL: depthwiseCLFitted, Transpose: transposeRate, Bandwidth: 0.90, Source: fitted},
+	{9, 0}: {Matmul: 0.50, GEMM: 0.45, Depthwise: depthwiseRate, DepthwiseCL: depthwiseCLRate, DepthwiseCLMAC: depthwiseCLMACs, Transpose: transposeRate, Bandwidth: 0.70, Source: fitted},
 }
 
 // gemmShare is the share of the dense matmul peak cuBLAS's GEMMs reach on
@@ -191,34 +198,56 @@ var achievableByArch = map[[2]int]Achievable{
 // Background User's Guide, §2.3), the middle taken.
 const gemmShare = 0.80
 
-// depthwiseRate is the bytes of operands per SM per clock cycle that
-// depthwise and grouped convolution kernels (cuDNN's and PyTorch's
-// conv_depthwise2d, forward, data and weight gradients) move, one figure
-// for every GPU: they do k_h·k_w multiply-adds per element on the CUDA
-// cores with their index arithmetic, re-read each input element for every
+// depthwiseRate and depthwiseCLRate are the bytes of operands per SM per
+// clock cycle that depthwise and grouped convolution kernels move (forward,
+// data and weight gradients, as cost times them), one pair of figures for
+// every GPU: they do k_h·k_w multiply-adds per element on the CUDA cores
+// with their index arithmetic, re-read each input element for every
 // filter tap and reduce the weight gradient over N·OH·OW per channel, so
-// the SMs' issue of those instructions binds them, not DRAM. PyTorch issue
-// 18631's 3×3 depthwise forward of a 2×32×512×512 float32 tensor took
-// 1.02 ms on a Titan Xp: 134 MB on 30 SMs at 1,582 MHz, 2.8 bytes per SM
-// per clock for a forward alone. Fitted within 0.5–3.0 (docs/accuracy.md
-// §4.4).
-const depthwiseRate = 0.9
+// the SMs' issue of those instructions binds them, not DRAM. The kernels
+// differ by layout: on NCHW tensors PyTorch's conv_depthwise2d and cuDNN's
+// nchw kernels, bound by their bytes; on channels-last ones cuDNN's NHWC
+// depthwise kernels, three times as fast on a 3×3 filter but bound by their
+// multiply-adds as the filter grows (a 7×7 one moves a fifth of a 3×3's
+// bytes a clock), so they are charged their bytes at depthwiseCLRate and
+// their multiply-adds at depthwiseCLMACs. Measured on an H200 at its
+// catalog clock (validation/kernels_gpu.py, testdata/throughput/kernels-h200:
+// every depthwise kernel of EfficientNet-B0's and MobileNetV3-Large's steps
+// in both layouts and ConvNeXt-T's, whose permutes leave its 7×7 depthwise
+// convolutions channels-last input, at batch 256, against the bytes and
+// multiply-adds cost charges them; TestDepthwiseRateProfiles): 1.9 bytes,
+// and 21 bytes plus 22 multiply-adds (sm_90's, below). PyTorch issue 18631's 3×3
+// depthwise forward of a 2×32×512×512 float32 tensor took 1.02 ms on a
+// Titan Xp: 134 MB on 30 SMs at 1,582 MHz, 2.8 bytes per SM per clock for
+// a forward alone. (The 0.9 fitted before, docs/accuracy.md §4.4–4.6, had
+// absorbed the spatial batch norm's time, §4.7.)
+const (
+	depthwiseRate   = 1.9
+	depthwiseCLRate = 21
+	depthwiseCLMACs = 22
+)
+
+// depthwiseCLFitted is the channels-last depthwise rate, bytes per SM per
+// clock, of the GPUs before Hopper: the kernels measured above are
+// Hopper's own (sm90_xmma_depthwise_convolution_*), and cuDNN runs others
+// on older architectures, which no profile here records. Fitted on the
+// calibration set within 0.5–6.0 (docs/accuracy.md §4.7).
+const depthwiseCLFitted = 1.1
 
 // transposeRate is the elements per SM per clock cycle that cuDNN's layout
 // transposes around NCHW tensor-core convolutions move, one figure for
 // every GPU: each element's NCHW and NHWC indices are computed, so the
-// SMs bind them, not DRAM. ResNet-50 in mixed precision at batch 128 on a
-// V100 takes 152.2 ms a step in NCHW and 110.9 ms channels-last
-// (sandeepkumar-skb/pytorch_experiments, torchvision_exp/README.md): 41.3
-// ms for 8.3 G elements, 1.6 per SM per clock. Fitted within 1.0–2.5
-// (docs/accuracy.md §4.4: 1.8; refitted with PyTorch 2.x's host, §4.6:
-// 1.6, the V100 row's own figure).
+// SMs bind them, not DRAM. Measured on an H200 at its catalog clock: the
+// median of 144 input transposes of forward convolutions in the NCHW
+// profiles of testdata/throughput/kernels-h200 (TestTransposeRateProfiles),
+// 2.35. (The 1.6 fitted before from a V100's NCHW and channels-last step
+// times had absorbed the spatial batch norm, §4.7.)
 const transposeRate = 2.35
 
 const fitted = "fitted on the throughput calibration set within the published ranges (docs/accuracy.md §4.1)"
 
 // defaultAchievable is the middle of the published ranges.
-var defaultAchievable = Achievable{Matmul: 0.75, GEMM: gemmShare, Depthwise: depthwiseRate, Transpose: transposeRate, Bandwidth: 0.85, Source: "middle of the published ranges (no calibration row)"}
+var defaultAchievable = Achievable{Matmul: 0.75, GEMM: gemmShare, Depthwise: depthwiseRate, DepthwiseCL: depthwiseCLFitted, Transpose: transposeRate, Bandwidth: 0.85, Source: "middle of the published ranges (no calibration row)"}
 
 // smClock is each GPU's SM count and boost clock, MHz, from the
 // architecture whitepapers (Volta, Turing, Ampere GA100 and GA102, Ada,

@@ -1,12 +1,14 @@
 package validation
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
 	"testing"
 
+	"github.com/batchfit/batchfit/cost"
 	"github.com/batchfit/batchfit/gpu"
 )
 
@@ -42,31 +44,17 @@ func numelOf(s []int64) float64 {
 	return n
 }
 
-// The batch-norm rule the H200 profiles show (docs/accuracy.md §4.7),
-// per clock of the catalog's boost clock: cuDNN's spatial kernels reduce
-// each channel in one block, which moves spatialBlock bytes a clock, the
-// SMs at most spatialSM each; the forward passes over its input three
-// times, the backward five.
-const (
-	spatialBlock = 4.1
-	spatialSM    = 7.0
-)
-
-// TestSpatialBatchNormProfiles holds that rule to the H200 profiles: PyTorch
+// TestSpatialBatchNormProfiles holds cost's batch-norm rule (cost/kernel.go)
+// to the H200 profiles: PyTorch
 // runs cuDNN's spatial kernels (1C11) for NCHW input and the persistent
 // ones for channels-last (getCudnnBatchNormMode,
 // aten/src/ATen/native/cudnn/BatchNorm.cpp), and the spatial kernels' time
-// per model is the rule's for its calls, within 5 %.
+// per model is what cost.SpatialBatchNormSeconds gives its calls, within
+// 5 %.
 func TestSpatialBatchNormProfiles(t *testing.T) {
 	g, err := gpu.Lookup("h200")
 	if err != nil {
 		t.Fatal(err)
-	}
-	clock := g.Rates.BoostMHz * 1e6
-	sms := float64(g.Rates.SMs)
-	bw := g.Rates.Bandwidth * g.Rates.Achievable.Bandwidth
-	if clock <= 0 || sms <= 0 || bw <= 0 {
-		t.Fatal("h200 has no SM count, boost clock or bandwidth")
 	}
 	checked := 0
 	for _, p := range kernelProfiles(t) {
@@ -98,9 +86,7 @@ func TestSpatialBatchNormProfiles(t *testing.T) {
 			}
 			// float16 under autocast: 2 bytes an element
 			x := op.Shapes[0]
-			bytes := passes * numelOf(x) * 2
-			rate := min(float64(x[1])*spatialBlock*clock, sms*spatialSM*clock, bw)
-			predicted += 1e6 * bytes / rate
+			predicted += 1e6 * cost.SpatialBatchNormSeconds(g.Rates, float64(x[1]), numelOf(x), 2, passes)
 		}
 		if measured == 0 {
 			continue
@@ -131,9 +117,8 @@ func TestSpatialBatchNormProfiles(t *testing.T) {
 // in elements per SM per clock of cuDNN's nchwToNhwc kernel that
 // transposes the input of a forward convolution (the largest of its call's
 // transposes; inputs of at least 2 M elements, the 3-channel stems apart,
-// whose padded transposes are slower), and holds it within the range the
-// fit searches (1.0–2.5, docs/accuracy.md §4.4). The catalog's fitted
-// figure is logged beside it: §4.7 says why it is lower.
+// whose padded transposes are slower): the catalog's figure
+// (gpu.Achievable.Transpose) within 5 %.
 func TestTransposeRateProfiles(t *testing.T) {
 	g, err := gpu.Lookup("h200")
 	if err != nil {
@@ -168,9 +153,106 @@ func TestTransposeRateProfiles(t *testing.T) {
 	}
 	sort.Float64s(rates)
 	med := rates[len(rates)/2]
-	t.Logf("%d input transposes: median %.2f elements per SM per clock (%.2f–%.2f); the catalog's fitted %.2f", len(rates), med, rates[0], rates[len(rates)-1], g.Rates.Achievable.Transpose)
-	if med < 1.0 || med > 2.5 {
-		t.Errorf("median transpose rate %.2f elements per SM per clock, outside the fit's range 1.0–2.5", med)
+	want := g.Rates.Achievable.Transpose
+	t.Logf("%d input transposes: median %.2f elements per SM per clock (%.2f–%.2f); the catalog's %.2f", len(rates), med, rates[0], rates[len(rates)-1], want)
+	if med < want*0.95 || med > want*1.05 {
+		t.Errorf("median transpose rate %.2f elements per SM per clock, the catalog's %.2f: more than 5 %% apart", med, want)
+	}
+}
+
+// TestDepthwiseRateProfiles holds the catalog's depthwise rates
+// (gpu/catalog.go) to the H200 profiles: every depthwise convolution kernel
+// of EfficientNet-B0's and MobileNetV3-Large's steps in both layouts and of
+// ConvNeXt-T's (the layout transposes apart), each call charged what cost
+// charges it — the input, weight and output once forward, twice backward
+// (data and weight gradients); a convolution of an NCHW tensor its bytes
+// at Depthwise (whichever kernels cuDNN or PyTorch run for it), one of a
+// channels-last tensor its bytes at DepthwiseCL and its multiply-adds at
+// DepthwiseCLMAC, per SM per clock — within 20 % of each model's measured
+// depthwise time.
+func TestDepthwiseRateProfiles(t *testing.T) {
+	g, err := gpu.Lookup("h200")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := g.Rates.Achievable
+	clocks := float64(g.Rates.SMs) * g.Rates.BoostMHz * 1e6
+	if clocks <= 0 || a.Depthwise <= 0 || a.DepthwiseCL <= 0 || a.DepthwiseCLMAC <= 0 {
+		t.Fatal("h200 has no SM clock or depthwise rates")
+	}
+	checked := 0
+	for _, p := range kernelProfiles(t) {
+		switch p.Model {
+		case "efficientnet_b0", "mobilenet_v3_large", "convnext_tiny":
+		default:
+			continue
+		}
+		// the forward's output is the backward's dy of the same input and weight
+		outOf := map[string][]int64{}
+		for _, o := range p.Ops {
+			if o.Name == "aten::convolution_backward" && len(o.Shapes) >= 3 {
+				outOf[fmt.Sprint(o.Shapes[1], o.Shapes[2])] = o.Shapes[0]
+			}
+		}
+		time := map[int]float64{}
+		nhwc := map[int]bool{}
+		transposed := map[int]bool{}
+		for _, k := range p.Kernels {
+			if strings.Contains(k.Name, "nchwToNhwc") || strings.Contains(k.Name, "nhwcToNchw") {
+				transposed[k.Op] = true
+				continue
+			}
+			time[k.Op] += k.US
+			if strings.Contains(k.Name, "nhwc") {
+				nhwc[k.Op] = true
+			}
+		}
+		var measured, predicted float64
+		for o, us := range time {
+			op := p.Ops[o]
+			var x, w, y []int64
+			passes := 1.0
+			switch op.Name {
+			case "aten::convolution_backward":
+				if len(op.Shapes) < 3 {
+					continue
+				}
+				y, x, w, passes = op.Shapes[0], op.Shapes[1], op.Shapes[2], 2
+			case "aten::cudnn_convolution", "aten::_conv_depthwise2d":
+				if len(op.Shapes) < 2 {
+					continue
+				}
+				x, w = op.Shapes[0], op.Shapes[1]
+				y = outOf[fmt.Sprint(x, w)]
+			default:
+				continue
+			}
+			if len(w) != 4 || w[1] != 1 || y == nil {
+				continue // not depthwise
+			}
+			bytes := passes * 2 * (numelOf(x) + numelOf(w) + numelOf(y))
+			macs := passes * numelOf(y) * float64(w[2]*w[3])
+			measured += us
+			// channels-last input: the run's layout, or NHWC kernels with no
+			// transposes around them (ConvNeXt's permutes)
+			if p.Layout == "nhwc" || (nhwc[o] && !transposed[o]) {
+				predicted += 1e6 * (bytes/(a.DepthwiseCL*clocks) + macs/(a.DepthwiseCLMAC*clocks))
+			} else {
+				predicted += 1e6 * bytes / (a.Depthwise * clocks)
+			}
+		}
+		if measured == 0 {
+			continue
+		}
+		checked++
+		err := predicted/measured - 1
+		t.Logf("%-24s depthwise kernels: measured %6.2f ms, the rates %6.2f ms (%+.1f %%)", p.Run, measured/1e3, predicted/1e3, 100*err)
+		if err > 0.2 || err < -0.2 {
+			t.Errorf("%s: depthwise kernels by the catalog's rates %.2f ms, measured %.2f ms: %+.1f %%, more than 20 %%", p.Run, predicted/1e3, measured/1e3, 100*err)
+		}
+	}
+	if checked < 6 {
+		t.Errorf("%d profiles with depthwise convolutions, want 6", checked)
 	}
 }
 
