@@ -37,26 +37,24 @@ import (
 //     weight gradient of one block per channel and tap reducing over
 //     N·OH·OW) — are bound by the SMs issuing those instructions and
 //     loads, not by DRAM: they move their operands at a rate per SM per
-//     clock (gpu.Achievable.Depthwise), at most the achievable bandwidth,
-//     and never faster than their arithmetic at the CUDA cores' FP32
-//     rate. PyTorch issue 18631's 3×3 depthwise forward moves 2.8 bytes
-//     per SM per clock on a Titan Xp (131 GB/s, 24 % of its bandwidth);
-//     the published EfficientNet and MobileNet rows imply about one byte
-//     per SM per clock for the whole step's kernels on a V100, an A100
-//     and an RTX 3090 alike, where as a share of the bandwidth they differ
-//     by more than two (0.14, 0.08, 0.18).
+//     clock, at most the achievable bandwidth, and never faster than
+//     their arithmetic at the CUDA cores' FP32 rate. The rate follows the
+//     layout (gpu.Achievable.Depthwise, DepthwiseCL): Hopper's NHWC
+//     kernels for channels-last tensors are three times as fast as the
+//     NCHW ones on a 3×3 filter and bound by their multiply-adds as it
+//     grows, so those pay both (DepthwiseCLMAC); measured kernel by
+//     kernel on an H200 (gpu/catalog.go, docs/accuracy.md §4.7).
+//     PyTorch issue 18631's 3×3 depthwise forward moves 2.8 bytes per SM
+//     per clock on a Titan Xp (131 GB/s, 24 % of its bandwidth).
 //   - The layout transposes cuDNN runs around tensor-core convolutions of
 //     NCHW tensors (timer.transposes) compute each element's source and
 //     destination index: they move elements at a rate per SM per clock
 //     (gpu.Achievable.Transpose) whatever their width, at most the
-//     achievable bandwidth. ResNet-50 in mixed precision at batch 128
-//     takes 152.2 ms a step in NCHW and 110.9 ms channels-last on a V100
-//     (sandeepkumar-skb/pytorch_experiments, torchvision_exp/README.md):
-//     41.3 ms for the 8.3 G elements batchfit transposes, 1.6 elements
-//     per SM per clock. On an H200 (1.97 times the V100's SMs × clock,
-//     5.3 times its bandwidth) NCHW costs 41.2 ms a step of batch 256
-//     (testdata/throughput/own-h200.csv): twice the V100's elements a
-//     second, as the SMs say, and a third of the H200's bandwidth.
+//     achievable bandwidth: 2.35 on an H200, the median of its profiles'
+//     input transposes (docs/accuracy.md §4.7). A 3×3 convolution runs
+//     three forward and six backward; a 1×1, stride-1 one either two and
+//     four around an implicit GEMM or none, as a product per image over
+//     the [C, H·W] planes, whichever is faster (timer.pointwise).
 //   - Batch norm in training on an NCHW tensor runs cuDNN's
 //     CUDNN_BATCHNORM_SPATIAL kernels: PyTorch asks for the persistent
 //     mode only for channels-last input (getCudnnBatchNormMode,
