@@ -516,6 +516,38 @@ func (t *timer) spatialBatchNorm(g *graph.Graph, op *graph.Op, dt graph.DType, p
 	return true
 }
 
+// layerNorm adds a layer norm's forward kernel: its bytes at the
+// achievable bandwidth and its rows at the per-row cost of one block's
+// reduction (kernel.go).
+func (t *timer) layerNorm(g *graph.Graph, op *graph.Op, dt graph.DType, bytes float64) {
+	t.bound(1, vector, dt, 0, bytes)
+	t.issue(t.hostCost(1), 1, bytes/t.m.bw+layerNormRows(g, op)*t.m.lnr)
+}
+
+// layerNormRows is the rows a layer norm normalizes: the input's elements
+// over those of its last Attr.Dim dimensions.
+func layerNormRows(g *graph.Graph, op *graph.Op) float64 {
+	x := g.Tensors[op.Inputs[0]].Shape
+	d := op.Attr.Dim
+	if d < 1 || d > len(x) {
+		d = 1
+	}
+	n := 1.0
+	for _, v := range x[len(x)-d:] {
+		n *= float64(v)
+	}
+	return float64(x.Numel()) / max(n, 1)
+}
+
+// LayerNormSeconds is the device time batchfit gives a layer norm's
+// forward kernel on a GPU: rows of n elements of width bytes in and out
+// (float32 under autocast). It is what validation holds to the kernels of
+// real profiles.
+func LayerNormSeconds(r gpu.Rates, rows, n, width float64) float64 {
+	m := newMachine(r)
+	return max(2*rows*n*width/m.bw+rows*m.lnr, KernelGPU)
+}
+
 // spatialBN is the device time of a spatial batch-norm kernel moving
 // elements of width bytes over c channels (kernel.go), at most the
 // achievable bandwidth.

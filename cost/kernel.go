@@ -75,6 +75,16 @@ import (
 //     at a thousand; the two figures give each model's batch-norm time
 //     within 2 % (TestSpatialBatchNormProfiles). Channels-last input runs
 //     the persistent kernels, timed by the bandwidth as every other.
+//   - A layer norm's forward is PyTorch's vectorized_layer_norm_kernel
+//     (aten/src/ATen/native/cuda/layer_norm_kernel.cu), launched with one
+//     block per row (blocks(M)), each reducing its row's statistics
+//     across the block before it writes the row: beyond its bytes, each
+//     row costs lnRow SM clock cycles, which short rows of many make
+//     felt (ConvNeXt's and Swin's 96-channel stages: 802,816 rows of 96,
+//     61 G elements a second, against 274 G for ViT's rows of 768).
+//     Measured on an H200: 285 cycles, each of the 101 forward calls of
+//     the profiled ViT-B/16, GPT-2, Swin-T and ConvNeXt-T steps within
+//     10 % (TestLayerNormProfiles).
 //   - Every other kernel moves its bytes at the achievable share of the
 //     datasheet bandwidth (gpu.Achievable.Bandwidth), not the datasheet's.
 //
@@ -99,6 +109,9 @@ const (
 	// that one SM moves whatever its blocks (the batch-norm rule above).
 	bnBlock = 2.05
 	bnSM    = 3.5
+	// lnRow is the SM clock cycles one row of a layer norm's forward costs
+	// beyond its bytes (the layer-norm rule above).
+	lnRow = 285
 )
 
 // machine is a GPU's figures the physical model needs.
@@ -113,6 +126,7 @@ type machine struct {
 	tr   float64 // elements/s the NCHW layout transposes move (0: no per-SM rate, the bandwidth's)
 	bnb  float64 // elements/s one channel's block of cuDNN's spatial batch norm moves (0: the bandwidth's)
 	bns  float64 // elements/s all SMs move in those kernels
+	lnr  float64 // seconds a row of a layer norm's forward costs beyond its bytes
 	fp   float64 // FP32 CUDA-core peak
 }
 
@@ -139,6 +153,7 @@ func newMachine(r gpu.Rates) machine {
 		m.tr = r.Achievable.Transpose * c
 		m.bnb = bnBlock * c / m.sms
 		m.bns = bnSM * c
+		m.lnr = lnRow / c
 	}
 	if m.dwcl <= 0 {
 		m.dwcl = m.dw

@@ -104,7 +104,7 @@ func forward(t *timer, g *graph.Graph, op *graph.Op, run train.OpRun) {
 		t.kernels(affine(g, op), vector, graph.F32, 0, 2*instances(g, op)*4)
 		t.kernel(vector, run.In, 0, 2*in*e+out*eo)
 	case graph.LayerNorm:
-		t.kernel(vector, run.In, 0, in*e+out*eo)
+		t.layerNorm(g, op, run.In, in*e+out*eo)
 	case graph.RMSNorm:
 		// LlamaRMSNorm op by op: to(float32), pow, mean, add, rsqrt, mul,
 		// to(dtype), mul by the weight

@@ -273,3 +273,59 @@ func TestLoadKernelProfileErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestLayerNormProfiles holds cost's layer-norm rule (cost/kernel.go) to
+// the H200 profiles: every forward layer norm of ViT-B/16's, GPT-2's,
+// Swin-T's and ConvNeXt-T's steps (float32 under autocast, read and
+// written), against cost.LayerNormSeconds for its rows and row length,
+// within 12 %; and each model's total within 10 %.
+func TestLayerNormProfiles(t *testing.T) {
+	g, err := gpu.Lookup("h200")
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls := 0
+	for _, p := range kernelProfiles(t) {
+		switch p.Model {
+		case "vit_b_16", "gpt2", "swin_t", "convnext_tiny":
+		default:
+			continue
+		}
+		time := map[int]float64{}
+		for _, k := range p.Kernels {
+			if p.Ops[k.Op].Name == "aten::native_layer_norm" {
+				time[k.Op] += k.US
+			}
+		}
+		var measured, predicted float64
+		for o, us := range time {
+			x := p.Ops[o].Shapes[0]
+			if len(x) < 2 {
+				continue
+			}
+			n := float64(x[len(x)-1])
+			rows := numelOf(x) / n
+			if rows < 1000 {
+				continue // a classifier head's few rows: the launch, not the rule
+			}
+			want := 1e6 * cost.LayerNormSeconds(g.Rates, rows, n, 4)
+			if e := want/us - 1; e > 0.12 || e < -0.12 {
+				t.Errorf("%s: layer norm of %v: %.1f µs by the rule, %.1f measured (%+.0f %%)", p.Run, x, want, us, 100*e)
+			}
+			measured += us
+			predicted += want
+			calls++
+		}
+		if measured == 0 {
+			continue
+		}
+		e := predicted/measured - 1
+		t.Logf("%-22s layer norm forward: measured %5.2f ms, the rule %5.2f ms (%+.1f %%)", p.Run, measured/1e3, predicted/1e3, 100*e)
+		if e > 0.1 || e < -0.1 {
+			t.Errorf("%s: layer norm forward %.2f ms by the rule, %.2f measured: %+.1f %%", p.Run, predicted/1e3, measured/1e3, 100*e)
+		}
+	}
+	if calls < 90 {
+		t.Errorf("%d layer-norm calls, want the profiles' 101", calls)
+	}
+}
