@@ -62,6 +62,13 @@ func LoadKernelProfile(path string) (*KernelProfile, error) {
 	if len(b) > maxProfileBytes {
 		return nil, fmt.Errorf("kernel profile %s: more than %d bytes decompressed", path, maxProfileBytes)
 	}
+	return ParseKernelProfile(b, path)
+}
+
+// ParseKernelProfile reads a profile's JSON (decompressed); name says
+// where it came from in errors.
+func ParseKernelProfile(b []byte, name string) (*KernelProfile, error) {
+	path := name
 	var raw struct {
 		KernelProfile
 		Strings []string          `json:"strings"`

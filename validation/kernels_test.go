@@ -329,3 +329,23 @@ func TestLayerNormProfiles(t *testing.T) {
 		t.Errorf("%d layer-norm calls, want the profiles' 101", calls)
 	}
 }
+
+// FuzzParseKernelProfile: any bytes give a profile whose every kernel names
+// an op that exists, or an error; nothing panics.
+func FuzzParseKernelProfile(f *testing.F) {
+	f.Add([]byte(`{"run":"r:nchw","strings":["aten::add","k"],"ops":[[0,[],[[2,3],[]]]],"kernels":[[1,0,1.5]]}`))
+	f.Add([]byte(`{"strings":["a"],"ops":[[0,[5],[]]],"kernels":[]}`))
+	f.Add([]byte(`{"strings":[],"ops":[],"kernels":[[0,0,-1]]}`))
+	f.Add([]byte(`{"ops":[[0]]}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		p, err := ParseKernelProfile(b, "fuzz.json")
+		if err != nil {
+			return
+		}
+		for _, k := range p.Kernels {
+			if k.Op < 0 || k.Op >= len(p.Ops) {
+				t.Fatalf("kernel %q names op %d of %d", k.Name, k.Op, len(p.Ops))
+			}
+		}
+	})
+}
