@@ -29,35 +29,43 @@ const (
 	gqaReservedTolerance  = 0.015
 )
 
-// gqaMisses are the figures outside those tolerances, each held to its
-// measured band with its cause, so that a change that moves one is seen.
+// gqaCopy is the attention output's .contiguous() copy batchfit charges and
+// the fused kernels do not make (below): bf16 [batch 4, sequence 1024,
+// hidden 1024] a layer, four layers.
+const gqaCopy = 4 * (4 * 1024 * 1024 * 2)
+
+// gqaMisses are the figures outside those tolerances, each with its cause.
+// A miss must still be one (outside the tolerance, on the side it was
+// found), so that a change that mends it is seen and the entry removed;
+// where the cause has a size (over > 0), the excess must be no more than
+// it.
 var gqaMisses = map[string]struct {
 	allocated, reserved bool // which figure misses
-	lo, hi              float64
+	high                bool // predicted above the measurement
+	over                int64
 	why                 string
 }{
-	// Per phase (steps 1 and 2): the forward ends 28.9 MB above the
-	// measurement and every later peak carries it; about 8 MiB a layer
-	// is the copy batchfit makes at attn_output.transpose(1, 2).contiguous().
-	// The rotary embedding's q * cos + rotate_half(q) * sin takes the
-	// layout of q, a transposed view of q_proj's output (TensorIterator
-	// orders its output's strides after its first input's), so the
-	// kernel's q.transpose(1, 2) is contiguous, mha_fwd's
-	// out = empty_like(q) is laid out [B, L, H, D] and the .contiguous()
-	// copies nothing. The math case's output is a matmul's [B, H, L, D]
-	// and does copy, as predicted (its forward is within 0.5 MB).
-	"llama-gqa-b4-s1024-ampbf16-adamw-sdpa-flash": {allocated: true, lo: 0.007, hi: 0.009, why: "the attention output's contiguous copy flash does not make"},
-	"llama-gqa-b4-s1024-ampbf16-adamw-sdpa-cudnn": {allocated: true, lo: 0.007, hi: 0.009, why: "the attention output's contiguous copy cuDNN attention does not make"},
-	"llama-gqa-b4-s1024-ampbf16-adamw-sdpa-auto":  {allocated: true, lo: 0.007, hi: 0.009, why: "the attention output's contiguous copy cuDNN attention does not make"},
+	// Per phase (steps 1 and 2) the forward ends above the measurement
+	// and every later peak carries it: the copy batchfit makes at
+	// attn_output.transpose(1, 2).contiguous(). The rotary embedding's
+	// q * cos + rotate_half(q) * sin takes the layout of q, a transposed
+	// view of q_proj's output (TensorIterator orders its output's strides
+	// after its first input's), so the kernel's q.transpose(1, 2) is
+	// contiguous, mha_fwd's out = empty_like(q) is laid out [B, L, H, D]
+	// and the .contiguous() copies nothing. The math case's output is a
+	// matmul's [B, H, L, D] and does copy, as predicted.
+	"llama-gqa-b4-s1024-ampbf16-adamw-sdpa-flash": {allocated: true, high: true, over: gqaCopy, why: "the attention output's contiguous copy flash does not make"},
+	"llama-gqa-b4-s1024-ampbf16-adamw-sdpa-cudnn": {allocated: true, high: true, over: gqaCopy, why: "the attention output's contiguous copy cuDNN attention does not make"},
+	"llama-gqa-b4-s1024-ampbf16-adamw-sdpa-auto":  {allocated: true, high: true, over: gqaCopy, why: "the attention output's contiguous copy cuDNN attention does not make"},
 	// Peak allocated is within 0.2 % in every phase; the segments are
 	// not: by step 1 the measured forward reserves 5.40 GB where the
 	// replay reserves 5.04 GB, and the backward 5.93 GB against 5.56 GB.
 	// Which of the math kernel's blocks (the [B, H, L, S] scores, 318 MiB
 	// a layer) open the extra segments no recording shows yet.
-	"llama-gqa-b4-s1024-ampbf16-adamw-sdpa-math": {reserved: true, lo: -0.063, hi: -0.061, why: "segments the math kernel's scores open, unrecorded"},
+	"llama-gqa-b4-s1024-ampbf16-adamw-sdpa-math": {reserved: true, why: "segments the math kernel's scores open, unrecorded"},
 	// The forward of steps 1 and 2 ends 17.9 MB above the measurement
 	// (4.8 MB in step 0); not explained.
-	"llama-gqa-b4-s1024-ampbf16-adamw-eager": {allocated: true, lo: 0.003, hi: 0.004, why: "17.9 MB more in the steady forward, unexplained"},
+	"llama-gqa-b4-s1024-ampbf16-adamw-eager": {allocated: true, high: true, why: "17.9 MB more in the steady forward, unexplained"},
 }
 
 // Every case of the grouped-query measurement that ran is held to the
@@ -89,8 +97,12 @@ func TestMeasuredH200GQA(t *testing.T) {
 			{"reserved", c.ErrReserved(), gqaReservedTolerance, c.PredictedReserved, c.MeasuredReserved, miss && x.reserved},
 		} {
 			switch {
-			case f.knownMiss && (f.e < x.lo || f.e > x.hi):
-				t.Errorf("%s (%s): peak %s %+.2f %%, want within %+.1f…%+.1f %%", c.ID, x.why, f.name, 100*f.e, 100*x.lo, 100*x.hi)
+			case f.knownMiss && (f.e >= -f.tol && f.e <= f.tol):
+				t.Errorf("%s: peak %s %+.2f %%, within ±%.2f %%: no longer a miss (%s), take it off gqaMisses", c.ID, f.name, 100*f.e, 100*f.tol, x.why)
+			case f.knownMiss && (f.e > 0) != x.high:
+				t.Errorf("%s (%s): peak %s %+.2f %%, on the other side of the measurement", c.ID, x.why, f.name, 100*f.e)
+			case f.knownMiss && x.over > 0 && f.p-f.m > x.over:
+				t.Errorf("%s (%s): peak %s %d bytes over, more than the %d its cause accounts for", c.ID, x.why, f.name, f.p-f.m, x.over)
 			case !f.knownMiss && !(f.e >= -f.tol && f.e <= f.tol):
 				t.Errorf("%s: peak %s predicted %d, measured %d bytes (%+.2f %%, want within ±%.2f %%)", c.ID, f.name, f.p, f.m, 100*f.e, 100*f.tol)
 			}
