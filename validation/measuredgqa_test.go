@@ -69,7 +69,7 @@ var gqaMisses = map[string]struct {
 }
 
 // Every case of the grouped-query measurement that ran is held to the
-// H200 tolerances, save gqaMisses, each held to its band.
+// H200 tolerances, save gqaMisses, each held to its cause.
 func TestMeasuredH200GQA(t *testing.T) {
 	m, err := Load(gqaFile)
 	if err != nil {
