@@ -573,14 +573,29 @@ func SpatialBatchNormSeconds(r gpu.Rates, c, elements, elemSize, passes float64)
 // too, and at the CUDA cores' rate at best (kernel.go, gpu/catalog.go).
 func (t *timer) grouped(k rate, dt graph.DType, cl bool, flops, bytes float64) {
 	t.bound(1, k, dt, flops, bytes)
-	dev := bytes / t.m.dw
-	if t.nhwc || cl {
-		dev = bytes / t.m.dwcl
-		if t.m.dwmc > 0 {
-			dev += flops / 2 / t.m.dwmc
-		}
+	t.issue(t.hostCost(1), 1, max(t.m.depthwise(t.nhwc || cl, flops, bytes), flops/t.r.FP32))
+}
+
+// depthwise is a grouped or depthwise convolution kernel's device time by
+// its layout's rates (kernel.go): its bytes, and on a channels-last tensor
+// its multiply-adds too.
+func (m machine) depthwise(cl bool, flops, bytes float64) float64 {
+	if !cl {
+		return bytes / m.dw
 	}
-	t.issue(t.hostCost(1), 1, max(dev, flops/t.r.FP32))
+	dev := bytes / m.dwcl
+	if m.dwmc > 0 {
+		dev += flops / 2 / m.dwmc
+	}
+	return dev
+}
+
+// DepthwiseSeconds is the device time batchfit gives a depthwise
+// convolution's pass on a GPU (its flops, twice its multiply-adds, and
+// its bytes), NCHW or channels-last, before the CUDA cores' floor. It is
+// what validation holds to the kernels of real profiles.
+func DepthwiseSeconds(r gpu.Rates, channelsLast bool, flops, bytes float64) float64 {
+	return newMachine(r).depthwise(channelsLast, flops, bytes)
 }
 
 // bound charges n kernels to the roofline and the counts, and returns the

@@ -42,7 +42,8 @@ import (
 //     layout (gpu.Achievable.Depthwise, DepthwiseCL): Hopper's NHWC
 //     kernels for channels-last tensors are three times as fast as the
 //     NCHW ones on a 3×3 filter and bound by their multiply-adds as it
-//     grows, so those pay both (DepthwiseCLMAC); measured kernel by
+//     grows, so those pay their bytes at the achievable bandwidth and
+//     their multiply-adds (DepthwiseCLMAC); measured kernel by
 //     kernel on an H200 (gpu/catalog.go, docs/accuracy.md §4.7).
 //     PyTorch issue 18631's 3×3 depthwise forward moves 2.8 bytes per SM
 //     per clock on a Titan Xp (131 GB/s, 24 % of its bandwidth).
@@ -146,8 +147,11 @@ func newMachine(r gpu.Rates) machine {
 		if d := r.Achievable.Depthwise; d > 0 {
 			m.dw = min(m.bw, d*c)
 		}
-		if d := r.Achievable.DepthwiseCL; d > 0 {
+		switch d := r.Achievable.DepthwiseCL; {
+		case d > 0:
 			m.dwcl = min(m.bw, d*c)
+		case r.Achievable.DepthwiseCLMAC > 0:
+			m.dwcl = m.bw
 		}
 		m.dwmc = r.Achievable.DepthwiseCLMAC * c
 		m.tr = r.Achievable.Transpose * c

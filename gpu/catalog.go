@@ -89,10 +89,10 @@ type Achievable struct {
 	// bandwidth (0: the achievable bandwidth). One figure for every GPU.
 	Depthwise float64
 	// DepthwiseCL is Depthwise for channels-last tensors, which cuDNN's
-	// NHWC depthwise kernels take (0: Depthwise), and DepthwiseCLMAC the
-	// multiply-adds per SM per clock cycle those kernels do besides (0:
-	// none charged): their time is the sum of the two. One figure each for
-	// every GPU.
+	// NHWC depthwise kernels take, and DepthwiseCLMAC the multiply-adds
+	// per SM per clock cycle those kernels do besides (0: none charged):
+	// their time is the sum of the two. DepthwiseCL 0 is the achievable
+	// bandwidth where DepthwiseCLMAC is set, Depthwise where it is not.
 	DepthwiseCL    float64
 	DepthwiseCLMAC float64
 	// Bandwidth is the share of the datasheet's memory bandwidth a large
@@ -201,7 +201,7 @@ var achievableByArch = map[[2]int]Achievable{
 	{8, 0}: {Matmul: 0.50, GEMM: 0.70, Depthwise: depthwiseRate, DepthwiseCL: depthwiseCLFitted, Transpose: transposeRate, Bandwidth: 0.70, Source: fitted},
 	{8, 6}: {Matmul: 0.825, GEMM: 0.95, Depthwise: depthwiseRate, DepthwiseCL: depthwiseCLFitted, Transpose: transposeRate, Bandwidth: 0.70, Source: fitted},
 	{8, 9}: {Matmul: 0.50, GEMM: gemmShare, Depthwise: depthwiseRate, DepthwiseCL: depthwiseCLFitted, Transpose: transposeRate, Bandwidth: 0.90, Source: fitted},
-	{9, 0}: {Matmul: 0.50, GEMM: 0.45, Depthwise: depthwiseRate, DepthwiseCL: depthwiseCLRate, DepthwiseCLMAC: depthwiseCLMACs, Transpose: transposeRate, Bandwidth: 0.70, Source: fitted},
+	{9, 0}: {Matmul: 0.50, GEMM: 0.45, Depthwise: depthwiseRate, DepthwiseCLMAC: depthwiseCLMACs, Transpose: transposeRate, Bandwidth: 0.70, Source: fitted},
 }
 
 // gemmShare is the share of the dense matmul peak cuBLAS's GEMMs reach on
@@ -210,10 +210,10 @@ var achievableByArch = map[[2]int]Achievable{
 // Background User's Guide, §2.3), the middle taken.
 const gemmShare = 0.80
 
-// depthwiseRate and depthwiseCLRate are the bytes of operands per SM per
-// clock cycle that depthwise and grouped convolution kernels move (forward,
-// data and weight gradients, as cost times them), one pair of figures for
-// every GPU: they do k_h·k_w multiply-adds per element on the CUDA cores
+// depthwiseRate is the bytes of operands per SM per clock cycle that
+// depthwise and grouped convolution kernels of NCHW tensors move (forward,
+// data and weight gradients, as cost times them), one figure for every
+// GPU: they do k_h·k_w multiply-adds per element on the CUDA cores
 // with their index arithmetic, re-read each input element for every
 // filter tap and reduce the weight gradient over N·OH·OW per channel, so
 // the SMs' issue of those instructions binds them, not DRAM. The kernels
@@ -221,22 +221,21 @@ const gemmShare = 0.80
 // nchw kernels, bound by their bytes; on channels-last ones cuDNN's NHWC
 // depthwise kernels, three times as fast on a 3×3 filter but bound by their
 // multiply-adds as the filter grows (a 7×7 one moves a fifth of a 3×3's
-// bytes a clock), so they are charged their bytes at depthwiseCLRate and
-// their multiply-adds at depthwiseCLMACs. Measured on an H200 at its
+// bytes a clock), so they are charged their bytes at the achievable
+// bandwidth and their multiply-adds at depthwiseCLMACs per SM per clock. Measured on an H200 at its
 // catalog clock (validation/kernels_gpu.py, testdata/throughput/kernels-h200:
 // every depthwise kernel of EfficientNet-B0's and MobileNetV3-Large's steps
 // in both layouts and ConvNeXt-T's, whose permutes leave its 7×7 depthwise
 // convolutions channels-last input, at batch 256, against the bytes and
 // multiply-adds cost charges them; TestDepthwiseRateProfiles): 1.9 bytes,
-// and 21 bytes plus 22 multiply-adds (sm_90's, below). PyTorch issue 18631's 3×3
+// and the bandwidth plus 25 multiply-adds (sm_90's, below). PyTorch issue 18631's 3×3
 // depthwise forward of a 2×32×512×512 float32 tensor took 1.02 ms on a
 // Titan Xp: 134 MB on 30 SMs at 1,582 MHz, 2.8 bytes per SM per clock for
 // a forward alone. (The 0.9 fitted before, docs/accuracy.md §4.4–4.6, had
 // absorbed the spatial batch norm's time, §4.7.)
 const (
 	depthwiseRate   = 1.9
-	depthwiseCLRate = 21
-	depthwiseCLMACs = 22
+	depthwiseCLMACs = 25
 )
 
 // depthwiseCLFitted is the channels-last depthwise rate, bytes per SM per

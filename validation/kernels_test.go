@@ -165,20 +165,15 @@ func TestTransposeRateProfiles(t *testing.T) {
 // of EfficientNet-B0's and MobileNetV3-Large's steps in both layouts and of
 // ConvNeXt-T's (the layout transposes apart), each call charged what cost
 // charges it — the input, weight and output once forward, twice backward
-// (data and weight gradients); a convolution of an NCHW tensor its bytes
-// at Depthwise (whichever kernels cuDNN or PyTorch run for it), one of a
-// channels-last tensor its bytes at DepthwiseCL and its multiply-adds at
-// DepthwiseCLMAC, per SM per clock — within 20 % of each model's measured
-// depthwise time.
+// (data and weight gradients), by cost.DepthwiseSeconds: a convolution of
+// an NCHW tensor its bytes at Depthwise (whichever kernels cuDNN or
+// PyTorch run for it), one of a channels-last tensor its bytes at
+// DepthwiseCL and its multiply-adds at DepthwiseCLMAC — within 20 % of
+// each model's measured depthwise time.
 func TestDepthwiseRateProfiles(t *testing.T) {
 	g, err := gpu.Lookup("h200")
 	if err != nil {
 		t.Fatal(err)
-	}
-	a := g.Rates.Achievable
-	clocks := float64(g.Rates.SMs) * g.Rates.BoostMHz * 1e6
-	if clocks <= 0 || a.Depthwise <= 0 || a.DepthwiseCL <= 0 || a.DepthwiseCLMAC <= 0 {
-		t.Fatal("h200 has no SM clock or depthwise rates")
 	}
 	checked := 0
 	for _, p := range kernelProfiles(t) {
@@ -235,11 +230,8 @@ func TestDepthwiseRateProfiles(t *testing.T) {
 			measured += us
 			// channels-last input: the run's layout, or NHWC kernels with no
 			// transposes around them (ConvNeXt's permutes)
-			if p.Layout == "nhwc" || (nhwc[o] && !transposed[o]) {
-				predicted += 1e6 * (bytes/(a.DepthwiseCL*clocks) + macs/(a.DepthwiseCLMAC*clocks))
-			} else {
-				predicted += 1e6 * bytes / (a.Depthwise * clocks)
-			}
+			cl := p.Layout == "nhwc" || (nhwc[o] && !transposed[o])
+			predicted += 1e6 * cost.DepthwiseSeconds(g.Rates, cl, 2*macs, bytes)
 		}
 		if measured == 0 {
 			continue
